@@ -1,0 +1,81 @@
+# finetune: one Makefile. `make` builds build/finetune; `make test` runs every CPU test;
+# `make test-asan` runs the C tests under ASan+UBSan. No GPU is needed for any of these.
+#
+#   make CUDA=0      never build CUDA code (default: build it when nvcc is found)
+#   make CUDA=1      require nvcc
+#   make DEBUG=1     -O0
+#   make SAN=1       AddressSanitizer + UndefinedBehaviorSanitizer (use BUILD=... to keep apart)
+
+CC      ?= gcc
+CXX     ?= g++
+BUILD   ?= build
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifeq ($(origin CUDA), undefined)
+  CUDA := $(if $(NVCC),1,0)
+endif
+
+OPT     := $(if $(DEBUG),-O0,-O2)
+# CPU BLAS: OpenBLAS, OpenMP build, linked explicitly so BLAS threads and our OpenMP loops
+# share one pool (the pthread build oversubscribes cores when called inside OpenMP).
+BLAS_INC := -I/usr/include/x86_64-linux-gnu/openblas-openmp
+BLAS_LIB := -L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas
+SAN_ON   := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SANFLAGS := $(if $(SAN),$(SAN_ON))
+
+CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror=implicit-function-declaration -fopenmp \
+           -Isrc $(BLAS_INC) $(SANFLAGS) -MMD -MP
+LDLIBS  += $(BLAS_LIB) -ljansson -lm -fopenmp $(SANFLAGS)
+
+LIB_SRCS := $(filter-out src/main.c,$(wildcard src/*.c))
+LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+# shell tests (they receive the build dir as $1)
+TEST_SCRIPTS := $(wildcard tests/test_*.sh)
+
+.PHONY: all test test-bins test-asan check run clean
+all: $(BUILD)/finetune
+
+$(BUILD)/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libfinetune.a: $(LIB_OBJS)
+	ar rcs $@ $^
+
+$(BUILD)/finetune: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a
+	$(CC) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libfinetune.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a -o $@ $(LDLIBS)
+
+# fragments contributed by sub-projects (CUDA emulator, kernels) add to TEST_BINS/TEST_CMDS
+-include tests/cuda_emu/emu.mk
+-include kernels/kernels.mk
+
+TEST_CMDS += $(TEST_BINS) $(foreach s,$(TEST_SCRIPTS),"bash $(s) $(BUILD)")
+
+test-bins: $(TEST_BINS) $(BUILD)/finetune $(EXTRA_TEST_DEPS)
+
+test: test-bins
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} tests/run_all.sh $(TEST_CMDS)
+
+# C tests under ASan+UBSan in a separate build dir (slow paths skipped by the tests
+# themselves when FT_SANITIZED is set).
+test-asan:
+	$(MAKE) BUILD=build/asan SAN=1 CUDA=0 test-bins
+	FT_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  OMP_NUM_THREADS=2 tests/run_all.sh $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BINS))
+
+# README's test command: CPU tests, the same C tests under sanitizers, and the nvcc build of
+# every kernel for sm_80/sm_90 when nvcc exists (nvcc-check comes from kernels/kernels.mk).
+check: test test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.mk)),nvcc-check)
+
+run: $(BUILD)/finetune
+	$(BUILD)/finetune --model_dir data/model --data_dir data/chess --eval_only
+
+clean:
+	rm -rf build
+
+-include $(wildcard $(BUILD)/obj/*.d $(BUILD)/tests/*.d)

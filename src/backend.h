@@ -1,0 +1,115 @@
+// backend.h: the one backend interface. The model, the FSDP schedule and the training loop
+// are written once over this table; the CPU backend (backend_cpu.c, fp32, the numerical
+// oracle) and the CUDA backend (kernels/, bf16 storage, fp32 math) fill it.
+//
+// Conventions for every op:
+//   - Returns 0, or -1 with ft_error set naming the op (e.g. a failed CUDA launch).
+//   - `void *` tensors live in the backend's memory, in the backend's storage dtype
+//     (`backend.dtype`: ST_F32 on CPU, ST_BF16 on CUDA). `float *` tensors are always fp32
+//     (statistics, losses, optimizer state); `int32_t *` are token ids / targets.
+//   - N = B*T rows; C = hidden; H/KVH = query/key-value heads; D = head dim; F = MLP
+//     width; V = vocab. Row-major, last dimension contiguous. Shapes are in comments.
+//   - "+=" in a contract means the op accumulates into its output; otherwise it overwrites.
+//   - Ops are deterministic: same inputs, same bits (no float atomics in reductions).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "safetensors.h"   // st_dtype
+
+// rows of logits the fused lm_head + cross-entropy op materialises at once
+#define LMHEAD_CHUNK_ROWS 128
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float bias_correction1;   // 1 - beta1^step
+    float bias_correction2;   // 1 - beta2^step
+    float grad_scale;         // gradients are multiplied by this first (clipping)
+} adamw_params;
+
+typedef struct backend backend;
+struct backend {
+    const char *name;        // "cpu" or "cuda"
+    st_dtype dtype;          // storage dtype of params, activations and their grads
+
+    // ---------------------------------------------------------------- memory
+    void *(*alloc)(size_t nbytes);                      // NULL + ft_error on failure
+    void (*free)(void *p);
+    int (*copy_h2d)(void *dst, const void *src, size_t nbytes);
+    int (*copy_d2h)(void *dst, const void *src, size_t nbytes);
+    int (*copy_d2d)(void *dst, const void *src, size_t nbytes);
+    int (*zero)(void *p, size_t nbytes);
+    int (*synchronize)(void);
+
+    // ---------------------------------------------------------------- layers
+    // out (N, C) = wte (V, C)[tokens (N)]
+    int (*embedding_fwd)(void *out, const int32_t *tokens, const void *wte, int N, int C, int V);
+    // dwte (V, C) += scatter of dout (N, C) by tokens (N)
+    int (*embedding_bwd)(void *dwte, const void *dout, const int32_t *tokens, int N, int C, int V);
+
+    // out (N, C) = inp * rsqrt(mean(inp^2) + eps) * weight (C); rstd (N) saved for backward
+    int (*rmsnorm_fwd)(void *out, float *rstd, const void *inp, const void *weight,
+                       int N, int C, float eps);
+    // dinp (N, C) += d/dinp, dweight (C) += d/dweight, given dout (N, C)
+    int (*rmsnorm_bwd)(void *dinp, void *dweight, const void *dout, const void *inp,
+                       const void *weight, const float *rstd, int N, int C);
+
+    // Rotary embedding, HF rotate_half convention, positions 0..T-1.
+    // out/inp (B, T, NH, D); cos/sin (T, D/2) fp32. out may equal inp.
+    int (*rope_fwd)(void *out, const void *inp, const float *cos, const float *sin,
+                    int B, int T, int NH, int D);
+    // dinp/dout (B, T, NH, D): the transpose rotation. dinp may equal dout.
+    int (*rope_bwd)(void *dinp, const void *dout, const float *cos, const float *sin,
+                    int B, int T, int NH, int D);
+
+    // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T      (nn.Linear without bias)
+    int (*matmul_fwd)(void *out, const void *inp, const void *weight, int N, int IC, int OC);
+    // dinp (N, IC) = (or += when accumulate_dinp) dout (N, OC) @ weight; skipped if dinp NULL
+    // dweight (OC, IC) += dout^T @ inp
+    int (*matmul_bwd)(void *dinp, void *dweight, const void *dout, const void *inp,
+                      const void *weight, int N, int IC, int OC, int accumulate_dinp);
+
+    // Causal softmax attention with GQA (query head h uses kv head h / (H / KVH)),
+    // scale 1/sqrt(D). q, out (B, T, H, D); k, v (B, T, KVH, D);
+    // lse (B, H, T) fp32 = logsumexp of each query row's scaled scores, saved for backward.
+    int (*attention_fwd)(void *out, float *lse, const void *q, const void *k, const void *v,
+                         int B, int T, int H, int KVH, int D);
+    // dq (B, T, H, D), dk, dv (B, T, KVH, D) overwritten; dout, out (B, T, H, D).
+    int (*attention_bwd)(void *dq, void *dk, void *dv, const void *dout, const void *out,
+                         const float *lse, const void *q, const void *k, const void *v,
+                         int B, int T, int H, int KVH, int D);
+
+    // out (n) = silu(gate) * up
+    int (*swiglu_fwd)(void *out, const void *gate, const void *up, size_t n);
+    // dgate (n), dup (n) overwritten from dout (n)
+    int (*swiglu_bwd)(void *dgate, void *dup, const void *dout, const void *gate,
+                      const void *up, size_t n);
+
+    // out (n) = a + b; out may alias a or b
+    int (*add)(void *out, const void *a, const void *b, size_t n);
+
+    // Fused lm_head + softmax + cross-entropy over row chunks of LMHEAD_CHUNK_ROWS, never
+    // holding more than (LMHEAD_CHUNK_ROWS, V) logits (in `workspace`, fp32).
+    // x (N, C), weight (V, C), targets (N) with -100 = ignored.
+    // losses (N) fp32 = -log softmax(x W^T)[target], 0 for ignored rows.
+    // If dx != NULL (training): with dlogits = dloss * (softmax - onehot(target)) on valid
+    // rows and 0 on ignored rows: dx (N, C) = dlogits @ weight, dweight (V, C) += dlogits^T x.
+    int (*lmhead_xent)(float *losses, void *dx, void *dweight, const void *x,
+                       const void *weight, const int32_t *targets, int N, int C, int V,
+                       float dloss, float *workspace);
+
+    // ---------------------------------------------------------------- optimizer & utils
+    // AdamW on an fp32 master slice (n): g = grad * grad_scale; m,v updated; master updated
+    // with decoupled weight decay; param (n, dtype) = master cast, skipped if param NULL.
+    int (*adamw)(float *master, void *param, const float *grad, float *m, float *v, size_t n,
+                 const adamw_params *p);
+    // *host_out = sum of x (n, fp32)^2, computed in double, returned to the host
+    int (*sum_squares)(double *host_out, const float *x, size_t n);
+    // dst (n, fp32) += alpha * src (n, dtype)
+    int (*accumulate)(float *dst, const void *src, size_t n, float alpha);
+    // dst (n, dtype) = src (n, fp32) (rounded to nearest even for bf16)
+    int (*cast_from_f32)(void *dst, const float *src, size_t n);
+};
+
+// The CPU backend (always available).
+const backend *backend_cpu(void);

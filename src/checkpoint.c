@@ -1,0 +1,237 @@
+// checkpoint.c: Hugging Face checkpoint directories, input side (see checkpoint.h).
+#include "checkpoint.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common.h"
+
+// ----------------------------------------------------------------------------
+// opening: single file or sharded index
+
+static char *path_join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = ft_malloc(n, "path");
+    if (p) snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+// index file names must stay inside the checkpoint directory
+static int shard_name_ok(const char *name) {
+    return name[0] && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
+}
+
+static int open_indexed(hf_checkpoint *ck, const char *index_path) {
+    json_error_t jerr;
+    json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) return ft_error("%s: invalid JSON at line %d: %s", index_path, jerr.line, jerr.text);
+    int rc = -1;
+    json_t *map = json_object_get(root, "weight_map");
+    if (!json_is_object(root) || !json_is_object(map)) {
+        ft_error("%s: field 'weight_map': missing or not an object", index_path);
+        goto done;
+    }
+    // distinct file names, in first-seen order
+    size_t n_names = json_object_size(map);
+    const char **names = ft_calloc(n_names ? n_names : 1, sizeof(char *), "shard names");
+    if (!names) goto done;
+    int n_files = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(map, key, val) {
+        const char *fname = json_string_value(val);
+        if (!json_is_string(val) || !shard_name_ok(fname)) {
+            ft_error("%s: weight_map['%s']: not a plain file name inside the checkpoint directory",
+                     index_path, key);
+            free(names);
+            goto done;
+        }
+        int seen = 0;
+        for (int i = 0; i < n_files; i++) seen |= strcmp(names[i], fname) == 0;
+        if (!seen) names[n_files++] = fname;
+    }
+    if (n_files == 0) { ft_error("%s: weight_map is empty", index_path); free(names); goto done; }
+    ck->files = ft_calloc((size_t)n_files, sizeof(st_file), "shard table");
+    if (!ck->files) { free(names); goto done; }
+    for (int i = 0; i < n_files; i++) {
+        char *p = path_join(ck->dir, names[i]);
+        if (!p) { free(names); goto done; }
+        int r = st_open(&ck->files[i], p);
+        free(p);
+        if (r != 0) { free(names); goto done; }
+        ck->n_files = i + 1;
+    }
+    free(names);
+    // every mapped tensor must be in the file the index names
+    json_object_foreach(map, key, val) {
+        const char *where = NULL;
+        const st_tensor *t = hf_checkpoint_find(ck, key, &where);
+        if (!t) { ft_error("%s: tensor '%s' is listed in the index but in no shard", index_path, key); goto done; }
+        const char *base = strrchr(where, '/');
+        if (strcmp(base ? base + 1 : where, json_string_value(val)) != 0) {
+            ft_error("%s: tensor '%s' is listed in %s but found in %s", index_path, key,
+                     json_string_value(val), where);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    json_decref(root);
+    return rc;
+}
+
+int hf_checkpoint_open(hf_checkpoint *ck, const char *dir) {
+    memset(ck, 0, sizeof *ck);
+    ck->dir = ft_strdup(dir);
+    char *single = path_join(dir, "model.safetensors");
+    char *index = path_join(dir, "model.safetensors.index.json");
+    int rc = -1;
+    if (!ck->dir || !single || !index) goto done;
+    if (file_exists(index)) {
+        rc = open_indexed(ck, index);
+    } else if (file_exists(single)) {
+        ck->files = ft_calloc(1, sizeof(st_file), "shard table");
+        if (ck->files && st_open(&ck->files[0], single) == 0) { ck->n_files = 1; rc = 0; }
+    } else {
+        ft_error("%s: no model.safetensors or model.safetensors.index.json", dir);
+    }
+done:
+    free(single);
+    free(index);
+    if (rc != 0) hf_checkpoint_close(ck);
+    return rc;
+}
+
+void hf_checkpoint_close(hf_checkpoint *ck) {
+    for (int i = 0; i < ck->n_files; i++) st_close(&ck->files[i]);
+    free(ck->files);
+    free(ck->dir);
+    memset(ck, 0, sizeof *ck);
+}
+
+const st_tensor *hf_checkpoint_find(const hf_checkpoint *ck, const char *name, const char **path) {
+    for (int i = 0; i < ck->n_files; i++) {
+        const st_tensor *t = st_find(&ck->files[i], name);
+        if (t) { if (path) *path = ck->files[i].path; return t; }
+    }
+    return NULL;
+}
+
+// ----------------------------------------------------------------------------
+// validation against the layout
+
+static int ignorable(const char *name, const param_layout *l) {
+    const char *suffix = "rotary_emb.inv_freq";
+    size_t n = strlen(name), s = strlen(suffix);
+    if (n >= s && strcmp(name + n - s, suffix) == 0) return 1;
+    // tied embeddings: a stored lm_head.weight is ignored, as transformers does
+    return strcmp(name, "lm_head.weight") == 0 && !param_layout_find(l, "lm_head.weight");
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+int hf_checkpoint_validate(const hf_checkpoint *ck, const param_layout *l) {
+    for (int i = 0; i < l->n_entries; i++) {
+        const param_entry *e = &l->entries[i];
+        const char *path = NULL;
+        const st_tensor *t = hf_checkpoint_find(ck, e->name, &path);
+        if (!t) return ft_error("%s: missing tensor '%s'", ck->dir, e->name);
+        if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+            return ft_error("%s: tensor '%s': dtype %s is not supported (F32, BF16, F16)", path,
+                            e->name, st_dtype_name(t->dtype));
+        int same = t->ndim == e->ndim;
+        for (int d = 0; same && d < e->ndim; d++) same = t->shape[d] == e->shape[d];
+        if (!same) {
+            char got[96], want[96];
+            shape_str(got, sizeof got, t->ndim, t->shape);
+            shape_str(want, sizeof want, e->ndim, e->shape);
+            return ft_error("%s: tensor '%s': shape %s, config.json implies %s", path, e->name, got, want);
+        }
+    }
+    for (int f = 0; f < ck->n_files; f++) {
+        const st_file *sf = &ck->files[f];
+        for (int i = 0; i < sf->n_tensors; i++) {
+            const char *name = sf->tensors[i].name;
+            if (!param_layout_find(l, name) && !ignorable(name, l))
+                return ft_error("%s: unexpected tensor '%s' (not part of a LlamaForCausalLM with this config)",
+                                sf->path, name);
+            for (int g = f + 1; g < ck->n_files; g++)
+                if (st_find(&ck->files[g], name))
+                    return ft_error("%s: tensor '%s' is also stored in %s", sf->path, name,
+                                    ck->files[g].path);
+        }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// conversion to fp32
+
+static void tensor_to_f32(const st_tensor *t, float *out) {
+    const size_t n = t->numel;
+    if (t->dtype == ST_F32) {
+        memcpy(out, t->data, n * sizeof(float));
+    } else {
+        // the header length need not keep data 2-byte aligned: read through memcpy
+        const unsigned char *src = t->data;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            out[i] = t->dtype == ST_BF16 ? ft_bf16_to_f32(h) : ft_f16_to_f32(h);
+        }
+    }
+}
+
+int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int u, float *out) {
+    memset(out, 0, l->unit_numel[u] * sizeof(float));
+    for (int i = 0; i < l->n_entries; i++) {
+        const param_entry *e = &l->entries[i];
+        if (e->unit != u) continue;
+        const st_tensor *t = hf_checkpoint_find(ck, e->name, NULL);
+        if (!t || t->numel != e->numel)
+            return ft_error("%s: tensor '%s' missing or mis-sized (validate first)", ck->dir, e->name);
+        tensor_to_f32(t, out + e->unit_offset);
+    }
+    return 0;
+}
+
+int hf_checkpoint_load_params(const hf_checkpoint *ck, const param_layout *l, const backend *be,
+                              void *params) {
+    TRY(hf_checkpoint_validate(ck, l));
+    size_t max_unit = 0;
+    for (int u = 0; u < l->n_units; u++) max_unit = l->unit_numel[u] > max_unit ? l->unit_numel[u] : max_unit;
+    float *host = ft_malloc(max_unit * sizeof(float), "checkpoint unit buffer");
+    if (!host) return -1;
+    const size_t esz = st_dtype_size(be->dtype);
+    int rc = 0;
+    for (int u = 0; u < l->n_units && rc == 0; u++) {
+        const size_t n = l->unit_numel[u];
+        void *dst = (char *)params + l->unit_offset[u] * esz;
+        rc = hf_checkpoint_read_unit(ck, l, u, host);
+        if (rc == 0 && be->dtype == ST_BF16) {
+            // in place: bytes [2i, 2i+2) are written only after element i (bytes 4i..) is read
+            for (size_t i = 0; i < n; i++) {
+                uint16_t b = ft_f32_to_bf16(host[i]);
+                memcpy((char *)host + 2 * i, &b, 2);
+            }
+        } else if (rc == 0 && be->dtype != ST_F32) {
+            rc = ft_error("load params: backend dtype %s is not supported", st_dtype_name(be->dtype));
+        }
+        if (rc == 0) rc = be->copy_h2d(dst, host, n * esz);
+    }
+    free(host);
+    return rc;
+}

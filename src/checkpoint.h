@@ -1,0 +1,40 @@
+// checkpoint.h: Hugging Face checkpoint directories (input side).
+//
+// A directory holds config.json and either model.safetensors or shards
+// model-0000i-of-0000n.safetensors listed by model.safetensors.index.json. Files are
+// mmapped (st_open); tensors are converted to fp32 one unit at a time, so loading never
+// holds more than one unit in host memory besides the mappings.
+#pragma once
+#include "config.h"
+#include "model.h"
+#include "safetensors.h"
+
+typedef struct {
+    char *dir;
+    st_file *files;
+    int n_files;
+} hf_checkpoint;
+
+// Open the safetensors file(s) of `dir`. Validates the index (JSON object with an object
+// "weight_map" of string values, file names that are plain names inside `dir`, every
+// listed tensor present in the file named for it). Returns 0 or -1 with ft_error set.
+int hf_checkpoint_open(hf_checkpoint *ck, const char *dir);
+void hf_checkpoint_close(hf_checkpoint *ck);
+
+// The tensor `name` and the file holding it, or NULL (no error recorded).
+const st_tensor *hf_checkpoint_find(const hf_checkpoint *ck, const char *name, const char **path);
+
+// Check the checkpoint against the layout: every expected tensor present with the expected
+// shape and a dtype of F32, BF16 or F16; no duplicates across shards; no unexpected tensor
+// (rotary inv_freq buffers are ignored; lm_head.weight is ignored when tied). 0 or -1.
+int hf_checkpoint_validate(const hf_checkpoint *ck, const param_layout *l);
+
+// Convert unit u's tensors to fp32 into host `out` (unit_numel[u] elements; padding is
+// zeroed). Call hf_checkpoint_validate first. 0 or -1.
+int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int u, float *out);
+
+// Load every unit into `params` (l->total elements of backend memory in be->dtype), one
+// unit at a time through a host fp32 buffer (converted to bf16 on the host for bf16
+// backends). Validates first. 0 or -1.
+int hf_checkpoint_load_params(const hf_checkpoint *ck, const param_layout *l, const backend *be,
+                              void *params);

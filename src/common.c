@@ -1,0 +1,76 @@
+// common.c: the error record, checked allocation and fp16 conversion (see common.h).
+#include "common.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// ----------------------------------------------------------------------------
+// error record (one per thread; the first error wins)
+
+static _Thread_local char g_error[1024];
+static _Thread_local int g_error_set;
+
+int ft_error(const char *fmt, ...) {
+    if (g_error_set) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_error, sizeof g_error, fmt, ap);
+    va_end(ap);
+    g_error_set = 1;
+    return -1;
+}
+
+const char *ft_error_message(void) { return g_error_set ? g_error : ""; }
+
+void ft_error_clear(void) { g_error_set = 0; g_error[0] = '\0'; }
+
+// ----------------------------------------------------------------------------
+// checked allocation
+
+void *ft_malloc(size_t nbytes, const char *what) {
+    void *p = malloc(nbytes ? nbytes : 1);
+    if (!p) ft_error("out of memory allocating %zu bytes for %s", nbytes, what);
+    return p;
+}
+
+void *ft_calloc(size_t count, size_t size, const char *what) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) ft_error("out of memory allocating %zu x %zu bytes for %s", count, size, what);
+    return p;
+}
+
+char *ft_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = ft_malloc(n, "string");
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// IEEE half precision
+
+float ft_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    float v;
+    if (exp == 0) v = ldexpf((float)man, -24);                     // zero / subnormal
+    else if (exp == 31) v = man ? NAN : INFINITY;                   // inf / nan
+    else v = ldexpf((float)(man | 0x400u), (int)exp - 25);          // normal
+    return sign ? -v : v;
+}
+
+uint16_t ft_f32_to_f16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    float a = fabsf(f);
+    if (isnan(f)) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 65520.0f) return (uint16_t)(sign | 0x7c00u);           // overflow -> inf
+    if (a < 6.103515625e-05f) {                                     // subnormal range
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f)); // 2^24, ties-to-even
+    }
+    int e; float m = frexpf(a, &e);                                 // a = m * 2^e, m in [0.5,1)
+    uint32_t mant = (uint32_t)lrintf(m * 2048.0f);                  // 11 bits incl. hidden
+    if (mant == 2048u) { mant = 1024u; e += 1; }
+    return (uint16_t)(sign | ((uint32_t)(e + 14) << 10) | (mant & 0x3ffu));
+}

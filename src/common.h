@@ -1,0 +1,76 @@
+// common.h: status codes, the one error record, and the CHECK macro family.
+//
+// Contract used everywhere in src/:
+//   - Library functions return 0 on success and -1 on failure; they never exit.
+//   - The first failure records ONE human-readable line with ft_error(); outer layers
+//     just propagate -1 (TRY). Only main() prints it (once, rank 0) and exits non-zero.
+//   - Foreign APIs (libc files, allocation, CUDA, cuBLAS, NCCL, MPI, PMI2) are wrapped by
+//     CHECK_* macros that record the failing expression, file:line and the API's reason.
+#pragma once
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+// ----------------------------------------------------------------------------
+// error record
+
+// Record an error message (printf-style). Keeps the FIRST message until ft_error_clear(),
+// so the root cause survives while callers unwind. Always returns -1, so that
+// `return ft_error("%s: bad magic", path);` reads naturally.
+int ft_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// The recorded message, or "" when none.
+const char *ft_error_message(void);
+// Forget the recorded message (tests use this between cases).
+void ft_error_clear(void);
+
+// ----------------------------------------------------------------------------
+// CHECK family: each records "<expr> failed at file:line: <reason>" and returns -1 from the
+// enclosing function. Use the _GOTO forms where the function must release resources.
+
+#define FT_WHERE __FILE__, __LINE__
+
+// propagate a failure from one of our own functions (the callee already recorded why)
+#define TRY(call) do { if ((call) != 0) return -1; } while (0)
+#define TRY_GOTO(call, label) do { if ((call) != 0) goto label; } while (0)
+
+// libc / POSIX calls that signal failure by a false/NULL/-1 result and set errno
+#define CHECK_SYS(cond) do { if (!(cond)) { \
+    return ft_error("%s failed at %s:%d: %s", #cond, FT_WHERE, strerror(errno)); } } while (0)
+#define CHECK_SYS_GOTO(cond, label) do { if (!(cond)) { \
+    ft_error("%s failed at %s:%d: %s", #cond, FT_WHERE, strerror(errno)); goto label; } } while (0)
+
+// allocations: `CHECK_ALLOC(p = malloc(n), n)`
+#define CHECK_ALLOC(expr, nbytes) do { if ((expr) == NULL) { \
+    return ft_error("out of memory allocating %zu bytes (%s) at %s:%d", (size_t)(nbytes), #expr, FT_WHERE); } } while (0)
+#define CHECK_ALLOC_GOTO(expr, nbytes, label) do { if ((expr) == NULL) { \
+    ft_error("out of memory allocating %zu bytes (%s) at %s:%d", (size_t)(nbytes), #expr, FT_WHERE); goto label; } } while (0)
+
+// Checked allocation helpers (record the error themselves; return NULL on failure).
+void *ft_malloc(size_t nbytes, const char *what);
+void *ft_calloc(size_t count, size_t size, const char *what);
+char *ft_strdup(const char *s);
+
+// Overflow-checked size arithmetic: 0 on success, -1 (no error recorded) on overflow.
+static inline int ft_mul_size(size_t a, size_t b, size_t *out) {
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+static inline int ft_add_size(size_t a, size_t b, size_t *out) {
+    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+
+// ----------------------------------------------------------------------------
+// numeric helpers shared by host code
+
+static inline float ft_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;
+}
+// round-to-nearest-even, NaN stays NaN (quiet)
+static inline uint16_t ft_f32_to_bf16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+float ft_f16_to_f32(uint16_t h);
+uint16_t ft_f32_to_f16(float f);

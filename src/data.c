@@ -1,0 +1,103 @@
+// data.c: token shard reader (see data.h).
+#include "data.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#define SHARD_HEADER_BYTES 64
+
+static uint32_t rd32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static uint64_t offset_at(const token_shard *s, uint64_t i) { return rd64(s->offsets + 8 * i); }
+
+static int32_t token_at(const token_shard *s, uint64_t i) {
+    if (s->token_bytes == 2) { uint16_t v; memcpy(&v, s->tokens + 2 * i, 2); return v; }
+    return (int32_t)rd32(s->tokens + 4 * i);
+}
+
+static int shard_validate(token_shard *s, int model_vocab) {
+    const char *p = s->path;
+    if (s->size < SHARD_HEADER_BYTES) return ft_error("%s: file too short for a shard header (%zu bytes)", p, s->size);
+    if (memcmp(s->map, "FTTOKSHD", 8) != 0) return ft_error("%s: bad magic (not a token shard)", p);
+    uint32_t version = rd32(s->map + 8);
+    if (version != 1) return ft_error("%s: unsupported shard version %u (expected 1)", p, version);
+    s->token_bytes = rd32(s->map + 12);
+    s->vocab_size = rd32(s->map + 16);
+    s->bos_id = rd32(s->map + 20);
+    s->eos_id = rd32(s->map + 24);
+    s->n_docs = rd64(s->map + 32);
+    s->n_tokens = rd64(s->map + 40);
+    if (s->token_bytes != 2 && s->token_bytes != 4)
+        return ft_error("%s: token_bytes %u is not 2 or 4", p, s->token_bytes);
+    if (model_vocab > 0 && s->vocab_size > (uint32_t)model_vocab)
+        return ft_error("%s: shard vocab %u exceeds the model's vocab_size %d", p, s->vocab_size, model_vocab);
+    // exact size, computed without overflow
+    size_t need, a, b;
+    if (s->n_docs > SIZE_MAX / 8 - 1 || ft_mul_size((size_t)s->n_docs + 1, 8, &a) ||
+        s->n_tokens > SIZE_MAX / s->token_bytes || ft_mul_size((size_t)s->n_tokens, s->token_bytes, &b) ||
+        ft_add_size(a, b, &need) || ft_add_size(need, SHARD_HEADER_BYTES, &need))
+        return ft_error("%s: header counts overflow (n_docs %llu, n_tokens %llu)", p,
+                        (unsigned long long)s->n_docs, (unsigned long long)s->n_tokens);
+    if (need != s->size)
+        return ft_error("%s: size %zu bytes, header implies %zu (truncated or corrupt)", p, s->size, need);
+    s->offsets = s->map + SHARD_HEADER_BYTES;
+    s->tokens = s->offsets + a;
+    if (offset_at(s, 0) != 0) return ft_error("%s: doc_offsets[0] is not 0", p);
+    for (uint64_t i = 0; i < s->n_docs; i++)
+        if (offset_at(s, i + 1) < offset_at(s, i))
+            return ft_error("%s: doc_offsets decrease at document %llu", p, (unsigned long long)i);
+    if (offset_at(s, s->n_docs) != s->n_tokens) return ft_error("%s: doc_offsets do not end at n_tokens", p);
+    for (uint64_t i = 0; i < s->n_tokens; i++) {
+        int32_t t = token_at(s, i);
+        if (t < 0 || (uint32_t)t >= s->vocab_size)
+            return ft_error("%s: token %d at position %llu is >= vocab_size %u", p, t, (unsigned long long)i, s->vocab_size);
+    }
+    return 0;
+}
+
+int token_shard_open(token_shard *s, const char *path, int model_vocab) {
+    memset(s, 0, sizeof *s);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return ft_error("%s: cannot open token shard: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) { close(fd); return ft_error("%s: cannot stat: %s", path, strerror(errno)); }
+    s->size = (size_t)st.st_size;
+    s->path = ft_strdup(path);
+    if (s->size > 0) {
+        void *m = mmap(NULL, s->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) { close(fd); token_shard_close(s); return ft_error("%s: mmap failed: %s", path, strerror(errno)); }
+        s->map = m;
+    }
+    close(fd);
+    if (!s->path || shard_validate(s, model_vocab) != 0) { token_shard_close(s); return -1; }
+    return 0;
+}
+
+void token_shard_close(token_shard *s) {
+    if (s->map) munmap((void *)s->map, s->size);
+    free(s->path);
+    memset(s, 0, sizeof *s);
+}
+
+uint64_t token_shard_doc_len(const token_shard *s, uint64_t i) {
+    return offset_at(s, i + 1) - offset_at(s, i);
+}
+
+int token_shard_fill_row(const token_shard *s, uint64_t i, int T, int32_t *tokens, int32_t *targets) {
+    uint64_t start = offset_at(s, i), len = token_shard_doc_len(s, i);
+    int32_t pad = s->eos_id != 0xFFFFFFFFu ? (int32_t)s->eos_id : 0;
+    int valid = 0;
+    for (int t = 0; t < T; t++) {
+        tokens[t] = (uint64_t)t < len ? token_at(s, start + t) : pad;
+        if ((uint64_t)t + 1 < len) { targets[t] = token_at(s, start + t + 1); valid++; }
+        else targets[t] = -100;
+    }
+    return valid;
+}

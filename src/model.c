@@ -1,0 +1,487 @@
+// model.c: parameter layout, RoPE tables, and the Llama forward/backward over the backend
+// table (see model.h). Written once for every backend and every precision: tensors are
+// addressed in elements of the backend's storage dtype through `at()`.
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+// ----------------------------------------------------------------------------
+// parameter layout
+
+static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+static void entry_set(param_entry *e, const char *name, int unit, size_t unit_base,
+                      size_t unit_offset, int ndim, int64_t d0, int64_t d1) {
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->unit = unit;
+    e->unit_offset = unit_offset;
+    e->offset = unit_base + unit_offset;
+    e->ndim = ndim;
+    e->shape[0] = d0;
+    e->shape[1] = ndim == 2 ? d1 : 1;
+    e->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+    e->decay = ndim == 2;
+}
+
+int param_layout_init(param_layout *l, const llama_config *c, size_t pad_multiple) {
+    memset(l, 0, sizeof *l);
+    const size_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
+    const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    const int L = c->num_hidden_layers;
+    l->n_layers = L;
+    l->n_units = L + 1;
+    l->pad_multiple = pad_multiple ? pad_multiple : 1;
+
+    // sizes of one layer's tensors, in storage order
+    const size_t layer_sizes[LT_COUNT] = {C, QD * C, KVD * C, KVD * C, C * QD, C, F * C, F * C, C * F};
+    size_t off = 0;
+    for (int t = 0; t < LT_COUNT; t++) { l->layer_off[t] = off; off += layer_sizes[t]; }
+    l->layer_numel = off;
+    const size_t root_sizes[RT_COUNT] = {V * C, C, c->tie_word_embeddings ? 0 : V * C};
+    off = 0;
+    for (int t = 0; t < RT_COUNT; t++) { l->root_off[t] = off; off += root_sizes[t]; }
+    l->root_numel = off;
+
+    l->unit_numel = ft_calloc((size_t)l->n_units, sizeof(size_t), "unit sizes");
+    l->unit_offset = ft_calloc((size_t)l->n_units, sizeof(size_t), "unit offsets");
+    l->n_entries = L * LT_COUNT + (c->tie_word_embeddings ? 2 : 3);
+    l->entries = ft_calloc((size_t)l->n_entries, sizeof(param_entry), "parameter table");
+    if (!l->unit_numel || !l->unit_offset || !l->entries) { param_layout_free(l); return -1; }
+
+    size_t base = 0;
+    int e = 0;
+    char name[96];
+    for (int u = 0; u < l->n_units; u++) {
+        l->unit_offset[u] = base;
+        l->unit_numel[u] = round_up(u < L ? l->layer_numel : l->root_numel, l->pad_multiple);
+        if (u < L) {
+            static const char *suffix[LT_COUNT] = {
+                "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                "mlp.down_proj.weight"};
+            const int64_t rows[LT_COUNT] = {C, QD, KVD, KVD, C, C, F, F, C};
+            const int64_t cols[LT_COUNT] = {0, C, C, C, QD, 0, C, C, F};
+            for (int t = 0; t < LT_COUNT; t++) {
+                snprintf(name, sizeof name, "model.layers.%d.%s", u, suffix[t]);
+                entry_set(&l->entries[e++], name, u, base, l->layer_off[t], cols[t] ? 2 : 1,
+                          rows[t], cols[t]);
+            }
+        } else {
+            entry_set(&l->entries[e++], "model.embed_tokens.weight", u, base, l->root_off[RT_EMBED], 2, V, C);
+            entry_set(&l->entries[e++], "model.norm.weight", u, base, l->root_off[RT_NORM], 1, C, 0);
+            if (!c->tie_word_embeddings)
+                entry_set(&l->entries[e++], "lm_head.weight", u, base, l->root_off[RT_LMHEAD], 2, V, C);
+        }
+        base += l->unit_numel[u];
+    }
+    l->total = base;
+    l->n_params = (size_t)L * l->layer_numel + l->root_numel;
+    return 0;
+}
+
+void param_layout_free(param_layout *l) {
+    free(l->unit_numel);
+    free(l->unit_offset);
+    free(l->entries);
+    memset(l, 0, sizeof *l);
+}
+
+const param_entry *param_layout_find(const param_layout *l, const char *name) {
+    for (int i = 0; i < l->n_entries; i++)
+        if (strcmp(l->entries[i].name, name) == 0) return &l->entries[i];
+    return NULL;
+}
+
+// ----------------------------------------------------------------------------
+// the flat single-process provider
+
+static int flat_acquire(void *ctx, int u, int for_backward, void **params) {
+    flat_provider_state *s = ctx;
+    (void)for_backward;
+    *params = (char *)s->params + s->layout->unit_offset[u] * st_dtype_size(s->be->dtype);
+    return 0;
+}
+static int flat_release(void *ctx, int u) { (void)ctx; (void)u; return 0; }
+static int flat_grad_begin(void *ctx, int u, void **grads) {
+    flat_provider_state *s = ctx;
+    if (!s->grads) return ft_error("model: backward requested without a gradient buffer");
+    *grads = (char *)s->grads + s->layout->unit_offset[u] * st_dtype_size(s->be->dtype);
+    return 0;
+}
+static int flat_grad_end(void *ctx, int u) { (void)ctx; (void)u; return 0; }
+
+unit_provider unit_provider_flat(flat_provider_state *state) {
+    unit_provider p = {state, flat_acquire, flat_release, flat_grad_begin, flat_grad_end};
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// RoPE tables, following transformers' fp32 arithmetic
+
+void rope_tables_compute(const llama_config *c, int T, float *cos_out, float *sin_out) {
+    const int D = c->head_dim, half = D / 2;
+    for (int i = 0; i < half; i++) {
+        // inv_freq = 1 / base ** (2i / D), each step in fp32 as torch does
+        float expo = (float)(2 * i) / (float)D;
+        float inv = 1.0f / powf((float)c->rope_theta, expo);
+        if (c->rope_scaling == ROPE_SCALING_LINEAR) {
+            inv = inv / (float)c->rope_factor;
+        } else if (c->rope_scaling == ROPE_SCALING_LLAMA3) {
+            const double factor = c->rope_factor, lo = c->rope_low_freq_factor,
+                         hi = c->rope_high_freq_factor,
+                         old_len = c->rope_original_max_position_embeddings;
+            const double lo_wavelen = old_len / lo, hi_wavelen = old_len / hi;
+            const double wavelen = 2.0 * M_PI / inv;
+            double scaled = wavelen > lo_wavelen ? inv / factor : inv;   // low frequencies
+            if (!(wavelen < hi_wavelen) && !(wavelen > lo_wavelen)) {   // medium: blend
+                double smooth = (old_len / wavelen - lo) / (hi - lo);
+                scaled = (1.0 - smooth) * scaled / factor + smooth * scaled;
+            }
+            inv = (float)scaled;
+        }
+        for (int t = 0; t < T; t++) {
+            float angle = (float)t * inv;
+            cos_out[(size_t)t * half + i] = (float)cos((double)angle);
+            sin_out[(size_t)t * half + i] = (float)sin((double)angle);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// allocation of activations and scratch
+
+// element `i` of a backend-dtype buffer
+static inline void *at(const model *m, void *base, size_t i) { return (char *)base + i * m->esz; }
+
+typedef struct { model *m; mem_category cat; size_t *counter; int failed; } alloc_ctx;
+
+static void *take(alloc_ctx *a, size_t nbytes) {
+    if (a->failed) return NULL;
+    void *p = mem_alloc(a->m->mem, a->cat, nbytes);
+    if (!p) { a->failed = 1; return NULL; }
+    *a->counter += nbytes;
+    return p;
+}
+
+static void layer_acts_alloc(alloc_ctx *a, layer_acts *s, size_t N, const llama_config *c, int B,
+                             int T) {
+    const model *m = a->m;
+    size_t C = c->hidden_size, QD = (size_t)c->num_attention_heads * c->head_dim,
+           KVD = (size_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
+    s->ln1 = take(a, N * C * m->esz);
+    s->ln1_rstd = take(a, N * sizeof(float));
+    s->q = take(a, N * QD * m->esz);
+    s->k = take(a, N * KVD * m->esz);
+    s->v = take(a, N * KVD * m->esz);
+    s->att = take(a, N * QD * m->esz);
+    s->lse = take(a, (size_t)B * c->num_attention_heads * T * sizeof(float));
+    s->h = take(a, N * C * m->esz);
+    s->ln2 = take(a, N * C * m->esz);
+    s->ln2_rstd = take(a, N * sizeof(float));
+    s->gate = take(a, N * F * m->esz);
+    s->up = take(a, N * F * m->esz);
+    s->act = take(a, N * F * m->esz);
+}
+
+// Frees every non-NULL buffer; sizes are recomputed from the config, as allocated.
+static void model_release_buffers(model *m);
+
+int model_init(model *m, const llama_config *cfg, const backend *be, mem_tracker *mem, int B,
+               int T, int grad_ckpt, size_t pad_multiple) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->be = be;
+    m->mem = mem;
+    m->B = B;
+    m->T = T;
+    m->grad_ckpt = grad_ckpt;
+    m->esz = st_dtype_size(be->dtype);
+    TRY(param_layout_init(&m->layout, cfg, pad_multiple));
+
+    const llama_config *c = cfg;
+    const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size, F = c->intermediate_size;
+    const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
+    const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    const int L = c->num_hidden_layers;
+
+    m->resid = ft_calloc((size_t)L + 1, sizeof(void *), "residual table");
+    m->n_act_sets = grad_ckpt ? 1 : L;
+    m->acts = ft_calloc((size_t)m->n_act_sets, sizeof(layer_acts), "activation table");
+    m->losses_host = ft_malloc(N * sizeof(float), "host losses");
+    if (!m->resid || !m->acts || !m->losses_host) { model_release_buffers(m); return -1; }
+
+    // activations: what the forward keeps for the backward
+    alloc_ctx a = {m, MEM_ACTIVATIONS, &m->act_bytes, 0};
+    for (int l = 0; l <= L; l++) m->resid[l] = take(&a, N * C * m->esz);
+    if (!grad_ckpt)
+        for (int l = 0; l < L; l++) layer_acts_alloc(&a, &m->acts[l], N, c, B, T);
+    m->lnf = take(&a, N * C * m->esz);
+    m->lnf_rstd = take(&a, N * sizeof(float));
+
+    // workspace: recompute set (checkpointing), backward scratch, tables, logits chunk
+    a.cat = MEM_WORKSPACE;
+    a.counter = &m->scratch_bytes;
+    if (grad_ckpt) layer_acts_alloc(&a, &m->acts[0], N, c, B, T);
+    size_t half = (size_t)c->head_dim / 2;
+    m->rope_cos = take(&a, (size_t)T * half * sizeof(float));
+    m->rope_sin = take(&a, (size_t)T * half * sizeof(float));
+    m->tokens = take(&a, N * sizeof(int32_t));
+    m->targets = take(&a, N * sizeof(int32_t));
+    m->losses = take(&a, N * sizeof(float));
+    size_t chunk = N < LMHEAD_CHUNK_ROWS ? N : LMHEAD_CHUNK_ROWS;
+    m->logits_ws = take(&a, chunk * V * sizeof(float));
+    m->proj = take(&a, N * C * m->esz);
+    m->dresid = take(&a, N * C * m->esz);
+    m->dln = take(&a, N * C * m->esz);
+    m->dq = take(&a, N * QD * m->esz);
+    m->datt = take(&a, N * QD * m->esz);
+    m->dk = take(&a, N * KVD * m->esz);
+    m->dv = take(&a, N * KVD * m->esz);
+    m->dgate = take(&a, N * F * m->esz);
+    m->dup = take(&a, N * F * m->esz);
+    m->dact = take(&a, N * F * m->esz);
+    if (a.failed) { model_release_buffers(m); return -1; }
+
+    float *cos_h = ft_malloc((size_t)T * half * sizeof(float), "rope cos");
+    float *sin_h = ft_malloc((size_t)T * half * sizeof(float), "rope sin");
+    int rc = -1;
+    if (cos_h && sin_h) {
+        rope_tables_compute(c, T, cos_h, sin_h);
+        rc = be->copy_h2d(m->rope_cos, cos_h, (size_t)T * half * sizeof(float));
+        if (rc == 0) rc = be->copy_h2d(m->rope_sin, sin_h, (size_t)T * half * sizeof(float));
+    }
+    free(cos_h);
+    free(sin_h);
+    if (rc != 0) { model_release_buffers(m); return -1; }
+    return 0;
+}
+
+static void layer_acts_release(model *m, mem_category cat, layer_acts *s, size_t N, int B, int T) {
+    const llama_config *c = &m->cfg;
+    size_t C = c->hidden_size, QD = (size_t)c->num_attention_heads * c->head_dim,
+           KVD = (size_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
+    mem_free(m->mem, cat, s->ln1, N * C * m->esz);
+    mem_free(m->mem, cat, s->ln1_rstd, N * sizeof(float));
+    mem_free(m->mem, cat, s->q, N * QD * m->esz);
+    mem_free(m->mem, cat, s->k, N * KVD * m->esz);
+    mem_free(m->mem, cat, s->v, N * KVD * m->esz);
+    mem_free(m->mem, cat, s->att, N * QD * m->esz);
+    mem_free(m->mem, cat, s->lse, (size_t)B * c->num_attention_heads * T * sizeof(float));
+    mem_free(m->mem, cat, s->h, N * C * m->esz);
+    mem_free(m->mem, cat, s->ln2, N * C * m->esz);
+    mem_free(m->mem, cat, s->ln2_rstd, N * sizeof(float));
+    mem_free(m->mem, cat, s->gate, N * F * m->esz);
+    mem_free(m->mem, cat, s->up, N * F * m->esz);
+    mem_free(m->mem, cat, s->act, N * F * m->esz);
+}
+
+static void model_release_buffers(model *m) {
+    const llama_config *c = &m->cfg;
+    const size_t N = (size_t)m->B * m->T, C = c->hidden_size, V = c->vocab_size;
+    const size_t F = c->intermediate_size, half = (size_t)c->head_dim / 2;
+    const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
+    const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    mem_tracker *t = m->mem;
+    if (m->resid)
+        for (int l = 0; l <= c->num_hidden_layers; l++)
+            mem_free(t, MEM_ACTIVATIONS, m->resid[l], N * C * m->esz);
+    if (m->acts)
+        for (int s = 0; s < m->n_act_sets; s++)
+            layer_acts_release(m, m->grad_ckpt ? MEM_WORKSPACE : MEM_ACTIVATIONS, &m->acts[s], N,
+                               m->B, m->T);
+    mem_free(t, MEM_ACTIVATIONS, m->lnf, N * C * m->esz);
+    mem_free(t, MEM_ACTIVATIONS, m->lnf_rstd, N * sizeof(float));
+    mem_free(t, MEM_WORKSPACE, m->rope_cos, (size_t)m->T * half * sizeof(float));
+    mem_free(t, MEM_WORKSPACE, m->rope_sin, (size_t)m->T * half * sizeof(float));
+    mem_free(t, MEM_WORKSPACE, m->tokens, N * sizeof(int32_t));
+    mem_free(t, MEM_WORKSPACE, m->targets, N * sizeof(int32_t));
+    mem_free(t, MEM_WORKSPACE, m->losses, N * sizeof(float));
+    size_t chunk = N < LMHEAD_CHUNK_ROWS ? N : LMHEAD_CHUNK_ROWS;
+    mem_free(t, MEM_WORKSPACE, m->logits_ws, chunk * V * sizeof(float));
+    mem_free(t, MEM_WORKSPACE, m->proj, N * C * m->esz);
+    mem_free(t, MEM_WORKSPACE, m->dresid, N * C * m->esz);
+    mem_free(t, MEM_WORKSPACE, m->dln, N * C * m->esz);
+    mem_free(t, MEM_WORKSPACE, m->dq, N * QD * m->esz);
+    mem_free(t, MEM_WORKSPACE, m->datt, N * QD * m->esz);
+    mem_free(t, MEM_WORKSPACE, m->dk, N * KVD * m->esz);
+    mem_free(t, MEM_WORKSPACE, m->dv, N * KVD * m->esz);
+    mem_free(t, MEM_WORKSPACE, m->dgate, N * F * m->esz);
+    mem_free(t, MEM_WORKSPACE, m->dup, N * F * m->esz);
+    mem_free(t, MEM_WORKSPACE, m->dact, N * F * m->esz);
+    free(m->resid);
+    free(m->acts);
+    free(m->losses_host);
+    m->resid = NULL;
+    m->acts = NULL;
+    m->losses_host = NULL;
+}
+
+void model_free(model *m) {
+    if (!m->layout.entries && !m->resid) return;
+    model_release_buffers(m);
+    param_layout_free(&m->layout);
+    memset(m, 0, sizeof *m);
+}
+
+// ----------------------------------------------------------------------------
+// forward
+
+// Decoder layer l: resid[l] -> resid[l + 1], keeping activations in `s`.
+static int layer_forward(model *m, int l, void *w, layer_acts *s) {
+    const backend *be = m->be;
+    const llama_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size;
+    const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
+    const size_t *o = m->layout.layer_off;
+    void *x = m->resid[l];                                           // (N, C)
+
+    TRY(be->rmsnorm_fwd(s->ln1, s->ln1_rstd, x, at(m, w, o[LT_ATTN_NORM]), N, C, c->rms_norm_eps));
+    TRY(be->matmul_fwd(s->q, s->ln1, at(m, w, o[LT_WQ]), N, C, H * D));      // (N, H*D)
+    TRY(be->matmul_fwd(s->k, s->ln1, at(m, w, o[LT_WK]), N, C, KVH * D));    // (N, KVH*D)
+    TRY(be->matmul_fwd(s->v, s->ln1, at(m, w, o[LT_WV]), N, C, KVH * D));    // (N, KVH*D)
+    TRY(be->rope_fwd(s->q, s->q, m->rope_cos, m->rope_sin, B, T, H, D));
+    TRY(be->rope_fwd(s->k, s->k, m->rope_cos, m->rope_sin, B, T, KVH, D));
+    TRY(be->attention_fwd(s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D));
+    TRY(be->matmul_fwd(m->proj, s->att, at(m, w, o[LT_WO]), N, H * D, C));  // (N, C)
+    TRY(be->add(s->h, x, m->proj, (size_t)N * C));
+
+    TRY(be->rmsnorm_fwd(s->ln2, s->ln2_rstd, s->h, at(m, w, o[LT_MLP_NORM]), N, C, c->rms_norm_eps));
+    TRY(be->matmul_fwd(s->gate, s->ln2, at(m, w, o[LT_WGATE]), N, C, F));   // (N, F)
+    TRY(be->matmul_fwd(s->up, s->ln2, at(m, w, o[LT_WUP]), N, C, F));       // (N, F)
+    TRY(be->swiglu_fwd(s->act, s->gate, s->up, (size_t)N * F));
+    TRY(be->matmul_fwd(m->proj, s->act, at(m, w, o[LT_WDOWN]), N, F, C));   // (N, C)
+    TRY(be->add(m->resid[l + 1], s->h, m->proj, (size_t)N * C));
+    return 0;
+}
+
+static layer_acts *acts_of(model *m, int l) { return &m->acts[m->grad_ckpt ? 0 : l]; }
+
+// Embedding and all decoder layers; leaves the root unit acquired in *root.
+static int forward_trunk(model *m, const unit_provider *p, const int32_t *tokens, void **root) {
+    const llama_config *c = &m->cfg;
+    const int N = m->B * m->T, C = c->hidden_size;
+    TRY(m->be->copy_h2d(m->tokens, tokens, (size_t)N * sizeof(int32_t)));
+    TRY(p->acquire(p->ctx, c->num_hidden_layers, 0, root));
+    TRY(m->be->embedding_fwd(m->resid[0], m->tokens, at(m, *root, m->layout.root_off[RT_EMBED]),
+                             N, C, c->vocab_size));
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        void *w;
+        TRY(p->acquire(p->ctx, l, 0, &w));
+        TRY(layer_forward(m, l, w, acts_of(m, l)));
+        TRY(p->release(p->ctx, l));
+    }
+    TRY(m->be->rmsnorm_fwd(m->lnf, m->lnf_rstd, m->resid[c->num_hidden_layers],
+                           at(m, *root, m->layout.root_off[RT_NORM]), N, C, c->rms_norm_eps));
+    return 0;
+}
+
+static size_t lm_head_offset(const model *m) {
+    return m->cfg.tie_word_embeddings ? m->layout.root_off[RT_EMBED] : m->layout.root_off[RT_LMHEAD];
+}
+
+int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits) {
+    const llama_config *c = &m->cfg;
+    const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size;
+    void *root;
+    TRY(forward_trunk(m, p, tokens, &root));
+    // logits row chunks through the fp32 workspace; the backend computes in its dtype, so
+    // this path is for the fp32 CPU backend (golden tests, sampling)
+    if (m->be->dtype != ST_F32) return ft_error("model_logits: needs an fp32 backend");
+    for (int n0 = 0; n0 < N; n0 += LMHEAD_CHUNK_ROWS) {
+        int rows = N - n0 < LMHEAD_CHUNK_ROWS ? N - n0 : LMHEAD_CHUNK_ROWS;
+        TRY(m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)n0 * C),
+                              at(m, root, lm_head_offset(m)), rows, C, V));
+        TRY(m->be->copy_d2h(logits + (size_t)n0 * V, m->logits_ws, (size_t)rows * V * sizeof(float)));
+    }
+    return p->release(p->ctx, c->num_hidden_layers);
+}
+
+// ----------------------------------------------------------------------------
+// backward
+
+// Decoder layer l: on entry m->dresid holds dL/d resid[l+1]; on exit dL/d resid[l].
+static int layer_backward(model *m, int l, void *w, void *dw, layer_acts *s) {
+    const backend *be = m->be;
+    const llama_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size;
+    const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
+    const size_t *o = m->layout.layer_off;
+    void *x = m->resid[l];
+
+    // MLP branch: resid[l+1] = h + down(swiglu(gate(ln2), up(ln2)))
+    TRY(be->matmul_bwd(m->dact, at(m, dw, o[LT_WDOWN]), m->dresid, s->act, at(m, w, o[LT_WDOWN]), N, F, C, 0));
+    TRY(be->swiglu_bwd(m->dgate, m->dup, m->dact, s->gate, s->up, (size_t)N * F));
+    TRY(be->matmul_bwd(m->dln, at(m, dw, o[LT_WGATE]), m->dgate, s->ln2, at(m, w, o[LT_WGATE]), N, C, F, 0));
+    TRY(be->matmul_bwd(m->dln, at(m, dw, o[LT_WUP]), m->dup, s->ln2, at(m, w, o[LT_WUP]), N, C, F, 1));
+    TRY(be->rmsnorm_bwd(m->dresid, at(m, dw, o[LT_MLP_NORM]), m->dln, s->h, at(m, w, o[LT_MLP_NORM]),
+                        s->ln2_rstd, N, C));                          // dresid = dL/dh
+
+    // attention branch: h = x + o_proj(attention(rope(q(ln1)), rope(k(ln1)), v(ln1)))
+    TRY(be->matmul_bwd(m->datt, at(m, dw, o[LT_WO]), m->dresid, s->att, at(m, w, o[LT_WO]), N, H * D, C, 0));
+    TRY(be->attention_bwd(m->dq, m->dk, m->dv, m->datt, s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D));
+    TRY(be->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, B, T, H, D));
+    TRY(be->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, B, T, KVH, D));
+    TRY(be->matmul_bwd(m->dln, at(m, dw, o[LT_WQ]), m->dq, s->ln1, at(m, w, o[LT_WQ]), N, C, H * D, 0));
+    TRY(be->matmul_bwd(m->dln, at(m, dw, o[LT_WK]), m->dk, s->ln1, at(m, w, o[LT_WK]), N, C, KVH * D, 1));
+    TRY(be->matmul_bwd(m->dln, at(m, dw, o[LT_WV]), m->dv, s->ln1, at(m, w, o[LT_WV]), N, C, KVH * D, 1));
+    TRY(be->rmsnorm_bwd(m->dresid, at(m, dw, o[LT_ATTN_NORM]), m->dln, x, at(m, w, o[LT_ATTN_NORM]),
+                        s->ln1_rstd, N, C));                          // dresid = dL/dx
+    return 0;
+}
+
+int model_step(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
+               int backward, float dloss, double *loss_sum, int *n_valid) {
+    const backend *be = m->be;
+    const llama_config *c = &m->cfg;
+    const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
+    const int root_u = L;
+
+    TRY(be->copy_h2d(m->targets, targets, (size_t)N * sizeof(int32_t)));
+    void *root, *droot = NULL;
+    TRY(forward_trunk(m, p, tokens, &root));
+    if (backward) {
+        TRY(p->grad_begin(p->ctx, root_u, &droot));
+        TRY(be->lmhead_xent(m->losses, m->dln, at(m, droot, lm_head_offset(m)), m->lnf,
+                            at(m, root, lm_head_offset(m)), m->targets, N, C, V, dloss, m->logits_ws));
+    } else {
+        TRY(be->lmhead_xent(m->losses, NULL, NULL, m->lnf, at(m, root, lm_head_offset(m)),
+                            m->targets, N, C, V, dloss, m->logits_ws));
+    }
+    TRY(be->copy_d2h(m->losses_host, m->losses, (size_t)N * sizeof(float)));
+    double sum = 0.0;
+    int count = 0;
+    for (int i = 0; i < N; i++)
+        if (targets[i] != -100) { sum += m->losses_host[i]; count++; }
+    *loss_sum = sum;
+    *n_valid = count;
+    if (!backward) return p->release(p->ctx, root_u);
+
+    // final norm
+    TRY(be->zero(m->dresid, (size_t)N * C * m->esz));
+    TRY(be->rmsnorm_bwd(m->dresid, at(m, droot, m->layout.root_off[RT_NORM]), m->dln, m->resid[L],
+                        at(m, root, m->layout.root_off[RT_NORM]), m->lnf_rstd, N, C));
+    // decoder layers, last to first; with checkpointing, recompute the layer's forward first
+    // from its saved input (the same ops on the same inputs: bitwise the same activations)
+    for (int l = L - 1; l >= 0; l--) {
+        void *w, *dw;
+        TRY(p->acquire(p->ctx, l, 1, &w));
+        if (m->grad_ckpt) {
+            // layer_forward also rewrites resid[l+1]; it recomputes the identical values
+            TRY(layer_forward(m, l, w, acts_of(m, l)));
+        }
+        TRY(p->grad_begin(p->ctx, l, &dw));
+        TRY(layer_backward(m, l, w, dw, acts_of(m, l)));
+        TRY(p->grad_end(p->ctx, l));
+        TRY(p->release(p->ctx, l));
+    }
+    TRY(be->embedding_bwd(at(m, droot, m->layout.root_off[RT_EMBED]), m->dresid, m->tokens, N, C, V));
+    TRY(p->grad_end(p->ctx, root_u));
+    return p->release(p->ctx, root_u);
+}

@@ -1,0 +1,141 @@
+// model.h: the Llama decoder written once over the backend table.
+//
+// Parameters live in one flat buffer divided into units: unit u < L is decoder layer u,
+// unit L is the root (embedding, final norm, lm_head). Each unit is padded to a multiple
+// of `pad_multiple` elements so FSDP can cut it into equal shards: a shard is a slice.
+// The size table (`param_entry`) names every tensor with its Hugging Face name.
+//
+// The forward/backward never touches parameter storage directly: it asks a unit_provider
+// for each unit's full parameters and gradient buffer. The flat single-process provider
+// hands out slices of two flat buffers; the FSDP provider gathers and reduce-scatters.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "config.h"
+#include "memory.h"
+
+// ----------------------------------------------------------------------------
+// parameter layout (the size table)
+
+// tensors of one decoder layer, in storage order (q,k,v adjacent; gate,up adjacent)
+enum { LT_ATTN_NORM, LT_WQ, LT_WK, LT_WV, LT_WO, LT_MLP_NORM, LT_WGATE, LT_WUP, LT_WDOWN,
+       LT_COUNT };
+// tensors of the root unit (RT_LMHEAD has numel 0 when embeddings are tied)
+enum { RT_EMBED, RT_NORM, RT_LMHEAD, RT_COUNT };
+
+typedef struct {
+    char name[96];       // Hugging Face name, e.g. "model.layers.3.mlp.up_proj.weight"
+    int unit;            // which unit holds it
+    size_t offset;       // element offset in the flat buffer (global)
+    size_t unit_offset;  // element offset inside its unit
+    size_t numel;
+    int ndim;            // 1 (norm weights) or 2
+    int64_t shape[2];
+    int decay;           // 1 if AdamW weight decay applies (matrices), 0 for norm weights
+} param_entry;
+
+typedef struct {
+    int n_layers;
+    int n_units;                 // n_layers + 1
+    size_t pad_multiple;
+    size_t layer_numel;          // real elements of one layer unit
+    size_t root_numel;           // real elements of the root unit
+    size_t *unit_numel;          // (n_units) padded sizes
+    size_t *unit_offset;         // (n_units) offsets in the flat buffer
+    size_t total;                // padded flat size, sum of unit_numel
+    size_t n_params;             // real parameter count (no padding)
+    param_entry *entries;        // (n_entries) in flat order
+    int n_entries;
+    size_t layer_off[LT_COUNT];  // offsets inside a layer unit
+    size_t root_off[RT_COUNT];   // offsets inside the root unit
+} param_layout;
+
+// Build the layout for `cfg`, padding every unit to a multiple of pad_multiple (>= 1).
+int param_layout_init(param_layout *l, const llama_config *cfg, size_t pad_multiple);
+void param_layout_free(param_layout *l);
+// Entry called `name`, or NULL.
+const param_entry *param_layout_find(const param_layout *l, const char *name);
+
+// ----------------------------------------------------------------------------
+// unit provider: where the forward/backward gets parameters and puts gradients
+
+typedef struct unit_provider unit_provider;
+struct unit_provider {
+    void *ctx;
+    // Make unit u's full parameters (unit_numel[u] elements, backend dtype) available at
+    // *params until release(u). `for_backward` says which pass asks.
+    int (*acquire)(void *ctx, int u, int for_backward, void **params);
+    int (*release)(void *ctx, int u);
+    // Gradient buffer of unit u (unit_numel[u] elements, backend dtype); backward adds (+=)
+    // into it between grad_begin(u) and grad_end(u). grad_end(u) = unit u's gradients of
+    // this micro-batch are complete (FSDP reduce-scatters there).
+    int (*grad_begin)(void *ctx, int u, void **grads);
+    int (*grad_end)(void *ctx, int u);
+};
+
+// A provider over two flat buffers (params, grads: layout->total elements each, backend
+// memory). `grads` may be NULL for forward-only use. `state` must outlive the provider.
+typedef struct { const param_layout *layout; const backend *be; void *params; void *grads; } flat_provider_state;
+unit_provider unit_provider_flat(flat_provider_state *state);
+
+// ----------------------------------------------------------------------------
+// the model
+
+typedef struct {
+    void *ln1; float *ln1_rstd;     // (N, C), (N)
+    void *q;                        // (N, H*D) after RoPE
+    void *k, *v;                    // (N, KVH*D) (k after RoPE)
+    void *att; float *lse;          // (N, H*D), (B, H, T)
+    void *h;                        // (N, C) residual stream after attention
+    void *ln2; float *ln2_rstd;     // (N, C), (N)
+    void *gate, *up, *act;          // (N, F)
+} layer_acts;
+
+typedef struct {
+    llama_config cfg;
+    const backend *be;
+    mem_tracker *mem;
+    param_layout layout;
+    int B, T;                       // shapes the buffers were sized for
+    int grad_ckpt;                  // 1: keep only each layer's input, recompute in backward
+    size_t esz;                     // bytes per element of the backend dtype
+
+    float *rope_cos, *rope_sin;     // (T, D/2) backend memory
+    int32_t *tokens, *targets;      // (N) backend memory
+    void **resid;                   // (L + 1) x (N, C): input of each layer + final output
+    layer_acts *acts;               // L sets, or 1 set reused when grad_ckpt
+    int n_act_sets;
+    void *lnf; float *lnf_rstd;     // (N, C), (N)
+    float *losses;                  // (N) backend memory
+    float *losses_host;             // (N)
+    float *logits_ws;               // (LMHEAD_CHUNK_ROWS, V) fp32 workspace
+    void *proj;                     // (N, C) branch output before the residual add
+    // backward scratch, one set
+    void *dresid, *dln;             // (N, C)
+    void *dq, *datt;                // (N, H*D)
+    void *dk, *dv;                  // (N, KVH*D)
+    void *dgate, *dup, *dact;       // (N, F)
+    size_t act_bytes, scratch_bytes;
+} model;
+
+// Allocate everything a (B, T) micro-batch needs; parameters are NOT allocated here (they
+// belong to whoever owns the unit_provider). pad_multiple as in param_layout_init.
+int model_init(model *m, const llama_config *cfg, const backend *be, mem_tracker *mem, int B,
+               int T, int grad_ckpt, size_t pad_multiple);
+void model_free(model *m);
+
+// One micro-batch. tokens, targets: host (B, T) int32; targets[b, t] is the id to predict
+// after position t (already shifted), or -100 to ignore. Always runs the forward; if
+// `backward`, runs the backward too, adding d(sum of valid token losses * dloss)/dparam into
+// the provider's gradient buffers. Outputs the sum of valid token losses and their count.
+int model_step(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
+               int backward, float dloss, double *loss_sum, int *n_valid);
+
+// Forward only, writing logits (B, T, V) fp32 to host memory `logits`.
+int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits);
+
+// RoPE tables as transformers computes them in fp32 (inv_freq with linear/llama3 scaling,
+// angle = position * inv_freq): cos, sin (T, D/2) host arrays.
+void rope_tables_compute(const llama_config *cfg, int T, float *cos, float *sin);

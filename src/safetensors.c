@@ -1,0 +1,311 @@
+// safetensors.c: validating mmap reader and atomic writer (see safetensors.h).
+//
+// File layout: u64 little-endian N | N bytes of JSON header | data area. The header maps
+// tensor names to {"dtype", "shape", "data_offsets": [begin, end]} relative to the data
+// area, plus an optional "__metadata__" object of string values.
+#include "safetensors.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+// Limits that no real checkpoint reaches; they bound work done on hostile input.
+#define ST_MAX_HEADER_BYTES (100u << 20)   // 100 MB of JSON (the format's own limit)
+#define ST_MAX_DIM_VALUE ((int64_t)1 << 40)
+
+// ----------------------------------------------------------------------------
+// dtypes
+
+static const struct { const char *name; size_t size; } st_dtypes[ST_DTYPE_COUNT] = {
+    [ST_F64] = {"F64", 8}, [ST_F32] = {"F32", 4}, [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2},
+    [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4}, [ST_I16] = {"I16", 2}, [ST_I8] = {"I8", 1},
+    [ST_U8] = {"U8", 1},   [ST_BOOL] = {"BOOL", 1},
+};
+
+size_t st_dtype_size(st_dtype dt) { return dt < ST_DTYPE_COUNT ? st_dtypes[dt].size : 0; }
+const char *st_dtype_name(st_dtype dt) { return dt < ST_DTYPE_COUNT ? st_dtypes[dt].name : "?"; }
+
+static int st_dtype_parse(const char *s, st_dtype *out) {
+    for (int i = 0; i < ST_DTYPE_COUNT; i++)
+        if (strcmp(s, st_dtypes[i].name) == 0) { *out = (st_dtype)i; return 0; }
+    return -1;
+}
+
+// ----------------------------------------------------------------------------
+// reader
+
+void st_close(st_file *f) {
+    if (!f) return;
+    if (f->map) munmap(f->map, f->map_size);
+    for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
+    free(f->tensors);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+}
+
+// Parse one header entry into *t (name already set). `data_size` is the size of the data
+// area. Records the error naming path and tensor.
+static int parse_entry(const char *path, const char *name, json_t *v, size_t data_size,
+                       size_t *begin, size_t *end, st_tensor *t) {
+    if (!json_is_object(v)) return ft_error("%s: tensor '%s': header entry is not an object", path, name);
+    json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
+           *jo = json_object_get(v, "data_offsets");
+    if (!json_is_string(jd)) return ft_error("%s: tensor '%s': field 'dtype' missing or not a string", path, name);
+    if (st_dtype_parse(json_string_value(jd), &t->dtype) != 0)
+        return ft_error("%s: tensor '%s': unknown dtype '%s'", path, name, json_string_value(jd));
+    if (!json_is_array(js)) return ft_error("%s: tensor '%s': field 'shape' missing or not an array", path, name);
+    if (json_array_size(js) > ST_MAX_DIMS)
+        return ft_error("%s: tensor '%s': %zu dimensions (at most %d supported)", path, name,
+                        json_array_size(js), ST_MAX_DIMS);
+    t->ndim = (int)json_array_size(js);
+    size_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        json_t *x = json_array_get(js, (size_t)d);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > ST_MAX_DIM_VALUE)
+            return ft_error("%s: tensor '%s': shape[%d] is not a sane non-negative integer", path, name, d);
+        t->shape[d] = json_integer_value(x);
+        if (ft_mul_size(numel, (size_t)t->shape[d], &numel) != 0)
+            return ft_error("%s: tensor '%s': shape overflows", path, name);
+    }
+    t->numel = numel;
+    if (ft_mul_size(numel, st_dtype_size(t->dtype), &t->nbytes) != 0)
+        return ft_error("%s: tensor '%s': byte size overflows", path, name);
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
+        !json_is_integer(json_array_get(jo, 1)))
+        return ft_error("%s: tensor '%s': field 'data_offsets' is not [begin, end]", path, name);
+    json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
+    if (b < 0 || e < b || (unsigned long long)e > data_size)
+        return ft_error("%s: tensor '%s': data_offsets [%lld, %lld] out of range (data area is %zu bytes)",
+                        path, name, (long long)b, (long long)e, data_size);
+    *begin = (size_t)b;
+    *end = (size_t)e;
+    if (*end - *begin != t->nbytes) {
+        char shp[160] = "";
+        size_t n = 0;
+        for (int d = 0; d < t->ndim && n < sizeof shp - 24; d++)
+            n += (size_t)snprintf(shp + n, sizeof shp - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        return ft_error("%s: tensor '%s': data_offsets [%zu, %zu] do not match shape [%s] x %s = %zu bytes",
+                        path, name, *begin, *end, shp, st_dtype_name(t->dtype), t->nbytes);
+    }
+    return 0;
+}
+
+typedef struct { size_t begin, end; int index; } st_span;
+
+static int span_cmp(const void *a, const void *b) {
+    const st_span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+int st_open(st_file *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    int fd = -1;
+    json_t *root = NULL;
+    st_span *spans = NULL;
+    char *header = NULL;
+    CHECK_ALLOC_GOTO(f->path = ft_strdup(path), strlen(path), fail);
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) { ft_error("%s: cannot open: %s", path, strerror(errno)); goto fail; }
+    struct stat sb;
+    CHECK_SYS_GOTO(fstat(fd, &sb) == 0, fail);
+    if (!S_ISREG(sb.st_mode)) { ft_error("%s: not a regular file", path); goto fail; }
+    size_t fsize = (size_t)sb.st_size;
+    if (fsize < 8) { ft_error("%s: file is %zu bytes, too short for a safetensors header", path, fsize); goto fail; }
+    f->map_size = fsize;
+    f->map = mmap(NULL, fsize, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f->map == MAP_FAILED) { f->map = NULL; ft_error("%s: mmap failed: %s", path, strerror(errno)); goto fail; }
+    close(fd);
+    fd = -1;
+
+    const unsigned char *bytes = f->map;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | bytes[i];
+    if (hlen > fsize - 8) {
+        ft_error("%s: header length %llu runs past the end of the file (%zu bytes)", path,
+                 (unsigned long long)hlen, fsize);
+        goto fail;
+    }
+    if (hlen > ST_MAX_HEADER_BYTES) { ft_error("%s: header length %llu is absurd", path, (unsigned long long)hlen); goto fail; }
+    if (hlen == 0) { ft_error("%s: empty header", path); goto fail; }
+    // jansson needs a bounded buffer; the header is not NUL-terminated in the file
+    CHECK_ALLOC_GOTO(header = malloc(hlen + 1), hlen + 1, fail);
+    memcpy(header, bytes + 8, hlen);
+    header[hlen] = '\0';
+    if (strlen(header) != hlen) { ft_error("%s: header contains a NUL byte", path); goto fail; }
+    json_error_t jerr;
+    root = json_loads(header, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) { ft_error("%s: header is not valid JSON (line %d: %s)", path, jerr.line, jerr.text); goto fail; }
+    if (!json_is_object(root)) { ft_error("%s: header is not a JSON object", path); goto fail; }
+
+    size_t data_off = 8 + (size_t)hlen, data_size = fsize - data_off;
+    size_t n_entries = json_object_size(root);
+    f->tensors = ft_calloc(n_entries ? n_entries : 1, sizeof(st_tensor), "tensor table");
+    spans = ft_calloc(n_entries ? n_entries : 1, sizeof(st_span), "tensor spans");
+    if (!f->tensors || !spans) goto fail;
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if (!json_is_object(val)) { ft_error("%s: __metadata__ is not an object", path); goto fail; }
+            const char *mk;
+            json_t *mv;
+            json_object_foreach(val, mk, mv) if (!json_is_string(mv)) {
+                ft_error("%s: __metadata__['%s'] is not a string", path, mk);
+                goto fail;
+            }
+            continue;
+        }
+        st_tensor *t = &f->tensors[f->n_tensors];
+        CHECK_ALLOC_GOTO(t->name = ft_strdup(key), strlen(key), fail);
+        f->n_tensors++;
+        st_span *s = &spans[f->n_tensors - 1];
+        s->index = f->n_tensors - 1;
+        if (parse_entry(path, key, val, data_size, &s->begin, &s->end, t) != 0) goto fail;
+        t->data = bytes + data_off + s->begin;
+    }
+    // the data area must be covered exactly: no overlap, no holes, nothing trailing
+    qsort(spans, (size_t)f->n_tensors, sizeof *spans, span_cmp);
+    size_t pos = 0;
+    for (int i = 0; i < f->n_tensors; i++) {
+        const st_span *s = &spans[i];
+        if (s->begin < pos) {
+            ft_error("%s: tensor '%s': data_offsets [%zu, %zu] overlap another tensor", path,
+                     f->tensors[s->index].name, s->begin, s->end);
+            goto fail;
+        }
+        if (s->begin > pos) {
+            ft_error("%s: tensor '%s': hole of %zu bytes before its data_offsets [%zu, %zu]", path,
+                     f->tensors[s->index].name, s->begin - pos, s->begin, s->end);
+            goto fail;
+        }
+        pos = s->end;
+    }
+    if (pos != data_size) {
+        ft_error("%s: data area is %zu bytes but the tensors cover %zu", path, data_size, pos);
+        goto fail;
+    }
+    json_decref(root);
+    free(spans);
+    free(header);
+    return 0;
+fail:
+    if (fd >= 0) close(fd);
+    json_decref(root);
+    free(spans);
+    free(header);
+    st_close(f);
+    return -1;
+}
+
+const st_tensor *st_find(const st_file *f, const char *name) {
+    for (int i = 0; i < f->n_tensors; i++)
+        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+    return NULL;
+}
+
+// ----------------------------------------------------------------------------
+// writer
+
+static int write_all(int fd, const void *buf, size_t n, const char *path) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return ft_error("%s: write failed: %s", path, strerror(errno));
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+// fsync the directory holding `path` so a rename is durable
+int st_fsync_parent_dir(const char *path) {
+    char *copy = ft_strdup(path);
+    if (!copy) return -1;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(copy);
+    if (fd < 0) return ft_error("%s: cannot open its directory to fsync: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    close(fd);
+    if (rc != 0) return ft_error("%s: fsync of its directory failed: %s", path, strerror(errno));
+    return 0;
+}
+
+int st_write(const char *path, const st_write_tensor *tensors, int n_tensors,
+             const char *const *metadata) {
+    json_t *root = json_object();
+    char *hdr = NULL, *tmp = NULL;
+    int fd = -1, rc = -1;
+    if (!root) return ft_error("%s: out of memory building the header", path);
+    if (metadata) {
+        json_t *meta = json_object();
+        for (int i = 0; metadata[i] && metadata[i + 1]; i += 2)
+            json_object_set_new(meta, metadata[i], json_string(metadata[i + 1]));
+        json_object_set_new(root, "__metadata__", meta);
+    }
+    size_t off = 0;
+    for (int i = 0; i < n_tensors; i++) {
+        const st_write_tensor *t = &tensors[i];
+        if (t->ndim < 0 || t->ndim > ST_MAX_DIMS || t->dtype >= ST_DTYPE_COUNT) {
+            ft_error("%s: tensor '%s': bad dtype or rank", path, t->name);
+            goto done;
+        }
+        size_t nbytes = st_dtype_size(t->dtype);
+        json_t *shape = json_array();
+        for (int d = 0; d < t->ndim; d++) {
+            nbytes *= (size_t)t->shape[d];
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        }
+        json_t *e = json_object();
+        json_object_set_new(e, "dtype", json_string(st_dtype_name(t->dtype)));
+        json_object_set_new(e, "shape", shape);
+        json_object_set_new(e, "data_offsets", json_pack("[II]", (json_int_t)off, (json_int_t)(off + nbytes)));
+        if (json_object_get(root, t->name)) { ft_error("%s: duplicate tensor '%s'", path, t->name); json_decref(e); goto done; }
+        json_object_set_new(root, t->name, e);
+        off += nbytes;
+    }
+    // JSON_PRESERVE_ORDER keeps insertion order, so the header reads like the data layout
+    hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!hdr) { ft_error("%s: cannot serialise the header", path); goto done; }
+    size_t hlen = strlen(hdr), padded = (8 + hlen + 7) / 8 * 8 - 8;
+    size_t tmplen = strlen(path) + 32;
+    CHECK_ALLOC_GOTO(tmp = malloc(tmplen), tmplen, done);
+    snprintf(tmp, tmplen, "%s.tmp.%d", path, (int)getpid());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) { ft_error("%s: cannot create: %s", tmp, strerror(errno)); goto done; }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    TRY_GOTO(write_all(fd, len8, 8, tmp), done);
+    TRY_GOTO(write_all(fd, hdr, hlen, tmp), done);
+    for (size_t i = hlen; i < padded; i++) TRY_GOTO(write_all(fd, " ", 1, tmp), done);
+    for (int i = 0; i < n_tensors; i++) {
+        size_t nbytes = st_dtype_size(tensors[i].dtype);
+        for (int d = 0; d < tensors[i].ndim; d++) nbytes *= (size_t)tensors[i].shape[d];
+        TRY_GOTO(write_all(fd, tensors[i].data, nbytes, tmp), done);
+    }
+    if (fsync(fd) != 0) { ft_error("%s: fsync failed: %s", tmp, strerror(errno)); goto done; }
+    if (close(fd) != 0) { fd = -1; ft_error("%s: close failed: %s", tmp, strerror(errno)); goto done; }
+    fd = -1;
+    if (rename(tmp, path) != 0) { ft_error("%s: cannot rename %s into place: %s", path, tmp, strerror(errno)); goto done; }
+    TRY_GOTO(st_fsync_parent_dir(path), done);
+    rc = 0;
+done:
+    if (fd >= 0) close(fd);
+    if (rc != 0 && tmp) unlink(tmp);
+    free(tmp);
+    free(hdr);
+    json_decref(root);
+    return rc;
+}

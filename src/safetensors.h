@@ -1,0 +1,70 @@
+// safetensors.h: a validating, mmap-based reader and an atomic writer for the
+// safetensors format (8-byte little-endian header length, JSON header, flat data).
+//
+// Files may come from the internet: st_open() validates everything before any tensor is
+// used (header bounds, JSON shape, dtypes, shapes, byte ranges in bounds, no overlap and
+// no holes, no duplicate names, shape x dtype == byte length, overflow-safe), so no later
+// access can read outside the mapping.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    ST_F64, ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_I16, ST_I8, ST_U8, ST_BOOL,
+    ST_DTYPE_COUNT
+} st_dtype;
+
+#define ST_MAX_DIMS 8
+
+typedef struct {
+    char *name;                  // owned by the st_file
+    st_dtype dtype;
+    int ndim;                    // 0 = scalar
+    int64_t shape[ST_MAX_DIMS];
+    size_t numel;                // product of shape (1 for a scalar)
+    size_t nbytes;               // numel * st_dtype_size(dtype)
+    const void *data;            // points into the read-only mapping (valid until st_close)
+} st_tensor;
+
+typedef struct {
+    char *path;                  // as given to st_open (owned)
+    void *map;                   // read-only mmap of the whole file (NULL for an empty data area)
+    size_t map_size;
+    st_tensor *tensors;          // n_tensors entries, in header order
+    int n_tensors;
+} st_file;
+
+// Bytes per element of a dtype, and its safetensors name ("F32", "BF16", ...).
+size_t st_dtype_size(st_dtype dt);
+const char *st_dtype_name(st_dtype dt);
+
+// Open and validate `path`. On success fills *f (release with st_close) and returns 0.
+// On any problem returns -1 with ft_error() set to one line naming the file and the
+// offending field/tensor, e.g. "x.safetensors: tensor 'a': data_offsets [0, 12] do not
+// match shape [2, 2] x F32 = 16 bytes"; *f is left empty (st_close on it is safe).
+int st_open(st_file *f, const char *path);
+void st_close(st_file *f);
+
+// The tensor called `name`, or NULL.
+const st_tensor *st_find(const st_file *f, const char *name);
+
+// One tensor to write: data is host memory of nbytes = numel * dtype size.
+typedef struct {
+    const char *name;
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    const void *data;
+} st_write_tensor;
+
+// Write a safetensors file atomically: the bytes go to "<path>.tmp.<pid>", are fsync'ed,
+// then renamed over `path` (and the directory fsync'ed), so `path` is either absent/old or
+// complete. Tensors are laid out in the given order, 8-byte aligned header (padded with
+// spaces as the format allows). `metadata` is NULL or a NULL-terminated list of
+// key, value, key, value, ..., NULL strings written under "__metadata__".
+// Returns 0, or -1 with ft_error set (no partial file left behind).
+int st_write(const char *path, const st_write_tensor *tensors, int n_tensors,
+             const char *const *metadata);
+
+// fsync the directory containing `path` (makes a rename into it durable). 0 or -1.
+int st_fsync_parent_dir(const char *path);

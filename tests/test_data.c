@@ -1,0 +1,112 @@
+// test_data.c: the token shard reader on a valid shard and on corrupt ones (a table of
+// byte-level corruptions, each expected to fail with a message naming the file and the
+// problem), plus the row filling contract (truncation, padding labels -100).
+#include <unistd.h>
+
+#include "common.h"
+#include "data.h"
+#include "test.h"
+
+static char dir[] = "/tmp/ft_test_data_XXXXXX";
+
+// a 3-document shard: docs of length 4, 1 and 6 tokens (vocab 50, bos 1, eos 2)
+static size_t make_shard(unsigned char *buf, uint32_t token_bytes) {
+    const uint64_t offs[4] = {0, 4, 5, 11};
+    const uint32_t toks[11] = {1, 10, 11, 2, 1, 1, 20, 21, 22, 23, 2};
+    memset(buf, 0, 64);
+    memcpy(buf, "FTTOKSHD", 8);
+    uint32_t h32[6] = {1, token_bytes, 50, 1, 2, 0};
+    memcpy(buf + 8, h32, sizeof h32);
+    uint64_t n_docs = 3, n_tokens = 11;
+    memcpy(buf + 32, &n_docs, 8);
+    memcpy(buf + 40, &n_tokens, 8);
+    memcpy(buf + 64, offs, sizeof offs);
+    size_t p = 64 + sizeof offs;
+    for (int i = 0; i < 11; i++) {
+        if (token_bytes == 2) { uint16_t t = (uint16_t)toks[i]; memcpy(buf + p, &t, 2); }
+        else memcpy(buf + p, &toks[i], 4);
+        p += token_bytes;
+    }
+    return p;
+}
+
+static void write_file(const char *path, const unsigned char *buf, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+}
+
+typedef struct {
+    const char *name;
+    size_t at;          // byte offset to overwrite (or SIZE_MAX: truncate by `value` bytes)
+    uint64_t value;
+    int width;          // bytes written at `at`
+    const char *expect; // substring of the error
+    int model_vocab;
+} corruption;
+
+static const corruption cases[] = {
+    {"bad magic", 0, 0x58, 1, "bad magic", 0},
+    {"version 2", 8, 2, 4, "unsupported shard version", 0},
+    {"token_bytes 3", 12, 3, 4, "token_bytes", 0},
+    {"truncated by 1", SIZE_MAX, 1, 0, "truncated", 0},
+    {"n_docs huge", 32, (uint64_t)1 << 62, 8, "overflow", 0},
+    {"n_tokens wrong", 40, 12, 8, "header implies", 0},
+    {"offsets[0] != 0", 64, 1, 8, "doc_offsets[0]", 0},
+    {"offsets decrease", 72, 7, 8, "decrease", 0},
+    {"token >= vocab", 64 + 32 + 2, 60, 2, "vocab_size", 0},
+    {"vocab > model", 16, 50, 4, "exceeds the model", 40},
+};
+
+int main(void) {
+    EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
+    char path[256];
+    unsigned char buf[256];
+
+    // valid shards, both token widths
+    for (uint32_t tb = 2; tb <= 4; tb += 2) {
+        size_t n = make_shard(buf, tb);
+        snprintf(path, sizeof path, "%s/ok%u.bin", dir, tb);
+        write_file(path, buf, n);
+        token_shard s;
+        ft_error_clear();
+        int rc = token_shard_open(&s, path, 50);
+        EXPECT(rc == 0, "valid shard (token_bytes %u) rejected: %s", tb, ft_error_message());
+        if (rc != 0) continue;
+        EXPECT(s.n_docs == 3 && token_shard_doc_len(&s, 2) == 6, "doc table");
+        int32_t tok[5], tgt[5];
+        int valid = token_shard_fill_row(&s, 2, 5, tok, tgt);   // doc 1 20 21 22 23 2 -> truncated
+        EXPECT(valid == 5 && tok[0] == 1 && tok[4] == 23 && tgt[0] == 20 && tgt[4] == 2, "truncation row");
+        valid = token_shard_fill_row(&s, 0, 5, tok, tgt);        // doc 1 10 11 2 -> padded
+        EXPECT(valid == 3 && tgt[2] == 2 && tgt[3] == -100 && tgt[4] == -100 && tok[4] == 2, "padding row");
+        valid = token_shard_fill_row(&s, 1, 5, tok, tgt);        // doc of one token: nothing to predict
+        EXPECT(valid == 0 && tgt[0] == -100, "one-token row");
+        token_shard_close(&s);
+    }
+
+    // corruptions of the 2-byte shard
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const corruption *c = &cases[i];
+        size_t n = make_shard(buf, 2);
+        if (c->at == SIZE_MAX) n -= c->value;
+        else memcpy(buf + c->at, &c->value, (size_t)c->width);
+        snprintf(path, sizeof path, "%s/bad%zu.bin", dir, i);
+        write_file(path, buf, n);
+        token_shard s;
+        ft_error_clear();
+        int rc = token_shard_open(&s, path, c->model_vocab);
+        const char *msg = ft_error_message();
+        EXPECT(rc == -1 && strstr(msg, path) && strstr(msg, c->expect),
+               "%s: rc %d, message '%s' (expected '%s')", c->name, rc, msg, c->expect);
+        if (rc == 0) token_shard_close(&s);
+        unlink(path);
+    }
+    ft_error_clear();
+    token_shard s;
+    EXPECT(token_shard_open(&s, "/nonexistent/x.bin", 0) == -1 && strstr(ft_error_message(), "/nonexistent/x.bin"),
+           "missing file: %s", ft_error_message());
+    snprintf(path, sizeof path, "%s/ok2.bin", dir); unlink(path);
+    snprintf(path, sizeof path, "%s/ok4.bin", dir); unlink(path);
+    rmdir(dir);
+    TEST_SUMMARY("test_data");
+}

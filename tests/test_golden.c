@@ -1,0 +1,162 @@
+// test_golden.c: the CPU backend against Hugging Face transformers (fp32, CPU), on the
+// tiny checkpoints and golden files written by tests/oracle/gen_golden.py:
+//   1. logits (B, T, V), the loss, and the gradient of every parameter;
+//   2. activation checkpointing: gradients and losses bitwise identical to the plain run,
+//      and the activation memory of both runs reported, the saving asserted.
+//
+// Thresholds (NMSE = sum (ours - ref)^2 / sum ref^2): both sides compute in fp32 with
+// different summation orders. Each output is a chain of dot products of length K <= ~200
+// (and softmax sums), so the relative error per element is ~sqrt(K) * 2^-24 ~ 1e-6 at most,
+// NMSE ~ 1e-12; gradients pass through ~2L more such products, a few times that. We allow
+// 1e-9 for logits and gradients (1000x margin; a real bug — a wrong RoPE frequency, a
+// missed GQA head mapping, a dropped -100 — gives 1e-4 or more) and 1e-6 relative on the
+// scalar loss.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "checkpoint.h"
+#include "common.h"
+#include "model.h"
+#include "test.h"
+
+#define LOGITS_NMSE_MAX 1e-9
+#define GRAD_NMSE_MAX 1e-9
+#define LOSS_REL_MAX 1e-6
+
+static const char *configs[] = {"mha", "gqa", "tied", "odd", "headdim", "llama3", "sharded", "bf16"};
+
+typedef struct {
+    llama_config cfg;
+    hf_checkpoint ck;
+    st_file golden;
+    int B, T;
+    int32_t *tokens, *targets;
+    int n_valid;
+} golden_case;
+
+static const st_tensor *need(const st_file *f, const char *name) {
+    const st_tensor *t = st_find(f, name);
+    if (!t) fprintf(stderr, "%s: missing '%s'\n", f->path, name);
+    return t;
+}
+
+static int case_open(golden_case *g, const char *dir) {
+    char path[512];
+    memset(g, 0, sizeof *g);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    TRY(llama_config_load(&g->cfg, path));
+    TRY(hf_checkpoint_open(&g->ck, dir));
+    snprintf(path, sizeof path, "%s/golden.safetensors", dir);
+    TRY(st_open(&g->golden, path));
+    const st_tensor *ids = need(&g->golden, "input_ids"), *labels = need(&g->golden, "labels");
+    if (!ids || !labels || ids->dtype != ST_I32 || ids->ndim != 2) return ft_error("bad golden inputs");
+    g->B = (int)ids->shape[0];
+    g->T = (int)ids->shape[1];
+    size_t N = (size_t)g->B * g->T;
+    g->tokens = malloc(N * sizeof(int32_t));
+    g->targets = malloc(N * sizeof(int32_t));
+    memcpy(g->tokens, ids->data, N * sizeof(int32_t));
+    // transformers shifts inside the model: position t predicts labels[t + 1]
+    const int32_t *lab = labels->data;
+    for (int b = 0; b < g->B; b++)
+        for (int t = 0; t < g->T; t++) {
+            int32_t y = t + 1 < g->T ? lab[b * g->T + t + 1] : -100;
+            g->targets[b * g->T + t] = y;
+            g->n_valid += y != -100;
+        }
+    return 0;
+}
+
+static void case_close(golden_case *g) {
+    hf_checkpoint_close(&g->ck);
+    st_close(&g->golden);
+    free(g->tokens);
+    free(g->targets);
+}
+
+// One forward+backward; fills grads (zeroed first) and returns the mean loss in *loss.
+static int run(golden_case *g, const backend *be, int grad_ckpt, void *params, float *grads,
+               double *loss, float *logits, size_t *act_bytes) {
+    mem_tracker mem;
+    mem_tracker_init(&mem, be);
+    model m;
+    TRY(model_init(&m, &g->cfg, be, &mem, g->B, g->T, grad_ckpt, 1));
+    flat_provider_state st = {&m.layout, be, params, grads};
+    unit_provider p = unit_provider_flat(&st);
+    memset(grads, 0, m.layout.total * sizeof(float));
+    double sum;
+    int n_valid;
+    int rc = model_step(&m, &p, g->tokens, g->targets, 1, 1.0f / g->n_valid, &sum, &n_valid);
+    if (rc == 0 && logits) rc = model_logits(&m, &p, g->tokens, logits);
+    *loss = sum / n_valid;
+    *act_bytes = mem.peak[MEM_ACTIVATIONS];
+    model_free(&m);
+    return rc;
+}
+
+static void check_config(const char *root, const char *name, const backend *be) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    golden_case g;
+    ft_error_clear();
+    if (case_open(&g, dir) != 0) {
+        EXPECT(0, "%s: cannot open golden case: %s", name, ft_error_message());
+        case_close(&g);
+        return;
+    }
+    param_layout layout;
+    param_layout_init(&layout, &g.cfg, 1);
+    float *params = malloc(layout.total * sizeof(float));
+    float *grads = malloc(layout.total * sizeof(float)), *grads_ck = malloc(layout.total * sizeof(float));
+    size_t nlogits = (size_t)g.B * g.T * g.cfg.vocab_size;
+    float *logits = malloc(nlogits * sizeof(float));
+    int ok = hf_checkpoint_load_params(&g.ck, &layout, be, params) == 0;
+    EXPECT(ok, "%s: load: %s", name, ft_error_message());
+
+    double loss = 0, loss_ck = 0;
+    size_t act = 0, act_ck = 0;
+    if (ok) ok = run(&g, be, 0, params, grads, &loss, logits, &act) == 0;
+    EXPECT(ok, "%s: step: %s", name, ft_error_message());
+    if (ok) {
+        const st_tensor *ref_logits = need(&g.golden, "logits"), *ref_loss = need(&g.golden, "loss");
+        double e = ref_logits && ref_logits->numel == nlogits ? test_nmse(logits, ref_logits->data, nlogits) : INFINITY;
+        printf("  %-8s %-44s NMSE %.2e (max %.0e)\n", name, "logits", e, LOGITS_NMSE_MAX);
+        EXPECT(e <= LOGITS_NMSE_MAX, "%s: logits NMSE %.3e", name, e);
+        double ref = ref_loss ? ((const float *)ref_loss->data)[0] : NAN;
+        double rel = fabs(loss - ref) / fabs(ref);
+        printf("  %-8s %-44s %.7f vs %.7f (rel %.1e)\n", name, "loss", loss, ref, rel);
+        EXPECT(rel <= LOSS_REL_MAX, "%s: loss %.8f vs %.8f", name, loss, ref);
+        double worst = 0;
+        const char *worst_name = "";
+        for (int i = 0; i < layout.n_entries; i++) {
+            const param_entry *pe = &layout.entries[i];
+            char key[128];
+            snprintf(key, sizeof key, "grad.%s", pe->name);
+            const st_tensor *rg = need(&g.golden, key);
+            double ge = rg && rg->numel == pe->numel ? test_nmse(grads + pe->offset, rg->data, pe->numel) : INFINITY;
+            EXPECT(ge <= GRAD_NMSE_MAX, "%s: %s NMSE %.3e", name, key, ge);
+            if (ge >= worst) { worst = ge; worst_name = pe->name; }
+        }
+        printf("  %-8s grads (%d tensors), worst %-24s NMSE %.2e (max %.0e)\n", name, layout.n_entries,
+               worst_name, worst, GRAD_NMSE_MAX);
+
+        // activation checkpointing: the same gradients to the bit, with less memory
+        ok = run(&g, be, 1, params, grads_ck, &loss_ck, NULL, &act_ck) == 0;
+        EXPECT(ok, "%s: checkpointed step: %s", name, ft_error_message());
+        int same = ok && memcmp(grads, grads_ck, layout.total * sizeof(float)) == 0 && loss == loss_ck;
+        printf("  %-8s gradient checkpointing: grads bitwise %s; activations %zu -> %zu bytes (%.0f%%)\n",
+               name, same ? "identical" : "DIFFERENT", act, act_ck, 100.0 * act_ck / (double)act);
+        EXPECT(same, "%s: checkpointed gradients differ from the plain run", name);
+        EXPECT(act_ck < act, "%s: checkpointing saved no activation memory (%zu vs %zu)", name, act_ck, act);
+    }
+    free(params); free(grads); free(grads_ck); free(logits);
+    param_layout_free(&layout);
+    case_close(&g);
+}
+
+int main(void) {
+    const char *root = getenv("FT_GOLDEN_DIR") ? getenv("FT_GOLDEN_DIR") : "tests/golden";
+    const backend *be = backend_cpu();
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) check_config(root, configs[i], be);
+    TEST_SUMMARY("test_golden");
+}

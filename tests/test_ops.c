@@ -1,0 +1,303 @@
+// test_ops.c: central finite-difference checks of every CPU backend op's backward, on
+// small random inputs of odd shapes, plus the ops' accumulate/overwrite contracts.
+//
+// For each case the scalar objective is J = sum(out * R) with a fixed random R, so
+// dJ/dout = R is what the backward receives. The analytic gradient of each input is
+// compared with (J(x + e) - J(x - e)) / 2e at up to FD_SAMPLES coordinates per input.
+//
+// Threshold (NMSE over sampled coordinates): J is accumulated in double from fp32 outputs,
+// each with relative rounding ~6e-8; with |out|, |R| ~ 1 and n outputs the rounding noise
+// in J is ~6e-8 * sqrt(n) <= 1e-5 (n <= 3e4), divided by 2e = 2e-2 -> ~5e-4 absolute on
+// gradients of size ~1, i.e. NMSE <= ~2.5e-7; the O(e^2) truncation term adds ~1e-4
+// relative (NMSE 1e-8). We allow 1e-5. A wrong backward (missing term, wrong sign, wrong
+// index) produces NMSE of order 1e-2..1, far above it.
+#include "backend.h"
+#include "common.h"
+#include "test.h"
+
+#define FD_EPS 1e-2f
+#define FD_SAMPLES 48
+#define FD_NMSE_MAX 1e-5
+
+// ----------------------------------------------------------------------------
+// deterministic random numbers
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rng_u32(void) {
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rng_normal(void) {  // Irwin-Hall approximation is enough here
+    float s = 0; for (int i = 0; i < 12; i++) s += (rng_u32() & 0xffffff) / 16777216.0f;
+    return s - 6.0f;
+}
+static float *randn(size_t n, float scale) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = scale * rng_normal();
+    return p;
+}
+static float *filled(size_t n, float v) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = v;
+    return p;
+}
+static float *copy_of(const float *src, size_t n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    memcpy(p, src, sizeof(float) * n);
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// cases
+
+typedef enum { OP_EMBEDDING, OP_RMSNORM, OP_ROPE, OP_MATMUL, OP_ATTENTION, OP_SWIGLU, OP_LMHEAD } op_kind;
+
+typedef struct {
+    op_kind op;
+    const char *name;
+    int B, T, H, KVH, D;   // attention / rope shapes (N = B*T)
+    int N, C, V, F;        // rows, width, vocab / out-width
+} op_case;
+
+static const op_case cases[] = {
+    {OP_EMBEDDING, "embedding 7x5 V11", .N = 7, .C = 5, .V = 11},
+    {OP_EMBEDDING, "embedding 70x13 V3 (repeats)", .N = 70, .C = 13, .V = 3},
+    {OP_RMSNORM, "rmsnorm 5x13", .N = 5, .C = 13},
+    {OP_RMSNORM, "rmsnorm 3x130", .N = 3, .C = 130},
+    {OP_ROPE, "rope B2 T7 H3 D8", .B = 2, .T = 7, .H = 3, .D = 8},
+    {OP_ROPE, "rope B1 T13 H1 D2", .B = 1, .T = 13, .H = 1, .D = 2},
+    {OP_MATMUL, "matmul 5x7->11", .N = 5, .C = 7, .F = 11},
+    {OP_MATMUL, "matmul 1x33->3", .N = 1, .C = 33, .F = 3},
+    {OP_ATTENTION, "attention MHA B2 T7 H3 D8", .B = 2, .T = 7, .H = 3, .KVH = 3, .D = 8},
+    {OP_ATTENTION, "attention GQA4 B1 T13 H8 KV2 D4", .B = 1, .T = 13, .H = 8, .KVH = 2, .D = 4},
+    {OP_ATTENTION, "attention GQA8 B2 T5 H8 KV1 D6", .B = 2, .T = 5, .H = 8, .KVH = 1, .D = 6},
+    {OP_ATTENTION, "attention T1 B3 H2 KV1 D4", .B = 3, .T = 1, .H = 2, .KVH = 1, .D = 4},
+    {OP_SWIGLU, "swiglu 37", .N = 37},
+    {OP_LMHEAD, "lmhead_xent 5x7 V11", .N = 5, .C = 7, .V = 11},
+    {OP_LMHEAD, "lmhead_xent 131x6 V5 (2 chunks)", .N = 131, .C = 6, .V = 5},
+};
+
+// Inputs of one case (fp32 host buffers; the CPU backend works on them directly).
+typedef struct {
+    const op_case *c;
+    const backend *be;
+    int n_in;
+    float *in[3];       // differentiable inputs
+    size_t in_n[3];
+    const char *in_name[3];
+    float *grad[3];     // analytic gradients
+    int32_t *tokens;    // embedding tokens / lmhead targets
+    float *cos, *sin;   // rope tables
+    float *R;           // dJ/dout
+    size_t out_n;
+} state;
+
+static double objective(state *s) {
+    const op_case *c = s->c;
+    const backend *be = s->be;
+    float *out = malloc(sizeof(float) * s->out_n);
+    double J = 0;
+    switch (c->op) {
+    case OP_EMBEDDING: be->embedding_fwd(out, s->tokens, s->in[0], c->N, c->C, c->V); break;
+    case OP_RMSNORM: {
+        float *rstd = malloc(sizeof(float) * c->N);
+        be->rmsnorm_fwd(out, rstd, s->in[0], s->in[1], c->N, c->C, 1e-5f);
+        free(rstd);
+        break;
+    }
+    case OP_ROPE: be->rope_fwd(out, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D); break;
+    case OP_MATMUL: be->matmul_fwd(out, s->in[0], s->in[1], c->N, c->C, c->F); break;
+    case OP_ATTENTION: {
+        float *lse = malloc(sizeof(float) * c->B * c->H * c->T);
+        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D);
+        free(lse);
+        break;
+    }
+    case OP_SWIGLU: be->swiglu_fwd(out, s->in[0], s->in[1], c->N); break;
+    case OP_LMHEAD: {
+        float *ws = malloc(sizeof(float) * LMHEAD_CHUNK_ROWS * c->V);
+        be->lmhead_xent(out, NULL, NULL, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, ws);
+        free(ws);
+        break;
+    }
+    }
+    for (size_t i = 0; i < s->out_n; i++) J += (double)out[i] * s->R[i];
+    free(out);
+    return J;
+}
+
+// Runs the backward into s->grad. "+=" outputs start from `base` values that are
+// subtracted again afterwards (checks accumulation); overwritten outputs start as NaN.
+static void analytic(state *s, int *contract_ok) {
+    const op_case *c = s->c;
+    const backend *be = s->be;
+    float *base[3] = {0};
+    *contract_ok = 1;
+    switch (c->op) {
+    case OP_EMBEDDING:
+        base[0] = randn(s->in_n[0], 1.0f);
+        s->grad[0] = copy_of(base[0], s->in_n[0]);
+        be->embedding_bwd(s->grad[0], s->R, s->tokens, c->N, c->C, c->V);
+        break;
+    case OP_RMSNORM: {
+        float *rstd = malloc(sizeof(float) * c->N), *tmp = malloc(sizeof(float) * s->out_n);
+        be->rmsnorm_fwd(tmp, rstd, s->in[0], s->in[1], c->N, c->C, 1e-5f);
+        base[0] = randn(s->in_n[0], 1.0f);
+        base[1] = randn(s->in_n[1], 1.0f);
+        s->grad[0] = copy_of(base[0], s->in_n[0]);
+        s->grad[1] = copy_of(base[1], s->in_n[1]);
+        be->rmsnorm_bwd(s->grad[0], s->grad[1], s->R, s->in[0], s->in[1], rstd, c->N, c->C);
+        free(rstd); free(tmp);
+        break;
+    }
+    case OP_ROPE:
+        s->grad[0] = filled(s->in_n[0], NAN);
+        be->rope_bwd(s->grad[0], s->R, s->cos, s->sin, c->B, c->T, c->H, c->D);
+        break;
+    case OP_MATMUL:
+        s->grad[0] = filled(s->in_n[0], NAN);
+        base[1] = randn(s->in_n[1], 1.0f);
+        s->grad[1] = copy_of(base[1], s->in_n[1]);
+        be->matmul_bwd(s->grad[0], s->grad[1], s->R, s->in[0], s->in[1], c->N, c->C, c->F, 0);
+        {   // accumulate_dinp = 1 must add to what is there
+            float *acc = filled(s->in_n[0], 1.0f), *dw = filled(s->in_n[1], 0.0f);
+            be->matmul_bwd(acc, dw, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 1);
+            for (size_t i = 0; i < s->in_n[0]; i++)
+                if (fabsf(acc[i] - 1.0f - s->grad[0][i]) > 1e-5f * (1 + fabsf(s->grad[0][i]))) *contract_ok = 0;
+            free(acc); free(dw);
+        }
+        break;
+    case OP_ATTENTION: {
+        float *lse = malloc(sizeof(float) * c->B * c->H * c->T), *out = malloc(sizeof(float) * s->out_n);
+        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D);
+        for (int i = 0; i < 3; i++) s->grad[i] = filled(s->in_n[i], NAN);
+        be->attention_bwd(s->grad[0], s->grad[1], s->grad[2], s->R, out, lse, s->in[0], s->in[1],
+                          s->in[2], c->B, c->T, c->H, c->KVH, c->D);
+        free(lse); free(out);
+        break;
+    }
+    case OP_SWIGLU:
+        s->grad[0] = filled(s->in_n[0], NAN);
+        s->grad[1] = filled(s->in_n[1], NAN);
+        be->swiglu_bwd(s->grad[0], s->grad[1], s->R, s->in[0], s->in[1], c->N);
+        break;
+    case OP_LMHEAD: {
+        // J = sum(losses * R) is only linear in the losses when R is constant per row;
+        // the op takes one scalar dloss, so R is set to that constant in setup()
+        float *ws = malloc(sizeof(float) * LMHEAD_CHUNK_ROWS * c->V), *losses = malloc(sizeof(float) * c->N);
+        s->grad[0] = filled(s->in_n[0], NAN);
+        base[1] = randn(s->in_n[1], 1.0f);
+        s->grad[1] = copy_of(base[1], s->in_n[1]);
+        be->lmhead_xent(losses, s->grad[0], s->grad[1], s->in[0], s->in[1], s->tokens, c->N, c->C,
+                        c->V, s->R[0], ws);
+        free(ws); free(losses);
+        break;
+    }
+    }
+    for (int i = 0; i < s->n_in; i++) {
+        if (!base[i]) continue;
+        for (size_t j = 0; j < s->in_n[i]; j++) s->grad[i][j] -= base[i][j];
+        free(base[i]);
+    }
+}
+
+static void setup(state *s, const op_case *c, const backend *be) {
+    memset(s, 0, sizeof *s);
+    s->c = c;
+    s->be = be;
+    size_t N = (size_t)c->N;
+    switch (c->op) {
+    case OP_EMBEDDING:
+        s->n_in = 1; s->in_n[0] = (size_t)c->V * c->C; s->in_name[0] = "wte";
+        s->tokens = malloc(sizeof(int32_t) * N);
+        for (size_t i = 0; i < N; i++) s->tokens[i] = (int32_t)(rng_u32() % c->V);
+        s->out_n = N * c->C;
+        break;
+    case OP_RMSNORM:
+        s->n_in = 2; s->in_n[0] = N * c->C; s->in_n[1] = c->C;
+        s->in_name[0] = "inp"; s->in_name[1] = "weight";
+        s->out_n = N * c->C;
+        break;
+    case OP_ROPE: {
+        int half = c->D / 2;
+        s->n_in = 1; s->in_n[0] = (size_t)c->B * c->T * c->H * c->D; s->in_name[0] = "inp";
+        s->cos = malloc(sizeof(float) * c->T * half); s->sin = malloc(sizeof(float) * c->T * half);
+        for (int t = 0; t < c->T; t++)
+            for (int i = 0; i < half; i++) {
+                double a = t * pow(10000.0, -2.0 * i / c->D);
+                s->cos[t * half + i] = (float)cos(a); s->sin[t * half + i] = (float)sin(a);
+            }
+        s->out_n = s->in_n[0];
+        break;
+    }
+    case OP_MATMUL:
+        s->n_in = 2; s->in_n[0] = N * c->C; s->in_n[1] = (size_t)c->F * c->C;
+        s->in_name[0] = "inp"; s->in_name[1] = "weight";
+        s->out_n = N * c->F;
+        break;
+    case OP_ATTENTION: {
+        size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
+        s->n_in = 3; s->in_n[0] = nq; s->in_n[1] = nkv; s->in_n[2] = nkv;
+        s->in_name[0] = "q"; s->in_name[1] = "k"; s->in_name[2] = "v";
+        s->out_n = nq;
+        break;
+    }
+    case OP_SWIGLU:
+        s->n_in = 2; s->in_n[0] = N; s->in_n[1] = N; s->in_name[0] = "gate"; s->in_name[1] = "up";
+        s->out_n = N;
+        break;
+    case OP_LMHEAD:
+        s->n_in = 2; s->in_n[0] = N * c->C; s->in_n[1] = (size_t)c->V * c->C;
+        s->in_name[0] = "x"; s->in_name[1] = "weight";
+        s->tokens = malloc(sizeof(int32_t) * N);
+        for (size_t i = 0; i < N; i++) s->tokens[i] = (i % 4 == 3) ? -100 : (int32_t)(rng_u32() % c->V);
+        s->out_n = N;
+        break;
+    }
+    for (int i = 0; i < s->n_in; i++) s->in[i] = randn(s->in_n[i], 1.0f);
+    s->R = randn(s->out_n, 1.0f);
+    if (c->op == OP_LMHEAD)
+        for (size_t i = 0; i < s->out_n; i++) s->R[i] = 0.37f;  // one dloss for every row
+}
+
+static void teardown(state *s) {
+    for (int i = 0; i < s->n_in; i++) { free(s->in[i]); free(s->grad[i]); }
+    free(s->tokens); free(s->cos); free(s->sin); free(s->R);
+}
+
+int main(void) {
+    const backend *be = backend_cpu();
+    printf("%-36s %-7s %12s %10s %s\n", "case", "input", "NMSE", "threshold", "result");
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        state s;
+        setup(&s, &cases[ci], be);
+        int contract_ok;
+        analytic(&s, &contract_ok);
+        EXPECT(contract_ok, "%s: accumulate_dinp did not add to the existing values", cases[ci].name);
+        for (int i = 0; i < s.n_in; i++) {
+            size_t n = s.in_n[i], samples = n < FD_SAMPLES ? n : FD_SAMPLES;
+            float *fd = malloc(sizeof(float) * samples), *an = malloc(sizeof(float) * samples);
+            for (size_t k = 0; k < samples; k++) {
+                size_t j = samples == n ? k : rng_u32() % n;
+                float keep = s.in[i][j];
+                s.in[i][j] = keep + FD_EPS;
+                double jp = objective(&s);
+                s.in[i][j] = keep - FD_EPS;
+                double jm = objective(&s);
+                s.in[i][j] = keep;
+                fd[k] = (float)((jp - jm) / (2.0 * FD_EPS));
+                an[k] = s.grad[i][j];
+            }
+            int any_nan = 0;
+            for (size_t j = 0; j < n; j++) any_nan |= !isfinite(s.grad[i][j]);
+            double e = test_nmse(an, fd, samples);
+            int ok = !any_nan && e <= FD_NMSE_MAX;
+            printf("%-36s %-7s %12.3e %10.1e %s\n", cases[ci].name, s.in_name[i], e, FD_NMSE_MAX,
+                   ok ? "pass" : (any_nan ? "FAIL (unwritten/NaN)" : "FAIL"));
+            EXPECT(ok, "%s d%s: NMSE %.3e (nan=%d)", cases[ci].name, s.in_name[i], e, any_nan);
+            free(fd); free(an);
+        }
+        teardown(&s);
+    }
+    TEST_SUMMARY("test_ops");
+}

@@ -1,0 +1,290 @@
+// test_safetensors.c: the safetensors reader against a table of hostile files (each must
+// be rejected with one message naming the file and the field/tensor at fault, and must
+// never read outside the mapping: run under ASan in `make test-asan`), the writer's
+// round trip and atomicity, and the checkpoint directory layer (single file, sharded
+// index, missing/duplicate/unexpected tensors, wrong shapes).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "common.h"
+#include "config.h"
+#include "model.h"
+#include "safetensors.h"
+#include "test.h"
+
+static char dir[] = "/tmp/ft_test_st_XXXXXX";
+
+// Write a safetensors file from a header string (length field computed unless
+// `hlen_override` >= 0) followed by `data_bytes` bytes of data.
+static void write_raw(const char *path, const char *header, long long hlen_override, size_t data_bytes) {
+    FILE *f = fopen(path, "wb");
+    uint64_t hlen = hlen_override >= 0 ? (uint64_t)hlen_override : strlen(header);
+    fwrite(&hlen, 8, 1, f);  // little-endian host (x86-64)
+    fwrite(header, 1, strlen(header), f);
+    for (size_t i = 0; i < data_bytes; i++) fputc((int)(i & 0xff), f);
+    fclose(f);
+}
+
+typedef struct {
+    const char *name;
+    const char *header;
+    long long hlen;        // -1 = real length
+    size_t data_bytes;
+    const char *want;      // substring of the error; NULL = must open
+} st_case;
+
+static const st_case st_cases[] = {
+    {"valid two tensors",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+     "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[16,22]}}", -1, 22, NULL},
+    {"valid with metadata and scalar",
+     "{\"__metadata__\":{\"format\":\"pt\"},\"s\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[0,8]}}", -1, 8, NULL},
+    {"valid empty tensor",
+     "{\"e\":{\"dtype\":\"F16\",\"shape\":[0,5],\"data_offsets\":[0,0]}}", -1, 0, NULL},
+    {"header length past EOF", "{}", 1000, 0, "runs past the end"},
+    {"header length huge", "{}", (long long)0x7fffffffffffffffLL, 0, "runs past the end"},
+    {"not JSON", "{\"a\": [1, 2", -1, 0, "not valid JSON"},
+    {"JSON array", "[1, 2, 3]", -1, 0, "not a JSON object"},
+    {"entry not an object", "{\"a\": 5}", -1, 0, "tensor 'a': header entry is not an object"},
+    {"unknown dtype", "{\"a\":{\"dtype\":\"F8_E9\",\"shape\":[1],\"data_offsets\":[0,1]}}", -1, 1,
+     "tensor 'a': unknown dtype 'F8_E9'"},
+    {"dtype missing", "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4, "tensor 'a': field 'dtype'"},
+    {"shape not array", "{\"a\":{\"dtype\":\"F32\",\"shape\":4,\"data_offsets\":[0,16]}}", -1, 16,
+     "tensor 'a': field 'shape'"},
+    {"negative dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", -1, 4, "shape[0]"},
+    {"absurd dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[100000000000000000],\"data_offsets\":[0,4]}}", -1, 4,
+     "shape[0]"},
+    {"shape overflows", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,4]}}",
+     -1, 4, "overflows"},
+    {"too many dims", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", -1, 1,
+     "dimensions"},
+    {"offsets not pair", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", -1, 4, "data_offsets"},
+    {"offsets past data", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", -1, 8,
+     "out of range"},
+    {"offsets reversed", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}", -1, 8, "out of range"},
+    {"negative offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", -1, 8, "out of range"},
+    {"shape x dtype != bytes", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}", -1, 12,
+     "do not match shape [2, 2] x F32 = 16 bytes"},
+    {"overlapping tensors",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", -1, 12, "overlap"},
+    {"hole between tensors",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", -1, 12, "hole"},
+    {"trailing bytes", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 9, "cover 4"},
+    {"duplicate tensor name",
+     "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", -1, 8, "duplicate"},
+    {"metadata not strings", "{\"__metadata__\":{\"x\":1}}", -1, 0, "__metadata__['x']"},
+};
+
+static void test_reader_table(void) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/case.safetensors", dir);
+    for (size_t i = 0; i < sizeof st_cases / sizeof st_cases[0]; i++) {
+        const st_case *c = &st_cases[i];
+        write_raw(path, c->header, c->hlen, c->data_bytes);
+        ft_error_clear();
+        st_file f;
+        int rc = st_open(&f, path);
+        if (!c->want) {
+            EXPECT(rc == 0, "%s: should open, got: %s", c->name, ft_error_message());
+        } else {
+            const char *msg = ft_error_message();
+            EXPECT(rc != 0, "%s: should be rejected", c->name);
+            EXPECT(strstr(msg, c->want) != NULL && strstr(msg, path) != NULL && !strchr(msg, '\n'),
+                   "%s: error '%s' should name the file and contain '%s'", c->name, msg, c->want);
+        }
+        st_close(&f);
+    }
+    // short files and a missing file
+    const char *tiny[] = {"", "\x01\x00"};
+    for (int i = 0; i < 2; i++) {
+        FILE *fp = fopen(path, "wb");
+        fwrite(tiny[i], 1, strlen(tiny[i]), fp);
+        fclose(fp);
+        ft_error_clear();
+        st_file f;
+        EXPECT(st_open(&f, path) != 0 && strstr(ft_error_message(), "too short"), "short file %d: %s", i,
+               ft_error_message());
+        st_close(&f);
+    }
+    ft_error_clear();
+    st_file f;
+    EXPECT(st_open(&f, "/nonexistent/x.safetensors") != 0 && strstr(ft_error_message(), "cannot open"),
+           "missing file: %s", ft_error_message());
+    st_close(&f);
+}
+
+// ----------------------------------------------------------------------------
+// writer: round trip, 8-byte alignment, no temp file left behind, failure leaves nothing
+
+static void test_writer(void) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t b[3] = {0x3f80, 0x4000, 0xc040};
+    int32_t s = 7;
+    st_write_tensor ts[3] = {
+        {"a.weight", ST_F32, 2, {2, 3}, a},
+        {"b", ST_BF16, 1, {3}, b},
+        {"scalar", ST_I32, 0, {0}, &s},
+    };
+    const char *meta[] = {"format", "pt", NULL};
+    ft_error_clear();
+    EXPECT(st_write(path, ts, 3, meta) == 0, "write: %s", ft_error_message());
+    st_file f;
+    EXPECT(st_open(&f, path) == 0, "reopen: %s", ft_error_message());
+    const st_tensor *ta = st_find(&f, "a.weight"), *tb = st_find(&f, "b"), *tsc = st_find(&f, "scalar");
+    EXPECT(ta && ta->ndim == 2 && ta->shape[1] == 3 && ta->dtype == ST_F32 && memcmp(ta->data, a, 24) == 0,
+           "tensor a round trip");
+    EXPECT(tb && tb->dtype == ST_BF16 && memcmp(tb->data, b, 6) == 0, "tensor b round trip");
+    EXPECT(tsc && tsc->ndim == 0 && tsc->numel == 1 && *(const int32_t *)tsc->data == 7, "scalar round trip");
+    EXPECT(f.n_tensors == 3 && st_find(&f, "nope") == NULL, "tensor count / st_find miss");
+    uint64_t hlen;
+    memcpy(&hlen, f.map, 8);
+    EXPECT((8 + hlen) % 8 == 0, "data area is 8-byte aligned (header %llu)", (unsigned long long)hlen);
+    st_close(&f);
+    // a failed write (duplicate name) leaves neither the file nor a temp file
+    char path2[256], tmp[300];
+    snprintf(path2, sizeof path2, "%s/fail.safetensors", dir);
+    st_write_tensor dup[2] = {{"x", ST_F32, 1, {1}, a}, {"x", ST_F32, 1, {1}, a}};
+    ft_error_clear();
+    EXPECT(st_write(path2, dup, 2, NULL) != 0 && strstr(ft_error_message(), "duplicate"), "duplicate write rejected");
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path2, (int)getpid());
+    EXPECT(access(path2, F_OK) != 0 && access(tmp, F_OK) != 0, "no partial file after a failed write");
+    // an unwritable destination fails cleanly
+    ft_error_clear();
+    EXPECT(st_write("/nonexistent_dir/x.safetensors", ts, 1, NULL) != 0 && strstr(ft_error_message(), "cannot create"),
+           "unwritable path: %s", ft_error_message());
+}
+
+// ----------------------------------------------------------------------------
+// checkpoint directories: a tiny config and its tensors, with one defect per case
+
+static const char *tiny_config =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":8,"
+    "\"intermediate_size\":12,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+    "\"vocab_size\":10,\"rms_norm_eps\":1e-5,\"max_position_embeddings\":16,\"tie_word_embeddings\":false}";
+
+typedef enum { D_NONE, D_MISSING, D_EXTRA, D_SHAPE, D_DTYPE, D_INDEX_MISSING_FILE, D_INDEX_ESCAPE,
+               D_INDEX_WRONG_FILE, D_INDEX_DUP_ACROSS } ck_defect;
+
+typedef struct { const char *name; ck_defect defect; int sharded; const char *want; } ck_case;
+
+static const ck_case ck_cases[] = {
+    {"single file ok", D_NONE, 0, NULL},
+    {"sharded ok", D_NONE, 1, NULL},
+    {"missing tensor", D_MISSING, 0, "model.layers.0.mlp.down_proj.weight"},
+    {"unexpected tensor", D_EXTRA, 0, "unexpected tensor 'model.layers.7.mlp.up_proj.weight'"},
+    {"wrong shape", D_SHAPE, 0, "model.norm.weight"},
+    {"integer dtype", D_DTYPE, 0, "model.norm.weight"},
+    {"index names a missing shard", D_INDEX_MISSING_FILE, 1, "cannot open"},
+    {"index escapes the directory", D_INDEX_ESCAPE, 1, "not a plain file name"},
+    {"index points to the wrong shard", D_INDEX_WRONG_FILE, 1, "is listed in"},
+    {"tensor in two shards", D_INDEX_DUP_ACROSS, 1, "lm_head.weight"},
+};
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static int make_checkpoint(const char *cdir, const ck_case *c) {
+    char p[512];
+    mkdir(cdir, 0755);
+    snprintf(p, sizeof p, "%s/config.json", cdir);
+    write_text(p, tiny_config);
+    llama_config cfg;
+    if (llama_config_load(&cfg, p) != 0) return -1;
+    param_layout l;
+    if (param_layout_init(&l, &cfg, 1) != 0) return -1;
+    static float zeros[4096];
+    st_write_tensor ts[32];
+    int n = 0;
+    for (int i = 0; i < l.n_entries; i++) {
+        const param_entry *e = &l.entries[i];
+        if (c->defect == D_MISSING && strstr(e->name, "down_proj")) continue;
+        st_write_tensor *t = &ts[n++];
+        memset(t, 0, sizeof *t);
+        t->name = e->name;
+        t->dtype = ST_F32;
+        t->ndim = e->ndim;
+        for (int d = 0; d < e->ndim; d++) t->shape[d] = e->shape[d];
+        t->data = zeros;
+        if (strcmp(e->name, "model.norm.weight") == 0 && c->defect == D_SHAPE) t->shape[0] = 9;
+        if (strcmp(e->name, "model.norm.weight") == 0 && c->defect == D_DTYPE) t->dtype = ST_I32;
+    }
+    if (c->defect == D_EXTRA) ts[n++] = (st_write_tensor){"model.layers.7.mlp.up_proj.weight", ST_F32, 1, {2}, zeros};
+    int rc = 0;
+    if (!c->sharded) {
+        snprintf(p, sizeof p, "%s/model.safetensors", cdir);
+        rc = st_write(p, ts, n, NULL);
+    } else {
+        // two shards: first half / second half; index maps each name
+        int h = n / 2;
+        snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", cdir);
+        rc |= st_write(p, ts, h, NULL);
+        snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", cdir);
+        rc |= st_write(p, ts + h, n - h, NULL);
+        if (c->defect == D_INDEX_DUP_ACROSS) {  // shard 1 also holds the last tensor (lm_head.weight)
+            st_write_tensor ts1[33];
+            memcpy(ts1, ts, (size_t)h * sizeof *ts);
+            ts1[h] = ts[n - 1];
+            snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", cdir);
+            rc |= st_write(p, ts1, h + 1, NULL);
+        }
+        char *idx = malloc(16384);
+        size_t k = (size_t)snprintf(idx, 16384, "{\"metadata\":{},\"weight_map\":{");
+        for (int i = 0; i < n; i++) {
+            const char *file = i < h ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+            if (i == 0 && c->defect == D_INDEX_MISSING_FILE) file = "model-00009-of-00002.safetensors";
+            if (i == 0 && c->defect == D_INDEX_ESCAPE) file = "../../etc/passwd";
+            if (i == 0 && c->defect == D_INDEX_WRONG_FILE) file = "model-00002-of-00002.safetensors";
+            k += (size_t)snprintf(idx + k, 16384 - k, "%s\"%s\":\"%s\"", i ? "," : "", ts[i].name, file);
+        }
+        snprintf(idx + k, 16384 - k, "}}");
+        snprintf(p, sizeof p, "%s/model.safetensors.index.json", cdir);
+        write_text(p, idx);
+        free(idx);
+    }
+    param_layout_free(&l);
+    return rc;
+}
+
+static void test_checkpoint_table(void) {
+    for (size_t i = 0; i < sizeof ck_cases / sizeof ck_cases[0]; i++) {
+        const ck_case *c = &ck_cases[i];
+        char cdir[256];
+        snprintf(cdir, sizeof cdir, "%s/ck%zu", dir, i);
+        ft_error_clear();
+        if (make_checkpoint(cdir, c) != 0) { EXPECT(0, "%s: setup failed: %s", c->name, ft_error_message()); continue; }
+        char p[512];
+        snprintf(p, sizeof p, "%s/config.json", cdir);
+        llama_config cfg;
+        llama_config_load(&cfg, p);
+        hf_checkpoint ck;
+        int rc = hf_checkpoint_open(&ck, cdir);
+        param_layout l;
+        param_layout_init(&l, &cfg, 1);
+        if (rc == 0) rc = hf_checkpoint_validate(&ck, &l);
+        param_layout_free(&l);
+        if (!c->want) EXPECT(rc == 0, "%s: should load, got: %s", c->name, ft_error_message());
+        else EXPECT(rc != 0 && strstr(ft_error_message(), c->want) && !strchr(ft_error_message(), '\n'),
+                    "%s: error '%s' should contain '%s'", c->name, ft_error_message(), c->want);
+        hf_checkpoint_close(&ck);
+    }
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+    test_reader_table();
+    test_writer();
+    test_checkpoint_table();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    TEST_SUMMARY("test_safetensors");
+}
