@@ -101,3 +101,7 @@ int token_shard_fill_row(const token_shard *s, uint64_t i, int T, int32_t *token
     }
     return valid;
 }
+
+int32_t token_shard_doc_token(const token_shard *s, uint64_t i, uint64_t j) {
+    return token_at(s, offset_at(s, i) + j);
+}

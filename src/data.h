@@ -29,6 +29,9 @@ void token_shard_close(token_shard *s);
 // Length of document i in tokens.
 uint64_t token_shard_doc_len(const token_shard *s, uint64_t i);
 
+// Token j of document i (j < token_shard_doc_len(s, i)).
+int32_t token_shard_doc_token(const token_shard *s, uint64_t i, uint64_t j);
+
 // Fill one training row from document i, truncated to T + 1 tokens as the tutorial does:
 // tokens (T) = doc[0..T-1] padded with the pad id, targets (T): targets[t] = doc[t + 1]
 // while t + 1 < len, else -100. Returns the number of valid targets.

@@ -201,6 +201,7 @@ int model_init(model *m, const llama_config *cfg, const backend *be, mem_tracker
     m->mem = mem;
     m->B = B;
     m->T = T;
+    m->T_alloc = T;
     m->grad_ckpt = grad_ckpt;
     m->esz = st_dtype_size(be->dtype);
     TRY(param_layout_init(&m->layout, cfg, pad_multiple));
@@ -284,7 +285,7 @@ static void layer_acts_release(model *m, mem_category cat, layer_acts *s, size_t
 
 static void model_release_buffers(model *m) {
     const llama_config *c = &m->cfg;
-    const size_t N = (size_t)m->B * m->T, C = c->hidden_size, V = c->vocab_size;
+    const size_t N = (size_t)m->B * m->T_alloc, C = c->hidden_size, V = c->vocab_size;
     const size_t F = c->intermediate_size, half = (size_t)c->head_dim / 2;
     const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
     const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
@@ -295,11 +296,11 @@ static void model_release_buffers(model *m) {
     if (m->acts)
         for (int s = 0; s < m->n_act_sets; s++)
             layer_acts_release(m, m->grad_ckpt ? MEM_WORKSPACE : MEM_ACTIVATIONS, &m->acts[s], N,
-                               m->B, m->T);
+                               m->B, m->T_alloc);
     mem_free(t, MEM_ACTIVATIONS, m->lnf, N * C * m->esz);
     mem_free(t, MEM_ACTIVATIONS, m->lnf_rstd, N * sizeof(float));
-    mem_free(t, MEM_WORKSPACE, m->rope_cos, (size_t)m->T * half * sizeof(float));
-    mem_free(t, MEM_WORKSPACE, m->rope_sin, (size_t)m->T * half * sizeof(float));
+    mem_free(t, MEM_WORKSPACE, m->rope_cos, (size_t)m->T_alloc * half * sizeof(float));
+    mem_free(t, MEM_WORKSPACE, m->rope_sin, (size_t)m->T_alloc * half * sizeof(float));
     mem_free(t, MEM_WORKSPACE, m->tokens, N * sizeof(int32_t));
     mem_free(t, MEM_WORKSPACE, m->targets, N * sizeof(int32_t));
     mem_free(t, MEM_WORKSPACE, m->losses, N * sizeof(float));
@@ -389,11 +390,11 @@ static size_t lm_head_offset(const model *m) {
 int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits) {
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size;
-    void *root;
-    TRY(forward_trunk(m, p, tokens, &root));
     // logits row chunks through the fp32 workspace; the backend computes in its dtype, so
     // this path is for the fp32 CPU backend (golden tests, sampling)
     if (m->be->dtype != ST_F32) return ft_error("model_logits: needs an fp32 backend");
+    void *root;
+    TRY(forward_trunk(m, p, tokens, &root));
     for (int n0 = 0; n0 < N; n0 += LMHEAD_CHUNK_ROWS) {
         int rows = N - n0 < LMHEAD_CHUNK_ROWS ? N - n0 : LMHEAD_CHUNK_ROWS;
         TRY(m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)n0 * C),
@@ -484,4 +485,11 @@ int model_step(model *m, const unit_provider *p, const int32_t *tokens, const in
     TRY(be->embedding_bwd(at(m, droot, m->layout.root_off[RT_EMBED]), m->dresid, m->tokens, N, C, V));
     TRY(p->grad_end(p->ctx, root_u));
     return p->release(p->ctx, root_u);
+}
+
+int model_set_seq_len(model *m, int T) {
+    if (T < 1 || T > m->T_alloc)
+        return ft_error("model: sequence length %d outside [1, %d] (the allocated length)", T, m->T_alloc);
+    m->T = T;
+    return 0;
 }

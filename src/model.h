@@ -98,7 +98,8 @@ typedef struct {
     const backend *be;
     mem_tracker *mem;
     param_layout layout;
-    int B, T;                       // shapes the buffers were sized for
+    int B, T;                       // current micro-batch shape (T <= T_alloc)
+    int T_alloc;                    // sequence length the buffers were sized for
     int grad_ckpt;                  // 1: keep only each layer's input, recompute in backward
     size_t esz;                     // bytes per element of the backend dtype
 
@@ -132,6 +133,11 @@ void model_free(model *m);
 // the provider's gradient buffers. Outputs the sum of valid token losses and their count.
 int model_step(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
                int backward, float dloss, double *loss_sum, int *n_valid);
+
+// Run the next micro-batches with sequence length T <= the allocated one (a batch whose
+// rows all end early needs no compute on the padding: causal attention makes the result
+// on real tokens the same). tokens/targets passed to model_step are then (B, T). 0 / -1.
+int model_set_seq_len(model *m, int T);
 
 // Forward only, writing logits (B, T, V) fp32 to host memory `logits`.
 int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits);

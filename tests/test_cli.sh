@@ -22,7 +22,9 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 help=$("$bin" --help); rc=$?
 [ $rc -eq 0 ] && ok || bad "--help exit $rc"
-for f in --model_dir --data_dir --eval_only --batch_size_per_device --seq_len --gradient_checkpointing --max_eval_docs; do
+for f in --model_dir --data_dir --out_dir --resume --eval_only --batch_size_per_device --total_batch_size --seq_len --pack \
+         --gradient_checkpointing --learning_rate --lr_schedule --warmup_fraction --weight_decay --max_grad_norm \
+         --max_steps --epochs --seed --eval_every --save_every --save_dtype --no_fsdp --dp_shard; do
   printf '%s\n' "$help" | grep -q -- "$f .*(default: " && ok || bad "--help does not list $f with its default"
 done
 
@@ -35,7 +37,7 @@ expect_error "$tmp/none/config.json" --eval_only --model_dir "$tmp/none"
 mkdir -p "$tmp/m"; echo '[1,2]' > "$tmp/m/config.json"
 expect_error "$tmp/m/config.json" --eval_only --model_dir "$tmp/m"
 cp tests/golden/mha/config.json "$tmp/m/config.json" 2>/dev/null
-expect_error "no validation shards" --eval_only --model_dir "$tmp/m" --data_dir "$tmp"
+expect_error "no val shards" --eval_only --model_dir "$tmp/m" --data_dir "$tmp" --seq_len 32
 if [ -f tests/golden/mha/config.json ]; then
   expect_error "exceeds the model's max_position_embeddings" --eval_only --model_dir tests/golden/mha --seq_len 100000
 fi

@@ -1,0 +1,72 @@
+// comm.c: counting wrappers and the single-process transport (see comm.h).
+#include "comm.h"
+
+#include <string.h>
+
+#include "common.h"
+
+// ----------------------------------------------------------------------------
+// counting wrappers
+
+static void count(comm *c, comm_kind k, size_t bytes) {
+    c->bytes_sent[k] += bytes;
+    c->calls[k]++;
+}
+
+int comm_all_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
+    count(c, COMM_ALL_GATHER, (size_t)(c->size - 1) * n * st_dtype_size(dt));
+    return c->all_gather(c, recv, send, n, dt);
+}
+int comm_reduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
+    count(c, COMM_REDUCE_SCATTER, (size_t)(c->size - 1) * n * st_dtype_size(dt));
+    return c->reduce_scatter(c, recv, send, n, dt);
+}
+int comm_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
+    // ring all-reduce = reduce-scatter + all-gather of count / size each
+    count(c, COMM_ALL_REDUCE, c->size > 1 ? 2 * (size_t)(c->size - 1) * (n / c->size) * st_dtype_size(dt) : 0);
+    return c->all_reduce(c, buf, n, dt);
+}
+int comm_all_reduce_f64(comm *c, double *buf, size_t n) {
+    count(c, COMM_ALL_REDUCE, c->size > 1 ? 2 * (size_t)(c->size - 1) * n * sizeof(double) / c->size : 0);
+    return c->all_reduce_f64(c, buf, n);
+}
+int comm_broadcast(comm *c, void *buf, size_t bytes, int root) {
+    count(c, COMM_BROADCAST, c->rank == root && c->size > 1 ? bytes : 0);
+    return c->broadcast(c, buf, bytes, root);
+}
+int comm_barrier(comm *c) { return c->barrier(c); }
+void comm_destroy(comm *c) { if (c && c->destroy) c->destroy(c); }
+
+size_t comm_total_bytes(const comm *c) {
+    size_t s = 0;
+    for (int k = 0; k < COMM_KIND_COUNT; k++) s += c->bytes_sent[k];
+    return s;
+}
+
+// ----------------------------------------------------------------------------
+// single process: every collective is the identity (a copy when buffers differ)
+
+static int single_copy(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
+    if (recv == send) return 0;
+    return c->be->copy_d2d(recv, send, n * st_dtype_size(dt));
+}
+static int single_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) { (void)c; (void)buf; (void)n; (void)dt; return 0; }
+static int single_all_reduce_f64(comm *c, double *buf, size_t n) { (void)c; (void)buf; (void)n; return 0; }
+static int single_broadcast(comm *c, void *buf, size_t bytes, int root) { (void)c; (void)buf; (void)bytes; (void)root; return 0; }
+static int single_barrier(comm *c) { (void)c; return 0; }
+static void single_destroy(comm *c) { (void)c; }
+
+void comm_init_single(comm *c, const backend *be) {
+    memset(c, 0, sizeof *c);
+    c->name = "single";
+    c->rank = 0;
+    c->size = 1;
+    c->be = be;
+    c->all_gather = single_copy;
+    c->reduce_scatter = single_copy;
+    c->all_reduce = single_all_reduce;
+    c->all_reduce_f64 = single_all_reduce_f64;
+    c->broadcast = single_broadcast;
+    c->barrier = single_barrier;
+    c->destroy = single_destroy;
+}

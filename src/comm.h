@@ -1,0 +1,53 @@
+// comm.h: collectives over flat buffers, one interface for every transport.
+//
+// Implementations: "single" (one process: collectives are copies), "mpi" (CPU ranks) and
+// "nccl" (GPU ranks) later. A comm is a group of ranks; the FSDP state holds two of them
+// (the shard group and the replica group, for HSDP). Buffers are backend memory for the
+// data collectives and host memory for comm_all_reduce_f64 (losses, norms, counts).
+//
+// Every collective is collective: all ranks of the group call it in the same order with
+// the same count and dtype. Byte counters record what this rank SENDS under a ring
+// algorithm: all_gather and reduce_scatter (N-1) x count x size, all_reduce twice that,
+// broadcast count x size from the root, so tests can compare with the formulas.
+#pragma once
+#include <stddef.h>
+
+#include "backend.h"
+
+typedef enum { COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_ALL_REDUCE, COMM_BROADCAST, COMM_KIND_COUNT } comm_kind;
+
+typedef struct comm comm;
+struct comm {
+    const char *name;        // "single", "mpi", ...
+    int rank, size;          // within this group
+    const backend *be;       // where data buffers live
+    void *impl;              // transport state
+    size_t bytes_sent[COMM_KIND_COUNT];
+    size_t calls[COMM_KIND_COUNT];
+
+    // recv (size * count) = concatenation of every rank's send (count), rank order
+    int (*all_gather)(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
+    // recv (count) = sum over ranks of send[rank * count .. (rank + 1) * count)
+    int (*reduce_scatter)(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
+    // buf (count) = sum over ranks, in place
+    int (*all_reduce)(comm *c, void *buf, size_t count, st_dtype dt);
+    // host doubles summed over ranks, in place (exact same result on every rank)
+    int (*all_reduce_f64)(comm *c, double *buf, size_t count);
+    // buf (bytes) from `root` to every rank (host or backend memory as the transport allows)
+    int (*broadcast)(comm *c, void *buf, size_t bytes, int root);
+    int (*barrier)(comm *c);
+    void (*destroy)(comm *c);
+};
+
+// A one-rank group over backend `be`. Always succeeds.
+void comm_init_single(comm *c, const backend *be);
+
+// Counting wrappers: call these, not the function pointers.
+int comm_all_gather(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
+int comm_reduce_scatter(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
+int comm_all_reduce(comm *c, void *buf, size_t count, st_dtype dt);
+int comm_all_reduce_f64(comm *c, double *buf, size_t count);
+int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
+int comm_barrier(comm *c);
+void comm_destroy(comm *c);
+size_t comm_total_bytes(const comm *c);

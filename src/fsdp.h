@@ -1,0 +1,76 @@
+// fsdp.h: sharded model state (ZeRO-3 / FSDP full shard, DDP, HSDP) over the flat layout.
+//
+// Ranks form a grid: a shard group of S ranks splits every unit into S equal slices (the
+// layout is padded so that S divides each unit), and a replica group of R ranks holds the
+// same slice. FSDP = (S = world, R = 1); DDP / --no_fsdp = (S = 1, R = world); HSDP =
+// (S = --dp_shard, R = world / S). One process is S = R = 1.
+//
+// Each rank keeps, for its slice only: the working parameters (backend dtype), fp32 master
+// weights, AdamW moments and fp32 gradients. The unit_provider gathers a unit's full
+// parameters before use (all-gather in the shard group; nothing when S = 1) and, when a
+// unit's gradients of a micro-batch are complete, reduce-scatters them into the fp32
+// gradient slice (+=). After the last micro-batch, fsdp_finish_grads all-reduces the slices
+// across replicas. The optimizer then updates the slice in place: a shard is a slice.
+#pragma once
+#include "checkpoint.h"
+#include "comm.h"
+#include "model.h"
+
+typedef struct {
+    const param_layout *layout;   // padded: shard->size divides every unit_numel
+    const backend *be;
+    mem_tracker *mem;
+    comm *shard;                  // S ranks splitting each unit
+    comm *replica;                // R ranks holding the same slice
+    size_t esz;                   // bytes per backend element
+    size_t n_local;               // elements of this rank's slice of all units
+    size_t *slice;                // (n_units) unit_numel[u] / S
+    size_t *local_off;            // (n_units) where unit u's slice starts in local buffers
+    size_t max_unit;              // largest unit_numel
+
+    void *params;                 // (n_local) backend dtype, what the forward reads
+    float *master;                // (n_local) fp32 master weights
+    float *exp_avg, *exp_avg_sq;  // (n_local) fp32 AdamW moments
+    float *grads;                 // (n_local) fp32 gradients of the current optimizer step
+
+    void *root_full, *layer_full; // gathered units (S > 1), backend dtype
+    void *root_grad, *layer_grad; // one micro-batch's full-unit gradients, backend dtype
+    void *rs_out;                 // (max slice) reduce-scatter output (S > 1), backend dtype
+    float *unit_f32;              // (max_unit) fp32 gather buffer for checkpoints
+} fsdp_state;
+
+// Allocate this rank's state for `layout` (which must be padded to a multiple of
+// shard->size). Parameters are zero until loaded. 0 or -1.
+int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem,
+              comm *shard, comm *replica);
+void fsdp_free(fsdp_state *s);
+
+// The provider the model uses for forward/backward over this state.
+unit_provider fsdp_provider(fsdp_state *s);
+
+// Global element range [lo, hi) of unit u held by this rank.
+void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi);
+
+// Which fp32 slice buffer: master weights or the two AdamW moments.
+typedef enum { FSDP_MASTER, FSDP_EXP_AVG, FSDP_EXP_AVG_SQ } fsdp_buffer;
+
+// Set unit u of `which` from the full unit in host fp32 memory (unit_numel[u] elements; this
+// rank takes its slice). Setting FSDP_MASTER also refreshes the working parameters. 0 / -1.
+int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_full);
+// Gather unit u of `which` into host fp32 memory on every rank of the shard group
+// (collective). 0 / -1.
+int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full);
+
+// Load master + working parameters from a Hugging Face checkpoint (every rank reads its
+// slices through the mmap) and zero the moments. Validates first. 0 / -1.
+int fsdp_load_hf(fsdp_state *s, const hf_checkpoint *ck);
+
+// Zero the fp32 gradient slices (start of an optimizer step).
+int fsdp_zero_grads(fsdp_state *s);
+// After the last micro-batch: sum gradient slices across replicas, and return the global
+// L2 norm of the gradient in *norm (collective over all ranks). 0 / -1.
+int fsdp_finish_grads(fsdp_state *s, double *norm);
+// AdamW on this rank's slices; weight decay only on entries with decay = 1 (matrices and
+// embeddings, not RMSNorm weights); padding is never touched. `p->weight_decay` is the
+// decay for decaying entries. 0 / -1.
+int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p);

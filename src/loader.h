@@ -1,0 +1,40 @@
+// loader.h: rows of training data from a set of token shards (train_*.bin or val_*.bin).
+//
+// A "row" is one sequence of T input tokens and T targets. Two modes:
+//   games (default): row i of an epoch = game perm[i], truncated to T + 1 tokens, padded
+//                    with targets -100 (the tutorial's format).
+//   pack (--pack):   the epoch's games, in perm order, are one stream ([bos] game [eos] ...);
+//                    row i = stream[i*T .. i*T + T] (T inputs, T shifted targets).
+// perm is a seeded Fisher-Yates permutation per epoch (identity when shuffle is off), so row
+// i of epoch e is a pure function of (seed, e, i): ranks read disjoint rows by index, and a
+// resumed run continues exactly. Shards are mmapped; nothing is loaded whole.
+#pragma once
+#include <stdint.h>
+
+#include "data.h"
+
+typedef struct {
+    token_shard *shards;
+    int n_shards;
+    uint64_t *doc_base;      // (n_shards + 1) global index of each shard's first game
+    uint64_t n_docs;
+    int T, pack, shuffle;
+    uint64_t seed;
+    int epoch;               // epoch the tables below are built for (-1 = none)
+    uint64_t *perm;          // (n_docs) game order of `epoch`
+    uint64_t *stream_off;    // pack: (n_docs + 1) stream offset of each perm position
+    uint64_t n_rows;         // rows per epoch
+} loader;
+
+// Open every `<dir>/<prefix>_*.bin` (sorted by name), validating each against model_vocab.
+// 0, or -1 with ft_error naming the directory or file.
+int loader_open(loader *ld, const char *dir, const char *prefix, int model_vocab, int T, int pack,
+                int shuffle, uint64_t seed);
+void loader_close(loader *ld);
+
+// Rows per epoch (the same for every epoch).
+uint64_t loader_rows(const loader *ld);
+
+// Fill tokens (T), targets (T) with row `row` of epoch `epoch`; returns the number of valid
+// targets, or -1 with ft_error (row out of range, allocation failure).
+int loader_fill_row(loader *ld, int epoch, uint64_t row, int32_t *tokens, int32_t *targets);

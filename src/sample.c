@@ -1,0 +1,152 @@
+// sample.c: decode token ids with the checkpoint's tokenizer.json and sample a continuation
+// of a validation game (see train.h).
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "data.h"
+#include "train.h"
+
+#define SAMPLE_TEMPERATURE 0.8
+
+// ----------------------------------------------------------------------------
+// tokenizer.json: id -> piece, for decoding only
+
+typedef struct {
+    char **piece;      // (n) owned strings, NULL for unknown ids
+    int *special;      // (n) 1 for added special tokens (not printed)
+    int n;
+} vocab;
+
+static void vocab_free(vocab *v) {
+    for (int i = 0; i < v->n; i++) free(v->piece[i]);
+    free(v->piece);
+    free(v->special);
+    memset(v, 0, sizeof *v);
+}
+
+static int vocab_load(vocab *v, const char *path, int n) {
+    memset(v, 0, sizeof *v);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) return ft_error("%s: %s", path, jerr.text);
+    v->n = n;
+    v->piece = ft_calloc((size_t)n, sizeof(char *), "vocab");
+    v->special = ft_calloc((size_t)n, sizeof(int), "vocab flags");
+    json_t *vmap = json_object_get(json_object_get(root, "model"), "vocab");
+    int rc = 0;
+    if (!v->piece || !v->special) rc = -1;
+    else if (!json_is_object(vmap)) rc = ft_error("%s: field 'model.vocab' missing or not an object", path);
+    else {
+        const char *key;
+        json_t *val;
+        json_object_foreach(vmap, key, val) {
+            json_int_t id = json_integer_value(val);
+            if (json_is_integer(val) && id >= 0 && id < n && !v->piece[id]) v->piece[id] = ft_strdup(key);
+        }
+        size_t i;
+        json_t *tok;
+        json_array_foreach(json_object_get(root, "added_tokens"), i, tok) {
+            json_int_t id = json_integer_value(json_object_get(tok, "id"));
+            const char *content = json_string_value(json_object_get(tok, "content"));
+            if (id < 0 || id >= n || !content) continue;
+            if (!v->piece[id]) v->piece[id] = ft_strdup(content);
+            v->special[id] = json_is_true(json_object_get(tok, "special"));
+        }
+    }
+    json_decref(root);
+    if (rc != 0) vocab_free(v);
+    return rc;
+}
+
+// Append the text of `id` to buf: the Metaspace marker U+2581 becomes a space.
+static void vocab_append(const vocab *v, int id, char *buf, size_t n) {
+    if (id < 0 || id >= v->n || v->special[id] || !v->piece[id]) return;
+    size_t k = strlen(buf);
+    for (const char *p = v->piece[id]; *p && k + 1 < n; p++) {
+        if ((unsigned char)p[0] == 0xE2 && (unsigned char)p[1] == 0x96 && (unsigned char)p[2] == 0x81) {
+            buf[k++] = ' ';
+            p += 2;
+        } else {
+            buf[k++] = *p;
+        }
+    }
+    buf[k] = '\0';
+}
+
+// ----------------------------------------------------------------------------
+// sampling
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int sample_logits(const float *logits, int V, uint64_t *rng) {
+    float mx = logits[0];
+    for (int i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((logits[i] - mx) / SAMPLE_TEMPERATURE);
+    double r = (double)(rng_next(rng) >> 11) / 9007199254740992.0 * sum, acc = 0;
+    for (int i = 0; i < V; i++) {
+        acc += exp((logits[i] - mx) / SAMPLE_TEMPERATURE);
+        if (acc >= r) return i;
+    }
+    return V - 1;
+}
+
+int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem, const char *model_dir,
+                        const char *data_dir, int prompt_tokens, int n_tokens, uint64_t seed, int world_rank) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/val_000.bin", data_dir);
+    token_shard shard;
+    TRY(token_shard_open(&shard, path, cfg->vocab_size));
+    vocab v = {0};
+    model m = {0};
+    int32_t *tokens = NULL;
+    float *logits = NULL;
+    int rc = -1;
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    TRY_GOTO(vocab_load(&v, path, cfg->vocab_size), done);
+    int len = (int)token_shard_doc_len(&shard, 0);
+    if (len > prompt_tokens) len = prompt_tokens;
+    int T = len + n_tokens;
+    if (T > cfg->max_position_embeddings) T = cfg->max_position_embeddings;
+    TRY_GOTO(model_init(&m, cfg, s->be, mem, 1, T, 0, s->layout->pad_multiple), done);
+    unit_provider prov = fsdp_provider(s);
+    tokens = ft_malloc((size_t)T * sizeof(int32_t), "sample tokens");
+    logits = ft_malloc((size_t)T * cfg->vocab_size * sizeof(float), "sample logits");
+    if (!tokens || !logits) goto done;
+    for (int t = 0; t < len; t++) tokens[t] = token_shard_doc_token(&shard, 0, (uint64_t)t);
+    uint64_t rng = seed ^ 0x5eed5eedull;
+    int eos = cfg->n_eos > 0 ? cfg->eos_token_ids[0] : -1;
+    char prompt[4096] = "", cont[8192] = "";
+    for (int t = 0; t < len; t++) vocab_append(&v, tokens[t], prompt, sizeof prompt);
+    int n = len;
+    while (n < T) {
+        TRY_GOTO(model_set_seq_len(&m, n), done);
+        TRY_GOTO(model_logits(&m, &prov, tokens, logits), done);
+        int next = sample_logits(logits + (size_t)(n - 1) * cfg->vocab_size, cfg->vocab_size, &rng);
+        tokens[n++] = next;
+        if (next == eos) break;
+        vocab_append(&v, next, cont, sizeof cont);
+    }
+    if (world_rank == 0) {
+        printf("sample (validation game 0, %d prompt tokens, temperature %.1f):\n  prompt:      %s\n"
+               "  continuation:%s%s\n", len, SAMPLE_TEMPERATURE, prompt + (prompt[0] == ' '), cont,
+               n < T ? " <eos>" : "");
+    }
+    rc = 0;
+done:
+    free(tokens);
+    free(logits);
+    model_free(&m);
+    vocab_free(&v);
+    token_shard_close(&shard);
+    return rc;
+}

@@ -1,0 +1,462 @@
+// train.c: the training job over the sharded state (see train.h).
+//
+// One optimizer step = total_batch_size rows of the epoch, split into micro-batches of
+// batch_size_per_device rows: micro-batch a of data-parallel rank r takes rows
+// row0 + (a * world + r) * B + [0, B). The set of rows in a step therefore does not depend on
+// the world size or the per-device batch, and the loss is normalised by the number of valid
+// target tokens of the whole step (counted before the forward), so single-rank, DDP, FSDP and
+// HSDP runs compute the same step.
+#include "train.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "common.h"
+#include "loader.h"
+
+// ----------------------------------------------------------------------------
+// signals: SIGTERM (Slurm before the time limit) and SIGINT save a checkpoint and stop
+
+static volatile sig_atomic_t g_stop_signal;
+static void on_signal(int sig) { g_stop_signal = sig; }
+
+static void install_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+// ----------------------------------------------------------------------------
+// small helpers
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// learning rate of optimizer step `step` (0-based), as transformers' schedulers compute it
+static double lr_at(const train_options *o, int step, int total) {
+    int warmup = (int)(o->warmup_fraction * total);
+    if (step < warmup) return o->learning_rate * (double)step / (double)warmup;
+    if (strcmp(o->lr_schedule, "constant") == 0) return o->learning_rate;
+    double progress = (double)(step - warmup) / (double)(total - warmup > 0 ? total - warmup : 1);
+    if (progress > 1) progress = 1;
+    if (strcmp(o->lr_schedule, "cosine") == 0) return o->learning_rate * 0.5 * (1.0 + cos(M_PI * progress));
+    return o->learning_rate * (1.0 - progress);
+}
+
+// model FLOPs per trained token: 6 x (non-embedding params) for the matmuls forward and
+// backward, plus causal attention (QK^T and PV: 4 x T x H x D per layer forward, halved by
+// causality, x3 for the backward)
+static double flops_per_token(const llama_config *c, double avg_T) {
+    double P = (double)llama_config_param_count(c) - (double)c->vocab_size * c->hidden_size;
+    return 6.0 * P + 6.0 * c->num_hidden_layers * (double)c->num_attention_heads * c->head_dim * avg_T;
+}
+
+// The backend's dense matmul rate, measured: the MFU denominator when no peak is given.
+static double measure_matmul_flops(const backend *be, mem_tracker *mem) {
+    const int n = 384;
+    size_t bytes = (size_t)n * n * st_dtype_size(be->dtype);
+    void *a = mem_alloc(mem, MEM_WORKSPACE, bytes), *b = mem_alloc(mem, MEM_WORKSPACE, bytes),
+         *c = mem_alloc(mem, MEM_WORKSPACE, bytes);
+    double rate = 0;
+    if (a && b && c && be->zero(a, bytes) == 0 && be->zero(b, bytes) == 0) {
+        be->matmul_fwd(c, a, b, n, n, n);   // warm-up (thread pool start)
+        double best = 1e30;
+        for (int i = 0; i < 5; i++) {
+            double t0 = now_seconds();
+            be->matmul_fwd(c, a, b, n, n, n);
+            be->synchronize();
+            double dt = now_seconds() - t0;
+            if (dt < best) best = dt;
+        }
+        rate = 2.0 * n * n * (double)n / best;
+    }
+    mem_free(mem, MEM_WORKSPACE, a, bytes);
+    mem_free(mem, MEM_WORKSPACE, b, bytes);
+    mem_free(mem, MEM_WORKSPACE, c, bytes);
+    return rate;
+}
+
+static void format_eta(char *buf, size_t n, double secs) {
+    long s = (long)(secs + 0.5);
+    if (s >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+    else snprintf(buf, n, "%ld:%02ld", s / 60, s % 60);
+}
+
+// ----------------------------------------------------------------------------
+// the job state
+
+typedef struct {
+    const train_options *o;
+    const train_comms *cc;
+    int rank, world;              // data-parallel rank / world (every rank is one)
+    llama_config cfg;
+    const backend *be;
+    mem_tracker mem;
+    param_layout layout;
+    model m;
+    fsdp_state fs;
+    unit_provider prov;
+    loader train, val;
+    int accum;                    // micro-batches per optimizer step on this rank
+    int total_steps, steps_per_epoch;
+    int32_t *tokens, *targets;    // (accum, B, T) this rank's rows of the current step
+    int32_t *rows_tok, *rows_tgt; // (B, T_used) one micro-batch, compacted
+    FILE *metrics;                // rank 0: <out_dir>/metrics.jsonl
+    double peak_flops;
+} job;
+
+static int is_main(const job *j) { return j->rank == 0; }
+
+// Copy micro-batch a of the step into the compact (B, T_used) buffers; returns T_used, the
+// longest row's real length (at least 1).
+static int micro_batch(job *j, int a) {
+    const int B = j->o->batch_size_per_device, T = j->o->seq_len;
+    const int32_t *tok = j->tokens + (size_t)a * B * T, *tgt = j->targets + (size_t)a * B * T;
+    int used = 1;
+    for (int b = 0; b < B; b++)
+        for (int t = T - 1; t >= used; t--)
+            if (tgt[(size_t)b * T + t] != -100) { used = t + 1; break; }
+    for (int b = 0; b < B; b++) {
+        memcpy(j->rows_tok + (size_t)b * used, tok + (size_t)b * T, (size_t)used * sizeof(int32_t));
+        memcpy(j->rows_tgt + (size_t)b * used, tgt + (size_t)b * T, (size_t)used * sizeof(int32_t));
+    }
+    return used;
+}
+
+// Validation loss over the first max_eval_docs validation games (all when 0). Every rank
+// runs the same number of micro-batches (FSDP gathers are collective); missing rows are
+// empty. *tokens_out = number of predicted tokens.
+static int evaluate(job *j, double *loss_out, double *tokens_out) {
+    const int B = j->o->batch_size_per_device, T = j->o->seq_len;
+    uint64_t rows = loader_rows(&j->val);
+    if (j->o->max_eval_docs > 0 && (uint64_t)j->o->max_eval_docs < rows) rows = (uint64_t)j->o->max_eval_docs;
+    const uint64_t per_round = (uint64_t)B * j->world;
+    double acc[2] = {0, 0};
+    for (uint64_t base = 0; base < rows; base += per_round) {
+        for (int b = 0; b < B; b++) {
+            uint64_t r = base + (uint64_t)j->rank * B + b;
+            int32_t *tok = j->tokens + (size_t)b * T, *tgt = j->targets + (size_t)b * T;
+            if (r < rows) { if (loader_fill_row(&j->val, 0, r, tok, tgt) < 0) return -1; }
+            else for (int t = 0; t < T; t++) { tok[t] = 0; tgt[t] = -100; }
+        }
+        int used = micro_batch(j, 0);
+        TRY(model_set_seq_len(&j->m, used));
+        double sum;
+        int n;
+        TRY(model_step(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 0, 0.0f, &sum, &n));
+        acc[0] += sum;
+        acc[1] += n;
+    }
+    TRY(comm_all_reduce_f64(j->cc->world, acc, 2));
+    *loss_out = acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    *tokens_out = acc[1];
+    return 0;
+}
+
+static void log_eval(job *j, int step, double loss, double ntok, double secs) {
+    if (!is_main(j)) return;
+    printf("eval  step %d | val loss %.4f | perplexity %.2f | %.0f tokens | %.1f s\n", step, loss, exp(loss), ntok, secs);
+    if (j->metrics) {
+        fprintf(j->metrics, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"tokens\":%.0f}\n", step, loss, ntok);
+        fflush(j->metrics);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// setup and teardown
+
+static int job_setup(job *j, const train_options *o, const train_comms *cc) {
+    memset(j, 0, sizeof *j);
+    j->o = o;
+    j->cc = cc;
+    j->rank = cc->world->rank;
+    j->world = cc->world->size;
+    j->be = cc->world->be;
+    mem_tracker_init(&j->mem, j->be);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    TRY(llama_config_load(&j->cfg, path));
+    if (o->seq_len > j->cfg.max_position_embeddings)
+        return ft_error("flag --seq_len: %d exceeds the model's max_position_embeddings %d", o->seq_len,
+                        j->cfg.max_position_embeddings);
+    const int per_step = o->batch_size_per_device * j->world;
+    if (o->total_batch_size % per_step != 0)
+        return ft_error("flag --total_batch_size: %d is not a multiple of --batch_size_per_device %d x %d ranks = %d",
+                        o->total_batch_size, o->batch_size_per_device, j->world, per_step);
+    j->accum = o->total_batch_size / per_step;
+
+    // every unit padded to a multiple of the shard group size (x16 keeps slices 64-byte aligned)
+    TRY(param_layout_init(&j->layout, &j->cfg, (size_t)cc->shard->size * 16));
+    TRY(model_init(&j->m, &j->cfg, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
+                   o->gradient_checkpointing, (size_t)cc->shard->size * 16));
+    TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica));
+    j->prov = fsdp_provider(&j->fs);
+
+    TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
+    if (o->eval_only) {
+        j->accum = 1;
+        j->steps_per_epoch = 1;
+    } else {
+        TRY(loader_open(&j->train, o->data_dir, "train", j->cfg.vocab_size, o->seq_len, o->pack, 1, (uint64_t)o->seed));
+        uint64_t rows = loader_rows(&j->train);
+        if (rows < (uint64_t)o->total_batch_size)
+            return ft_error("%s: %llu training rows, fewer than one --total_batch_size of %d", o->data_dir,
+                            (unsigned long long)rows, o->total_batch_size);
+        j->steps_per_epoch = (int)(rows / (uint64_t)o->total_batch_size);
+        j->total_steps = o->max_steps > 0 ? o->max_steps : o->epochs * j->steps_per_epoch;
+    }
+
+    const size_t BT = (size_t)o->batch_size_per_device * o->seq_len;
+    j->tokens = ft_malloc((size_t)j->accum * BT * sizeof(int32_t), "step tokens");
+    j->targets = ft_malloc((size_t)j->accum * BT * sizeof(int32_t), "step targets");
+    j->rows_tok = ft_malloc(BT * sizeof(int32_t), "micro-batch tokens");
+    j->rows_tgt = ft_malloc(BT * sizeof(int32_t), "micro-batch targets");
+    if (!j->tokens || !j->targets || !j->rows_tok || !j->rows_tgt) return -1;
+    return 0;
+}
+
+static void job_teardown(job *j) {
+    if (j->metrics) fclose(j->metrics);
+    free(j->tokens);
+    free(j->targets);
+    free(j->rows_tok);
+    free(j->rows_tgt);
+    loader_close(&j->train);
+    loader_close(&j->val);
+    fsdp_free(&j->fs);
+    model_free(&j->m);
+    param_layout_free(&j->layout);
+}
+
+static void print_plan(job *j) {
+    if (!is_main(j)) return;
+    const train_options *o = j->o;
+    const llama_config *c = &j->cfg;
+    printf("finetune: model %s: %lld params, %d layers, hidden %d, heads %d/%d (q/kv), head_dim %d, vocab %d%s\n",
+           o->model_dir, llama_config_param_count(c), c->num_hidden_layers, c->hidden_size,
+           c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->vocab_size,
+           c->tie_word_embeddings ? ", tied embeddings" : "");
+    printf("finetune: data %s: %llu training rows (%s), %llu validation games\n", o->data_dir,
+           o->eval_only ? 0ull : (unsigned long long)loader_rows(&j->train), o->pack ? "packed" : "one game per row",
+           (unsigned long long)loader_rows(&j->val));
+    printf("finetune: %d rank(s), backend %s, sharding %s (shard group %d x replica group %d); "
+           "%d micro-batch(es) of %d per rank per step; %d steps (%d per epoch)\n",
+           j->world, j->be->name, j->cc->shard->size > 1 ? (j->cc->replica->size > 1 ? "HSDP" : "FSDP full shard")
+                                                         : (j->world > 1 ? "none (DDP)" : "none (single device)"),
+           j->cc->shard->size, j->cc->replica->size, j->accum, o->batch_size_per_device, j->total_steps,
+           j->steps_per_epoch);
+    printf("finetune: AdamW lr %g (%s, warmup %.0f%%), betas %g/%g, eps %g, weight decay %g on matrices and "
+           "embeddings (not RMSNorm weights), grad clip %g\n", o->learning_rate, o->lr_schedule,
+           100 * o->warmup_fraction, o->beta1, o->beta2, o->adam_eps, o->weight_decay, o->max_grad_norm);
+}
+
+// ----------------------------------------------------------------------------
+// one optimizer step
+
+typedef struct { double loss, norm, lr, tokens, avg_T, secs; } step_stats;
+
+static int train_step(job *j, int step, step_stats *st) {
+    const train_options *o = j->o;
+    const int B = o->batch_size_per_device, T = o->seq_len;
+    const double t0 = now_seconds();
+    const int epoch = step / j->steps_per_epoch;
+    const uint64_t row0 = (uint64_t)(step % j->steps_per_epoch) * (uint64_t)o->total_batch_size;
+
+    // this rank's rows, and the valid-token count of the whole step (for the loss scale)
+    double counts[1] = {0};
+    for (int a = 0; a < j->accum; a++)
+        for (int b = 0; b < B; b++) {
+            uint64_t r = row0 + ((uint64_t)a * j->world + j->rank) * B + b;
+            size_t off = ((size_t)a * B + b) * T;
+            int n = loader_fill_row(&j->train, epoch, r, j->tokens + off, j->targets + off);
+            if (n < 0) return -1;
+            counts[0] += n;
+        }
+    TRY(comm_all_reduce_f64(j->cc->world, counts, 1));
+    if (counts[0] <= 0) return ft_error("step %d: the batch has no target tokens", step + 1);
+    const float dloss = (float)(1.0 / counts[0]);
+
+    TRY(fsdp_zero_grads(&j->fs));
+    double loss_sum = 0, used_sum = 0;
+    for (int a = 0; a < j->accum; a++) {
+        int used = micro_batch(j, a);
+        used_sum += used;
+        TRY(model_set_seq_len(&j->m, used));
+        double sum;
+        int n;
+        TRY(model_step(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 1, dloss, &sum, &n));
+        loss_sum += sum;
+        if (is_main(j) && isatty(STDOUT_FILENO)) {
+            printf("\rstep %d/%d: micro-batch %d/%d", step + 1, j->total_steps, a + 1, j->accum);
+            fflush(stdout);
+        }
+    }
+    double norm;
+    TRY(fsdp_finish_grads(&j->fs, &norm));
+    if (!isfinite(norm)) return ft_error("step %d: gradient norm is %g (diverged); lower --learning_rate", step + 1, norm);
+    const double clip = o->max_grad_norm > 0 ? fmin(1.0, o->max_grad_norm / (norm + 1e-6)) : 1.0;
+    const double lr = lr_at(o, step, j->total_steps);
+    const int t = step + 1;
+    adamw_params ap = {(float)lr, (float)o->beta1, (float)o->beta2, (float)o->adam_eps, (float)o->weight_decay,
+                       (float)(1.0 - pow(o->beta1, t)), (float)(1.0 - pow(o->beta2, t)), (float)clip};
+    TRY(fsdp_optimizer_step(&j->fs, &ap));
+    TRY(j->be->synchronize());
+
+    double sums[2] = {loss_sum, used_sum};
+    TRY(comm_all_reduce_f64(j->cc->world, sums, 2));
+    st->loss = sums[0] / counts[0];
+    st->norm = norm;
+    st->lr = lr;
+    st->tokens = counts[0];
+    st->avg_T = sums[1] / ((double)j->accum * j->world);
+    st->secs = now_seconds() - t0;
+    return 0;
+}
+
+static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
+    if (!is_main(j)) return;
+    const double tps = st->tokens / st->secs;
+    // MFU over the padded compute actually done (B x T_used tokens per micro-batch)
+    const double computed = (double)j->o->total_batch_size * st->avg_T;
+    const double mfu = j->peak_flops > 0 ? computed * flops_per_token(&j->cfg, st->avg_T) / st->secs /
+                                               (j->peak_flops * j->world) : 0;
+    char eta[32];
+    format_eta(eta, sizeof eta, avg_secs * (j->total_steps - step - 1));
+    if (isatty(STDOUT_FILENO)) printf("\r");
+    printf("step %4d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f ms | MFU %.1f%% | "
+           "peak mem %.1f MiB | eta %s\n",
+           step + 1, j->total_steps, st->loss, st->lr, st->norm, tps, 1000 * st->secs, 100 * mfu,
+           j->mem.peak_total / 1048576.0, eta);
+    fflush(stdout);
+    if (j->metrics) {
+        fprintf(j->metrics,
+                "{\"type\":\"train\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens\":%.0f,"
+                "\"tokens_per_s\":%.1f,\"ms\":%.1f,\"mfu\":%.5f,\"peak_mem_bytes\":%zu}\n",
+                step + 1, st->loss, st->lr, st->norm, st->tokens, tps, 1000 * st->secs, mfu, j->mem.peak_total);
+        fflush(j->metrics);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the job
+
+static int save_checkpoint(job *j, int step) {
+    trainer_state ts = {step, step / j->steps_per_epoch,
+                        (uint64_t)(step % j->steps_per_epoch) * (uint64_t)j->o->total_batch_size, j->o->seed,
+                        j->o->total_batch_size, j->o->seq_len, j->o->pack, j->total_steps,
+                        llama_config_param_count(&j->cfg)};
+    TRY(ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
+    TRY(comm_barrier(j->cc->world));
+    if (is_main(j)) printf("checkpoint: %s/checkpoints/step_%08d\n", j->o->out_dir, step);
+    return 0;
+}
+
+static int run(job *j) {
+    const train_options *o = j->o;
+    char path[4096];
+    print_plan(j);
+    if (!o->eval_only) TRY(ckpt_mkdirs(o->out_dir));   // fail before any work if unwritable
+    hf_checkpoint ck = {0};
+    int start = 0;
+    if (o->resume[0]) {
+        char dir[4096];
+        TRY(ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir));
+        trainer_state expect = {0, 0, 0, o->seed, o->total_batch_size, o->seq_len, o->pack, j->total_steps,
+                                llama_config_param_count(&j->cfg)}, got;
+        TRY(ckpt_load(dir, &j->fs, &expect, &got));
+        start = got.step;
+        if (is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, start);
+    } else {
+        TRY(hf_checkpoint_open(&ck, o->model_dir));
+        int rc = fsdp_load_hf(&j->fs, &ck);
+        hf_checkpoint_close(&ck);
+        TRY(rc);
+    }
+
+    if (o->eval_only) {
+        double loss, ntok, t0 = now_seconds();
+        TRY(evaluate(j, &loss, &ntok));
+        log_eval(j, start, loss, ntok, now_seconds() - t0);
+        return 0;
+    }
+    if (is_main(j)) {
+        snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
+        j->metrics = fopen(path, start > 0 ? "a" : "w");
+        if (!j->metrics) return ft_error("%s: cannot open for writing: %s", path, strerror(errno));
+    }
+    j->peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12 : measure_matmul_flops(j->be, &j->mem);
+    if (is_main(j))
+        printf("finetune: MFU denominator %.1f GFLOP/s per rank (%s)\n", j->peak_flops / 1e9,
+               o->peak_tflops > 0 ? "--peak_tflops" : "measured dense matmul rate of this backend");
+    install_signal_handlers();
+
+    double loss, ntok, t0 = now_seconds();
+    if (start == 0) {
+        TRY(evaluate(j, &loss, &ntok));
+        log_eval(j, 0, loss, ntok, now_seconds() - t0);
+    }
+    double time_sum = 0;
+    int timed = 0, step = start, stopped = 0;
+    while (step < j->total_steps) {
+        step_stats st = {0};
+        TRY(train_step(j, step, &st));
+        if (step > start) { time_sum += st.secs; timed++; }   // the first step warms up
+        log_step(j, step, &st, timed ? time_sum / timed : st.secs);
+        step++;
+        if (o->eval_every > 0 && step % o->eval_every == 0 && step < j->total_steps) {
+            t0 = now_seconds();
+            TRY(evaluate(j, &loss, &ntok));
+            log_eval(j, step, loss, ntok, now_seconds() - t0);
+        }
+        // stop requests: a signal on any rank, or --stop_at_step
+        double flag[1] = {g_stop_signal ? 1.0 : 0.0};
+        TRY(comm_all_reduce_f64(j->cc->world, flag, 1));
+        int stop = flag[0] > 0 || (o->stop_at_step > 0 && step >= o->stop_at_step);
+        if ((o->save_every > 0 && step % o->save_every == 0) || stop || step == j->total_steps)
+            TRY(save_checkpoint(j, step));
+        if (stop) {
+            if (is_main(j))
+                printf("finetune: stopping after step %d (%s); continue with --resume latest\n", step,
+                       flag[0] > 0 ? "signal received" : "--stop_at_step");
+            stopped = 1;
+            break;
+        }
+    }
+    if (stopped) return 0;
+    t0 = now_seconds();
+    TRY(evaluate(j, &loss, &ntok));
+    log_eval(j, step, loss, ntok, now_seconds() - t0);
+    snprintf(path, sizeof path, "%s/final", o->out_dir);
+    TRY(ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank));
+    if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
+    if (o->sample_tokens > 0)
+        TRY(sample_continuation(&j->cfg, &j->fs, &j->mem, o->model_dir, o->data_dir, 12, o->sample_tokens,
+                                (uint64_t)o->seed, j->rank));
+    if (is_main(j)) {
+        printf("finetune: peak memory %.1f MiB:", j->mem.peak_total / 1048576.0);
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+            printf(" %s %.1f", mem_category_name((mem_category)c), j->mem.peak[c] / 1048576.0);
+        printf("\n");
+    }
+    return 0;
+}
+
+int train_run(const train_options *o, const train_comms *cc) {
+    job j;
+    int rc = job_setup(&j, o, cc);
+    if (rc == 0) rc = run(&j);
+    job_teardown(&j);
+    return rc;
+}
