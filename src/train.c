@@ -167,7 +167,7 @@ static int evaluate(job *j, double *loss_out, double *tokens_out) {
 
 static void log_eval(job *j, int step, double loss, double ntok, double secs) {
     if (!is_main(j)) return;
-    printf("eval  step %d | val loss %.4f | perplexity %.2f | %.0f tokens | %.1f s\n", step, loss, exp(loss), ntok, secs);
+    printf("eval  step %d | val loss %.6f | perplexity %.2f | %.0f tokens | %.1f s\n", step, loss, exp(loss), ntok, secs);
     if (j->metrics) {
         fprintf(j->metrics, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"tokens\":%.0f}\n", step, loss, ntok);
         fflush(j->metrics);

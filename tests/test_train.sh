@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# test_train.sh BUILD_DIR: the training job end to end on the bundled model and chess shards,
+# with small settings (seq 64, 8 sequences per step):
+#   1. resume equivalence: 6 steps straight == 3 steps + stop + resume + 3 steps, bitwise
+#      (weights, AdamW moments, per-step losses), in game mode and in pack mode with
+#      gradient checkpointing and gradient accumulation;
+#   2. SIGTERM mid-run saves a checkpoint and exits 0; the resumed run finishes;
+#   3. the Hugging Face export: layout, dtype, tokenizer files, our loss on it; and when a
+#      Python with transformers is available (FT_ORACLE_PYTHON, or /opt/oracle-venv), that
+#      transformers loads it and computes the same validation loss;
+#   4. bad input: one clear line, non-zero exit, nothing half-written.
+set -u
+build="${1:-build}"
+bin="$build/finetune"
+pass=0; fail=0
+ok()  { pass=$((pass+1)); echo "ok   $*"; }
+bad() { fail=$((fail+1)); echo "FAIL $*" >&2; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+small=(--seq_len 64 --batch_size_per_device 4 --total_batch_size 8 --max_eval_docs 16 --learning_rate 3e-3)
+
+# train lines of metrics.jsonl without the timing fields
+losses() { grep '"type":"train"' "$1" | sed -E 's/,"tokens_per_s".*//'; }
+
+# ---------------------------------------------------------------- 1. resume equivalence
+resume_case() {
+  local name="$1"; shift
+  local a="$tmp/$name-a" b="$tmp/$name-b"
+  "$bin" "${small[@]}" "$@" --max_steps 6 --out_dir "$a" > "$a.log" 2>&1 || { bad "$name: straight run failed: $(tail -1 "$a.log")"; return; }
+  "$bin" "${small[@]}" "$@" --max_steps 6 --stop_at_step 3 --out_dir "$b" > "$b.log" 2>&1 || { bad "$name: first half failed"; return; }
+  [ "$(cat "$b/checkpoints/latest")" = "step_00000003" ] && ok "$name: stop at step 3 left checkpoint step_00000003" || bad "$name: latest = $(cat "$b/checkpoints/latest")"
+  [ ! -e "$b/final" ] && ok "$name: no export after a stop" || bad "$name: export written after a stop"
+  "$bin" "${small[@]}" "$@" --max_steps 6 --resume latest --out_dir "$b" > "$b.log2" 2>&1 || { bad "$name: resume failed: $(tail -1 "$b.log2")"; return; }
+  grep -q "resumed from .*step_00000003 at step 3" "$b.log2" && ok "$name: resumed at step 3" || bad "$name: resume message missing"
+  for f in model.safetensors optimizer.safetensors; do
+    cmp -s "$a/checkpoints/step_00000006/$f" "$b/checkpoints/step_00000006/$f" \
+      && ok "$name: $f after 6 steps bitwise equal (straight vs 3 + resume + 3)" \
+      || bad "$name: $f differs between straight and resumed runs"
+  done
+  if [ "$(losses "$a/metrics.jsonl")" = "$(losses "$b/metrics.jsonl")" ] && [ "$(losses "$a/metrics.jsonl" | wc -l)" -eq 6 ]; then
+    ok "$name: the 6 step losses, lrs and grad norms are identical"
+  else bad "$name: step logs differ"; diff <(losses "$a/metrics.jsonl") <(losses "$b/metrics.jsonl") >&2; fi
+}
+resume_case games
+resume_case packed --pack --gradient_checkpointing --batch_size_per_device 2
+
+# losses fall on the training data (same 8-row batches recur within 6 steps? no: check eval)
+a="$tmp/games-a"
+v0=$(grep '"type":"eval","step":0' "$a/metrics.jsonl" | sed -E 's/.*"val_loss":([0-9.]+).*/\1/')
+v6=$(grep '"type":"eval","step":6' "$a/metrics.jsonl" | sed -E 's/.*"val_loss":([0-9.]+).*/\1/')
+awk -v a="$v0" -v b="$v6" 'BEGIN { exit !(b < a - 0.05) }' && ok "validation loss fell: $v0 -> $v6" || bad "validation loss did not fall: $v0 -> $v6"
+
+# ---------------------------------------------------------------- 2. SIGTERM
+s="$tmp/sig"
+"$bin" "${small[@]}" --max_steps 100000 --out_dir "$s" > "$s.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "^step    2/" "$s.log" 2>/dev/null && break; sleep 0.1; done
+kill -TERM $pid; wait $pid; rc=$?
+[ $rc -eq 0 ] && grep -q "signal received" "$s.log" && [ -f "$s/checkpoints/latest" ] \
+  && ok "SIGTERM: checkpoint $(cat "$s/checkpoints/latest") saved, exit 0" || bad "SIGTERM: rc=$rc, log: $(tail -2 "$s.log")"
+n=$(cat "$s/checkpoints/latest" 2>/dev/null | sed -E 's/step_0*//')
+"$bin" "${small[@]}" --max_steps $((n + 2)) --resume latest --out_dir "$s" > "$s.log2" 2>&1 \
+  && grep -q "^step *$((n + 2))/$((n + 2))" "$s.log2" && ok "resumed after SIGTERM and finished at step $((n + 2))" \
+  || bad "resume after SIGTERM: $(tail -1 "$s.log2")"
+ls -a "$s/checkpoints" | grep -q tmp && bad "temporary files left in checkpoints/" || ok "no temporary files left in checkpoints/"
+
+# ---------------------------------------------------------------- 3. the export
+f="$tmp/games-a/final"
+[ -f "$f/config.json" ] && [ -f "$f/model.safetensors" ] && [ -f "$f/tokenizer.json" ] && [ -f "$f/tokenizer_config.json" ] \
+  && ok "export has config.json, model.safetensors, tokenizer files" || bad "export layout: $(ls "$f")"
+grep -q '"dtype": "bfloat16"' "$f/config.json" && ok "export config dtype bfloat16" || bad "export config dtype"
+head -c 20000 "$f/model.safetensors" | grep -q '"dtype":"BF16"' && ! head -c 20000 "$f/model.safetensors" | grep -q '"F32"' \
+  && ok "export tensors are BF16" || bad "export tensors not BF16"
+ours=$("$bin" --eval_only --model_dir "$f" --seq_len 64 --max_eval_docs 16 2>&1 | sed -nE 's/.*val loss ([0-9.]+).*/\1/p')
+trained=$(grep '"type":"eval","step":6' "$tmp/games-a/metrics.jsonl" | sed -E 's/.*"val_loss":([0-9.]+).*/\1/')
+# bf16 rounding of the weights moves the loss by ~1e-3 relative at most here
+awk -v a="$ours" -v b="$trained" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d < 0.01 * b) }' \
+  && ok "our loss on the bf16 export $ours ~ the fp32 trained model's $trained" || bad "export loss $ours vs $trained"
+py="${FT_ORACLE_PYTHON:-/opt/oracle-venv/bin/python}"
+if [ -x "$py" ] && "$py" -c "import transformers, torch" 2>/dev/null; then
+  out=$(HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error "$py" tests/oracle/check_export.py "$f" data/chess/val_000.bin 64 16 "$ours" 2>&1) \
+    && ok "transformers loads the export: $out" || bad "transformers check: $out"
+elif [ -n "${FT_ORACLE_PYTHON:-}" ]; then
+  bad "FT_ORACLE_PYTHON=$FT_ORACLE_PYTHON cannot import torch and transformers"
+else
+  echo "skip transformers check of the export (no Python with transformers; set FT_ORACLE_PYTHON)"
+fi
+
+# ---------------------------------------------------------------- 4. bad input
+expect_error() {  # expect_error "<substring>" args...
+  local want="$1"; shift
+  local err rc
+  err=$("$bin" "$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] && printf '%s' "$err" | grep -qF -- "$want"; then ok "error: $want"
+  else bad "finetune $* -> rc=$rc, stderr: $err (wanted one line with '$want')"; fi
+}
+expect_error "is not a multiple of --batch_size_per_device 3" "${small[@]}" --batch_size_per_device 3 --out_dir "$tmp/x"
+expect_error "/proc/nonexistent" "${small[@]}" --max_steps 1 --out_dir /proc/nonexistent/out
+expect_error "--resume latest" "${small[@]}" --max_steps 1 --resume latest --out_dir "$tmp/empty"
+expect_error "incompatible checkpoint: it was trained with --seq_len 64, this run has 32" \
+  "${small[@]}" --seq_len 32 --max_steps 6 --resume latest --out_dir "$tmp/games-a"
+expect_error "incompatible checkpoint: it was trained with --total_batch_size 8" \
+  "${small[@]}" --total_batch_size 16 --max_steps 6 --resume latest --out_dir "$tmp/games-a"
+mkdir -p "$tmp/m2"; cp data/model/* "$tmp/m2/"; sed -i 's/"intermediate_size": 352/"intermediate_size": 360/' "$tmp/m2/config.json"
+expect_error "incompatible checkpoint: it was trained with model parameter count" --eval_only --model_dir "$tmp/m2" "${small[@]}" --resume "$tmp/games-a/checkpoints/step_00000006"
+expect_error "exceeds the model's max_position_embeddings 512" "${small[@]}" --seq_len 1000
+expect_error "'foo' is not one of linear|cosine|constant" --lr_schedule foo
+expect_error "'-1x' is not a number" --learning_rate -1x
+expect_error "flag --learning_rate: -1 is out of range" --learning_rate -1
+mkdir -p "$tmp/d1" "$tmp/d2" "$tmp/d3"
+cp data/chess/val_000.bin "$tmp/d1/train_000.bin"; cp data/chess/val_000.bin "$tmp/d1/val_000.bin"
+head -c 5000 data/chess/val_000.bin > "$tmp/d1/train_001.bin"
+expect_error "$tmp/d1/train_001.bin" "${small[@]}" --data_dir "$tmp/d1" --max_steps 1 --out_dir "$tmp/x"
+cp data/chess/val_000.bin "$tmp/d2/val_000.bin"; printf 'XXXXXXXX' | dd of="$tmp/d2/val_000.bin" conv=notrunc status=none
+expect_error "$tmp/d2/val_000.bin" --eval_only "${small[@]}" --data_dir "$tmp/d2"
+# shards made for a bigger vocabulary than the model's
+expect_error "vocab" --eval_only --model_dir tests/golden/mha --data_dir data/chess --seq_len 32
+[ ! -e "$tmp/x/final" ] && ! ls "$tmp/x" 2>/dev/null | grep -q tmp && ok "failed runs left no export or temporary files" || bad "leftovers in $tmp/x"
+
+echo "test_train: $pass passed, $fail failed"
+[ $fail -eq 0 ]
