@@ -26,7 +26,17 @@ CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror=implicit-function-declarat
            -Isrc $(BLAS_INC) $(SANFLAGS) -MMD -MP
 LDLIBS  += $(BLAS_LIB) -ljansson -lm -fopenmp $(SANFLAGS)
 
-LIB_SRCS := $(filter-out src/main.c,$(wildcard src/*.c))
+# MPI (CPU ranks): MPICH from Debian, found through pkg-config; MPI=0/1 overrides
+MPI_FLAGS := $(shell pkg-config --cflags --libs mpich 2>/dev/null)
+ifeq ($(origin MPI), undefined)
+  MPI := $(if $(MPI_FLAGS),1,0)
+endif
+ifeq ($(MPI),1)
+  CFLAGS += $(filter -I%,$(MPI_FLAGS)) -DFT_HAVE_MPI
+  LDLIBS += $(filter-out -I%,$(MPI_FLAGS))
+endif
+
+LIB_SRCS := $(filter-out src/main.c $(if $(filter 1,$(MPI)),,src/comm_mpi.c),$(wildcard src/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -50,13 +60,19 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libfinetune.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a -o $@ $(LDLIBS)
 
+# small tools the shell tests use
+TOOL_BINS := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(wildcard tests/tools/*.c))
+$(BUILD)/tests/%: tests/tools/%.c $(BUILD)/libfinetune.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a -o $@ $(LDLIBS)
+
 # fragments contributed by sub-projects (CUDA emulator, kernels) add to TEST_BINS/TEST_CMDS
 -include tests/cuda_emu/emu.mk
 -include kernels/kernels.mk
 
 TEST_CMDS += $(TEST_BINS) $(foreach s,$(TEST_SCRIPTS),"bash $(s) $(BUILD)")
 
-test-bins: $(TEST_BINS) $(BUILD)/finetune $(EXTRA_TEST_DEPS)
+test-bins: $(TEST_BINS) $(TOOL_BINS) $(BUILD)/finetune $(EXTRA_TEST_DEPS)
 
 test: test-bins
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} tests/run_all.sh $(TEST_CMDS)
@@ -72,10 +88,13 @@ test-asan:
 # every kernel for sm_80/sm_90 when nvcc exists (nvcc-check comes from kernels/kernels.mk).
 check: test test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.mk)),nvcc-check)
 
+# README's first command: train the bundled tiny model on the bundled chess games (CPU)
+RUN_FLAGS ?= --batch_size_per_device 8 --total_batch_size 32 --learning_rate 5e-3 --max_steps 120 \
+             --eval_every 40 --save_every 40 --sample_tokens 40 --out_dir out/default
 run: $(BUILD)/finetune
-	$(BUILD)/finetune --model_dir data/model --data_dir data/chess --eval_only
+	$(BUILD)/finetune --model_dir data/model --data_dir data/chess $(RUN_FLAGS)
 
 clean:
-	rm -rf build
+	rm -rf build out
 
 -include $(wildcard $(BUILD)/obj/*.d $(BUILD)/tests/*.d)

@@ -51,3 +51,17 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
 int comm_barrier(comm *c);
 void comm_destroy(comm *c);
 size_t comm_total_bytes(const comm *c);
+
+// ----------------------------------------------------------------------------
+// MPI transport (src/comm_mpi.c, built only when MPICH is found: `make MPI=1`)
+
+// 1 if this process was started by an MPI/PMI launcher (mpirun, srun --mpi=pmi2).
+int comm_mpi_launched(void);
+// MPI_Init and the world group. 0 / -1.
+int comm_mpi_init_world(comm *world, const backend *be, int *argc, char ***argv);
+// Sub-group of `parent`: ranks with the same color, ordered by key (collective). 0 / -1.
+int comm_mpi_split(comm *parent, int color, int key, comm *out);
+// This rank's index among the ranks of its node, and their number. 0 / -1.
+int comm_mpi_local_info(int *local_rank, int *local_size);
+void comm_mpi_abort(int code);
+void comm_mpi_finalize(void);

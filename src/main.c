@@ -2,6 +2,7 @@
 // configuration once (rank 0), runs the job, and is the only place that prints errors and
 // exits.
 #include <errno.h>
+#include <omp.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -150,21 +151,69 @@ static int options_parse(train_options *o, int argc, char **argv, int *want_help
     return 0;
 }
 
+// Rank from the launcher's environment, before MPI is up (flag errors print once).
+static int env_rank(void) {
+    static const char *vars[] = {"PMI_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", NULL};
+    for (int i = 0; vars[i]; i++)
+        if (getenv(vars[i])) return atoi(getenv(vars[i]));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     train_options o;
     int want_help;
     if (options_parse(&o, argc, argv, &want_help) != 0) {
-        fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+        if (env_rank() == 0) fprintf(stderr, "finetune: error: %s\n", ft_error_message());
         return 2;
     }
     if (want_help) { print_help(); return 0; }
 
     const backend *be = backend_cpu();
-    comm world;
-    comm_init_single(&world, be);
-    // one process: the shard and replica groups are the process itself
+    comm world, shard, replica;
+    const char *launcher = "single process";
+    int mpi = 0;
+#ifdef FT_HAVE_MPI
+    if (comm_mpi_launched()) {
+        if (comm_mpi_init_world(&world, be, &argc, &argv) != 0) {
+            fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+            return 1;
+        }
+        mpi = 1;
+        launcher = getenv("SLURM_STEP_ID") ? "MPI over Slurm PMI2 (srun)" : "MPI (mpirun)";
+    }
+#endif
+    if (!mpi) comm_init_single(&world, be);
+    int rc = 0, local_rank = 0, local_size = 1;
+    // the process grid: shard groups of S consecutive ranks, replica groups across them
+    const int W = world.size;
+    const int S = o.no_fsdp ? 1 : o.dp_shard > 0 ? o.dp_shard : W;
+    if (W % S != 0) rc = ft_error("flag --dp_shard: %d does not divide the world size %d", S, W);
     train_comms cc = {&world, &world, &world};
+#ifdef FT_HAVE_MPI
+    if (mpi && rc == 0) {
+        rc = comm_mpi_local_info(&local_rank, &local_size);
+        if (rc == 0) rc = comm_mpi_split(&world, world.rank / S, world.rank % S, &shard);
+        if (rc == 0) rc = comm_mpi_split(&world, world.rank % S, world.rank / S, &replica);
+        if (rc == 0) { cc.shard = &shard; cc.replica = &replica; }
+        // ranks sharing a node split its cores, unless the user chose
+        if (rc == 0 && !getenv("OMP_NUM_THREADS")) {
+            int t = omp_get_num_procs() / local_size;
+            omp_set_num_threads(t > 0 ? t : 1);
+        }
+    }
+#else
+    (void)shard; (void)replica;
+#endif
+    if (rc != 0) {
+        if (world.rank == 0) fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+#ifdef FT_HAVE_MPI
+        if (mpi) comm_mpi_finalize();
+#endif
+        return 1;
+    }
     if (world.rank == 0) {
+        printf("finetune: bootstrap: %s; world %d rank(s), %d per node, device cpu per rank (local rank %d "
+               "of rank 0)\n", launcher, W, local_size, local_rank);
         printf("finetune: config:");
         for (int i = 0; i < N_FLAGS; i++) {
             printf(" %s=", flags[i].name + 2);
@@ -173,8 +222,21 @@ int main(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
     }
-    int rc = train_run(&o, &cc);
-    if (rc != 0 && world.rank == 0) fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+    rc = train_run(&o, &cc);
+    // a failing rank prints its own error (setup failures: only the lowest failing rank);
+    // past setup, a failure on one rank would leave the others waiting in a collective, so
+    // it takes the job down
+    if (rc == -1) fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+#ifdef FT_HAVE_MPI
+    if (mpi) {
+        if (rc == -1 && W > 1) comm_mpi_abort(1);
+        if (cc.shard != &world) comm_destroy(&shard);
+        if (cc.replica != &world) comm_destroy(&replica);
+        comm_destroy(&world);
+        comm_mpi_finalize();
+        return rc == 0 ? 0 : 1;
+    }
+#endif
     comm_destroy(&world);
     return rc == 0 ? 0 : 1;
 }

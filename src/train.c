@@ -119,6 +119,27 @@ typedef struct {
 
 static int is_main(const job *j) { return j->rank == 0; }
 
+// Collective status check at points where a failure may hit some ranks only (setup, loading,
+// checkpoint writes): every rank learns whether any failed. The lowest failing rank returns
+// -1 (its message is the one printed); the others return TRAIN_PEER_FAILED and stay quiet.
+static int agree(const train_comms *cc, int rc) {
+    const int W = cc->world->size;
+    if (W == 1) return rc;
+    double *v = calloc((size_t)W, sizeof(double));
+    if (!v) return -1;
+    v[cc->world->rank] = rc != 0;
+    int comm_rc = comm_all_reduce_f64(cc->world, v, (size_t)W);
+    int first = -1;
+    for (int r = 0; r < W && first < 0; r++) if (v[r] > 0) first = r;
+    free(v);
+    if (comm_rc != 0) return -1;
+    if (first < 0) return 0;
+    if (first == cc->world->rank) return -1;
+    ft_error_clear();
+    ft_error("rank %d failed", first);
+    return TRAIN_PEER_FAILED;
+}
+
 // Copy micro-batch a of the step into the compact (B, T_used) buffers; returns T_used, the
 // longest row's real length (at least 1).
 static int micro_batch(job *j, int a) {
@@ -265,12 +286,21 @@ static void print_plan(job *j) {
 // ----------------------------------------------------------------------------
 // one optimizer step
 
-typedef struct { double loss, norm, lr, tokens, avg_T, secs; } step_stats;
+typedef struct { double loss, norm, lr, tokens, avg_T, secs; size_t gather_bytes, rs_bytes, ar_bytes; } step_stats;
+
+// bytes this rank sent in data collectives, by kind, over its shard and replica groups
+static void comm_bytes(const train_comms *cc, size_t *ag, size_t *rs, size_t *ar) {
+    *ag = cc->shard->bytes_sent[COMM_ALL_GATHER];
+    *rs = cc->shard->bytes_sent[COMM_REDUCE_SCATTER];
+    *ar = cc->replica->bytes_sent[COMM_ALL_REDUCE] + (cc->replica != cc->shard ? cc->shard->bytes_sent[COMM_ALL_REDUCE] : 0);
+}
 
 static int train_step(job *j, int step, step_stats *st) {
     const train_options *o = j->o;
     const int B = o->batch_size_per_device, T = o->seq_len;
     const double t0 = now_seconds();
+    size_t ag0, rs0, ar0;
+    comm_bytes(j->cc, &ag0, &rs0, &ar0);
     const int epoch = step / j->steps_per_epoch;
     const uint64_t row0 = (uint64_t)(step % j->steps_per_epoch) * (uint64_t)o->total_batch_size;
 
@@ -322,6 +352,11 @@ static int train_step(job *j, int step, step_stats *st) {
     st->tokens = counts[0];
     st->avg_T = sums[1] / ((double)j->accum * j->world);
     st->secs = now_seconds() - t0;
+    size_t ag1, rs1, ar1;
+    comm_bytes(j->cc, &ag1, &rs1, &ar1);
+    st->gather_bytes = ag1 - ag0;
+    st->rs_bytes = rs1 - rs0;
+    st->ar_bytes = ar1 - ar0;
     return 0;
 }
 
@@ -343,8 +378,11 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
     if (j->metrics) {
         fprintf(j->metrics,
                 "{\"type\":\"train\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens\":%.0f,"
-                "\"tokens_per_s\":%.1f,\"ms\":%.1f,\"mfu\":%.5f,\"peak_mem_bytes\":%zu}\n",
-                step + 1, st->loss, st->lr, st->norm, st->tokens, tps, 1000 * st->secs, mfu, j->mem.peak_total);
+                "\"tokens_per_s\":%.1f,\"ms\":%.1f,\"mfu\":%.5f,\"peak_mem_bytes\":%zu,\"all_gather_bytes\":%zu,"
+                "\"reduce_scatter_bytes\":%zu,\"all_reduce_bytes\":%zu,\"model_state_bytes\":%zu}\n",
+                step + 1, st->loss, st->lr, st->norm, st->tokens, tps, 1000 * st->secs, mfu, j->mem.peak_total,
+                st->gather_bytes, st->rs_bytes, st->ar_bytes,
+                j->mem.peak[MEM_PARAMS] + j->mem.peak[MEM_GRADS] + j->mem.peak[MEM_OPTIMIZER]);
         fflush(j->metrics);
     }
 }
@@ -357,8 +395,8 @@ static int save_checkpoint(job *j, int step) {
                         (uint64_t)(step % j->steps_per_epoch) * (uint64_t)j->o->total_batch_size, j->o->seed,
                         j->o->total_batch_size, j->o->seq_len, j->o->pack, j->total_steps,
                         llama_config_param_count(&j->cfg)};
-    TRY(ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
-    TRY(comm_barrier(j->cc->world));
+    int rc = agree(j->cc, ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
+    if (rc != 0) return rc;
     if (is_main(j)) printf("checkpoint: %s/checkpoints/step_%08d\n", j->o->out_dir, step);
     return 0;
 }
@@ -367,23 +405,23 @@ static int run(job *j) {
     const train_options *o = j->o;
     char path[4096];
     print_plan(j);
-    if (!o->eval_only) TRY(ckpt_mkdirs(o->out_dir));   // fail before any work if unwritable
-    hf_checkpoint ck = {0};
-    int start = 0;
-    if (o->resume[0]) {
-        char dir[4096];
-        TRY(ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir));
+    int start = 0, rc = 0;
+    char dir[4096];
+    if (!o->eval_only) rc = ckpt_mkdirs(o->out_dir);   // fail before any work if unwritable
+    if (rc == 0 && o->resume[0]) {
         trainer_state expect = {0, 0, 0, o->seed, o->total_batch_size, o->seq_len, o->pack, j->total_steps,
-                                llama_config_param_count(&j->cfg)}, got;
-        TRY(ckpt_load(dir, &j->fs, &expect, &got));
+                                llama_config_param_count(&j->cfg)}, got = {0};
+        rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
+        if (rc == 0) rc = ckpt_load(dir, &j->fs, &expect, &got);
         start = got.step;
-        if (is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, start);
-    } else {
-        TRY(hf_checkpoint_open(&ck, o->model_dir));
-        int rc = fsdp_load_hf(&j->fs, &ck);
+    } else if (rc == 0) {
+        hf_checkpoint ck = {0};
+        rc = hf_checkpoint_open(&ck, o->model_dir);
+        if (rc == 0) rc = fsdp_load_hf(&j->fs, &ck);
         hf_checkpoint_close(&ck);
-        TRY(rc);
     }
+    if ((rc = agree(j->cc, rc)) != 0) return rc;
+    if (start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, start);
 
     if (o->eval_only) {
         double loss, ntok, t0 = now_seconds();
@@ -394,8 +432,9 @@ static int run(job *j) {
     if (is_main(j)) {
         snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
         j->metrics = fopen(path, start > 0 ? "a" : "w");
-        if (!j->metrics) return ft_error("%s: cannot open for writing: %s", path, strerror(errno));
+        if (!j->metrics) rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
     }
+    if ((rc = agree(j->cc, rc)) != 0) return rc;
     j->peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12 : measure_matmul_flops(j->be, &j->mem);
     if (is_main(j))
         printf("finetune: MFU denominator %.1f GFLOP/s per rank (%s)\n", j->peak_flops / 1e9,
@@ -425,7 +464,7 @@ static int run(job *j) {
         TRY(comm_all_reduce_f64(j->cc->world, flag, 1));
         int stop = flag[0] > 0 || (o->stop_at_step > 0 && step >= o->stop_at_step);
         if ((o->save_every > 0 && step % o->save_every == 0) || stop || step == j->total_steps)
-            TRY(save_checkpoint(j, step));
+            if ((rc = save_checkpoint(j, step)) != 0) return rc;
         if (stop) {
             if (is_main(j))
                 printf("finetune: stopping after step %d (%s); continue with --resume latest\n", step,
@@ -439,7 +478,7 @@ static int run(job *j) {
     TRY(evaluate(j, &loss, &ntok));
     log_eval(j, step, loss, ntok, now_seconds() - t0);
     snprintf(path, sizeof path, "%s/final", o->out_dir);
-    TRY(ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank));
+    if ((rc = agree(j->cc, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
     if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
     if (o->sample_tokens > 0)
         TRY(sample_continuation(&j->cfg, &j->fs, &j->mem, o->model_dir, o->data_dir, 12, o->sample_tokens,
@@ -455,7 +494,7 @@ static int run(job *j) {
 
 int train_run(const train_options *o, const train_comms *cc) {
     job j;
-    int rc = job_setup(&j, o, cc);
+    int rc = agree(cc, job_setup(&j, o, cc));
     if (rc == 0) rc = run(&j);
     job_teardown(&j);
     return rc;

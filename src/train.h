@@ -48,7 +48,9 @@ typedef struct {
 } train_comms;
 
 // Run the job described by `o` (already validated by the CLI). Returns 0 on success (also
-// when stopped by a signal after saving), -1 with ft_error set otherwise.
+// when stopped by a signal after saving), -1 with ft_error set when this rank failed, or
+// TRAIN_PEER_FAILED when another rank failed first (that rank reports the error).
+#define TRAIN_PEER_FAILED (-2)
 int train_run(const train_options *o, const train_comms *comms);
 
 // Trainer state saved with every checkpoint (trainer_state.json).

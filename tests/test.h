@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int t_passed, t_failed;
+static int t_passed __attribute__((unused)), t_failed __attribute__((unused));
 
 // EXPECT(cond, printf-args...): count a pass, or print the location and message.
 #define EXPECT(cond, ...) do { if (cond) t_passed++; else { t_failed++; \

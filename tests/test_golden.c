@@ -41,7 +41,7 @@ static const st_tensor *need(const st_file *f, const char *name) {
 }
 
 static int case_open(golden_case *g, const char *dir) {
-    char path[512];
+    char path[1100];
     memset(g, 0, sizeof *g);
     snprintf(path, sizeof path, "%s/config.json", dir);
     TRY(llama_config_load(&g->cfg, path));

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# test_dist.sh BUILD_DIR: multi-rank training on CPU ranks over MPI (mpiexec, MPICH), the
+# same global batch everywhere (8 sequences per step, 20 steps, seq 64):
+#   1. single process == FSDP 2 == FSDP 4 == DDP 2 (--no_fsdp) == HSDP 4 (--dp_shard 2), and
+#      FSDP 2 with gradient checkpointing: per-step losses and final weights within the
+#      tolerance derived below;
+#   2. bytes sent per step by all-gather / reduce-scatter / all-reduce equal the formula;
+#   3. a checkpoint saved at 4 ranks resumes at 2 and at 1 rank with the same continuation;
+#   4. kill -9 of one rank ends the job (no hang) with a non-zero exit.
+# Skips (and says so) when finetune was built without MPI.
+#
+# Tolerance: ranks sum the same per-token gradients in a different order (reduce-scatter of
+# per-rank partial sums vs one running sum), so gradients differ by ~1e-7 relative. AdamW
+# normalises every element by sqrt(v) and turns noise-level gradients into lr-sized steps
+# (see tests/test_train_golden.c), so the gap can grow with the steps. Measured here after 20
+# steps at lr 3e-3: loss rel <= 1.5e-7, weight NMSE <= 2e-11 between any two splits. We
+# allow loss rel 1e-5 and NMSE 1e-8 (~100x margin for other thread counts and MPI builds). A real sharding bug (a slice applied at the wrong offset, a
+# missing reduce, a wrong loss scale per rank) changes the first step's loss or weights by
+# 1e-2 relative or more.
+set -u
+build="${1:-build}"
+bin="$build/finetune"
+nmse="$build/tests/st_nmse"
+pass=0; fail=0
+ok()  { pass=$((pass+1)); echo "ok   $*"; }
+bad() { fail=$((fail+1)); echo "FAIL $*" >&2; }
+if ! grep -q FT_HAVE_MPI "$build/obj/main.d" 2>/dev/null && ! nm "$bin" 2>/dev/null | grep -q MPI_Init; then
+  echo "skip: $bin was built without MPI (install libmpich-dev; make MPI=1)"
+  echo "test_dist: 0 passed, 0 failed"; exit 0
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1
+common=(--seq_len 64 --total_batch_size 8 --max_eval_docs 16 --learning_rate 3e-3 --max_steps 20)
+mpirun_() { local n="$1"; shift; timeout 300 mpiexec -n "$n" "$bin" "$@"; }
+
+train_losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E 's/.*"step":([0-9]+),"loss":([0-9.]+).*/\1 \2/'; }
+field() { grep '"type":"train"' "$1/metrics.jsonl" | head -1 | sed -E "s/.*\"$2\":([0-9]+).*/\1/"; }
+
+# ---------------------------------------------------------------- 1. equality across splits
+"$bin" "${common[@]}" --batch_size_per_device 2 --out_dir "$tmp/ref" > "$tmp/ref.log" 2>&1 || bad "single-process run: $(tail -1 "$tmp/ref.log")"
+compare() {  # compare NAME DIR
+  local name="$1" d="$2"
+  local worst
+  worst=$(paste <(train_losses "$tmp/ref") <(train_losses "$d") | awk '
+    { if ($1 != $3) { print "step mismatch"; exit } r = ($2 - $4) / $2; if (r < 0) r = -r; if (r > w) w = r; n++ }
+    END { if (n != 20) print "steps " n; else printf "%.1e", w }')
+  awk -v w="$worst" 'BEGIN { exit !(w + 0 == w && w <= 1e-5) }' \
+    && ok "$name: 20 step losses match the single process (worst rel $worst)" || bad "$name: losses differ: $worst"
+  local e
+  e=$("$nmse" "$d/checkpoints/step_00000020/model.safetensors" "$tmp/ref/checkpoints/step_00000020/model.safetensors")
+  awk -v e="${e##* }" 'BEGIN { exit !(e <= 1e-8) }' && ok "$name: final weights match ($e)" || bad "$name: final weights: $e"
+}
+run_case() {  # run_case NAME RANKS flags...
+  local name="$1" n="$2"; shift 2
+  if mpirun_ "$n" "${common[@]}" "$@" --out_dir "$tmp/$name" > "$tmp/$name.log" 2>&1; then
+    compare "$name" "$tmp/$name"
+  else bad "$name: run failed: $(grep -m1 error "$tmp/$name.log")"; fi
+}
+run_case fsdp2 2 --batch_size_per_device 2
+run_case fsdp4 4 --batch_size_per_device 1
+run_case ddp2 2 --batch_size_per_device 2 --no_fsdp
+run_case hsdp4 4 --batch_size_per_device 2 --dp_shard 2
+run_case fsdp2_ckpt 2 --batch_size_per_device 4 --gradient_checkpointing
+grep -q "sharding HSDP (shard group 2 x replica group 2)" "$tmp/hsdp4.log" && ok "HSDP 4 = 2 shard x 2 replica" || bad "HSDP grid not reported"
+grep -q "bootstrap: MPI (mpirun); world 4 rank(s)" "$tmp/fsdp4.log" && ok "bootstrap reported once" || bad "bootstrap line"
+[ "$(grep -c "bootstrap:" "$tmp/fsdp4.log")" -eq 1 ] && ok "rank 0 alone prints" || bad "bootstrap printed $(grep -c bootstrap: "$tmp/fsdp4.log") times"
+
+# ---------------------------------------------------------------- 2. bytes per step
+# default model: layer unit 184,576 params, root 524,416 (embeddings + norm + lm_head), 4
+# layers; P = 1,262,720 (units already multiples of 64, so no padding). Per micro-step FSDP
+# all-gathers every unit for the forward and the layers again for the backward (the root
+# stays gathered), and reduce-scatters every unit: (N-1)/N x 4 bytes x (P + 4 x layer) and
+# (N-1)/N x 4 x P. DDP all-reduces the gradients once per step: 2 (N-1)/N x 4 x P.
+P=1262720; layer=184576
+check_bytes() {  # check_bytes NAME FIELD EXPECTED
+  local got; got=$(field "$tmp/$1" "$2")
+  [ "$got" = "$3" ] && ok "$1: $2 per step = $got (formula)" || bad "$1: $2 per step $got, formula $3"
+}
+# fsdp2: 2 micro-steps per step; fsdp4: 2 micro-steps (8 / (1 x 4))
+check_bytes fsdp2 all_gather_bytes $(( 2 * (P + 4 * layer) * 4 / 2 ))
+check_bytes fsdp2 reduce_scatter_bytes $(( 2 * P * 4 / 2 ))
+check_bytes fsdp4 all_gather_bytes $(( 2 * 3 * (P + 4 * layer) * 4 / 4 ))
+check_bytes fsdp4 reduce_scatter_bytes $(( 2 * 3 * P * 4 / 4 ))
+check_bytes ddp2 all_reduce_bytes $(( 2 * P * 4 / 2 ))
+check_bytes ddp2 all_gather_bytes 0
+ag=$(field "$tmp/fsdp2" all_gather_bytes); rs=$(field "$tmp/fsdp2" reduce_scatter_bytes)
+echo "     FSDP 2 ranks: $(( (ag + rs) / 2 )) bytes per micro-step vs the 3 x P x 4 x (N-1)/N rule $(( 3 * P * 4 / 2 ))"
+
+# ---------------------------------------------------------------- 3. resume at another world size
+if mpirun_ 4 "${common[@]}" --batch_size_per_device 1 --stop_at_step 10 --out_dir "$tmp/r4" > "$tmp/r4.log" 2>&1; then
+  for n in 2 1; do
+    cp -r "$tmp/r4" "$tmp/r4to$n"
+    if [ "$n" -eq 1 ]; then "$bin" "${common[@]}" --batch_size_per_device 2 --resume latest --out_dir "$tmp/r4to$n" > "$tmp/r4to$n.log" 2>&1
+    else mpirun_ "$n" "${common[@]}" --batch_size_per_device 2 --resume latest --out_dir "$tmp/r4to$n" > "$tmp/r4to$n.log" 2>&1; fi
+    [ $? -eq 0 ] && compare "saved at 4 ranks, resumed at $n" "$tmp/r4to$n" || bad "resume at $n ranks failed: $(grep -m1 error "$tmp/r4to$n.log")"
+  done
+else bad "4-rank run with --stop_at_step failed"; fi
+
+# ---------------------------------------------------------------- 4. kill -9 of one rank
+( mpiexec -n 2 "$bin" --seq_len 64 --batch_size_per_device 2 --total_batch_size 8 --max_steps 100000 \
+    --max_eval_docs 16 --out_dir "$tmp/kill" > "$tmp/kill.log" 2>&1; echo $? > "$tmp/kill.rc" ) &
+for _ in $(seq 1 100); do grep -q "^step    2/" "$tmp/kill.log" 2>/dev/null && break; sleep 0.2; done
+victim=$(pgrep -f "finetune --seq_len 64 --batch_size_per_device 2 --total_batch_size 8 --max_steps 100000" | tail -1)
+start=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+for _ in $(seq 1 600); do [ -f "$tmp/kill.rc" ] && break; sleep 0.1; done
+took=$(( $(date +%s) - start ))
+if [ -f "$tmp/kill.rc" ] && [ "$(cat "$tmp/kill.rc")" -ne 0 ]; then ok "kill -9 of one rank: job ended in ${took}s with exit $(cat "$tmp/kill.rc")"
+else bad "kill -9 of one rank: job still running after ${took}s"; pkill -9 -f "max_steps 100000"; fi
+
+echo "test_dist: $pass passed, $fail failed"
+[ $fail -eq 0 ]
