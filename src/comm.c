@@ -17,6 +17,11 @@ int comm_all_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt
     count(c, COMM_ALL_GATHER, (size_t)(c->size - 1) * n * st_dtype_size(dt));
     return c->all_gather(c, recv, send, n, dt);
 }
+int comm_iall_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
+    count(c, COMM_ALL_GATHER, (size_t)(c->size - 1) * n * st_dtype_size(dt));
+    return c->iall_gather(c, recv, send, n, dt, req);
+}
+int comm_wait(comm *c, void *req) { return c->wait(c, req); }
 int comm_reduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
     count(c, COMM_REDUCE_SCATTER, (size_t)(c->size - 1) * n * st_dtype_size(dt));
     return c->reduce_scatter(c, recv, send, n, dt);
@@ -50,6 +55,11 @@ static int single_copy(comm *c, void *recv, const void *send, size_t n, st_dtype
     if (recv == send) return 0;
     return c->be->copy_d2d(recv, send, n * st_dtype_size(dt));
 }
+static int single_iall_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
+    *req = NULL;
+    return single_copy(c, recv, send, n, dt);
+}
+static int single_wait(comm *c, void *req) { (void)c; (void)req; return 0; }
 static int single_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) { (void)c; (void)buf; (void)n; (void)dt; return 0; }
 static int single_all_reduce_f64(comm *c, double *buf, size_t n) { (void)c; (void)buf; (void)n; return 0; }
 static int single_broadcast(comm *c, void *buf, size_t bytes, int root) { (void)c; (void)buf; (void)bytes; (void)root; return 0; }
@@ -63,6 +73,8 @@ void comm_init_single(comm *c, const backend *be) {
     c->size = 1;
     c->be = be;
     c->all_gather = single_copy;
+    c->iall_gather = single_iall_gather;
+    c->wait = single_wait;
     c->reduce_scatter = single_copy;
     c->all_reduce = single_all_reduce;
     c->all_reduce_f64 = single_all_reduce_f64;

@@ -27,6 +27,10 @@ struct comm {
 
     // recv (size * count) = concatenation of every rank's send (count), rank order
     int (*all_gather)(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
+    // non-blocking all_gather: starts the transfer, *req identifies it for wait(); recv and
+    // send must stay untouched until wait returns (the single transport completes at once)
+    int (*iall_gather)(comm *c, void *recv, const void *send, size_t count, st_dtype dt, void **req);
+    int (*wait)(comm *c, void *req);
     // recv (count) = sum over ranks of send[rank * count .. (rank + 1) * count)
     int (*reduce_scatter)(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
     // buf (count) = sum over ranks, in place
@@ -44,6 +48,8 @@ void comm_init_single(comm *c, const backend *be);
 
 // Counting wrappers: call these, not the function pointers.
 int comm_all_gather(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
+int comm_iall_gather(comm *c, void *recv, const void *send, size_t count, st_dtype dt, void **req);
+int comm_wait(comm *c, void *req);
 int comm_reduce_scatter(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
 int comm_all_reduce(comm *c, void *buf, size_t count, st_dtype dt);
 int comm_all_reduce_f64(comm *c, double *buf, size_t count);

@@ -36,6 +36,27 @@ static int mpi_all_gather(comm *c, void *recv, const void *send, size_t n, st_dt
     return 0;
 }
 
+static int mpi_iall_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
+    MPI_Datatype t = MPI_BYTE;
+    TRY(mpi_dtype(dt, &t));
+    if (n > (size_t)INT32_MAX) return ft_error("mpi: all_gather of %zu elements exceeds MPI's int count", n);
+    MPI_Request *r = ft_malloc(sizeof *r, "mpi request");
+    if (!r) return -1;
+    int rc = MPI_Iallgather(send, (int)n, t, recv, (int)n, t, mc(c), r);
+    if (rc != MPI_SUCCESS) { free(r); CHECK_MPI(rc); }
+    *req = r;
+    return 0;
+}
+
+static int mpi_wait(comm *c, void *req) {
+    (void)c;
+    MPI_Request *r = req;
+    int rc = MPI_Wait(r, MPI_STATUS_IGNORE);
+    free(r);
+    CHECK_MPI(rc);
+    return 0;
+}
+
 static int mpi_reduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
     MPI_Datatype t = MPI_BYTE;
     TRY(mpi_dtype(dt, &t));
@@ -84,6 +105,8 @@ static int wrap(comm *c, MPI_Comm mcomm, const backend *be) {
     CHECK_MPI(MPI_Comm_rank(mcomm, &c->rank));
     CHECK_MPI(MPI_Comm_size(mcomm, &c->size));
     c->all_gather = mpi_all_gather;
+    c->iall_gather = mpi_iall_gather;
+    c->wait = mpi_wait;
     c->reduce_scatter = mpi_reduce_scatter;
     c->all_reduce = mpi_all_reduce;
     c->all_reduce_f64 = mpi_all_reduce_f64;

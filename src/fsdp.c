@@ -58,13 +58,15 @@ int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_track
     s->grads = take(s, MEM_GRADS, nf, &failed);
     if (S > 1) {
         s->root_full = take(s, MEM_GATHERED, root * s->esz, &failed);
-        s->layer_full = take(s, MEM_GATHERED, layer * s->esz, &failed);
+        s->layer_full[0] = take(s, MEM_GATHERED, layer * s->esz, &failed);
+        s->layer_full[1] = take(s, MEM_GATHERED, layer * s->esz, &failed);
         s->rs_out = take(s, MEM_WORKSPACE, max_slice * s->esz, &failed);
     }
     s->root_grad = take(s, MEM_GRADS, root * s->esz, &failed);
     s->layer_grad = take(s, MEM_GRADS, layer * s->esz, &failed);
     s->unit_f32 = take(s, MEM_WORKSPACE, s->max_unit * sizeof(float), &failed);
     if (failed) { fsdp_free(s); return -1; }
+    s->held[0] = s->held[1] = -1;
     if (be->zero(s->params, s->n_local * s->esz) || be->zero(s->master, nf) || be->zero(s->exp_avg, nf) ||
         be->zero(s->exp_avg_sq, nf) || be->zero(s->grads, nf)) {
         fsdp_free(s);
@@ -85,7 +87,10 @@ void fsdp_free(fsdp_state *s) {
         mem_free(s->mem, MEM_OPTIMIZER, s->exp_avg_sq, nf);
         mem_free(s->mem, MEM_GRADS, s->grads, nf);
         mem_free(s->mem, MEM_GATHERED, s->root_full, root * s->esz);
-        mem_free(s->mem, MEM_GATHERED, s->layer_full, layer * s->esz);
+        for (int b = 0; b < 2; b++) {
+            if (s->pending[b]) comm_wait(s->shard, s->pending[b]);
+            mem_free(s->mem, MEM_GATHERED, s->layer_full[b], layer * s->esz);
+        }
         mem_free(s->mem, MEM_WORKSPACE, s->rs_out, max_slice * s->esz);
         mem_free(s->mem, MEM_GRADS, s->root_grad, root * s->esz);
         mem_free(s->mem, MEM_GRADS, s->layer_grad, layer * s->esz);
@@ -101,13 +106,53 @@ void fsdp_free(fsdp_state *s) {
 
 static char *local_params(fsdp_state *s, int u) { return (char *)s->params + s->local_off[u] * s->esz; }
 
+// Start gathering layer u into buffer b (non-blocking).
+static int gather_start(fsdp_state *s, int u, int b) {
+    TRY(comm_iall_gather(s->shard, s->layer_full[b], local_params(s, u), s->slice[u], s->be->dtype, &s->pending[b]));
+    s->held[b] = u;
+    return 0;
+}
+
+static int gather_finish(fsdp_state *s, int b) {
+    if (!s->pending[b]) return 0;
+    void *req = s->pending[b];
+    s->pending[b] = NULL;
+    return comm_wait(s->shard, req);
+}
+
+void fsdp_invalidate_gathered(fsdp_state *s) {
+    for (int b = 0; b < 2; b++) {
+        if (s->pending[b]) gather_finish(s, b);
+        s->held[b] = -1;
+    }
+}
+
 static int prov_acquire(void *ctx, int u, int for_backward, void **params) {
     fsdp_state *s = ctx;
-    (void)for_backward;
     if (s->shard->size == 1) { *params = local_params(s, u); return 0; }
-    void *full = u == s->layout->n_layers ? s->root_full : s->layer_full;
-    TRY(comm_all_gather(s->shard, full, local_params(s, u), s->slice[u], s->be->dtype));
-    *params = full;
+    const int L = s->layout->n_layers;
+    int next;
+    if (u == L) {   // the root: gathered whole, kept for the step; the forward starts at layer 0
+        TRY(comm_all_gather(s->shard, s->root_full, local_params(s, u), s->slice[u], s->be->dtype));
+        *params = s->root_full;
+        next = for_backward ? -1 : 0;
+    } else {
+        int b = s->held[0] == u ? 0 : s->held[1] == u ? 1 : -1;
+        if (b < 0) {                 // not prefetched: gather now into the other buffer
+            b = s->held[0] == -1 ? 0 : 1;
+            TRY(gather_finish(s, b));
+            TRY(gather_start(s, u, b));
+        }
+        TRY(gather_finish(s, b));
+        *params = s->layer_full[b];
+        next = for_backward ? u - 1 : (u + 1 < L ? u + 1 : -1);
+    }
+    if (next >= 0 && s->held[0] != next && s->held[1] != next) {
+        // the buffer not holding the unit in use (for the root: either free one)
+        int b = (u != L && s->layer_full[0] == *params) ? 1 : (u != L ? 0 : (s->held[0] == -1 ? 0 : 1));
+        TRY(gather_finish(s, b));
+        TRY(gather_start(s, next, b));
+    }
     return 0;
 }
 
@@ -147,7 +192,10 @@ int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_ful
     float *dst = buffer_of(s, which) + s->local_off[u];
     const float *src = host_full + (size_t)s->shard->rank * s->slice[u];
     TRY(s->be->copy_h2d(dst, src, s->slice[u] * sizeof(float)));
-    if (which == FSDP_MASTER) TRY(s->be->cast_from_f32(local_params(s, u), dst, s->slice[u]));
+    if (which == FSDP_MASTER) {
+        fsdp_invalidate_gathered(s);
+        TRY(s->be->cast_from_f32(local_params(s, u), dst, s->slice[u]));
+    }
     return 0;
 }
 
@@ -189,6 +237,7 @@ int fsdp_finish_grads(fsdp_state *s, double *norm) {
 
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p) {
     const param_layout *l = s->layout;
+    fsdp_invalidate_gathered(s);
     adamw_params nodecay = *p;
     nodecay.weight_decay = 0.0f;
     for (int i = 0; i < l->n_entries; i++) {

@@ -33,7 +33,10 @@ typedef struct {
     float *exp_avg, *exp_avg_sq;  // (n_local) fp32 AdamW moments
     float *grads;                 // (n_local) fp32 gradients of the current optimizer step
 
-    void *root_full, *layer_full; // gathered units (S > 1), backend dtype
+    void *root_full;              // gathered root unit (S > 1), backend dtype
+    void *layer_full[2];          // two gathered layer buffers (S > 1): in use + prefetched
+    int held[2];                  // which layer each holds (-1 = none / stale)
+    void *pending[2];             // outstanding non-blocking gather into each, or NULL
     void *root_grad, *layer_grad; // one micro-batch's full-unit gradients, backend dtype
     void *rs_out;                 // (max slice) reduce-scatter output (S > 1), backend dtype
     float *unit_f32;              // (max_unit) fp32 gather buffer for checkpoints
@@ -45,8 +48,13 @@ int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_
               comm *shard, comm *replica);
 void fsdp_free(fsdp_state *s);
 
-// The provider the model uses for forward/backward over this state.
+// The provider the model uses for forward/backward over this state. With S > 1 it gathers a
+// layer while the previous one computes: acquiring layer l (forward) starts the gather of
+// l + 1, acquiring it for backward starts l - 1; the last forward layer is still gathered
+// when the backward begins and is not gathered again.
 unit_provider fsdp_provider(fsdp_state *s);
+// Forget gathered layers (their parameters changed). The optimizer step and loading call it.
+void fsdp_invalidate_gathered(fsdp_state *s);
 
 // Global element range [lo, hi) of unit u held by this rank.
 void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi);

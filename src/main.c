@@ -229,7 +229,7 @@ int main(int argc, char **argv) {
     if (rc == -1) fprintf(stderr, "finetune: error: %s\n", ft_error_message());
 #ifdef FT_HAVE_MPI
     if (mpi) {
-        if (rc == -1 && W > 1) comm_mpi_abort(1);
+        if (rc == -1 && W > 1 && !train_failure_agreed()) comm_mpi_abort(1);
         if (cc.shard != &world) comm_destroy(&shard);
         if (cc.replica != &world) comm_destroy(&replica);
         comm_destroy(&world);

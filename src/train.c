@@ -122,6 +122,9 @@ static int is_main(const job *j) { return j->rank == 0; }
 // Collective status check at points where a failure may hit some ranks only (setup, loading,
 // checkpoint writes): every rank learns whether any failed. The lowest failing rank returns
 // -1 (its message is the one printed); the others return TRAIN_PEER_FAILED and stay quiet.
+static int g_failure_agreed;
+int train_failure_agreed(void) { return g_failure_agreed; }
+
 static int agree(const train_comms *cc, int rc) {
     const int W = cc->world->size;
     if (W == 1) return rc;
@@ -134,6 +137,7 @@ static int agree(const train_comms *cc, int rc) {
     free(v);
     if (comm_rc != 0) return -1;
     if (first < 0) return 0;
+    g_failure_agreed = 1;
     if (first == cc->world->rank) return -1;
     ft_error_clear();
     ft_error("rank %d failed", first);

@@ -51,6 +51,8 @@ typedef struct {
 // when stopped by a signal after saving), -1 with ft_error set when this rank failed, or
 // TRAIN_PEER_FAILED when another rank failed first (that rank reports the error).
 #define TRAIN_PEER_FAILED (-2)
+// 1 when the failure was agreed by all ranks (they all return; no abort needed).
+int train_failure_agreed(void);
 int train_run(const train_options *o, const train_comms *comms);
 
 // Trainer state saved with every checkpoint (trainer_state.json).

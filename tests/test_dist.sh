@@ -66,23 +66,32 @@ grep -q "bootstrap: MPI (mpirun); world 4 rank(s)" "$tmp/fsdp4.log" && ok "boots
 [ "$(grep -c "bootstrap:" "$tmp/fsdp4.log")" -eq 1 ] && ok "rank 0 alone prints" || bad "bootstrap printed $(grep -c bootstrap: "$tmp/fsdp4.log") times"
 
 # ---------------------------------------------------------------- 2. bytes per step
-# default model: layer unit 184,576 params, root 524,416 (embeddings + norm + lm_head), 4
-# layers; P = 1,262,720 (units already multiples of 64, so no padding). Per micro-step FSDP
-# all-gathers every unit for the forward and the layers again for the backward (the root
-# stays gathered), and reduce-scatters every unit: (N-1)/N x 4 bytes x (P + 4 x layer) and
-# (N-1)/N x 4 x P. DDP all-reduces the gradients once per step: 2 (N-1)/N x 4 x P.
-P=1262720; layer=184576
+# default model: L = 4 layer units of 184,576 params, root 524,416 (embeddings + norm +
+# lm_head); P = 1,262,720 (units already multiples of 64, so no padding). Per micro-step FSDP
+# gathers the root once (kept through the backward) and each layer when it is not already in
+# one of the two layer buffers: the backward starts with the last two forward layers still
+# gathered, and a following micro-batch of the same step starts with layers 0 and 1 still
+# gathered from the backward. So per step: accum x root + (L + L-2 + (accum-1) x 2(L-2)) x
+# layer elements, each all-gather sending (N-1)/N of it, 4 bytes each. Reduce-scatter: every
+# unit once per micro-step. DDP all-reduces the gradients once per step: 2 (N-1)/N x 4 x P.
+P=1262720; layer=184576; root=524416; L=4
+gathered() { echo $(( $1 * root + (L + L - 2 + ($1 - 1) * 2 * (L - 2)) * layer )); }  # accum
 check_bytes() {  # check_bytes NAME FIELD EXPECTED
   local got; got=$(field "$tmp/$1" "$2")
   [ "$got" = "$3" ] && ok "$1: $2 per step = $got (formula)" || bad "$1: $2 per step $got, formula $3"
 }
 # fsdp2: 2 micro-steps per step; fsdp4: 2 micro-steps (8 / (1 x 4))
-check_bytes fsdp2 all_gather_bytes $(( 2 * (P + 4 * layer) * 4 / 2 ))
+check_bytes fsdp2 all_gather_bytes $(( $(gathered 2) * 4 / 2 ))
 check_bytes fsdp2 reduce_scatter_bytes $(( 2 * P * 4 / 2 ))
-check_bytes fsdp4 all_gather_bytes $(( 2 * 3 * (P + 4 * layer) * 4 / 4 ))
+check_bytes fsdp4 all_gather_bytes $(( $(gathered 2) * 3 * 4 / 4 ))
 check_bytes fsdp4 reduce_scatter_bytes $(( 2 * 3 * P * 4 / 4 ))
 check_bytes ddp2 all_reduce_bytes $(( 2 * P * 4 / 2 ))
 check_bytes ddp2 all_gather_bytes 0
+# per-rank model state: params (fp32 on CPU) + master + 2 moments + fp32 grads = 20 bytes per
+# parameter, sharded 1/N, plus one micro-batch's full-unit gradient buffers (root + one layer)
+for c in ref:1 fsdp2:2 fsdp4:4 ddp2:1; do
+  check_bytes "${c%%:*}" model_state_bytes $(( P * 20 / ${c##*:} + (root + layer) * 4 ))
+done
 ag=$(field "$tmp/fsdp2" all_gather_bytes); rs=$(field "$tmp/fsdp2" reduce_scatter_bytes)
 echo "     FSDP 2 ranks: $(( (ag + rs) / 2 )) bytes per micro-step vs the 3 x P x 4 x (N-1)/N rule $(( 3 * P * 4 / 2 ))"
 
@@ -95,6 +104,16 @@ if mpirun_ 4 "${common[@]}" --batch_size_per_device 1 --stop_at_step 10 --out_di
     [ $? -eq 0 ] && compare "saved at 4 ranks, resumed at $n" "$tmp/r4to$n" || bad "resume at $n ranks failed: $(grep -m1 error "$tmp/r4to$n.log")"
   done
 else bad "4-rank run with --stop_at_step failed"; fi
+
+# ---------------------------------------------------------------- bad input seen by one rank
+# MPMD launch: rank 1 gets a data directory whose training shard is truncated (as if one
+# node had a damaged copy); every rank must exit, the error printed once, by the rank that saw it
+mkdir -p "$tmp/baddata"; cp data/chess/val_000.bin "$tmp/baddata/"; head -c 4000 data/chess/train_000.bin > "$tmp/baddata/train_000.bin"
+err=$(timeout 60 mpiexec -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --out_dir "$tmp/bad" : \
+        -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --out_dir "$tmp/bad" --data_dir "$tmp/baddata" 2>&1 >/dev/null); rc=$?
+n=$(printf '%s\n' "$err" | grep -c "finetune: error")
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && printf '%s' "$err" | grep -q "baddata/train_000.bin" \
+  && ok "a bad shard on one rank: all ranks exit (rc $rc), error printed once" || bad "bad shard on one rank: rc=$rc, $n error lines: $err"
 
 # ---------------------------------------------------------------- 4. kill -9 of one rank
 ( mpiexec -n 2 "$bin" --seq_len 64 --batch_size_per_device 2 --total_batch_size 8 --max_steps 100000 \
