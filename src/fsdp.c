@@ -23,7 +23,7 @@ static void *take(fsdp_state *s, mem_category cat, size_t nbytes, int *failed) {
 }
 
 int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem,
-              comm *shard, comm *replica) {
+              comm *shard, comm *replica, int accumulate_locally) {
     memset(s, 0, sizeof *s);
     s->layout = l;
     s->be = be;
@@ -31,6 +31,8 @@ int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_track
     s->shard = shard;
     s->replica = replica;
     s->esz = st_dtype_size(be->dtype);
+    s->accumulate_locally = accumulate_locally;
+    s->micro_first = s->micro_last = 1;
     const size_t S = (size_t)shard->size;
     s->slice = ft_calloc((size_t)l->n_units, sizeof(size_t), "slice table");
     s->local_off = ft_calloc((size_t)l->n_units, sizeof(size_t), "slice offsets");
@@ -62,8 +64,12 @@ int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_track
         s->layer_full[1] = take(s, MEM_GATHERED, layer * s->esz, &failed);
         s->rs_out = take(s, MEM_WORKSPACE, max_slice * s->esz, &failed);
     }
-    s->root_grad = take(s, MEM_GRADS, root * s->esz, &failed);
-    s->layer_grad = take(s, MEM_GRADS, layer * s->esz, &failed);
+    if (accumulate_locally) {
+        s->grad_full = take(s, MEM_GRADS, l->total * s->esz, &failed);
+    } else {
+        s->root_grad = take(s, MEM_GRADS, root * s->esz, &failed);
+        s->layer_grad = take(s, MEM_GRADS, layer * s->esz, &failed);
+    }
     s->unit_f32 = take(s, MEM_WORKSPACE, s->max_unit * sizeof(float), &failed);
     if (failed) { fsdp_free(s); return -1; }
     s->held[0] = s->held[1] = -1;
@@ -92,6 +98,7 @@ void fsdp_free(fsdp_state *s) {
             mem_free(s->mem, MEM_GATHERED, s->layer_full[b], layer * s->esz);
         }
         mem_free(s->mem, MEM_WORKSPACE, s->rs_out, max_slice * s->esz);
+        mem_free(s->mem, MEM_GRADS, s->grad_full, l->total * s->esz);
         mem_free(s->mem, MEM_GRADS, s->root_grad, root * s->esz);
         mem_free(s->mem, MEM_GRADS, s->layer_grad, layer * s->esz);
         mem_free(s->mem, MEM_WORKSPACE, s->unit_f32, s->max_unit * sizeof(float));
@@ -158,22 +165,34 @@ static int prov_acquire(void *ctx, int u, int for_backward, void **params) {
 
 static int prov_release(void *ctx, int u) { (void)ctx; (void)u; return 0; }
 
+static void *unit_grad(fsdp_state *s, int u) {
+    if (s->accumulate_locally) return (char *)s->grad_full + s->layout->unit_offset[u] * s->esz;
+    return u == s->layout->n_layers ? s->root_grad : s->layer_grad;
+}
+
 static int prov_grad_begin(void *ctx, int u, void **grads) {
     fsdp_state *s = ctx;
-    void *g = u == s->layout->n_layers ? s->root_grad : s->layer_grad;
-    TRY(s->be->zero(g, s->layout->unit_numel[u] * s->esz));
+    void *g = unit_grad(s, u);
+    // per micro-batch buffers start from zero; local accumulation only at the step's start
+    if (!s->accumulate_locally || s->micro_first) TRY(s->be->zero(g, s->layout->unit_numel[u] * s->esz));
     *grads = g;
     return 0;
 }
 
 static int prov_grad_end(void *ctx, int u) {
     fsdp_state *s = ctx;
-    const void *g = u == s->layout->n_layers ? s->root_grad : s->layer_grad;
+    if (s->accumulate_locally && !s->micro_last) return 0;   // reduced after the last micro-batch
+    const void *g = unit_grad(s, u);
     if (s->shard->size > 1) {
         TRY(comm_reduce_scatter(s->shard, s->rs_out, g, s->slice[u], s->be->dtype));
         g = s->rs_out;
     }
     return s->be->accumulate(s->grads + s->local_off[u], g, s->slice[u], 1.0f);
+}
+
+void fsdp_set_micro_batch(fsdp_state *s, int first, int last) {
+    s->micro_first = first;
+    s->micro_last = last;
 }
 
 unit_provider fsdp_provider(fsdp_state *s) {

@@ -38,14 +38,19 @@ typedef struct {
     int held[2];                  // which layer each holds (-1 = none / stale)
     void *pending[2];             // outstanding non-blocking gather into each, or NULL
     void *root_grad, *layer_grad; // one micro-batch's full-unit gradients, backend dtype
+    int accumulate_locally;       // 1: full-size gradients summed over micro-batches, reduced once
+    void *grad_full;              // (layout->total) backend dtype, when accumulate_locally
+    int micro_first, micro_last;  // position of the current micro-batch in the step
     void *rs_out;                 // (max slice) reduce-scatter output (S > 1), backend dtype
     float *unit_f32;              // (max_unit) fp32 gather buffer for checkpoints
 } fsdp_state;
 
 // Allocate this rank's state for `layout` (which must be padded to a multiple of
 // shard->size). Parameters are zero until loaded. 0 or -1.
+// accumulate_locally: keep full-size gradients and reduce-scatter them once per optimizer
+// step instead of after every micro-batch (P more elements of memory, 1/accum the traffic).
 int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem,
-              comm *shard, comm *replica);
+              comm *shard, comm *replica, int accumulate_locally);
 void fsdp_free(fsdp_state *s);
 
 // The provider the model uses for forward/backward over this state. With S > 1 it gathers a
@@ -75,6 +80,8 @@ int fsdp_load_hf(fsdp_state *s, const hf_checkpoint *ck);
 
 // Zero the fp32 gradient slices (start of an optimizer step).
 int fsdp_zero_grads(fsdp_state *s);
+// Say which micro-batch of the step comes next (before its model_step).
+void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
 // After the last micro-batch: sum gradient slices across replicas, and return the global
 // L2 norm of the gradient in *norm (collective over all ranks). 0 / -1.
 int fsdp_finish_grads(fsdp_state *s, double *norm);

@@ -226,7 +226,7 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     TRY(param_layout_init(&j->layout, &j->cfg, (size_t)cc->shard->size * 16));
     TRY(model_init(&j->m, &j->cfg, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
                    o->gradient_checkpointing, (size_t)cc->shard->size * 16));
-    TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica));
+    TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, o->accumulate_grads_locally));
     j->prov = fsdp_provider(&j->fs);
 
     TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
@@ -327,6 +327,7 @@ static int train_step(job *j, int step, step_stats *st) {
     for (int a = 0; a < j->accum; a++) {
         int used = micro_batch(j, a);
         used_sum += used;
+        fsdp_set_micro_batch(&j->fs, a == 0, a == j->accum - 1);
         TRY(model_set_seq_len(&j->m, used));
         double sum;
         int n;

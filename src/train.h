@@ -38,6 +38,7 @@ typedef struct {
     // sharding
     int no_fsdp;
     int dp_shard;                 // HSDP shard group size (0 = all ranks)
+    int accumulate_grads_locally; // reduce gradients once per step instead of per micro-batch
 } train_options;
 
 // Everything a rank needs to know about the job's process grid.

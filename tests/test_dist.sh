@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # test_dist.sh BUILD_DIR: multi-rank training on CPU ranks over MPI (mpiexec, MPICH), the
 # same global batch everywhere (8 sequences per step, 20 steps, seq 64):
-#   1. single process == FSDP 2 == FSDP 4 == DDP 2 (--no_fsdp) == HSDP 4 (--dp_shard 2), and
-#      FSDP 2 with gradient checkpointing: per-step losses and final weights within the
-#      tolerance derived below;
+#   1. single process == FSDP 2 == FSDP 4 == DDP 2 (--no_fsdp) == HSDP 4 (--dp_shard 2), FSDP 2
+#      with gradient checkpointing, FSDP 2 accumulating gradients locally (4 micro-batches):
+#      per-step losses and final weights within the tolerance derived below;
 #   2. bytes sent per step by all-gather / reduce-scatter / all-reduce equal the formula;
 #   3. a checkpoint saved at 4 ranks resumes at 2 and at 1 rank with the same continuation;
 #   4. kill -9 of one rank ends the job (no hang) with a non-zero exit.
@@ -61,6 +61,7 @@ run_case fsdp4 4 --batch_size_per_device 1
 run_case ddp2 2 --batch_size_per_device 2 --no_fsdp
 run_case hsdp4 4 --batch_size_per_device 2 --dp_shard 2
 run_case fsdp2_ckpt 2 --batch_size_per_device 4 --gradient_checkpointing
+run_case fsdp2_local 2 --batch_size_per_device 1 --accumulate_grads_locally
 grep -q "sharding HSDP (shard group 2 x replica group 2)" "$tmp/hsdp4.log" && ok "HSDP 4 = 2 shard x 2 replica" || bad "HSDP grid not reported"
 grep -q "bootstrap: MPI (mpirun); world 4 rank(s)" "$tmp/fsdp4.log" && ok "bootstrap reported once" || bad "bootstrap line"
 [ "$(grep -c "bootstrap:" "$tmp/fsdp4.log")" -eq 1 ] && ok "rank 0 alone prints" || bad "bootstrap printed $(grep -c bootstrap: "$tmp/fsdp4.log") times"
@@ -85,6 +86,8 @@ check_bytes fsdp2 all_gather_bytes $(( $(gathered 2) * 4 / 2 ))
 check_bytes fsdp2 reduce_scatter_bytes $(( 2 * P * 4 / 2 ))
 check_bytes fsdp4 all_gather_bytes $(( $(gathered 2) * 3 * 4 / 4 ))
 check_bytes fsdp4 reduce_scatter_bytes $(( 2 * 3 * P * 4 / 4 ))
+# accumulating locally: one reduce-scatter of every unit per step, whatever the micro-batches
+check_bytes fsdp2_local reduce_scatter_bytes $(( P * 4 / 2 ))
 check_bytes ddp2 all_reduce_bytes $(( 2 * P * 4 / 2 ))
 check_bytes ddp2 all_gather_bytes 0
 # per-rank model state: params (fp32 on CPU) + master + 2 moments + fp32 grads = 20 bytes per
@@ -92,6 +95,7 @@ check_bytes ddp2 all_gather_bytes 0
 for c in ref:1 fsdp2:2 fsdp4:4 ddp2:1; do
   check_bytes "${c%%:*}" model_state_bytes $(( P * 20 / ${c##*:} + (root + layer) * 4 ))
 done
+check_bytes fsdp2_local model_state_bytes $(( P * 20 / 2 + P * 4 ))   # + full-size local gradients
 ag=$(field "$tmp/fsdp2" all_gather_bytes); rs=$(field "$tmp/fsdp2" reduce_scatter_bytes)
 echo "     FSDP 2 ranks: $(( (ag + rs) / 2 )) bytes per micro-step vs the 3 x P x 4 x (N-1)/N rule $(( 3 * P * 4 / 2 ))"
 

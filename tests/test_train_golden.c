@@ -62,7 +62,7 @@ int main(void) {
     fsdp_state s;
     // padding 16 as the trainer uses: exercises the padded slices
     int ok = param_layout_init(&layout, &cfg, 16) == 0 && model_init(&m, &cfg, be, &mem, B, T, 0, 16) == 0 &&
-             fsdp_init(&s, &layout, be, &mem, &one, &one) == 0 && fsdp_load_hf(&s, &ck) == 0;
+             fsdp_init(&s, &layout, be, &mem, &one, &one, 0) == 0 && fsdp_load_hf(&s, &ck) == 0;
     EXPECT(ok, "setup: %s", ft_error_message());
     unit_provider prov = fsdp_provider(&s);
     int32_t *tok = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));
