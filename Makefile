@@ -36,14 +36,34 @@ ifeq ($(MPI),1)
   LDLIBS += $(filter-out -I%,$(MPI_FLAGS))
 endif
 
-LIB_SRCS := $(filter-out src/main.c $(if $(filter 1,$(MPI)),,src/comm_mpi.c),$(wildcard src/*.c))
+# PMI2 (Slurm's libpmi2) for bootstrapping ranks under srun without MPI
+ifeq ($(origin PMI2), undefined)
+  PMI2 := $(if $(wildcard /usr/include/slurm/pmi2.h),1,0)
+endif
+ifeq ($(PMI2),1)
+  CFLAGS += -DFT_HAVE_PMI2
+  LDLIBS += -lpmi2
+endif
+
+# CUDA toolkit: host C files that talk to the CUDA runtime, cuBLASLt and NCCL
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(CUDA),1)
+  CFLAGS += -I$(CUDA_HOME)/include -DFT_HAVE_CUDA
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart
+endif
+
+NEEDS_MPI  := src/comm_mpi.c
+NEEDS_PMI2 := src/bootstrap_pmi2.c
+NEEDS_CUDA := src/comm_nccl.c
+LIB_SRCS := $(filter-out src/main.c $(if $(filter 1,$(MPI)),,$(NEEDS_MPI)) $(if $(filter 1,$(PMI2)),,$(NEEDS_PMI2)) \
+              $(if $(filter 1,$(CUDA)),,$(NEEDS_CUDA)),$(wildcard src/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 # shell tests (they receive the build dir as $1)
 TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 
-.PHONY: all test test-bins test-asan check run clean
+.PHONY: all test test-bins test-asan test-slurm check run clean
 all: $(BUILD)/finetune
 
 $(BUILD)/obj/%.o: src/%.c
@@ -61,7 +81,8 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libfinetune.a
 	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a -o $@ $(LDLIBS)
 
 # small tools the shell tests use
-TOOL_BINS := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(wildcard tests/tools/*.c))
+TOOL_SRCS := $(filter-out $(if $(filter 111,$(CUDA)$(PMI2)$(MPI)),,tests/tools/nccl_id_exchange.c),$(wildcard tests/tools/*.c))
+TOOL_BINS := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(TOOL_SRCS))
 $(BUILD)/tests/%: tests/tools/%.c $(BUILD)/libfinetune.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a -o $@ $(LDLIBS)
@@ -84,9 +105,16 @@ test-asan:
 	FT_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  OMP_NUM_THREADS=2 tests/run_all.sh $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BINS))
 
-# README's test command: CPU tests, the same C tests under sanitizers, and the nvcc build of
-# every kernel for sm_80/sm_90 when nvcc exists (nvcc-check comes from kernels/kernels.mk).
-check: test test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.mk)),nvcc-check)
+# A real Slurm on localhost (two simulated nodes): PMI2 bootstrap and the shipped sbatch
+# scripts on CPU ranks. Needs root, slurm-wlm, munge, libpmi2-0-dev; skips otherwise (fails
+# when CI=true).
+test-slurm: $(BUILD)/finetune $(TOOL_BINS)
+	bash tests/slurm/test_slurm.sh $(BUILD)
+
+# README's test command: CPU tests, the same C tests under sanitizers, the nvcc build of
+# every kernel for sm_80/sm_90 when nvcc exists (nvcc-check comes from kernels/kernels.mk),
+# and the Slurm test.
+check: test test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.mk)),nvcc-check) test-slurm
 
 # README's first command: train the bundled tiny model on the bundled chess games (CPU)
 RUN_FLAGS ?= --batch_size_per_device 8 --total_batch_size 32 --learning_rate 5e-3 --max_steps 120 \

@@ -71,3 +71,11 @@ int comm_mpi_split(comm *parent, int color, int key, comm *out);
 int comm_mpi_local_info(int *local_rank, int *local_size);
 void comm_mpi_abort(int code);
 void comm_mpi_finalize(void);
+
+// ----------------------------------------------------------------------------
+// NCCL transport (src/comm_nccl.c, built with the CUDA toolkit; unverified on GPU)
+
+// A fresh NCCL unique id (n must be 128, sizeof(ncclUniqueId)); works without a GPU. 0 / -1.
+int comm_nccl_unique_id(void *id, size_t n);
+// Join the NCCL group `id` as rank/size on CUDA device `device` (collective). 0 / -1.
+int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *id, int device);

@@ -66,6 +66,15 @@ grep -q "sharding HSDP (shard group 2 x replica group 2)" "$tmp/hsdp4.log" && ok
 grep -q "bootstrap: MPI (mpirun); world 4 rank(s)" "$tmp/fsdp4.log" && ok "bootstrap reported once" || bad "bootstrap line"
 [ "$(grep -c "bootstrap:" "$tmp/fsdp4.log")" -eq 1 ] && ok "rank 0 alone prints" || bad "bootstrap printed $(grep -c bootstrap: "$tmp/fsdp4.log") times"
 
+# the consolidated export written from 4 FSDP shards loads in transformers with our loss
+py="${FT_ORACLE_PYTHON:-/opt/oracle-venv/bin/python}"
+ours=$("$bin" --eval_only --model_dir "$tmp/fsdp4/final" --seq_len 64 --max_eval_docs 16 2>&1 | sed -nE 's/.*val loss ([0-9.]+).*/\1/p')
+if [ -x "$py" ] && "$py" -c "import transformers, torch" 2>/dev/null; then
+  out=$(HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error "$py" tests/oracle/check_export.py "$tmp/fsdp4/final" \
+        data/chess/val_000.bin 64 16 "$ours" 2>&1) && ok "export from 4 FSDP shards loads in transformers: $out" || bad "export from shards: $out"
+elif [ -n "${FT_ORACLE_PYTHON:-}" ]; then bad "FT_ORACLE_PYTHON cannot import transformers"
+else echo "skip transformers check of the sharded export (no Python with transformers)"; fi
+
 # ---------------------------------------------------------------- 2. bytes per step
 # default model: L = 4 layer units of 184,576 params, root 524,416 (embeddings + norm +
 # lm_head); P = 1,262,720 (units already multiples of 64, so no padding). Per micro-step FSDP
