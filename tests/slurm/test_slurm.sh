@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# The Slurm test: a real Slurm on localhost (tests/slurm/cluster.sh: two simulated nodes with
+# 4 CPUs and 4 fake GPUs each), the PMI2 bootstrap among 4 ranks on 2 nodes, then the shipped
+# sbatch scripts running finetune on CPU ranks.
+#
+#   tests/slurm/test_slurm.sh [BUILD_DIR]      (default build; needs root, slurm-wlm, munge,
+#                                               libpmi2-0-dev; finetune built with MPICH)
+#
+# 1. cluster up, both nodes idle, fake GPU gres visible
+# 2. pmi2_exchange (built here with -lpmi2): singleton outside srun; under srun --mpi=pmi2 on
+#    2 nodes x 2 ranks, rank 0's 128-byte id reaches every rank (same hash everywhere) and every
+#    rank reads every other rank's value; a corrupted value is detected; the same from a batch
+#    job (sbatch -> srun)
+# 3. when BUILD_DIR/finetune is linked with MPI (or FT_SLURM_TRAIN=1; FT_SLURM_TRAIN=0 skips):
+#    a. slurm/finetune_multinode.sbatch, 2 nodes x 2 CPU ranks (HSDP: shard 2 x replicate 2):
+#       COMPLETED, the validation loss fell, final/model.safetensors exists
+#    b. slurm/finetune_1node.sbatch, 1 node x 4 ranks on the fake GPUs, SIGTERM to the steps
+#       (what --signal=TERM@120 does before the time limit): saves and exits 0, job COMPLETED;
+#       resubmitted with --resume latest it finishes, every step logged exactly once
+# The daemons are stopped at the end if this script started them. Last line:
+# "test_slurm: N passed, M failed"; exit status non-zero on any failure.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-build}
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+CLUSTER=$ROOT/tests/slurm/cluster.sh
+export FT_SLURM_DIR=${FT_SLURM_DIR:-/tmp/ft-slurm}
+export SLURM_CONF=$FT_SLURM_DIR/etc/slurm.conf
+
+pass=0 fail=0 t_start=$SECONDS TMP=""
+ok() { echo "ok   - $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL - $*"; fail=$((fail + 1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+finish() {
+    [ "$fail" -eq 0 ] || [ -z "${TMP:-}" ] || echo "test_slurm: outputs kept in $TMP"
+    echo "test_slurm: $pass passed, $fail failed ($((SECONDS - t_start)) s)"
+    [ "$fail" -eq 0 ]
+    exit
+}
+
+# --- prerequisites: a missing Slurm is a skip on a developer machine, a failure in CI ------
+missing=""
+for b in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged /usr/bin/sbatch /usr/include/slurm/pmi2.h; do
+    [ -e "$b" ] || missing="$missing $b"
+done
+[ "$(id -u)" = 0 ] || missing="$missing (root)"
+if [ -n "$missing" ]; then
+    if [ "${CI:-}" = true ]; then bad "prerequisites missing:$missing"; finish; fi
+    echo "skip - Slurm test: missing$missing (apt-get install slurm-wlm munge libpmi2-0-dev; run as root)"
+    finish
+fi
+
+TMP=$(mktemp -d /tmp/ft-slurm-test.XXXXXX)
+started=0
+# shellcheck disable=SC2317  # called by the EXIT trap
+cleanup() {
+    if [ "$started" = 1 ] && [ "${FT_SLURM_KEEP:-0}" != 1 ]; then bash "$CLUSTER" stop >/dev/null 2>&1; fi
+    if [ "$fail" -eq 0 ]; then rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+
+# --- 1. cluster ------------------------------------------------------------------------------
+bash "$CLUSTER" status >/dev/null 2>&1 || started=1
+t0=$SECONDS
+if bash "$CLUSTER" start </dev/null >"$TMP/cluster.log" 2>&1; then
+    ok "cluster up in $((SECONDS - t0)) s ($(tail -1 "$TMP/cluster.log"))"
+else
+    bad "cluster start"; sed 's/^/  | /' "$TMP/cluster.log"; finish
+fi
+nodes=$(sinfo -h -N -o '%N %T %G' 2>&1 | sort -u)
+check "two idle nodes with 4 fake GPUs each: $(tr '\n' ' ' <<<"$nodes")" \
+    test "$(echo "$nodes" | grep -cE '^n[12] idle gpu:4')" = 2
+
+# wait_job ID SECONDS: poll until the job leaves the queue; sets STATE and EXIT
+wait_job() {
+    local id=$1 limit=$2 t=0 line
+    while :; do
+        line=$(scontrol -o show job "$id" 2>/dev/null)
+        STATE=$(sed -n 's/.* JobState=\([A-Z_]*\).*/\1/p' <<<"$line")
+        EXIT=$(sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p' <<<"$line")
+        case $STATE in PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | "") ;; *) return 0 ;; esac
+        if [ "$t" -ge $((limit * 10)) ]; then
+            scancel "$id" 2>/dev/null
+            STATE="TEST_TIMEOUT($STATE)"
+            return 1
+        fi
+        sleep 0.2
+        t=$((t + 2))
+    done
+}
+show() { echo "  | $1:"; tail -n "${2:-15}" "$1" 2>/dev/null | sed 's/^/  | /'; }
+
+# --- 2. PMI2 ---------------------------------------------------------------------------------
+mkdir -p "$BUILD/tests"
+PX=$BUILD/tests/pmi2_exchange
+if cc -std=gnu11 -O2 -Wall -Wextra -Werror "$ROOT/tests/slurm/pmi2_exchange.c" -o "$PX" -lpmi2 2>"$TMP/cc.log"; then
+    ok "pmi2_exchange builds (-lpmi2)"
+else
+    bad "pmi2_exchange build"; show "$TMP/cc.log"; finish
+fi
+
+out=$(env -u PMI_FD "$PX" </dev/null 2>&1)
+check "outside srun libpmi2 is a singleton (size 1): $out" grep -q 'rank 0/1 singleton' <<<"$out"
+
+# verify_exchange FILE: 4 ranks, each once, all "peers ok", one id hash, 2 nodes x 2 ranks
+verify_exchange() {
+    local f=$1
+    [ "$(grep -c '^pmi2_exchange: rank [0-3]/4 ' "$f")" = 4 ] || { echo "  | expected 4 rank lines"; return 1; }
+    [ "$(grep -o 'rank [0-3]/4' "$f" | sort -u | wc -l)" = 4 ] || { echo "  | ranks not 0..3 once each"; return 1; }
+    [ "$(grep -c ' peers ok$' "$f")" = 4 ] || { echo "  | a rank saw a wrong value"; return 1; }
+    [ "$(grep -o 'id_fnv [0-9a-f]*' "$f" | sort -u | wc -l)" = 1 ] || { echo "  | ranks read different ids"; return 1; }
+    [ "$(grep -o 'node n[12] local [01]/2' "$f" | sort -u | wc -l)" = 4 ] || { echo "  | not 2 nodes x 2 ranks"; return 1; }
+}
+t0=$SECONDS
+srun --mpi=pmi2 -N 2 --ntasks-per-node=2 "$PX" </dev/null >"$TMP/px.out" 2>"$TMP/px.err"
+rc=$?
+if [ $rc = 0 ] && verify_exchange "$TMP/px.out"; then
+    ok "srun --mpi=pmi2 -N 2 -n 4: 128-byte id from rank 0 and all-to-all values exchanged ($((SECONDS - t0)) s, $(grep -o 'id_fnv [0-9a-f]*' "$TMP/px.out" | head -1))"
+else
+    bad "srun --mpi=pmi2 -N 2 -n 4 exchange (rc $rc)"; show "$TMP/px.out"; show "$TMP/px.err"
+fi
+
+FT_PMI2_CORRUPT=2 srun --mpi=pmi2 -N 2 --ntasks-per-node=2 "$PX" </dev/null >"$TMP/pxc.out" 2>"$TMP/pxc.err"
+rc=$?
+if [ $rc != 0 ] && [ "$(grep -c 'value of rank 2 is wrong' "$TMP/pxc.err")" = 4 ]; then
+    ok "a corrupted value (rank 2) is caught by all 4 ranks, srun exits $rc"
+else
+    bad "corrupted value not detected (rc $rc)"; show "$TMP/pxc.out"; show "$TMP/pxc.err"
+fi
+
+id=$(sbatch --parsable -N 2 --ntasks-per-node=2 --time=2 -o "$TMP/pxb-%j.out" \
+    --wrap "srun --mpi=pmi2 $PX 0x5eed" </dev/null 2>"$TMP/pxb.err")
+if [ -n "$id" ] && wait_job "$id" 60 && [ "$STATE" = COMPLETED ] && verify_exchange "$TMP/pxb-$id.out"; then
+    ok "the same exchange in a batch job (sbatch -> srun --mpi=pmi2): job $id COMPLETED"
+else
+    bad "batch job exchange (job '$id' $STATE exit $EXIT)"; show "$TMP/pxb.err"; show "$TMP/pxb-$id.out"
+fi
+
+# the project's own GPU bootstrap (src/bootstrap_pmi2.c): a real ncclUniqueId from rank 0
+# reaches every rank through the PMI2 KVS (built when CUDA, PMI2 and MPI are all present)
+NX=$BUILD/tests/nccl_id_exchange
+if [ -x "$NX" ]; then
+    srun --mpi=pmi2 -N 2 --ntasks-per-node=2 "$NX" </dev/null >"$TMP/nx.out" 2>"$TMP/nx.err"
+    rc=$?
+    if [ $rc = 0 ] && [ "$(grep -c '^rank [0-3]/4 via Slurm PMI2: id [0-9a-f]*$' "$TMP/nx.out")" = 4 ] &&
+        [ "$(grep -o 'id [0-9a-f]*' "$TMP/nx.out" | sort -u | wc -l)" = 1 ]; then
+        ok "ncclUniqueId shared over PMI2 by src/bootstrap_pmi2.c among 4 ranks ($(grep -o 'id [0-9a-f]*' "$TMP/nx.out" | head -1))"
+    else
+        bad "nccl_id_exchange under srun --mpi=pmi2 (rc $rc)"; show "$TMP/nx.out"; show "$TMP/nx.err"
+    fi
+elif [ "${CI:-}" = true ]; then
+    bad "$NX not built (needs CUDA=1 PMI2=1 MPI=1)"
+else
+    echo "skip - nccl_id_exchange not built (needs the CUDA toolkit, libpmi2 and MPICH)"
+fi
+
+# --- 3. finetune through the shipped scripts -------------------------------------------------
+FT=$BUILD/finetune
+train=${FT_SLURM_TRAIN:-auto}
+if [ "$train" = auto ]; then
+    if [ -x "$FT" ] && ldd "$FT" 2>/dev/null | grep -q 'libmpi'; then train=1; else train=0; fi
+fi
+if [ "$train" != 1 ]; then
+    echo "skip - finetune under Slurm: $FT is missing or not built with MPI (make with libmpich-dev installed, or FT_SLURM_TRAIN=1)"
+    finish
+fi
+export FT_BIN=$FT FT_ROOT=$ROOT
+cd "$ROOT" || finish
+SMALL=(--seq_len 64 --batch_size_per_device 2 --total_batch_size 8 --max_eval_docs 16 --learning_rate 3e-3)
+
+# metrics helpers (metrics.jsonl: {"type":"train","step":N,"loss":X,...} and
+# {"type":"eval","step":N,"val_loss":X,...})
+evals() { grep '"type":"eval"' "$1" | sed -n 's/.*"val_loss":\([-0-9.eE+]*\).*/\1/p'; }
+train_steps() { grep '"type":"train"' "$1" | grep '"loss":' | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
+
+# a. multi-node script: 2 nodes x 2 CPU ranks, HSDP (shard within a node, replicate across)
+out=$TMP/mn
+t0=$SECONDS
+id=$(sbatch --parsable --nodes=2 --ntasks-per-node=2 --gres=none --cpus-per-task=1 --time=5 \
+    -o "$TMP/mn-%j.out" slurm/finetune_multinode.sbatch "${SMALL[@]}" --max_steps 6 --out_dir "$out" \
+    </dev/null 2>"$TMP/mn.err")
+if [ -n "$id" ] && wait_job "$id" 150 && [ "$STATE" = COMPLETED ] && [ "$EXIT" = 0:0 ]; then
+    ok "finetune_multinode.sbatch, 2 nodes x 2 ranks: job $id COMPLETED in $((SECONDS - t0)) s"
+else
+    bad "finetune_multinode.sbatch: job '$id' $STATE exit $EXIT"; show "$TMP/mn.err"; show "$TMP/mn-$id.out" 30
+fi
+log=$TMP/mn-$id.out
+check "4 ranks, 2 per node, bootstrapped over PMI2 by srun" grep -q 'world 4 rank(s), 2 per node' "$log"
+check "HSDP by default: --dp_shard 2 (the tasks per node)" grep -q 'dp_shard=2' "$log"
+m=$out/metrics.jsonl
+n=$(train_steps "$m" 2>/dev/null | wc -l)
+check "6 train steps with a loss in metrics.jsonl (found $n)" test "$n" = 6
+first=$(evals "$m" 2>/dev/null | head -1) last=$(evals "$m" 2>/dev/null | tail -1)
+check "validation loss fell: $first -> $last" \
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(a != "" && b != "" && a + 0 > b + 0) }'
+check "outputs: final/model.safetensors and checkpoints/latest" \
+    test -s "$out/final/model.safetensors" -a -s "$out/checkpoints/latest"
+
+# b. single-node script on the fake GPUs: preempted by SIGTERM, then resumed
+out=$TMP/one
+steps=20
+t0=$SECONDS
+id=$(sbatch --parsable --cpus-per-task=1 --time=5 -o "$TMP/one-%j.out" slurm/finetune_1node.sbatch \
+    "${SMALL[@]}" --max_steps $steps --out_dir "$out" </dev/null 2>"$TMP/one.err")
+# signal the steps (not the batch shell), as --signal=TERM@120 does, once training runs
+t=0
+while [ -n "$id" ] && [ "$(train_steps "$out/metrics.jsonl" 2>/dev/null | wc -l)" -lt 2 ] && [ $t -lt 600 ]; do
+    squeue -h -j "$id" 2>/dev/null | grep -q . || break
+    sleep 0.2; t=$((t + 1))
+done
+[ -n "$id" ] && scancel --signal=TERM "$id" 2>/dev/null
+if [ -n "$id" ] && wait_job "$id" 120 && [ "$STATE" = COMPLETED ] && [ "$EXIT" = 0:0 ]; then
+    ok "finetune_1node.sbatch, 1 node x 4 ranks: SIGTERM -> job $id COMPLETED (exit 0) in $((SECONDS - t0)) s"
+else
+    bad "finetune_1node.sbatch + SIGTERM: job '$id' $STATE exit $EXIT"; show "$TMP/one.err"; show "$TMP/one-$id.out" 30
+fi
+log=$TMP/one-$id.out
+check "the batch step saw the 4 fake GPUs (CUDA_VISIBLE_DEVICES=0,1,2,3)" grep -q "GPUs '0,1,2,3'" "$log"
+check "4 ranks on one node" grep -q 'world 4 rank(s), 4 per node' "$log"
+stopped=$(sed -n 's/.*stopping after step \([0-9]*\) (signal received).*/\1/p' "$log")
+check "finetune saved a checkpoint and stopped after step ${stopped:-?} of $steps" \
+    test -n "$stopped" -a "${stopped:-0}" -lt $steps -a -s "$out/checkpoints/latest"
+
+t0=$SECONDS
+id=$(sbatch --parsable --cpus-per-task=1 --time=5 -o "$TMP/two-%j.out" slurm/finetune_1node.sbatch \
+    "${SMALL[@]}" --max_steps $steps --out_dir "$out" --resume latest </dev/null 2>"$TMP/two.err")
+if [ -n "$id" ] && wait_job "$id" 150 && [ "$STATE" = COMPLETED ] && [ "$EXIT" = 0:0 ]; then
+    ok "resubmitted with --resume latest: job $id COMPLETED in $((SECONDS - t0)) s"
+else
+    bad "resume job '$id' $STATE exit $EXIT"; show "$TMP/two.err"; show "$TMP/two-$id.out" 30
+fi
+check "resumed at step ${stopped:-?}" grep -q "resumed from .* at step ${stopped:-x}\$" "$TMP/two-$id.out"
+check "steps 1..$steps each logged exactly once across both jobs" \
+    test "$(train_steps "$out/metrics.jsonl" 2>/dev/null | tr '\n' ' ')" = "$(seq -s ' ' 1 $steps) "
+check "final/model.safetensors after the resumed run" test -s "$out/final/model.safetensors"
+
+finish
