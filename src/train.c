@@ -65,7 +65,7 @@ static double flops_per_token(const llama_config *c, double avg_T) {
 
 // The backend's dense matmul rate, measured: the MFU denominator when no peak is given.
 static double measure_matmul_flops(const backend *be, mem_tracker *mem) {
-    const int n = 384;
+    const int n = TRAIN_BENCH_MATMUL_DIM;
     size_t bytes = (size_t)n * n * st_dtype_size(be->dtype);
     void *a = mem_alloc(mem, MEM_WORKSPACE, bytes), *b = mem_alloc(mem, MEM_WORKSPACE, bytes),
          *c = mem_alloc(mem, MEM_WORKSPACE, bytes);
@@ -230,6 +230,9 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->prov = fsdp_provider(&j->fs);
 
     TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
+    if (o->sample_tokens > 0 && (uint64_t)o->sample_games > j->val.shards[0].n_docs)
+        return ft_error("flag --sample_games: %d exceeds the %llu games of %s/val_000.bin", o->sample_games,
+                        (unsigned long long)j->val.shards[0].n_docs, o->data_dir);
     if (o->eval_only) {
         j->accum = 1;
         j->steps_per_epoch = 1;
@@ -384,10 +387,15 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
         fprintf(j->metrics,
                 "{\"type\":\"train\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens\":%.0f,"
                 "\"tokens_per_s\":%.1f,\"ms\":%.1f,\"mfu\":%.5f,\"peak_mem_bytes\":%zu,\"all_gather_bytes\":%zu,"
-                "\"reduce_scatter_bytes\":%zu,\"all_reduce_bytes\":%zu,\"model_state_bytes\":%zu}\n",
+                "\"reduce_scatter_bytes\":%zu,\"all_reduce_bytes\":%zu,\"model_state_bytes\":%zu",
                 step + 1, st->loss, st->lr, st->norm, st->tokens, tps, 1000 * st->secs, mfu, j->mem.peak_total,
                 st->gather_bytes, st->rs_bytes, st->ar_bytes,
                 j->mem.peak[MEM_PARAMS] + j->mem.peak[MEM_GRADS] + j->mem.peak[MEM_OPTIMIZER]);
+        // exact peaks per category so far, for comparison with the --dry_run plan (tests/test_plan.sh)
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+            fprintf(j->metrics, "%s\"%s\":%zu", c ? "," : ",\"peak_bytes\":{", mem_category_name((mem_category)c),
+                    j->mem.peak[c]);
+        fprintf(j->metrics, "}}\n");
         fflush(j->metrics);
     }
 }
@@ -438,6 +446,8 @@ static int run(job *j) {
         snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
         j->metrics = fopen(path, start > 0 ? "a" : "w");
         if (!j->metrics) rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
+        snprintf(path, sizeof path, "%s/samples.jsonl", o->out_dir);
+        if (start == 0) remove(path);   // a fresh run's samples only (sampling appends)
     }
     if ((rc = agree(j->cc, rc)) != 0) return rc;
     j->peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12 : measure_matmul_flops(j->be, &j->mem);
@@ -485,9 +495,9 @@ static int run(job *j) {
     snprintf(path, sizeof path, "%s/final", o->out_dir);
     if ((rc = agree(j->cc, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
     if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
-    if (o->sample_tokens > 0)
-        TRY(sample_continuation(&j->cfg, &j->fs, &j->mem, o->model_dir, o->data_dir, 12, o->sample_tokens,
-                                (uint64_t)o->seed, j->rank));
+    for (int g = 0; o->sample_tokens > 0 && g < o->sample_games; g++)
+        TRY(sample_continuation(&j->cfg, &j->fs, &j->mem, o->model_dir, o->data_dir, o->out_dir, g, 12,
+                                o->sample_tokens, (uint64_t)o->seed, j->rank));
     if (is_main(j)) {
         printf("finetune: peak memory %.1f MiB:", j->mem.peak_total / 1048576.0);
         for (int c = 0; c < MEM_CATEGORY_COUNT; c++)

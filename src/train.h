@@ -34,12 +34,21 @@ typedef struct {
     int stop_at_step;             // 0 = never; else save and stop after this step (preemption drill)
     const char *save_dtype;       // export dtype: "bf16" or "fp32"
     int sample_tokens;            // tokens to sample after training (0 = none)
+    int sample_games;             // validation games to continue (prompts), default 1
     double peak_tflops;           // for MFU; 0 = measure the backend's matmul rate
     // sharding
     int no_fsdp;
     int dp_shard;                 // HSDP shard group size (0 = all ranks)
     int accumulate_grads_locally; // reduce gradients once per step instead of per micro-batch
+    // planning (src/plan.h): print the memory / step-time plan and exit, without training
+    int dry_run;
+    int world_size;               // --dry_run: ranks to plan for (0 = the launcher's)
+    const char *device;           // "cpu" (fp32 storage) or "cuda" (bf16); the plan's dtype
 } train_options;
+
+// Side of the square matrices the MFU benchmark multiplies when --peak_tflops is 0 (three
+// of them, backend dtype, MEM_WORKSPACE, freed right after).
+#define TRAIN_BENCH_MATMUL_DIM 384
 
 // Everything a rank needs to know about the job's process grid.
 typedef struct {
@@ -95,9 +104,10 @@ int ckpt_mkdirs(const char *path);
 // ----------------------------------------------------------------------------
 // sampling (sample.c)
 
-// Print a continuation of the first `prompt_tokens` tokens of validation game 0: the
-// model samples `n_tokens` tokens (temperature 1, seeded) with full recomputation per token.
-// Collective (FSDP gathers); rank 0 prints. 0 / -1.
+// Print a continuation of the first `prompt_tokens` tokens of validation game `game`: the
+// model samples `n_tokens` tokens (temperature 0.8, seeded by seed and game) with full
+// recomputation per token. Collective (FSDP gathers); rank 0 prints it and appends it to
+// OUT/samples.jsonl (scripts/legal_moves.py checks the moves with Stockfish). 0 / -1.
 int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem,
-                        const char *model_dir, const char *data_dir, int prompt_tokens,
-                        int n_tokens, uint64_t seed, int world_rank);
+                        const char *model_dir, const char *data_dir, const char *out_dir, int game,
+                        int prompt_tokens, int n_tokens, uint64_t seed, int world_rank);

@@ -1,0 +1,128 @@
+// plan.h: the memory and step-time planner behind `finetune --dry_run`.
+//
+// From a model config and the job's shape (world size, shard group, batch, sequence length,
+// checkpointing, accumulation mode, storage dtype) it computes, without allocating anything,
+// the bytes each rank's mem_tracker will record per category, and a roofline estimate of one
+// optimizer step on A100 and H100 GPUs.
+//
+// The memory plan mirrors, buffer by buffer, what model_init (src/model.c) and fsdp_init
+// (src/fsdp.c) allocate, so on the CPU backend it is exact: tests/test_plan.sh compares it
+// with the allocator's measured peaks. Every buffer is allocated once at setup and kept to the
+// end of training, so the peak total is the sum of the categories. Not planned: what the
+// mem_tracker does not see (a CUDA context, cuBLASLt/NCCL buffers, allocator fragmentation;
+// the fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those) and the inference model that
+// --sample_tokens builds after training.
+//
+// The step-time estimate is a roofline: FLOPs at the GPU's peak dense bf16 rate, collective
+// bytes at its peak NVLink (or InfiniBand) bandwidth, the optimizer at HBM bandwidth. It is a
+// lower bound labelled as an estimate, never a measurement: no GPU ran this code.
+#pragma once
+#include <stddef.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "memory.h"
+
+// ----------------------------------------------------------------------------
+// the request: one job's shape
+
+typedef struct {
+    int world_size;                 // W ranks
+    int shard_size;                 // S ranks per shard group (1 = DDP / one device); S divides W
+    int batch_size_per_device;      // B sequences per micro-batch
+    int seq_len;                    // T: buffers are sized for it (runs trim compute, not memory)
+    int total_batch_size;           // sequences per optimizer step over all ranks; B x W divides it
+    int gradient_checkpointing;     // 1: keep each layer's input only, recompute in backward
+    int accumulate_grads_locally;   // 1: full-size gradients summed locally, reduced once per step
+    size_t elem_bytes;              // storage dtype of the backend: 4 (CPU, fp32), 2 (CUDA, bf16)
+    int mfu_benchmark;              // 1: train.c measures the matmul rate (--peak_tflops 0), whose
+                                    // three (TRAIN_BENCH_MATMUL_DIM)^2 matrices are workspace
+} plan_request;
+
+// ----------------------------------------------------------------------------
+// the plan
+
+// one line of the memory table: a buffer (or a group of equal buffers) of one category
+#define PLAN_MAX_ITEMS 32
+typedef struct {
+    mem_category cat;
+    size_t bytes;
+    const char *what;
+} plan_item;
+
+typedef struct {
+    plan_request req;
+    int replica_size;               // R = W / S
+    int accum;                      // micro-batches per rank per optimizer step
+    // parameter layout, as param_layout_init pads it (every unit to a multiple of 16 S)
+    size_t n_params;                // real parameters
+    size_t layer_numel, root_numel; // padded unit sizes
+    size_t padded_total;            // L x layer + root
+    size_t n_local;                 // elements of this rank's slice of all units
+
+    // memory per rank (bytes)
+    size_t bytes[MEM_CATEGORY_COUNT];
+    size_t total;                   // peak of the sum (= the sum: nothing is freed early)
+    plan_item items[PLAN_MAX_ITEMS];
+    int n_items;
+
+    // one optimizer step, per rank (tokens at the full seq_len: an upper bound, since runs
+    // trim each micro-batch to its longest row)
+    double tokens;                  // accum x B x T
+    double model_flops;             // 6 x matmul params + causal attention, per token x tokens
+    double exec_flops;              // model_flops + recompute (checkpointing, attention backward)
+    size_t all_gather_bytes;        // sent by this rank (ring), as the comm counters record
+    size_t reduce_scatter_bytes;
+    size_t all_reduce_bytes;        // gradient all-reduce across replicas (scalars not counted)
+    double optimizer_hbm_bytes;     // AdamW reads and writes over this rank's slice
+} plan;
+
+// Compute the plan for `cfg` and `req`. Validates the request (positive sizes, S divides W,
+// B x W divides the total batch, seq_len within max_position_embeddings): 0, or -1 with
+// ft_error naming the flag.
+int plan_compute(plan *p, const llama_config *cfg, const plan_request *req);
+
+// ----------------------------------------------------------------------------
+// devices for the roofline and the fit check
+
+typedef struct {
+    const char *name;
+    double peak_flops;              // dense bf16 FLOP/s
+    double hbm_bytes_per_s;
+    double nvlink_bytes_per_s;      // per GPU, per direction
+    double internode_bytes_per_s;   // per GPU, when a group spans nodes
+    int gpus_per_node;
+    size_t memory_bytes;
+} plan_device;
+
+extern const plan_device plan_devices[];
+extern const int plan_n_devices;
+
+// Tracked bytes a device may hold: its memory minus what the tracker does not see.
+#define PLAN_DEVICE_RESERVE_BYTES ((size_t)4 << 30)
+size_t plan_device_budget(const plan_device *d);
+
+typedef struct {
+    double compute_s, comm_s, optimizer_s;
+    double overlapped_s;            // max(compute, comm) + optimizer: collectives fully hidden
+    double serial_s;                // compute + comm + optimizer: nothing hidden
+} plan_step_time;
+
+// Roofline times of one optimizer step of `p` on `d`.
+plan_step_time plan_estimate_step_time(const plan *p, const plan_device *d);
+
+// Largest batch_size_per_device in [1, max_batch] whose plan fits `budget` bytes, with the
+// other fields of `req`; `dividing` = 1 also requires B x W to divide the total batch.
+// 0 when even B = 1 does not fit.
+int plan_find_max_batch(const llama_config *cfg, const plan_request *req, size_t budget, int dividing,
+                        int max_batch);
+
+// ----------------------------------------------------------------------------
+// the report
+
+// Print the --dry_run report: memory per rank by category (bytes and GiB; one line per
+// category starts with its mem_category_name and the byte count, for scripts), whether it
+// fits an 80 GB GPU, the largest batch per device with and without checkpointing, and the
+// roofline step time on each device. `model_dir` and `device` are only printed.
+void plan_print_report(FILE *out, const plan *p, const llama_config *cfg, const char *model_dir,
+                       const char *device, int max_batch);
