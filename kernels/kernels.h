@@ -1,0 +1,68 @@
+// kernels.h: the C entry points of the hand-written CUDA kernels (kernels/*.cu), one per
+// backend.h op. Each takes the op's arguments (same order and meaning as in backend.h;
+// `void *` = bf16 device tensor, `float *` = fp32 device tensor) followed by the stream, and
+// returns 0 or -1 with ft_error() set naming the op. All are asynchronous on `stream` except
+// ftk_sum_squares, which returns its result to the host and so synchronises the stream.
+//
+// Status: verified on the CPU by the same-source emulator (tests/cuda_emu), compiled clean
+// for sm_80/sm_90 by `make nvcc-check`; not yet run on a real GPU.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend.h"   // adamw_params, LMHEAD_CHUNK_ROWS
+
+struct CUstream_st;                   // cudaStream_t is `struct CUstream_st *`
+typedef struct CUstream_st *ftk_stream;
+
+// embedding.cu
+int ftk_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int N, int C, int V,
+                      ftk_stream stream);
+int ftk_embedding_bwd(void *dwte, const void *dout, const int32_t *tokens, int N, int C, int V,
+                      ftk_stream stream);
+// rmsnorm.cu
+int ftk_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight, int N, int C,
+                    float eps, ftk_stream stream);
+int ftk_rmsnorm_bwd(void *dinp, void *dweight, const void *dout, const void *inp,
+                    const void *weight, const float *rstd, int N, int C, ftk_stream stream);
+// rope.cu
+int ftk_rope_fwd(void *out, const void *inp, const float *cos, const float *sin, int B, int T,
+                 int NH, int D, ftk_stream stream);
+int ftk_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T,
+                 int NH, int D, ftk_stream stream);
+// attention.cu (head dim D <= 128). The forward uses tensor cores (wmma) when D % 16 == 0,
+// the SIMT kernels otherwise; ftk_attention_set_tensor_cores(0) forces SIMT (tests,
+// comparisons), (1) restores the default. Process-wide, not thread-safe.
+void ftk_attention_set_tensor_cores(int on);
+int ftk_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B,
+                      int T, int H, int KVH, int D, ftk_stream stream);
+int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out,
+                      const float *lse, const void *q, const void *k, const void *v, int B, int T,
+                      int H, int KVH, int D, ftk_stream stream);
+// lmhead_xent.cu (workspace: LMHEAD_CHUNK_ROWS * V floats, as in backend.h)
+int ftk_lmhead_xent(float *losses, void *dx, void *dweight, const void *x, const void *weight,
+                    const int32_t *targets, int N, int C, int V, float dloss, float *workspace,
+                    ftk_stream stream);
+// swiglu.cu
+int ftk_swiglu_fwd(void *out, const void *gate, const void *up, size_t n, ftk_stream stream);
+int ftk_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up,
+                   size_t n, ftk_stream stream);
+// add.cu
+int ftk_add(void *out, const void *a, const void *b, size_t n, ftk_stream stream);
+// adamw.cu
+int ftk_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,
+              const adamw_params *p, ftk_stream stream);
+// sum_squares.cu (synchronises `stream`)
+int ftk_sum_squares(double *host_out, const float *x, size_t n, ftk_stream stream);
+// accumulate.cu
+int ftk_accumulate(float *dst, const void *src, size_t n, float alpha, ftk_stream stream);
+// cast.cu
+int ftk_cast_from_f32(void *dst, const float *src, size_t n, ftk_stream stream);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,74 @@
+# kernels/kernels.mk: the hand-written CUDA kernels (included by the Makefile, after
+# tests/cuda_emu/emu.mk).
+#
+#   $(BUILD)/tests/test_kernels   every kernel compiled as C++ against the CPU emulator and
+#                                 compared with the CPU backend (added to TEST_BINS, so it runs
+#                                 in `make test` and, under ASan+UBSan, in `make test-asan`)
+#   $(BUILD)/tests/test_kernels_gpumath   the same with FMA contraction and the GPU's
+#                                 worst-case approximate math (__expf, rsqrtf, logf)
+#   make nvcc-check               every kernels/*.cu through nvcc for sm_80 and sm_90 with all
+#                                 warnings, register spills and local memory as errors; prints
+#                                 the per-kernel resource report (registers, smem, spills)
+
+KERNEL_SRCS := $(wildcard kernels/*.cu)
+KERNEL_HDRS := $(wildcard kernels/*.cuh kernels/*.h) src/backend.h src/safetensors.h
+
+# ---------------------------------------------------------------- emulated (CPU) build
+# Two emulated builds of every kernel: exact host math (test_kernels) and the GPU's
+# worst-case approximate math with FMA contraction (test_kernels_gpumath, EMU_GPU_MATH_FLAGS
+# from emu.mk); the same test source and thresholds for both.
+ifneq ($(EMU_OK),)
+KERNEL_EMU_OBJS := $(patsubst kernels/%.cu,$(BUILD)/emu/kernels/%.o,$(KERNEL_SRCS))
+KERNEL_EMU_GPU_OBJS := $(patsubst kernels/%.cu,$(BUILD)/emu/kernels_gpumath/%.o,$(KERNEL_SRCS))
+
+$(BUILD)/emu/kernels/%.o: kernels/%.cu
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -Ikernels -x c++ -c $< -o $@
+
+$(BUILD)/emu/kernels_gpumath/%.o: kernels/%.cu
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_GPU_MATH_FLAGS) -Ikernels -x c++ -c $< -o $@
+
+$(BUILD)/emu/test_kernels.o: tests/cuda_emu/test_kernels.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -Ikernels -c $< -o $@
+
+$(BUILD)/emu/test_kernels_gpumath.o: tests/cuda_emu/test_kernels.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -DFT_TEST_GPU_MATH -Ikernels -c $< -o $@
+
+# the CPU backend is the reference, and the model's RoPE table builder provides the tables:
+# both come from the library (only the members they need are linked)
+$(BUILD)/tests/test_kernels: $(BUILD)/emu/test_kernels.o $(KERNEL_EMU_OBJS) $(EMU_OBJ) \
+                             $(BUILD)/libfinetune.a
+	@mkdir -p $(dir $@)
+	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(LDLIBS)
+
+$(BUILD)/tests/test_kernels_gpumath: $(BUILD)/emu/test_kernels_gpumath.o $(KERNEL_EMU_GPU_OBJS) \
+                                     $(EMU_OBJ) $(BUILD)/libfinetune.a
+	@mkdir -p $(dir $@)
+	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(LDLIBS)
+
+TEST_BINS += $(BUILD)/tests/test_kernels $(BUILD)/tests/test_kernels_gpumath
+-include $(wildcard $(BUILD)/emu/kernels/*.d $(BUILD)/emu/kernels_gpumath/*.d)
+endif
+
+# ---------------------------------------------------------------- nvcc
+# One nvcc per file builds both architectures; files compile in parallel.
+NVCC_ARCH_FLAGS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+NVCC_FLAGS := -O3 -std=c++17 -Isrc -Ikernels $(NVCC_ARCH_FLAGS) -Werror all-warnings \
+              -Xptxas -v,--warn-on-spills,--warn-on-local-memory-usage \
+              -Xcompiler -Wall,-Wextra
+NVCC_OBJS := $(patsubst kernels/%.cu,$(BUILD)/nvcc/%.o,$(KERNEL_SRCS))
+NVCC_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+$(BUILD)/nvcc/%.o: kernels/%.cu $(KERNEL_HDRS)
+	@mkdir -p $(dir $@)
+	@echo "nvcc $<"
+	@$(NVCC) $(NVCC_FLAGS) -c $< -o $@ > $@.log 2>&1 || { cat $@.log; rm -f $@; exit 1; }
+
+.PHONY: nvcc-check
+nvcc-check:
+	@test -n "$(NVCC)" || { echo "nvcc-check: nvcc not found (set NVCC=...)"; exit 1; }
+	@$(MAKE) --no-print-directory -j$(NVCC_JOBS) $(NVCC_OBJS)
+	@sh kernels/nvcc_report.sh $(patsubst %,%.log,$(NVCC_OBJS))

@@ -1,0 +1,722 @@
+// test_kernels.cpp: every kernel of kernels/ run under the CPU emulator and compared with the
+// CPU backend's op (backend_cpu(), fp32) on fp32 copies of the same bf16-rounded inputs.
+//
+// For each case (op, shape) and each thread order (forward, reverse, random):
+//   - inputs are fresh copies; outputs are poisoned with 0xFF bytes (NaN) before the launch,
+//     or hold known values for "+=" outputs; every buffer has 256-byte sentinel guards
+//     before and after it, checked after the launch;
+//   - NMSE = sum((out - ref)^2) / sum(ref^2) against the reference (NaN/inf = fail);
+//   - the outputs of the three orders must be bitwise identical (determinism, no races).
+// A case passes when all of that holds in all three orders. The table prints the worst
+// NMSE over the orders.
+//
+// Two binaries run this file (kernels/kernels.mk): test_kernels, with the kernels built with
+// exact host math, and test_kernels_gpumath, with the same kernel sources built with FMA
+// contraction (-mfma -ffp-contract=fast, as nvcc contracts) and every approximate function
+// moved by the GPU's documented worst-case error (__expf 2 ulp + .ftz, rsqrtf 2 ulp, logf
+// 1 ulp; see "device functions" in cuda_emu.h). The same thresholds must hold in both: they
+// are meant for a real GPU, not for the emulator's exact math.
+//
+// Thresholds (NMSE):
+//   bf16 has 8 significant bits: unit roundoff u = 2^-8. Rounding x to bf16 (nearest even)
+//   errs by at most u|x|, so for outputs computed exactly and rounded once
+//   NMSE = sum e_i^2 / sum x_i^2 <= u^2 = 1.53e-5, whatever n is. On random data the error
+//   is uniform in +-ulp/2, giving NMSE ~ u^2/6 = 2.5e-6 on average (u^2/3 = 5.1e-6 for values
+//   at the bottom of a binade), which is what large cases show; tiny cases (n = 1..8) can
+//   approach u^2. The kernels compute in fp32 from the same bf16 inputs as the reference;
+//   the GPU's approximate math (ex2.approx in __expf, rsqrt.approx, FMA contraction) and other
+//   summation orders move the fp32 value by <~1e-6 relative, negligible in NMSE (~1e-12), but
+//   can flip a rounding (error up to 2u on that element). THR_BF16 = 2e-5 = 1.3 u^2. A wrong
+//   index, a missing term or a race gives NMSE 1e-3..1, or NaN from the poisoned outputs.
+//   fp32 outputs (rstd, optimizer state, fp32 accumulation): only fp32 math differences,
+//   up to ~30 ulp with approximate transcendentals and a different summation order over
+//   C = 4096 terms: (30 * 2^-24)^2 = 3e-12; THR_F32 = 1e-9 leaves a wide margin and still
+//   catches any real error (one wrong element in 1000 gives ~1e-3).
+//   Copies (embedding forward, cast bits vs the host round-to-nearest-even) must be exact:
+//   threshold 0 (any NaN matches any NaN: the GPU produces the canonical 0x7fff).
+//   sum_squares returns a double: relative error^2 <= 1e-20.
+//   Attention forward on tensor cores (THR_ATT_TC): P = exp(s - m) is rounded to bf16
+//   before the P V product (as FlashAttention does) while l sums the fp32 P, so
+//   out = sum_j p_j (1 + d_j) v_j / l with |d_j| <= u: the extra error e = sum_j d_j p_j v_j / l
+//   has E[e^2] = E[d^2] sum_j p_j^2 v_j^2 / l^2 and, for v independent of p with mean 0,
+//   E[out^2] = sum_j p_j^2 E[v^2] / l^2: NMSE u^2/3 (uniform d) up to u^2 (worst d) on top
+//   of the output rounding (u^2/6 .. u^2). THR_ATT_TC = 2.6 u^2 = 4e-5. S = Q K^T is a sum
+//   of exact bf16 products in fp32 (tensor cores may add in another order or truncate
+//   inside the adder tree: a few fp32 ulp), so lse keeps THR_F32.
+#include "cuda_emu.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+extern "C" {
+#include "common.h"
+#include "model.h"   // rope_tables_compute: the model's own RoPE tables (llama3 scaling)
+}
+#include "test.h"
+
+#define THR_BF16 2e-5
+#define THR_F32 1e-9
+#define THR_EXACT 0.0
+#define THR_F64 1e-20
+#define THR_ATT_TC 4e-5
+
+static const int ORDERS[3] = {CUEMU_FORWARD, CUEMU_REVERSE, CUEMU_RANDOM};
+static const backend *CPU;
+
+// ----------------------------------------------------------------------------
+// random inputs
+
+static uint64_t g_rng = 0x243F6A8885A308D3ull;
+static uint32_t rng_u32() {
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float rng_normal() {
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += (rng_u32() & 0xffffff) / 16777216.0f;
+    return s - 6.0f;
+}
+static float bfround(float x) { return ft_bf16_to_f32(ft_f32_to_bf16(x)); }
+// bf16-representable normal values (what both sides see)
+static std::vector<float> randn_bf(size_t n, float scale) {
+    std::vector<float> v(n);
+    for (auto &x : v) x = bfround(scale * rng_normal());
+    return v;
+}
+static std::vector<float> randn_f(size_t n, float scale) {
+    std::vector<float> v(n);
+    for (auto &x : v) x = scale * rng_normal();
+    return v;
+}
+
+// ----------------------------------------------------------------------------
+// "device" buffers with sentinel guards
+
+#define GUARD 256
+// 0x7f7f7f7f is a huge float (3.4e38) and bf16 0x7f7f too: reading a guard shows up as well
+static const unsigned char GUARD_BYTE = 0x7f;
+
+struct Dev {
+    struct Buf { unsigned char *base; size_t total; unsigned char *ptr; size_t bytes; };
+    std::vector<Buf> bufs;
+    ~Dev() { for (auto &b : bufs) free(b.base); }
+    // `misalign` bytes after a 256-aligned address (0 = aligned, as cudaMalloc)
+    void *alloc(size_t bytes, size_t misalign = 0) {
+        size_t total = GUARD + misalign + bytes + GUARD;
+        void *p = nullptr;
+        if (posix_memalign(&p, 256, total) != 0) abort();
+        unsigned char *base = (unsigned char *)p;
+        memset(base, GUARD_BYTE, total);
+        unsigned char *ptr = base + GUARD + misalign;
+        memset(ptr, 0xff, bytes);                         // poison
+        bufs.push_back({base, total, ptr, bytes});
+        return ptr;
+    }
+    bool guards_ok() const {
+        for (auto &b : bufs) {
+            for (unsigned char *q = b.base; q < b.ptr; q++) if (*q != GUARD_BYTE) return false;
+            for (unsigned char *q = b.ptr + b.bytes; q < b.base + b.total; q++)
+                if (*q != GUARD_BYTE) return false;
+        }
+        return true;
+    }
+    void *bf16(const std::vector<float> &v, size_t misalign = 0) {
+        uint16_t *p = (uint16_t *)alloc(v.size() * 2, misalign);
+        for (size_t i = 0; i < v.size(); i++) p[i] = ft_f32_to_bf16(v[i]);
+        return p;
+    }
+    float *f32(const std::vector<float> &v, size_t misalign = 0) {
+        float *p = (float *)alloc(v.size() * 4, misalign);
+        if (!v.empty()) memcpy(p, v.data(), v.size() * 4);
+        return p;
+    }
+    int32_t *i32(const std::vector<int32_t> &v) {
+        int32_t *p = (int32_t *)alloc(v.size() * 4);
+        if (!v.empty()) memcpy(p, v.data(), v.size() * 4);
+        return p;
+    }
+};
+
+// one output of one run: its fp32 values and its raw bytes
+struct Output {
+    std::vector<float> vals;
+    std::vector<unsigned char> raw;
+};
+static Output read_bf16(const void *p, size_t n) {
+    Output o;
+    o.vals.resize(n);
+    o.raw.assign((const unsigned char *)p, (const unsigned char *)p + n * 2);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, (const unsigned char *)p + 2 * i, 2);
+        o.vals[i] = ft_bf16_to_f32(h);
+    }
+    return o;
+}
+static Output read_f32(const float *p, size_t n) {
+    Output o;
+    o.vals.assign(p, p + n);
+    o.raw.assign((const unsigned char *)p, (const unsigned char *)p + n * 4);
+    return o;
+}
+
+struct Run {
+    int rc = 0;
+    bool guards = true;
+    std::vector<Output> outs;
+};
+
+enum { M_NMSE, M_BITS, M_F64 };
+struct Ref {
+    const char *name;
+    std::vector<float> vals;        // M_NMSE: the reference values
+    double thr;
+    int metric = M_NMSE;
+    std::vector<unsigned char> bits;  // M_BITS: expected bf16 bit patterns (metric = #differing)
+    double d = 0;                   // M_F64: expected double (metric = relative error^2)
+};
+static Ref nmse_ref(const char *name, const std::vector<float> &v, double thr) {
+    Ref r;
+    r.name = name; r.vals = v; r.thr = thr;
+    return r;
+}
+static double metric(const Ref &ref, const Output &o) {
+    if (ref.metric == M_NMSE) {
+        if (o.vals.size() != ref.vals.size()) return INFINITY;
+        return test_nmse(o.vals.data(), ref.vals.data(), ref.vals.size());
+    }
+    if (ref.metric == M_BITS) {
+        if (o.raw.size() != ref.bits.size()) return INFINITY;
+        double bad = 0;
+        for (size_t i = 0; i + 1 < o.raw.size(); i += 2) {
+            unsigned a = o.raw[i] | o.raw[i + 1] << 8, b = ref.bits[i] | ref.bits[i + 1] << 8;
+            bool nan_a = (a & 0x7fff) > 0x7f80, nan_b = (b & 0x7fff) > 0x7f80;
+            bad += nan_a != nan_b || (!nan_a && a != b);
+        }
+        return bad;
+    }
+    double got;
+    if (o.raw.size() != sizeof got) return INFINITY;
+    memcpy(&got, o.raw.data(), sizeof got);
+    double rel = ref.d != 0 ? (got - ref.d) / ref.d : got;
+    return isfinite(rel) ? rel * rel : INFINITY;
+}
+
+// ----------------------------------------------------------------------------
+// the driver
+
+static double g_worst_ratio = 0;   // worst NMSE / threshold (for the summary)
+
+static void run_case(const char *op, const std::string &shape, const std::vector<Ref> &refs,
+                     const std::function<void(Run &)> &fn) {
+    std::vector<double> worst(refs.size(), 0.0);
+    std::vector<Output> first;
+    bool rc_ok = true, guards_ok = true, same_bits = true, count_ok = true;
+    std::string err;
+    for (int o = 0; o < 3; o++) {
+        cuemu_set_order(ORDERS[o], 1234567 + o);
+        ft_error_clear();
+        Run r;
+        fn(r);
+        if (r.rc != 0) {
+            rc_ok = false;
+            err = ft_error_message();
+        }
+        guards_ok &= r.guards;
+        if (r.outs.size() != refs.size()) { count_ok = false; continue; }
+        for (size_t k = 0; k < refs.size(); k++) {
+            double e = metric(refs[k], r.outs[k]);
+            if (!(e <= worst[k])) worst[k] = e;   // NaN/inf stick
+            if (o == 0) continue;
+            if (r.outs[k].raw != first[k].raw) same_bits = false;
+        }
+        if (o == 0) first = r.outs;
+    }
+    for (size_t k = 0; k < refs.size(); k++) {
+        bool ok = rc_ok && guards_ok && same_bits && count_ok && worst[k] <= refs[k].thr;
+        if (refs[k].thr > 0 && worst[k] / refs[k].thr > g_worst_ratio) g_worst_ratio = worst[k] / refs[k].thr;
+        printf("%-16s %-40s %-8s %10.3e %9.1e  %s%s%s%s\n", op, shape.c_str(), refs[k].name,
+               worst[k], refs[k].thr, ok ? "pass" : "FAIL", rc_ok ? "" : " (error)",
+               guards_ok ? "" : " (guard overwritten)", same_bits ? "" : " (orders differ)");
+        EXPECT(ok, "%s %s %s: nmse %.3e thr %.1e rc_ok %d guards %d same_bits %d %s", op,
+               shape.c_str(), refs[k].name, worst[k], refs[k].thr, rc_ok, guards_ok, same_bits,
+               err.c_str());
+    }
+    fflush(stdout);
+}
+
+static std::string fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static std::string fmt(const char *f, ...) {
+    char buf[256];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(buf, sizeof buf, f, ap);
+    va_end(ap);
+    return buf;
+}
+
+// ----------------------------------------------------------------------------
+// embedding
+
+static void test_embedding(int N, int C, int V) {
+    std::vector<float> wte = randn_bf((size_t)V * C, 1.0f);
+    std::vector<float> dout = randn_bf((size_t)N * C, 1.0f);
+    std::vector<float> dwte0 = randn_bf((size_t)V * C, 0.5f);
+    std::vector<int32_t> tok(N);
+    for (auto &t : tok) t = (int32_t)(rng_u32() % (uint32_t)V);
+    std::string shape = fmt("N=%d C=%d V=%d", N, C, V);
+
+    std::vector<float> out_ref((size_t)N * C), dwte_ref = dwte0;
+    CPU->embedding_fwd(out_ref.data(), tok.data(), wte.data(), N, C, V);
+    CPU->embedding_bwd(dwte_ref.data(), dout.data(), tok.data(), N, C, V);
+
+    run_case("embedding_fwd", shape, {nmse_ref("out", out_ref, THR_EXACT)}, [&](Run &r) {
+        Dev d;
+        void *out = d.alloc((size_t)N * C * 2);
+        r.rc = ftk_embedding_fwd(out, d.i32(tok), d.bf16(wte), N, C, V, 0);
+        r.guards = d.guards_ok();
+        r.outs = {read_bf16(out, (size_t)N * C)};
+    });
+    run_case("embedding_bwd", shape, {nmse_ref("dwte", dwte_ref, THR_BF16)}, [&](Run &r) {
+        Dev d;
+        void *dwte = d.bf16(dwte0);
+        r.rc = ftk_embedding_bwd(dwte, d.bf16(dout), d.i32(tok), N, C, V, 0);
+        r.guards = d.guards_ok();
+        r.outs = {read_bf16(dwte, (size_t)V * C)};
+    });
+}
+
+// ----------------------------------------------------------------------------
+// rmsnorm
+
+static void test_rmsnorm(int N, int C, size_t mis) {
+    const float eps = 1e-5f;
+    std::vector<float> x = randn_bf((size_t)N * C, 1.0f), w = randn_bf(C, 1.0f);
+    for (auto &v : w) v = bfround(1.0f + 0.2f * v);
+    std::vector<float> dy = randn_bf((size_t)N * C, 1.0f);
+    std::vector<float> dx0 = randn_bf((size_t)N * C, 0.5f), dw0 = randn_bf(C, 0.5f);
+    std::string shape = fmt("N=%d C=%d%s", N, C, mis ? " misaligned" : "");
+
+    std::vector<float> y_ref((size_t)N * C), rstd_ref(N), dx_ref = dx0, dw_ref = dw0;
+    CPU->rmsnorm_fwd(y_ref.data(), rstd_ref.data(), x.data(), w.data(), N, C, eps);
+    CPU->rmsnorm_bwd(dx_ref.data(), dw_ref.data(), dy.data(), x.data(), w.data(), rstd_ref.data(),
+                     N, C);
+
+    run_case("rmsnorm_fwd", shape, {nmse_ref("out", y_ref, THR_BF16), nmse_ref("rstd", rstd_ref, THR_F32)},
+             [&](Run &r) {
+                 Dev d;
+                 void *y = d.alloc((size_t)N * C * 2, mis);
+                 float *rstd = (float *)d.alloc((size_t)N * 4);
+                 r.rc = ftk_rmsnorm_fwd(y, rstd, d.bf16(x, mis), d.bf16(w), N, C, eps, 0);
+                 r.guards = d.guards_ok();
+                 r.outs = {read_bf16(y, (size_t)N * C), read_f32(rstd, N)};
+             });
+    run_case("rmsnorm_bwd", shape, {nmse_ref("dinp", dx_ref, THR_BF16), nmse_ref("dweight", dw_ref, THR_BF16)},
+             [&](Run &r) {
+                 Dev d;
+                 void *dx = d.bf16(dx0, mis), *dw = d.bf16(dw0);
+                 r.rc = ftk_rmsnorm_bwd(dx, dw, d.bf16(dy), d.bf16(x), d.bf16(w), d.f32(rstd_ref),
+                                        N, C, 0);
+                 r.guards = d.guards_ok();
+                 r.outs = {read_bf16(dx, (size_t)N * C), read_bf16(dw, C)};
+             });
+}
+
+// ----------------------------------------------------------------------------
+// rope
+
+// RoPE tables from the model's code path (src/model.c rope_tables_compute, what the model
+// uploads): theta 10000 unscaled (the default), or Llama 3.1's llama3 frequency scaling
+// (theta 5e5, factor 8, low/high frequency factors 1 and 4, original context 8192).
+enum { ROPE_DEFAULT, ROPE_LLAMA3 };
+static void rope_tables(int kind, int T, int D, std::vector<float> &cs, std::vector<float> &sn) {
+    llama_config c;
+    memset(&c, 0, sizeof c);
+    c.head_dim = D;
+    c.rope_theta = 10000.0;
+    c.rope_scaling = ROPE_SCALING_NONE;
+    if (kind == ROPE_LLAMA3) {
+        c.rope_theta = 500000.0;
+        c.rope_scaling = ROPE_SCALING_LLAMA3;
+        c.rope_factor = 8.0;
+        c.rope_low_freq_factor = 1.0;
+        c.rope_high_freq_factor = 4.0;
+        c.rope_original_max_position_embeddings = 8192;
+    }
+    cs.resize((size_t)T * (D / 2));
+    sn.resize((size_t)T * (D / 2));
+    rope_tables_compute(&c, T, cs.data(), sn.data());
+}
+
+// The llama3 tables really are scaled: at position 1 the angle is inv_freq itself; against
+// the unscaled inv_freq of theta 5e5, high-frequency pairs keep it, low-frequency pairs are
+// divided by the factor 8, and the band in between is blended (all three occur at D = 128).
+static void test_rope_llama3_tables(int D) {
+    std::vector<float> cs, sn;
+    rope_tables(ROPE_LLAMA3, 2, D, cs, sn);
+    int same = 0, divided = 0, blended = 0, half = D / 2;
+    for (int i = 0; i < half; i++) {
+        double inv = pow(500000.0, -2.0 * i / D);
+        double angle = atan2((double)sn[half + i], (double)cs[half + i]);
+        double ratio = angle / inv;
+        if (fabs(ratio - 1.0) < 1e-4) same++;
+        else if (fabs(ratio - 0.125) < 1e-4) divided++;
+        else if (ratio > 0.125 && ratio < 1.0) blended++;
+    }
+    EXPECT(same > 0 && divided > 0 && blended > 0 && same + divided + blended == half,
+           "llama3 RoPE tables D=%d: %d unscaled, %d divided by 8, %d blended of %d", D, same,
+           divided, blended, half);
+}
+
+static void test_rope(int B, int T, int NH, int D, bool inplace, size_t mis, int kind) {
+    size_t n = (size_t)B * T * NH * D;
+    std::vector<float> x = randn_bf(n, 1.0f), cs, sn;
+    rope_tables(kind, T, D, cs, sn);
+    std::string shape = fmt("B=%d T=%d NH=%d D=%d%s%s%s", B, T, NH, D, inplace ? " inplace" : "",
+                            mis ? " misal" : "", kind == ROPE_LLAMA3 ? " llama3" : "");
+    std::vector<float> yf(n), yb(n);
+    CPU->rope_fwd(yf.data(), x.data(), cs.data(), sn.data(), B, T, NH, D);
+    CPU->rope_bwd(yb.data(), x.data(), cs.data(), sn.data(), B, T, NH, D);
+    for (int dir = 0; dir < 2; dir++)
+        run_case(dir ? "rope_bwd" : "rope_fwd", shape, {nmse_ref("out", dir ? yb : yf, THR_BF16)},
+                 [&](Run &r) {
+                     Dev d;
+                     void *in = d.bf16(x, mis);
+                     void *out = inplace ? in : d.alloc(n * 2, mis);
+                     const float *c = d.f32(cs), *s = d.f32(sn);
+                     r.rc = dir ? ftk_rope_bwd(out, in, c, s, B, T, NH, D, 0)
+                                : ftk_rope_fwd(out, in, c, s, B, T, NH, D, 0);
+                     r.guards = d.guards_ok();
+                     r.outs = {read_bf16(out, n)};
+                 });
+}
+
+// ----------------------------------------------------------------------------
+// attention
+
+// the forward on both paths: SIMT (always) and tensor cores (when D % 16 == 0);
+// `mis` misaligns q and out by 2 bytes (the element-by-element loads and stores)
+static void test_attention(int B, int T, int H, int KVH, int D, float qscale, size_t mis = 0) {
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D;
+    std::vector<float> q = randn_bf(nq, qscale), k = randn_bf(nk, 1.0f), v = randn_bf(nk, 1.0f);
+    std::vector<float> dout = randn_bf(nq, 1.0f);
+    std::string shape = fmt("B=%d T=%d H=%d KVH=%d D=%d%s%s", B, T, H, KVH, D,
+                            qscale > 1 ? " peaky" : "", mis ? " misal" : "");
+    std::vector<float> out_ref(nq), lse_ref((size_t)B * H * T);
+    CPU->attention_fwd(out_ref.data(), lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D);
+    for (int tc = 0; tc < (D % 16 == 0 ? 2 : 1); tc++) {
+        ftk_attention_set_tensor_cores(tc);
+        run_case(tc ? "attention_fwd_tc" : "attention_fwd", shape,
+                 {nmse_ref("out", out_ref, tc ? THR_ATT_TC : THR_BF16),
+                  nmse_ref("lse", lse_ref, THR_F32)},
+                 [&](Run &r) {
+                     Dev d;
+                     void *out = d.alloc(nq * 2, mis);
+                     float *lse = (float *)d.alloc(lse_ref.size() * 4);
+                     r.rc = ftk_attention_fwd(out, lse, d.bf16(q, mis), d.bf16(k), d.bf16(v), B,
+                                              T, H, KVH, D, 0);
+                     r.guards = d.guards_ok();
+                     r.outs = {read_bf16(out, nq), read_f32(lse, lse_ref.size())};
+                 });
+    }
+    ftk_attention_set_tensor_cores(1);
+    // backward from the bf16-rounded forward output (what the GPU backward receives) and the
+    // reference lse
+    std::vector<float> out_bf(nq);
+    for (size_t i = 0; i < nq; i++) out_bf[i] = bfround(out_ref[i]);
+    std::vector<float> dq_ref(nq), dk_ref(nk), dv_ref(nk);
+    CPU->attention_bwd(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.data(), out_bf.data(),
+                       lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D);
+    run_case("attention_bwd", shape,
+             {nmse_ref("dq", dq_ref, THR_BF16), nmse_ref("dk", dk_ref, THR_BF16),
+              nmse_ref("dv", dv_ref, THR_BF16)}, [&](Run &r) {
+                 Dev d;
+                 void *dq = d.alloc(nq * 2), *dk = d.alloc(nk * 2), *dv = d.alloc(nk * 2);
+                 r.rc = ftk_attention_bwd(dq, dk, dv, d.bf16(dout, mis), d.bf16(out_bf), d.f32(lse_ref),
+                                          d.bf16(q), d.bf16(k), d.bf16(v), B, T, H, KVH, D, 0);
+                 r.guards = d.guards_ok();
+                 r.outs = {read_bf16(dq, nq), read_bf16(dk, nk), read_bf16(dv, nk)};
+             });
+}
+
+// ----------------------------------------------------------------------------
+// lm_head + cross-entropy
+
+static void test_lmhead(int N, int C, int V, bool train) {
+    std::vector<float> x = randn_bf((size_t)N * C, 1.0f);
+    std::vector<float> w = randn_bf((size_t)V * C, 1.0f / sqrtf((float)C));   // logits ~ N(0, 1)
+    std::vector<float> dw0 = randn_bf((size_t)V * C, 1e-3f);   // small next to the gradient
+    std::vector<int32_t> tgt(N);
+    for (int i = 0; i < N; i++) tgt[i] = rng_u32() % 5 == 0 ? -100 : (int32_t)(rng_u32() % V);
+    const float dloss = 1.0f;
+    const int chunks = (N + LMHEAD_CHUNK_ROWS - 1) / LMHEAD_CHUNK_ROWS;
+    std::string shape = fmt("N=%d C=%d V=%d%s", N, C, V, train ? "" : " eval");
+    std::vector<float> loss_ref(N), dx_ref((size_t)N * C), dw_ref = dw0;
+    std::vector<float> ws((size_t)LMHEAD_CHUNK_ROWS * V);
+    CPU->lmhead_xent(loss_ref.data(), train ? dx_ref.data() : nullptr, dw_ref.data(), x.data(),
+                     w.data(), tgt.data(), N, C, V, dloss, ws.data());
+    std::vector<Ref> refs = {nmse_ref("losses", loss_ref, THR_F32)};
+    if (train) {
+        refs.push_back(nmse_ref("dx", dx_ref, THR_BF16));
+        // dweight is rounded to bf16 once per chunk of 128 rows: one rounding bound each
+        refs.push_back(nmse_ref("dweight", dw_ref, THR_BF16 * chunks));
+    } else {
+        refs.push_back(nmse_ref("dweight", dw0, THR_EXACT));   // untouched in evaluation
+    }
+    run_case("lmhead_xent", shape, refs, [&](Run &r) {
+        Dev d;
+        float *loss = (float *)d.alloc((size_t)N * 4);
+        void *dx = train ? d.alloc((size_t)N * C * 2) : nullptr;
+        void *dw = d.bf16(dw0);
+        float *wsp = (float *)d.alloc((size_t)LMHEAD_CHUNK_ROWS * V * 4);
+        r.rc = ftk_lmhead_xent(loss, dx, dw, d.bf16(x), d.bf16(w), d.i32(tgt), N, C, V, dloss, wsp, 0);
+        r.guards = d.guards_ok();
+        r.outs = {read_f32(loss, N)};
+        if (train) r.outs.push_back(read_bf16(dx, (size_t)N * C));
+        r.outs.push_back(read_bf16(dw, (size_t)V * C));
+    });
+}
+
+// ----------------------------------------------------------------------------
+// element-wise ops
+
+static void test_swiglu(size_t n, size_t mis, bool alias) {
+    std::vector<float> g = randn_bf(n, 2.0f), u = randn_bf(n, 1.0f), dy = randn_bf(n, 1.0f);
+    std::string shape = fmt("n=%zu%s%s", n, mis ? " misaligned" : "", alias ? " dgate=dout" : "");
+    std::vector<float> y_ref(n), dg_ref(n), du_ref(n);
+    CPU->swiglu_fwd(y_ref.data(), g.data(), u.data(), n);
+    CPU->swiglu_bwd(dg_ref.data(), du_ref.data(), dy.data(), g.data(), u.data(), n);
+    if (!alias)
+        run_case("swiglu_fwd", shape, {nmse_ref("out", y_ref, THR_BF16)}, [&](Run &r) {
+            Dev d;
+            void *y = d.alloc(n * 2, mis);
+            r.rc = ftk_swiglu_fwd(y, d.bf16(g), d.bf16(u, mis), n, 0);
+            r.guards = d.guards_ok();
+            r.outs = {read_bf16(y, n)};
+        });
+    run_case("swiglu_bwd", shape, {nmse_ref("dgate", dg_ref, THR_BF16), nmse_ref("dup", du_ref, THR_BF16)},
+             [&](Run &r) {
+                 Dev d;
+                 void *dyp = d.bf16(dy, mis);
+                 void *dg = alias ? dyp : d.alloc(n * 2, mis), *du = d.alloc(n * 2);
+                 r.rc = ftk_swiglu_bwd(dg, du, dyp, d.bf16(g), d.bf16(u), n, 0);
+                 r.guards = d.guards_ok();
+                 r.outs = {read_bf16(dg, n), read_bf16(du, n)};
+             });
+}
+
+static void test_add(size_t n, size_t mis, bool alias) {
+    std::vector<float> a = randn_bf(n, 1.0f), b = randn_bf(n, 1.0f), ref(n);
+    CPU->add(ref.data(), a.data(), b.data(), n);
+    std::string shape = fmt("n=%zu%s%s", n, mis ? " misaligned" : "", alias ? " out=a" : "");
+    run_case("add", shape, {nmse_ref("out", ref, THR_BF16)}, [&](Run &r) {
+        Dev d;
+        void *ap = d.bf16(a, mis), *bp = d.bf16(b);
+        void *out = alias ? ap : d.alloc(n * 2);
+        r.rc = ftk_add(out, ap, bp, n, 0);
+        r.guards = d.guards_ok();
+        r.outs = {read_bf16(out, n)};
+    });
+}
+
+static void test_accumulate(size_t n, size_t mis) {
+    const float alpha = 0.37f;
+    std::vector<float> dst0 = randn_f(n, 1.0f), src = randn_bf(n, 1.0f), ref = dst0;
+    CPU->accumulate(ref.data(), src.data(), n, alpha);
+    run_case("accumulate", fmt("n=%zu%s", n, mis ? " misaligned" : ""), {nmse_ref("dst", ref, THR_F32)},
+             [&](Run &r) {
+                 Dev d;
+                 float *dst = d.f32(dst0);
+                 r.rc = ftk_accumulate(dst, d.bf16(src, mis), n, alpha, 0);
+                 r.guards = d.guards_ok();
+                 r.outs = {read_f32(dst, n)};
+             });
+}
+
+static void test_cast(size_t n, size_t mis, bool specials) {
+    std::vector<float> src = randn_f(n, 3.0f);
+    if (specials) {
+        const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-39f, 3.4e38f,
+                            1.00390625f /* tie */, 1.01171875f /* tie */, 65504.0f, 1e-30f};
+        for (size_t i = 0; i < n && i < sizeof sp / sizeof sp[0]; i++) src[i * 3 % n] = sp[i];
+    }
+    // the CPU op (an fp32 copy) for NMSE, and the host round-to-nearest-even bit patterns,
+    // which the kernel must match exactly (NaN, inf, subnormals, ties included)
+    std::vector<float> ref(n);
+    CPU->cast_from_f32(ref.data(), src.data(), n);
+    Ref bits;
+    bits.name = "bits!=";
+    bits.thr = 0;
+    bits.metric = M_BITS;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = ft_f32_to_bf16(src[i]);
+        bits.bits.push_back((unsigned char)(h & 0xff));
+        bits.bits.push_back((unsigned char)(h >> 8));
+    }
+    std::vector<Ref> refs;
+    if (!specials) refs.push_back(nmse_ref("dst", ref, THR_BF16));   // NaN/inf: bits only
+    refs.push_back(bits);
+    std::string shape = fmt("n=%zu%s%s", n, mis ? " misaligned" : "", specials ? " specials" : "");
+    run_case("cast_from_f32", shape, refs, [&](Run &r) {
+        Dev d;
+        void *dst = d.alloc(n * 2, mis);
+        r.rc = ftk_cast_from_f32(dst, d.f32(src), n, 0);
+        r.guards = d.guards_ok();
+        Output o = read_bf16(dst, n);
+        r.outs.clear();
+        if (!specials) r.outs.push_back(o);
+        r.outs.push_back(o);
+    });
+}
+
+static void test_adamw(size_t n, size_t mis, bool with_param) {
+    adamw_params p;
+    p.lr = 1e-3f; p.beta1 = 0.9f; p.beta2 = 0.95f; p.eps = 1e-8f; p.weight_decay = 0.1f;
+    p.bias_correction1 = 1.0f - powf(0.9f, 3);
+    p.bias_correction2 = 1.0f - powf(0.95f, 3);
+    p.grad_scale = 0.5f;
+    std::vector<float> w0 = randn_f(n, 1.0f), g = randn_f(n, 1.0f), m0 = randn_f(n, 0.1f),
+                       v0 = randn_f(n, 0.1f);
+    for (auto &v : v0) v = v * v;
+    std::vector<float> w = w0, m = m0, v = v0, param(n);
+    CPU->adamw(w.data(), param.data(), g.data(), m.data(), v.data(), n, &p);
+    std::vector<Ref> refs = {nmse_ref("master", w, THR_F32), nmse_ref("m", m, THR_F32), nmse_ref("v", v, THR_F32)};
+    if (with_param) refs.push_back(nmse_ref("param", w, THR_BF16));
+    run_case("adamw", fmt("n=%zu%s%s", n, mis ? " misaligned" : "", with_param ? "" : " param=NULL"),
+             refs, [&](Run &r) {
+                 Dev d;
+                 float *mw = d.f32(w0, mis), *mm = d.f32(m0, mis), *mv = d.f32(v0, mis);
+                 void *pp = with_param ? d.alloc(n * 2) : nullptr;
+                 r.rc = ftk_adamw(mw, pp, d.f32(g, mis), mm, mv, n, &p, 0);
+                 r.guards = d.guards_ok();
+                 r.outs = {read_f32(mw, n), read_f32(mm, n), read_f32(mv, n)};
+                 if (with_param) r.outs.push_back(read_bf16(pp, n));
+             });
+}
+
+static void test_sum_squares(size_t n, size_t mis) {
+    std::vector<float> x = randn_f(n, 1.0f);
+    Ref ref;
+    ref.name = "sum";
+    ref.thr = THR_F64;
+    ref.metric = M_F64;
+    CPU->sum_squares(&ref.d, x.data(), n);
+    run_case("sum_squares", fmt("n=%zu%s", n, mis ? " misaligned" : ""), {ref}, [&](Run &r) {
+        Dev d;
+        double got = -1;
+        r.rc = ftk_sum_squares(&got, d.f32(x, mis), n, 0);
+        r.guards = d.guards_ok();
+        Output o;
+        o.raw.assign((unsigned char *)&got, (unsigned char *)&got + sizeof got);
+        r.outs = {o};
+    });
+}
+
+// ----------------------------------------------------------------------------
+
+static double now() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#if defined(FT_TEST_GPU_MATH)
+#define TEST_NAME "test_kernels_gpumath"
+#else
+#define TEST_NAME "test_kernels"
+#endif
+
+int main() {
+    alarm(600);
+#if defined(FT_TEST_GPU_MATH)
+    if (!__builtin_cpu_supports("fma")) {
+        printf(TEST_NAME ": SKIPPED (this CPU has no FMA instructions)\n");
+        return 0;
+    }
+    printf(TEST_NAME ": kernels built with FMA contraction and the GPU's worst-case "
+           "approximate math\n");
+#else
+    printf(TEST_NAME ": kernels built with exact host math (no FMA contraction)\n");
+#endif
+    CPU = backend_cpu();
+    const bool san = getenv("FT_SANITIZED") != nullptr;   // smaller shapes under ASan
+    double t0 = now();
+    printf("%-16s %-40s %-8s %10s %9s  %s\n", "op", "shape", "output", "nmse", "threshold",
+           "result");
+
+    // (N, C, V): odd sizes, C % 8 == 0 (16-byte path) and not, N > 128 (several token
+    // tiles), C > 1024 (two column chunks), heavy token repetition (V small)
+    const int emb[][3] = {{1, 8, 5}, {7, 33, 11}, {64, 128, 50}, {37, 1000, 13}, {100, 24, 3},
+                          {200, 64, 7}, {5, 1030, 9}};
+    for (auto &s : emb) test_embedding(s[0], s[1], s[2]);
+
+    const int rms[][3] = {{1, 8, 0}, {3, 33, 0}, {5, 256, 0}, {17, 1000, 0}, {4, 4096, 0},
+                          {130, 40, 0}, {6, 64, 2}, {2, 7, 0}};
+    for (auto &s : rms) test_rmsnorm(s[0], s[1], (size_t)s[2]);
+
+    // (B, T, NH, D, inplace, misalign, tables): the last two with llama3-scaled tables, one
+    // over 1100 positions (past the blended band's wavelengths)
+    const int rope[][7] = {{1, 1, 1, 2, 0, 0, 0}, {2, 5, 3, 16, 0, 0, 0}, {1, 7, 4, 64, 0, 0, 0},
+                           {2, 3, 5, 10, 0, 0, 0}, {1, 9, 2, 128, 1, 0, 0}, {2, 4, 3, 32, 0, 2, 0},
+                           {3, 11, 1, 6, 1, 0, 0}, {1, 1100, 1, 128, 1, 0, ROPE_LLAMA3},
+                           {2, 33, 3, 64, 0, 2, ROPE_LLAMA3}};
+    for (auto &s : rope)
+        test_rope(s[0], s[1], s[2], s[3], s[4] != 0, (size_t)s[5], s[6] ? ROPE_LLAMA3 : ROPE_DEFAULT);
+    test_rope_llama3_tables(128);
+    test_rope_llama3_tables(64);
+
+    // (B, T, H, KVH, D, qscale, misalign): GQA ratios 1, 4 and 8; T not a multiple of the
+    // 16-row tiles nor of the tensor-core path's 64-row blocks (T = 100, 130: several blocks
+    // and partly empty warps); D odd sizes (not multiples of 32 or of the vector width),
+    // 128 (the maximum); D % 16 == 0 also runs the tensor-core forward; "peaky": q scaled
+    // by 4 so that softmax rows are dominated by few keys and the running max moves;
+    // misaligned q/out/dout (element-wise loads on both paths)
+    const int att[][7] = {{1, 1, 1, 1, 8, 1, 0},   {2, 37, 4, 4, 16, 1, 0}, {1, 50, 8, 2, 24, 1, 0},
+                          {1, 33, 8, 1, 64, 1, 0}, {2, 17, 4, 1, 40, 1, 0}, {1, 20, 2, 2, 128, 1, 0},
+                          {1, 64, 8, 1, 7, 1, 0},  {1, 45, 4, 1, 32, 4, 0}, {1, 100, 4, 1, 48, 1, 0},
+                          {2, 130, 8, 8, 16, 4, 0}, {1, 70, 8, 1, 128, 1, 0}, {1, 29, 4, 4, 32, 1, 2}};
+    for (auto &s : att) test_attention(s[0], s[1], s[2], s[3], s[4], (float)s[5], (size_t)s[6]);
+
+    // (N, C, V, train): odd sizes against the 32x32 GEMM tiles, 150 rows = two chunks of
+    // 128, a vocab of 1000 (32 tiles), evaluation only (dx = NULL)
+    const int lmh[][4] = {{1, 8, 5, 1}, {7, 33, 50, 1}, {40, 64, 300, 1}, {150, 40, 97, 1},
+                          {5, 100, 1000, 1}, {33, 48, 77, 0}};
+    for (auto &s : lmh) test_lmhead(s[0], s[1], s[2], s[3] != 0);
+
+    const size_t ew[] = {1, 7, 8, 1000, 4099, san ? 20000u : 100000u};
+    for (size_t n : ew) test_swiglu(n, 0, false);
+    test_swiglu(1001, 2, false);
+    test_swiglu(999, 0, true);
+    for (size_t n : ew) test_add(n, 0, false);
+    test_add(1001, 2, false);
+    test_add(777, 0, true);
+    for (size_t n : ew) test_accumulate(n, 0);
+    test_accumulate(1003, 2);
+    for (size_t n : ew) test_cast(n, 0, false);
+    test_cast(1001, 4, false);
+    test_cast(64, 0, true);
+
+    const size_t aw[] = {1, 3, 4, 1025, 5000, san ? 20000u : 100000u};
+    for (size_t n : aw) test_adamw(n, 0, true);
+    test_adamw(1001, 4, true);
+    test_adamw(333, 0, false);
+
+    const size_t ss[] = {1, 5, 1000, 8193, san ? 50000u : 300000u};
+    for (size_t n : ss) test_sum_squares(n, 0);
+    test_sum_squares(8191, 4);
+
+    unsigned long long launches, blocks, switches;
+    cuemu_stats(&launches, &blocks, &switches);
+    printf(TEST_NAME ": worst NMSE/threshold %.3f; %llu launches, %llu blocks, %llu fiber "
+           "switches in %.1f s\n", g_worst_ratio, launches, blocks, switches, now() - t0);
+    TEST_SUMMARY(TEST_NAME);
+}
