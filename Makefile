@@ -47,23 +47,27 @@ endif
 
 # CUDA toolkit: host C files that talk to the CUDA runtime, cuBLASLt and NCCL
 CUDA_HOME ?= /usr/local/cuda
+# (the CUDA backend links the nvcc-built kernels: $(BUILD)/libftkernels.a, rules in kernels.mk)
 ifeq ($(CUDA),1)
-  CFLAGS += -I$(CUDA_HOME)/include -DFT_HAVE_CUDA
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart
+  CFLAGS += -I$(CUDA_HOME)/include -Ikernels -DFT_HAVE_CUDA
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart -lstdc++
+  KERNEL_LIB := $(BUILD)/libftkernels.a
 endif
 
 NEEDS_MPI  := src/comm_mpi.c
 NEEDS_PMI2 := src/bootstrap_pmi2.c
-NEEDS_CUDA := src/comm_nccl.c
+NEEDS_CUDA := src/comm_nccl.c src/backend_cuda.c
 LIB_SRCS := $(filter-out src/main.c $(if $(filter 1,$(MPI)),,$(NEEDS_MPI)) $(if $(filter 1,$(PMI2)),,$(NEEDS_PMI2)) \
               $(if $(filter 1,$(CUDA)),,$(NEEDS_CUDA)),$(wildcard src/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+# tests that need a real GPU (make test-gpu): built whenever CUDA=1, run only there
+GPU_TEST_BINS := $(if $(filter 1,$(CUDA)),$(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c)))
 # shell tests (they receive the build dir as $1)
 TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 
-.PHONY: all test test-bins test-asan test-slurm check run clean
+.PHONY: all test test-bins test-asan test-slurm test-gpu check run clean
 all: $(BUILD)/finetune
 
 $(BUILD)/obj/%.o: src/%.c
@@ -73,27 +77,31 @@ $(BUILD)/obj/%.o: src/%.c
 $(BUILD)/libfinetune.a: $(LIB_OBJS)
 	ar rcs $@ $^
 
-$(BUILD)/finetune: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a
+$(BUILD)/finetune: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_LIB)
 	$(CC) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libfinetune.a
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libfinetune.a $(KERNEL_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a $(KERNEL_LIB) -o $@ $(LDLIBS)
 
 # small tools the shell tests use
 TOOL_SRCS := $(filter-out $(if $(filter 111,$(CUDA)$(PMI2)$(MPI)),,tests/tools/nccl_id_exchange.c),$(wildcard tests/tools/*.c))
 TOOL_BINS := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(TOOL_SRCS))
-$(BUILD)/tests/%: tests/tools/%.c $(BUILD)/libfinetune.a
+$(BUILD)/tests/%: tests/tools/%.c $(BUILD)/libfinetune.a $(KERNEL_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a $(KERNEL_LIB) -o $@ $(LDLIBS)
 
 # fragments contributed by sub-projects (CUDA emulator, kernels) add to TEST_BINS/TEST_CMDS
 -include tests/cuda_emu/emu.mk
 -include kernels/kernels.mk
 
+# the nvcc-built kernels (sm_80 + sm_90 in each object) for the CUDA backend
+$(BUILD)/libftkernels.a: $(NVCC_OBJS)
+	ar rcs $@ $^
+
 TEST_CMDS += $(TEST_BINS) $(foreach s,$(TEST_SCRIPTS),"bash $(s) $(BUILD)")
 
-test-bins: $(TEST_BINS) $(TOOL_BINS) $(BUILD)/finetune $(EXTRA_TEST_DEPS)
+test-bins: $(TEST_BINS) $(TOOL_BINS) $(GPU_TEST_BINS) $(BUILD)/finetune $(EXTRA_TEST_DEPS)
 
 test: test-bins
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} tests/run_all.sh $(TEST_CMDS)
@@ -104,6 +112,11 @@ test-asan:
 	$(MAKE) BUILD=build/asan SAN=1 CUDA=0 test-bins
 	FT_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  OMP_NUM_THREADS=2 tests/run_all.sh $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BINS))
+
+# On a machine with a GPU: kernels on the device vs the CPU, GPU vs CPU training, 2-GPU FSDP
+# vs 1 GPU. Elsewhere it says it skipped and exits 0.
+test-gpu: $(BUILD)/finetune $(GPU_TEST_BINS)
+	bash tests/gpu/test_gpu.sh $(BUILD)
 
 # A real Slurm on localhost (two simulated nodes): PMI2 bootstrap and the shipped sbatch
 # scripts on CPU ranks. Needs root, slurm-wlm, munge, libpmi2-0-dev; skips otherwise (fails
@@ -118,9 +131,11 @@ check: test test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.
 
 # README's first command: train the bundled tiny model on the bundled chess games (CPU)
 RUN_FLAGS ?= --batch_size_per_device 8 --total_batch_size 32 --learning_rate 5e-3 --max_steps 120 \
-             --eval_every 40 --save_every 40 --sample_tokens 40 --out_dir out/default
+             --eval_every 40 --save_every 40 --sample_tokens 40 --sample_games 8 --out_dir out/default
 run: $(BUILD)/finetune
 	$(BUILD)/finetune --model_dir data/model --data_dir data/chess $(RUN_FLAGS)
+	@if command -v stockfish >/dev/null || [ -x /usr/games/stockfish ]; then python3 scripts/legal_moves.py out/default; \
+	 else echo "(apt-get install stockfish to check the sampled moves' legality)"; fi
 
 clean:
 	rm -rf build out

@@ -113,3 +113,15 @@ struct backend {
 
 // The CPU backend (always available).
 const backend *backend_cpu(void);
+
+// ----------------------------------------------------------------------------
+// registry
+
+// The backend called `device`: "cpu" (always built) or "cuda" (built when the CUDA toolkit
+// was found). For cuda, `local_rank` picks the GPU and `arena_bytes` sizes the one device
+// arena (0 = most of the free memory). 0, or -1 with a one-line reason (e.g. no GPU).
+int backend_open(const char *device, int local_rank, size_t arena_bytes, const backend **out);
+// Release what backend_open acquired (no-op for cpu).
+void backend_close(const backend *be);
+// One line naming the device (for the resolved-configuration print).
+const char *backend_describe(const backend *be);

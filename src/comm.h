@@ -77,5 +77,9 @@ void comm_mpi_finalize(void);
 
 // A fresh NCCL unique id (n must be 128, sizeof(ncclUniqueId)); works without a GPU. 0 / -1.
 int comm_nccl_unique_id(void *id, size_t n);
-// Join the NCCL group `id` as rank/size on CUDA device `device` (collective). 0 / -1.
+// Join the NCCL group `id` as rank/size on CUDA device `device` (-1 = the current device;
+// collective). 0 / -1.
 int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *id, int device);
+// Sub-group of an NCCL group: ranks with the same color, ordered by key (ncclCommSplit;
+// collective over `parent`). 0 / -1.
+int comm_nccl_split(comm *parent, int color, int key, comm *out);

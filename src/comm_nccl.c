@@ -1,27 +1,36 @@
 // comm_nccl.c: the NCCL transport for GPU ranks (built when the CUDA toolkit is found; see
 // comm.h). UNVERIFIED ON GPU: it compiles and links in CI; no machine here can run it.
 //
-// Data collectives run on the transport's own stream (the comm stream). A non-blocking
-// all-gather records an event on it; comm_wait makes the legacy default stream (where the
-// CUDA backend computes) wait for that event, so compute and communication overlap and
-// ordering is kept without a host synchronisation. Blocking collectives synchronise the comm
-// stream before returning. Host doubles (losses, norms) travel through a small device buffer.
+// Streams: collectives run on the transport's own comm stream; the CUDA backend computes on
+// its compute stream (backend_cuda_stream()). Ordering without host synchronisation:
+//   - before a collective, the comm stream waits for an event recorded on the compute
+//     stream (the data it sends has been produced, the buffer it overwrites is no longer read)
+//   - after a blocking collective, the compute stream waits for an event recorded on the
+//     comm stream (later kernels see the result); the host does not wait
+//   - a non-blocking all-gather returns its event as the request; comm_wait makes the
+//     compute stream wait for it, so the next unit's gather overlaps the current compute
+// Only all_reduce_f64 (host doubles: losses, norms) synchronises the host. broadcast needs
+// device memory.
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cuda.h"
 #include "comm.h"
 #include "cuda_check.h"
 
 typedef struct {
     ncclComm_t comm;
-    cudaStream_t stream;
+    cudaStream_t stream;    // the comm stream
+    cudaEvent_t produced;   // recorded on the compute stream before each collective
+    cudaEvent_t finished;   // recorded on the comm stream after each blocking collective
     double *dev_f64;        // (F64_SLOTS) staging for all_reduce_f64
 } nccl_impl;
 
 #define F64_SLOTS 4096
 
 static nccl_impl *impl(comm *c) { return c->impl; }
+static cudaStream_t compute_stream(void) { return (cudaStream_t)backend_cuda_stream(); }
 
 static int nccl_dtype(st_dtype dt, ncclDataType_t *out) {
     switch (dt) {
@@ -34,24 +43,34 @@ static int nccl_dtype(st_dtype dt, ncclDataType_t *out) {
     }
 }
 
+// the comm stream waits for everything already queued on the compute stream
+static int comm_after_compute(nccl_impl *m) {
+    CHECK_CUDA(cudaEventRecord(m->produced, compute_stream()));
+    CHECK_CUDA(cudaStreamWaitEvent(m->stream, m->produced, 0));
+    return 0;
+}
+
+// the compute stream waits for everything already queued on the comm stream
+static int compute_after_comm(nccl_impl *m) {
+    CHECK_CUDA(cudaEventRecord(m->finished, m->stream));
+    CHECK_CUDA(cudaStreamWaitEvent(compute_stream(), m->finished, 0));
+    return 0;
+}
+
 static int nccl_all_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
+    TRY(comm_after_compute(impl(c)));
     CHECK_NCCL(ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
-    CHECK_CUDA(cudaStreamSynchronize(impl(c)->stream));
-    return 0;
+    return compute_after_comm(impl(c));
 }
 
 static int nccl_iall_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
-    // the gather must not start before the compute stream has produced `send`
-    cudaEvent_t ready, done;
-    CHECK_CUDA(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    CHECK_CUDA(cudaEventRecord(ready, 0));
-    CHECK_CUDA(cudaStreamWaitEvent(impl(c)->stream, ready, 0));
-    CHECK_CUDA(cudaEventDestroy(ready));
+    TRY(comm_after_compute(impl(c)));
     CHECK_NCCL(ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
+    cudaEvent_t done;
     CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventRecord(done, impl(c)->stream));
     *req = (void *)done;
@@ -61,7 +80,7 @@ static int nccl_iall_gather(comm *c, void *recv, const void *send, size_t n, st_
 static int nccl_wait(comm *c, void *req) {
     (void)c;
     cudaEvent_t done = (cudaEvent_t)req;
-    CHECK_CUDA(cudaStreamWaitEvent(0, done, 0));
+    CHECK_CUDA(cudaStreamWaitEvent(compute_stream(), done, 0));
     CHECK_CUDA(cudaEventDestroy(done));
     return 0;
 }
@@ -69,17 +88,17 @@ static int nccl_wait(comm *c, void *req) {
 static int nccl_reduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
+    TRY(comm_after_compute(impl(c)));
     CHECK_NCCL(ncclReduceScatter(send, recv, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
-    CHECK_CUDA(cudaStreamSynchronize(impl(c)->stream));
-    return 0;
+    return compute_after_comm(impl(c));
 }
 
 static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
+    TRY(comm_after_compute(impl(c)));
     CHECK_NCCL(ncclAllReduce(buf, buf, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
-    CHECK_CUDA(cudaStreamSynchronize(impl(c)->stream));
-    return 0;
+    return compute_after_comm(impl(c));
 }
 
 static int nccl_all_reduce_f64(comm *c, double *host, size_t n) {
@@ -97,9 +116,9 @@ static int nccl_all_reduce_f64(comm *c, double *host, size_t n) {
 }
 
 static int nccl_broadcast(comm *c, void *buf, size_t bytes, int root) {
+    TRY(comm_after_compute(impl(c)));
     CHECK_NCCL(ncclBroadcast(buf, buf, bytes, ncclUint8, root, impl(c)->comm, impl(c)->stream));
-    CHECK_CUDA(cudaStreamSynchronize(impl(c)->stream));
-    return 0;
+    return compute_after_comm(impl(c));
 }
 
 static int nccl_barrier(comm *c) {
@@ -112,6 +131,8 @@ static void nccl_destroy(comm *c) {
     if (!m) return;
     if (m->comm) ncclCommDestroy(m->comm);
     if (m->dev_f64) cudaFree(m->dev_f64);
+    if (m->produced) cudaEventDestroy(m->produced);
+    if (m->finished) cudaEventDestroy(m->finished);
     if (m->stream) cudaStreamDestroy(m->stream);
     free(m);
     c->impl = NULL;
@@ -123,7 +144,9 @@ int comm_nccl_unique_id(void *id, size_t n) {
     return 0;
 }
 
-int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *id, int device) {
+// the transport's functions and its stream, events and staging buffer; m->comm is set by
+// the caller (init from an id, or split)
+static int nccl_setup(comm *c, const backend *be, int rank, int size, nccl_impl **out) {
     memset(c, 0, sizeof *c);
     nccl_impl *m = ft_calloc(1, sizeof *m, "nccl comm");
     if (!m) return -1;
@@ -141,11 +164,35 @@ int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *i
     c->broadcast = nccl_broadcast;
     c->barrier = nccl_barrier;
     c->destroy = nccl_destroy;
+    *out = m;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreateWithFlags(&m->produced, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventCreateWithFlags(&m->finished, cudaEventDisableTiming));
+    CHECK_CUDA(cudaMalloc((void **)&m->dev_f64, F64_SLOTS * sizeof(double)));
+    return 0;
+}
+
+int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *id, int device) {
+    nccl_impl *m = NULL;
+    if (device >= 0) CHECK_CUDA(cudaSetDevice(device));
+    TRY(nccl_setup(c, be, rank, size, &m));
     ncclUniqueId uid;
     memcpy(&uid, id, sizeof uid);
-    CHECK_CUDA(cudaSetDevice(device));
-    CHECK_CUDA(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
-    CHECK_CUDA(cudaMalloc((void **)&m->dev_f64, F64_SLOTS * sizeof(double)));
     CHECK_NCCL(ncclCommInitRank(&m->comm, size, uid, rank));
+    return 0;
+}
+
+int comm_nccl_split(comm *parent, int color, int key, comm *out) {
+    ncclComm_t sub = NULL;
+    CHECK_NCCL(ncclCommSplit(impl(parent)->comm, color, key, &sub, NULL));
+    int rank = 0, size = 0;
+    CHECK_NCCL(ncclCommUserRank(sub, &rank));
+    CHECK_NCCL(ncclCommCount(sub, &size));
+    nccl_impl *m = NULL;
+    if (nccl_setup(out, parent->be, rank, size, &m) != 0) {
+        ncclCommDestroy(sub);
+        return -1;
+    }
+    m->comm = sub;
     return 0;
 }

@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap.h"
 #include "common.h"
+#include "comm.h"
+#include "plan.h"
 #include "train.h"
 
 // ----------------------------------------------------------------------------
@@ -54,10 +57,14 @@ static const flag_spec flags[] = {
     {"--stop_at_step", FLAG_INT, OPT(stop_at_step), 0, 1 << 30, NULL, "save and stop after this step, as if preempted (0 = never)"},
     {"--save_dtype", FLAG_STR, OPT(save_dtype), 0, 0, "bf16|fp32", "dtype of the final Hugging Face export"},
     {"--sample_tokens", FLAG_INT, OPT(sample_tokens), 0, 100000, NULL, "after training, sample this many tokens continuing a validation game"},
+    {"--sample_games", FLAG_INT, OPT(sample_games), 1, 10000, NULL, "with --sample_tokens: continue this many validation games (OUT/samples.jsonl)"},
     {"--peak_tflops", FLAG_FLOAT, OPT(peak_tflops), 0, 1e6, NULL, "device peak for MFU (0 = measure the backend's matmul rate)"},
     {"--no_fsdp", FLAG_BOOL, OPT(no_fsdp), 0, 1, NULL, "replicate the model on every rank (DDP); with one rank: the single-device mode"},
     {"--accumulate_grads_locally", FLAG_BOOL, OPT(accumulate_grads_locally), 0, 1, NULL, "sum gradients of all micro-batches locally and reduce once per step (more memory, less traffic)"},
     {"--dp_shard", FLAG_INT, OPT(dp_shard), 0, 1 << 20, NULL, "HSDP: shard within groups of this many ranks, replicate across groups (0 = all ranks)"},
+    {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda", "backend: cpu (fp32, OpenMP; the reference) or cuda (bf16 storage, fp32 math; one GPU per rank by local rank; unverified on GPU)"},
+    {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL, "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit (reads only config.json)"},
+    {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL, "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
 };
 #define N_FLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -68,7 +75,7 @@ static train_options options_default(void) {
         .learning_rate = 1e-5, .lr_schedule = "linear", .warmup_fraction = 0.1,
         .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
         .max_steps = 0, .epochs = 1, .seed = 42, .eval_every = 0, .max_eval_docs = 0, .save_every = 0,
-        .save_dtype = "bf16", .sample_tokens = 0,
+        .save_dtype = "bf16", .sample_tokens = 0, .sample_games = 1, .device = "cpu",
     };
     return o;
 }
@@ -149,6 +156,8 @@ static int options_parse(train_options *o, int argc, char **argv, int *want_help
     }
     if (strcmp(o->resume, "none") == 0) o->resume = "";
     if (o->no_fsdp && o->dp_shard > 1) return ft_error("flags --no_fsdp and --dp_shard %d contradict each other", o->dp_shard);
+    if (o->world_size > 0 && !o->dry_run)
+        return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");
     return 0;
 }
 
@@ -160,6 +169,102 @@ static int env_rank(void) {
     return 0;
 }
 
+// World size from the launcher's environment (for --dry_run, which starts no MPI).
+static int env_world_size(void) {
+    static const char *vars[] = {"PMI_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", NULL};
+    for (int i = 0; vars[i]; i++)
+        if (getenv(vars[i]) && atoi(getenv(vars[i])) > 0) return atoi(getenv(vars[i]));
+    return 1;
+}
+
+// --dry_run: plan the job from config.json alone and print the report (rank 0). 0 / -1.
+static int dry_run(const train_options *o) {
+    llama_config cfg;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    TRY(llama_config_load(&cfg, path));
+    const int W = o->world_size > 0 ? o->world_size : env_world_size();
+    int max_batch = 1;
+    for (int i = 0; i < N_FLAGS; i++)
+        if (strcmp(flags[i].name, "--batch_size_per_device") == 0) max_batch = (int)flags[i].max;
+    plan_request req = {
+        .world_size = W, .shard_size = o->no_fsdp ? 1 : o->dp_shard > 0 ? o->dp_shard : W,
+        .batch_size_per_device = o->batch_size_per_device, .seq_len = o->seq_len,
+        .total_batch_size = o->total_batch_size, .gradient_checkpointing = o->gradient_checkpointing,
+        .accumulate_grads_locally = o->accumulate_grads_locally,
+        .elem_bytes = strcmp(o->device, "cuda") == 0 ? 2 : 4, .mfu_benchmark = o->peak_tflops <= 0,
+    };
+    plan p;
+    TRY(plan_compute(&p, &cfg, &req));
+    if (env_rank() == 0) plan_print_report(stdout, &p, &cfg, o->model_dir, o->device, max_batch);
+    return 0;
+}
+
+// Device memory for --device cuda: the plan of this job (bf16 storage) plus the inference
+// model of --sample_tokens and a margin of 5% + 512 MiB for what the plan does not see.
+static int device_arena_bytes(const train_options *o, int W, int S, size_t *out) {
+    llama_config cfg;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    TRY(llama_config_load(&cfg, path));
+    plan_request req = {
+        .world_size = W, .shard_size = S, .batch_size_per_device = o->batch_size_per_device, .seq_len = o->seq_len,
+        .total_batch_size = o->total_batch_size, .gradient_checkpointing = o->gradient_checkpointing,
+        .accumulate_grads_locally = o->accumulate_grads_locally, .elem_bytes = 2, .mfu_benchmark = o->peak_tflops <= 0,
+    };
+    plan p;
+    TRY(plan_compute(&p, &cfg, &req));
+    *out = p.total + p.total / 20 + ((size_t)512 << 20);
+    return 0;
+}
+
+// Setup agreement over the control plane: 0 when every rank succeeded; otherwise the lowest
+// failing rank returns -1 (it prints its message) and the others -2 (quiet).
+static int setup_agree(comm *world, int mpi, int rc) {
+    if (!mpi || world->size == 1) return rc;
+    double *v = calloc((size_t)world->size, sizeof(double));
+    if (!v) return -1;
+    v[world->rank] = rc != 0;
+    if (comm_all_reduce_f64(world, v, (size_t)world->size) != 0) { free(v); return -1; }
+    int first = -1;
+    for (int r = 0; r < world->size && first < 0; r++) if (v[r] > 0) first = r;
+    free(v);
+    return first < 0 ? 0 : first == world->rank ? -1 : -2;
+}
+
+// The data plane of GPU ranks: one process = the single transport over the device; several
+// = NCCL: rank 0's unique id reaches every rank over MPI (or the PMI2 KVS), then the shard
+// and replica groups are split from the world group. *nccl = 1 when NCCL groups were made.
+static int device_comms(comm *world, int mpi, const boot_info *boot, const backend *be, int S, comm *dworld,
+                        comm *dshard, comm *dreplica, int *nccl) {
+    const int W = mpi ? world->size : boot->size, rank = mpi ? world->rank : boot->rank;
+    *nccl = 0;
+    if (W == 1) {
+        comm_init_single(dworld, be);
+        return 0;
+    }
+#ifdef FT_HAVE_CUDA
+    unsigned char id[128] = {0}, got[128] = {0};
+    if (rank == 0) TRY(comm_nccl_unique_id(id, sizeof id));
+    if (mpi) {
+        memcpy(got, id, sizeof id);
+        TRY(comm_broadcast(world, got, sizeof got, 0));
+    } else {
+#ifdef FT_HAVE_PMI2
+        TRY(boot_pmi2_share(boot, 0, "ncclUniqueId", id, sizeof id, got));
+#endif
+    }
+    TRY(comm_nccl_init(dworld, be, rank, W, got, -1));
+    TRY(comm_nccl_split(dworld, rank / S, rank % S, dshard));
+    TRY(comm_nccl_split(dworld, rank % S, rank / S, dreplica));
+    *nccl = 1;
+    return 0;
+#else
+    (void)boot; (void)be; (void)S; (void)rank; (void)dworld; (void)dshard; (void)dreplica;
+    return ft_error("GPU ranks need NCCL: this binary was built without the CUDA toolkit");
+#endif
+}
+
 int main(int argc, char **argv) {
     train_options o;
     int want_help;
@@ -168,14 +273,21 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (want_help) { print_help(); return 0; }
+    if (o.dry_run) {
+        if (dry_run(&o) == 0) return 0;
+        if (env_rank() == 0) fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+        return 1;
+    }
 
-    const backend *be = backend_cpu();
+    // control plane: MPI (or PMI2, or one process); data plane: the same MPI groups for CPU
+    // ranks, NCCL groups for GPU ranks
+    const backend *cpu = backend_cpu(), *be = NULL;
     comm world, shard, replica;
     const char *launcher = "single process";
-    int mpi = 0;
+    int mpi = 0, pmi2 = 0;
 #ifdef FT_HAVE_MPI
     if (comm_mpi_launched()) {
-        if (comm_mpi_init_world(&world, be, &argc, &argv) != 0) {
+        if (comm_mpi_init_world(&world, cpu, &argc, &argv) != 0) {
             fprintf(stderr, "finetune: error: %s\n", ft_error_message());
             return 1;
         }
@@ -183,19 +295,36 @@ int main(int argc, char **argv) {
         launcher = getenv("SLURM_STEP_ID") ? "MPI over Slurm PMI2 (srun)" : "MPI (mpirun)";
     }
 #endif
-    if (!mpi) comm_init_single(&world, be);
-    int rc = 0, local_rank = 0, local_size = 1;
+    boot_info boot = {"single process", 0, 1, 0, 1};
+#ifdef FT_HAVE_PMI2
+    // a build without MPI under srun --mpi=pmi2: libpmi2 gives rank, size and a KVS, enough to
+    // share the NCCL id of GPU ranks (CPU ranks need MPI to move data)
+    if (!mpi && boot_pmi2_present()) {
+        if (boot_pmi2_init(&boot) != 0) {
+            fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+            return 1;
+        }
+        pmi2 = boot.size > 1;
+        launcher = "Slurm PMI2 (libpmi2, no MPI)";
+    }
+#endif
+    if (!mpi) comm_init_single(&world, cpu);
+    int rc = 0, local_rank = boot.local_rank, local_size = boot.local_size;
+    const int W = mpi ? world.size : boot.size, rank = mpi ? world.rank : boot.rank;
     // the process grid: shard groups of S consecutive ranks, replica groups across them
-    const int W = world.size;
     const int S = o.no_fsdp ? 1 : o.dp_shard > 0 ? o.dp_shard : W;
     if (W % S != 0) rc = ft_error("flag --dp_shard: %d does not divide the world size %d", S, W);
+    if (rc == 0 && pmi2 && strcmp(o.device, "cuda") != 0)
+        rc = ft_error("launcher: %d ranks under srun but this build has no MPI for CPU ranks (rebuild with MPICH, "
+                      "or use --device cuda)", W);
     train_comms cc = {&world, &world, &world};
+    int mpi_split = 0;
 #ifdef FT_HAVE_MPI
     if (mpi && rc == 0) {
         rc = comm_mpi_local_info(&local_rank, &local_size);
         if (rc == 0) rc = comm_mpi_split(&world, world.rank / S, world.rank % S, &shard);
         if (rc == 0) rc = comm_mpi_split(&world, world.rank % S, world.rank / S, &replica);
-        if (rc == 0) { cc.shard = &shard; cc.replica = &replica; }
+        if (rc == 0) { cc.shard = &shard; cc.replica = &replica; mpi_split = 1; }
         // ranks sharing a node split its cores, unless the user chose
         if (rc == 0 && !getenv("OMP_NUM_THREADS")) {
             int t = omp_get_num_procs() / local_size;
@@ -203,18 +332,30 @@ int main(int argc, char **argv) {
         }
     }
 #else
-    (void)shard; (void)replica;
+    (void)shard; (void)replica; (void)mpi_split;
 #endif
+    // the device: a GPU's arena is sized from the memory plan of this very job
+    size_t arena_bytes = 0;
+    if (rc == 0 && strcmp(o.device, "cpu") != 0) rc = device_arena_bytes(&o, W, S, &arena_bytes);
+    if (rc == 0) rc = backend_open(o.device, local_rank, arena_bytes, &be);
+    rc = setup_agree(&world, mpi, rc);
+    comm dworld, dshard, dreplica;   // NCCL groups (GPU ranks)
+    int nccl = 0;
+    if (rc == 0 && be != cpu) {
+        rc = device_comms(&world, mpi, &boot, be, S, &dworld, &dshard, &dreplica, &nccl);
+        if (rc == 0) cc = nccl ? (train_comms){&dworld, &dshard, &dreplica} : (train_comms){&dworld, &dworld, &dworld};
+    }
     if (rc != 0) {
-        if (world.rank == 0) fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+        if (rc == -1) fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+        backend_close(be);
 #ifdef FT_HAVE_MPI
         if (mpi) comm_mpi_finalize();
 #endif
         return 1;
     }
-    if (world.rank == 0) {
-        printf("finetune: bootstrap: %s; world %d rank(s), %d per node, device cpu per rank (local rank %d "
-               "of rank 0)\n", launcher, W, local_size, local_rank);
+    if (rank == 0) {
+        printf("finetune: bootstrap: %s; world %d rank(s), %d per node, %s per rank (rank 0: local rank %d, %s)\n",
+               launcher, W, local_size, be == cpu ? "cpu" : "one GPU", local_rank, backend_describe(be));
         printf("finetune: config:");
         for (int i = 0; i < N_FLAGS; i++) {
             printf(" %s=", flags[i].name + 2);
@@ -228,16 +369,24 @@ int main(int argc, char **argv) {
     // past setup, a failure on one rank would leave the others waiting in a collective, so
     // it takes the job down
     if (rc == -1) fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+    if (be != cpu) {
+        if (nccl) { comm_destroy(&dshard); comm_destroy(&dreplica); }
+        comm_destroy(&dworld);
+    }
 #ifdef FT_HAVE_MPI
     if (mpi) {
         if (rc == -1 && W > 1 && !train_failure_agreed()) comm_mpi_abort(1);
-        if (cc.shard != &world) comm_destroy(&shard);
-        if (cc.replica != &world) comm_destroy(&replica);
+        if (mpi_split) { comm_destroy(&shard); comm_destroy(&replica); }
         comm_destroy(&world);
+        backend_close(be);
         comm_mpi_finalize();
         return rc == 0 ? 0 : 1;
     }
 #endif
     comm_destroy(&world);
+    backend_close(be);
+#ifdef FT_HAVE_PMI2
+    if (boot_pmi2_present()) boot_pmi2_finalize();
+#endif
     return rc == 0 ? 0 : 1;
 }

@@ -390,17 +390,26 @@ static size_t lm_head_offset(const model *m) {
 int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits) {
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size;
-    // logits row chunks through the fp32 workspace; the backend computes in its dtype, so
-    // this path is for the fp32 CPU backend (golden tests, sampling)
-    if (m->be->dtype != ST_F32) return ft_error("model_logits: needs an fp32 backend");
+    // logits in row chunks through the workspace (fp32-sized, so a bf16 chunk fits too), in
+    // the backend's dtype, widened to fp32 on the host (sampling, golden tests)
+    uint16_t *half = NULL;
+    if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)LMHEAD_CHUNK_ROWS * V * 2), (size_t)LMHEAD_CHUNK_ROWS * V * 2);
     void *root;
-    TRY(forward_trunk(m, p, tokens, &root));
-    for (int n0 = 0; n0 < N; n0 += LMHEAD_CHUNK_ROWS) {
-        int rows = N - n0 < LMHEAD_CHUNK_ROWS ? N - n0 : LMHEAD_CHUNK_ROWS;
-        TRY(m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)n0 * C),
-                              at(m, root, lm_head_offset(m)), rows, C, V));
-        TRY(m->be->copy_d2h(logits + (size_t)n0 * V, m->logits_ws, (size_t)rows * V * sizeof(float)));
+    int rc = forward_trunk(m, p, tokens, &root);
+    for (int n0 = 0; rc == 0 && n0 < N; n0 += LMHEAD_CHUNK_ROWS) {
+        const int rows = N - n0 < LMHEAD_CHUNK_ROWS ? N - n0 : LMHEAD_CHUNK_ROWS;
+        const size_t n = (size_t)rows * V;
+        float *dst = logits + (size_t)n0 * V;   // (rows, V)
+        rc = m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)n0 * C), at(m, root, lm_head_offset(m)), rows, C, V);
+        if (rc == 0 && !half) rc = m->be->copy_d2h(dst, m->logits_ws, n * sizeof(float));
+        if (rc == 0 && half) {
+            rc = m->be->copy_d2h(half, m->logits_ws, n * 2);
+            for (size_t i = 0; rc == 0 && i < n; i++)
+                dst[i] = m->be->dtype == ST_BF16 ? ft_bf16_to_f32(half[i]) : ft_f16_to_f32(half[i]);
+        }
     }
+    free(half);
+    TRY(rc);
     return p->release(p->ctx, c->num_hidden_layers);
 }
 

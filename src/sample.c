@@ -1,5 +1,6 @@
 // sample.c: decode token ids with the checkpoint's tokenizer.json and sample a continuation
 // of a validation game (see train.h).
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -100,8 +101,25 @@ static int sample_logits(const float *logits, int V, uint64_t *rng) {
     return V - 1;
 }
 
+// Append {"game":g,"prompt":...,"continuation":...,"eos":0|1} to OUT/samples.jsonl. 0 / -1.
+static int sample_write_jsonl(const char *out_dir, int game, const char *prompt, const char *cont, int eos) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/samples.jsonl", out_dir);
+    json_t *o = json_pack("{s:i, s:s, s:s, s:b}", "game", game, "prompt", prompt, "continuation", cont, "eos", eos);
+    char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!line) return ft_error("%s: cannot encode a sample as JSON", path);
+    FILE *f = fopen(path, "a");
+    int rc = f && fprintf(f, "%s\n", line) > 0 ? 0 : -1;
+    if (f && fclose(f) != 0) rc = -1;
+    free(line);
+    if (rc != 0) return ft_error("%s: cannot append: %s", path, strerror(errno));
+    return 0;
+}
+
 int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem, const char *model_dir,
-                        const char *data_dir, int prompt_tokens, int n_tokens, uint64_t seed, int world_rank) {
+                        const char *data_dir, const char *out_dir, int game, int prompt_tokens, int n_tokens,
+                        uint64_t seed, int world_rank) {
     char path[4200];
     snprintf(path, sizeof path, "%s/val_000.bin", data_dir);
     token_shard shard;
@@ -113,7 +131,12 @@ int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem
     int rc = -1;
     snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
     TRY_GOTO(vocab_load(&v, path, cfg->vocab_size), done);
-    int len = (int)token_shard_doc_len(&shard, 0);
+    if ((uint64_t)game >= shard.n_docs) {
+        ft_error("%s/val_000.bin: --sample_games %d exceeds its %llu validation games", data_dir, game + 1,
+                 (unsigned long long)shard.n_docs);
+        goto done;
+    }
+    int len = (int)token_shard_doc_len(&shard, (uint64_t)game);
     if (len > prompt_tokens) len = prompt_tokens;
     int T = len + n_tokens;
     if (T > cfg->max_position_embeddings) T = cfg->max_position_embeddings;
@@ -122,8 +145,8 @@ int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem
     tokens = ft_malloc((size_t)T * sizeof(int32_t), "sample tokens");
     logits = ft_malloc((size_t)T * cfg->vocab_size * sizeof(float), "sample logits");
     if (!tokens || !logits) goto done;
-    for (int t = 0; t < len; t++) tokens[t] = token_shard_doc_token(&shard, 0, (uint64_t)t);
-    uint64_t rng = seed ^ 0x5eed5eedull;
+    for (int t = 0; t < len; t++) tokens[t] = token_shard_doc_token(&shard, (uint64_t)game, (uint64_t)t);
+    uint64_t rng = seed ^ 0x5eed5eedull ^ ((uint64_t)game * 0x9e3779b97f4a7c15ull);
     int eos = cfg->n_eos > 0 ? cfg->eos_token_ids[0] : -1;
     char prompt[4096] = "", cont[8192] = "";
     for (int t = 0; t < len; t++) vocab_append(&v, tokens[t], prompt, sizeof prompt);
@@ -137,9 +160,10 @@ int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem
         vocab_append(&v, next, cont, sizeof cont);
     }
     if (world_rank == 0) {
-        printf("sample (validation game 0, %d prompt tokens, temperature %.1f):\n  prompt:      %s\n"
-               "  continuation:%s%s\n", len, SAMPLE_TEMPERATURE, prompt + (prompt[0] == ' '), cont,
+        printf("sample (validation game %d, %d prompt tokens, temperature %.1f):\n  prompt:      %s\n"
+               "  continuation:%s%s\n", game, len, SAMPLE_TEMPERATURE, prompt + (prompt[0] == ' '), cont,
                n < T ? " <eos>" : "");
+        TRY_GOTO(sample_write_jsonl(out_dir, game, prompt + (prompt[0] == ' '), cont, n < T), done);
     }
     rc = 0;
 done:

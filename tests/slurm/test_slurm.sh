@@ -26,6 +26,7 @@ BUILD=${1:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 CLUSTER=$ROOT/tests/slurm/cluster.sh
 export FT_SLURM_DIR=${FT_SLURM_DIR:-/tmp/ft-slurm}
+export FT_DEVICE=${FT_DEVICE:-cpu}   # the sbatch scripts default to --device cuda; these are CPU ranks
 export SLURM_CONF=$FT_SLURM_DIR/etc/slurm.conf
 
 pass=0 fail=0 t_start=$SECONDS TMP=""
@@ -159,9 +160,10 @@ fi
 FT=$BUILD/finetune
 train=${FT_SLURM_TRAIN:-auto}
 if [ "$train" = auto ]; then
-    if [ -x "$FT" ] && ldd "$FT" 2>/dev/null | grep -q 'libmpi'; then train=1; else train=0; fi
+    if [ -x "$FT" ] && ldd "$FT" 2>/dev/null | grep -c 'libmpi' >/dev/null; then train=1; else train=0; fi   # not grep -q: SIGPIPE under pipefail
 fi
 if [ "$train" != 1 ]; then
+    if [ "${CI:-}" = true ]; then bad "finetune under Slurm: $FT missing or not built with MPI"; finish; fi
     echo "skip - finetune under Slurm: $FT is missing or not built with MPI (make with libmpich-dev installed, or FT_SLURM_TRAIN=1)"
     finish
 fi

@@ -1,0 +1,308 @@
+// backend_cuda.c: the CUDA backend's host side. UNVERIFIED ON GPU: it compiles and links
+// in CI (`make CUDA=1`); no machine here has a GPU, so none of it has run. What the CPU
+// tests do prove: the device arena's bookkeeping (tests/test_arena.c), the kernels' source
+// under the emulator (tests/cuda_emu), and the clear failure of `--device cuda` without a
+// driver or device (tests/test_cli.sh).
+//
+// Layout of the backend:
+//   - storage dtype bf16; every `float *` tensor (statistics, optimizer state) is fp32
+//   - ONE device arena: a single cudaMalloc at open, sized by the caller from the memory
+//     plan; alloc()/free() carve it (src/arena.c), so the step loop never calls cudaMalloc
+//   - one compute stream (non-blocking) for kernels, GEMMs, copies and memsets; the NCCL
+//     transport runs collectives on its own comm stream and orders itself against this one
+//     with events (src/comm_nccl.c, backend_cuda_stream())
+//   - GEMMs on cuBLASLt: bf16 inputs/outputs, fp32 accumulation (CUBLAS_COMPUTE_32F),
+//     descriptors and the heuristic's algorithm cached per (m, n, k, transposes); one
+//     workspace from the arena
+//   - everything else: the hand-written kernels (kernels/kernels.h)
+// Every CUDA / cuBLASLt call goes through CHECK_CUDA / CHECK_CUBLAS, naming the call.
+#include <cublasLt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "backend.h"
+#include "backend_cuda.h"
+#include "cuda_check.h"
+#include "kernels.h"
+
+// ----------------------------------------------------------------------------
+// state (one device per process)
+
+#define GEMM_CACHE 128
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)   // cuBLASLt workspace (Hopper wants 32 MiB)
+#define ARENA_ALIGN 256
+
+typedef struct {
+    int m, n, k, ta, tb;                   // the key (column-major view)
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+static struct {
+    int open, device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    void *arena_mem;
+    arena ar;
+    gemm_plan plans[GEMM_CACHE];
+    int n_plans;
+    char name[128];
+} G;
+
+// ----------------------------------------------------------------------------
+// memory
+
+static void *cu_alloc(size_t nbytes) { return arena_alloc(&G.ar, nbytes); }
+static void cu_free(void *p) {
+    if (arena_free(&G.ar, p) != 0) fprintf(stderr, "finetune: warning: %s\n", ft_error_message());
+}
+static int cu_copy_h2d(void *dst, const void *src, size_t n) {
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, G.stream));
+    CHECK_CUDA(cudaStreamSynchronize(G.stream));   // the host buffer may be reused at once
+    return 0;
+}
+static int cu_copy_d2h(void *dst, const void *src, size_t n) {
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, G.stream));
+    CHECK_CUDA(cudaStreamSynchronize(G.stream));
+    return 0;
+}
+static int cu_copy_d2d(void *dst, const void *src, size_t n) {
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, G.stream));
+    return 0;
+}
+static int cu_zero(void *p, size_t n) {
+    CHECK_CUDA(cudaMemsetAsync(p, 0, n, G.stream));
+    return 0;
+}
+static int cu_synchronize(void) {
+    CHECK_CUDA(cudaStreamSynchronize(G.stream));
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// GEMM: D (m, n) = alpha op(A) op(B) + beta C, column-major, bf16 in/out, fp32 accumulate.
+// Row-major X (R, K) is column-major X^T (K, R), which is how the three matmuls below map.
+
+static int gemm_plan_get(int m, int n, int k, int ta, int tb, gemm_plan **out) {
+    for (int i = 0; i < G.n_plans; i++) {
+        gemm_plan *p = &G.plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb) { *out = p; return 0; }
+    }
+    // shapes are few (7 per layer kind + lm_head); a full cache means something is wrong
+    if (G.n_plans == GEMM_CACHE) return ft_error("cuda: more than %d GEMM shapes", GEMM_CACHE);
+    gemm_plan *p = &G.plans[G.n_plans];
+    memset(p, 0, sizeof *p);
+    p->m = m; p->n = n; p->k = k; p->ta = ta; p->tb = tb;
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CHECK_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    // stored shapes: op(A) is (m, k), op(B) is (k, n); leading dimension = stored rows
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, ta ? k : m, ta ? m : k, ta ? k : m));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, tb ? n : k, tb ? k : n, tb ? n : k));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, m, n, m));
+    cublasLtMatmulPreference_t pref;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = LT_WORKSPACE_BYTES;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(G.lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    CHECK_CUBLAS(st);
+    if (found < 1) return ft_error("cuda: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d", m, n, k);
+    p->algo = res.algo;
+    G.n_plans++;
+    *out = p;
+    return 0;
+}
+
+static int gemm(int ta, int tb, int m, int n, int k, const void *A, const void *B, void *C, float beta) {
+    gemm_plan *p = NULL;
+    TRY(gemm_plan_get(m, n, k, ta, tb, &p));
+    const float alpha = 1.0f;
+    CHECK_CUBLAS(cublasLtMatmul(G.lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
+                                G.lt_workspace, LT_WORKSPACE_BYTES, G.stream));
+    return 0;
+}
+
+// out (N, OC) = inp (N, IC) @ weight (OC, IC)^T  <=>  out^T (OC, N) = W (OC, IC) . inp^T (IC, N)
+static int cu_matmul_fwd(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
+    return gemm(1, 0, OC, N, IC, weight, inp, out, 0.0f);
+}
+
+static int cu_matmul_bwd(void *dinp, void *dweight, const void *dout, const void *inp, const void *weight, int N,
+                         int IC, int OC, int accumulate_dinp) {
+    // dinp^T (IC, N) = W^T (IC, OC) . dout^T (OC, N)
+    if (dinp) TRY(gemm(0, 0, IC, N, OC, weight, dout, dinp, accumulate_dinp ? 1.0f : 0.0f));
+    // dW^T (IC, OC) += inp^T (IC, N) . dout (N, OC)
+    return gemm(0, 1, IC, OC, N, inp, dout, dweight, 1.0f);
+}
+
+// ----------------------------------------------------------------------------
+// the kernels (kernels/*.cu) on the compute stream
+
+static int cu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int N, int C, int V) {
+    return ftk_embedding_fwd(out, tokens, wte, N, C, V, G.stream);
+}
+static int cu_embedding_bwd(void *dwte, const void *dout, const int32_t *tokens, int N, int C, int V) {
+    return ftk_embedding_bwd(dwte, dout, tokens, N, C, V, G.stream);
+}
+static int cu_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps) {
+    return ftk_rmsnorm_fwd(out, rstd, inp, w, N, C, eps, G.stream);
+}
+static int cu_rmsnorm_bwd(void *dinp, void *dw, const void *dout, const void *inp, const void *w, const float *rstd,
+                          int N, int C) {
+    return ftk_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C, G.stream);
+}
+static int cu_rope_fwd(void *out, const void *inp, const float *cos, const float *sin, int B, int T, int NH, int D) {
+    return ftk_rope_fwd(out, inp, cos, sin, B, T, NH, D, G.stream);
+}
+static int cu_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T, int NH, int D) {
+    return ftk_rope_bwd(dinp, dout, cos, sin, B, T, NH, D, G.stream);
+}
+static int cu_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
+                            int KVH, int D) {
+    return ftk_attention_fwd(out, lse, q, k, v, B, T, H, KVH, D, G.stream);
+}
+static int cu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
+                            const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D) {
+    return ftk_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D, G.stream);
+}
+static int cu_swiglu_fwd(void *out, const void *gate, const void *up, size_t n) {
+    return ftk_swiglu_fwd(out, gate, up, n, G.stream);
+}
+static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n) {
+    return ftk_swiglu_bwd(dgate, dup, dout, gate, up, n, G.stream);
+}
+static int cu_add(void *out, const void *a, const void *b, size_t n) { return ftk_add(out, a, b, n, G.stream); }
+static int cu_lmhead_xent(float *losses, void *dx, void *dw, const void *x, const void *w, const int32_t *targets,
+                          int N, int C, int V, float dloss, float *workspace) {
+    return ftk_lmhead_xent(losses, dx, dw, x, w, targets, N, C, V, dloss, workspace, G.stream);
+}
+static int cu_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,
+                    const adamw_params *p) {
+    return ftk_adamw(master, param, grad, m, v, n, p, G.stream);
+}
+static int cu_sum_squares(double *host_out, const float *x, size_t n) {
+    return ftk_sum_squares(host_out, x, n, G.stream);
+}
+static int cu_accumulate(float *dst, const void *src, size_t n, float alpha) {
+    return ftk_accumulate(dst, src, n, alpha, G.stream);
+}
+static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_cast_from_f32(dst, src, n, G.stream); }
+
+static const backend CUDA_BACKEND = {
+    .name = "cuda",
+    .dtype = ST_BF16,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .copy_h2d = cu_copy_h2d,
+    .copy_d2h = cu_copy_d2h,
+    .copy_d2d = cu_copy_d2d,
+    .zero = cu_zero,
+    .synchronize = cu_synchronize,
+    .embedding_fwd = cu_embedding_fwd,
+    .embedding_bwd = cu_embedding_bwd,
+    .rmsnorm_fwd = cu_rmsnorm_fwd,
+    .rmsnorm_bwd = cu_rmsnorm_bwd,
+    .rope_fwd = cu_rope_fwd,
+    .rope_bwd = cu_rope_bwd,
+    .matmul_fwd = cu_matmul_fwd,
+    .matmul_bwd = cu_matmul_bwd,
+    .attention_fwd = cu_attention_fwd,
+    .attention_bwd = cu_attention_bwd,
+    .swiglu_fwd = cu_swiglu_fwd,
+    .swiglu_bwd = cu_swiglu_bwd,
+    .add = cu_add,
+    .lmhead_xent = cu_lmhead_xent,
+    .adamw = cu_adamw,
+    .sum_squares = cu_sum_squares,
+    .accumulate = cu_accumulate,
+    .cast_from_f32 = cu_cast_from_f32,
+};
+
+// ----------------------------------------------------------------------------
+// open / close
+
+int backend_cuda_device_count(int *count) {
+    *count = 0;
+    cudaError_t e = cudaGetDeviceCount(count);
+    if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e == cudaErrorInitializationError ||
+        e == cudaErrorSystemDriverMismatch || e == cudaErrorCompatNotSupportedOnDevice) {
+        *count = 0;
+        return ft_error("flag --device cuda: no usable GPU on this machine (cudaGetDeviceCount: %s); "
+                        "run with --device cpu", cudaGetErrorString(e));
+    }
+    CHECK_CUDA(e);
+    if (*count == 0) return ft_error("flag --device cuda: the CUDA driver sees no device; run with --device cpu");
+    return 0;
+}
+
+const char *backend_cuda_describe(void) { return G.open ? G.name : "cuda (not open)"; }
+void *backend_cuda_stream(void) { return (void *)G.stream; }
+
+// Release whatever open_device created (also after a partial failure).
+void backend_cuda_close(void) {
+    if (G.stream) cudaStreamSynchronize(G.stream);
+    for (int i = 0; i < G.n_plans; i++) {
+        cublasLtMatrixLayoutDestroy(G.plans[i].a);
+        cublasLtMatrixLayoutDestroy(G.plans[i].b);
+        cublasLtMatrixLayoutDestroy(G.plans[i].c);
+        cublasLtMatmulDescDestroy(G.plans[i].op);
+    }
+    arena_destroy(&G.ar);
+    if (G.lt) cublasLtDestroy(G.lt);
+    if (G.arena_mem) cudaFree(G.arena_mem);
+    if (G.stream) cudaStreamDestroy(G.stream);
+    memset(&G, 0, sizeof G);
+}
+
+static int open_device(int local_rank, size_t arena_bytes) {
+    int count = 0;
+    TRY(backend_cuda_device_count(&count));
+    // one GPU per rank: ranks of a node take devices in local-rank order; with per-task GPU
+    // binding (srun --gpus-per-task / CUDA_VISIBLE_DEVICES per rank) each rank sees one
+    G.device = count == 1 ? 0 : local_rank;
+    if (G.device >= count)
+        return ft_error("flag --device cuda: local rank %d needs device %d but %d are visible (CUDA_VISIBLE_DEVICES=%s)",
+                        local_rank, G.device, count, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
+    CHECK_CUDA(cudaSetDevice(G.device));
+    struct cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, G.device));
+    if (prop.major < 8)
+        return ft_error("flag --device cuda: device %d (%s) is sm_%d%d; the kernels need sm_80 or newer (bf16)", G.device,
+                        prop.name, prop.major, prop.minor);
+    size_t free_b = 0, total_b = 0;
+    CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    // 0 = take most of what is free (leave room for the CUDA context, NCCL and cuBLASLt)
+    if (arena_bytes == 0) arena_bytes = free_b / 100 * 92;
+    arena_bytes += LT_WORKSPACE_BYTES;
+    if (arena_bytes > free_b)
+        return ft_error("flag --device cuda: the memory plan needs %.2f GiB on device %d (%s) but %.2f GiB are free",
+                        arena_bytes / 1073741824.0, G.device, prop.name, free_b / 1073741824.0);
+    CHECK_CUDA(cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaMalloc(&G.arena_mem, arena_bytes));
+    TRY(arena_init(&G.ar, G.arena_mem, arena_bytes, ARENA_ALIGN));
+    if (!(G.lt_workspace = arena_alloc(&G.ar, LT_WORKSPACE_BYTES))) return -1;
+    CHECK_CUBLAS(cublasLtCreate(&G.lt));
+    snprintf(G.name, sizeof G.name, "cuda device %d (%.64s, sm_%d%d, arena %.2f GiB of %.2f)", G.device, prop.name,
+             prop.major, prop.minor, arena_bytes / 1073741824.0, total_b / 1073741824.0);
+    return 0;
+}
+
+int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out) {
+    if (G.open) return ft_error("cuda backend: already open");
+    if (open_device(local_rank, arena_bytes) != 0) {
+        backend_cuda_close();
+        return -1;
+    }
+    G.open = 1;
+    *out = &CUDA_BACKEND;
+    return 0;
+}

@@ -1,0 +1,16 @@
+// backend_cuda.h: the CUDA backend (src/backend_cuda.c, built with the CUDA toolkit only).
+// Reached through backend_open("cuda", ...) in backend.h; comm_nccl.c uses the stream.
+#pragma once
+#include <stddef.h>
+
+#include "backend.h"
+
+// Number of CUDA devices, or -1 with a clear "no usable GPU" error (no driver, no device).
+int backend_cuda_device_count(int *count);
+// Open the device of this local rank and its arena (arena_bytes; 0 = 92% of free memory).
+int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out);
+void backend_cuda_close(void);
+// "cuda device 0 (NVIDIA H100 ..., sm_90, arena ...)" once open.
+const char *backend_cuda_describe(void);
+// The compute stream (a cudaStream_t) every op runs on; NULL before open.
+void *backend_cuda_stream(void);

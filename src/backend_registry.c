@@ -1,0 +1,40 @@
+// backend_registry.c: the one place that knows which backends this binary was built with.
+#include <string.h>
+
+#include "backend.h"
+#include "common.h"
+#ifdef FT_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+
+int backend_open(const char *device, int local_rank, size_t arena_bytes, const backend **out) {
+    *out = NULL;
+    if (strcmp(device, "cpu") == 0) {
+        *out = backend_cpu();
+        return 0;
+    }
+    if (strcmp(device, "cuda") == 0) {
+#ifdef FT_HAVE_CUDA
+        return backend_cuda_open(local_rank, arena_bytes, out);
+#else
+        (void)local_rank; (void)arena_bytes;
+        return ft_error("flag --device cuda: this binary was built without the CUDA toolkit (rebuild with make CUDA=1)");
+#endif
+    }
+    return ft_error("flag --device: unknown device '%s' (cpu or cuda)", device);
+}
+
+void backend_close(const backend *be) {
+#ifdef FT_HAVE_CUDA
+    if (be && strcmp(be->name, "cuda") == 0) backend_cuda_close();
+#else
+    (void)be;
+#endif
+}
+
+const char *backend_describe(const backend *be) {
+#ifdef FT_HAVE_CUDA
+    if (be && strcmp(be->name, "cuda") == 0) return backend_cuda_describe();
+#endif
+    return be ? "cpu (fp32, OpenMP + OpenBLAS)" : "none";
+}

@@ -1,0 +1,256 @@
+// test_backend_gpu.c: every op of the CUDA backend (kernels + cuBLASLt, through the backend
+// table) against the CPU backend, on a real GPU. Part of `make test-gpu`; built in CI, run
+// only where a GPU exists (tests/gpu/test_gpu.sh skips it otherwise).
+//
+// Each case rounds random inputs to bf16 once, gives the CPU backend the fp32 values of
+// those bf16 numbers and the CUDA backend the bf16 numbers, runs the op on both and
+// compares each output by NMSE. Thresholds are those derived in tests/cuda_emu/
+// test_kernels.cpp (the same kernels under the emulator): bf16 outputs rounded once from
+// fp32 math, NMSE <= u^2 = 1.5e-5 for u = 2^-8, plus rounding flips from the GPU's
+// approximate math: THR_BF16 = 2e-5; fp32 outputs differ only by fp32 summation order and
+// approximate transcendentals: THR_F32 = 1e-9. cuBLASLt GEMMs accumulate in fp32 and round
+// once to bf16, so they share THR_BF16. Output: a table (op, shape, output, NMSE, threshold).
+#include <stdint.h>
+
+#include "backend.h"
+#include "common.h"
+#include "model.h"
+#include "test.h"
+
+#define THR_BF16 2e-5
+#define THR_F32 1e-9
+
+static const backend *CPU, *GPU;
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static float frand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+// ----------------------------------------------------------------------------
+// tensors on both backends
+
+typedef struct { float *host; void *cpu, *gpu; size_t n; int f32; } pair;
+
+// random (or zero) bf16-representable values, uploaded to both backends; f32 = the op takes
+// a `float *` (fp32 on both backends) rather than a storage-dtype tensor
+static pair pair_new(size_t n, int f32, float scale, int zero) {
+    pair p = {calloc(n, sizeof(float)), NULL, NULL, n, f32};
+    for (size_t i = 0; i < n; i++) p.host[i] = zero ? 0.0f : ft_bf16_to_f32(ft_f32_to_bf16(scale * frand()));
+    p.cpu = CPU->alloc(n * sizeof(float));
+    CPU->copy_h2d(p.cpu, p.host, n * sizeof(float));
+    if (f32) {
+        p.gpu = GPU->alloc(n * sizeof(float));
+        GPU->copy_h2d(p.gpu, p.host, n * sizeof(float));
+    } else {
+        uint16_t *b = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) b[i] = ft_f32_to_bf16(p.host[i]);
+        p.gpu = GPU->alloc(n * 2);
+        GPU->copy_h2d(p.gpu, b, n * 2);
+        free(b);
+    }
+    return p;
+}
+
+static void pair_free(pair *p) {
+    CPU->free(p->cpu);
+    GPU->free(p->gpu);
+    free(p->host);
+}
+
+// NMSE of the GPU result against the CPU result
+static double pair_nmse(const pair *p) {
+    float *c = malloc(p->n * sizeof(float)), *g = malloc(p->n * sizeof(float));
+    CPU->copy_d2h(c, p->cpu, p->n * sizeof(float));
+    if (p->f32) GPU->copy_d2h(g, p->gpu, p->n * sizeof(float));
+    else {
+        uint16_t *b = malloc(p->n * 2);
+        GPU->copy_d2h(b, p->gpu, p->n * 2);
+        for (size_t i = 0; i < p->n; i++) g[i] = ft_bf16_to_f32(b[i]);
+        free(b);
+    }
+    double e = test_nmse(g, c, p->n);
+    free(c);
+    free(g);
+    return e;
+}
+
+static void report(const char *op, const char *shape, const char *out, const pair *p) {
+    double thr = p->f32 ? THR_F32 : THR_BF16, e = pair_nmse(p);
+    printf("%-14s %-28s %-8s %10.3e %8.1e  %s\n", op, shape, out, e, thr, e <= thr ? "pass" : "FAIL");
+    EXPECT(e <= thr, "%s %s %s: NMSE %.3e > %.1e", op, shape, out, e, thr);
+}
+
+#define BOTH(call_cpu, call_gpu) do { \
+    EXPECT((call_cpu) == 0, "cpu op failed: %s", ft_error_message()); \
+    EXPECT((call_gpu) == 0, "cuda op failed: %s", ft_error_message()); } while (0)
+
+// ----------------------------------------------------------------------------
+// cases
+
+static void case_matmul(int N, int IC, int OC) {
+    char s[64];
+    snprintf(s, sizeof s, "N=%d IC=%d OC=%d", N, IC, OC);
+    pair x = pair_new((size_t)N * IC, 0, 1, 0), w = pair_new((size_t)OC * IC, 0, 0.1f, 0);
+    pair y = pair_new((size_t)N * OC, 0, 1, 1), dy = pair_new((size_t)N * OC, 0, 1, 0);
+    pair dx = pair_new((size_t)N * IC, 0, 1, 1), dw = pair_new((size_t)OC * IC, 0, 1, 1);
+    BOTH(CPU->matmul_fwd(y.cpu, x.cpu, w.cpu, N, IC, OC), GPU->matmul_fwd(y.gpu, x.gpu, w.gpu, N, IC, OC));
+    report("matmul_fwd", s, "out", &y);
+    BOTH(CPU->matmul_bwd(dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu, N, IC, OC, 0),
+         GPU->matmul_bwd(dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, N, IC, OC, 0));
+    report("matmul_bwd", s, "dinp", &dx);
+    report("matmul_bwd", s, "dweight", &dw);
+    pair_free(&x); pair_free(&w); pair_free(&y); pair_free(&dy); pair_free(&dx); pair_free(&dw);
+}
+
+static void case_attention(int B, int T, int H, int KVH, int D) {
+    char s[64];
+    snprintf(s, sizeof s, "B=%d T=%d H=%d KVH=%d D=%d", B, T, H, KVH, D);
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D;
+    pair q = pair_new(nq, 0, 1, 0), k = pair_new(nk, 0, 1, 0), v = pair_new(nk, 0, 1, 0);
+    pair o = pair_new(nq, 0, 1, 1), lse = pair_new((size_t)B * H * T, 1, 1, 1), dout = pair_new(nq, 0, 1, 0);
+    pair dq = pair_new(nq, 0, 1, 1), dk = pair_new(nk, 0, 1, 1), dv = pair_new(nk, 0, 1, 1);
+    BOTH(CPU->attention_fwd(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
+         GPU->attention_fwd(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
+    report("attention_fwd", s, "out", &o);
+    report("attention_fwd", s, "lse", &lse);
+    // backward from the GPU's own forward output on both sides (bf16 `out` is an input)
+    BOTH(CPU->attention_bwd(dq.cpu, dk.cpu, dv.cpu, dout.cpu, o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
+         GPU->attention_bwd(dq.gpu, dk.gpu, dv.gpu, dout.gpu, o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
+    report("attention_bwd", s, "dq", &dq);
+    report("attention_bwd", s, "dk", &dk);
+    report("attention_bwd", s, "dv", &dv);
+    pair *all[] = {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv};
+    for (int i = 0; i < 9; i++) pair_free(all[i]);
+}
+
+static void case_norm_swiglu(int N, int C) {
+    char s[64];
+    snprintf(s, sizeof s, "N=%d C=%d", N, C);
+    size_t n = (size_t)N * C;
+    pair x = pair_new(n, 0, 1, 0), w = pair_new((size_t)C, 0, 1, 0), y = pair_new(n, 0, 1, 1);
+    pair rstd = pair_new((size_t)N, 1, 1, 1), dy = pair_new(n, 0, 1, 0), dx = pair_new(n, 0, 1, 1),
+         dw = pair_new((size_t)C, 0, 1, 1);
+    BOTH(CPU->rmsnorm_fwd(y.cpu, rstd.cpu, x.cpu, w.cpu, N, C, 1e-5f), GPU->rmsnorm_fwd(y.gpu, rstd.gpu, x.gpu, w.gpu, N, C, 1e-5f));
+    report("rmsnorm_fwd", s, "out", &y);
+    report("rmsnorm_fwd", s, "rstd", &rstd);
+    BOTH(CPU->rmsnorm_bwd(dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu, rstd.cpu, N, C),
+         GPU->rmsnorm_bwd(dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, rstd.gpu, N, C));
+    report("rmsnorm_bwd", s, "dinp", &dx);
+    report("rmsnorm_bwd", s, "dweight", &dw);
+    // swiglu and add on the same sizes: gate = x, up = dy
+    pair g = pair_new(n, 0, 1, 1), u = pair_new(n, 0, 1, 1);
+    BOTH(CPU->swiglu_fwd(y.cpu, x.cpu, dy.cpu, n), GPU->swiglu_fwd(y.gpu, x.gpu, dy.gpu, n));
+    report("swiglu_fwd", s, "out", &y);
+    BOTH(CPU->swiglu_bwd(g.cpu, u.cpu, dx.cpu, x.cpu, dy.cpu, n), GPU->swiglu_bwd(g.gpu, u.gpu, dx.gpu, x.gpu, dy.gpu, n));
+    report("swiglu_bwd", s, "dgate", &g);
+    report("swiglu_bwd", s, "dup", &u);
+    BOTH(CPU->add(y.cpu, x.cpu, dy.cpu, n), GPU->add(y.gpu, x.gpu, dy.gpu, n));
+    report("add", s, "out", &y);
+    pair *all[] = {&x, &w, &y, &rstd, &dy, &dx, &dw, &g, &u};
+    for (int i = 0; i < 9; i++) pair_free(all[i]);
+}
+
+static void case_rope(int B, int T, int NH, int D) {
+    char s[64];
+    snprintf(s, sizeof s, "B=%d T=%d NH=%d D=%d", B, T, NH, D);
+    llama_config cfg = {0};
+    cfg.rope_theta = 10000.0f;
+    cfg.head_dim = D;
+    cfg.rope_scaling = ROPE_SCALING_LLAMA3;   // the tables come from the host either way
+    cfg.rope_factor = 8.0;
+    cfg.rope_low_freq_factor = 1.0;
+    cfg.rope_high_freq_factor = 4.0;
+    cfg.rope_original_max_position_embeddings = 16;
+    size_t n = (size_t)B * T * NH * D, half = (size_t)T * D / 2;
+    pair cs = pair_new(half, 1, 1, 1), sn = pair_new(half, 1, 1, 1);
+    rope_tables_compute(&cfg, T, cs.host, sn.host);
+    CPU->copy_h2d(cs.cpu, cs.host, half * 4); GPU->copy_h2d(cs.gpu, cs.host, half * 4);
+    CPU->copy_h2d(sn.cpu, sn.host, half * 4); GPU->copy_h2d(sn.gpu, sn.host, half * 4);
+    pair x = pair_new(n, 0, 1, 0), y = pair_new(n, 0, 1, 1), dx = pair_new(n, 0, 1, 1);
+    BOTH(CPU->rope_fwd(y.cpu, x.cpu, cs.cpu, sn.cpu, B, T, NH, D), GPU->rope_fwd(y.gpu, x.gpu, cs.gpu, sn.gpu, B, T, NH, D));
+    report("rope_fwd", s, "out", &y);
+    BOTH(CPU->rope_bwd(dx.cpu, x.cpu, cs.cpu, sn.cpu, B, T, NH, D), GPU->rope_bwd(dx.gpu, x.gpu, cs.gpu, sn.gpu, B, T, NH, D));
+    report("rope_bwd", s, "dinp", &dx);
+    pair *all[] = {&cs, &sn, &x, &y, &dx};
+    for (int i = 0; i < 5; i++) pair_free(all[i]);
+}
+
+static void case_embedding_lmhead(int N, int C, int V) {
+    char s[64];
+    snprintf(s, sizeof s, "N=%d C=%d V=%d", N, C, V);
+    int32_t *tok = malloc((size_t)N * 4), *tgt = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) {
+        tok[i] = (int32_t)((frand() * 0.5f + 0.5f) * (V - 1));
+        tgt[i] = i % 5 == 3 ? -100 : (int32_t)((frand() * 0.5f + 0.5f) * (V - 1));
+    }
+    int32_t *tc = CPU->alloc((size_t)N * 4), *tg = GPU->alloc((size_t)N * 4);
+    int32_t *gc = CPU->alloc((size_t)N * 4), *gg = GPU->alloc((size_t)N * 4);
+    CPU->copy_h2d(tc, tok, (size_t)N * 4); GPU->copy_h2d(tg, tok, (size_t)N * 4);
+    CPU->copy_h2d(gc, tgt, (size_t)N * 4); GPU->copy_h2d(gg, tgt, (size_t)N * 4);
+    pair wte = pair_new((size_t)V * C, 0, 1, 0), x = pair_new((size_t)N * C, 0, 1, 1), dwte = pair_new((size_t)V * C, 0, 1, 1);
+    BOTH(CPU->embedding_fwd(x.cpu, tc, wte.cpu, N, C, V), GPU->embedding_fwd(x.gpu, tg, wte.gpu, N, C, V));
+    report("embedding_fwd", s, "out", &x);
+    BOTH(CPU->embedding_bwd(dwte.cpu, x.cpu, tc, N, C, V), GPU->embedding_bwd(dwte.gpu, x.gpu, tg, N, C, V));
+    report("embedding_bwd", s, "dwte", &dwte);
+    pair loss = pair_new((size_t)N, 1, 1, 1), dx = pair_new((size_t)N * C, 0, 1, 1), dw = pair_new((size_t)V * C, 0, 1, 1);
+    pair ws = pair_new((size_t)LMHEAD_CHUNK_ROWS * V, 1, 1, 1);
+    BOTH(CPU->lmhead_xent(loss.cpu, dx.cpu, dw.cpu, x.cpu, wte.cpu, gc, N, C, V, 1.0f / N, ws.cpu),
+         GPU->lmhead_xent(loss.gpu, dx.gpu, dw.gpu, x.gpu, wte.gpu, gg, N, C, V, 1.0f / N, ws.gpu));
+    report("lmhead_xent", s, "losses", &loss);
+    report("lmhead_xent", s, "dx", &dx);
+    report("lmhead_xent", s, "dweight", &dw);
+    pair *all[] = {&wte, &x, &dwte, &loss, &dx, &dw, &ws};
+    for (int i = 0; i < 7; i++) pair_free(all[i]);
+    CPU->free(tc); GPU->free(tg); CPU->free(gc); GPU->free(gg);
+    free(tok); free(tgt);
+}
+
+static void case_optimizer(size_t n) {
+    char s[64];
+    snprintf(s, sizeof s, "n=%zu", n);
+    pair master = pair_new(n, 1, 1, 0), grad = pair_new(n, 1, 1, 0), m = pair_new(n, 1, 0.1f, 0);
+    pair v = pair_new(n, 1, 0, 1), param = pair_new(n, 0, 1, 1), src = pair_new(n, 0, 1, 0);
+    adamw_params ap = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.001f, 0.5f};
+    BOTH(CPU->adamw(master.cpu, param.cpu, grad.cpu, m.cpu, v.cpu, n, &ap),
+         GPU->adamw(master.gpu, param.gpu, grad.gpu, m.gpu, v.gpu, n, &ap));
+    report("adamw", s, "master", &master);
+    report("adamw", s, "m", &m);
+    report("adamw", s, "v", &v);
+    report("adamw", s, "param", &param);
+    double sc = 0, sg = 0;
+    BOTH(CPU->sum_squares(&sc, grad.cpu, n), GPU->sum_squares(&sg, grad.gpu, n));
+    double rel = (sg - sc) / sc;
+    printf("%-14s %-28s %-8s %10.3e %8.1e  %s\n", "sum_squares", s, "sum", rel * rel, 1e-20, rel * rel <= 1e-20 ? "pass" : "FAIL");
+    EXPECT(rel * rel <= 1e-20, "sum_squares %s: relative error %.3e", s, rel);
+    BOTH(CPU->accumulate(grad.cpu, src.cpu, n, 0.25f), GPU->accumulate(grad.gpu, src.gpu, n, 0.25f));
+    report("accumulate", s, "dst", &grad);
+    BOTH(CPU->cast_from_f32(param.cpu, master.cpu, n), GPU->cast_from_f32(param.gpu, master.gpu, n));
+    report("cast_from_f32", s, "dst", &param);
+    pair *all[] = {&master, &grad, &m, &v, &param, &src};
+    for (int i = 0; i < 6; i++) pair_free(all[i]);
+}
+
+int main(void) {
+    CPU = backend_cpu();
+    if (backend_open("cuda", 0, (size_t)4 << 30, &GPU) != 0) {
+        printf("test_backend_gpu: SKIPPED: %s\n", ft_error_message());
+        return 0;
+    }
+    printf("test_backend_gpu: %s\n", backend_describe(GPU));
+    printf("%-14s %-28s %-8s %10s %8s  result\n", "op", "shape", "output", "nmse", "thresh");
+    const int mm[][3] = {{1, 8, 8}, {7, 33, 65}, {64, 128, 256}, {100, 288, 768}, {512, 1024, 1024}};
+    for (int i = 0; i < 5; i++) case_matmul(mm[i][0], mm[i][1], mm[i][2]);
+    const int at[][5] = {{1, 1, 1, 1, 16}, {1, 13, 4, 4, 16}, {2, 64, 8, 2, 64}, {1, 100, 8, 1, 128}, {2, 257, 16, 2, 128}};
+    for (int i = 0; i < 5; i++) case_attention(at[i][0], at[i][1], at[i][2], at[i][3], at[i][4]);
+    const int nc[][2] = {{1, 8}, {3, 33}, {17, 1000}, {64, 4096}, {5, 1030}};
+    for (int i = 0; i < 5; i++) case_norm_swiglu(nc[i][0], nc[i][1]);
+    const int rp[][4] = {{1, 1, 1, 2}, {1, 13, 3, 16}, {2, 64, 8, 64}, {1, 33, 2, 128}, {2, 100, 4, 32}};
+    for (int i = 0; i < 5; i++) case_rope(rp[i][0], rp[i][1], rp[i][2], rp[i][3]);
+    const int el[][3] = {{1, 8, 5}, {7, 33, 97}, {64, 128, 1000}, {200, 256, 32016}, {129, 48, 300}};
+    for (int i = 0; i < 5; i++) case_embedding_lmhead(el[i][0], el[i][1], el[i][2]);
+    const size_t on[] = {1, 7, 1025, 100000, 1000003};
+    for (int i = 0; i < 5; i++) case_optimizer(on[i]);
+    backend_close(GPU);
+    TEST_SUMMARY("test_backend_gpu");
+}
