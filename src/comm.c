@@ -26,6 +26,10 @@ int comm_reduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtyp
     count(c, COMM_REDUCE_SCATTER, (size_t)(c->size - 1) * n * st_dtype_size(dt));
     return c->reduce_scatter(c, recv, send, n, dt);
 }
+int comm_ireduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
+    count(c, COMM_REDUCE_SCATTER, (size_t)(c->size - 1) * n * st_dtype_size(dt));
+    return c->ireduce_scatter(c, recv, send, n, dt, req);
+}
 int comm_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
     // ring all-reduce = reduce-scatter + all-gather of count / size each
     count(c, COMM_ALL_REDUCE, c->size > 1 ? 2 * (size_t)(c->size - 1) * (n / c->size) * st_dtype_size(dt) : 0);
@@ -76,6 +80,7 @@ void comm_init_single(comm *c, const backend *be) {
     c->iall_gather = single_iall_gather;
     c->wait = single_wait;
     c->reduce_scatter = single_copy;
+    c->ireduce_scatter = single_iall_gather;   // the identity too: a copy, complete at once
     c->all_reduce = single_all_reduce;
     c->all_reduce_f64 = single_all_reduce_f64;
     c->broadcast = single_broadcast;

@@ -33,6 +33,8 @@ struct comm {
     int (*wait)(comm *c, void *req);
     // recv (count) = sum over ranks of send[rank * count .. (rank + 1) * count)
     int (*reduce_scatter)(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
+    // non-blocking reduce_scatter, completed by wait() like iall_gather
+    int (*ireduce_scatter)(comm *c, void *recv, const void *send, size_t count, st_dtype dt, void **req);
     // buf (count) = sum over ranks, in place
     int (*all_reduce)(comm *c, void *buf, size_t count, st_dtype dt);
     // host doubles summed over ranks, in place (exact same result on every rank)
@@ -51,6 +53,7 @@ int comm_all_gather(comm *c, void *recv, const void *send, size_t count, st_dtyp
 int comm_iall_gather(comm *c, void *recv, const void *send, size_t count, st_dtype dt, void **req);
 int comm_wait(comm *c, void *req);
 int comm_reduce_scatter(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
+int comm_ireduce_scatter(comm *c, void *recv, const void *send, size_t count, st_dtype dt, void **req);
 int comm_all_reduce(comm *c, void *buf, size_t count, st_dtype dt);
 int comm_all_reduce_f64(comm *c, double *buf, size_t count);
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root);

@@ -65,6 +65,18 @@ static int mpi_reduce_scatter(comm *c, void *recv, const void *send, size_t n, s
     return 0;
 }
 
+static int mpi_ireduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
+    MPI_Datatype t = MPI_BYTE;
+    TRY(mpi_dtype(dt, &t));
+    if (n > (size_t)INT32_MAX) return ft_error("mpi: reduce_scatter of %zu elements exceeds MPI's int count", n);
+    MPI_Request *r = ft_malloc(sizeof *r, "mpi request");
+    if (!r) return -1;
+    int rc = MPI_Ireduce_scatter_block(send, recv, (int)n, t, MPI_SUM, mc(c), r);
+    if (rc != MPI_SUCCESS) { free(r); CHECK_MPI(rc); }
+    *req = r;
+    return 0;
+}
+
 static int mpi_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
     MPI_Datatype t = MPI_BYTE;
     TRY(mpi_dtype(dt, &t));
@@ -108,6 +120,7 @@ static int wrap(comm *c, MPI_Comm mcomm, const backend *be) {
     c->iall_gather = mpi_iall_gather;
     c->wait = mpi_wait;
     c->reduce_scatter = mpi_reduce_scatter;
+    c->ireduce_scatter = mpi_ireduce_scatter;
     c->all_reduce = mpi_all_reduce;
     c->all_reduce_f64 = mpi_all_reduce_f64;
     c->broadcast = mpi_broadcast;

@@ -93,6 +93,20 @@ static int nccl_reduce_scatter(comm *c, void *recv, const void *send, size_t n, 
     return compute_after_comm(impl(c));
 }
 
+// started on the comm stream once the compute stream has produced `send`; comm_wait makes
+// the compute stream wait for it, so the reduction overlaps the next unit's backward
+static int nccl_ireduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
+    ncclDataType_t t = ncclFloat32;
+    TRY(nccl_dtype(dt, &t));
+    TRY(comm_after_compute(impl(c)));
+    CHECK_NCCL(ncclReduceScatter(send, recv, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
+    cudaEvent_t done;
+    CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventRecord(done, impl(c)->stream));
+    *req = (void *)done;
+    return 0;
+}
+
 static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
@@ -159,6 +173,7 @@ static int nccl_setup(comm *c, const backend *be, int rank, int size, nccl_impl 
     c->iall_gather = nccl_iall_gather;
     c->wait = nccl_wait;
     c->reduce_scatter = nccl_reduce_scatter;
+    c->ireduce_scatter = nccl_ireduce_scatter;
     c->all_reduce = nccl_all_reduce;
     c->all_reduce_f64 = nccl_all_reduce_f64;
     c->broadcast = nccl_broadcast;

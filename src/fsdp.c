@@ -62,14 +62,17 @@ int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_track
         s->root_full = take(s, MEM_GATHERED, root * s->esz, &failed);
         s->layer_full[0] = take(s, MEM_GATHERED, layer * s->esz, &failed);
         s->layer_full[1] = take(s, MEM_GATHERED, layer * s->esz, &failed);
-        s->rs_out = take(s, MEM_WORKSPACE, max_slice * s->esz, &failed);
+        s->rs_out[0] = take(s, MEM_WORKSPACE, max_slice * s->esz, &failed);
+        if (!accumulate_locally) s->rs_out[1] = take(s, MEM_WORKSPACE, s->slice[0] * s->esz, &failed);
     }
     if (accumulate_locally) {
         s->grad_full = take(s, MEM_GRADS, l->total * s->esz, &failed);
     } else {
         s->root_grad = take(s, MEM_GRADS, root * s->esz, &failed);
-        s->layer_grad = take(s, MEM_GRADS, layer * s->esz, &failed);
+        s->layer_grad[0] = take(s, MEM_GRADS, layer * s->esz, &failed);
+        if (S > 1) s->layer_grad[1] = take(s, MEM_GRADS, layer * s->esz, &failed);
     }
+    s->rs_unit[0] = s->rs_unit[1] = -1;
     s->unit_f32 = take(s, MEM_WORKSPACE, s->max_unit * sizeof(float), &failed);
     if (failed) { fsdp_free(s); return -1; }
     s->held[0] = s->held[1] = -1;
@@ -97,10 +100,14 @@ void fsdp_free(fsdp_state *s) {
             if (s->pending[b]) comm_wait(s->shard, s->pending[b]);
             mem_free(s->mem, MEM_GATHERED, s->layer_full[b], layer * s->esz);
         }
-        mem_free(s->mem, MEM_WORKSPACE, s->rs_out, max_slice * s->esz);
+        for (int b = 0; b < 2; b++) {
+            if (s->rs_pending[b]) comm_wait(s->shard, s->rs_pending[b]);
+            mem_free(s->mem, MEM_GRADS, s->layer_grad[b], layer * s->esz);
+        }
+        mem_free(s->mem, MEM_WORKSPACE, s->rs_out[0], max_slice * s->esz);
+        mem_free(s->mem, MEM_WORKSPACE, s->rs_out[1], s->slice[0] * s->esz);
         mem_free(s->mem, MEM_GRADS, s->grad_full, l->total * s->esz);
         mem_free(s->mem, MEM_GRADS, s->root_grad, root * s->esz);
-        mem_free(s->mem, MEM_GRADS, s->layer_grad, layer * s->esz);
         mem_free(s->mem, MEM_WORKSPACE, s->unit_f32, s->max_unit * sizeof(float));
     }
     free(s->slice);
@@ -165,13 +172,38 @@ static int prov_acquire(void *ctx, int u, int for_backward, void **params) {
 
 static int prov_release(void *ctx, int u) { (void)ctx; (void)u; return 0; }
 
+// Per-micro-batch mode with S > 1 overlaps gradient reduction with compute: a layer's
+// reduce-scatter starts (non-blocking) when its backward is done, into the buffer pair of
+// its parity; it is finished (waited for and added into the fp32 slice) only when that
+// buffer pair is needed again two layers later, or when the root unit ends the backward.
+static int overlapped(const fsdp_state *s) { return s->shard->size > 1 && !s->accumulate_locally; }
+static int grad_buffer(const fsdp_state *s, int u) { return overlapped(s) ? u % 2 : 0; }
+
 static void *unit_grad(fsdp_state *s, int u) {
     if (s->accumulate_locally) return (char *)s->grad_full + s->layout->unit_offset[u] * s->esz;
-    return u == s->layout->n_layers ? s->root_grad : s->layer_grad;
+    return u == s->layout->n_layers ? s->root_grad : s->layer_grad[grad_buffer(s, u)];
+}
+
+// complete the outstanding reduce-scatter of buffer pair b, if any
+static int rs_finish(fsdp_state *s, int b) {
+    if (s->rs_unit[b] < 0) return 0;
+    const int u = s->rs_unit[b];
+    void *req = s->rs_pending[b];
+    s->rs_unit[b] = -1;
+    s->rs_pending[b] = NULL;
+    TRY(comm_wait(s->shard, req));
+    return s->be->accumulate(s->grads + s->local_off[u], s->rs_out[b], s->slice[u], 1.0f);
+}
+
+int fsdp_flush_grads(fsdp_state *s) {
+    TRY(rs_finish(s, 0));
+    return rs_finish(s, 1);
 }
 
 static int prov_grad_begin(void *ctx, int u, void **grads) {
     fsdp_state *s = ctx;
+    const int L = s->layout->n_layers;
+    if (overlapped(s)) TRY(u == L ? fsdp_flush_grads(s) : rs_finish(s, grad_buffer(s, u)));
     void *g = unit_grad(s, u);
     // per micro-batch buffers start from zero; local accumulation only at the step's start
     if (!s->accumulate_locally || s->micro_first) TRY(s->be->zero(g, s->layout->unit_numel[u] * s->esz));
@@ -183,9 +215,17 @@ static int prov_grad_end(void *ctx, int u) {
     fsdp_state *s = ctx;
     if (s->accumulate_locally && !s->micro_last) return 0;   // reduced after the last micro-batch
     const void *g = unit_grad(s, u);
+    if (overlapped(s) && u < s->layout->n_layers) {
+        const int b = grad_buffer(s, u);
+        TRY(rs_finish(s, b));   // normally done by grad_begin already
+        TRY(comm_ireduce_scatter(s->shard, s->rs_out[b], g, s->slice[u], s->be->dtype, &s->rs_pending[b]));
+        s->rs_unit[b] = u;
+        return 0;
+    }
+    if (overlapped(s)) TRY(fsdp_flush_grads(s));   // the root ends the backward
     if (s->shard->size > 1) {
-        TRY(comm_reduce_scatter(s->shard, s->rs_out, g, s->slice[u], s->be->dtype));
-        g = s->rs_out;
+        TRY(comm_reduce_scatter(s->shard, s->rs_out[0], g, s->slice[u], s->be->dtype));
+        g = s->rs_out[0];
     }
     return s->be->accumulate(s->grads + s->local_off[u], g, s->slice[u], 1.0f);
 }
@@ -246,6 +286,7 @@ int fsdp_load_hf(fsdp_state *s, const hf_checkpoint *ck) {
 int fsdp_zero_grads(fsdp_state *s) { return s->be->zero(s->grads, s->n_local * sizeof(float)); }
 
 int fsdp_finish_grads(fsdp_state *s, double *norm) {
+    TRY(fsdp_flush_grads(s));   // nothing is outstanding after a full backward; cheap check
     if (s->replica->size > 1) TRY(comm_all_reduce(s->replica, s->grads, s->n_local, ST_F32));
     double sq = 0;
     TRY(s->be->sum_squares(&sq, s->grads, s->n_local));

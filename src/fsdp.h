@@ -37,11 +37,16 @@ typedef struct {
     void *layer_full[2];          // two gathered layer buffers (S > 1): in use + prefetched
     int held[2];                  // which layer each holds (-1 = none / stale)
     void *pending[2];             // outstanding non-blocking gather into each, or NULL
-    void *root_grad, *layer_grad; // one micro-batch's full-unit gradients, backend dtype
+    void *root_grad;              // one micro-batch's root gradients, backend dtype
+    void *layer_grad[2];          // layer gradients; two when S > 1 (per micro-batch mode): while
+                                  // one layer's reduce-scatter runs, the next layer computes
+    void *rs_pending[2];          // outstanding non-blocking reduce-scatter of each, or NULL
+    int rs_unit[2];               // the layer it reduces (-1 = none)
     int accumulate_locally;       // 1: full-size gradients summed over micro-batches, reduced once
     void *grad_full;              // (layout->total) backend dtype, when accumulate_locally
     int micro_first, micro_last;  // position of the current micro-batch in the step
-    void *rs_out;                 // (max slice) reduce-scatter output (S > 1), backend dtype
+    void *rs_out[2];              // reduce-scatter outputs (S > 1), backend dtype: [0] max slice
+                                  // (root, or layers with even index), [1] a layer slice
     float *unit_f32;              // (max_unit) fp32 gather buffer for checkpoints
 } fsdp_state;
 
@@ -82,6 +87,9 @@ int fsdp_load_hf(fsdp_state *s, const hf_checkpoint *ck);
 int fsdp_zero_grads(fsdp_state *s);
 // Say which micro-batch of the step comes next (before its model_step).
 void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
+// Complete every outstanding non-blocking reduce-scatter of layer gradients into the fp32
+// slices (the root unit's grad_end and fsdp_finish_grads call it). 0 / -1.
+int fsdp_flush_grads(fsdp_state *s);
 // After the last micro-batch: sum gradient slices across replicas, and return the global
 // L2 norm of the gradient in *norm (collective over all ranks). 0 / -1.
 int fsdp_finish_grads(fsdp_state *s, double *norm);

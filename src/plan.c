@@ -67,11 +67,15 @@ static void plan_fsdp_memory(plan *p) {
         add_item(p, MEM_GATHERED, p->root_numel * esz, "root unit (embeddings, norm, lm_head), gathered");
         add_item(p, MEM_GATHERED, 2 * p->layer_numel * esz, "two layer units: in use + prefetched");
         add_item(p, MEM_WORKSPACE, max_size(slice_layer, slice_root) * esz, "reduce-scatter output (largest slice)");
+        if (!r->accumulate_grads_locally)
+            add_item(p, MEM_WORKSPACE, slice_layer * esz, "second layer reduce-scatter output (one in flight)");
     }
     if (r->accumulate_grads_locally)
         add_item(p, MEM_GRADS, p->padded_total * esz, "full-size gradients summed over micro-batches");
     else
-        add_item(p, MEM_GRADS, (p->root_numel + p->layer_numel) * esz, "one micro-batch's root + layer gradients");
+        add_item(p, MEM_GRADS, (p->root_numel + (S > 1 ? 2 : 1) * p->layer_numel) * esz,
+                 S > 1 ? "one micro-batch's root + two layer gradients (one reducing while the next computes)"
+                       : "one micro-batch's root + layer gradients");
     add_item(p, MEM_WORKSPACE, max_size(p->layer_numel, p->root_numel) * f32, "fp32 unit buffer (checkpoint gathers)");
 }
 

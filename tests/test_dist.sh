@@ -100,9 +100,11 @@ check_bytes fsdp2_local reduce_scatter_bytes $(( P * 4 / 2 ))
 check_bytes ddp2 all_reduce_bytes $(( 2 * P * 4 / 2 ))
 check_bytes ddp2 all_gather_bytes 0
 # per-rank model state: params (fp32 on CPU) + master + 2 moments + fp32 grads = 20 bytes per
-# parameter, sharded 1/N, plus one micro-batch's full-unit gradient buffers (root + one layer)
-for c in ref:1 fsdp2:2 fsdp4:4 ddp2:1; do
-  check_bytes "${c%%:*}" model_state_bytes $(( P * 20 / ${c##*:} + (root + layer) * 4 ))
+# parameter, sharded 1/N, plus one micro-batch's full-unit gradient buffers: root + one layer,
+# or root + two layers when sharded (one layer's reduce-scatter overlaps the next's backward)
+for c in ref:1:1 fsdp2:2:2 fsdp4:4:2 ddp2:1:1; do
+  n=${c#*:}; n=${n%%:*}; nl=${c##*:}
+  check_bytes "${c%%:*}" model_state_bytes $(( P * 20 / n + (root + nl * layer) * 4 ))
 done
 check_bytes fsdp2_local model_state_bytes $(( P * 20 / 2 + P * 4 ))   # + full-size local gradients
 ag=$(field "$tmp/fsdp2" all_gather_bytes); rs=$(field "$tmp/fsdp2" reduce_scatter_bytes)

@@ -108,14 +108,15 @@ plan7() { "$bin" --dry_run --model_dir $m7 --device cuda "$@"; }
 plan7 --world_size 4 > "$tmp/7b_fsdp4.plan" 2>&1 || bad "7B FSDP 4 dry run: $(cat "$tmp/7b_fsdp4.plan")"
 plan7 --world_size 1 --no_fsdp > "$tmp/7b_one.plan" 2>&1 || bad "7B one GPU dry run: $(cat "$tmp/7b_one.plan")"
 # units are multiples of 64 already (no padding); bf16 working params, fp32 master + 2 moments,
-# fp32 gradient slice + bf16 root and layer gradient buffers; gathered root + 2 layers (FSDP)
+# fp32 gradient slice + bf16 root and two layer gradient buffers (one reduce-scatter in flight
+# while the next layer's backward runs); gathered root + 2 layers (FSDP)
 expect7() {  # expect7 PLAN CATEGORY BYTES
   local got; got=$(planned "$1" "$2")
   [ "$got" = "$3" ] && ok "7B $(basename "$1" .plan): $2 = $3 bytes (arithmetic)" || bad "7B $(basename "$1" .plan): $2 = '$got', arithmetic $3"
 }
 expect7 "$tmp/7b_fsdp4.plan" params $(( P * 2 / 4 ))
 expect7 "$tmp/7b_fsdp4.plan" optimizer $(( P * 12 / 4 ))
-expect7 "$tmp/7b_fsdp4.plan" grads $(( P * 4 / 4 + (root + layer) * 2 ))
+expect7 "$tmp/7b_fsdp4.plan" grads $(( P * 4 / 4 + (root + 2 * layer) * 2 ))
 expect7 "$tmp/7b_fsdp4.plan" gathered $(( (root + 2 * layer) * 2 ))
 expect7 "$tmp/7b_one.plan" params $(( P * 2 ))
 expect7 "$tmp/7b_one.plan" optimizer $(( P * 12 ))
