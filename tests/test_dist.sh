@@ -6,7 +6,8 @@
 #      per-step losses and final weights within the tolerance derived below;
 #   2. bytes sent per step by all-gather / reduce-scatter / all-reduce equal the formula;
 #   3. a checkpoint saved at 4 ranks resumes at 2 and at 1 rank with the same continuation;
-#   4. kill -9 of one rank ends the job (no hang) with a non-zero exit.
+#   4. kill -9 of one rank ends the job (no hang) with a non-zero exit; resuming from the last
+#      checkpoint ends with the uninterrupted run's parameters and moments, exactly.
 # Skips (and says so) when finetune was built without MPI.
 #
 # Tolerance: ranks sum the same per-token gradients in a different order (reduce-scatter of
@@ -131,16 +132,32 @@ n=$(printf '%s\n' "$err" | grep -c "finetune: error")
   && ok "a bad shard on one rank: all ranks exit (rc $rc), error printed once" || bad "bad shard on one rank: rc=$rc, $n error lines: $err"
 
 # ---------------------------------------------------------------- 4. kill -9 of one rank
-( mpiexec -n 2 "$bin" --seq_len 64 --batch_size_per_device 2 --total_batch_size 8 --max_steps 100000 \
-    --max_eval_docs 16 --out_dir "$tmp/kill" > "$tmp/kill.log" 2>&1; echo $? > "$tmp/kill.rc" ) &
-for _ in $(seq 1 100); do grep -q "^step    2/" "$tmp/kill.log" 2>/dev/null && break; sleep 0.2; done
-victim=$(pgrep -f "finetune --seq_len 64 --batch_size_per_device 2 --total_batch_size 8 --max_steps 100000" | tail -1)
+# A 2-rank FSDP run saving every 4 steps loses a rank to kill -9 mid-run: the job must end
+# (no rank left blocked in a collective) with a non-zero exit and the launcher's report;
+# resubmitting with --resume latest continues from the last checkpoint and must end with
+# exactly the parameters of an uninterrupted run. Constant lr without warmup, so the killed
+# run's open-ended --max_steps does not change the schedule.
+kflags=(--seq_len 64 --batch_size_per_device 2 --total_batch_size 8 --max_eval_docs 16 --learning_rate 3e-3
+        --lr_schedule constant --warmup_fraction 0 --save_every 4)
+mpirun_ 2 "${kflags[@]}" --max_steps 16 --out_dir "$tmp/nokill" > "$tmp/nokill.log" 2>&1 || bad "uninterrupted run failed"
+( mpiexec -n 2 "$bin" "${kflags[@]}" --max_steps 100000 --out_dir "$tmp/kill" > "$tmp/kill.log" 2>&1; echo $? > "$tmp/kill.rc" ) &
+for _ in $(seq 1 300); do grep -q "^step    9/" "$tmp/kill.log" 2>/dev/null && break; sleep 0.1; done
+victim=$(pgrep -f "finetune --seq_len 64 --batch_size_per_device 2 --total_batch_size 8 .*--max_steps 100000" | tail -1)
 start=$(date +%s)
 [ -n "$victim" ] && kill -9 "$victim"
 for _ in $(seq 1 600); do [ -f "$tmp/kill.rc" ] && break; sleep 0.1; done
 took=$(( $(date +%s) - start ))
-if [ -f "$tmp/kill.rc" ] && [ "$(cat "$tmp/kill.rc")" -ne 0 ]; then ok "kill -9 of one rank: job ended in ${took}s with exit $(cat "$tmp/kill.rc")"
-else bad "kill -9 of one rank: job still running after ${took}s"; pkill -9 -f "max_steps 100000"; fi
+if [ -f "$tmp/kill.rc" ] && [ "$(cat "$tmp/kill.rc")" -ne 0 ] && grep -qi "killed\|terminat" "$tmp/kill.log"; then
+  ok "kill -9 of one rank: job ended in ${took}s with exit $(cat "$tmp/kill.rc"): $(grep -i -m1 'killed\|terminat' "$tmp/kill.log" | tr -s ' =')"
+else bad "kill -9 of one rank: job still running after ${took}s or no report"; pkill -9 -f "max_steps 100000"; fi
+last=$(cat "$tmp/kill/checkpoints/latest" 2>/dev/null)
+if mpirun_ 2 "${kflags[@]}" --max_steps 16 --resume latest --out_dir "$tmp/kill" > "$tmp/resume.log" 2>&1; then
+  e=$("$nmse" "$tmp/kill/checkpoints/step_00000016/model.safetensors" "$tmp/nokill/checkpoints/step_00000016/model.safetensors")
+  o=$("$nmse" "$tmp/kill/checkpoints/step_00000016/optimizer.safetensors" "$tmp/nokill/checkpoints/step_00000016/optimizer.safetensors")
+  awk -v e="${e##* }" -v o="${o##* }" 'BEGIN { exit !(e == 0 && o == 0) }' \
+    && ok "resumed from $last after kill -9: step 16 weights and moments equal the uninterrupted run's ($e; $o)" \
+    || bad "resume after kill -9 (from '$last'): weights $e, moments $o"
+else bad "resume after kill -9: $(grep -m1 error "$tmp/resume.log")"; fi
 
 echo "test_dist: $pass passed, $fail failed"
 [ $fail -eq 0 ]
