@@ -1,6 +1,10 @@
 // test_backend_gpu.c: every op of the CUDA backend (kernels + cuBLASLt, through the backend
-// table) against the CPU backend, on a real GPU. Part of `make test-gpu`; built in CI, run
-// only where a GPU exists (tests/gpu/test_gpu.sh skips it otherwise).
+// table) against the CPU backend. Two builds of this one source:
+//   - build/tests/gpu/test_backend_gpu, linked with libcudart/cuBLASLt and the nvcc kernels:
+//     part of `make test-gpu`, run only where a GPU exists (tests/gpu/test_gpu.sh skips it)
+//   - build/tests/test_backend_emu, linked with the CPU emulator (tests/cuda_emu: the same
+//     kernel sources, an emulated cuBLASLt): part of `make test`, so the backend's host code
+//     (GEMM operand mapping, "+=" contracts, copies, the arena) is checked in CI.
 //
 // Each case rounds random inputs to bf16 once, gives the CPU backend the fp32 values of
 // those bf16 numbers and the CUDA backend the bf16 numbers, runs the op on both and
@@ -77,7 +81,7 @@ static double pair_nmse(const pair *p) {
 
 static void report(const char *op, const char *shape, const char *out, const pair *p) {
     double thr = p->f32 ? THR_F32 : THR_BF16, e = pair_nmse(p);
-    printf("%-14s %-28s %-8s %10.3e %8.1e  %s\n", op, shape, out, e, thr, e <= thr ? "pass" : "FAIL");
+    printf("%-14s %-28s %-9s %10.3e %8.1e  %s\n", op, shape, out, e, thr, e <= thr ? "pass" : "FAIL");
     EXPECT(e <= thr, "%s %s %s: NMSE %.3e > %.1e", op, shape, out, e, thr);
 }
 
@@ -100,6 +104,11 @@ static void case_matmul(int N, int IC, int OC) {
          GPU->matmul_bwd(dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, N, IC, OC, 0));
     report("matmul_bwd", s, "dinp", &dx);
     report("matmul_bwd", s, "dweight", &dw);
+    // the "+=" contracts: dinp accumulates when asked, dweight always
+    BOTH(CPU->matmul_bwd(dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu, N, IC, OC, 1),
+         GPU->matmul_bwd(dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, N, IC, OC, 1));
+    report("matmul_bwd", s, "dinp+=", &dx);
+    report("matmul_bwd", s, "dweight+=", &dw);
     pair_free(&x); pair_free(&w); pair_free(&y); pair_free(&dy); pair_free(&dx); pair_free(&dw);
 }
 

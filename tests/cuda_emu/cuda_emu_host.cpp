@@ -1,0 +1,247 @@
+// cuda_emu_host.cpp: the rest of the CUDA host API the CUDA backend calls, on the CPU, so
+// that src/backend_cuda.c, compiled unchanged against the real CUDA headers, runs the whole
+// training loop with the emulated kernels (build/tests/finetune_emu; tests/test_cuda_emu_train.sh).
+//
+// What is here, and how faithful:
+//   - device queries: one emulated device, "sm_80", 8 GiB; FT_EMU_DEVICES=0 emulates a
+//     machine without a device (cudaErrorNoDevice), to test that path too
+//   - streams and events: handles only; every operation already completed when it returns
+//     (the emulator runs kernels synchronously), so ordering is trivially kept. Stream
+//     ordering bugs therefore CANNOT be caught here.
+//   - cuBLASLt: descriptors hold what cublasLtMatmul needs (types, transposes, layouts), and
+//     cublasLtMatmul computes D = alpha op(A) op(B) + beta C from the documented column-major
+//     definition (element (i, j) of a rows x cols layout with leading dimension ld is at
+//     i + j * ld; op(X) = X or X^T), with fp32 accumulation and bf16/fp32 storage. It is
+//     written from that definition, independently of how backend_cuda.c maps row-major
+//     tensors onto it, so a wrong transpose or leading dimension there shows up as a wrong
+//     loss in the training test.
+//   - NCCL: not emulated; every call fails with a clear status (one process only).
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// runtime: devices, streams, events
+
+static int emu_device_count() {
+    const char *e = getenv("FT_EMU_DEVICES");
+    return e ? atoi(e) : 1;
+}
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    *count = emu_device_count();
+    return *count > 0 ? cudaSuccess : cudaErrorNoDevice;
+}
+cudaError_t cudaSetDevice(int device) {
+    return device >= 0 && device < emu_device_count() ? cudaSuccess : cudaErrorInvalidDevice;
+}
+cudaError_t cudaGetDevice(int *device) {
+    *device = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+    if (device < 0 || device >= emu_device_count()) return cudaErrorInvalidDevice;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "CPU emulation (tests/cuda_emu)");
+    prop->major = 8;
+    prop->minor = 0;
+    prop->totalGlobalMem = (size_t)8 << 30;
+    prop->multiProcessorCount = 1;
+    prop->warpSize = 32;
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    *free_bytes = *total = (size_t)8 << 30;
+    return cudaSuccess;
+}
+
+static char g_stream_tokens[64], g_event_tokens[64];
+static int g_next_stream, g_next_event;
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
+    *s = (cudaStream_t)&g_stream_tokens[g_next_stream++ % 64];
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
+    *e = (cudaEvent_t)&g_event_tokens[g_next_event++ % 64];
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+
+// ----------------------------------------------------------------------------
+// cuBLASLt
+
+struct cublasLtContext { int unused; };
+
+// what the emulated descriptors hold, stored inside the headers' semi-opaque structs
+struct emu_layout { cudaDataType type; uint64_t rows, cols; int64_t ld; };
+struct emu_desc { cublasComputeType_t compute; cudaDataType_t scale; cublasOperation_t ta, tb; };
+static_assert(sizeof(emu_layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout fits");
+static_assert(sizeof(emu_desc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc fits");
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = new cublasLtContext();
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+    if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;   // column-major: ld >= rows
+    auto *o = new cublasLtMatrixLayoutOpaque_t();
+    emu_layout v = {type, rows, cols, ld};
+    memcpy(o, &v, sizeof v);
+    *l = o;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale) {
+    auto *o = new cublasLtMatmulDescOpaque_t();
+    emu_desc v = {compute, scale, CUBLAS_OP_N, CUBLAS_OP_N};
+    memcpy(o, &v, sizeof v);
+    *d = o;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t n) {
+    emu_desc v;
+    memcpy(&v, d, sizeof v);
+    if (n != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (attr == CUBLASLT_MATMUL_DESC_TRANSA) memcpy(&v.ta, buf, n);
+    else if (attr == CUBLASLT_MATMUL_DESC_TRANSB) memcpy(&v.tb, buf, n);
+    else return CUBLAS_STATUS_NOT_SUPPORTED;
+    memcpy(d, &v, sizeof v);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = new cublasLtMatmulPreferenceOpaque_t();
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+                                                    const void *, size_t) {
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// shape of op(X) for a layout and a transpose
+static void op_shape(const emu_layout &l, cublasOperation_t t, uint64_t *r, uint64_t *c) {
+    *r = t == CUBLAS_OP_N ? l.rows : l.cols;
+    *c = t == CUBLAS_OP_N ? l.cols : l.rows;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int *found) {
+    emu_desc v;
+    emu_layout la, lb, lc, ld;
+    memcpy(&v, d, sizeof v); memcpy(&la, a, sizeof la); memcpy(&lb, b, sizeof lb);
+    memcpy(&lc, c, sizeof lc); memcpy(&ld, dd, sizeof ld);
+    uint64_t m, k, k2, n;
+    op_shape(la, v.ta, &m, &k);
+    op_shape(lb, v.tb, &k2, &n);
+    *found = 0;
+    if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    // like the library: inconsistent shapes have no algorithm
+    if (k != k2 || lc.rows != m || lc.cols != n || ld.rows != m || ld.cols != n) return CUBLAS_STATUS_SUCCESS;
+    memset(&results[0], 0, sizeof results[0]);
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static float load_elem(const void *p, cudaDataType t, uint64_t i) {
+    if (t == CUDA_R_32F) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void store_elem(void *p, cudaDataType t, uint64_t i, float f) {
+    if (t == CUDA_R_32F) { ((float *)p)[i] = f; return; }
+    ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(f);   // round to nearest even, as the GPU does
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dd,
+                              const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
+    emu_desc v;
+    emu_layout la, lb, lc, ld;
+    memcpy(&v, d, sizeof v); memcpy(&la, a, sizeof la); memcpy(&lb, b, sizeof lb);
+    memcpy(&lc, c, sizeof lc); memcpy(&ld, dd, sizeof ld);
+    if (v.compute != CUBLAS_COMPUTE_32F || v.scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    for (cudaDataType t : {la.type, lb.type, lc.type, ld.type})
+        if (t != CUDA_R_16BF && t != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    uint64_t m, k, k2, n;
+    op_shape(la, v.ta, &m, &k);
+    op_shape(lb, v.tb, &k2, &n);
+    if (k != k2 || lc.rows != m || lc.cols != n || ld.rows != m || ld.cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    std::vector<float> col(k);
+    for (uint64_t j = 0; j < n; j++) {
+        // column j of op(B): op(B)(p, j) = B(p, j) or B(j, p)
+        for (uint64_t p = 0; p < k; p++)
+            col[p] = load_elem(B, lb.type, v.tb == CUBLAS_OP_N ? p + j * lb.ld : j + p * lb.ld);
+        for (uint64_t i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (uint64_t p = 0; p < k; p++)
+                acc += load_elem(A, la.type, v.ta == CUBLAS_OP_N ? i + p * la.ld : p + i * la.ld) * col[p];
+            float out = al * acc;
+            if (be != 0.0f) out += be * load_elem(C, lc.type, i + j * lc.ld);
+            store_elem(D, ld.type, i + j * ld.ld, out);
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// ----------------------------------------------------------------------------
+// NCCL: not emulated (the emulated binary runs one process)
+
+const char *ncclGetErrorString(ncclResult_t) { return "NCCL is not emulated (tests/cuda_emu runs one process)"; }
+ncclResult_t ncclGetUniqueId(ncclUniqueId *) { return ncclInvalidUsage; }
+ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) { return ncclInvalidUsage; }
+ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *) { return ncclInvalidUsage; }
+ncclResult_t ncclCommUserRank(const ncclComm_t, int *) { return ncclInvalidUsage; }
+ncclResult_t ncclCommCount(const ncclComm_t, int *) { return ncclInvalidUsage; }
+ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
+ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) {
+    return ncclInvalidUsage;
+}
+ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
+    return ncclInvalidUsage;
+}
+ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
+    return ncclInvalidUsage;
+}
+ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
+    return ncclInvalidUsage;
+}
+
+}   // extern "C"

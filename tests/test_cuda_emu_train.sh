@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The CUDA backend's host code end to end, without a GPU: build/tests/finetune_emu is
+# src/ compiled exactly as for the CUDA build (backend_cuda.c: arena, cuBLASLt calls, kernel
+# launches through the backend table), linked with the kernels under the CPU emulator
+# (GPU-like math) and tests/cuda_emu/cuda_emu_host.cpp (device queries, streams, a cuBLASLt
+# written from its documented column-major definition). What it cannot check: stream and
+# event ordering (the emulator completes everything synchronously), NCCL, speed.
+#
+#   1. 8 steps of the default model, --device cuda (bf16 storage) vs --device cpu (fp32):
+#      per-step losses, the first step's gradient norm, the final validation loss and the
+#      final weights agree within bf16 tolerance (below)
+#   2. --gradient_checkpointing on the emulated device: the same losses, bitwise
+#   3. the bf16 sampling path (model_logits on a bf16 backend) produces a continuation
+#   4. FT_EMU_DEVICES=0 (a machine without a device): one clear error line
+#
+# Tolerances: bf16 keeps 8 significant bits (u = 2^-8 = 3.9e-3 relative per stored value);
+# losses and norms are sums over many rounded terms, whose errors mostly cancel: measured
+# here, loss rel <= 2.5e-4 and step-1 grad norm rel 1.5e-4. AdamW's sign-like updates turn
+# bf16 gradient noise into lr-sized steps on small-gradient elements (test_train_golden.c),
+# so the final weights differ by NMSE ~2e-3 after 8 steps at lr 5e-3. We allow loss and
+# val-loss rel 5e-3, step-1 grad norm rel 2e-3 and weight NMSE 1e-2. A real host-side bug
+# is far outside: overwriting instead of accumulating one dinp in matmul_bwd gives step-1
+# grad norm rel 2.7e-2 and weight NMSE 0.11; a wrong transpose or leading dimension fails
+# cuBLASLt's shape check or the loss outright.
+set -u
+build=${1:-build}
+emu=$build/tests/finetune_emu
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+if [ ! -x "$emu" ]; then
+  if [ "${CI:-}" = true ]; then bad "$emu not built (needs the CUDA headers, CUDA=1)"
+  else echo "skip: $emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; fi
+  echo "test_cuda_emu_train: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+flags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3
+       --max_eval_docs 8 --warmup_fraction 0)
+metric() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/"; }
+val() { grep '"type":"eval"' "$1/metrics.jsonl" | tail -1 | sed -E 's/.*"val_loss":([0-9.]+).*/\1/'; }
+worst_rel() {  # worst relative difference between two columns of numbers
+  paste <(printf '%s\n' "$1") <(printf '%s\n' "$2") | awk '
+    { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r; n++ } END { if (n < 1) print "none"; else printf "%.2e", w }'
+}
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 == a && a <= b) }'; }
+
+OMP_NUM_THREADS=2 "$build/finetune" --device cpu "${flags[@]}" --out_dir "$tmp/cpu" >"$tmp/cpu.log" 2>&1 || bad "CPU run: $(tail -1 "$tmp/cpu.log")"
+if "$emu" --device cuda "${flags[@]}" --sample_tokens 16 --out_dir "$tmp/emu" >"$tmp/emu.log" 2>&1; then
+  grep -q "cuda device 0 (CPU emulation" "$tmp/emu.log" && ok "ran on the emulated device: $(grep -o 'cuda device 0 ([^)]*)' "$tmp/emu.log")" \
+    || bad "no emulated device in the bootstrap line"
+  w=$(worst_rel "$(metric "$tmp/cpu" loss)" "$(metric "$tmp/emu" loss)")
+  [ "$(metric "$tmp/emu" loss | wc -l)" = 8 ] && le "$w" 5e-3 && ok "8 step losses, bf16 device vs fp32 CPU: worst rel $w" || bad "losses: worst rel $w"
+  w=$(worst_rel "$(metric "$tmp/cpu" grad_norm | head -1)" "$(metric "$tmp/emu" grad_norm | head -1)")
+  le "$w" 2e-3 && ok "step-1 gradient norm: rel $w" || bad "step-1 gradient norm: rel $w"
+  w=$(worst_rel "$(val "$tmp/cpu")" "$(val "$tmp/emu")")
+  le "$w" 5e-3 && ok "final validation loss $(val "$tmp/emu") vs $(val "$tmp/cpu"): rel $w" || bad "final val loss: rel $w"
+  e=$("$build/tests/st_nmse" "$tmp/emu/checkpoints/step_00000008/model.safetensors" "$tmp/cpu/checkpoints/step_00000008/model.safetensors")
+  le "${e##* }" 1e-2 && ok "final fp32 master weights: $e" || bad "final weights: $e"
+  grep -q "^  continuation:. *[a-h1-8]" "$tmp/emu.log" && ok "bf16 sampling: $(grep '^  continuation' "$tmp/emu.log")" || bad "no sampled continuation"
+else
+  bad "emulated CUDA run failed: $(tail -1 "$tmp/emu.log")"
+fi
+if "$emu" --device cuda "${flags[@]}" --gradient_checkpointing --out_dir "$tmp/ckpt" >"$tmp/ckpt.log" 2>&1; then
+  [ "$(metric "$tmp/ckpt" loss)" = "$(metric "$tmp/emu" loss)" ] && [ "$(metric "$tmp/ckpt" grad_norm)" = "$(metric "$tmp/emu" grad_norm)" ] \
+    && ok "--gradient_checkpointing on the device: identical losses and gradient norms" || bad "checkpointing changes the device's losses"
+else bad "emulated checkpointing run: $(tail -1 "$tmp/ckpt.log")"; fi
+err=$(FT_EMU_DEVICES=0 "$emu" --device cuda "${flags[@]}" --out_dir "$tmp/nodev" 2>&1 >/dev/null); rc=$?
+[ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" = 1 ] && [[ "$err" == *"no usable GPU"* ]] && [ ! -e "$tmp/nodev" ] \
+  && ok "no device: $err" || bad "no device: rc $rc '$err'"
+echo "test_cuda_emu_train: $pass passed, $fail failed"
+[ $fail -eq 0 ]
