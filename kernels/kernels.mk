@@ -57,7 +57,7 @@ TEST_BINS += $(BUILD)/tests/test_kernels $(BUILD)/tests/test_kernels_gpumath
 ifeq ($(CUDA),1)
 $(BUILD)/emu/cuda_emu_host.o: tests/cuda_emu/cuda_emu_host.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+	$(CXX) $(EMU_CXXFLAGS) $(if $(filter 1,$(MPI)),$(filter -I%,$(MPI_FLAGS)) -DFT_HAVE_MPI) -c $< -o $@
 
 $(BUILD)/tests/finetune_emu: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ) \
                              $(BUILD)/emu/cuda_emu_host.o

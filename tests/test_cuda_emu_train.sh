@@ -12,6 +12,11 @@
 #   2. --gradient_checkpointing on the emulated device: the same losses, bitwise
 #   3. the bf16 sampling path (model_logits on a bf16 backend) produces a continuation
 #   4. FT_EMU_DEVICES=0 (a machine without a device): one clear error line
+#   5. with mpiexec: FSDP over 2 emulated GPUs, DDP over 2 and HSDP 2 x 2, through the NCCL
+#      transport (src/comm_nccl.c; NCCL emulated over MPI in cuda_emu_host.cpp: the NCCL id
+#      broadcast, ncclCommSplit, bf16 reduce-scatter, all-gather, fp32 all-reduce), against
+#      the single emulated device with the same global batch and the same tolerances (the
+#      ranks' bf16 partial gradients are summed in another order)
 #
 # Tolerances: bf16 keeps 8 significant bits (u = 2^-8 = 3.9e-3 relative per stored value);
 # losses and norms are sums over many rounded terms, whose errors mostly cancel: measured
@@ -31,7 +36,29 @@ bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 if [ ! -x "$emu" ]; then
   if [ "${CI:-}" = true ]; then bad "$emu not built (needs the CUDA headers, CUDA=1)"
   else echo "skip: $emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; fi
-  echo "test_cuda_emu_train: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit
+  # compare_runs NAME DIR: DIR against the single emulated device ($tmp/emu)
+compare_runs() {
+  local w g e
+  w=$(worst_rel "$(metric "$tmp/emu" loss)" "$(metric "$2" loss)")
+  g=$(worst_rel "$(metric "$tmp/emu" grad_norm | head -1)" "$(metric "$2" grad_norm | head -1)")
+  e=$("$build/tests/st_nmse" "$2/checkpoints/step_00000008/model.safetensors" "$tmp/emu/checkpoints/step_00000008/model.safetensors")
+  [ "$(metric "$2" loss | wc -l)" = 8 ] && le "$w" 5e-3 && le "$g" 2e-3 && le "${e##* }" 1e-2 \
+    && ok "$1 on emulated GPUs (NCCL transport): losses rel $w, step-1 norm rel $g, weights $e" \
+    || bad "$1: losses rel $w, step-1 norm rel $g, weights $e"
+}
+if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
+  for c in "fsdp2:2:--batch_size_per_device 1" "ddp2:2:--batch_size_per_device 1 --no_fsdp" \
+           "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2"; do
+    IFS=: read -r name n extra <<<"$c"
+    # shellcheck disable=SC2086
+    if timeout 300 mpiexec -n "$n" "$emu" --device cuda "${flags[@]}" $extra --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1; then
+      grep -q "bootstrap: MPI.*world $n rank" "$tmp/$name.log" && compare_runs "$name" "$tmp/$name" || bad "$name: bootstrap line"
+    else bad "$name on emulated GPUs: $(grep -m1 error "$tmp/$name.log")"; fi
+  done
+else
+  echo "skip: multi-rank emulated GPUs (needs mpiexec)"
+fi
+echo "test_cuda_emu_train: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 flags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3
@@ -67,5 +94,27 @@ else bad "emulated checkpointing run: $(tail -1 "$tmp/ckpt.log")"; fi
 err=$(FT_EMU_DEVICES=0 "$emu" --device cuda "${flags[@]}" --out_dir "$tmp/nodev" 2>&1 >/dev/null); rc=$?
 [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" = 1 ] && [[ "$err" == *"no usable GPU"* ]] && [ ! -e "$tmp/nodev" ] \
   && ok "no device: $err" || bad "no device: rc $rc '$err'"
+# compare_runs NAME DIR: DIR against the single emulated device ($tmp/emu)
+compare_runs() {
+  local w g e
+  w=$(worst_rel "$(metric "$tmp/emu" loss)" "$(metric "$2" loss)")
+  g=$(worst_rel "$(metric "$tmp/emu" grad_norm | head -1)" "$(metric "$2" grad_norm | head -1)")
+  e=$("$build/tests/st_nmse" "$2/checkpoints/step_00000008/model.safetensors" "$tmp/emu/checkpoints/step_00000008/model.safetensors")
+  [ "$(metric "$2" loss | wc -l)" = 8 ] && le "$w" 5e-3 && le "$g" 2e-3 && le "${e##* }" 1e-2 \
+    && ok "$1 on emulated GPUs (NCCL transport): losses rel $w, step-1 norm rel $g, weights $e" \
+    || bad "$1: losses rel $w, step-1 norm rel $g, weights $e"
+}
+if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
+  for c in "fsdp2:2:--batch_size_per_device 1" "ddp2:2:--batch_size_per_device 1 --no_fsdp" \
+           "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2"; do
+    IFS=: read -r name n extra <<<"$c"
+    # shellcheck disable=SC2086
+    if timeout 300 mpiexec -n "$n" "$emu" --device cuda "${flags[@]}" $extra --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1; then
+      grep -q "bootstrap: MPI.*world $n rank" "$tmp/$name.log" && compare_runs "$name" "$tmp/$name" || bad "$name: bootstrap line"
+    else bad "$name on emulated GPUs: $(grep -m1 error "$tmp/$name.log")"; fi
+  done
+else
+  echo "skip: multi-rank emulated GPUs (needs mpiexec)"
+fi
 echo "test_cuda_emu_train: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -15,7 +15,9 @@
 //     written from that definition, independently of how backend_cuda.c maps row-major
 //     tensors onto it, so a wrong transpose or leading dimension there shows up as a wrong
 //     loss in the training test.
-//   - NCCL: not emulated; every call fails with a clear status (one process only).
+//   - NCCL: over MPI when built with MPICH (collectives of the same meaning on host memory,
+//     bf16 summed in fp32), so FSDP/DDP/HSDP with --device cuda run as emulated ranks under
+//     mpiexec; without MPI every call fails with a clear status.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -222,9 +224,115 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
 }
 
 // ----------------------------------------------------------------------------
-// NCCL: not emulated (the emulated binary runs one process)
+// NCCL over MPI (when built with MPI): "device" memory is host memory here, so each
+// collective is the MPI collective of the same meaning; bf16 sums are taken in fp32 and
+// rounded once (NCCL also accumulates bf16 in fp32). A communicator made from a unique id
+// is the whole MPI world (finetune makes exactly that one, then splits it). Without MPI
+// every call fails with a clear status.
 
-const char *ncclGetErrorString(ncclResult_t) { return "NCCL is not emulated (tests/cuda_emu runs one process)"; }
+const char *ncclGetErrorString(ncclResult_t r) {
+    return r == ncclSuccess ? "no error" : "emulated NCCL: invalid usage (see tests/cuda_emu/cuda_emu_host.cpp)";
+}
+
+#ifdef FT_HAVE_MPI
+}   // extern "C"
+#include <mpi.h>
+struct ncclComm { MPI_Comm comm; int rank, size; };
+
+static size_t nccl_size(ncclDataType_t t) {
+    switch (t) {
+    case ncclFloat32: case ncclInt32: return 4;
+    case ncclFloat64: return 8;
+    case ncclBfloat16: case ncclFloat16: return 2;
+    default: return 1;
+    }
+}
+static void to_f32(const void *src, ncclDataType_t t, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = t == ncclFloat32 ? ((const float *)src)[i] : load_elem(src, CUDA_R_16BF, i);
+}
+static void from_f32(const float *src, void *dst, ncclDataType_t t, size_t n) {
+    for (size_t i = 0; i < n; i++) store_elem(dst, t == ncclFloat32 ? CUDA_R_32F : CUDA_R_16BF, i, src[i]);
+}
+static bool summable(ncclDataType_t t) { return t == ncclFloat32 || t == ncclBfloat16 || t == ncclFloat64; }
+extern "C" {
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    memset(id, 0, sizeof *id);
+    snprintf(id->internal, sizeof id->internal, "cuda_emu nccl id (MPI world)");
+    return ncclSuccess;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId, int rank) {
+    int init = 0, wr = 0, ws = 0;
+    MPI_Initialized(&init);
+    if (!init) return ncclInvalidUsage;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    MPI_Comm_size(MPI_COMM_WORLD, &ws);
+    if (wr != rank || ws != nranks) return ncclInvalidUsage;   // only the world group is emulated
+    ncclComm *m = new ncclComm();
+    MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+    m->rank = rank;
+    m->size = nranks;
+    *c = m;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *) {
+    ncclComm *m = new ncclComm();
+    if (MPI_Comm_split(c->comm, color, key, &m->comm) != MPI_SUCCESS) { delete m; return ncclSystemError; }
+    MPI_Comm_rank(m->comm, &m->rank);
+    MPI_Comm_size(m->comm, &m->size);
+    *out = m;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommUserRank(const ncclComm_t c, int *rank) { *rank = c->rank; return ncclSuccess; }
+ncclResult_t ncclCommCount(const ncclComm_t c, int *count) { *count = c->size; return ncclSuccess; }
+ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    MPI_Comm_free(&c->comm);
+    delete c;
+    return ncclSuccess;
+}
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t) {
+    const size_t bytes = n * nccl_size(t);
+    const void *s = (const char *)recv + (size_t)c->rank * bytes == send ? MPI_IN_PLACE : send;
+    return MPI_Allgather(s, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm) == MPI_SUCCESS ? ncclSuccess
+                                                                                             : ncclSystemError;
+}
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                               cudaStream_t) {
+    if (op != ncclSum || !summable(t)) return ncclInvalidUsage;
+    int rc;
+    if (t == ncclFloat64) {
+        rc = MPI_Reduce_scatter_block(send, recv, (int)n, MPI_DOUBLE, MPI_SUM, c->comm);
+    } else {
+        std::vector<float> in(n * (size_t)c->size), out(n);
+        to_f32(send, t, in.data(), in.size());
+        rc = MPI_Reduce_scatter_block(in.data(), out.data(), (int)n, MPI_FLOAT, MPI_SUM, c->comm);
+        from_f32(out.data(), recv, t, n);
+    }
+    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                           cudaStream_t) {
+    if (op != ncclSum || !summable(t)) return ncclInvalidUsage;
+    int rc;
+    if (t == ncclFloat64) {
+        rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)n, MPI_DOUBLE, MPI_SUM, c->comm);
+    } else {
+        std::vector<float> v(n);
+        to_f32(send, t, v.data(), n);
+        rc = MPI_Allreduce(MPI_IN_PLACE, v.data(), (int)n, MPI_FLOAT, MPI_SUM, c->comm);
+        from_f32(v.data(), recv, t, n);
+    }
+    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDataType_t t, int root, ncclComm_t c,
+                           cudaStream_t) {
+    const size_t bytes = n * nccl_size(t);
+    if (c->rank == root && send != recv) memmove(recv, send, bytes);
+    return MPI_Bcast(recv, (int)bytes, MPI_BYTE, root, c->comm) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+
+#else   // no MPI: one process only
+
 ncclResult_t ncclGetUniqueId(ncclUniqueId *) { return ncclInvalidUsage; }
 ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) { return ncclInvalidUsage; }
 ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *) { return ncclInvalidUsage; }
@@ -243,5 +351,6 @@ ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRed
 ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
     return ncclInvalidUsage;
 }
+#endif
 
 }   // extern "C"
