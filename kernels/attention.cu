@@ -526,9 +526,7 @@ extern "C" int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout,
     const bool vec = D % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
     float *delta = NULL;
     const size_t rows = (size_t)B * T * H;
-    if (cuda_check(cudaMallocAsync((void **)&delta, sizeof(float) * rows, stream),
-                   "attention_bwd", "cudaMallocAsync of delta") != 0)
-        return -1;
+    if (ftk_scratch_get((void **)&delta, sizeof(float) * rows, stream, "attention_bwd (delta)") != 0) return -1;
     LAUNCH_KERNEL(dim3(elementwise_blocks(rows, 256)), dim3(256), 0, stream,
                   attention_delta_kernel)(delta, (const bf16 *)dout, (const bf16 *)out, B, T, H, D);
     int rc = launch_check("attention_bwd (delta)");
@@ -548,6 +546,6 @@ extern "C" int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout,
                                                T, H, KVH, D, scale, vec);
         rc = launch_check("attention_bwd (dq)");
     }
-    cudaFreeAsync(delta, stream);
+    ftk_scratch_put(delta, stream);
     return rc;
 }

@@ -45,6 +45,10 @@ static inline int cuda_check(cudaError_t e, const char *op, const char *what) {
     return 0;
 }
 
+// short-lived device workspace on `stream` (kernels/scratch.cu): 0, or -1 with op named
+int ftk_scratch_get(void **p, size_t nbytes, ftk_stream stream, const char *op);
+void ftk_scratch_put(void *p, ftk_stream stream);
+
 static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 static inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 

@@ -62,6 +62,10 @@ int ftk_sum_squares(double *host_out, const float *x, size_t n, ftk_stream strea
 int ftk_accumulate(float *dst, const void *src, size_t n, float alpha, ftk_stream stream);
 // cast.cu
 int ftk_cast_from_f32(void *dst, const float *src, size_t n, ftk_stream stream);
+// scratch.cu: workspace of the kernels that need some (attention_bwd, rmsnorm_bwd,
+// sum_squares) comes from `alloc`/`release` once set (the backend's arena), else from
+// cudaMallocAsync. Set it before launching; NULLs restore the default.
+void ftk_set_scratch_allocator(void *(*alloc)(size_t nbytes), void (*release)(void *p));
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,7 @@
 //     (dinp + dx).
 //   kernel 2 (dweight partials): grid (ceil(C / 32), ceil(N / 64)), 32 x 8 threads; each
 //     block sums its 64-row chunk for 32 columns (thread rows y, y+8, ... then the 8 row
-//     groups in order) into an fp32 workspace (ceil(N/64), C) from cudaMallocAsync.
+//     groups in order) into an fp32 workspace (ceil(N/64), C) from ftk_scratch_get (scratch.cu).
 //   kernel 3 (dweight): one thread per column sums the chunk partials in chunk order and
 //     adds to dweight with one bf16 rounding. No atomics: bitwise deterministic.
 #include "common.cuh"
@@ -159,8 +159,8 @@ extern "C" int ftk_rmsnorm_bwd(void *dinp, void *dweight, const void *dout, cons
 
     const int nchunks = (N + DW_CHUNK_ROWS - 1) / DW_CHUNK_ROWS;
     float *partial = NULL;
-    if (cuda_check(cudaMallocAsync((void **)&partial, sizeof(float) * (size_t)nchunks * C, stream),
-                   "rmsnorm_bwd", "cudaMallocAsync of the dweight partials") != 0)
+    if (ftk_scratch_get((void **)&partial, sizeof(float) * (size_t)nchunks * C, stream,
+                        "rmsnorm_bwd (dweight partials)") != 0)
         return -1;
     LAUNCH_KERNEL(dim3(ceil_div(C, DW_COLS), nchunks), dim3(DW_COLS, DW_ROWGROUPS), 0, stream,
                   rmsnorm_bwd_dw_partial_kernel)(partial, (const bf16 *)dout, (const bf16 *)inp,
@@ -171,6 +171,6 @@ extern "C" int ftk_rmsnorm_bwd(void *dinp, void *dweight, const void *dout, cons
             (bf16 *)dweight, partial, nchunks, C);
         rc = launch_check("rmsnorm_bwd (dweight)");
     }
-    cudaFreeAsync(partial, stream);
+    ftk_scratch_put(partial, stream);
     return rc;
 }

@@ -8,7 +8,7 @@
 //     double; warp-shuffle tree, then the 8 warp sums in order -> partial[b] (double).
 //   pass 2: one block of 256 threads: strided partial sums, the same tree -> result.
 //   The double is copied back with cudaMemcpyAsync and the stream synchronised.
-//   Workspace: (G + 1) doubles from cudaMallocAsync.
+//   Workspace: (G + 1) doubles from ftk_scratch_get (scratch.cu).
 //   numerics: products exact in double, double accumulation: ~1e-16 relative.
 #include "common.cuh"
 
@@ -64,9 +64,7 @@ extern "C" int ftk_sum_squares(double *host_out, const float *x, size_t n, ftk_s
     size_t g = (n + (size_t)SS_THREADS * 32 - 1) / ((size_t)SS_THREADS * 32);
     int G = (int)(g < SS_MAX_BLOCKS ? g : SS_MAX_BLOCKS);
     double *ws = NULL;
-    if (cuda_check(cudaMallocAsync((void **)&ws, sizeof(double) * (G + 1), stream),
-                   "sum_squares", "cudaMallocAsync of the partials") != 0)
-        return -1;
+    if (ftk_scratch_get((void **)&ws, sizeof(double) * (G + 1), stream, "sum_squares (partials)") != 0) return -1;
     LAUNCH_KERNEL(dim3(G), dim3(SS_THREADS), 0, stream, sum_squares_partial_kernel)(
         ws + 1, x, n, (int)aligned16(x));
     int rc = launch_check("sum_squares");
@@ -77,7 +75,7 @@ extern "C" int ftk_sum_squares(double *host_out, const float *x, size_t n, ftk_s
     if (rc == 0)
         rc = cuda_check(cudaMemcpyAsync(host_out, ws, sizeof(double), cudaMemcpyDeviceToHost,
                                         stream), "sum_squares", "cudaMemcpyAsync");
-    cudaFreeAsync(ws, stream);
     if (rc == 0) rc = cuda_check(cudaStreamSynchronize(stream), "sum_squares", "cudaStreamSynchronize");
+    ftk_scratch_put(ws, stream);
     return rc;
 }

@@ -7,7 +7,8 @@
 // Layout of the backend:
 //   - storage dtype bf16; every `float *` tensor (statistics, optimizer state) is fp32
 //   - ONE device arena: a single cudaMalloc at open, sized by the caller from the memory
-//     plan; alloc()/free() carve it (src/arena.c), so the step loop never calls cudaMalloc
+//     plan; alloc()/free() carve it (src/arena.c), and the kernels' scratch comes from it
+//     too (ftk_set_scratch_allocator), so the step loop never calls cudaMalloc
 //   - one compute stream (non-blocking) for kernels, GEMMs, copies and memsets; the NCCL
 //     transport runs collectives on its own comm stream and orders itself against this one
 //     with events (src/comm_nccl.c, backend_cuda_stream())
@@ -60,6 +61,7 @@ static void *cu_alloc(size_t nbytes) { return arena_alloc(&G.ar, nbytes); }
 static void cu_free(void *p) {
     if (arena_free(&G.ar, p) != 0) fprintf(stderr, "finetune: warning: %s\n", ft_error_message());
 }
+static void scratch_release(void *p) { cu_free(p); }
 static int cu_copy_h2d(void *dst, const void *src, size_t n) {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, G.stream));
     CHECK_CUDA(cudaStreamSynchronize(G.stream));   // the host buffer may be reused at once
@@ -250,6 +252,7 @@ void *backend_cuda_stream(void) { return (void *)G.stream; }
 // Release whatever open_device created (also after a partial failure).
 void backend_cuda_close(void) {
     if (G.stream) cudaStreamSynchronize(G.stream);
+    ftk_set_scratch_allocator(NULL, NULL);
     for (int i = 0; i < G.n_plans; i++) {
         cublasLtMatrixLayoutDestroy(G.plans[i].a);
         cublasLtMatrixLayoutDestroy(G.plans[i].b);
@@ -291,6 +294,7 @@ static int open_device(int local_rank, size_t arena_bytes) {
     TRY(arena_init(&G.ar, G.arena_mem, arena_bytes, ARENA_ALIGN));
     if (!(G.lt_workspace = arena_alloc(&G.ar, LT_WORKSPACE_BYTES))) return -1;
     CHECK_CUBLAS(cublasLtCreate(&G.lt));
+    ftk_set_scratch_allocator(cu_alloc, scratch_release);   // kernels' workspace from the arena too
     snprintf(G.name, sizeof G.name, "cuda device %d (%.64s, sm_%d%d, arena %.2f GiB of %.2f)", G.device, prop.name,
              prop.major, prop.minor, arena_bytes / 1073741824.0, total_b / 1073741824.0);
     return 0;
