@@ -50,7 +50,8 @@ CUDA_HOME ?= /usr/local/cuda
 # (the CUDA backend links the nvcc-built kernels: $(BUILD)/libftkernels.a, rules in kernels.mk)
 ifeq ($(CUDA),1)
   CFLAGS += -I$(CUDA_HOME)/include -Ikernels -DFT_HAVE_CUDA
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart -lstdc++
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart -lstdc++
+  LDLIBS += $(CUDA_LDLIBS)
   KERNEL_LIB := $(BUILD)/libftkernels.a
 endif
 
@@ -111,7 +112,7 @@ test: test-bins
 test-asan:
 	$(MAKE) BUILD=build/asan SAN=1 CUDA=0 test-bins
 	FT_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  OMP_NUM_THREADS=2 tests/run_all.sh $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BINS))
+	  OMP_NUM_THREADS=2 tests/run_all.sh $(patsubst $(BUILD)/%,build/asan/%,$(filter-out $(CUDA_ONLY_TEST_BINS),$(TEST_BINS)))
 
 # On a machine with a GPU: kernels on the device vs the CPU, GPU vs CPU training, 2-GPU FSDP
 # vs 1 GPU. Elsewhere it says it skipped and exits 0.

@@ -73,6 +73,7 @@ $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(BUILD)/libfinetu
 
 EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu
 TEST_BINS += $(BUILD)/tests/test_backend_emu
+CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_backend_emu   # not in the CUDA=0 sanitizer build
 endif
 -include $(wildcard $(BUILD)/emu/kernels/*.d $(BUILD)/emu/kernels_gpumath/*.d)
 endif
