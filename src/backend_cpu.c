@@ -206,6 +206,7 @@ static int cpu_attention_fwd(void *out_, float *lse, const void *q_, const void 
                     for (int j = 0; j <= t; j++) {
                         const float *kj = k + (((size_t)b * T + j) * KVH + kh) * D;
                         float s = 0.0f;
+#pragma omp simd reduction(+ : s)
                         for (int d = 0; d < D; d++) s += qt[d] * kj[d];
                         p[j] = s * scale;
                         if (p[j] > m) m = p[j];
@@ -218,6 +219,7 @@ static int cpu_attention_fwd(void *out_, float *lse, const void *q_, const void 
                     for (int j = 0; j <= t; j++) {
                         const float *vj = v + (((size_t)b * T + j) * KVH + kh) * D;
                         float pj = p[j] * inv;
+#pragma omp simd
                         for (int d = 0; d < D; d++) ot[d] += pj * vj[d];
                     }
                     lse[((size_t)b * H + h) * T + t] = m + logf(sum);
@@ -254,10 +256,12 @@ static int cpu_attention_bwd(void *dq_, void *dk_, void *dv_, const void *dout_,
                         const float *qt = q + qo, *dot_ = dout + qo, *ot = out + qo;
                         float l = lse[((size_t)b * H + h) * T + t];
                         float delta = 0.0f;                  // sum_d dout * out
+#pragma omp simd reduction(+ : delta)
                         for (int d = 0; d < D; d++) delta += dot_[d] * ot[d];
                         for (int j = 0; j <= t; j++) {
                             size_t ko = (((size_t)b * T + j) * KVH + kh) * D;
                             float s = 0.0f, g = 0.0f;
+#pragma omp simd reduction(+ : s, g)
                             for (int d = 0; d < D; d++) { s += qt[d] * k[ko + d]; g += dot_[d] * v[ko + d]; }
                             p[j] = expf(s * scale - l);          // probability
                             dp[j] = p[j] * (g - delta) * scale;  // d score (pre-scale)
@@ -266,6 +270,7 @@ static int cpu_attention_bwd(void *dq_, void *dk_, void *dv_, const void *dout_,
                         for (int d = 0; d < D; d++) dqt[d] = 0.0f;
                         for (int j = 0; j <= t; j++) {
                             size_t ko = (((size_t)b * T + j) * KVH + kh) * D;
+#pragma omp simd
                             for (int d = 0; d < D; d++) {
                                 dqt[d] += dp[j] * k[ko + d];
                                 dk[ko + d] += dp[j] * qt[d];
