@@ -141,7 +141,7 @@ kflags=(--seq_len 64 --batch_size_per_device 2 --total_batch_size 8 --max_eval_d
         --lr_schedule constant --warmup_fraction 0 --save_every 4)
 mpirun_ 2 "${kflags[@]}" --max_steps 16 --out_dir "$tmp/nokill" > "$tmp/nokill.log" 2>&1 || bad "uninterrupted run failed"
 ( mpiexec -n 2 "$bin" "${kflags[@]}" --max_steps 100000 --out_dir "$tmp/kill" > "$tmp/kill.log" 2>&1; echo $? > "$tmp/kill.rc" ) &
-for _ in $(seq 1 300); do grep -q "^step    9/" "$tmp/kill.log" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 1200); do grep -q "^step    9/" "$tmp/kill.log" 2>/dev/null && break; sleep 0.1; done
 victim=$(pgrep -f "finetune --seq_len 64 --batch_size_per_device 2 --total_batch_size 8 .*--max_steps 100000" | tail -1)
 start=$(date +%s)
 [ -n "$victim" ] && kill -9 "$victim"
