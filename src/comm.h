@@ -1,7 +1,7 @@
 // comm.h: collectives over flat buffers, one interface for every transport.
 //
 // Implementations: "single" (one process: collectives are copies), "mpi" (CPU ranks) and
-// "nccl" (GPU ranks) later. A comm is a group of ranks; the FSDP state holds two of them
+// "nccl" (GPU ranks, src/comm_nccl.c). A comm is a group of ranks; the FSDP state holds two of them
 // (the shard group and the replica group, for HSDP). Buffers are backend memory for the
 // data collectives and host memory for comm_all_reduce_f64 (losses, norms, counts).
 //
