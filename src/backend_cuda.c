@@ -13,8 +13,8 @@
 //     transport runs collectives on its own comm stream and orders itself against this one
 //     with events (src/comm_nccl.c, backend_cuda_stream())
 //   - GEMMs on cuBLASLt: bf16 inputs/outputs, fp32 accumulation (CUBLAS_COMPUTE_32F),
-//     descriptors and the heuristic's algorithm cached per (m, n, k, transposes); one
-//     workspace from the arena
+//     descriptors and the heuristic's algorithm cached per (m, n, k, transposes, pointer
+//     alignments: the heuristic is told the real ones); one workspace from the arena
 //   - everything else: the hand-written kernels (kernels/kernels.h)
 // Every CUDA / cuBLASLt call goes through CHECK_CUDA / CHECK_CUBLAS, naming the call.
 #include <cublasLt.h>
@@ -31,12 +31,13 @@
 // ----------------------------------------------------------------------------
 // state (one device per process)
 
-#define GEMM_CACHE 128
+#define GEMM_CACHE 256
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)   // cuBLASLt workspace (Hopper wants 32 MiB)
 #define ARENA_ALIGN 256
 
 typedef struct {
-    int m, n, k, ta, tb;                   // the key (column-major view)
+    int m, n, k, ta, tb;                   // the key (column-major view) ...
+    uint32_t align[3];                     // ... and the alignment of the A, B, C/D pointers
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -89,16 +90,29 @@ static int cu_synchronize(void) {
 // GEMM: D (m, n) = alpha op(A) op(B) + beta C, column-major, bf16 in/out, fp32 accumulate.
 // Row-major X (R, K) is column-major X^T (K, R), which is how the three matmuls below map.
 
-static int gemm_plan_get(int m, int n, int k, int ta, int tb, gemm_plan **out) {
+// Alignment of a pointer in bytes, capped at 256 (cuBLASLt's default assumption). Weights
+// sit at arbitrary element offsets inside flat unit buffers and activation row chunks start
+// mid-buffer, so the heuristic must be told, or it may pick an algorithm that faults.
+static uint32_t ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p & (uintptr_t)(-(intptr_t)(uintptr_t)p);   // lowest set bit
+    return a == 0 || a > 256 ? 256 : (uint32_t)a;
+}
+
+static int gemm_plan_get(int m, int n, int k, int ta, int tb, const uint32_t align[3], gemm_plan **out) {
     for (int i = 0; i < G.n_plans; i++) {
         gemm_plan *p = &G.plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb) { *out = p; return 0; }
+        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->align[0] == align[0] &&
+            p->align[1] == align[1] && p->align[2] == align[2]) {
+            *out = p;
+            return 0;
+        }
     }
     // shapes are few (7 per layer kind + lm_head); a full cache means something is wrong
     if (G.n_plans == GEMM_CACHE) return ft_error("cuda: more than %d GEMM shapes", GEMM_CACHE);
     gemm_plan *p = &G.plans[G.n_plans];
     memset(p, 0, sizeof *p);
     p->m = m; p->n = n; p->k = k; p->ta = ta; p->tb = tb;
+    memcpy(p->align, align, sizeof p->align);
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -113,11 +127,18 @@ static int gemm_plan_get(int m, int n, int k, int ta, int tb, gemm_plan **out) {
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2], sizeof(uint32_t));
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulAlgoGetHeuristic(G.lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     CHECK_CUBLAS(st);
-    if (found < 1) return ft_error("cuda: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d", m, n, k);
+    if (found < 1)
+        return ft_error("cuda: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d (alignments %u/%u/%u bytes)", m, n,
+                        k, align[0], align[1], align[2]);
     p->algo = res.algo;
     G.n_plans++;
     *out = p;
@@ -126,7 +147,8 @@ static int gemm_plan_get(int m, int n, int k, int ta, int tb, gemm_plan **out) {
 
 static int gemm(int ta, int tb, int m, int n, int k, const void *A, const void *B, void *C, float beta) {
     gemm_plan *p = NULL;
-    TRY(gemm_plan_get(m, n, k, ta, tb, &p));
+    const uint32_t align[3] = {ptr_align(A), ptr_align(B), ptr_align(C)};
+    TRY(gemm_plan_get(m, n, k, ta, tb, align, &p));
     const float alpha = 1.0f;
     CHECK_CUBLAS(cublasLtMatmul(G.lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
                                 G.lt_workspace, LT_WORKSPACE_BYTES, G.stream));

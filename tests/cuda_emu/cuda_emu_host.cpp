@@ -14,7 +14,9 @@
 //     i + j * ld; op(X) = X or X^T), with fp32 accumulation and bf16/fp32 storage. It is
 //     written from that definition, independently of how backend_cuda.c maps row-major
 //     tensors onto it, so a wrong transpose or leading dimension there shows up as a wrong
-//     loss in the training test.
+//     loss in the training test. The heuristic's algorithm requires the pointer alignments
+//     the preference allowed (cuBLASLt's default: 256 bytes), as a real one may, so a
+//     backend that does not state its operands' real alignment fails here too.
 //   - NCCL: over MPI when built with MPICH (collectives of the same meaning on host memory,
 //     bf16 summed in fp32), so FSDP/DDP/HSDP with --device cuda run as emulated ranks under
 //     mpiexec; without MPI every call fails with a clear status.
@@ -90,6 +92,12 @@ struct cublasLtContext { int unused; };
 // what the emulated descriptors hold, stored inside the headers' semi-opaque structs
 struct emu_layout { cudaDataType type; uint64_t rows, cols; int64_t ld; };
 struct emu_desc { cublasComputeType_t compute; cudaDataType_t scale; cublasOperation_t ta, tb; };
+// the minimum alignments a search may assume (the preference; cuBLASLt's default is 256 bytes
+// each), which the emulated algorithm then requires of the A, B, C, D pointers, as a real
+// algorithm chosen under them may
+struct emu_align { uint32_t a, b, c, d; };
+static_assert(sizeof(emu_align) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "preference fits");
+static_assert(sizeof(emu_align) <= sizeof(cublasLtMatmulAlgo_t), "algo fits");
 static_assert(sizeof(emu_layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout fits");
 static_assert(sizeof(emu_desc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc fits");
 
@@ -138,15 +146,33 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
 }
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
     *p = new cublasLtMatmulPreferenceOpaque_t();
+    emu_align def = {256, 256, 256, 256};
+    memcpy(*p, &def, sizeof def);
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
     delete p;
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
-                                                    const void *, size_t) {
-    return CUBLAS_STATUS_SUCCESS;
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t n) {
+    emu_align al;
+    memcpy(&al, p, sizeof al);
+    uint32_t v = 0;
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+        if (n != sizeof v) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&v, buf, n);
+        if (attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES) al.a = v;
+        if (attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES) al.b = v;
+        if (attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES) al.c = v;
+        if (attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) al.d = v;
+        memcpy(p, &al, sizeof al);
+        return CUBLAS_STATUS_SUCCESS;
+    default:
+        return CUBLAS_STATUS_SUCCESS;   // workspace size and the rest: nothing to emulate
+    }
 }
 
 // shape of op(X) for a layout and a transpose
@@ -157,7 +183,7 @@ static void op_shape(const emu_layout &l, cublasOperation_t t, uint64_t *r, uint
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                                              cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t results[], int *found) {
     emu_desc v;
     emu_layout la, lb, lc, ld;
@@ -171,6 +197,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     // like the library: inconsistent shapes have no algorithm
     if (k != k2 || lc.rows != m || lc.cols != n || ld.rows != m || ld.cols != n) return CUBLAS_STATUS_SUCCESS;
     memset(&results[0], 0, sizeof results[0]);
+    memcpy(&results[0].algo, pref, sizeof(emu_align));   // the algorithm needs what was allowed
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
     *found = 1;
@@ -193,7 +220,13 @@ static void store_elem(void *p, cudaDataType t, uint64_t i, float f) {
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
                               cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta,
                               const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dd,
-                              const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t) {
+    // an algorithm chosen for stricter alignment than these pointers have fails (on a GPU:
+    // an error or a misaligned-address fault)
+    emu_align need;
+    memcpy(&need, algo, sizeof need);
+    if ((uintptr_t)A % need.a || (uintptr_t)B % need.b || (uintptr_t)C % need.c || (uintptr_t)D % need.d)
+        return CUBLAS_STATUS_INVALID_VALUE;
     emu_desc v;
     emu_layout la, lb, lc, ld;
     memcpy(&v, d, sizeof v); memcpy(&la, a, sizeof la); memcpy(&lb, b, sizeof lb);

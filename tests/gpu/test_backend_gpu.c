@@ -92,21 +92,28 @@ static void report(const char *op, const char *shape, const char *out, const pai
 // ----------------------------------------------------------------------------
 // cases
 
-static void case_matmul(int N, int IC, int OC) {
+// off: every operand starts `off` elements into its buffer (weights inside a flat unit
+// buffer, row chunks of activations are not 256-byte aligned; cuBLASLt must be told)
+static void case_matmul(int N, int IC, int OC, int off) {
     char s[64];
-    snprintf(s, sizeof s, "N=%d IC=%d OC=%d", N, IC, OC);
-    pair x = pair_new((size_t)N * IC, 0, 1, 0), w = pair_new((size_t)OC * IC, 0, 0.1f, 0);
-    pair y = pair_new((size_t)N * OC, 0, 1, 1), dy = pair_new((size_t)N * OC, 0, 1, 0);
-    pair dx = pair_new((size_t)N * IC, 0, 1, 1), dw = pair_new((size_t)OC * IC, 0, 1, 1);
-    BOTH(CPU->matmul_fwd(y.cpu, x.cpu, w.cpu, N, IC, OC), GPU->matmul_fwd(y.gpu, x.gpu, w.gpu, N, IC, OC));
+    snprintf(s, sizeof s, "N=%d IC=%d OC=%d%s", N, IC, OC, off ? " offset 1" : "");
+    const size_t o = (size_t)off;
+    pair x = pair_new((size_t)N * IC + o, 0, 1, 0), w = pair_new((size_t)OC * IC + o, 0, 0.1f, 0);
+    pair y = pair_new((size_t)N * OC + o, 0, 1, 1), dy = pair_new((size_t)N * OC + o, 0, 1, 0);
+    pair dx = pair_new((size_t)N * IC + o, 0, 1, 1), dw = pair_new((size_t)OC * IC + o, 0, 1, 1);
+#define C_(p) ((float *)(p).cpu + o)
+#define G_(p) ((char *)(p).gpu + o * 2)
+    BOTH(CPU->matmul_fwd(C_(y), C_(x), C_(w), N, IC, OC), GPU->matmul_fwd(G_(y), G_(x), G_(w), N, IC, OC));
     report("matmul_fwd", s, "out", &y);
-    BOTH(CPU->matmul_bwd(dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu, N, IC, OC, 0),
-         GPU->matmul_bwd(dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, N, IC, OC, 0));
+    BOTH(CPU->matmul_bwd(C_(dx), C_(dw), C_(dy), C_(x), C_(w), N, IC, OC, 0),
+         GPU->matmul_bwd(G_(dx), G_(dw), G_(dy), G_(x), G_(w), N, IC, OC, 0));
     report("matmul_bwd", s, "dinp", &dx);
     report("matmul_bwd", s, "dweight", &dw);
     // the "+=" contracts: dinp accumulates when asked, dweight always
-    BOTH(CPU->matmul_bwd(dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu, N, IC, OC, 1),
-         GPU->matmul_bwd(dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, N, IC, OC, 1));
+    BOTH(CPU->matmul_bwd(C_(dx), C_(dw), C_(dy), C_(x), C_(w), N, IC, OC, 1),
+         GPU->matmul_bwd(G_(dx), G_(dw), G_(dy), G_(x), G_(w), N, IC, OC, 1));
+#undef C_
+#undef G_
     report("matmul_bwd", s, "dinp+=", &dx);
     report("matmul_bwd", s, "dweight+=", &dw);
     pair_free(&x); pair_free(&w); pair_free(&y); pair_free(&dy); pair_free(&dx); pair_free(&dw);
@@ -249,7 +256,9 @@ int main(void) {
     printf("test_backend_gpu: %s\n", backend_describe(GPU));
     printf("%-14s %-28s %-8s %10s %8s  result\n", "op", "shape", "output", "nmse", "thresh");
     const int mm[][3] = {{1, 8, 8}, {7, 33, 65}, {64, 128, 256}, {100, 288, 768}, {512, 1024, 1024}};
-    for (int i = 0; i < 5; i++) case_matmul(mm[i][0], mm[i][1], mm[i][2]);
+    for (int i = 0; i < 5; i++) case_matmul(mm[i][0], mm[i][1], mm[i][2], 0);
+    case_matmul(7, 48, 97, 1);
+    case_matmul(64, 128, 256, 1);
     const int at[][5] = {{1, 1, 1, 1, 16}, {1, 13, 4, 4, 16}, {2, 64, 8, 2, 64}, {1, 100, 8, 1, 128}, {2, 257, 16, 2, 128}};
     for (int i = 0; i < 5; i++) case_attention(at[i][0], at[i][1], at[i][2], at[i][3], at[i][4]);
     const int nc[][2] = {{1, 8}, {3, 33}, {17, 1000}, {64, 4096}, {5, 1030}};
