@@ -125,3 +125,6 @@ int backend_open(const char *device, int local_rank, size_t arena_bytes, const b
 void backend_close(const backend *be);
 // One line naming the device (for the resolved-configuration print).
 const char *backend_describe(const backend *be);
+// The device's published dense bf16 peak in TFLOP/s when known (A100 312, H100 SXM 989,
+// H100 PCIe 756), else 0 (the CPU, unknown GPUs): the MFU denominator.
+double backend_peak_tflops(const backend *be);

@@ -53,6 +53,7 @@ static struct {
     gemm_plan plans[GEMM_CACHE];
     int n_plans;
     char name[128];
+    char device_name[256];
 } G;
 
 // ----------------------------------------------------------------------------
@@ -269,6 +270,14 @@ int backend_cuda_device_count(int *count) {
 }
 
 const char *backend_cuda_describe(void) { return G.open ? G.name : "cuda (not open)"; }
+
+double backend_cuda_peak_tflops(void) {
+    if (!G.open) return 0;
+    if (strstr(G.device_name, "H100") && strstr(G.device_name, "PCIe")) return 756;
+    if (strstr(G.device_name, "H100") || strstr(G.device_name, "H200")) return 989;
+    if (strstr(G.device_name, "A100")) return 312;
+    return 0;
+}
 void *backend_cuda_stream(void) { return (void *)G.stream; }
 
 // Release whatever open_device created (also after a partial failure).
@@ -300,6 +309,7 @@ static int open_device(int local_rank, size_t arena_bytes) {
     CHECK_CUDA(cudaSetDevice(G.device));
     struct cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, G.device));
+    snprintf(G.device_name, sizeof G.device_name, "%s", prop.name);
     if (prop.major < 8)
         return ft_error("flag --device cuda: device %d (%s) is sm_%d%d; the kernels need sm_80 or newer (bf16)", G.device,
                         prop.name, prop.major, prop.minor);

@@ -12,5 +12,8 @@ int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out);
 void backend_cuda_close(void);
 // "cuda device 0 (NVIDIA H100 ..., sm_90, arena ...)" once open.
 const char *backend_cuda_describe(void);
+// Published dense bf16 tensor-core peak of the open device by name (A100 312, H100 SXM/H200
+// 989, H100 PCIe 756 TFLOP/s), or 0 when the name is not one of these.
+double backend_cuda_peak_tflops(void);
 // The compute stream (a cudaStream_t) every op runs on; NULL before open.
 void *backend_cuda_stream(void);

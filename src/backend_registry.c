@@ -38,3 +38,12 @@ const char *backend_describe(const backend *be) {
 #endif
     return be ? "cpu (fp32, OpenMP + OpenBLAS)" : "none";
 }
+
+double backend_peak_tflops(const backend *be) {
+#ifdef FT_HAVE_CUDA
+    if (be && strcmp(be->name, "cuda") == 0) return backend_cuda_peak_tflops();
+#else
+    (void)be;
+#endif
+    return 0;
+}

@@ -450,10 +450,17 @@ static int run(job *j) {
         if (start == 0) remove(path);   // a fresh run's samples only (sampling appends)
     }
     if ((rc = agree(j->cc, rc)) != 0) return rc;
-    j->peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12 : measure_matmul_flops(j->be, &j->mem);
+    // MFU against: --peak_tflops, else the device's published dense bf16 peak when known,
+    // else this backend's measured dense matmul rate
+    const double known = backend_peak_tflops(j->be);
+    j->peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12
+                    : known > 0        ? known * 1e12
+                                       : measure_matmul_flops(j->be, &j->mem);
     if (is_main(j))
         printf("finetune: MFU denominator %.1f GFLOP/s per rank (%s)\n", j->peak_flops / 1e9,
-               o->peak_tflops > 0 ? "--peak_tflops" : "measured dense matmul rate of this backend");
+               o->peak_tflops > 0 ? "--peak_tflops"
+               : known > 0        ? "published dense bf16 peak of this GPU"
+                                  : "measured dense matmul rate of this backend");
     install_signal_handlers();
 
     double loss, ntok, t0 = now_seconds();

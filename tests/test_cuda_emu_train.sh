@@ -11,7 +11,8 @@
 #      final weights agree within bf16 tolerance (below)
 #   2. --gradient_checkpointing on the emulated device: the same losses, bitwise
 #   3. the bf16 sampling path (model_logits on a bf16 backend) produces a continuation
-#   4. FT_EMU_DEVICES=0 (a machine without a device): one clear error line
+#   4. FT_EMU_DEVICES=0 (a machine without a device): one clear error line; MFU against the
+#      published peak of a GPU known by name (FT_EMU_DEVICE_NAME), else the measured rate
 #   5. with mpiexec: FSDP over 2 emulated GPUs, DDP over 2 and HSDP 2 x 2, through the NCCL
 #      transport (src/comm_nccl.c; NCCL emulated over MPI in cuda_emu_host.cpp: the NCCL id
 #      broadcast, ncclCommSplit, bf16 reduce-scatter, all-gather, fp32 all-reduce), against
@@ -36,7 +37,14 @@ bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 if [ ! -x "$emu" ]; then
   if [ "${CI:-}" = true ]; then bad "$emu not built (needs the CUDA headers, CUDA=1)"
   else echo "skip: $emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; fi
-  # compare_runs NAME DIR: DIR against the single emulated device ($tmp/emu)
+  # MFU is taken against the published peak of a known GPU (by device name), else measured
+out=$(FT_EMU_DEVICE_NAME="NVIDIA H100 80GB HBM3" "$emu" --device cuda "${flags[@]}" --max_steps 1 --out_dir "$tmp/h100" 2>&1)
+grep -q "MFU denominator 989000.0 GFLOP/s per rank (published dense bf16 peak" <<<"$out" \
+  && ok "an H100 by name: MFU against 989 TFLOP/s" || bad "H100 MFU denominator: $(grep 'MFU den' <<<"$out")"
+grep -q "MFU denominator .* (measured dense matmul rate" "$tmp/emu.log" \
+  && ok "an unknown device: MFU against the measured matmul rate" || bad "unknown device MFU: $(grep 'MFU den' "$tmp/emu.log")"
+
+# compare_runs NAME DIR: DIR against the single emulated device ($tmp/emu)
 compare_runs() {
   local w g e
   w=$(worst_rel "$(metric "$tmp/emu" loss)" "$(metric "$2" loss)")
@@ -94,6 +102,13 @@ else bad "emulated checkpointing run: $(tail -1 "$tmp/ckpt.log")"; fi
 err=$(FT_EMU_DEVICES=0 "$emu" --device cuda "${flags[@]}" --out_dir "$tmp/nodev" 2>&1 >/dev/null); rc=$?
 [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" = 1 ] && [[ "$err" == *"no usable GPU"* ]] && [ ! -e "$tmp/nodev" ] \
   && ok "no device: $err" || bad "no device: rc $rc '$err'"
+# MFU is taken against the published peak of a known GPU (by device name), else measured
+out=$(FT_EMU_DEVICE_NAME="NVIDIA H100 80GB HBM3" "$emu" --device cuda "${flags[@]}" --max_steps 1 --out_dir "$tmp/h100" 2>&1)
+grep -q "MFU denominator 989000.0 GFLOP/s per rank (published dense bf16 peak" <<<"$out" \
+  && ok "an H100 by name: MFU against 989 TFLOP/s" || bad "H100 MFU denominator: $(grep 'MFU den' <<<"$out")"
+grep -q "MFU denominator .* (measured dense matmul rate" "$tmp/emu.log" \
+  && ok "an unknown device: MFU against the measured matmul rate" || bad "unknown device MFU: $(grep 'MFU den' "$tmp/emu.log")"
+
 # compare_runs NAME DIR: DIR against the single emulated device ($tmp/emu)
 compare_runs() {
   local w g e

@@ -4,7 +4,8 @@
 //
 // What is here, and how faithful:
 //   - device queries: one emulated device, "sm_80", 8 GiB; FT_EMU_DEVICES=0 emulates a
-//     machine without a device (cudaErrorNoDevice), to test that path too
+//     machine without a device (cudaErrorNoDevice), to test that path too, and
+//     FT_EMU_DEVICE_NAME sets the device name
 //   - streams and events: handles only; every operation already completed when it returns
 //     (the emulator runs kernels synchronously), so ordering is trivially kept. Stream
 //     ordering bugs therefore CANNOT be caught here.
@@ -55,7 +56,9 @@ cudaError_t cudaGetDevice(int *device) {
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     if (device < 0 || device >= emu_device_count()) return cudaErrorInvalidDevice;
     memset(prop, 0, sizeof *prop);
-    snprintf(prop->name, sizeof prop->name, "CPU emulation (tests/cuda_emu)");
+    // FT_EMU_DEVICE_NAME pretends to be a given GPU (tests of name-based lookups)
+    const char *name = getenv("FT_EMU_DEVICE_NAME");
+    snprintf(prop->name, sizeof prop->name, "%s", name ? name : "CPU emulation (tests/cuda_emu)");
     prop->major = 8;
     prop->minor = 0;
     prop->totalGlobalMem = (size_t)8 << 30;
