@@ -131,11 +131,6 @@ int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem
     int rc = -1;
     snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
     TRY_GOTO(vocab_load(&v, path, cfg->vocab_size), done);
-    if ((uint64_t)game >= shard.n_docs) {
-        ft_error("%s/val_000.bin: --sample_games %d exceeds its %llu validation games", data_dir, game + 1,
-                 (unsigned long long)shard.n_docs);
-        goto done;
-    }
     int len = (int)token_shard_doc_len(&shard, (uint64_t)game);
     if (len > prompt_tokens) len = prompt_tokens;
     int T = len + n_tokens;

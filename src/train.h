@@ -104,7 +104,8 @@ int ckpt_mkdirs(const char *path);
 // ----------------------------------------------------------------------------
 // sampling (sample.c)
 
-// Print a continuation of the first `prompt_tokens` tokens of validation game `game`: the
+// Print a continuation of the first `prompt_tokens` tokens of validation game `game` (the
+// caller checks it exists in val_000.bin): the
 // model samples `n_tokens` tokens (temperature 0.8, seeded by seed and game) with full
 // recomputation per token. Collective (FSDP gathers); rank 0 prints it and appends it to
 // OUT/samples.jsonl (scripts/legal_moves.py checks the moves with Stockfish). 0 / -1.

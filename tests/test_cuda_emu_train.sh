@@ -37,36 +37,7 @@ bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 if [ ! -x "$emu" ]; then
   if [ "${CI:-}" = true ]; then bad "$emu not built (needs the CUDA headers, CUDA=1)"
   else echo "skip: $emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; fi
-  # MFU is taken against the published peak of a known GPU (by device name), else measured
-out=$(FT_EMU_DEVICE_NAME="NVIDIA H100 80GB HBM3" "$emu" --device cuda "${flags[@]}" --max_steps 1 --out_dir "$tmp/h100" 2>&1)
-grep -q "MFU denominator 989000.0 GFLOP/s per rank (published dense bf16 peak" <<<"$out" \
-  && ok "an H100 by name: MFU against 989 TFLOP/s" || bad "H100 MFU denominator: $(grep 'MFU den' <<<"$out")"
-grep -q "MFU denominator .* (measured dense matmul rate" "$tmp/emu.log" \
-  && ok "an unknown device: MFU against the measured matmul rate" || bad "unknown device MFU: $(grep 'MFU den' "$tmp/emu.log")"
-
-# compare_runs NAME DIR: DIR against the single emulated device ($tmp/emu)
-compare_runs() {
-  local w g e
-  w=$(worst_rel "$(metric "$tmp/emu" loss)" "$(metric "$2" loss)")
-  g=$(worst_rel "$(metric "$tmp/emu" grad_norm | head -1)" "$(metric "$2" grad_norm | head -1)")
-  e=$("$build/tests/st_nmse" "$2/checkpoints/step_00000008/model.safetensors" "$tmp/emu/checkpoints/step_00000008/model.safetensors")
-  [ "$(metric "$2" loss | wc -l)" = 8 ] && le "$w" 5e-3 && le "$g" 2e-3 && le "${e##* }" 1e-2 \
-    && ok "$1 on emulated GPUs (NCCL transport): losses rel $w, step-1 norm rel $g, weights $e" \
-    || bad "$1: losses rel $w, step-1 norm rel $g, weights $e"
-}
-if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
-  for c in "fsdp2:2:--batch_size_per_device 1" "ddp2:2:--batch_size_per_device 1 --no_fsdp" \
-           "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2"; do
-    IFS=: read -r name n extra <<<"$c"
-    # shellcheck disable=SC2086
-    if timeout 300 mpiexec -n "$n" "$emu" --device cuda "${flags[@]}" $extra --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1; then
-      grep -q "bootstrap: MPI.*world $n rank" "$tmp/$name.log" && compare_runs "$name" "$tmp/$name" || bad "$name: bootstrap line"
-    else bad "$name on emulated GPUs: $(grep -m1 error "$tmp/$name.log")"; fi
-  done
-else
-  echo "skip: multi-rank emulated GPUs (needs mpiexec)"
-fi
-echo "test_cuda_emu_train: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit
+  echo "test_cuda_emu_train: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 flags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3

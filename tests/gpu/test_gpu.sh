@@ -68,5 +68,6 @@ if [ "${ngpu:-0}" -ge 2 ] && command -v mpiexec >/dev/null; then
 else
     echo "skip - FSDP over 2 GPUs (needs 2 GPUs and mpiexec; have ${ngpu:-0})"
 fi
-echo "test-gpu: $pass passed, $fail failed (outputs in $tmp)"
+if [ "$fail" -eq 0 ]; then rm -rf "$tmp"; echo "test-gpu: $pass passed, 0 failed"
+else echo "test-gpu: $pass passed, $fail failed (outputs kept in $tmp)"; fi
 [ "$fail" -eq 0 ]
