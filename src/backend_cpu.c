@@ -422,6 +422,7 @@ static int cpu_cast_from_f32(void *dst, const float *src, size_t n) {
 static const backend g_cpu = {
     .name = "cpu",
     .dtype = ST_F32,
+    .seq_bucket = 1,   // exact trimming: the CPU has no per-shape cost
     .alloc = cpu_alloc,
     .free = cpu_free,
     .copy_h2d = cpu_copy,

@@ -15,5 +15,10 @@ const char *backend_cuda_describe(void);
 // Published dense bf16 tensor-core peak of the open device by name (A100 312, H100 SXM/H200
 // 989, H100 PCIe 756 TFLOP/s), or 0 when the name is not one of these.
 double backend_cuda_peak_tflops(void);
+// GEMM plans (cuBLASLt descriptors + algorithm) the backend keeps; a new shape beyond this
+// evicts the least recently used one.
+#define BACKEND_CUDA_GEMM_PLANS 256
+// For tests: plans cached now and evictions since open.
+void backend_cuda_gemm_stats(int *cached, long *evictions);
 // The compute stream (a cudaStream_t) every op runs on; NULL before open.
 void *backend_cuda_stream(void);

@@ -133,12 +133,15 @@ int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem
     TRY_GOTO(vocab_load(&v, path, cfg->vocab_size), done);
     int len = (int)token_shard_doc_len(&shard, (uint64_t)game);
     if (len > prompt_tokens) len = prompt_tokens;
-    int T = len + n_tokens;
+    int T = len + n_tokens;   // prompt + continuation
     if (T > cfg->max_position_embeddings) T = cfg->max_position_embeddings;
-    TRY_GOTO(model_init(&m, cfg, s->be, mem, 1, T, 0, s->layout->pad_multiple), done);
+    // The context runs padded to the backend's bucket (causal attention: the padding does
+    // not change the real positions), so decoding adds no new GEMM shape per token.
+    const int T_alloc = backend_seq_len(s->be, T, cfg->max_position_embeddings);
+    TRY_GOTO(model_init(&m, cfg, s->be, mem, 1, T_alloc, 0, s->layout->pad_multiple), done);
     unit_provider prov = fsdp_provider(s);
-    tokens = ft_malloc((size_t)T * sizeof(int32_t), "sample tokens");
-    logits = ft_malloc((size_t)T * cfg->vocab_size * sizeof(float), "sample logits");
+    tokens = ft_calloc((size_t)T_alloc, sizeof(int32_t), "sample tokens");   // padding: id 0
+    logits = ft_malloc((size_t)cfg->vocab_size * sizeof(float), "sample logits");   // (V) one row
     if (!tokens || !logits) goto done;
     for (int t = 0; t < len; t++) tokens[t] = token_shard_doc_token(&shard, (uint64_t)game, (uint64_t)t);
     uint64_t rng = seed ^ 0x5eed5eedull ^ ((uint64_t)game * 0x9e3779b97f4a7c15ull);
@@ -147,9 +150,9 @@ int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem
     for (int t = 0; t < len; t++) vocab_append(&v, tokens[t], prompt, sizeof prompt);
     int n = len;
     while (n < T) {
-        TRY_GOTO(model_set_seq_len(&m, n), done);
-        TRY_GOTO(model_logits(&m, &prov, tokens, logits), done);
-        int next = sample_logits(logits + (size_t)(n - 1) * cfg->vocab_size, cfg->vocab_size, &rng);
+        TRY_GOTO(model_set_seq_len(&m, backend_seq_len(s->be, n, T_alloc)), done);
+        TRY_GOTO(model_logits_rows(&m, &prov, tokens, n - 1, 1, logits), done);   // the last real position
+        int next = sample_logits(logits, cfg->vocab_size, &rng);
         tokens[n++] = next;
         if (next == eos) break;
         vocab_append(&v, next, cont, sizeof cont);

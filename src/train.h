@@ -65,6 +65,15 @@ typedef struct {
 int train_failure_agreed(void);
 int train_run(const train_options *o, const train_comms *comms);
 
+// Compact one micro-batch: tokens, targets host (B, T) with targets -100 = ignored (every
+// column after a row's last target is -100, as the loader pads). Copies the first T_used
+// columns of each row into rows_tok, rows_tgt (B, T_used) and returns T_used = the longest
+// row's real length (last non-ignored target + 1, at least 1) rounded up to the backend's
+// bucket (backend_seq_len(be, len, T)). The padded columns keep their -100 targets, so with
+// causal attention the losses and gradients of the real tokens do not depend on T_used.
+int train_micro_batch_rows(const backend *be, const int32_t *tokens, const int32_t *targets, int B, int T,
+                           int32_t *rows_tok, int32_t *rows_tgt);
+
 // Trainer state saved with every checkpoint (trainer_state.json).
 typedef struct {
     int step;                     // optimizer steps completed
@@ -107,7 +116,8 @@ int ckpt_mkdirs(const char *path);
 // Print a continuation of the first `prompt_tokens` tokens of validation game `game` (the
 // caller checks it exists in val_000.bin): the
 // model samples `n_tokens` tokens (temperature 0.8, seeded by seed and game) with full
-// recomputation per token. Collective (FSDP gathers); rank 0 prints it and appends it to
+// recomputation per token, the context padded to the backend's seq_bucket (so the shapes
+// stay few) and only the last real position's logits computed. Collective (FSDP gathers); rank 0 prints it and appends it to
 // OUT/samples.jsonl (scripts/legal_moves.py checks the moves with Stockfish). 0 / -1.
 int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem,
                         const char *model_dir, const char *data_dir, const char *out_dir, int game,
