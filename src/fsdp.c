@@ -131,7 +131,14 @@ static int gather_finish(fsdp_state *s, int b) {
     if (!s->pending[b]) return 0;
     void *req = s->pending[b];
     s->pending[b] = NULL;
+#ifdef FT_FAULT_SKIP_PREFETCH_WAIT
+    // TEST-ONLY FAULT (tests/test_cuda_emu_hazards.sh): use the prefetched unit without
+    // waiting for its all-gather (its event leaks); the emulated runtime must report the read
+    (void)req;
+    return 0;
+#else
     return comm_wait(s->shard, req);
+#endif
 }
 
 void fsdp_invalidate_gathered(fsdp_state *s) {
