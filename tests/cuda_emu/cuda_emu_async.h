@@ -94,6 +94,6 @@ void shadow_block_alloc(void *p, size_t n);
 // memory (and check that the host left their sources alone)
 void shadow_host_retire(const Clock &host);
 void shadow_poll_watches();
-void shadow_init_once();
+void shadow_init_once(unsigned long long seed);   // the exit check (reports the seed)
 
 } // namespace cuemu

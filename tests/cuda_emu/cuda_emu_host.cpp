@@ -297,7 +297,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
 // every call fails with a clear status.
 
 const char *ncclGetErrorString(ncclResult_t r) {
-    return r == ncclSuccess ? "no error" : "emulated NCCL: invalid usage (see tests/cuda_emu/cuda_emu_host.cpp)";
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclSystemError: return "emulated NCCL: system error (an MPI call failed, or the communicator was aborted)";
+    case ncclInvalidArgument: return "emulated NCCL: invalid argument (an unknown stream)";
+    default: return "emulated NCCL: invalid usage (see tests/cuda_emu/cuda_emu_host.cpp)";
+    }
 }
 
 #ifdef FT_HAVE_MPI

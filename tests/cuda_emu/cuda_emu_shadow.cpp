@@ -354,18 +354,21 @@ void host_access(const OpRef &op, const Access &x) {
 // ----------------------------------------------------------------------------
 // the interface (cuda_emu_async.h)
 
-void shadow_init_once() {
+static unsigned long long g_report_seed;   // FT_EMU_SEED, for the summary line
+
+void shadow_init_once(unsigned long long seed) {
     static bool done = false;
     if (done) return;
     done = true;
+    g_report_seed = seed;
     const char *m = getenv("FT_EMU_MAX_REPORTS");
     if (m) g_max_reports = atoi(m);
     atexit([] {
         shadow_poll_watches();
         if (g_count.load() == 0) return;
         fflush(nullptr);
-        fprintf(stderr, "cuda_emu: %llu ordering hazard(s) reported (%zu distinct); failing the run (exit %d)\n",
-                g_count.load(), g_seen.size(), (int)CUEMU_HAZARD_EXIT);
+        fprintf(stderr, "cuda_emu: %llu ordering hazard(s) reported (%zu distinct, FT_EMU_SEED=%llu); failing the "
+                "run (exit %d)\n", g_count.load(), g_seen.size(), g_report_seed, (int)CUEMU_HAZARD_EXIT);
         _exit(CUEMU_HAZARD_EXIT);
     });
 }

@@ -131,9 +131,11 @@ Runtime *runtime() {
 void announce() {
     if (R->announced || !R->async) return;
     R->announced = true;
-    shadow_init_once();
-    fprintf(stderr, "cuda_emu: asynchronous streams, seed %llu (FT_EMU_SEED), delays up to %u us; "
-            "ordering hazards are reported (FT_EMU_SYNC=1: synchronous)\n", R->seed, R->max_delay_us);
+    shadow_init_once(R->seed);
+    // stdout: stderr is for errors (tests count its lines); the hazard summary repeats the seed
+    printf("cuda_emu: asynchronous streams, seed %llu (FT_EMU_SEED), delays up to %u us; "
+           "ordering hazards are reported (FT_EMU_SYNC=1: synchronous)\n", R->seed, R->max_delay_us);
+    fflush(stdout);
 }
 
 Stream *resolve(cudaStream_t h) {
@@ -557,7 +559,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     }
     if (n == 0 || !R->async || (!dev_src && !dev_dst)) {
         if (n) memmove(dst, src, n);
-        return R->sticky;
+        return async_error();
     }
     if (!dev_src) {
         auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
