@@ -58,6 +58,12 @@ int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_
               comm *shard, comm *replica, int accumulate_locally);
 void fsdp_free(fsdp_state *s);
 
+// Every backend buffer fsdp_init allocates for `layout` over a shard group of shard_size
+// ranks (S divides every unit), offered to `t` in allocation order with esz bytes per
+// storage element. `s` NULL: only sizes (the planner); otherwise slots are s's fields.
+void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, int accumulate_locally,
+                       size_t esz, fsdp_state *s);
+
 // The provider the model uses for forward/backward over this state. With S > 1 it gathers a
 // layer while the previous one computes: acquiring layer l (forward) starts the gather of
 // l + 1, acquiring it for backward starts l - 1; the last forward layer is still gathered

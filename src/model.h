@@ -118,11 +118,18 @@ typedef struct {
     void *dq, *datt;                // (N, H*D)
     void *dk, *dv;                  // (N, KVH*D)
     void *dgate, *dup, *dact;       // (N, F)
-    size_t act_bytes, scratch_bytes;
 } model;
 
-// Allocate everything a (B, T) micro-batch needs; parameters are NOT allocated here (they
-// belong to whoever owns the unit_provider). pad_multiple as in param_layout_init.
+// Every backend buffer model_init allocates for a (B, T) micro-batch (the activations kept
+// for the backward, the recompute set with grad_ckpt, and the scratch), offered to `t` in
+// allocation order with esz bytes per storage element. `m` NULL: only sizes (the planner);
+// otherwise slots are m's fields (m->resid and m->acts must be allocated).
+void model_buffer_table(mem_table *t, const llama_config *cfg, int B, int T, int grad_ckpt, size_t esz,
+                        model *m);
+
+// Allocate everything a (B, T) micro-batch needs (model_buffer_table); parameters are NOT
+// allocated here (they belong to whoever owns the unit_provider). pad_multiple as in
+// param_layout_init.
 int model_init(model *m, const llama_config *cfg, const backend *be, mem_tracker *mem, int B,
                int T, int grad_ckpt, size_t pad_multiple);
 void model_free(model *m);

@@ -5,9 +5,10 @@
 // the bytes each rank's mem_tracker will record per category, and a roofline estimate of one
 // optimizer step on A100 and H100 GPUs.
 //
-// The memory plan mirrors, buffer by buffer, what model_init (src/model.c) and fsdp_init
-// (src/fsdp.c) allocate, so on the CPU backend it is exact: tests/test_plan.sh compares it
-// with the allocator's measured peaks. Every buffer is allocated once at setup and kept to the
+// The memory plan walks the same buffer tables that model_init (src/model.c), fsdp_init
+// (src/fsdp.c) and the MFU benchmark (src/mfu.c) allocate from, so on the CPU backend it is
+// exact by construction; tests/test_plan.sh still compares it with the allocator's measured
+// peaks. Every buffer is allocated once at setup and kept to the
 // end of training, so the peak total is the sum of the categories. Not planned: what the
 // mem_tracker does not see (a CUDA context, cuBLASLt/NCCL buffers, allocator fragmentation;
 // the fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those) and the inference model that
@@ -36,7 +37,7 @@ typedef struct {
     int accumulate_grads_locally;   // 1: full-size gradients summed locally, reduced once per step
     size_t elem_bytes;              // storage dtype of the backend: 4 (CPU, fp32), 2 (CUDA, bf16)
     int mfu_benchmark;              // 1: train.c measures the matmul rate (--peak_tflops 0), whose
-                                    // three (TRAIN_BENCH_MATMUL_DIM)^2 matrices are workspace
+                                    // buffers (src/mfu.h) are workspace
 } plan_request;
 
 // ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "loader.h"
+#include "mfu.h"
 
 // ----------------------------------------------------------------------------
 // signals: SIGTERM (Slurm before the time limit) and SIGINT save a checkpoint and stop
@@ -61,31 +62,6 @@ static double lr_at(const train_options *o, int step, int total) {
 static double flops_per_token(const llama_config *c, double avg_T) {
     double P = (double)llama_config_param_count(c) - (double)c->vocab_size * c->hidden_size;
     return 6.0 * P + 6.0 * c->num_hidden_layers * (double)c->num_attention_heads * c->head_dim * avg_T;
-}
-
-// The backend's dense matmul rate, measured: the MFU denominator when no peak is given.
-static double measure_matmul_flops(const backend *be, mem_tracker *mem) {
-    const int n = TRAIN_BENCH_MATMUL_DIM;
-    size_t bytes = (size_t)n * n * st_dtype_size(be->dtype);
-    void *a = mem_alloc(mem, MEM_WORKSPACE, bytes), *b = mem_alloc(mem, MEM_WORKSPACE, bytes),
-         *c = mem_alloc(mem, MEM_WORKSPACE, bytes);
-    double rate = 0;
-    if (a && b && c && be->zero(a, bytes) == 0 && be->zero(b, bytes) == 0) {
-        be->matmul_fwd(c, a, b, n, n, n);   // warm-up (thread pool start)
-        double best = 1e30;
-        for (int i = 0; i < 5; i++) {
-            double t0 = now_seconds();
-            be->matmul_fwd(c, a, b, n, n, n);
-            be->synchronize();
-            double dt = now_seconds() - t0;
-            if (dt < best) best = dt;
-        }
-        rate = 2.0 * n * n * (double)n / best;
-    }
-    mem_free(mem, MEM_WORKSPACE, a, bytes);
-    mem_free(mem, MEM_WORKSPACE, b, bytes);
-    mem_free(mem, MEM_WORKSPACE, c, bytes);
-    return rate;
 }
 
 static void format_eta(char *buf, size_t n, double secs) {
@@ -455,7 +431,7 @@ static int run(job *j) {
     const double known = backend_peak_tflops(j->be);
     j->peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12
                     : known > 0        ? known * 1e12
-                                       : measure_matmul_flops(j->be, &j->mem);
+                                       : mfu_measure_matmul_flops(j->be, &j->mem);
     if (is_main(j))
         printf("finetune: MFU denominator %.1f GFLOP/s per rank (%s)\n", j->peak_flops / 1e9,
                o->peak_tflops > 0 ? "--peak_tflops"

@@ -46,10 +46,6 @@ typedef struct {
     const char *device;           // "cpu" (fp32 storage) or "cuda" (bf16); the plan's dtype
 } train_options;
 
-// Side of the square matrices the MFU benchmark multiplies when --peak_tflops is 0 (three
-// of them, backend dtype, MEM_WORKSPACE, freed right after).
-#define TRAIN_BENCH_MATMUL_DIM 384
-
 // Everything a rank needs to know about the job's process grid.
 typedef struct {
     comm *world;                  // all ranks
