@@ -10,6 +10,13 @@
 // ----------------------------------------------------------------------------
 // setup
 
+size_t fsdp_pad_multiple(int shard_size) { return (size_t)shard_size * 16; }
+
+const char *fsdp_sharding_name(int S, int W) {
+    if (S > 1) return S < W ? "HSDP" : "FSDP full shard";
+    return W > 1 ? "none (DDP)" : "none (single device)";
+}
+
 void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) {
     *lo = s->layout->unit_offset[u] + (size_t)s->shard->rank * s->slice[u];
     *hi = *lo + s->slice[u];

@@ -16,6 +16,15 @@
 #include "comm.h"
 #include "model.h"
 
+// The padding every unit of a layout sharded over shard_size ranks needs (param_layout_init's
+// pad_multiple): 16 x S elements, so S divides each unit and every slice starts 16 elements
+// (64 bytes of fp32 master weights) aligned.
+size_t fsdp_pad_multiple(int shard_size);
+
+// The grid's name in logs and plans: "FSDP full shard" (S = world), "HSDP" (1 < S < world),
+// "none (DDP)" (S = 1 < world) or "none (single device)".
+const char *fsdp_sharding_name(int shard_size, int world_size);
+
 typedef struct {
     const param_layout *layout;   // padded: shard->size divides every unit_numel
     const backend *be;

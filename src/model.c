@@ -100,6 +100,27 @@ const param_entry *param_layout_find(const param_layout *l, const char *name) {
 }
 
 // ----------------------------------------------------------------------------
+// FLOPs
+
+double model_layer_matmul_params(const llama_config *c) {
+    const double C = c->hidden_size, F = c->intermediate_size;
+    const double QD = (double)c->num_attention_heads * c->head_dim;
+    const double KVD = (double)c->num_key_value_heads * c->head_dim;
+    return 2 * QD * C + 2 * KVD * C + 3 * F * C;
+}
+
+double model_attention_fwd_flops(const llama_config *c, double T) {
+    return 2.0 * 2.0 * (double)c->num_attention_heads * c->head_dim * (T / 2.0);
+}
+
+double model_flops_per_token(const llama_config *c, double T) {
+    const double L = c->num_hidden_layers;
+    const double matmul_params = L * model_layer_matmul_params(c) + (double)c->vocab_size * c->hidden_size;
+    // forward 2, backward 4 FLOPs per parameter per token; attention backward = 2 x forward
+    return 6 * matmul_params + 3 * L * model_attention_fwd_flops(c, T);
+}
+
+// ----------------------------------------------------------------------------
 // the flat single-process provider
 
 static int flat_acquire(void *ctx, int u, int for_backward, void **params) {

@@ -57,6 +57,20 @@ int param_layout_init(param_layout *l, const llama_config *cfg, size_t pad_multi
 void param_layout_free(param_layout *l);
 // Entry called `name`, or NULL.
 const param_entry *param_layout_find(const param_layout *l, const char *name);
+// (The layout is the parameter count's one definition: n_params.)
+
+// ----------------------------------------------------------------------------
+// FLOPs (the one definition: the MFU of the log and the --dry_run estimate use these)
+
+// Parameters of one decoder layer that take part in a matmul (q, k, v, o, gate, up, down).
+double model_layer_matmul_params(const llama_config *cfg);
+// Forward FLOPs of causal attention per token per layer at sequence length T: QK^T and PV
+// over on average T/2 keys, 2 FLOPs per multiply-add, for H heads of dimension D.
+double model_attention_fwd_flops(const llama_config *cfg, double T);
+// Model FLOPs per trained token at sequence length T, forward and backward, no recompute:
+// 6 x (L x layer matmul params + the lm_head's V x C, tied or not: the matmul is done either
+// way; the embedding is a lookup and norm weights are elementwise) + 3 x L x attention.
+double model_flops_per_token(const llama_config *cfg, double T);
 
 // ----------------------------------------------------------------------------
 // unit provider: where the forward/backward gets parameters and puts gradients

@@ -51,27 +51,14 @@ static int plan_table_add(mem_table *t, const mem_buffer *b) {
 // ----------------------------------------------------------------------------
 // FLOPs and collective bytes of one optimizer step
 
-// Causal attention FLOPs of one forward per token per layer: QK^T and PV over on average
-// T/2 keys, 2 FLOPs per multiply-add, for H heads of dimension D.
-static double attention_fwd_flops(const llama_config *c, double T) {
-    return 2.0 * 2.0 * (double)c->num_attention_heads * c->head_dim * (T / 2.0);
-}
-
 static void plan_step_work(plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
-    const double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    const double QD = (double)c->num_attention_heads * c->head_dim;
-    const double KVD = (double)c->num_key_value_heads * c->head_dim;
-    // parameters that take part in a matmul: the layers' projections and the lm_head (the
-    // embedding is a lookup; norm weights are elementwise)
-    const double layer_matmul = 2 * QD * C + 2 * KVD * C + 3 * F * C;
-    const double matmul_params = L * layer_matmul + V * C;
-    const double att = attention_fwd_flops(c, r->seq_len);
+    const double L = c->num_hidden_layers, att = model_attention_fwd_flops(c, r->seq_len);
     p->tokens = (double)p->accum * r->batch_size_per_device * r->seq_len;
-    // forward 2, backward 4 FLOPs per parameter per token; attention backward = 2 x forward
-    const double model_per_token = 6 * matmul_params + 3 * L * att;
+    const double model_per_token = model_flops_per_token(c, r->seq_len);
     double exec_per_token = model_per_token + 0.5 * L * att;   // backward recomputes QK^T (flash-style)
-    if (r->gradient_checkpointing) exec_per_token += 2 * L * layer_matmul + L * att;   // layer forwards again
+    if (r->gradient_checkpointing)   // layer forwards again
+        exec_per_token += 2 * L * model_layer_matmul_params(c) + L * att;
     p->model_flops = p->tokens * model_per_token;
     p->exec_flops = p->tokens * exec_per_token;
 
@@ -98,12 +85,14 @@ static void plan_step_work(plan *p, const llama_config *c) {
 // ----------------------------------------------------------------------------
 // the plan
 
-int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
-    memset(p, 0, sizeof *p);
-    p->req = *r;
-    if (r->world_size < 1) return ft_error("plan: world size %d is not positive", r->world_size);
-    if (r->shard_size < 1 || r->world_size % r->shard_size != 0)
-        return ft_error("flag --dp_shard: %d does not divide the world size %d", r->shard_size, r->world_size);
+int plan_validate_grid(int W, int S) {
+    if (W < 1) return ft_error("plan: world size %d is not positive", W);
+    if (S < 1 || W % S != 0) return ft_error("flag --dp_shard: %d does not divide the world size %d", S, W);
+    return 0;
+}
+
+int plan_validate(const llama_config *c, const plan_request *r) {
+    TRY(plan_validate_grid(r->world_size, r->shard_size));
     if (r->batch_size_per_device < 1 || r->seq_len < 1 || r->total_batch_size < 1)
         return ft_error("plan: batch %d, seq_len %d, total batch %d must be positive", r->batch_size_per_device,
                         r->seq_len, r->total_batch_size);
@@ -115,12 +104,20 @@ int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
         return ft_error("flag --total_batch_size: %d is not a multiple of --batch_size_per_device %d x %d ranks = %d",
                         r->total_batch_size, r->batch_size_per_device, r->world_size, per_step);
     if (r->elem_bytes != 2 && r->elem_bytes != 4) return ft_error("plan: element size %zu is not 2 or 4", r->elem_bytes);
+    return 0;
+}
+
+int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
+    memset(p, 0, sizeof *p);
+    p->req = *r;
+    TRY(plan_validate(c, r));
+    const int per_step = r->batch_size_per_device * r->world_size;
     p->replica_size = r->world_size / r->shard_size;
     p->accum = r->total_batch_size / per_step;
 
-    // param_layout_init as train.c calls it: every unit padded to a multiple of 16 x S
+    // the layout as the trainer builds it
     param_layout l;
-    TRY(param_layout_init(&l, c, (size_t)r->shard_size * 16));
+    TRY(param_layout_init(&l, c, fsdp_pad_multiple(r->shard_size)));
     p->n_params = l.n_params;
     p->layer_numel = l.unit_numel[0];
     p->root_numel = l.unit_numel[l.n_layers];
@@ -180,11 +177,6 @@ int plan_find_max_batch(const llama_config *c, const plan_request *req, size_t b
 
 static double gib(double bytes) { return bytes / (double)(1ull << 30); }
 
-static const char *sharding_name(const plan_request *r) {
-    if (r->shard_size > 1) return r->shard_size < r->world_size ? "HSDP" : "FSDP full shard";
-    return r->world_size > 1 ? "none, DDP" : "none, single device";
-}
-
 static void print_max_batch(FILE *out, const plan *p, const llama_config *c, size_t budget, int max_batch) {
     int best[2][2];   // [checkpointing][dividing]
     for (int ck = 0; ck < 2; ck++)
@@ -210,13 +202,13 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     const plan_request *r = &p->req;
     const char *dtype = r->elem_bytes == 2 ? "bf16" : "fp32";
     fprintf(out, "finetune: dry run: a plan, nothing allocated, no weights read\n");
-    fprintf(out, "model %s: %zu params (%zu with units padded to multiples of 16 x %d), %d layers, hidden %d, heads %d/%d, "
-            "intermediate %d, vocab %d\n", model_dir, p->n_params, p->padded_total, r->shard_size,
+    fprintf(out, "model %s: %zu params (%zu with units padded to multiples of %zu), %d layers, hidden %d, heads %d/%d, "
+            "intermediate %d, vocab %d\n", model_dir, p->n_params, p->padded_total, fsdp_pad_multiple(r->shard_size),
             c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads,
             c->intermediate_size, c->vocab_size);
     fprintf(out, "job: %d rank(s), sharding %s (shard group %d x replica group %d), batch %d x seq %d per device, "
             "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s; storage %s (--device %s)\n",
-            r->world_size, sharding_name(r), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
+            r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
             p->accum, r->total_batch_size, r->gradient_checkpointing ? "on" : "off",
             r->accumulate_grads_locally ? ", gradients accumulated locally" : "", dtype, device);
 

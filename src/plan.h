@@ -55,7 +55,7 @@ typedef struct {
     plan_request req;
     int replica_size;               // R = W / S
     int accum;                      // micro-batches per rank per optimizer step
-    // parameter layout, as param_layout_init pads it (every unit to a multiple of 16 S)
+    // parameter layout, as param_layout_init pads it (fsdp_pad_multiple: 16 S)
     size_t n_params;                // real parameters
     size_t layer_numel, root_numel; // padded unit sizes
     size_t padded_total;            // L x layer + root
@@ -78,9 +78,14 @@ typedef struct {
     double optimizer_hbm_bytes;     // AdamW reads and writes over this rank's slice
 } plan;
 
-// Compute the plan for `cfg` and `req`. Validates the request (positive sizes, S divides W,
-// B x W divides the total batch, seq_len within max_position_embeddings): 0, or -1 with
-// ft_error naming the flag.
+// Check the process grid: W >= 1 and S divides W. 0, or -1 with ft_error naming --dp_shard.
+int plan_validate_grid(int world_size, int shard_size);
+// Check the whole request: the grid, positive sizes, B x W divides the total batch, seq_len
+// within max_position_embeddings, element size 2 or 4. 0, or -1 with ft_error naming the
+// flag: the one set of job checks (and messages) of both training and --dry_run.
+int plan_validate(const llama_config *cfg, const plan_request *req);
+
+// Compute the plan for `cfg` and `req` (validated first, plan_validate). 0 or -1.
 int plan_compute(plan *p, const llama_config *cfg, const plan_request *req);
 
 // ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "data.h"
+#include "rng.h"
 #include "train.h"
 
 #define SAMPLE_TEMPERATURE 0.8
@@ -81,19 +82,12 @@ static void vocab_append(const vocab *v, int id, char *buf, size_t n) {
 // ----------------------------------------------------------------------------
 // sampling
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static int sample_logits(const float *logits, int V, uint64_t *rng) {
     float mx = logits[0];
     for (int i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
     double sum = 0;
     for (int i = 0; i < V; i++) sum += exp((logits[i] - mx) / SAMPLE_TEMPERATURE);
-    double r = (double)(rng_next(rng) >> 11) / 9007199254740992.0 * sum, acc = 0;
+    double r = rng_uniform(rng) * sum, acc = 0;
     for (int i = 0; i < V; i++) {
         acc += exp((logits[i] - mx) / SAMPLE_TEMPERATURE);
         if (acc >= r) return i;

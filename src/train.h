@@ -5,6 +5,7 @@
 #include "comm.h"
 #include "config.h"
 #include "fsdp.h"
+#include "plan.h"
 
 typedef struct {
     // job
@@ -45,6 +46,12 @@ typedef struct {
     int world_size;               // --dry_run: ranks to plan for (0 = the launcher's)
     const char *device;           // "cpu" (fp32 storage) or "cuda" (bf16); the plan's dtype
 } train_options;
+
+// Shard group size S of the job at world size W: 1 with --no_fsdp, --dp_shard when set, else W.
+int train_shard_size(const train_options *o, int world_size);
+// The job's shape as the planner sees it (plan.h), at world size W with elem_bytes per
+// storage element; plan_validate on it is the job's validation.
+plan_request train_plan_request(const train_options *o, int world_size, size_t elem_bytes);
 
 // Everything a rank needs to know about the job's process grid.
 typedef struct {
