@@ -265,19 +265,9 @@ int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
     return s->be->copy_d2h(host_full, s->unit_f32, s->layout->unit_numel[u] * sizeof(float));
 }
 
-int fsdp_load_hf(fsdp_state *s, const hf_checkpoint *ck) {
-    TRY(hf_checkpoint_validate(ck, s->layout));
-    float *host = ft_malloc(s->max_unit * sizeof(float), "checkpoint unit buffer");
-    if (!host) return -1;
-    int rc = 0;
-    for (int u = 0; u < s->layout->n_units && rc == 0; u++) {
-        rc = hf_checkpoint_read_unit(ck, s->layout, u, host);
-        if (rc == 0) rc = fsdp_set_unit(s, FSDP_MASTER, u, host);
-    }
-    free(host);
+int fsdp_zero_moments(fsdp_state *s) {
     const size_t nf = s->n_local * sizeof(float);
-    if (rc == 0) rc = s->be->zero(s->exp_avg, nf) || s->be->zero(s->exp_avg_sq, nf) ? -1 : 0;
-    return rc;
+    return s->be->zero(s->exp_avg, nf) || s->be->zero(s->exp_avg_sq, nf) ? -1 : 0;
 }
 
 // ----------------------------------------------------------------------------

@@ -12,7 +12,6 @@
 // gradient slice (+=). After the last micro-batch, fsdp_finish_grads all-reduces the slices
 // across replicas. The optimizer then updates the slice in place: a shard is a slice.
 #pragma once
-#include "checkpoint.h"
 #include "comm.h"
 #include "model.h"
 
@@ -94,9 +93,8 @@ int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_ful
 // (collective). 0 / -1.
 int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full);
 
-// Load master + working parameters from a Hugging Face checkpoint (every rank reads its
-// slices through the mmap) and zero the moments. Validates first. 0 / -1.
-int fsdp_load_hf(fsdp_state *s, const hf_checkpoint *ck);
+// Zero the AdamW moments (a fresh start from pretrained weights). 0 / -1.
+int fsdp_zero_moments(fsdp_state *s);
 
 // Zero the fp32 gradient slices (start of an optimizer step).
 int fsdp_zero_grads(fsdp_state *s);

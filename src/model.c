@@ -30,6 +30,7 @@ static void entry_set(param_entry *e, const char *name, int unit, size_t unit_ba
 
 int param_layout_init(param_layout *l, const llama_config *c, size_t pad_multiple) {
     memset(l, 0, sizeof *l);
+    l->cfg = *c;
     const size_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
     const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
@@ -262,10 +263,12 @@ static int model_upload_rope(model *m) {
     return rc;
 }
 
-int model_init(model *m, const llama_config *cfg, const backend *be, mem_tracker *mem, int B,
-               int T, int grad_ckpt, size_t pad_multiple) {
+int model_init(model *m, const param_layout *layout, const backend *be, mem_tracker *mem, int B, int T,
+               int grad_ckpt) {
     memset(m, 0, sizeof *m);
+    const llama_config *cfg = &layout->cfg;
     m->cfg = *cfg;
+    m->layout = layout;
     m->be = be;
     m->mem = mem;
     m->B = B;
@@ -273,7 +276,6 @@ int model_init(model *m, const llama_config *cfg, const backend *be, mem_tracker
     m->T_alloc = T;
     m->grad_ckpt = grad_ckpt;
     m->esz = st_dtype_size(be->dtype);
-    TRY(param_layout_init(&m->layout, cfg, pad_multiple));
     const int L = cfg->num_hidden_layers;
     m->resid = ft_calloc((size_t)L + 1, sizeof(void *), "residual table");
     m->n_act_sets = grad_ckpt ? 1 : L;
@@ -294,7 +296,6 @@ void model_free(model *m) {
     free(m->resid);
     free(m->acts);
     free(m->losses_host);
-    param_layout_free(&m->layout);
     memset(m, 0, sizeof *m);
 }
 
@@ -307,7 +308,7 @@ static int layer_forward(model *m, int l, void *w, layer_acts *s) {
     const llama_config *c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size;
     const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
-    const size_t *o = m->layout.layer_off;
+    const size_t *o = m->layout->layer_off;
     void *x = m->resid[l];                                           // (N, C)
 
     TRY(be->rmsnorm_fwd(s->ln1, s->ln1_rstd, x, at(m, w, o[LT_ATTN_NORM]), N, C, c->rms_norm_eps));
@@ -337,7 +338,7 @@ static int forward_trunk(model *m, const unit_provider *p, const int32_t *tokens
     const int N = m->B * m->T, C = c->hidden_size;
     TRY(m->be->copy_h2d(m->tokens, tokens, (size_t)N * sizeof(int32_t)));
     TRY(p->acquire(p->ctx, c->num_hidden_layers, 0, root));
-    TRY(m->be->embedding_fwd(m->resid[0], m->tokens, at(m, *root, m->layout.root_off[RT_EMBED]),
+    TRY(m->be->embedding_fwd(m->resid[0], m->tokens, at(m, *root, m->layout->root_off[RT_EMBED]),
                              N, C, c->vocab_size));
     for (int l = 0; l < c->num_hidden_layers; l++) {
         void *w;
@@ -346,12 +347,12 @@ static int forward_trunk(model *m, const unit_provider *p, const int32_t *tokens
         TRY(p->release(p->ctx, l));
     }
     TRY(m->be->rmsnorm_fwd(m->lnf, m->lnf_rstd, m->resid[c->num_hidden_layers],
-                           at(m, *root, m->layout.root_off[RT_NORM]), N, C, c->rms_norm_eps));
+                           at(m, *root, m->layout->root_off[RT_NORM]), N, C, c->rms_norm_eps));
     return 0;
 }
 
 static size_t lm_head_offset(const model *m) {
-    return m->cfg.tie_word_embeddings ? m->layout.root_off[RT_EMBED] : m->layout.root_off[RT_LMHEAD];
+    return m->cfg.tie_word_embeddings ? m->layout->root_off[RT_EMBED] : m->layout->root_off[RT_LMHEAD];
 }
 
 int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits) {
@@ -389,7 +390,7 @@ static int layer_backward(model *m, int l, void *w, void *dw, layer_acts *s) {
     const llama_config *c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size;
     const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
-    const size_t *o = m->layout.layer_off;
+    const size_t *o = m->layout->layer_off;
     void *x = m->resid[l];
 
     // MLP branch: resid[l+1] = h + down(swiglu(gate(ln2), up(ln2)))
@@ -442,8 +443,8 @@ int model_step(model *m, const unit_provider *p, const int32_t *tokens, const in
 
     // final norm
     TRY(be->zero(m->dresid, (size_t)N * C * m->esz));
-    TRY(be->rmsnorm_bwd(m->dresid, at(m, droot, m->layout.root_off[RT_NORM]), m->dln, m->resid[L],
-                        at(m, root, m->layout.root_off[RT_NORM]), m->lnf_rstd, N, C));
+    TRY(be->rmsnorm_bwd(m->dresid, at(m, droot, m->layout->root_off[RT_NORM]), m->dln, m->resid[L],
+                        at(m, root, m->layout->root_off[RT_NORM]), m->lnf_rstd, N, C));
     // decoder layers, last to first; with checkpointing, recompute the layer's forward first
     // from its saved input (the same ops on the same inputs: bitwise the same activations)
     for (int l = L - 1; l >= 0; l--) {
@@ -458,7 +459,7 @@ int model_step(model *m, const unit_provider *p, const int32_t *tokens, const in
         TRY(p->grad_end(p->ctx, l));
         TRY(p->release(p->ctx, l));
     }
-    TRY(be->embedding_bwd(at(m, droot, m->layout.root_off[RT_EMBED]), m->dresid, m->tokens, N, C, V));
+    TRY(be->embedding_bwd(at(m, droot, m->layout->root_off[RT_EMBED]), m->dresid, m->tokens, N, C, V));
     TRY(p->grad_end(p->ctx, root_u));
     return p->release(p->ctx, root_u);
 }

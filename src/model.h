@@ -37,6 +37,7 @@ typedef struct {
 } param_entry;
 
 typedef struct {
+    llama_config cfg;            // the config it was built for (the model takes it from here)
     int n_layers;
     int n_units;                 // n_layers + 1
     size_t pad_multiple;
@@ -108,10 +109,10 @@ typedef struct {
 } layer_acts;
 
 typedef struct {
-    llama_config cfg;
+    llama_config cfg;               // layout->cfg
     const backend *be;
     mem_tracker *mem;
-    param_layout layout;
+    const param_layout *layout;     // borrowed from the parameters' owner (the unit provider's)
     int B, T;                       // current micro-batch shape (T <= T_alloc)
     int T_alloc;                    // sequence length the buffers were sized for
     int grad_ckpt;                  // 1: keep only each layer's input, recompute in backward
@@ -141,11 +142,12 @@ typedef struct {
 void model_buffer_table(mem_table *t, const llama_config *cfg, int B, int T, int grad_ckpt, size_t esz,
                         model *m);
 
-// Allocate everything a (B, T) micro-batch needs (model_buffer_table); parameters are NOT
-// allocated here (they belong to whoever owns the unit_provider). pad_multiple as in
-// param_layout_init.
-int model_init(model *m, const llama_config *cfg, const backend *be, mem_tracker *mem, int B,
-               int T, int grad_ckpt, size_t pad_multiple);
+// Allocate everything a (B, T) micro-batch needs (model_buffer_table) for the model of
+// `layout` (its config, its tensor offsets). Parameters are NOT allocated here: they, and
+// the layout, belong to whoever owns the unit_provider, whose layout this must be (the FSDP
+// state's, the flat provider's); it must outlive the model.
+int model_init(model *m, const param_layout *layout, const backend *be, mem_tracker *mem, int B, int T,
+               int grad_ckpt);
 void model_free(model *m);
 
 // One micro-batch. tokens, targets: host (B, T) int32; targets[b, t] is the id to predict

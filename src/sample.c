@@ -129,7 +129,7 @@ int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem
     if (len > prompt_tokens) len = prompt_tokens;
     int T = len + n_tokens;
     if (T > cfg->max_position_embeddings) T = cfg->max_position_embeddings;
-    TRY_GOTO(model_init(&m, cfg, s->be, mem, 1, T, 0, s->layout->pad_multiple), done);
+    TRY_GOTO(model_init(&m, s->layout, s->be, mem, 1, T, 0), done);
     unit_provider prov = fsdp_provider(s);
     tokens = ft_malloc((size_t)T * sizeof(int32_t), "sample tokens");
     logits = ft_malloc((size_t)T * cfg->vocab_size * sizeof(float), "sample logits");

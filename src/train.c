@@ -16,7 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
 #include "common.h"
 #include "loader.h"
 #include "mfu.h"
@@ -177,8 +176,8 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 
     TRY(param_layout_init(&j->layout, &j->cfg, fsdp_pad_multiple(cc->shard->size)));
-    TRY(model_init(&j->m, &j->cfg, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
-                   o->gradient_checkpointing, fsdp_pad_multiple(cc->shard->size)));
+    TRY(model_init(&j->m, &j->layout, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
+                   o->gradient_checkpointing));
     TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, o->accumulate_grads_locally));
     j->prov = fsdp_provider(&j->fs);
 
@@ -381,10 +380,8 @@ static int run(job *j) {
         if (rc == 0) rc = ckpt_load(dir, &j->fs, &expect, &got);
         start = got.step;
     } else if (rc == 0) {
-        hf_checkpoint ck = {0};
-        rc = hf_checkpoint_open(&ck, o->model_dir);
-        if (rc == 0) rc = fsdp_load_hf(&j->fs, &ck);
-        hf_checkpoint_close(&ck);
+        rc = ckpt_load_weights(&j->fs, o->model_dir);
+        if (rc == 0) rc = fsdp_zero_moments(&j->fs);
     }
     if ((rc = agree(j->cc, rc)) != 0) return rc;
     if (start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, start);

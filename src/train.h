@@ -91,6 +91,12 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
 // Resolve --resume ("latest" or a path) to a checkpoint directory in `dir` (size n). 0 / -1.
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n);
 
+// Load the weights of the Hugging Face checkpoint directory `dir` (pretrained, or a
+// checkpoint of ours) into the master and working parameters of `s`: validated against
+// s->layout first, then one unit at a time, every rank reading its slices through the mmap.
+// The moments are left alone. 0 / -1.
+int ckpt_load_weights(fsdp_state *s, const char *dir);
+
 // Load a checkpoint saved by ckpt_save into `s` and `ts`, checking that it fits this run
 // (same model shapes, seed, total batch, sequence length and packing). 0 / -1.
 int ckpt_load(const char *dir, fsdp_state *s, const trainer_state *expect, trainer_state *ts);

@@ -17,9 +17,10 @@
 // ~1 and loss changes ~1e-2); a wrong bias correction scales step 1's update by 10x.
 #include "comm.h"
 #include "common.h"
-#include "fsdp.h"
+#include "safetensors.h"
 #include "schedule.h"
 #include "test.h"
+#include "train.h"
 
 #define STEPS 5
 #define LR 1e-2
@@ -42,11 +43,10 @@ int main(void) {
     const char *dir = "tests/golden/train";
     const backend *be = backend_cpu();
     llama_config cfg;
-    hf_checkpoint ck;
     st_file gold;
     char path[256];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (llama_config_load(&cfg, path) || hf_checkpoint_open(&ck, dir)) {
+    if (llama_config_load(&cfg, path)) {
         EXPECT(0, "open: %s", ft_error_message());
         TEST_SUMMARY("test_train_golden");
     }
@@ -64,9 +64,10 @@ int main(void) {
     param_layout layout;
     model m;
     fsdp_state s;
-    // padding 16 as the trainer uses: exercises the padded slices
-    int ok = param_layout_init(&layout, &cfg, 16) == 0 && model_init(&m, &cfg, be, &mem, B, T, 0, 16) == 0 &&
-             fsdp_init(&s, &layout, be, &mem, &one, &one, 0) == 0 && fsdp_load_hf(&s, &ck) == 0;
+    // padded as the trainer pads for one rank: exercises the padded slices
+    int ok = param_layout_init(&layout, &cfg, fsdp_pad_multiple(1)) == 0 &&
+             model_init(&m, &layout, be, &mem, B, T, 0) == 0 &&
+             fsdp_init(&s, &layout, be, &mem, &one, &one, 0) == 0 && ckpt_load_weights(&s, dir) == 0;
     EXPECT(ok, "setup: %s", ft_error_message());
     unit_provider prov = fsdp_provider(&s);
     int32_t *tok = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));
@@ -130,7 +131,6 @@ int main(void) {
     fsdp_free(&s);
     model_free(&m);
     param_layout_free(&layout);
-    hf_checkpoint_close(&ck);
     st_close(&gold);
     TEST_SUMMARY("test_train_golden");
 }
