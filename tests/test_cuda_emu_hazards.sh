@@ -14,7 +14,7 @@
 #      by ncclAllGather (prefetch); ncclReduceScatter reading data last written by a compute
 #      kernel or cublasLtMatmul (reduce-scatter).
 # The verdict does not depend on timing (vector clocks at issue time), so one seed is enough.
-# Runtime: three 2-rank runs of one step, about 25 s of CPU in all.
+# Runtime: three 2-rank runs of one step: 7 s of CPU, 20 s wall (measured, shared 2-core machine).
 set -u
 build=${1:-build}
 pass=0 fail=0
