@@ -166,10 +166,15 @@ def read_pgn(path):
         import chess.pgn
     except ImportError:
         raise CorpusError("%s: reading PGN needs python-chess (pip install chess)" % path)
+
+    class QuietBuilder(chess.pgn.GameBuilder):
+        def handle_error(self, error):   # keep the error for our one line; python-chess would also log it
+            self.game.errors.append(error)
+
     with open_text(path) as f:
         n = 0
         while True:
-            game = chess.pgn.read_game(f)
+            game = chess.pgn.read_game(f, Visitor=QuietBuilder)
             if game is None:
                 return
             n += 1
