@@ -13,8 +13,9 @@
 #   bash tests/test_data_in.sh [build_dir]
 # Needs $FT_ORACLE_PYTHON with pyarrow, chess, tokenizers, torch, transformers
 # (tests/oracle/requirements*.txt; .ci/run makes that venv): a skip without it, a failure
-# under CI=true. Runtime: about 25 s on 2 idle cores (60-80 s when the machine is busy);
-# most of it is two torch imports.
+# under CI=true. Runtime: measured 29 s of CPU (user+sys), most of it the two torch imports
+# (make_default_model.py, check_export.py); wall 2-4 min measured here only with the 2 cores
+# at load average ~13 from other work, so an idle CI machine should take about 35 s.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-build}
