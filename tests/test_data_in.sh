@@ -18,18 +18,14 @@
 # at load average ~13 from other work, so an idle CI machine should take about 35 s.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-build}
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+build=${1:-build}
+case "$build" in /*) ;; *) build="$ROOT/$build" ;; esac
+. "$ROOT/tests/lib.sh" test_data_in
 cd "$ROOT"
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; }
-finish() { echo "test_data_in: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
 
 py=${FT_ORACLE_PYTHON:-}
 if [ -z "$py" ] || ! "$py" -c "import pyarrow, chess, tokenizers, torch, transformers" 2>/dev/null; then
-  why="FT_ORACLE_PYTHON='$py' cannot import pyarrow, chess, tokenizers, torch and transformers (tests/oracle/requirements*.txt)"
-  if [ "${CI:-}" = true ]; then bad "$why"; else echo "skip test_data_in: $why"; fi
+  skip_or_fail "FT_ORACLE_PYTHON='$py' cannot import pyarrow, chess, tokenizers, torch and transformers (tests/oracle/requirements*.txt)"
   finish
 fi
 export HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
@@ -93,7 +89,7 @@ else bad "big vocabulary tokenize: $(tail -1 "$BV.log")"; fi
 mkdir -p "$BM" && cp "$IN/bigvocab/tokenizer.json" "$BM/"
 if "$py" scripts/make_default_model.py --out "$BM" --hidden 32 --layers 1 --heads 2 --kv_heads 1 \
      --intermediate 64 --max_pos 64 --init_std 1 > "$BM.log" 2>&1; then
-  ours=$("$BUILD/finetune" --eval_only --model_dir "$BM" --data_dir "$BV" --seq_len 32 --max_eval_docs 6 2>&1 \
+  ours=$("$bin" --eval_only --model_dir "$BM" --data_dir "$BV" --seq_len 32 --max_eval_docs 6 2>&1 \
          | sed -nE 's/.*val loss ([0-9.]+).*/\1/p')
   if [ -n "$ours" ] && out=$("$py" tests/oracle/check_export.py "$BM" "$BV/val_000.bin" 32 6 "$ours" 2>&1); then
     ok "finetune reads the u32 shard: $out"
@@ -101,8 +97,8 @@ if "$py" scripts/make_default_model.py --out "$BM" --hidden 32 --layers 1 --head
 else bad "tiny big-vocabulary model: $(tail -1 "$BM.log")"; fi
 
 # ---------------------------------------------------------------- 4. bad input
-# expect_error WANT OUT_DIR ARGS...: rc 1, one stderr line holding WANT, OUT_DIR as before
-expect_error() {
+# expect_tok_error WANT OUT_DIR ARGS...: rc 1, one stderr line holding WANT, OUT_DIR as before
+expect_tok_error() {
   local want="$1" out="$2"; shift 2
   local before after err rc
   before=$(ls -lA --time-style=full-iso "$out" 2>&1 | sha256sum)
@@ -113,16 +109,16 @@ expect_error() {
   else bad "tokenize_shards $* -> rc=$rc, out_dir changed: $([ "$before" = "$after" ] && echo no || echo yes), stderr: $err (wanted one line with '$want')"; fi
 }
 T=(--tokenizer data/model/tokenizer.json)
-expect_error "nomoves.parquet: no Moves column" "$TMP/new1/x" --games "$IN/nomoves.parquet" "${T[@]}"
+expect_tok_error "nomoves.parquet: no Moves column" "$TMP/new1/x" --games "$IN/nomoves.parquet" "${T[@]}"
 [ -e "$TMP/new1" ] && bad "a failed run left $TMP/new1 behind" || ok "a failed run creates no --out_dir"
-expect_error "nomoves.parquet: no Moves column" "$TMP/ref" --games "$IN/pq" "$IN/nomoves.parquet" "${T[@]}"
-expect_error "illegal.parquet: row 3: illegal move 'g2g4' at ply 10" "$TMP/ref" --games "$IN/illegal.parquet" "${T[@]}" --check_moves
-expect_error "illegal.parquet: row 3: illegal move" "$TMP/new2" --games "$IN/pq" "$IN/illegal.parquet" "${T[@]}" --check_moves
-expect_error "malformed.parquet: row 5: malformed move 'e2e9' at ply 7" "$TMP/new3" --games "$IN/malformed.parquet" "${T[@]}" --check_moves
-expect_error "illegal.jsonl: line 4: illegal move 'g2g4' at ply 10" "$TMP/new4" --games "$IN/illegal.jsonl" "${T[@]}" --check_moves
-expect_error "illegal.pgn: game 2: illegal san: 'Ke4'" "$TMP/new5" --games "$IN/illegal.pgn" "${T[@]}"
-expect_error "nothere.parquet: no such file or directory" "$TMP/new6" --games "$IN/nothere.parquet" "${T[@]}"
-expect_error "bigvocab: cannot load tokenizer" "$TMP/new7" --games "$IN/pq" --tokenizer "$IN/bigvocab"
+expect_tok_error "nomoves.parquet: no Moves column" "$TMP/ref" --games "$IN/pq" "$IN/nomoves.parquet" "${T[@]}"
+expect_tok_error "illegal.parquet: row 3: illegal move 'g2g4' at ply 10" "$TMP/ref" --games "$IN/illegal.parquet" "${T[@]}" --check_moves
+expect_tok_error "illegal.parquet: row 3: illegal move" "$TMP/new2" --games "$IN/pq" "$IN/illegal.parquet" "${T[@]}" --check_moves
+expect_tok_error "malformed.parquet: row 5: malformed move 'e2e9' at ply 7" "$TMP/new3" --games "$IN/malformed.parquet" "${T[@]}" --check_moves
+expect_tok_error "illegal.jsonl: line 4: illegal move 'g2g4' at ply 10" "$TMP/new4" --games "$IN/illegal.jsonl" "${T[@]}" --check_moves
+expect_tok_error "illegal.pgn: game 2: illegal san: 'Ke4'" "$TMP/new5" --games "$IN/illegal.pgn" "${T[@]}"
+expect_tok_error "nothere.parquet: no such file or directory" "$TMP/new6" --games "$IN/nothere.parquet" "${T[@]}"
+expect_tok_error "bigvocab: cannot load tokenizer" "$TMP/new7" --games "$IN/pq" --tokenizer "$IN/bigvocab"
 [ "$(shards_sha "$TMP/ref")" = "$want" ] && ok "the shards in an existing --out_dir survive failed runs" \
   || bad "a failed run changed the shards in $TMP/ref"
 finish
