@@ -17,7 +17,9 @@ finetune trains on packed rows of the bundled chess shards, PyTorch on random to
 the same shape (the cost of a step does not depend on the token values). The first step of
 each program is a warm-up and not timed; the median of the timed steps is reported.
 Peak RSS is the whole process's maximum resident set (getrusage of the finished child:
-code, libraries, model, optimizer, activations, allocator slack).
+code, libraries, model, optimizer, activations, allocator slack; for finetune also its
+checkpoint and export at the end); finetune's own tracked peak during training is listed
+beside it.
 
 Prints a table and writes the same figures, with the date, the machine, the load average
 and the versions, as JSON (--json). Needs torch and transformers (the venv of
@@ -27,6 +29,7 @@ says anything about GPU speed.
 """
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -74,9 +77,12 @@ def bench_finetune(a, model_dir, batch, seq, tmp):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     _, rss = run_child_rss(cmd, env)
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
-    ms = [r["ms"] for r in rows if r.get("type") == "train"][1:]   # drop the warm-up step
+    train = [r for r in rows if r.get("type") == "train"]
+    ms = [r["ms"] for r in train][1:]   # drop the warm-up step
     shutil.rmtree(out, ignore_errors=True)
-    return ms, rss
+    # what finetune's own allocator tracking saw during training (params, grads, optimizer,
+    # activations, workspace), for comparison with the process's RSS
+    return ms, rss, train[-1]["peak_mem_bytes"] / 2**20
 
 
 def bench_torch(a, model_dir, batch, seq, attn):
@@ -114,18 +120,34 @@ def torch_worker(a):
     return 0
 
 
-def make_25m(dir_, bundled):
-    """The 25.7M-parameter Llama, random init (seed 0), HF layout, with the bundled tokenizer."""
+def make_model_worker(a):
+    """Child process: write the 25.7M-parameter Llama (random init, seed 0, HF layout, with the
+    bundled tokenizer files) to a.make_model; print its parameter count and the versions."""
     import torch
+    import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**MODELS["25m"]["config"]))
-    model.save_pretrained(dir_, safe_serialization=True)
+    model.save_pretrained(a.make_model, safe_serialization=True)
     for f in TOKENIZER_FILES:
-        if os.path.exists(os.path.join(bundled, f)):
-            shutil.copy(os.path.join(bundled, f), dir_)
-    return sum(p.numel() for p in model.parameters())
+        if os.path.exists(os.path.join(a.model_dir, f)):
+            shutil.copy(os.path.join(a.model_dir, f), a.make_model)
+    print(json.dumps({"params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__,
+                      "transformers": transformers.__version__}))
+    return 0
+
+
+def safetensors_numel(path):
+    """Parameter count from a .safetensors header (8-byte length, then JSON)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    total = 0
+    for name, t in header.items():
+        if name != "__metadata__":
+            total += functools.reduce(lambda x, y: x * y, t["shape"], 1)
+    return total
 
 
 # ----------------------------------------------------------------------------
@@ -144,11 +166,14 @@ def machine():
     return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
-def summarise(ms, rss, tokens):
+def summarise(tokens, ms, rss, tracked=None):
     med = statistics.median(ms)
-    return {"ms_per_step": round(med, 1), "ms_mean": round(statistics.fmean(ms), 1),
-            "ms_all": [round(x, 1) for x in ms], "tokens_per_s": round(1000 * tokens / med),
-            "peak_rss_mib": round(rss, 1)}
+    r = {"ms_per_step": round(med, 1), "ms_mean": round(statistics.fmean(ms), 1),
+         "ms_all": [round(x, 1) for x in ms], "tokens_per_s": round(1000 * tokens / med),
+         "peak_rss_mib": round(rss, 1)}
+    if tracked is not None:
+        r["tracked_peak_mib"] = round(tracked, 1)
+    return r
 
 
 def main():
@@ -161,12 +186,15 @@ def main():
     ap.add_argument("--bin", default="build/finetune")
     ap.add_argument("--json", default="build/bench_train.json", help="where the JSON goes")
     ap.add_argument("--torch_worker", help=argparse.SUPPRESS)
+    ap.add_argument("--make_model", help=argparse.SUPPRESS)
     ap.add_argument("--attn", default="sdpa", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--seq", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_worker:
         return torch_worker(a)
+    if a.make_model:
+        return make_model_worker(a)
     if a.steps < 1:
         ap.error("--steps must be >= 1")
     models = [m for m in a.models.split(",") if m]
@@ -176,28 +204,26 @@ def main():
     if not os.access(a.bin, os.X_OK):
         ap.error(f"--bin: {a.bin} is not an executable (run make first)")
 
-    import torch
-    import transformers
+    # the parent stays small (no torch import): a child's peak RSS counts the parent's
+    # resident memory at fork, so everything heavy happens in children
     report = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
-              "threads": a.threads, "timed_steps": a.steps, "torch": torch.__version__,
-              "transformers": transformers.__version__, "load_before": list(os.getloadavg()),
+              "threads": a.threads, "timed_steps": a.steps, "load_before": list(os.getloadavg()),
               "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
+        made = os.path.join(tmp, "llama25m")
+        info = json.loads(subprocess.run([sys.executable, os.path.abspath(__file__), "--make_model", made,
+                                          "--model_dir", a.model_dir], check=True, capture_output=True,
+                                         text=True).stdout.strip().splitlines()[-1])
+        report["torch"], report["transformers"] = info["torch"], info["transformers"]
         for m in models:
             spec = MODELS[m]
-            model_dir = a.model_dir
-            if m == "25m":
-                model_dir = os.path.join(tmp, "llama25m")
-                n = make_25m(model_dir, a.model_dir)
-            else:
-                import safetensors.torch
-                n = sum(t.numel() for t in safetensors.torch.load_file(
-                    os.path.join(model_dir, "model.safetensors")).values())
+            model_dir = made if m == "25m" else a.model_dir
+            n = info["params"] if m == "25m" else safetensors_numel(os.path.join(model_dir, "model.safetensors"))
             tokens = spec["batch"] * spec["seq"]
             r = {"params": n, "batch": spec["batch"], "seq": spec["seq"]}
-            r["finetune"] = summarise(*bench_finetune(a, model_dir, spec["batch"], spec["seq"], tmp), tokens)
+            r["finetune"] = summarise(tokens, *bench_finetune(a, model_dir, spec["batch"], spec["seq"], tmp))
             for attn in ("sdpa", "eager"):
-                r["torch_" + attn] = summarise(*bench_torch(a, model_dir, spec["batch"], spec["seq"], attn), tokens)
+                r["torch_" + attn] = summarise(tokens, *bench_torch(a, model_dir, spec["batch"], spec["seq"], attn))
             for attn in ("sdpa", "eager"):
                 t = r["torch_" + attn]
                 r["speedup_vs_" + attn] = round(r["finetune"]["tokens_per_s"] / t["tokens_per_s"], 2)
@@ -216,7 +242,8 @@ def main():
             extra = ""
             if side == "finetune":
                 extra = (f" {r['speedup_vs_sdpa']:>7.2f}x {r['speedup_vs_eager']:>8.2f}x"
-                         f"   (RSS {r['rss_ratio_vs_sdpa']:.2f}x / {r['rss_ratio_vs_eager']:.2f}x)")
+                         f"   (RSS {r['rss_ratio_vs_sdpa']:.2f}x / {r['rss_ratio_vs_eager']:.2f}x;"
+                         f" tracked {s['tracked_peak_mib']:.0f} MiB)")
             print(f"{label:<26} {name:<22} {s['ms_per_step']:>9.1f} {s['tokens_per_s']:>9} {s['peak_rss_mib']:>13.1f}{extra}")
             label = ""
     if os.path.dirname(a.json):
