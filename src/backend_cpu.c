@@ -68,7 +68,7 @@ static int cpu_embedding_fwd(void *out_, const int32_t *tokens, const void *wte_
         if (tokens[n] < 0 || tokens[n] >= V)
             return ft_error("embedding_fwd: token %d at row %d is outside the vocab (%d)",
                             tokens[n], n, V);
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= PAR_MIN)
     for (int n = 0; n < N; n++)
         memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, sizeof(float) * C);
     return 0;
@@ -80,7 +80,7 @@ static int cpu_embedding_bwd(void *dwte_, const void *dout_, const int32_t *toke
     const float *dout = dout_;     // (N, C)
     (void)V;
     // parallel over column blocks, rows in order: deterministic, no atomics
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= PAR_MIN)
     for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
         int c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
         for (int n = 0; n < N; n++) {
@@ -159,7 +159,7 @@ static int cpu_rmsnorm_bwd(void *dinp_, void *dweight_, const void *dout_, const
 static void rope_rotate(float *out, const float *inp, const float *cos, const float *sin, int B,
                         int T, int NH, int D, float sign) {
     int half = D / 2;
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if ((size_t)B * T * NH * D >= PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *ct = cos + (size_t)t * half, *st = sin + (size_t)t * half;

@@ -26,6 +26,9 @@
 // query rows per tile: enough rows for sgemm to run near its peak, few enough that the
 // masked half of the diagonal block (ATT_ROWS/2 wasted columns per row) stays small
 #define ATT_ROWS 64
+// below this many multiply-adds (B*H*T*T*D) one thread does it all: a parallel region costs
+// more than ~20 us of work saves, far more when the cores are shared
+#define ATT_PAR_MIN (1 << 20)
 
 typedef struct {
     int B, T, H, KVH, D, group;
@@ -85,7 +88,8 @@ int cpu_attention_fwd(void *out_, float *lse, const void *q_, const void *k_, co
     const int tiles = (T + ATT_ROWS - 1) / ATT_ROWS, heads = B * H;
     float *ws = cpu_scratch(CPU_SCRATCH_ATTENTION, (size_t)omp_get_max_threads() * ATT_ROWS * T);
     if (!ws) return -1;
-#pragma omp parallel for schedule(dynamic, 1)
+    const int par = (double)heads * T * T * D >= ATT_PAR_MIN;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int task = 0; task < tiles * heads; task++) {
         const int tile = tiles - 1 - task / heads, bh = task % heads;   // largest tiles first
         const int i0 = tile * ATT_ROWS, i1 = i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T;
@@ -146,7 +150,8 @@ int cpu_attention_bwd(void *dq_, void *dk_, void *dv_, const void *dout_, const 
     float *ws = cpu_scratch(CPU_SCRATCH_ATTENTION, (size_t)omp_get_max_threads() * per_thread);
     if (!ws) return -1;
     // one task per (b, kv head); with a single one, OpenBLAS threads each call instead
-#pragma omp parallel for schedule(dynamic, 1) if (B * KVH > 1)
+    const int par = B * KVH > 1 && (double)B * H * T * T * D >= ATT_PAR_MIN;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int task = 0; task < B * KVH; task++) {
         const int b = task / KVH, kh = task % KVH;
         float *S = ws + (size_t)omp_get_thread_num() * per_thread, *dP = S + (size_t)ATT_ROWS * T;
