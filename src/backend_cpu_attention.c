@@ -36,6 +36,15 @@ typedef struct {
     float scale;           // 1/sqrt(D)
 } att_shape;
 
+// the op's tensors; each pass sets those it uses
+typedef struct {
+    const float *q, *k, *v;     // q (B, T, H, D); k, v (B, T, KVH, D)
+    float *out, *lse;           // forward outputs: (B, T, H, D), (B, H, T)
+    const float *o, *l;         // the same, as backward inputs
+    const float *dout;          // (B, T, H, D)
+    float *dq, *dk, *dv;        // like q, k, v
+} att_io;
+
 static att_shape att_shape_of(int B, int T, int H, int KVH, int D) {
     att_shape s = {B, T, H, KVH, D, H / KVH, (size_t)H * D, (size_t)KVH * D, 1.0f / sqrtf((float)D)};
     return s;
@@ -66,24 +75,22 @@ CPU_VECTOR_CLONES static float softmax_row(float *row, int n, int width) {
 }
 
 // Query rows [i0, i1) of head h in batch b. S: (ATT_ROWS, T) scratch.
-static void attention_fwd_tile(float *out, float *lse, const float *q, const float *k, const float *v,
-                               const att_shape *s, int b, int h, int i0, int i1, float *S) {
+static void attention_fwd_tile(const att_io *io, const att_shape *s, int b, int h, int i0, int i1, float *S) {
     const int rows = i1 - i0, keys = i1, kh = h / s->group;
-    const float *Q = q + q_at(s, b, i0, h), *K = k + k_at(s, b, 0, kh), *V = v + k_at(s, b, 0, kh);
+    const float *Q = io->q + q_at(s, b, i0, h), *K = io->k + k_at(s, b, 0, kh), *V = io->v + k_at(s, b, 0, kh);
     // S (rows, keys) = scale * Q (rows, D) @ K (keys, D)^T
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, s->D, s->scale, Q, (int)s->ldq, K,
                 (int)s->ldk, 0.0f, S, keys);
-    float *l = lse + ((size_t)b * s->H + h) * s->T;   // (T) of this (b, h)
+    float *l = io->lse + ((size_t)b * s->H + h) * s->T;   // (T) of this (b, h)
     for (int r = 0; r < rows; r++) l[i0 + r] = softmax_row(S + (size_t)r * keys, i0 + r + 1, keys);
     // out (rows, D) = P (rows, keys) @ V (keys, D)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, s->D, keys, 1.0f, S, keys, V, (int)s->ldk,
-                0.0f, out + q_at(s, b, i0, h), (int)s->ldq);
+                0.0f, io->out + q_at(s, b, i0, h), (int)s->ldq);
 }
 
-int cpu_attention_fwd(void *out_, float *lse, const void *q_, const void *k_, const void *v_, int B, int T,
+int cpu_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
                       int H, int KVH, int D) {
-    float *out = out_;                         // (B, T, H, D)
-    const float *q = q_, *k = k_, *v = v_;     // q (B, T, H, D); k, v (B, T, KVH, D)
+    const att_io io = {.q = q, .k = k, .v = v, .out = out, .lse = lse};
     const att_shape s = att_shape_of(B, T, H, KVH, D);
     const int tiles = (T + ATT_ROWS - 1) / ATT_ROWS, heads = B * H;
     float *ws = cpu_scratch(CPU_SCRATCH_ATTENTION, (size_t)omp_get_max_threads() * ATT_ROWS * T);
@@ -93,8 +100,7 @@ int cpu_attention_fwd(void *out_, float *lse, const void *q_, const void *k_, co
     for (int task = 0; task < tiles * heads; task++) {
         const int tile = tiles - 1 - task / heads, bh = task % heads;   // largest tiles first
         const int i0 = tile * ATT_ROWS, i1 = i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T;
-        attention_fwd_tile(out, lse, q, k, v, &s, bh / H, bh % H, i0, i1,
-                           ws + (size_t)omp_get_thread_num() * ATT_ROWS * T);
+        attention_fwd_tile(&io, &s, bh / H, bh % H, i0, i1, ws + (size_t)omp_get_thread_num() * ATT_ROWS * T);
     }
     return 0;
 }
@@ -117,34 +123,32 @@ CPU_VECTOR_CLONES static void softmax_bwd_row(float *S, float *dP, int n, int wi
 
 // Query rows [i0, i1) of head h in batch b: dQ of those rows overwritten, dK/dV of keys
 // [0, i1) of h's kv head accumulated. S, dP: (ATT_ROWS, T) scratch each.
-static void attention_bwd_tile(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                               const float *lse, const float *q, const float *k, const float *v,
-                               const att_shape *s, int b, int h, int i0, int i1, float *S, float *dP) {
+static void attention_bwd_tile(const att_io *io, const att_shape *s, int b, int h, int i0, int i1, float *S,
+                               float *dP) {
     const int rows = i1 - i0, keys = i1, kh = h / s->group, D = s->D;
     const int ldq = (int)s->ldq, ldk = (int)s->ldk;
     const size_t qo = q_at(s, b, i0, h), ko = k_at(s, b, 0, kh);
-    const float *Q = q + qo, *dO = dout + qo, *K = k + ko, *V = v + ko;
+    const float *Q = io->q + qo, *dO = io->dout + qo, *K = io->k + ko, *V = io->v + ko;
     // S (rows, keys) = scale * Q K^T; dP (rows, keys) = dO V^T
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, s->scale, Q, ldq, K, ldk, 0.0f, S, keys);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, 1.0f, dO, ldq, V, ldk, 0.0f, dP, keys);
-    const float *l = lse + ((size_t)b * s->H + h) * s->T + i0;
+    const float *l = io->l + ((size_t)b * s->H + h) * s->T + i0;
     for (int r = 0; r < rows; r++) {
-        const float *o = out + qo + (size_t)r * ldq, *g = dO + (size_t)r * ldq;
+        const float *o = io->o + qo + (size_t)r * ldq, *g = dO + (size_t)r * ldq;
         float delta = 0.0f;   // sum_d dO * O of this row
 #pragma omp simd reduction(+ : delta)
         for (int d = 0; d < D; d++) delta += g[d] * o[d];
         softmax_bwd_row(S + (size_t)r * keys, dP + (size_t)r * keys, i0 + r + 1, keys, l[r], delta, s->scale);
     }
     // dQ (rows, D) = dS @ K; dK (keys, D) += dS^T @ Q; dV (keys, D) += P^T @ dO
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, keys, 1.0f, dP, keys, K, ldk, 0.0f, dq + qo, ldq);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, D, rows, 1.0f, dP, keys, Q, ldq, 1.0f, dk + ko, ldk);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, D, rows, 1.0f, S, keys, dO, ldq, 1.0f, dv + ko, ldk);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, keys, 1.0f, dP, keys, K, ldk, 0.0f, io->dq + qo, ldq);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, D, rows, 1.0f, dP, keys, Q, ldq, 1.0f, io->dk + ko, ldk);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, D, rows, 1.0f, S, keys, dO, ldq, 1.0f, io->dv + ko, ldk);
 }
 
-int cpu_attention_bwd(void *dq_, void *dk_, void *dv_, const void *dout_, const void *out_, const float *lse,
-                      const void *q_, const void *k_, const void *v_, int B, int T, int H, int KVH, int D) {
-    float *dq = dq_, *dk = dk_, *dv = dv_;   // dq (B, T, H, D); dk, dv (B, T, KVH, D)
-    const float *dout = dout_, *out = out_, *q = q_, *k = k_, *v = v_;
+int cpu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
+                      const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D) {
+    const att_io io = {.q = q, .k = k, .v = v, .o = out, .l = lse, .dout = dout, .dq = dq, .dk = dk, .dv = dv};
     const att_shape s = att_shape_of(B, T, H, KVH, D);
     const size_t per_thread = (size_t)2 * ATT_ROWS * T;
     float *ws = cpu_scratch(CPU_SCRATCH_ATTENTION, (size_t)omp_get_max_threads() * per_thread);
@@ -156,13 +160,12 @@ int cpu_attention_bwd(void *dq_, void *dk_, void *dv_, const void *dout_, const 
         const int b = task / KVH, kh = task % KVH;
         float *S = ws + (size_t)omp_get_thread_num() * per_thread, *dP = S + (size_t)ATT_ROWS * T;
         for (int t = 0; t < T; t++) {
-            memset(dk + k_at(&s, b, t, kh), 0, sizeof(float) * D);
-            memset(dv + k_at(&s, b, t, kh), 0, sizeof(float) * D);
+            memset(io.dk + k_at(&s, b, t, kh), 0, sizeof(float) * D);
+            memset(io.dv + k_at(&s, b, t, kh), 0, sizeof(float) * D);
         }
         for (int h = kh * s.group; h < (kh + 1) * s.group; h++)
             for (int i0 = 0; i0 < T; i0 += ATT_ROWS)
-                attention_bwd_tile(dq, dk, dv, dout, out, lse, q, k, v, &s, b, h, i0,
-                                   i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T, S, dP);
+                attention_bwd_tile(&io, &s, b, h, i0, i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T, S, dP);
     }
     return 0;
 }
