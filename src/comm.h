@@ -9,6 +9,10 @@
 // the same count and dtype. Byte counters record what this rank SENDS under a ring
 // algorithm: all_gather and reduce_scatter (N-1) x count x size, all_reduce twice that,
 // broadcast count x size from the root, so tests can compare with the formulas.
+//
+// Every wait of the mpi and nccl transports (a collective, comm_wait, a barrier) is bounded
+// by --collective_timeout through src/watchdog.h: a peer that stops making progress ends
+// the job with one line naming this rank, the phase and the operation.
 #pragma once
 #include <stddef.h>
 
@@ -19,6 +23,7 @@ typedef enum { COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_ALL_REDUCE, COMM_BROAD
 typedef struct comm comm;
 struct comm {
     const char *name;        // "single", "mpi", ...
+    const char *label;       // the group's role in messages: "shard group", ...; NULL = "world"
     int rank, size;          // within this group
     const backend *be;       // where data buffers live
     void *impl;              // transport state

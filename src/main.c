@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bootstrap.h"
 #include "common.h"
 #include "comm.h"
 #include "plan.h"
 #include "train.h"
+#include "watchdog.h"
 
 // ----------------------------------------------------------------------------
 // flags: one table drives parsing, validation and --help
@@ -65,6 +67,7 @@ static const flag_spec flags[] = {
     {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda", "backend: cpu (fp32, OpenMP; the reference) or cuda (bf16 storage, fp32 math; one GPU per rank by local rank; unverified on GPU)"},
     {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL, "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit (reads only config.json)"},
     {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL, "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
+    {"--collective_timeout", FLAG_FLOAT, OPT(collective_timeout), 0, 1e6, NULL, "seconds a collective or a wait for the GPU may make no progress before the job is aborted with a message naming the rank, step and operation (0 = wait forever)"},
 };
 #define N_FLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -76,6 +79,7 @@ static train_options options_default(void) {
         .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
         .max_steps = 0, .epochs = 1, .seed = 42, .eval_every = 0, .max_eval_docs = 0, .save_every = 0,
         .save_dtype = "bf16", .sample_tokens = 0, .sample_games = 1, .device = "cpu",
+        .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S,
     };
     return o;
 }
@@ -257,12 +261,29 @@ static int device_comms(comm *world, int mpi, const boot_info *boot, const backe
     TRY(comm_nccl_init(dworld, be, rank, W, got, -1));
     TRY(comm_nccl_split(dworld, rank / S, rank % S, dshard));
     TRY(comm_nccl_split(dworld, rank % S, rank / S, dreplica));
+    dshard->label = "shard group";
+    dreplica->label = "replica group";
     *nccl = 1;
     return 0;
 #else
     (void)boot; (void)be; (void)S; (void)rank; (void)dworld; (void)dshard; (void)dreplica;
     return ft_error("GPU ranks need NCCL: this binary was built without the CUDA toolkit");
 #endif
+}
+
+// The watchdog's way out (src/watchdog.h): print its one line, then end every rank (under
+// MPI, MPI_Abort: the launcher kills the other ranks, stopped ones included).
+static int g_mpi_launched;
+static void watchdog_report(void) {
+    fflush(stdout);
+    fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+    fflush(stderr);
+}
+static void watchdog_end(void) {
+#ifdef FT_HAVE_MPI
+    if (g_mpi_launched) comm_mpi_abort(1);
+#endif
+    _exit(1);
 }
 
 int main(int argc, char **argv) {
@@ -291,7 +312,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "finetune: error: %s\n", ft_error_message());
             return 1;
         }
-        mpi = 1;
+        mpi = g_mpi_launched = 1;
         launcher = getenv("SLURM_STEP_ID") ? "MPI over Slurm PMI2 (srun)" : "MPI (mpirun)";
     }
 #endif
@@ -311,6 +332,8 @@ int main(int argc, char **argv) {
     if (!mpi) comm_init_single(&world, cpu);
     int rc = 0, local_rank = boot.local_rank, local_size = boot.local_size;
     const int W = mpi ? world.size : boot.size, rank = mpi ? world.rank : boot.rank;
+    watchdog_configure(o.collective_timeout, rank);
+    watchdog_set_fatal(watchdog_report, watchdog_end);
     // the process grid: shard groups of S consecutive ranks, replica groups across them
     const int S = o.no_fsdp ? 1 : o.dp_shard > 0 ? o.dp_shard : W;
     if (W % S != 0) rc = ft_error("flag --dp_shard: %d does not divide the world size %d", S, W);
@@ -321,10 +344,19 @@ int main(int argc, char **argv) {
     int mpi_split = 0;
 #ifdef FT_HAVE_MPI
     if (mpi && rc == 0) {
-        rc = comm_mpi_local_info(&local_rank, &local_size);
+        // a deadline-bound barrier first: the blocking setup calls below start only once every
+        // rank is known to be alive
+        rc = comm_barrier(&world);
+        if (rc == 0) rc = comm_mpi_local_info(&local_rank, &local_size);
         if (rc == 0) rc = comm_mpi_split(&world, world.rank / S, world.rank % S, &shard);
         if (rc == 0) rc = comm_mpi_split(&world, world.rank % S, world.rank / S, &replica);
-        if (rc == 0) { cc.shard = &shard; cc.replica = &replica; mpi_split = 1; }
+        if (rc == 0) {
+            cc.shard = &shard;
+            cc.replica = &replica;
+            shard.label = "shard group";
+            replica.label = "replica group";
+            mpi_split = 1;
+        }
         // ranks sharing a node split its cores, unless the user chose
         if (rc == 0 && !getenv("OMP_NUM_THREADS")) {
             int t = omp_get_num_procs() / local_size;
@@ -365,6 +397,9 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     rc = train_run(&o, &cc);
+    // MPI_Finalize waits for every rank with no deadline: enter it only once all got here
+    watchdog_set_phase("teardown");
+    if (rc == 0 && mpi && W > 1) rc = comm_barrier(&world);
     // a failing rank prints its own error (setup failures: only the lowest failing rank);
     // past setup, a failure on one rank would leave the others waiting in a collective, so
     // it takes the job down

@@ -19,6 +19,7 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "loader.h"
+#include "watchdog.h"
 
 // ----------------------------------------------------------------------------
 // signals: SIGTERM (Slurm before the time limit) and SIGINT save a checkpoint and stop
@@ -306,6 +307,7 @@ static int train_step(job *j, int step, step_stats *st) {
     const train_options *o = j->o;
     const int B = o->batch_size_per_device, T = o->seq_len;
     const double t0 = now_seconds();
+    watchdog_set_phase("step %d", step + 1);
     size_t ag0, rs0, ar0;
     comm_bytes(j->cc, &ag0, &rs0, &ar0);
     const int epoch = step / j->steps_per_epoch;
@@ -404,6 +406,7 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
 // the job
 
 static int save_checkpoint(job *j, int step) {
+    watchdog_set_phase("checkpoint at step %d", step);
     trainer_state ts = {step, step / j->steps_per_epoch,
                         (uint64_t)(step % j->steps_per_epoch) * (uint64_t)j->o->total_batch_size, j->o->seed,
                         j->o->total_batch_size, j->o->seq_len, j->o->pack, j->total_steps,
@@ -435,6 +438,7 @@ static int run(job *j) {
     }
     if ((rc = agree(j->cc, rc)) != 0) return rc;
     if (start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, start);
+    watchdog_set_phase("eval at step %d", start);
 
     if (o->eval_only) {
         double loss, ntok, t0 = now_seconds();
@@ -477,6 +481,7 @@ static int run(job *j) {
         log_step(j, step, &st, timed ? time_sum / timed : st.secs);
         step++;
         if (o->eval_every > 0 && step % o->eval_every == 0 && step < j->total_steps) {
+            watchdog_set_phase("eval at step %d", step);
             t0 = now_seconds();
             TRY(evaluate(j, &loss, &ntok));
             log_eval(j, step, loss, ntok, now_seconds() - t0);
@@ -496,12 +501,15 @@ static int run(job *j) {
         }
     }
     if (stopped) return 0;
+    watchdog_set_phase("eval at step %d", step);
     t0 = now_seconds();
     TRY(evaluate(j, &loss, &ntok));
     log_eval(j, step, loss, ntok, now_seconds() - t0);
     snprintf(path, sizeof path, "%s/final", o->out_dir);
+    watchdog_set_phase("export");
     if ((rc = agree(j->cc, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
     if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
+    watchdog_set_phase("sampling");
     for (int g = 0; o->sample_tokens > 0 && g < o->sample_games; g++)
         TRY(sample_continuation(&j->cfg, &j->fs, &j->mem, o->model_dir, o->data_dir, o->out_dir, g, 12,
                                 o->sample_tokens, (uint64_t)o->seed, j->rank));

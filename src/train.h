@@ -44,6 +44,8 @@ typedef struct {
     int dry_run;
     int world_size;               // --dry_run: ranks to plan for (0 = the launcher's)
     const char *device;           // "cpu" (fp32 storage) or "cuda" (bf16); the plan's dtype
+    // failure detection (src/watchdog.h; configured by main)
+    double collective_timeout;    // seconds without progress before the job is aborted (0 = off)
 } train_options;
 
 // Side of the square matrices the MFU benchmark multiplies when --peak_tflops is 0 (three
