@@ -226,6 +226,15 @@ static int setup_agree(comm *world, int mpi, int rc) {
     return first < 0 ? 0 : first == world->rank ? -1 : -2;
 }
 
+// GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c). 0 / -1.
+static int nccl_available(void) {
+#ifdef FT_HAVE_CUDA
+    return comm_nccl_load();
+#else
+    return ft_error("GPU ranks need NCCL: this binary was built without the CUDA toolkit");
+#endif
+}
+
 // The data plane of GPU ranks: one process = the single transport over the device; several
 // = NCCL: rank 0's unique id reaches every rank over MPI (or the PMI2 KVS), then the shard
 // and replica groups are split from the world group. *nccl = 1 when NCCL groups were made.
@@ -249,6 +258,7 @@ static int device_comms(comm *world, int mpi, const boot_info *boot, const backe
 #endif
     }
     TRY(comm_nccl_init(dworld, be, rank, W, got, -1));
+    if (mpi) TRY(comm_barrier(world));   // the blocking splits start once every rank is known alive
     TRY(comm_nccl_split(dworld, rank / S, rank % S, dshard));
     TRY(comm_nccl_split(dworld, rank % S, rank / S, dreplica));
     dshard->label = "shard group";
@@ -356,9 +366,11 @@ int main(int argc, char **argv) {
 #else
     (void)shard; (void)replica; (void)mpi_split;
 #endif
-    // the device: a GPU's arena is sized from the memory plan of this very job
+    // the device: a GPU's arena is sized from the memory plan of this very job; GPU ranks
+    // beyond one need NCCL (loaded at run time), checked before the device is touched
     size_t arena_bytes = 0;
     if (rc == 0 && strcmp(o.device, "cpu") != 0) rc = device_arena_bytes(&o, W, &arena_bytes);
+    if (rc == 0 && strcmp(o.device, "cpu") != 0 && W > 1) rc = nccl_available();
     if (rc == 0) rc = backend_open(o.device, local_rank, arena_bytes, &be);
     rc = setup_agree(&world, mpi, rc);
     comm dworld, dshard, dreplica;   // NCCL groups (GPU ranks)

@@ -75,7 +75,7 @@ static double now_seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void format_bytes(char *buf, size_t n, size_t bytes) {
+void watchdog_format_bytes(char *buf, size_t n, size_t bytes) {
     if (bytes < 1024) snprintf(buf, n, "%zu B", bytes);
     else if (bytes < ((size_t)1 << 20)) snprintf(buf, n, "%.1f KiB", bytes / 1024.0);
     else if (bytes < ((size_t)1 << 30)) snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
@@ -99,7 +99,7 @@ static int timed_out(const char *op, const char *group, size_t bytes, double wai
     if (bytes) {
         size[0] = ',';
         size[1] = ' ';
-        format_bytes(size + 2, sizeof size - 2, bytes);
+        watchdog_format_bytes(size + 2, sizeof size - 2, bytes);
     }
     unsigned long oldest = ~0ul;
     for (int i = 0; i < W.n_hooks; i++) {

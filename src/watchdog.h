@@ -79,3 +79,5 @@ int watchdog_fired(void);
 unsigned long watchdog_next_seq(void);
 // The phase set last ("step 7"), for transports that record where an operation started.
 const char *watchdog_phase(void);
+// "8 B", "721.0 KiB", "1.2 MiB", "3.50 GiB" (as in the messages).
+void watchdog_format_bytes(char *buf, size_t n, size_t bytes);

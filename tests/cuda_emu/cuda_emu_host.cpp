@@ -4,8 +4,10 @@
 //
 // What is here, and how faithful:
 //   - device queries: one emulated device, "sm_80", 8 GiB; FT_EMU_DEVICES=0 emulates a
-//     machine without a device (cudaErrorNoDevice), to test that path too, and
-//     FT_EMU_DEVICE_NAME sets the device name
+//     machine without a device (cudaErrorNoDevice), to test that path too,
+//     FT_EMU_DEVICE_NAME sets the device name, FT_EMU_COMPUTE_CAPABILITY ("7.5", "10.0") its
+//     architecture and FT_EMU_MEMORY_MIB its memory (total = free), for the bad-input tests
+//     (tests/test_cuda_bad_input.sh)
 //   - streams and events: handles only; every operation already completed when it returns
 //     (the emulator runs kernels synchronously), so ordering is trivially kept. Stream
 //     ordering bugs therefore CANNOT be caught here.
@@ -39,6 +41,10 @@ static int emu_device_count() {
     const char *e = getenv("FT_EMU_DEVICES");
     return e ? atoi(e) : 1;
 }
+static size_t emu_memory_bytes() {
+    const char *e = getenv("FT_EMU_MEMORY_MIB");
+    return e ? (size_t)atoll(e) << 20 : (size_t)8 << 30;
+}
 
 extern "C" {
 
@@ -59,15 +65,17 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     // FT_EMU_DEVICE_NAME pretends to be a given GPU (tests of name-based lookups)
     const char *name = getenv("FT_EMU_DEVICE_NAME");
     snprintf(prop->name, sizeof prop->name, "%s", name ? name : "CPU emulation (tests/cuda_emu)");
+    const char *cc = getenv("FT_EMU_COMPUTE_CAPABILITY");
     prop->major = 8;
     prop->minor = 0;
-    prop->totalGlobalMem = (size_t)8 << 30;
+    if (cc && sscanf(cc, "%d.%d", &prop->major, &prop->minor) != 2) return cudaErrorInvalidValue;
+    prop->totalGlobalMem = emu_memory_bytes();
     prop->multiProcessorCount = 1;
     prop->warpSize = 32;
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
-    *free_bytes = *total = (size_t)8 << 30;
+    *free_bytes = *total = emu_memory_bytes();
     return cudaSuccess;
 }
 
@@ -86,6 +94,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+// every operation completed when it returned (the watchdog's polls, src/watchdog.h)
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 
 // ----------------------------------------------------------------------------
 // cuBLASLt
@@ -326,6 +337,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
     delete c;
     return ncclSuccess;
 }
+// no asynchronous errors here; abort leaves the MPI communicator to MPI_Abort (freeing it is
+// collective and the peers may be hung)
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *async) { *async = ncclSuccess; return ncclSuccess; }
+ncclResult_t ncclCommAbort(ncclComm_t c) { delete c; return ncclSuccess; }
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t) {
     const size_t bytes = n * nccl_size(t);
     const void *s = (const char *)recv + (size_t)c->rank * bytes == send ? MPI_IN_PLACE : send;
@@ -375,6 +390,8 @@ ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *) {
 ncclResult_t ncclCommUserRank(const ncclComm_t, int *) { return ncclInvalidUsage; }
 ncclResult_t ncclCommCount(const ncclComm_t, int *) { return ncclInvalidUsage; }
 ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *async) { *async = ncclSuccess; return ncclSuccess; }
+ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
 ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) {
     return ncclInvalidUsage;
 }
