@@ -66,6 +66,14 @@ int comm_barrier(comm *c);
 void comm_destroy(comm *c);
 size_t comm_total_bytes(const comm *c);
 
+// Agree on a status where a failure may hit some ranks only (setup, loading, checkpoint
+// writes); collective over `c`. 0 when every rank's rc is 0. Otherwise the lowest failing rank
+// returns -1 (its ft_error message is the one printed) and the others COMM_PEER_FAILED with
+// ft_error "rank N failed", and *agreed is set to 1: every rank knows, none has to abort the
+// job. A one-rank group returns rc unchanged. -1 when the agreement itself fails.
+#define COMM_PEER_FAILED (-2)
+int comm_agree(comm *c, int rc, int *agreed);
+
 // ----------------------------------------------------------------------------
 // MPI transport (src/comm_mpi.c, built only when MPICH is found: `make MPI=1`)
 

@@ -48,6 +48,11 @@ a="$tmp/games-a"
 v0=$(grep '"type":"eval","step":0' "$a/metrics.jsonl" | sed -E 's/.*"val_loss":([0-9.]+).*/\1/')
 v6=$(grep '"type":"eval","step":6' "$a/metrics.jsonl" | sed -E 's/.*"val_loss":([0-9.]+).*/\1/')
 awk -v a="$v0" -v b="$v6" 'BEGIN { exit !(b < a - 0.05) }' && ok "validation loss fell: $v0 -> $v6" || bad "validation loss did not fall: $v0 -> $v6"
+# --eval_only on a checkpoint: the weights of step 6, the loss the run logged after step 6
+ev=$("$bin" "${small[@]}" --eval_only --resume "$a/checkpoints/step_00000006" --out_dir "$tmp/ev" 2>&1)
+e6=$(sed -nE 's/^eval  step 6 \| val loss ([0-9.]+) .*/\1/p' <<<"$ev")
+[ -n "$e6" ] && awk -v a="$e6" -v b="$v6" 'BEGIN { exit !(a == b) }' && ok "--eval_only --resume step 6: val loss $e6 = the run's" \
+  || bad "--eval_only --resume step 6: '$e6' vs the run's $v6: $(tail -1 <<<"$ev")"
 
 # ---------------------------------------------------------------- 2. SIGTERM
 s="$tmp/sig"

@@ -20,7 +20,7 @@
 #include "safetensors.h"
 #include "schedule.h"
 #include "test.h"
-#include "train.h"
+#include "ckpt.h"
 
 #define STEPS 5
 #define LR 1e-2
