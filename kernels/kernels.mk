@@ -72,7 +72,32 @@ $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(BUILD)/libfinetu
 	$(CC) $(CFLAGS) -Itests -c $< -o $@.o
 	$(CXX) $@.o $(filter-out $<,$^) -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
-EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu
+# Fault-injection builds for tests/test_cuda_emu_hazards.sh: finetune_emu with src/fsdp.c and
+# src/comm_nccl.c compiled with one TEST-ONLY macro each (never in a real build), to show that
+# the asynchronous emulated runtime reports the ordering bug it creates:
+#   finetune_emu_fault_prefetch  -DFT_FAULT_SKIP_PREFETCH_WAIT: FSDP uses a prefetched layer
+#                                without waiting for its all-gather
+#   finetune_emu_fault_rs        -DFT_FAULT_SKIP_RS_WAIT: the overlapped reduce-scatter does
+#                                not wait for the backward that produces its gradients
+FAULT_DEFS_prefetch := -DFT_FAULT_SKIP_PREFETCH_WAIT
+FAULT_DEFS_rs := -DFT_FAULT_SKIP_RS_WAIT
+$(BUILD)/emu/fault_%/fsdp.o: src/fsdp.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(FAULT_DEFS_$*) -c $< -o $@
+$(BUILD)/emu/fault_%/comm_nccl.o: src/comm_nccl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(FAULT_DEFS_$*) -c $< -o $@
+# (the faulted objects come first, so the library's own fsdp.o and comm_nccl.o are not linked)
+$(BUILD)/tests/finetune_emu_fault_%: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o \
+                                    $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) \
+                                    $(EMU_OBJ) $(BUILD)/emu/cuda_emu_host.o
+	@mkdir -p $(dir $@)
+	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
+.PRECIOUS: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o
+
+EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu $(BUILD)/tests/finetune_emu_fault_prefetch \
+                   $(BUILD)/tests/finetune_emu_fault_rs
+-include $(wildcard $(BUILD)/emu/fault_*/*.d)
 TEST_BINS += $(BUILD)/tests/test_backend_emu
 CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_backend_emu   # not in the CUDA=0 sanitizer build
 endif

@@ -81,10 +81,23 @@ static int compute_wait(const char *op, size_t bytes) { return backend_cuda_wait
 // ----------------------------------------------------------------------------
 // memory
 
-static void *cu_alloc(size_t nbytes) { return arena_alloc(&G.ar, nbytes); }
+// Test hooks: the emulated CUDA runtime (tests/cuda_emu) tracks the arena's blocks to check
+// the ordering of the work that uses them. Weak and undefined in a real build (NULL: skipped).
+// A block is freed on the host at once; the free counts as ordered on the compute stream.
+extern void cuemu_block_alloc(void *p, size_t nbytes) __attribute__((weak));
+extern void cuemu_block_free(void *p, void *stream) __attribute__((weak));
+
+static void *cu_alloc(size_t nbytes) {
+    void *p = arena_alloc(&G.ar, nbytes);
+    if (p && cuemu_block_alloc) cuemu_block_alloc(p, nbytes);
+    return p;
+}
 // a pointer the arena did not hand out is a programming error: arena_free records it with
 // ft_error (the table's free returns nothing, and library code does not print)
-static void cu_free(void *p) { (void)arena_free(&G.ar, p); }
+static void cu_free(void *p) {
+    if (p && cuemu_block_free) cuemu_block_free(p, G.stream);
+    (void)arena_free(&G.ar, p);
+}
 static void scratch_release(void *p) { cu_free(p); }
 static int cu_copy_h2d(void *dst, const void *src, size_t n) {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, G.stream));
@@ -375,7 +388,7 @@ static int open_device(int local_rank, size_t arena_bytes) {
     CHECK_CUDA(cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking));
     CHECK_CUDA(cudaMalloc(&G.arena_mem, arena_bytes));
     TRY(arena_init(&G.ar, G.arena_mem, arena_bytes, ARENA_ALIGN));
-    if (!(G.lt_workspace = arena_alloc(&G.ar, LT_WORKSPACE_BYTES))) return -1;
+    if (!(G.lt_workspace = cu_alloc(LT_WORKSPACE_BYTES))) return -1;
     CHECK_CUBLAS(cublasLtCreate(&G.lt));
     ftk_set_scratch_allocator(cu_alloc, scratch_release);   // kernels' workspace from the arena too
     snprintf(G.name, sizeof G.name, "cuda device %d (%.64s, sm_%d%d, arena %.2f GiB of %.2f)", G.device, prop.name,

@@ -7,6 +7,8 @@
 # Needs python3 (standard library only) and xz; pgn-extract is required (missing = failure).
 # Last line: "test_chess_data: N passed, N failed"; exit status non-zero on any failure.
 set -u
+build="${1:-build}"
+. "$(dirname "$0")/lib.sh" test_chess_data
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DATA_DIR=${DATA_DIR:-$ROOT/data}
 MIN_GAMES=${MIN_GAMES:-10000}
@@ -16,9 +18,6 @@ elif [ -x /usr/games/pgn-extract ]; then PGNX=/usr/games/pgn-extract
 else PGNX=$(command -v pgn-extract || echo /usr/games/pgn-extract); fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_chess_data.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; }
 # tally: reads "ok X" / "FAIL X: why" lines (printed by the python checks) and counts them.
 tally() {
   local line
@@ -44,7 +43,7 @@ for f in "$CH/games.jsonl.xz" "$CH/games.meta.json"; do
 done
 if ! xz -dc "$CH/games.jsonl.xz" > "$TMP/games.jsonl" 2>"$TMP/xz.err"; then
   bad "xz decompress: $(cat "$TMP/xz.err")"
-  echo "test_chess_data: $pass passed, $((fail+1)) failed"; exit 1
+  finish
 fi
 ok "xz decompress"
 
@@ -311,5 +310,4 @@ total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(data) fo
 check("data/ under 30 MB (%.1f MB)" % (total / 1e6), total < 30e6, total)
 PY
 
-echo "test_chess_data: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

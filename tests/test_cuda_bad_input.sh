@@ -19,16 +19,10 @@
 # the dynamic loader, before main: "error while loading shared libraries: libcublasLt.so.13:
 # cannot open shared object file: No such file or directory", exit 127 (README).
 set -u
-build=${1:-build}
+build="${1:-build}"
+. "$(dirname "$0")/lib.sh" test_cuda_bad_input
 emu=$build/tests/finetune_emu
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-if [ ! -x "$emu" ]; then
-  if [ "${CI:-}" = true ]; then bad "$emu not built (needs the CUDA headers, CUDA=1)"
-  else echo "skip: $emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; fi
-  echo "test_cuda_bad_input: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit
-fi
+if [ ! -x "$emu" ]; then skip_or_fail "$emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 flags=(--batch_size_per_device 1 --total_batch_size 2 --seq_len 64 --max_steps 1 --max_eval_docs 1)
 
@@ -85,5 +79,4 @@ if [ -x "$nx" ]; then
   elif [[ "$out" == *"cannot open shared object"* ]]; then echo "skip: no libnccl.so.2 on this machine ($out)"
   else bad "nccl_id_exchange: exit $rc: $out"; fi
 fi
-echo "test_cuda_bad_input: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish
