@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "plan.h"
+#include "watchdog.h"
 
 int launch_env_rank(void) {
     static const char *vars[] = {"PMI_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", NULL};
@@ -69,6 +71,9 @@ static int grid_open(launch *L, int S, const char *device) {
     L->cc = (train_comms){&L->world, &L->world, &L->world};
 #ifdef FT_HAVE_MPI
     if (L->mpi) {
+        // a deadline-bound barrier first: the blocking calls below start once every rank is
+        // known to be alive (src/watchdog.h)
+        TRY(comm_barrier(&L->world));
         TRY(comm_mpi_local_info(&L->local_rank, &L->local_size));
         TRY(comm_mpi_split(&L->world, L->world.rank / S, L->world.rank % S, &L->shard));
         if (comm_mpi_split(&L->world, L->world.rank % S, L->world.rank / S, &L->replica) != 0) {
@@ -77,6 +82,8 @@ static int grid_open(launch *L, int S, const char *device) {
         }
         L->cc.shard = &L->shard;
         L->cc.replica = &L->replica;
+        L->shard.label = "shard group";
+        L->replica.label = "replica group";
         L->mpi_split = 1;
         if (!getenv("OMP_NUM_THREADS")) {
             int t = omp_get_num_procs() / L->local_size;
@@ -104,6 +111,15 @@ static int device_arena_bytes(const train_options *o, int W, size_t *out) {
     return 0;
 }
 
+// GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c). 0 / -1.
+static int nccl_available(void) {
+#ifdef FT_HAVE_CUDA
+    return comm_nccl_load();
+#else
+    return ft_error("GPU ranks need NCCL: this binary was built without the CUDA toolkit");
+#endif
+}
+
 // The data plane of GPU ranks: one process = the single transport over the device; several
 // = NCCL: rank 0's unique id reaches every rank over MPI (or the PMI2 KVS), then the shard
 // and replica groups are split from the world group.
@@ -128,8 +144,11 @@ static int data_plane_open(launch *L, int S) {
     L->dcomms = 0;
     TRY(comm_nccl_init(&L->dworld, L->be, L->rank, L->W, got, -1));
     L->dcomms = 1;
+    if (L->mpi) TRY(comm_barrier(&L->world));   // the blocking splits start once every rank is known alive
     TRY(comm_nccl_split(&L->dworld, L->rank / S, L->rank % S, &L->dshard));
     TRY(comm_nccl_split(&L->dworld, L->rank % S, L->rank / S, &L->dreplica));
+    L->dshard.label = "shard group";
+    L->dreplica.label = "replica group";
     L->nccl = 1;
     L->cc = (train_comms){&L->dworld, &L->dshard, &L->dreplica};
     return 0;
@@ -146,11 +165,14 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     memset(L, 0, sizeof *L);
     L->cpu = backend_cpu();
     TRY(control_plane_open(L, argc, argv));
+    watchdog_configure(o->collective_timeout, L->rank);
     const int S = train_shard_size(o, L->W);
     int rc = grid_open(L, S, o->device);
-    // the device: a GPU's arena is sized from the memory plan of this very job
+    // the device: a GPU's arena is sized from the memory plan of this very job; GPU ranks
+    // beyond one need NCCL (loaded at run time), checked before the device is touched
     size_t arena_bytes = 0;
     if (rc == 0 && strcmp(o->device, "cpu") != 0) rc = device_arena_bytes(o, L->W, &arena_bytes);
+    if (rc == 0 && strcmp(o->device, "cpu") != 0 && L->W > 1) rc = nccl_available();
     if (rc == 0) rc = backend_open(o->device, L->local_rank, arena_bytes, &L->be);
     int agreed = 0;
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
@@ -166,7 +188,19 @@ void launch_print(const launch *L) {
            backend_describe(L->be));
 }
 
+void launch_abort(const launch *L) {
+#ifdef FT_HAVE_MPI
+    if (L && L->mpi) comm_mpi_abort(1);
+#else
+    (void)L;
+#endif
+    _exit(1);
+}
+
 void launch_close(launch *L, int rc, int failure_agreed) {
+    // MPI_Finalize waits for every rank with no deadline: enter it only once all got here
+    watchdog_set_phase("teardown");
+    if (L->ready && L->mpi && rc == 0 && L->W > 1) (void)comm_barrier(&L->world);
     if (!L->ready) {   // setup failed, agreed (or before the groups existed): no group is in use
         backend_close(L->be);
 #ifdef FT_HAVE_MPI
