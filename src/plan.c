@@ -1,29 +1,34 @@
 // plan.c: the --dry_run memory and step-time planner (see plan.h).
 //
-// Every memory line below names the buffer of src/model.c or src/fsdp.c it stands for; when
-// those files change their allocations, tests/test_plan.sh fails until this file follows.
+// The memory plan is not a mirror: it walks the very buffer tables that model_init,
+// fsdp_init and the MFU benchmark allocate from (model_buffer_table, fsdp_buffer_table,
+// mfu_bench_buffer_table), so a buffer added there is planned here with no edit.
 #include "plan.h"
 
 #include <string.h>
 
-#include "backend.h"   // LMHEAD_CHUNK_ROWS
 #include "common.h"
-#include "train.h"     // TRAIN_BENCH_MATMUL_DIM
+#include "fsdp.h"
+#include "mfu.h"
 
 // ----------------------------------------------------------------------------
 // devices
 //
-// Peak dense bf16 rates and HBM bandwidths from the NVIDIA A100 and H100 (SXM) datasheets, as
-// torchtitan uses for MFU (312e12, 989e12). NVLink: 600 GB/s (A100, NVLink 3) and 900 GB/s
-// (H100, NVLink 4) per GPU in both directions together, i.e. 300 / 450 GB/s each way, which is
-// what a ring collective's bytes sent per rank move over. Across nodes: one InfiniBand NIC per
-// GPU, HDR 200 Gb/s (25 GB/s) on A100 systems, NDR 400 Gb/s (50 GB/s) on H100 systems; 8 GPUs
-// per node. Memory: 80 GiB; PLAN_DEVICE_RESERVE_BYTES of it is left for what the tracker does
-// not see (CUDA context, cuBLASLt workspace, NCCL buffers, fragmentation): an assumption.
+// Peak dense bf16 rates and HBM bandwidths from the NVIDIA A100, H100 and H200 (SXM)
+// datasheets, as torchtitan uses for MFU (312e12, 989e12; the H200 is the same GH100 die at
+// 4.8 TB/s). NVLink: 600 GB/s (A100, NVLink 3) and 900 GB/s (H100/H200, NVLink 4) per GPU in
+// both directions together, i.e. 300 / 450 GB/s each way, which is what a ring collective's
+// bytes sent per rank move over. Across nodes: one InfiniBand NIC per GPU, HDR 200 Gb/s (25
+// GB/s) on A100 systems, NDR 400 Gb/s (50 GB/s) on H100/H200 systems; 8 GPUs per node. fp32
+// SIMT peak, SM count and boost clock (the SIMT kernels' rate, src/plan_time.c): 19.5e12, 108,
+// 1.41 GHz (A100); 67e12, 132, 1.98 GHz (H100, H200). Memory: 80 GiB (141 GB on the H200);
+// PLAN_DEVICE_RESERVE_BYTES of it is left for what the tracker does not see (CUDA context,
+// cuBLASLt workspace, NCCL buffers, fragmentation): an assumption.
 
 const plan_device plan_devices[] = {
-    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)80 << 30},
-    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)80 << 30},
+    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)80 << 30, 19.5e12, 108, 1.41e9},
+    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)80 << 30, 67e12, 132, 1.98e9},
+    {"H200-SXM-141GB", 989e12, 4.8e12, 450e9, 50e9, 8, (size_t)141000000000, 67e12, 132, 1.98e9},
 };
 const int plan_n_devices = (int)(sizeof plan_devices / sizeof plan_devices[0]);
 
@@ -32,102 +37,28 @@ size_t plan_device_budget(const plan_device *d) { return d->memory_bytes - PLAN_
 // ----------------------------------------------------------------------------
 // memory
 
-static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
-
+// One report line per run of consecutive buffers with the same description; every byte counts
+// even if the line table is full.
 static void add_item(plan *p, mem_category cat, size_t bytes, const char *what) {
-    if (bytes == 0 || p->n_items == PLAN_MAX_ITEMS) return;
-    p->items[p->n_items++] = (plan_item){cat, bytes, what};
     p->bytes[cat] += bytes;
     p->total += bytes;
+    plan_item *last = p->n_items ? &p->items[p->n_items - 1] : NULL;
+    if (last && last->cat == cat && strcmp(last->what, what) == 0) last->bytes += bytes;
+    else if (p->n_items < PLAN_MAX_ITEMS) p->items[p->n_items++] = (plan_item){cat, bytes, what};
 }
 
-// Bytes of one layer_acts set (model.c layer_acts_alloc) for N = B x T rows.
-static size_t layer_acts_bytes(const llama_config *c, size_t B, size_t T, size_t esz) {
-    const size_t N = B * T, C = c->hidden_size, F = c->intermediate_size;
-    const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
-    const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
-    return N * C * esz + N * sizeof(float)              // ln1, ln1_rstd
-         + N * QD * esz + 2 * N * KVD * esz             // q, k, v
-         + N * QD * esz                                 // att
-         + B * (size_t)c->num_attention_heads * T * sizeof(float)   // lse (B, H, T)
-         + N * C * esz                                  // h
-         + N * C * esz + N * sizeof(float)              // ln2, ln2_rstd
-         + 3 * N * F * esz;                             // gate, up, act
-}
-
-// fsdp_init: this rank's slices and the gather / gradient / communication buffers.
-static void plan_fsdp_memory(plan *p) {
-    const plan_request *r = &p->req;
-    const size_t S = (size_t)r->shard_size, esz = r->elem_bytes, f32 = sizeof(float);
-    const size_t slice_layer = p->layer_numel / S, slice_root = p->root_numel / S;
-    add_item(p, MEM_PARAMS, p->n_local * esz, "working parameters, this rank's slice");
-    add_item(p, MEM_OPTIMIZER, 3 * p->n_local * f32, "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)");
-    add_item(p, MEM_GRADS, p->n_local * f32, "fp32 gradients of the step (slice)");
-    if (S > 1) {
-        add_item(p, MEM_GATHERED, p->root_numel * esz, "root unit (embeddings, norm, lm_head), gathered");
-        add_item(p, MEM_GATHERED, 2 * p->layer_numel * esz, "two layer units: in use + prefetched");
-        add_item(p, MEM_WORKSPACE, max_size(slice_layer, slice_root) * esz, "reduce-scatter output (largest slice)");
-        if (!r->accumulate_grads_locally)
-            add_item(p, MEM_WORKSPACE, slice_layer * esz, "second layer reduce-scatter output (one in flight)");
-    }
-    if (r->accumulate_grads_locally)
-        add_item(p, MEM_GRADS, p->padded_total * esz, "full-size gradients summed over micro-batches");
-    else
-        add_item(p, MEM_GRADS, (p->root_numel + (S > 1 ? 2 : 1) * p->layer_numel) * esz,
-                 S > 1 ? "one micro-batch's root + two layer gradients (one reducing while the next computes)"
-                       : "one micro-batch's root + layer gradients");
-    add_item(p, MEM_WORKSPACE, max_size(p->layer_numel, p->root_numel) * f32, "fp32 unit buffer (checkpoint gathers)");
-}
-
-// model_init: activations kept for the backward, and the scratch of one layer's backward.
-static void plan_model_memory(plan *p, const llama_config *c) {
-    const plan_request *r = &p->req;
-    const size_t B = (size_t)r->batch_size_per_device, T = (size_t)r->seq_len, N = B * T, esz = r->elem_bytes;
-    const size_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
-    const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
-    const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
-    const size_t set = layer_acts_bytes(c, B, T, esz);
-
-    add_item(p, MEM_ACTIVATIONS, (L + 1) * N * C * esz, "residual stream: every layer's input + the output");
-    if (!r->gradient_checkpointing)
-        add_item(p, MEM_ACTIVATIONS, L * set, "every layer's saved activations (norms, q, k, v, attention, MLP)");
-    add_item(p, MEM_ACTIVATIONS, N * C * esz + N * sizeof(float), "final norm output + rstd");
-
-    if (r->gradient_checkpointing) add_item(p, MEM_WORKSPACE, set, "one layer's activations, recomputed in backward");
-    add_item(p, MEM_WORKSPACE, (3 * N * C + 2 * N * QD + 2 * N * KVD + 3 * N * F) * esz,
-             "backward scratch of one layer + branch output");
-    add_item(p, MEM_WORKSPACE, (N < LMHEAD_CHUNK_ROWS ? N : LMHEAD_CHUNK_ROWS) * V * sizeof(float),
-             "fp32 logits of one lm_head chunk (128 rows)");
-    add_item(p, MEM_WORKSPACE, 2 * T * (size_t)(c->head_dim / 2) * sizeof(float) + 3 * N * 4,
-             "RoPE tables, tokens, targets, losses");
+static int plan_table_add(mem_table *t, const mem_buffer *b) {
+    add_item(t->ctx, b->cat, b->bytes, b->what);
+    return 0;
 }
 
 // ----------------------------------------------------------------------------
 // FLOPs and collective bytes of one optimizer step
 
-// Causal attention FLOPs of one forward per token per layer: QK^T and PV over on average
-// T/2 keys, 2 FLOPs per multiply-add, for H heads of dimension D.
-static double attention_fwd_flops(const llama_config *c, double T) {
-    return 2.0 * 2.0 * (double)c->num_attention_heads * c->head_dim * (T / 2.0);
-}
-
 static void plan_step_work(plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
-    const double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    const double QD = (double)c->num_attention_heads * c->head_dim;
-    const double KVD = (double)c->num_key_value_heads * c->head_dim;
-    // parameters that take part in a matmul: the layers' projections and the lm_head (the
-    // embedding is a lookup; norm weights are elementwise)
-    const double layer_matmul = 2 * QD * C + 2 * KVD * C + 3 * F * C;
-    const double matmul_params = L * layer_matmul + V * C;
-    const double att = attention_fwd_flops(c, r->seq_len);
     p->tokens = (double)p->accum * r->batch_size_per_device * r->seq_len;
-    // forward 2, backward 4 FLOPs per parameter per token; attention backward = 2 x forward
-    const double model_per_token = 6 * matmul_params + 3 * L * att;
-    double exec_per_token = model_per_token + 0.5 * L * att;   // backward recomputes QK^T (flash-style)
-    if (r->gradient_checkpointing) exec_per_token += 2 * L * layer_matmul + L * att;   // layer forwards again
-    p->model_flops = p->tokens * model_per_token;
-    p->exec_flops = p->tokens * exec_per_token;
+    p->model_flops = p->tokens * model_flops_per_token(c, r->seq_len);   // executed: plan_ops_compute
 
     // collectives: the byte counters of src/comm.c (ring: a rank sends (n-1)/n of the data)
     const size_t S = (size_t)r->shard_size, R = (size_t)p->replica_size, esz = r->elem_bytes;
@@ -140,8 +71,10 @@ static void plan_step_work(plan *p, const llama_config *c) {
         const size_t reuse = Lu > 2 ? Lu - 2 : 0;
         const size_t layer_gathers = Lu + reuse + (A - 1) * 2 * reuse;
         p->all_gather_bytes = (S - 1) * (A * (p->root_numel / S) + layer_gathers * (p->layer_numel / S)) * esz;
+        p->root_all_gather_bytes = (S - 1) * A * (p->root_numel / S) * esz;
         const size_t reductions = r->accumulate_grads_locally ? 1 : A;
         p->reduce_scatter_bytes = reductions * (S - 1) * (p->padded_total / S) * esz;
+        p->root_reduce_scatter_bytes = reductions * (S - 1) * (p->root_numel / S) * esz;
     }
     if (R > 1) p->all_reduce_bytes = 2 * (R - 1) * (p->n_local / R) * sizeof(float);   // fp32 slices
     // per slice element: zero the gradient (4), its norm (4), AdamW reads master, grad, m, v
@@ -152,12 +85,14 @@ static void plan_step_work(plan *p, const llama_config *c) {
 // ----------------------------------------------------------------------------
 // the plan
 
-int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
-    memset(p, 0, sizeof *p);
-    p->req = *r;
-    if (r->world_size < 1) return ft_error("plan: world size %d is not positive", r->world_size);
-    if (r->shard_size < 1 || r->world_size % r->shard_size != 0)
-        return ft_error("flag --dp_shard: %d does not divide the world size %d", r->shard_size, r->world_size);
+int plan_validate_grid(int W, int S) {
+    if (W < 1) return ft_error("plan: world size %d is not positive", W);
+    if (S < 1 || W % S != 0) return ft_error("flag --dp_shard: %d does not divide the world size %d", S, W);
+    return 0;
+}
+
+int plan_validate(const llama_config *c, const plan_request *r) {
+    TRY(plan_validate_grid(r->world_size, r->shard_size));
     if (r->batch_size_per_device < 1 || r->seq_len < 1 || r->total_batch_size < 1)
         return ft_error("plan: batch %d, seq_len %d, total batch %d must be positive", r->batch_size_per_device,
                         r->seq_len, r->total_batch_size);
@@ -169,44 +104,39 @@ int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
         return ft_error("flag --total_batch_size: %d is not a multiple of --batch_size_per_device %d x %d ranks = %d",
                         r->total_batch_size, r->batch_size_per_device, r->world_size, per_step);
     if (r->elem_bytes != 2 && r->elem_bytes != 4) return ft_error("plan: element size %zu is not 2 or 4", r->elem_bytes);
+    return 0;
+}
+
+int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
+    memset(p, 0, sizeof *p);
+    p->req = *r;
+    TRY(plan_validate(c, r));
+    const int per_step = r->batch_size_per_device * r->world_size;
     p->replica_size = r->world_size / r->shard_size;
     p->accum = r->total_batch_size / per_step;
 
-    // param_layout_init as train.c calls it: every unit padded to a multiple of 16 x S
+    // the layout as the trainer builds it
     param_layout l;
-    TRY(param_layout_init(&l, c, (size_t)r->shard_size * 16));
+    TRY(param_layout_init(&l, c, fsdp_pad_multiple(r->shard_size)));
     p->n_params = l.n_params;
     p->layer_numel = l.unit_numel[0];
     p->root_numel = l.unit_numel[l.n_layers];
     p->padded_total = l.total;
-    param_layout_free(&l);
     p->n_local = p->padded_total / (size_t)r->shard_size;
 
     // allocation order of job_setup: model_init, then fsdp_init, then the MFU benchmark
-    plan_model_memory(p, c);
-    plan_fsdp_memory(p);
-    if (r->mfu_benchmark)
-        add_item(p, MEM_WORKSPACE, 3 * (size_t)TRAIN_BENCH_MATMUL_DIM * TRAIN_BENCH_MATMUL_DIM * r->elem_bytes,
-                 "matmul-rate benchmark for MFU (--peak_tflops 0)");
+    mem_table t = {plan_table_add, p, 0};
+    model_buffer_table(&t, c, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing, r->elem_bytes, NULL);
+    fsdp_buffer_table(&t, &l, r->shard_size, r->accumulate_grads_locally, r->elem_bytes, NULL);
+    if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
+    param_layout_free(&l);
     plan_step_work(p, c);
+    plan_ops_compute(p, c);
     return 0;
 }
 
 // ----------------------------------------------------------------------------
-// roofline and batch search
-
-plan_step_time plan_estimate_step_time(const plan *p, const plan_device *d) {
-    plan_step_time t;
-    const double shard_bw = p->req.shard_size <= d->gpus_per_node ? d->nvlink_bytes_per_s : d->internode_bytes_per_s;
-    const double world_bw = p->req.world_size <= d->gpus_per_node ? d->nvlink_bytes_per_s : d->internode_bytes_per_s;
-    t.compute_s = p->exec_flops / d->peak_flops;
-    t.comm_s = (double)(p->all_gather_bytes + p->reduce_scatter_bytes) / shard_bw +
-               (double)p->all_reduce_bytes / world_bw;
-    t.optimizer_s = p->optimizer_hbm_bytes / d->hbm_bytes_per_s;
-    t.overlapped_s = (t.compute_s > t.comm_s ? t.compute_s : t.comm_s) + t.optimizer_s;
-    t.serial_s = t.compute_s + t.comm_s + t.optimizer_s;
-    return t;
-}
+// batch search
 
 static int batch_fits(const llama_config *c, plan_request r, int B, size_t budget) {
     r.batch_size_per_device = B;
@@ -235,11 +165,6 @@ int plan_find_max_batch(const llama_config *c, const plan_request *req, size_t b
 
 static double gib(double bytes) { return bytes / (double)(1ull << 30); }
 
-static const char *sharding_name(const plan_request *r) {
-    if (r->shard_size > 1) return r->shard_size < r->world_size ? "HSDP" : "FSDP full shard";
-    return r->world_size > 1 ? "none, DDP" : "none, single device";
-}
-
 static void print_max_batch(FILE *out, const plan *p, const llama_config *c, size_t budget, int max_batch) {
     int best[2][2];   // [checkpointing][dividing]
     for (int ck = 0; ck < 2; ck++)
@@ -265,13 +190,13 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     const plan_request *r = &p->req;
     const char *dtype = r->elem_bytes == 2 ? "bf16" : "fp32";
     fprintf(out, "finetune: dry run: a plan, nothing allocated, no weights read\n");
-    fprintf(out, "model %s: %zu params (%zu with units padded to multiples of 16 x %d), %d layers, hidden %d, heads %d/%d, "
-            "intermediate %d, vocab %d\n", model_dir, p->n_params, p->padded_total, r->shard_size,
+    fprintf(out, "model %s: %zu params (%zu with units padded to multiples of %zu), %d layers, hidden %d, heads %d/%d, "
+            "intermediate %d, vocab %d\n", model_dir, p->n_params, p->padded_total, fsdp_pad_multiple(r->shard_size),
             c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads,
             c->intermediate_size, c->vocab_size);
     fprintf(out, "job: %d rank(s), sharding %s (shard group %d x replica group %d), batch %d x seq %d per device, "
             "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s; storage %s (--device %s)\n",
-            r->world_size, sharding_name(r), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
+            r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
             p->accum, r->total_batch_size, r->gradient_checkpointing ? "on" : "off",
             r->accumulate_grads_locally ? ", gradients accumulated locally" : "", dtype, device);
 
@@ -303,13 +228,7 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             r->elem_bytes == 4 ? "; fp32 storage as on the CPU backend: plan with --device cuda for bf16" : "");
     print_max_batch(out, p, c, budget, max_batch);
 
-    fprintf(out, "\nstep time ESTIMATE (roofline lower bound from peak rates; not a measurement, no GPU ran this):\n");
-    fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full length; "
-            "runs trim padding)\n", p->tokens, p->accum, r->batch_size_per_device, r->seq_len);
-    fprintf(out, "  %.3e model FLOPs (6 x matmul params + causal attention), %.3e executed (%s)\n", p->model_flops,
-            p->exec_flops, r->gradient_checkpointing ? "+ layer forwards recomputed, + attention probabilities in backward"
-                                                     : "+ attention probabilities recomputed in backward");
-    fprintf(out, "  sent per rank per step (ring; as the comm counters and metrics.jsonl record them):\n");
+    fprintf(out, "\ncollectives: sent per rank per optimizer step (ring; as the comm counters and metrics.jsonl record them):\n");
     const struct { const char *name; size_t bytes; const char *what; } coll[] = {
         {"all_gather", p->all_gather_bytes, "parameters of the units not still gathered"},
         {"reduce_scatter", p->reduce_scatter_bytes,
@@ -318,18 +237,5 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     };
     for (int i = 0; i < 3; i++)
         fprintf(out, "  %-14s %15zu bytes %9.3f GB   %s\n", coll[i].name, coll[i].bytes, coll[i].bytes / 1e9, coll[i].what);
-    fprintf(out, "  optimizer: %.3f GB of HBM traffic over this rank's slice\n", p->optimizer_hbm_bytes / 1e9);
-    fprintf(out, "  %-16s %8s %9s %9s %8s %8s %12s %9s %13s\n", "device", "TFLOP/s", "link GB/s", "compute s",
-            "comm s", "optim s", "overlapped s", "serial s", "tokens/s/GPU");
-    for (int i = 0; i < plan_n_devices; i++) {
-        const plan_device *dv = &plan_devices[i];
-        plan_step_time t = plan_estimate_step_time(p, dv);
-        const double link = r->shard_size <= dv->gpus_per_node ? dv->nvlink_bytes_per_s : dv->internode_bytes_per_s;
-        fprintf(out, "  %-16s %8.0f %9.0f %9.3f %8.3f %8.3f %12.3f %9.3f %13.0f\n", dv->name, dv->peak_flops / 1e12,
-                link / 1e9, t.compute_s, t.comm_s, t.optimizer_s, t.overlapped_s, t.serial_s, p->tokens / t.overlapped_s);
-    }
-    fprintf(out, "  overlapped = max(compute, comm) + optimizer (collectives hidden behind compute); serial = the sum.\n"
-            "  Peaks: dense bf16 TFLOP/s, NVLink per direction within 8 GPUs (else InfiniBand 25/50 GB/s per GPU),\n"
-            "  HBM 2.0/3.35 TB/s. Published FSDP runs of 7-8B Llamas reach 33-57%% MFU on these GPUs, so expect the\n"
-            "  compute term 2-3x longer in practice.\n");
+    plan_print_step_time(out, p);
 }

@@ -16,9 +16,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "ckpt.h"
 #include "common.h"
+#include "fsutil.h"
 #include "loader.h"
+#include "mfu.h"
+#include "profile.h"
+#include "sample.h"
+#include "schedule.h"
+#include "watchdog.h"
 
 // ----------------------------------------------------------------------------
 // signals: SIGTERM (Slurm before the time limit) and SIGINT save a checkpoint and stop
@@ -44,50 +50,6 @@ static double now_seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-// learning rate of optimizer step `step` (0-based), as transformers' schedulers compute it
-static double lr_at(const train_options *o, int step, int total) {
-    int warmup = (int)(o->warmup_fraction * total);
-    if (step < warmup) return o->learning_rate * (double)step / (double)warmup;
-    if (strcmp(o->lr_schedule, "constant") == 0) return o->learning_rate;
-    double progress = (double)(step - warmup) / (double)(total - warmup > 0 ? total - warmup : 1);
-    if (progress > 1) progress = 1;
-    if (strcmp(o->lr_schedule, "cosine") == 0) return o->learning_rate * 0.5 * (1.0 + cos(M_PI * progress));
-    return o->learning_rate * (1.0 - progress);
-}
-
-// model FLOPs per trained token: 6 x (non-embedding params) for the matmuls forward and
-// backward, plus causal attention (QK^T and PV: 4 x T x H x D per layer forward, halved by
-// causality, x3 for the backward)
-static double flops_per_token(const llama_config *c, double avg_T) {
-    double P = (double)llama_config_param_count(c) - (double)c->vocab_size * c->hidden_size;
-    return 6.0 * P + 6.0 * c->num_hidden_layers * (double)c->num_attention_heads * c->head_dim * avg_T;
-}
-
-// The backend's dense matmul rate, measured: the MFU denominator when no peak is given.
-static double measure_matmul_flops(const backend *be, mem_tracker *mem) {
-    const int n = TRAIN_BENCH_MATMUL_DIM;
-    size_t bytes = (size_t)n * n * st_dtype_size(be->dtype);
-    void *a = mem_alloc(mem, MEM_WORKSPACE, bytes), *b = mem_alloc(mem, MEM_WORKSPACE, bytes),
-         *c = mem_alloc(mem, MEM_WORKSPACE, bytes);
-    double rate = 0;
-    if (a && b && c && be->zero(a, bytes) == 0 && be->zero(b, bytes) == 0) {
-        be->matmul_fwd(c, a, b, n, n, n);   // warm-up (thread pool start)
-        double best = 1e30;
-        for (int i = 0; i < 5; i++) {
-            double t0 = now_seconds();
-            be->matmul_fwd(c, a, b, n, n, n);
-            be->synchronize();
-            double dt = now_seconds() - t0;
-            if (dt < best) best = dt;
-        }
-        rate = 2.0 * n * n * (double)n / best;
-    }
-    mem_free(mem, MEM_WORKSPACE, a, bytes);
-    mem_free(mem, MEM_WORKSPACE, b, bytes);
-    mem_free(mem, MEM_WORKSPACE, c, bytes);
-    return rate;
-}
-
 static void format_eta(char *buf, size_t n, double secs) {
     long s = (long)(secs + 0.5);
     if (s >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
@@ -109,40 +71,21 @@ typedef struct {
     fsdp_state fs;
     unit_provider prov;
     loader train, val;
+    sampler sampler;              // --sample_tokens: continues validation games after training
+    schedule sched;               // learning rate and AdamW parameters per step
     int accum;                    // micro-batches per optimizer step on this rank
     int total_steps, steps_per_epoch;
     int32_t *tokens, *targets;    // (accum, B, T) this rank's rows of the current step
     int32_t *rows_tok, *rows_tgt; // (B, T_used) one micro-batch, compacted
     FILE *metrics;                // rank 0: <out_dir>/metrics.jsonl
     double peak_flops;
+    int *failure_agreed;          // train_run's: set when a failure was agreed by every rank
 } job;
 
 static int is_main(const job *j) { return j->rank == 0; }
 
-// Collective status check at points where a failure may hit some ranks only (setup, loading,
-// checkpoint writes): every rank learns whether any failed. The lowest failing rank returns
-// -1 (its message is the one printed); the others return TRAIN_PEER_FAILED and stay quiet.
-static int g_failure_agreed;
-int train_failure_agreed(void) { return g_failure_agreed; }
-
-static int agree(const train_comms *cc, int rc) {
-    const int W = cc->world->size;
-    if (W == 1) return rc;
-    double *v = calloc((size_t)W, sizeof(double));
-    if (!v) return -1;
-    v[cc->world->rank] = rc != 0;
-    int comm_rc = comm_all_reduce_f64(cc->world, v, (size_t)W);
-    int first = -1;
-    for (int r = 0; r < W && first < 0; r++) if (v[r] > 0) first = r;
-    free(v);
-    if (comm_rc != 0) return -1;
-    if (first < 0) return 0;
-    g_failure_agreed = 1;
-    if (first == cc->world->rank) return -1;
-    ft_error_clear();
-    ft_error("rank %d failed", first);
-    return TRAIN_PEER_FAILED;
-}
+// Collective status check where a failure may hit some ranks only (comm.h).
+static int agree(job *j, int rc) { return comm_agree(j->cc->world, rc, j->failure_agreed); }
 
 int train_micro_batch_rows(const backend *be, const int32_t *tokens, const int32_t *targets, int B, int T,
                            int32_t *rows_tok, int32_t *rows_tgt) {
@@ -209,36 +152,30 @@ static void log_eval(job *j, int step, double loss, double ntok, double secs) {
 // setup and teardown
 
 static int job_setup(job *j, const train_options *o, const train_comms *cc) {
-    memset(j, 0, sizeof *j);
     j->o = o;
     j->cc = cc;
     j->rank = cc->world->rank;
     j->world = cc->world->size;
-    j->be = cc->world->be;
+    j->be = o->profile ? profile_backend(cc->world->be) : cc->world->be;
     mem_tracker_init(&j->mem, j->be);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->model_dir);
     TRY(llama_config_load(&j->cfg, path));
-    if (o->seq_len > j->cfg.max_position_embeddings)
-        return ft_error("flag --seq_len: %d exceeds the model's max_position_embeddings %d", o->seq_len,
-                        j->cfg.max_position_embeddings);
-    const int per_step = o->batch_size_per_device * j->world;
-    if (o->total_batch_size % per_step != 0)
-        return ft_error("flag --total_batch_size: %d is not a multiple of --batch_size_per_device %d x %d ranks = %d",
-                        o->total_batch_size, o->batch_size_per_device, j->world, per_step);
-    j->accum = o->total_batch_size / per_step;
+    const plan_request req = train_plan_request(o, j->world, st_dtype_size(j->be->dtype));
+    TRY(plan_validate(&j->cfg, &req));
+    j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 
-    // every unit padded to a multiple of the shard group size (x16 keeps slices 64-byte aligned)
-    TRY(param_layout_init(&j->layout, &j->cfg, (size_t)cc->shard->size * 16));
-    TRY(model_init(&j->m, &j->cfg, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
-                   o->gradient_checkpointing, (size_t)cc->shard->size * 16));
+    TRY(param_layout_init(&j->layout, &j->cfg, fsdp_pad_multiple(cc->shard->size)));
+    TRY(model_init(&j->m, &j->layout, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
+                   o->gradient_checkpointing));
     TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, o->accumulate_grads_locally));
     j->prov = fsdp_provider(&j->fs);
+    if (o->profile) j->prov = profile_provider(&j->prov);
 
     TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
-    if (o->sample_tokens > 0 && (uint64_t)o->sample_games > j->val.shards[0].n_docs)
-        return ft_error("flag --sample_games: %d exceeds the %llu games of %s/val_000.bin", o->sample_games,
-                        (unsigned long long)j->val.shards[0].n_docs, o->data_dir);
+    if (o->sample_tokens > 0)
+        TRY(sampler_open(&j->sampler, &j->fs, &j->mem, &j->val, o->model_dir, o->out_dir, j->rank, o->sample_tokens,
+                         o->sample_games));
     if (o->eval_only) {
         j->accum = 1;
         j->steps_per_epoch = 1;
@@ -251,6 +188,11 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
         j->steps_per_epoch = (int)(rows / (uint64_t)o->total_batch_size);
         j->total_steps = o->max_steps > 0 ? o->max_steps : o->epochs * j->steps_per_epoch;
     }
+    j->sched = (schedule){.learning_rate = o->learning_rate, .total_steps = j->total_steps,
+                          .warmup_steps = schedule_warmup_steps(o->warmup_fraction, j->total_steps),
+                          .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay,
+                          .max_grad_norm = o->max_grad_norm};
+    TRY(schedule_kind_parse(o->lr_schedule, &j->sched.kind));
 
     const size_t BT = (size_t)o->batch_size_per_device * o->seq_len;
     j->tokens = ft_malloc((size_t)j->accum * BT * sizeof(int32_t), "step tokens");
@@ -267,6 +209,7 @@ static void job_teardown(job *j) {
     free(j->targets);
     free(j->rows_tok);
     free(j->rows_tgt);
+    sampler_close(&j->sampler);
     loader_close(&j->train);
     loader_close(&j->val);
     fsdp_free(&j->fs);
@@ -279,7 +222,7 @@ static void print_plan(job *j) {
     const train_options *o = j->o;
     const llama_config *c = &j->cfg;
     printf("finetune: model %s: %lld params, %d layers, hidden %d, heads %d/%d (q/kv), head_dim %d, vocab %d%s\n",
-           o->model_dir, llama_config_param_count(c), c->num_hidden_layers, c->hidden_size,
+           o->model_dir, (long long)j->layout.n_params, c->num_hidden_layers, c->hidden_size,
            c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->vocab_size,
            c->tie_word_embeddings ? ", tied embeddings" : "");
     printf("finetune: data %s: %llu training rows (%s), %llu validation games\n", o->data_dir,
@@ -287,8 +230,7 @@ static void print_plan(job *j) {
            (unsigned long long)loader_rows(&j->val));
     printf("finetune: %d rank(s), backend %s, sharding %s (shard group %d x replica group %d); "
            "%d micro-batch(es) of %d per rank per step; %d steps (%d per epoch)\n",
-           j->world, j->be->name, j->cc->shard->size > 1 ? (j->cc->replica->size > 1 ? "HSDP" : "FSDP full shard")
-                                                         : (j->world > 1 ? "none (DDP)" : "none (single device)"),
+           j->world, j->be->name, fsdp_sharding_name(j->cc->shard->size, j->world),
            j->cc->shard->size, j->cc->replica->size, j->accum, o->batch_size_per_device, j->total_steps,
            j->steps_per_epoch);
     printf("finetune: AdamW lr %g (%s, warmup %.0f%%), betas %g/%g, eps %g, weight decay %g on matrices and "
@@ -312,6 +254,8 @@ static int train_step(job *j, int step, step_stats *st) {
     const train_options *o = j->o;
     const int B = o->batch_size_per_device, T = o->seq_len;
     const double t0 = now_seconds();
+    profile_step_begin();
+    watchdog_set_phase("step %d", step + 1);
     size_t ag0, rs0, ar0;
     comm_bytes(j->cc, &ag0, &rs0, &ar0);
     const int epoch = step / j->steps_per_epoch;
@@ -348,13 +292,12 @@ static int train_step(job *j, int step, step_stats *st) {
         }
     }
     double norm;
+    profile_set_phase(PROF_OPTIMIZER);
+    profile_comm_begin();
     TRY(fsdp_finish_grads(&j->fs, &norm));
+    profile_comm_end();
     if (!isfinite(norm)) return ft_error("step %d: gradient norm is %g (diverged); lower --learning_rate", step + 1, norm);
-    const double clip = o->max_grad_norm > 0 ? fmin(1.0, o->max_grad_norm / (norm + 1e-6)) : 1.0;
-    const double lr = lr_at(o, step, j->total_steps);
-    const int t = step + 1;
-    adamw_params ap = {(float)lr, (float)o->beta1, (float)o->beta2, (float)o->adam_eps, (float)o->weight_decay,
-                       (float)(1.0 - pow(o->beta1, t)), (float)(1.0 - pow(o->beta2, t)), (float)clip};
+    const adamw_params ap = schedule_adamw(&j->sched, step, norm);
     TRY(fsdp_optimizer_step(&j->fs, &ap));
     TRY(j->be->synchronize());
 
@@ -362,7 +305,7 @@ static int train_step(job *j, int step, step_stats *st) {
     TRY(comm_all_reduce_f64(j->cc->world, sums, 2));
     st->loss = sums[0] / counts[0];
     st->norm = norm;
-    st->lr = lr;
+    st->lr = schedule_lr(&j->sched, step);
     st->tokens = counts[0];
     st->avg_T = sums[1] / ((double)j->accum * j->world);
     st->secs = now_seconds() - t0;
@@ -379,7 +322,7 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
     const double tps = st->tokens / st->secs;
     // MFU over the padded compute actually done (B x T_used tokens per micro-batch)
     const double computed = (double)j->o->total_batch_size * st->avg_T;
-    const double mfu = j->peak_flops > 0 ? computed * flops_per_token(&j->cfg, st->avg_T) / st->secs /
+    const double mfu = j->peak_flops > 0 ? computed * model_flops_per_token(&j->cfg, st->avg_T) / st->secs /
                                                (j->peak_flops * j->world) : 0;
     char eta[32];
     format_eta(eta, sizeof eta, avg_secs * (j->total_steps - step - 1));
@@ -404,113 +347,128 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
         fprintf(j->metrics, "}}\n");
         fflush(j->metrics);
     }
+    if (j->o->profile) profile_step_report(stdout, step + 1);
 }
 
 // ----------------------------------------------------------------------------
 // the job
 
+// The trainer state after `step` optimizer steps (what a checkpoint saved then records).
+static trainer_state job_state(const job *j, int step) {
+    const train_options *o = j->o;
+    return (trainer_state){
+        .step = step, .epoch = step / j->steps_per_epoch,
+        .row = (uint64_t)(step % j->steps_per_epoch) * (uint64_t)o->total_batch_size, .seed = o->seed,
+        .total_batch_size = o->total_batch_size, .seq_len = o->seq_len, .pack = o->pack,
+        .total_steps = j->total_steps, .n_params = (long long)j->layout.n_params,
+    };
+}
+
 static int save_checkpoint(job *j, int step) {
-    trainer_state ts = {step, step / j->steps_per_epoch,
-                        (uint64_t)(step % j->steps_per_epoch) * (uint64_t)j->o->total_batch_size, j->o->seed,
-                        j->o->total_batch_size, j->o->seq_len, j->o->pack, j->total_steps,
-                        llama_config_param_count(&j->cfg)};
-    int rc = agree(j->cc, ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
+    watchdog_set_phase("checkpoint at step %d", step);
+    const trainer_state ts = job_state(j, step);
+    int rc = agree(j, ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
     if (rc != 0) return rc;
     if (is_main(j)) printf("checkpoint: %s/checkpoints/step_%08d\n", j->o->out_dir, step);
     return 0;
 }
 
-static int run(job *j) {
-    const train_options *o = j->o;
-    char path[4096];
-    print_plan(j);
-    int start = 0, rc = 0;
-    char dir[4096];
-    if (!o->eval_only) rc = ckpt_mkdirs(o->out_dir);   // fail before any work if unwritable
-    if (rc == 0 && o->resume[0]) {
-        trainer_state expect = {0, 0, 0, o->seed, o->total_batch_size, o->seq_len, o->pack, j->total_steps,
-                                llama_config_param_count(&j->cfg)}, got = {0};
-        rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
-        if (rc == 0) rc = ckpt_load(dir, &j->fs, &expect, &got);
-        start = got.step;
-    } else if (rc == 0) {
-        hf_checkpoint ck = {0};
-        rc = hf_checkpoint_open(&ck, o->model_dir);
-        if (rc == 0) rc = fsdp_load_hf(&j->fs, &ck);
-        hf_checkpoint_close(&ck);
-    }
-    if ((rc = agree(j->cc, rc)) != 0) return rc;
-    if (start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, start);
+static int eval_and_log(job *j, int step) {
+    watchdog_set_phase("eval at step %d", step);
+    double loss, ntok, t0 = now_seconds();
+    TRY(evaluate(j, &loss, &ntok));
+    log_eval(j, step, loss, ntok, now_seconds() - t0);
+    return 0;
+}
 
-    if (o->eval_only) {
-        double loss, ntok, t0 = now_seconds();
-        TRY(evaluate(j, &loss, &ntok));
-        log_eval(j, start, loss, ntok, now_seconds() - t0);
-        return 0;
-    }
+// The weights to start from (pretrained, or --resume's checkpoint) and the first step;
+// agreed by every rank.
+static int job_load_start(job *j, int *start) {
+    const train_options *o = j->o;
+    char dir[4096] = "";
+    watchdog_set_phase("loading");
+    int rc = o->eval_only ? 0 : fs_mkdirs(o->out_dir);   // fail before any work if unwritable
+    if (rc == 0 && o->resume[0]) rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
+    const trainer_state expect = job_state(j, 0);
+    trainer_state got = expect;
+    if (rc == 0) rc = ckpt_load_start(&j->fs, o->model_dir, dir, &expect, &got);
+    if ((rc = agree(j, rc)) != 0) return rc;
+    *start = got.step;
+    if (*start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, *start);
+    return 0;
+}
+
+// Rank 0's metrics.jsonl (appended to on resume; a fresh run also drops old samples, which
+// sampling appends to), agreed; then the MFU denominator: --peak_tflops, else the device's
+// published dense bf16 peak when known, else this backend's measured dense matmul rate.
+static int job_open_outputs(job *j, int start) {
+    const train_options *o = j->o;
+    char path[4200];
+    int rc = 0;
     if (is_main(j)) {
         snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
         j->metrics = fopen(path, start > 0 ? "a" : "w");
         if (!j->metrics) rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
         snprintf(path, sizeof path, "%s/samples.jsonl", o->out_dir);
-        if (start == 0) remove(path);   // a fresh run's samples only (sampling appends)
+        if (start == 0) remove(path);
     }
-    if ((rc = agree(j->cc, rc)) != 0) return rc;
-    // MFU against: --peak_tflops, else the device's published dense bf16 peak when known,
-    // else this backend's measured dense matmul rate
+    if ((rc = agree(j, rc)) != 0) return rc;
     const double known = backend_peak_tflops(j->be);
     j->peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12
                     : known > 0        ? known * 1e12
-                                       : measure_matmul_flops(j->be, &j->mem);
+                                       : mfu_measure_matmul_flops(j->be, &j->mem);
     if (is_main(j))
         printf("finetune: MFU denominator %.1f GFLOP/s per rank (%s)\n", j->peak_flops / 1e9,
                o->peak_tflops > 0 ? "--peak_tflops"
                : known > 0        ? "published dense bf16 peak of this GPU"
                                   : "measured dense matmul rate of this backend");
-    install_signal_handlers();
+    return 0;
+}
 
-    double loss, ntok, t0 = now_seconds();
-    if (start == 0) {
-        TRY(evaluate(j, &loss, &ntok));
-        log_eval(j, 0, loss, ntok, now_seconds() - t0);
-    }
+// Optimizer steps from `start` until the total or a stop request (a signal on any rank, or
+// --stop_at_step), with evaluations and checkpoints on their schedules. *step = steps done.
+static int job_train(job *j, int start, int *step_out, int *stopped) {
+    const train_options *o = j->o;
     double time_sum = 0;
-    int timed = 0, step = start, stopped = 0;
+    int timed = 0, step = start, rc;
+    *stopped = 0;
+    if (start == 0) TRY(eval_and_log(j, 0));
     while (step < j->total_steps) {
         step_stats st = {0};
         TRY(train_step(j, step, &st));
         if (step > start) { time_sum += st.secs; timed++; }   // the first step warms up
         log_step(j, step, &st, timed ? time_sum / timed : st.secs);
         step++;
-        if (o->eval_every > 0 && step % o->eval_every == 0 && step < j->total_steps) {
-            t0 = now_seconds();
-            TRY(evaluate(j, &loss, &ntok));
-            log_eval(j, step, loss, ntok, now_seconds() - t0);
-        }
-        // stop requests: a signal on any rank, or --stop_at_step
+        if (o->eval_every > 0 && step % o->eval_every == 0 && step < j->total_steps) TRY(eval_and_log(j, step));
         double flag[1] = {g_stop_signal ? 1.0 : 0.0};
         TRY(comm_all_reduce_f64(j->cc->world, flag, 1));
-        int stop = flag[0] > 0 || (o->stop_at_step > 0 && step >= o->stop_at_step);
-        if ((o->save_every > 0 && step % o->save_every == 0) || stop || step == j->total_steps)
+        *stopped = flag[0] > 0 || (o->stop_at_step > 0 && step >= o->stop_at_step);
+        if ((o->save_every > 0 && step % o->save_every == 0) || *stopped || step == j->total_steps)
             if ((rc = save_checkpoint(j, step)) != 0) return rc;
-        if (stop) {
+        if (*stopped) {
             if (is_main(j))
                 printf("finetune: stopping after step %d (%s); continue with --resume latest\n", step,
                        flag[0] > 0 ? "signal received" : "--stop_at_step");
-            stopped = 1;
             break;
         }
     }
-    if (stopped) return 0;
-    t0 = now_seconds();
-    TRY(evaluate(j, &loss, &ntok));
-    log_eval(j, step, loss, ntok, now_seconds() - t0);
+    *step_out = step;
+    return 0;
+}
+
+// After the last step: the final evaluation, the Hugging Face export, samples, the memory report.
+static int job_finish(job *j, int step) {
+    const train_options *o = j->o;
+    char path[4200];
+    int rc;
+    TRY(eval_and_log(j, step));
     snprintf(path, sizeof path, "%s/final", o->out_dir);
-    if ((rc = agree(j->cc, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
+    watchdog_set_phase("export");
+    if ((rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
     if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
+    watchdog_set_phase("sampling");
     for (int g = 0; o->sample_tokens > 0 && g < o->sample_games; g++)
-        TRY(sample_continuation(&j->cfg, &j->fs, &j->mem, o->model_dir, o->data_dir, o->out_dir, g, 12,
-                                o->sample_tokens, (uint64_t)o->seed, j->rank));
+        TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
     if (is_main(j)) {
         printf("finetune: peak memory %.1f MiB:", j->mem.peak_total / 1048576.0);
         for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
@@ -520,9 +478,35 @@ static int run(job *j) {
     return 0;
 }
 
-int train_run(const train_options *o, const train_comms *cc) {
+static int run(job *j) {
+    print_plan(j);
+    int start, step, stopped, rc;
+    if ((rc = job_load_start(j, &start)) != 0) return rc;
+    if (j->o->eval_only) return eval_and_log(j, start);
+    if ((rc = job_open_outputs(j, start)) != 0) return rc;
+    install_signal_handlers();
+    if ((rc = job_train(j, start, &step, &stopped)) != 0) return rc;
+    return stopped ? 0 : job_finish(j, step);
+}
+
+int train_shard_size(const train_options *o, int W) { return o->no_fsdp ? 1 : o->dp_shard > 0 ? o->dp_shard : W; }
+
+plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes) {
+    return (plan_request){
+        .world_size = W, .shard_size = train_shard_size(o, W), .batch_size_per_device = o->batch_size_per_device,
+        .seq_len = o->seq_len, .total_batch_size = o->total_batch_size,
+        .gradient_checkpointing = o->gradient_checkpointing, .accumulate_grads_locally = o->accumulate_grads_locally,
+        .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0,
+    };
+}
+
+int train_run(const train_options *o, const train_comms *cc, int *failure_agreed) {
     job j;
-    int rc = agree(cc, job_setup(&j, o, cc));
+    memset(&j, 0, sizeof j);
+    *failure_agreed = 0;
+    j.cc = cc;
+    j.failure_agreed = failure_agreed;
+    int rc = agree(&j, job_setup(&j, o, cc));
     if (rc == 0) rc = run(&j);
     job_teardown(&j);
     return rc;

@@ -30,6 +30,7 @@
 // that lets a position see the next one changes a real token's loss by rel 7e-4 .. 4e-2 and
 // the gradient by NMSE 1e-5 .. 0.7; rounding down instead of up drops real tokens (length,
 // count, loss sum rel 1.5e-2, gradient NMSE 1.8e-2).
+#include "ckpt.h"
 #include "common.h"
 #include "fsdp.h"
 #include "test.h"
@@ -81,7 +82,7 @@ static int run_rows(model *m, fsdp_state *s, const int32_t *tok, const int32_t *
     return 0;
 }
 
-static void run_case(const bucket_case *c, const llama_config *cfg, const hf_checkpoint *ck) {
+static void run_case(const bucket_case *c, const llama_config *cfg, const char *model_dir) {
     const backend *cpu = backend_cpu();
     backend bucketed = *cpu;   // the CPU backend, bucketing as the CUDA backend does
     bucketed.seq_bucket = 64;
@@ -92,8 +93,8 @@ static void run_case(const bucket_case *c, const llama_config *cfg, const hf_che
     param_layout layout;
     model m;
     fsdp_state s;
-    if (param_layout_init(&layout, cfg, 16) || model_init(&m, cfg, cpu, &mem, c->B, c->T, 0, 16) ||
-        fsdp_init(&s, &layout, cpu, &mem, &one, &one, 0) || fsdp_load_hf(&s, ck)) {
+    if (param_layout_init(&layout, cfg, fsdp_pad_multiple(1)) || model_init(&m, &layout, cpu, &mem, c->B, c->T, 0) ||
+        fsdp_init(&s, &layout, cpu, &mem, &one, &one, 0) || ckpt_load_weights(&s, model_dir)) {
         EXPECT(0, "%s: setup: %s", c->name, ft_error_message());
         return;
     }
@@ -149,10 +150,9 @@ static void run_case(const bucket_case *c, const llama_config *cfg, const hf_che
 int main(void) {
     const char *dir = "data/model";
     llama_config cfg;
-    hf_checkpoint ck;
     char path[256];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (llama_config_load(&cfg, path) || hf_checkpoint_open(&ck, dir)) {
+    if (llama_config_load(&cfg, path)) {
         EXPECT(0, "open %s: %s", dir, ft_error_message());
         TEST_SUMMARY("test_seq_bucket");
     }
@@ -168,7 +168,6 @@ int main(void) {
         {"seq_len 300, a full row", 300, 1, {300}, 300},
         {"seq_len 100, rows of 70, 3, 99", 100, 3, {70, 3, 99}, 100},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], &cfg, &ck);
-    hf_checkpoint_close(&ck);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], &cfg, dir);
     TEST_SUMMARY("test_seq_bucket");
 }
