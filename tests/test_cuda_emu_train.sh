@@ -52,13 +52,8 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export FT_EMU_SEED=1
 flags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3
        --max_eval_docs 8 --warmup_fraction 0)
-metric() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/"; }
+# (metric, worst_rel and le: tests/lib.sh)
 val() { grep '"type":"eval"' "$1/metrics.jsonl" | tail -1 | sed -E 's/.*"val_loss":([0-9.]+).*/\1/'; }
-worst_rel() {  # worst relative difference between two columns of numbers
-  paste <(printf '%s\n' "$1") <(printf '%s\n' "$2") | awk '
-    { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r; n++ } END { if (n < 1) print "none"; else printf "%.2e", w }'
-}
-le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 == a && a <= b) }'; }
 
 OMP_NUM_THREADS=2 "$build/finetune" --device cpu "${flags[@]}" --out_dir "$tmp/cpu" >"$tmp/cpu.log" 2>&1 || bad "CPU run: $(tail -1 "$tmp/cpu.log")"
 if "$emu" --device cuda "${flags[@]}" --sample_tokens 16 --out_dir "$tmp/emu" >"$tmp/emu.log" 2>&1; then

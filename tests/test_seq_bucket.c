@@ -30,6 +30,7 @@
 // that lets a position see the next one changes a real token's loss by rel 7e-4 .. 4e-2 and
 // the gradient by NMSE 1e-5 .. 0.7; rounding down instead of up drops real tokens (length,
 // count, loss sum rel 1.5e-2, gradient NMSE 1.8e-2).
+// Runtime: 7 s of CPU (20 s wall on the shared 2-core machine under load).
 #include "ckpt.h"
 #include "common.h"
 #include "fsdp.h"
