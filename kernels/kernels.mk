@@ -54,7 +54,6 @@ TEST_BINS += $(BUILD)/tests/test_kernels $(BUILD)/tests/test_kernels_gpumath
 # The whole trainer on the emulated device: src/ compiled exactly as for the CUDA build, linked
 # with the emulated kernels (GPU-like math) and tests/cuda_emu/cuda_emu_host.cpp in place of
 # libcudart, cuBLASLt, NCCL and the nvcc objects. tests/test_cuda_emu_train.sh runs it.
-# (-rdynamic: src/comm_nccl.c finds the emulated NCCL functions in the process with dlsym.)
 ifeq ($(CUDA),1)
 $(BUILD)/emu/cuda_emu_host.o: tests/cuda_emu/cuda_emu_host.cpp
 	@mkdir -p $(dir $@)
@@ -63,7 +62,7 @@ $(BUILD)/emu/cuda_emu_host.o: tests/cuda_emu/cuda_emu_host.cpp
 $(BUILD)/tests/finetune_emu: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ) \
                              $(BUILD)/emu/cuda_emu_host.o
 	@mkdir -p $(dir $@)
-	$(CXX) $^ -rdynamic -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
+	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
 # tests/gpu/test_backend_gpu.c (every backend op, CUDA vs CPU) on the emulated device
 $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) \
