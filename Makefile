@@ -14,6 +14,17 @@ ifeq ($(origin CUDA), undefined)
   CUDA := $(if $(NVCC),1,0)
 endif
 
+# README's two commands on a fresh machine: `make run` and `make check` first check the system
+# libraries and tools they need (scripts/deps.sh: as root it apt-installs what is missing,
+# otherwise it prints the apt-get line and the build stops). Here, before the detection
+# below, so what it installs is detected.
+DEPS_SET := $(if $(filter check,$(MAKECMDGOALS)),check,$(if $(filter run,$(MAKECMDGOALS)),build))
+ifneq ($(DEPS_SET),)
+  ifneq ($(shell DEPS_PREFIX='$(DEPS_PREFIX)' bash scripts/deps.sh $(DEPS_SET) >&2; echo $$?),0)
+    $(error missing dependencies: see the line above)
+  endif
+endif
+
 OPT     := $(if $(DEBUG),-O0,-O2)
 # CPU BLAS: OpenBLAS, OpenMP build, linked explicitly so BLAS threads and our OpenMP loops
 # share one pool (the pthread build oversubscribes cores when called inside OpenMP).

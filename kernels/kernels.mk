@@ -12,7 +12,7 @@
 #                                 (registers, smem, spills) and checks each fatbin's contents
 
 KERNEL_SRCS := $(wildcard kernels/*.cu)
-KERNEL_HDRS := $(wildcard kernels/*.cuh kernels/*.h) src/backend.h src/safetensors.h
+KERNEL_HDRS := $(wildcard kernels/*.cuh kernels/*.h) src/backend.h src/dtype.h
 
 # ---------------------------------------------------------------- emulated (CPU) build
 # Two emulated builds of every kernel: exact host math (test_kernels) and the GPU's

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "safetensors.h"   // st_dtype
+#include "dtype.h"
 
 // rows of logits the fused lm_head + cross-entropy op materialises at once
 #define LMHEAD_CHUNK_ROWS 128
@@ -31,6 +31,11 @@ typedef struct backend backend;
 struct backend {
     const char *name;        // "cpu" or "cuda"
     st_dtype dtype;          // storage dtype of params, activations and their grads
+
+    // ---------------------------------------------------------------- lifecycle
+    void (*close)(void);                 // release what opening acquired (device, arena, handles)
+    const char *(*describe)(void);       // one line naming the device, for the resolved-config print
+    double (*peak_tflops)(void);         // published dense bf16 peak in TFLOP/s, 0 when unknown
 
     // ---------------------------------------------------------------- memory
     void *(*alloc)(size_t nbytes);                      // NULL + ft_error on failure
@@ -121,10 +126,10 @@ const backend *backend_cpu(void);
 // was found). For cuda, `local_rank` picks the GPU and `arena_bytes` sizes the one device
 // arena (0 = most of the free memory). 0, or -1 with a one-line reason (e.g. no GPU).
 int backend_open(const char *device, int local_rank, size_t arena_bytes, const backend **out);
-// Release what backend_open acquired (no-op for cpu).
+// be->close(), be->describe() and be->peak_tflops(), safe on NULL (a failed open): release
+// what backend_open acquired; one line naming the device ("none" for NULL); the device's
+// published dense bf16 peak in TFLOP/s when known (A100 312, H100 SXM 989, H100 PCIe 756),
+// else 0 (the CPU, unknown GPUs): the MFU denominator.
 void backend_close(const backend *be);
-// One line naming the device (for the resolved-configuration print).
 const char *backend_describe(const backend *be);
-// The device's published dense bf16 peak in TFLOP/s when known (A100 312, H100 SXM 989,
-// H100 PCIe 756), else 0 (the CPU, unknown GPUs): the MFU denominator.
 double backend_peak_tflops(const backend *be);

@@ -419,9 +419,16 @@ static int cpu_cast_from_f32(void *dst, const float *src, size_t n) {
 // ----------------------------------------------------------------------------
 // registration
 
+static void cpu_close(void) {}
+static const char *cpu_describe(void) { return "cpu (fp32, OpenMP + OpenBLAS)"; }
+static double cpu_peak_tflops(void) { return 0; }   // no published peak: MFU measures the matmul rate
+
 static const backend g_cpu = {
     .name = "cpu",
     .dtype = ST_F32,
+    .close = cpu_close,
+    .describe = cpu_describe,
+    .peak_tflops = cpu_peak_tflops,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .copy_h2d = cpu_copy,

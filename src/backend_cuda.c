@@ -225,6 +225,9 @@ static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_
 static const backend CUDA_BACKEND = {
     .name = "cuda",
     .dtype = ST_BF16,
+    .close = backend_cuda_close,
+    .describe = backend_cuda_describe,
+    .peak_tflops = backend_cuda_peak_tflops,
     .alloc = cu_alloc,
     .free = cu_free,
     .copy_h2d = cu_copy_h2d,

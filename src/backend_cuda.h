@@ -9,11 +9,13 @@
 int backend_cuda_device_count(int *count);
 // Open the device of this local rank and its arena (arena_bytes; 0 = 92% of free memory).
 int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out);
+// The table's lifecycle entries (callers use backend_close / backend_describe /
+// backend_peak_tflops from backend.h): release the device; "cuda device 0 (NVIDIA H100 ...,
+// sm_90, arena ...)" once open; the published dense bf16 tensor-core peak of the open device
+// by name (A100 312, H100 SXM/H200 989, H100 PCIe 756 TFLOP/s), or 0 when the name is not
+// one of these.
 void backend_cuda_close(void);
-// "cuda device 0 (NVIDIA H100 ..., sm_90, arena ...)" once open.
 const char *backend_cuda_describe(void);
-// Published dense bf16 tensor-core peak of the open device by name (A100 312, H100 SXM/H200
-// 989, H100 PCIe 756 TFLOP/s), or 0 when the name is not one of these.
 double backend_cuda_peak_tflops(void);
 // The compute stream (a cudaStream_t) every op runs on; NULL before open.
 void *backend_cuda_stream(void);

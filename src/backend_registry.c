@@ -1,4 +1,5 @@
-// backend_registry.c: the one place that knows which backends this binary was built with.
+// backend_registry.c: the one place that knows which backends this binary was built with;
+// everything else about a backend goes through its table.
 #include <string.h>
 
 #include "backend.h"
@@ -25,25 +26,9 @@ int backend_open(const char *device, int local_rank, size_t arena_bytes, const b
 }
 
 void backend_close(const backend *be) {
-#ifdef FT_HAVE_CUDA
-    if (be && strcmp(be->name, "cuda") == 0) backend_cuda_close();
-#else
-    (void)be;
-#endif
+    if (be) be->close();
 }
 
-const char *backend_describe(const backend *be) {
-#ifdef FT_HAVE_CUDA
-    if (be && strcmp(be->name, "cuda") == 0) return backend_cuda_describe();
-#endif
-    return be ? "cpu (fp32, OpenMP + OpenBLAS)" : "none";
-}
+const char *backend_describe(const backend *be) { return be ? be->describe() : "none"; }
 
-double backend_peak_tflops(const backend *be) {
-#ifdef FT_HAVE_CUDA
-    if (be && strcmp(be->name, "cuda") == 0) return backend_cuda_peak_tflops();
-#else
-    (void)be;
-#endif
-    return 0;
-}
+double backend_peak_tflops(const backend *be) { return be ? be->peak_tflops() : 0; }

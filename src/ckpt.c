@@ -256,6 +256,21 @@ done:
     return rc;
 }
 
+int ckpt_load_weights(fsdp_state *s, const char *dir) {
+    hf_checkpoint ck;
+    TRY(hf_checkpoint_open(&ck, dir));
+    int rc = hf_checkpoint_validate(&ck, s->layout);   // names and shapes against this model
+    float *host = rc == 0 ? ft_malloc(s->max_unit * sizeof(float), "checkpoint unit buffer") : NULL;
+    if (rc == 0 && !host) rc = -1;
+    for (int u = 0; u < s->layout->n_units && rc == 0; u++) {
+        rc = hf_checkpoint_read_unit(&ck, s->layout, u, host);
+        if (rc == 0) rc = fsdp_set_unit(s, FSDP_MASTER, u, host);
+    }
+    free(host);
+    hf_checkpoint_close(&ck);
+    return rc;
+}
+
 int ckpt_load(const char *dir, fsdp_state *s, const trainer_state *want, trainer_state *got) {
     TRY(read_state(dir, got));
     // the data order depends on these: a mismatch would silently train on other rows
@@ -273,11 +288,7 @@ int ckpt_load(const char *dir, fsdp_state *s, const trainer_state *want, trainer
     if (got->step > want->total_steps)
         return ft_error("%s: checkpoint is at step %d, past this run's %d total steps", dir, got->step,
                         want->total_steps);
-    hf_checkpoint ck;
-    TRY(hf_checkpoint_open(&ck, dir));
-    int rc = fsdp_load_hf(s, &ck);   // validates names and shapes against this model
-    hf_checkpoint_close(&ck);
-    TRY(rc);
+    TRY(ckpt_load_weights(s, dir));
 
     char p[4200];
     snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
@@ -285,7 +296,7 @@ int ckpt_load(const char *dir, fsdp_state *s, const trainer_state *want, trainer
     TRY(st_open(&f, p));
     const param_layout *l = s->layout;
     float *unit = ft_malloc(s->max_unit * sizeof(float), "optimizer unit buffer");
-    rc = unit ? 0 : -1;
+    int rc = unit ? 0 : -1;
     for (int k = 0; k < 2 && rc == 0; k++) {
         const char *prefix = k == 0 ? "exp_avg." : "exp_avg_sq.";
         for (int u = 0; u < l->n_units && rc == 0; u++) {

@@ -223,11 +223,3 @@ int llama_config_load(llama_config *c, const char *path) {
     json_decref(root);
     return rc;
 }
-
-long long llama_config_param_count(const llama_config *c) {
-    long long C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    long long qd = (long long)c->num_attention_heads * c->head_dim;
-    long long kvd = (long long)c->num_key_value_heads * c->head_dim;
-    long long layer = C * qd + 2 * C * kvd + qd * C + 3 * C * F + 2 * C;
-    return V * C + c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
-}

@@ -36,7 +36,3 @@ typedef struct {
 // attention_bias/mlp_bias true, hidden_act other than "silu", unknown rope_scaling type or
 // missing rope_scaling parameters. Returns 0 or -1.
 int llama_config_load(llama_config *c, const char *path);
-
-// Number of parameters implied by the config (embedding + layers + final norm + lm_head
-// unless tied).
-long long llama_config_param_count(const llama_config *c);

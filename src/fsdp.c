@@ -10,16 +10,55 @@
 // ----------------------------------------------------------------------------
 // setup
 
+size_t fsdp_pad_multiple(int shard_size) { return (size_t)shard_size * 16; }
+
+const char *fsdp_sharding_name(int S, int W) {
+    if (S > 1) return S < W ? "HSDP" : "FSDP full shard";
+    return W > 1 ? "none (DDP)" : "none (single device)";
+}
+
 void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) {
     *lo = s->layout->unit_offset[u] + (size_t)s->shard->rank * s->slice[u];
     *hi = *lo + s->slice[u];
 }
 
-static void *take(fsdp_state *s, mem_category cat, size_t nbytes, int *failed) {
-    if (*failed || nbytes == 0) return NULL;
-    void *p = mem_alloc(s->mem, cat, nbytes);
-    if (!p) *failed = 1;
-    return p;
+// address of field f of *s for the table's slot, or NULL when only planning (s NULL)
+#define SLOT(s, f) ((s) ? (void *)&(s)->f : NULL)
+
+void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, int accumulate_locally, size_t esz,
+                       fsdp_state *s) {
+    const size_t S = (size_t)shard_size, n_local = l->total / S, nf = n_local * sizeof(float);
+    const size_t layer = l->unit_numel[0], root = l->unit_numel[l->n_layers];
+    size_t max_unit = 0;
+    for (int u = 0; u < l->n_units; u++) max_unit = l->unit_numel[u] > max_unit ? l->unit_numel[u] : max_unit;
+    const size_t max_slice = max_unit / S;   // S divides every unit
+
+    mem_table_add(t, MEM_PARAMS, n_local * esz, "working parameters, this rank's slice", SLOT(s, params));
+    const char *opt = "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)";
+    mem_table_add(t, MEM_OPTIMIZER, nf, opt, SLOT(s, master));
+    mem_table_add(t, MEM_OPTIMIZER, nf, opt, SLOT(s, exp_avg));
+    mem_table_add(t, MEM_OPTIMIZER, nf, opt, SLOT(s, exp_avg_sq));
+    mem_table_add(t, MEM_GRADS, nf, "fp32 gradients of the step (slice)", SLOT(s, grads));
+    if (S > 1) {
+        mem_table_add(t, MEM_GATHERED, root * esz, "root unit (embeddings, norm, lm_head), gathered", SLOT(s, root_full));
+        const char *two = "two layer units: in use + prefetched";
+        mem_table_add(t, MEM_GATHERED, layer * esz, two, SLOT(s, layer_full[0]));
+        mem_table_add(t, MEM_GATHERED, layer * esz, two, SLOT(s, layer_full[1]));
+        mem_table_add(t, MEM_WORKSPACE, max_slice * esz, "reduce-scatter output (largest slice)", SLOT(s, rs_out[0]));
+        if (!accumulate_locally)
+            mem_table_add(t, MEM_WORKSPACE, layer / S * esz, "second layer reduce-scatter output (one in flight)",
+                          SLOT(s, rs_out[1]));
+    }
+    if (accumulate_locally) {
+        mem_table_add(t, MEM_GRADS, l->total * esz, "full-size gradients summed over micro-batches", SLOT(s, grad_full));
+    } else {
+        const char *g = S > 1 ? "one micro-batch's root + two layer gradients (one reducing while the next computes)"
+                              : "one micro-batch's root + layer gradients";
+        mem_table_add(t, MEM_GRADS, root * esz, g, SLOT(s, root_grad));
+        mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[0]));
+        if (S > 1) mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[1]));
+    }
+    mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), "fp32 unit buffer (checkpoint gathers)", SLOT(s, unit_f32));
 }
 
 int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem,
@@ -33,11 +72,12 @@ int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_track
     s->esz = st_dtype_size(be->dtype);
     s->accumulate_locally = accumulate_locally;
     s->micro_first = s->micro_last = 1;
+    s->held[0] = s->held[1] = -1;
+    s->rs_unit[0] = s->rs_unit[1] = -1;
     const size_t S = (size_t)shard->size;
     s->slice = ft_calloc((size_t)l->n_units, sizeof(size_t), "slice table");
     s->local_off = ft_calloc((size_t)l->n_units, sizeof(size_t), "slice offsets");
     if (!s->slice || !s->local_off) { fsdp_free(s); return -1; }
-    size_t max_slice = 0;
     for (int u = 0; u < l->n_units; u++) {
         if (l->unit_numel[u] % S != 0) {
             fsdp_free(s);
@@ -47,35 +87,12 @@ int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_track
         s->slice[u] = l->unit_numel[u] / S;
         s->local_off[u] = s->n_local;
         s->n_local += s->slice[u];
-        if (s->slice[u] > max_slice) max_slice = s->slice[u];
         if (l->unit_numel[u] > s->max_unit) s->max_unit = l->unit_numel[u];
     }
-    const int L = l->n_layers;
-    const size_t nf = s->n_local * sizeof(float), layer = l->unit_numel[0], root = l->unit_numel[L];
-    int failed = 0;
-    s->params = take(s, MEM_PARAMS, s->n_local * s->esz, &failed);
-    s->master = take(s, MEM_OPTIMIZER, nf, &failed);
-    s->exp_avg = take(s, MEM_OPTIMIZER, nf, &failed);
-    s->exp_avg_sq = take(s, MEM_OPTIMIZER, nf, &failed);
-    s->grads = take(s, MEM_GRADS, nf, &failed);
-    if (S > 1) {
-        s->root_full = take(s, MEM_GATHERED, root * s->esz, &failed);
-        s->layer_full[0] = take(s, MEM_GATHERED, layer * s->esz, &failed);
-        s->layer_full[1] = take(s, MEM_GATHERED, layer * s->esz, &failed);
-        s->rs_out[0] = take(s, MEM_WORKSPACE, max_slice * s->esz, &failed);
-        if (!accumulate_locally) s->rs_out[1] = take(s, MEM_WORKSPACE, s->slice[0] * s->esz, &failed);
-    }
-    if (accumulate_locally) {
-        s->grad_full = take(s, MEM_GRADS, l->total * s->esz, &failed);
-    } else {
-        s->root_grad = take(s, MEM_GRADS, root * s->esz, &failed);
-        s->layer_grad[0] = take(s, MEM_GRADS, layer * s->esz, &failed);
-        if (S > 1) s->layer_grad[1] = take(s, MEM_GRADS, layer * s->esz, &failed);
-    }
-    s->rs_unit[0] = s->rs_unit[1] = -1;
-    s->unit_f32 = take(s, MEM_WORKSPACE, s->max_unit * sizeof(float), &failed);
-    if (failed) { fsdp_free(s); return -1; }
-    s->held[0] = s->held[1] = -1;
+    mem_table t = mem_table_allocator(mem);
+    fsdp_buffer_table(&t, l, shard->size, accumulate_locally, s->esz, s);
+    if (t.failed) { fsdp_free(s); return -1; }
+    const size_t nf = s->n_local * sizeof(float);
     if (be->zero(s->params, s->n_local * s->esz) || be->zero(s->master, nf) || be->zero(s->exp_avg, nf) ||
         be->zero(s->exp_avg_sq, nf) || be->zero(s->grads, nf)) {
         fsdp_free(s);
@@ -86,29 +103,12 @@ int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_track
 
 void fsdp_free(fsdp_state *s) {
     if (s->layout && s->slice) {
-        const param_layout *l = s->layout;
-        const size_t nf = s->n_local * sizeof(float), layer = l->unit_numel[0], root = l->unit_numel[l->n_layers];
-        size_t max_slice = 0;
-        for (int u = 0; u < l->n_units; u++) if (s->slice[u] > max_slice) max_slice = s->slice[u];
-        mem_free(s->mem, MEM_PARAMS, s->params, s->n_local * s->esz);
-        mem_free(s->mem, MEM_OPTIMIZER, s->master, nf);
-        mem_free(s->mem, MEM_OPTIMIZER, s->exp_avg, nf);
-        mem_free(s->mem, MEM_OPTIMIZER, s->exp_avg_sq, nf);
-        mem_free(s->mem, MEM_GRADS, s->grads, nf);
-        mem_free(s->mem, MEM_GATHERED, s->root_full, root * s->esz);
-        for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < 2; b++) {   // nothing may be in flight into a buffer being freed
             if (s->pending[b]) comm_wait(s->shard, s->pending[b]);
-            mem_free(s->mem, MEM_GATHERED, s->layer_full[b], layer * s->esz);
-        }
-        for (int b = 0; b < 2; b++) {
             if (s->rs_pending[b]) comm_wait(s->shard, s->rs_pending[b]);
-            mem_free(s->mem, MEM_GRADS, s->layer_grad[b], layer * s->esz);
         }
-        mem_free(s->mem, MEM_WORKSPACE, s->rs_out[0], max_slice * s->esz);
-        mem_free(s->mem, MEM_WORKSPACE, s->rs_out[1], s->slice[0] * s->esz);
-        mem_free(s->mem, MEM_GRADS, s->grad_full, l->total * s->esz);
-        mem_free(s->mem, MEM_GRADS, s->root_grad, root * s->esz);
-        mem_free(s->mem, MEM_WORKSPACE, s->unit_f32, s->max_unit * sizeof(float));
+        mem_table t = mem_table_releaser(s->mem);
+        fsdp_buffer_table(&t, s->layout, s->shard->size, s->accumulate_locally, s->esz, s);
     }
     free(s->slice);
     free(s->local_off);
@@ -265,19 +265,9 @@ int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
     return s->be->copy_d2h(host_full, s->unit_f32, s->layout->unit_numel[u] * sizeof(float));
 }
 
-int fsdp_load_hf(fsdp_state *s, const hf_checkpoint *ck) {
-    TRY(hf_checkpoint_validate(ck, s->layout));
-    float *host = ft_malloc(s->max_unit * sizeof(float), "checkpoint unit buffer");
-    if (!host) return -1;
-    int rc = 0;
-    for (int u = 0; u < s->layout->n_units && rc == 0; u++) {
-        rc = hf_checkpoint_read_unit(ck, s->layout, u, host);
-        if (rc == 0) rc = fsdp_set_unit(s, FSDP_MASTER, u, host);
-    }
-    free(host);
+int fsdp_zero_moments(fsdp_state *s) {
     const size_t nf = s->n_local * sizeof(float);
-    if (rc == 0) rc = s->be->zero(s->exp_avg, nf) || s->be->zero(s->exp_avg_sq, nf) ? -1 : 0;
-    return rc;
+    return s->be->zero(s->exp_avg, nf) || s->be->zero(s->exp_avg_sq, nf) ? -1 : 0;
 }
 
 // ----------------------------------------------------------------------------

@@ -12,9 +12,17 @@
 // gradient slice (+=). After the last micro-batch, fsdp_finish_grads all-reduces the slices
 // across replicas. The optimizer then updates the slice in place: a shard is a slice.
 #pragma once
-#include "checkpoint.h"
 #include "comm.h"
 #include "model.h"
+
+// The padding every unit of a layout sharded over shard_size ranks needs (param_layout_init's
+// pad_multiple): 16 x S elements, so S divides each unit and every slice starts 16 elements
+// (64 bytes of fp32 master weights) aligned.
+size_t fsdp_pad_multiple(int shard_size);
+
+// The grid's name in logs and plans: "FSDP full shard" (S = world), "HSDP" (1 < S < world),
+// "none (DDP)" (S = 1 < world) or "none (single device)".
+const char *fsdp_sharding_name(int shard_size, int world_size);
 
 typedef struct {
     const param_layout *layout;   // padded: shard->size divides every unit_numel
@@ -58,6 +66,12 @@ int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_
               comm *shard, comm *replica, int accumulate_locally);
 void fsdp_free(fsdp_state *s);
 
+// Every backend buffer fsdp_init allocates for `layout` over a shard group of shard_size
+// ranks (S divides every unit), offered to `t` in allocation order with esz bytes per
+// storage element. `s` NULL: only sizes (the planner); otherwise slots are s's fields.
+void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, int accumulate_locally,
+                       size_t esz, fsdp_state *s);
+
 // The provider the model uses for forward/backward over this state. With S > 1 it gathers a
 // layer while the previous one computes: acquiring layer l (forward) starts the gather of
 // l + 1, acquiring it for backward starts l - 1; the last forward layer is still gathered
@@ -79,9 +93,8 @@ int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_ful
 // (collective). 0 / -1.
 int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full);
 
-// Load master + working parameters from a Hugging Face checkpoint (every rank reads its
-// slices through the mmap) and zero the moments. Validates first. 0 / -1.
-int fsdp_load_hf(fsdp_state *s, const hf_checkpoint *ck);
+// Zero the AdamW moments (a fresh start from pretrained weights). 0 / -1.
+int fsdp_zero_moments(fsdp_state *s);
 
 // Zero the fp32 gradient slices (start of an optimizer step).
 int fsdp_zero_grads(fsdp_state *s);

@@ -7,14 +7,7 @@
 #include <string.h>
 
 #include "common.h"
-
-// splitmix64: a tiny, well-mixed generator; enough for shuffling
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#include "rng.h"
 
 int loader_open(loader *ld, const char *dir, const char *prefix, int model_vocab, int T, int pack,
                 int shuffle, uint64_t seed) {
@@ -89,7 +82,7 @@ static void build_epoch(loader *ld, int epoch) {
     if (ld->shuffle) {
         uint64_t st = ld->seed * 0x100000001b3ull ^ (uint64_t)epoch * 0x9e3779b97f4a7c15ull;
         for (uint64_t i = ld->n_docs - 1; i > 0; i--) {
-            uint64_t j = splitmix64(&st) % (i + 1);
+            uint64_t j = rng_next(&st) % (i + 1);
             uint64_t t = ld->perm[i]; ld->perm[i] = ld->perm[j]; ld->perm[j] = t;
         }
     }

@@ -187,13 +187,7 @@ static int dry_run(const train_options *o) {
     int max_batch = 1;
     for (int i = 0; i < N_FLAGS; i++)
         if (strcmp(flags[i].name, "--batch_size_per_device") == 0) max_batch = (int)flags[i].max;
-    plan_request req = {
-        .world_size = W, .shard_size = o->no_fsdp ? 1 : o->dp_shard > 0 ? o->dp_shard : W,
-        .batch_size_per_device = o->batch_size_per_device, .seq_len = o->seq_len,
-        .total_batch_size = o->total_batch_size, .gradient_checkpointing = o->gradient_checkpointing,
-        .accumulate_grads_locally = o->accumulate_grads_locally,
-        .elem_bytes = strcmp(o->device, "cuda") == 0 ? 2 : 4, .mfu_benchmark = o->peak_tflops <= 0,
-    };
+    const plan_request req = train_plan_request(o, W, strcmp(o->device, "cuda") == 0 ? 2 : 4);
     plan p;
     TRY(plan_compute(&p, &cfg, &req));
     if (env_rank() == 0) plan_print_report(stdout, &p, &cfg, o->model_dir, o->device, max_batch);
@@ -202,16 +196,12 @@ static int dry_run(const train_options *o) {
 
 // Device memory for --device cuda: the plan of this job (bf16 storage) plus the inference
 // model of --sample_tokens and a margin of 5% + 512 MiB for what the plan does not see.
-static int device_arena_bytes(const train_options *o, int W, int S, size_t *out) {
+static int device_arena_bytes(const train_options *o, int W, size_t *out) {
     llama_config cfg;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->model_dir);
     TRY(llama_config_load(&cfg, path));
-    plan_request req = {
-        .world_size = W, .shard_size = S, .batch_size_per_device = o->batch_size_per_device, .seq_len = o->seq_len,
-        .total_batch_size = o->total_batch_size, .gradient_checkpointing = o->gradient_checkpointing,
-        .accumulate_grads_locally = o->accumulate_grads_locally, .elem_bytes = 2, .mfu_benchmark = o->peak_tflops <= 0,
-    };
+    const plan_request req = train_plan_request(o, W, 2);
     plan p;
     TRY(plan_compute(&p, &cfg, &req));
     *out = p.total + p.total / 20 + ((size_t)512 << 20);
@@ -312,8 +302,8 @@ int main(int argc, char **argv) {
     int rc = 0, local_rank = boot.local_rank, local_size = boot.local_size;
     const int W = mpi ? world.size : boot.size, rank = mpi ? world.rank : boot.rank;
     // the process grid: shard groups of S consecutive ranks, replica groups across them
-    const int S = o.no_fsdp ? 1 : o.dp_shard > 0 ? o.dp_shard : W;
-    if (W % S != 0) rc = ft_error("flag --dp_shard: %d does not divide the world size %d", S, W);
+    const int S = train_shard_size(&o, W);
+    rc = plan_validate_grid(W, S);
     if (rc == 0 && pmi2 && strcmp(o.device, "cuda") != 0)
         rc = ft_error("launcher: %d ranks under srun but this build has no MPI for CPU ranks (rebuild with MPICH, "
                       "or use --device cuda)", W);
@@ -336,7 +326,7 @@ int main(int argc, char **argv) {
 #endif
     // the device: a GPU's arena is sized from the memory plan of this very job
     size_t arena_bytes = 0;
-    if (rc == 0 && strcmp(o.device, "cpu") != 0) rc = device_arena_bytes(&o, W, S, &arena_bytes);
+    if (rc == 0 && strcmp(o.device, "cpu") != 0) rc = device_arena_bytes(&o, W, &arena_bytes);
     if (rc == 0) rc = backend_open(o.device, local_rank, arena_bytes, &be);
     rc = setup_agree(&world, mpi, rc);
     comm dworld, dshard, dreplica;   // NCCL groups (GPU ranks)

@@ -28,3 +28,35 @@ void *mem_alloc(mem_tracker *t, mem_category cat, size_t nbytes);
 // Release memory obtained from mem_alloc with the same category and size. NULL is a no-op.
 void mem_free(mem_tracker *t, mem_category cat, void *p, size_t nbytes);
 const char *mem_category_name(mem_category cat);
+
+// ----------------------------------------------------------------------------
+// buffer tables: every buffer described once, read by the allocator and the planner
+//
+// A module that allocates at setup (model.c, fsdp.c) writes ONE function listing its
+// buffers: category, bytes as a function of the config and the job, the --dry_run line it is
+// counted in, and the pointer field that holds it. The same function, handed different
+// tables, allocates them (mem_table_allocator), frees them (mem_table_releaser) and plans
+// them (plan.c, with no object: slot NULL), so the plan cannot drift from the allocation.
+
+// One buffer. `slot` is the address of the pointer field that holds it (a pointer of any
+// object type, e.g. `&m->lse` for a float *); NULL when only planning.
+typedef struct {
+    mem_category cat;
+    size_t bytes;
+    const char *what;   // the --dry_run line; equal consecutive `what`s share one line
+    void *slot;
+} mem_buffer;
+
+typedef struct mem_table mem_table;
+struct mem_table {
+    int (*add)(mem_table *t, const mem_buffer *b);   // 0, or -1 with ft_error set
+    void *ctx;
+    int failed;                                      // an add failed; later adds are skipped
+};
+
+// Offer one buffer to the table (skipped when bytes is 0 or an earlier add failed).
+void mem_table_add(mem_table *t, mem_category cat, size_t bytes, const char *what, void *slot);
+// A table that allocates each buffer from `mem` into its slot (failure: ft_error, t->failed).
+mem_table mem_table_allocator(mem_tracker *mem);
+// A table that frees each non-NULL slot into `mem` with the listed size and sets it NULL.
+mem_table mem_table_releaser(mem_tracker *mem);

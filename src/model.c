@@ -30,6 +30,7 @@ static void entry_set(param_entry *e, const char *name, int unit, size_t unit_ba
 
 int param_layout_init(param_layout *l, const llama_config *c, size_t pad_multiple) {
     memset(l, 0, sizeof *l);
+    l->cfg = *c;
     const size_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
     const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
@@ -100,6 +101,27 @@ const param_entry *param_layout_find(const param_layout *l, const char *name) {
 }
 
 // ----------------------------------------------------------------------------
+// FLOPs
+
+double model_layer_matmul_params(const llama_config *c) {
+    const double C = c->hidden_size, F = c->intermediate_size;
+    const double QD = (double)c->num_attention_heads * c->head_dim;
+    const double KVD = (double)c->num_key_value_heads * c->head_dim;
+    return 2 * QD * C + 2 * KVD * C + 3 * F * C;
+}
+
+double model_attention_fwd_flops(const llama_config *c, double T) {
+    return 2.0 * 2.0 * (double)c->num_attention_heads * c->head_dim * (T / 2.0);
+}
+
+double model_flops_per_token(const llama_config *c, double T) {
+    const double L = c->num_hidden_layers;
+    const double matmul_params = L * model_layer_matmul_params(c) + (double)c->vocab_size * c->hidden_size;
+    // forward 2, backward 4 FLOPs per parameter per token; attention backward = 2 x forward
+    return 6 * matmul_params + 3 * L * model_attention_fwd_flops(c, T);
+}
+
+// ----------------------------------------------------------------------------
 // the flat single-process provider
 
 static int flat_acquire(void *ctx, int u, int for_backward, void **params) {
@@ -155,48 +177,98 @@ void rope_tables_compute(const llama_config *c, int T, float *cos_out, float *si
 }
 
 // ----------------------------------------------------------------------------
-// allocation of activations and scratch
+// the buffer table: every activation and scratch buffer, described once
 
 // element `i` of a backend-dtype buffer
 static inline void *at(const model *m, void *base, size_t i) { return (char *)base + i * m->esz; }
 
-typedef struct { model *m; mem_category cat; size_t *counter; int failed; } alloc_ctx;
+// address of field f of *obj for the table's slot, or NULL when only planning (obj NULL)
+#define SLOT(obj, f) ((obj) ? (void *)&(obj)->f : NULL)
 
-static void *take(alloc_ctx *a, size_t nbytes) {
-    if (a->failed) return NULL;
-    void *p = mem_alloc(a->m->mem, a->cat, nbytes);
-    if (!p) { a->failed = 1; return NULL; }
-    *a->counter += nbytes;
-    return p;
+// One layer_acts set: what a decoder layer's forward keeps for its backward.
+static void layer_acts_table(mem_table *t, mem_category cat, const char *what, const llama_config *c, size_t B,
+                             size_t T, size_t esz, layer_acts *s) {
+    const size_t N = B * T, C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads;
+    const size_t QD = H * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    mem_table_add(t, cat, N * C * esz, what, SLOT(s, ln1));              // (N, C)
+    mem_table_add(t, cat, N * sizeof(float), what, SLOT(s, ln1_rstd));  // (N)
+    mem_table_add(t, cat, N * QD * esz, what, SLOT(s, q));               // (N, H*D)
+    mem_table_add(t, cat, N * KVD * esz, what, SLOT(s, k));              // (N, KVH*D)
+    mem_table_add(t, cat, N * KVD * esz, what, SLOT(s, v));              // (N, KVH*D)
+    mem_table_add(t, cat, N * QD * esz, what, SLOT(s, att));             // (N, H*D)
+    mem_table_add(t, cat, B * H * T * sizeof(float), what, SLOT(s, lse)); // (B, H, T)
+    mem_table_add(t, cat, N * C * esz, what, SLOT(s, h));                // (N, C)
+    mem_table_add(t, cat, N * C * esz, what, SLOT(s, ln2));              // (N, C)
+    mem_table_add(t, cat, N * sizeof(float), what, SLOT(s, ln2_rstd));  // (N)
+    mem_table_add(t, cat, N * F * esz, what, SLOT(s, gate));             // (N, F)
+    mem_table_add(t, cat, N * F * esz, what, SLOT(s, up));               // (N, F)
+    mem_table_add(t, cat, N * F * esz, what, SLOT(s, act));              // (N, F)
 }
 
-static void layer_acts_alloc(alloc_ctx *a, layer_acts *s, size_t N, const llama_config *c, int B,
-                             int T) {
-    const model *m = a->m;
-    size_t C = c->hidden_size, QD = (size_t)c->num_attention_heads * c->head_dim,
-           KVD = (size_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
-    s->ln1 = take(a, N * C * m->esz);
-    s->ln1_rstd = take(a, N * sizeof(float));
-    s->q = take(a, N * QD * m->esz);
-    s->k = take(a, N * KVD * m->esz);
-    s->v = take(a, N * KVD * m->esz);
-    s->att = take(a, N * QD * m->esz);
-    s->lse = take(a, (size_t)B * c->num_attention_heads * T * sizeof(float));
-    s->h = take(a, N * C * m->esz);
-    s->ln2 = take(a, N * C * m->esz);
-    s->ln2_rstd = take(a, N * sizeof(float));
-    s->gate = take(a, N * F * m->esz);
-    s->up = take(a, N * F * m->esz);
-    s->act = take(a, N * F * m->esz);
+void model_buffer_table(mem_table *t, const llama_config *c, int B, int T, int grad_ckpt, size_t esz, model *m) {
+    const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size, F = c->intermediate_size;
+    const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
+    const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
+    const size_t rope = (size_t)T * (size_t)(c->head_dim / 2) * sizeof(float);   // (T, D/2)
+    const size_t chunk = N < LMHEAD_CHUNK_ROWS ? N : LMHEAD_CHUNK_ROWS;
+    const int L = c->num_hidden_layers;
+
+    // activations: what the forward keeps for the backward
+    for (int l = 0; l <= L; l++)
+        mem_table_add(t, MEM_ACTIVATIONS, N * C * esz, "residual stream: every layer's input + the output",
+                      m ? (void *)&m->resid[l] : NULL);
+    for (int l = 0; l < L && !grad_ckpt; l++)
+        layer_acts_table(t, MEM_ACTIVATIONS, "every layer's saved activations (norms, q, k, v, attention, MLP)", c,
+                         (size_t)B, (size_t)T, esz, m ? &m->acts[l] : NULL);
+    mem_table_add(t, MEM_ACTIVATIONS, N * C * esz, "final norm output + rstd", SLOT(m, lnf));
+    mem_table_add(t, MEM_ACTIVATIONS, N * sizeof(float), "final norm output + rstd", SLOT(m, lnf_rstd));
+
+    // workspace: the recompute set (checkpointing), tables, the logits chunk, backward scratch
+    if (grad_ckpt)
+        layer_acts_table(t, MEM_WORKSPACE, "one layer's activations, recomputed in backward", c, (size_t)B,
+                         (size_t)T, esz, m ? &m->acts[0] : NULL);
+    const char *io = "RoPE tables, tokens, targets, losses";
+    mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_cos));
+    mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_sin));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, tokens));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, targets));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(float), io, SLOT(m, losses));
+    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head chunk (128 rows)",
+                  SLOT(m, logits_ws));
+    const char *bwd = "backward scratch of one layer + branch output";
+    mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, proj));
+    mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, dresid));
+    mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, dln));
+    mem_table_add(t, MEM_WORKSPACE, N * QD * esz, bwd, SLOT(m, dq));
+    mem_table_add(t, MEM_WORKSPACE, N * QD * esz, bwd, SLOT(m, datt));
+    mem_table_add(t, MEM_WORKSPACE, N * KVD * esz, bwd, SLOT(m, dk));
+    mem_table_add(t, MEM_WORKSPACE, N * KVD * esz, bwd, SLOT(m, dv));
+    mem_table_add(t, MEM_WORKSPACE, N * F * esz, bwd, SLOT(m, dgate));
+    mem_table_add(t, MEM_WORKSPACE, N * F * esz, bwd, SLOT(m, dup));
+    mem_table_add(t, MEM_WORKSPACE, N * F * esz, bwd, SLOT(m, dact));
 }
 
-// Frees every non-NULL buffer; sizes are recomputed from the config, as allocated.
-static void model_release_buffers(model *m);
+// RoPE tables computed on the host and copied into the backend's (T, D/2) buffers.
+static int model_upload_rope(model *m) {
+    const size_t bytes = (size_t)m->T_alloc * (size_t)(m->cfg.head_dim / 2) * sizeof(float);
+    float *cos_h = ft_malloc(bytes, "rope cos"), *sin_h = ft_malloc(bytes, "rope sin");
+    int rc = -1;
+    if (cos_h && sin_h) {
+        rope_tables_compute(&m->cfg, m->T_alloc, cos_h, sin_h);
+        rc = m->be->copy_h2d(m->rope_cos, cos_h, bytes);
+        if (rc == 0) rc = m->be->copy_h2d(m->rope_sin, sin_h, bytes);
+    }
+    free(cos_h);
+    free(sin_h);
+    return rc;
+}
 
-int model_init(model *m, const llama_config *cfg, const backend *be, mem_tracker *mem, int B,
-               int T, int grad_ckpt, size_t pad_multiple) {
+int model_init(model *m, const param_layout *layout, const backend *be, mem_tracker *mem, int B, int T,
+               int grad_ckpt) {
     memset(m, 0, sizeof *m);
+    const llama_config *cfg = &layout->cfg;
     m->cfg = *cfg;
+    m->layout = layout;
     m->be = be;
     m->mem = mem;
     m->B = B;
@@ -204,130 +276,26 @@ int model_init(model *m, const llama_config *cfg, const backend *be, mem_tracker
     m->T_alloc = T;
     m->grad_ckpt = grad_ckpt;
     m->esz = st_dtype_size(be->dtype);
-    TRY(param_layout_init(&m->layout, cfg, pad_multiple));
-
-    const llama_config *c = cfg;
-    const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size, F = c->intermediate_size;
-    const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
-    const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
-    const int L = c->num_hidden_layers;
-
+    const int L = cfg->num_hidden_layers;
     m->resid = ft_calloc((size_t)L + 1, sizeof(void *), "residual table");
     m->n_act_sets = grad_ckpt ? 1 : L;
     m->acts = ft_calloc((size_t)m->n_act_sets, sizeof(layer_acts), "activation table");
-    m->losses_host = ft_malloc(N * sizeof(float), "host losses");
-    if (!m->resid || !m->acts || !m->losses_host) { model_release_buffers(m); return -1; }
-
-    // activations: what the forward keeps for the backward
-    alloc_ctx a = {m, MEM_ACTIVATIONS, &m->act_bytes, 0};
-    for (int l = 0; l <= L; l++) m->resid[l] = take(&a, N * C * m->esz);
-    if (!grad_ckpt)
-        for (int l = 0; l < L; l++) layer_acts_alloc(&a, &m->acts[l], N, c, B, T);
-    m->lnf = take(&a, N * C * m->esz);
-    m->lnf_rstd = take(&a, N * sizeof(float));
-
-    // workspace: recompute set (checkpointing), backward scratch, tables, logits chunk
-    a.cat = MEM_WORKSPACE;
-    a.counter = &m->scratch_bytes;
-    if (grad_ckpt) layer_acts_alloc(&a, &m->acts[0], N, c, B, T);
-    size_t half = (size_t)c->head_dim / 2;
-    m->rope_cos = take(&a, (size_t)T * half * sizeof(float));
-    m->rope_sin = take(&a, (size_t)T * half * sizeof(float));
-    m->tokens = take(&a, N * sizeof(int32_t));
-    m->targets = take(&a, N * sizeof(int32_t));
-    m->losses = take(&a, N * sizeof(float));
-    size_t chunk = N < LMHEAD_CHUNK_ROWS ? N : LMHEAD_CHUNK_ROWS;
-    m->logits_ws = take(&a, chunk * V * sizeof(float));
-    m->proj = take(&a, N * C * m->esz);
-    m->dresid = take(&a, N * C * m->esz);
-    m->dln = take(&a, N * C * m->esz);
-    m->dq = take(&a, N * QD * m->esz);
-    m->datt = take(&a, N * QD * m->esz);
-    m->dk = take(&a, N * KVD * m->esz);
-    m->dv = take(&a, N * KVD * m->esz);
-    m->dgate = take(&a, N * F * m->esz);
-    m->dup = take(&a, N * F * m->esz);
-    m->dact = take(&a, N * F * m->esz);
-    if (a.failed) { model_release_buffers(m); return -1; }
-
-    float *cos_h = ft_malloc((size_t)T * half * sizeof(float), "rope cos");
-    float *sin_h = ft_malloc((size_t)T * half * sizeof(float), "rope sin");
-    int rc = -1;
-    if (cos_h && sin_h) {
-        rope_tables_compute(c, T, cos_h, sin_h);
-        rc = be->copy_h2d(m->rope_cos, cos_h, (size_t)T * half * sizeof(float));
-        if (rc == 0) rc = be->copy_h2d(m->rope_sin, sin_h, (size_t)T * half * sizeof(float));
-    }
-    free(cos_h);
-    free(sin_h);
-    if (rc != 0) { model_release_buffers(m); return -1; }
+    m->losses_host = ft_malloc((size_t)B * T * sizeof(float), "host losses");
+    if (!m->resid || !m->acts || !m->losses_host) { model_free(m); return -1; }
+    mem_table t = mem_table_allocator(mem);
+    model_buffer_table(&t, cfg, B, T, grad_ckpt, m->esz, m);
+    if (t.failed || model_upload_rope(m) != 0) { model_free(m); return -1; }
     return 0;
 }
 
-static void layer_acts_release(model *m, mem_category cat, layer_acts *s, size_t N, int B, int T) {
-    const llama_config *c = &m->cfg;
-    size_t C = c->hidden_size, QD = (size_t)c->num_attention_heads * c->head_dim,
-           KVD = (size_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
-    mem_free(m->mem, cat, s->ln1, N * C * m->esz);
-    mem_free(m->mem, cat, s->ln1_rstd, N * sizeof(float));
-    mem_free(m->mem, cat, s->q, N * QD * m->esz);
-    mem_free(m->mem, cat, s->k, N * KVD * m->esz);
-    mem_free(m->mem, cat, s->v, N * KVD * m->esz);
-    mem_free(m->mem, cat, s->att, N * QD * m->esz);
-    mem_free(m->mem, cat, s->lse, (size_t)B * c->num_attention_heads * T * sizeof(float));
-    mem_free(m->mem, cat, s->h, N * C * m->esz);
-    mem_free(m->mem, cat, s->ln2, N * C * m->esz);
-    mem_free(m->mem, cat, s->ln2_rstd, N * sizeof(float));
-    mem_free(m->mem, cat, s->gate, N * F * m->esz);
-    mem_free(m->mem, cat, s->up, N * F * m->esz);
-    mem_free(m->mem, cat, s->act, N * F * m->esz);
-}
-
-static void model_release_buffers(model *m) {
-    const llama_config *c = &m->cfg;
-    const size_t N = (size_t)m->B * m->T_alloc, C = c->hidden_size, V = c->vocab_size;
-    const size_t F = c->intermediate_size, half = (size_t)c->head_dim / 2;
-    const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
-    const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
-    mem_tracker *t = m->mem;
-    if (m->resid)
-        for (int l = 0; l <= c->num_hidden_layers; l++)
-            mem_free(t, MEM_ACTIVATIONS, m->resid[l], N * C * m->esz);
-    if (m->acts)
-        for (int s = 0; s < m->n_act_sets; s++)
-            layer_acts_release(m, m->grad_ckpt ? MEM_WORKSPACE : MEM_ACTIVATIONS, &m->acts[s], N,
-                               m->B, m->T_alloc);
-    mem_free(t, MEM_ACTIVATIONS, m->lnf, N * C * m->esz);
-    mem_free(t, MEM_ACTIVATIONS, m->lnf_rstd, N * sizeof(float));
-    mem_free(t, MEM_WORKSPACE, m->rope_cos, (size_t)m->T_alloc * half * sizeof(float));
-    mem_free(t, MEM_WORKSPACE, m->rope_sin, (size_t)m->T_alloc * half * sizeof(float));
-    mem_free(t, MEM_WORKSPACE, m->tokens, N * sizeof(int32_t));
-    mem_free(t, MEM_WORKSPACE, m->targets, N * sizeof(int32_t));
-    mem_free(t, MEM_WORKSPACE, m->losses, N * sizeof(float));
-    size_t chunk = N < LMHEAD_CHUNK_ROWS ? N : LMHEAD_CHUNK_ROWS;
-    mem_free(t, MEM_WORKSPACE, m->logits_ws, chunk * V * sizeof(float));
-    mem_free(t, MEM_WORKSPACE, m->proj, N * C * m->esz);
-    mem_free(t, MEM_WORKSPACE, m->dresid, N * C * m->esz);
-    mem_free(t, MEM_WORKSPACE, m->dln, N * C * m->esz);
-    mem_free(t, MEM_WORKSPACE, m->dq, N * QD * m->esz);
-    mem_free(t, MEM_WORKSPACE, m->datt, N * QD * m->esz);
-    mem_free(t, MEM_WORKSPACE, m->dk, N * KVD * m->esz);
-    mem_free(t, MEM_WORKSPACE, m->dv, N * KVD * m->esz);
-    mem_free(t, MEM_WORKSPACE, m->dgate, N * F * m->esz);
-    mem_free(t, MEM_WORKSPACE, m->dup, N * F * m->esz);
-    mem_free(t, MEM_WORKSPACE, m->dact, N * F * m->esz);
+void model_free(model *m) {
+    if (m->resid && m->acts) {   // the same table as model_init, so the same sizes
+        mem_table t = mem_table_releaser(m->mem);
+        model_buffer_table(&t, &m->cfg, m->B, m->T_alloc, m->grad_ckpt, m->esz, m);
+    }
     free(m->resid);
     free(m->acts);
     free(m->losses_host);
-    m->resid = NULL;
-    m->acts = NULL;
-    m->losses_host = NULL;
-}
-
-void model_free(model *m) {
-    if (!m->layout.entries && !m->resid) return;
-    model_release_buffers(m);
-    param_layout_free(&m->layout);
     memset(m, 0, sizeof *m);
 }
 
@@ -340,7 +308,7 @@ static int layer_forward(model *m, int l, void *w, layer_acts *s) {
     const llama_config *c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size;
     const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
-    const size_t *o = m->layout.layer_off;
+    const size_t *o = m->layout->layer_off;
     void *x = m->resid[l];                                           // (N, C)
 
     TRY(be->rmsnorm_fwd(s->ln1, s->ln1_rstd, x, at(m, w, o[LT_ATTN_NORM]), N, C, c->rms_norm_eps));
@@ -370,7 +338,7 @@ static int forward_trunk(model *m, const unit_provider *p, const int32_t *tokens
     const int N = m->B * m->T, C = c->hidden_size;
     TRY(m->be->copy_h2d(m->tokens, tokens, (size_t)N * sizeof(int32_t)));
     TRY(p->acquire(p->ctx, c->num_hidden_layers, 0, root));
-    TRY(m->be->embedding_fwd(m->resid[0], m->tokens, at(m, *root, m->layout.root_off[RT_EMBED]),
+    TRY(m->be->embedding_fwd(m->resid[0], m->tokens, at(m, *root, m->layout->root_off[RT_EMBED]),
                              N, C, c->vocab_size));
     for (int l = 0; l < c->num_hidden_layers; l++) {
         void *w;
@@ -379,12 +347,12 @@ static int forward_trunk(model *m, const unit_provider *p, const int32_t *tokens
         TRY(p->release(p->ctx, l));
     }
     TRY(m->be->rmsnorm_fwd(m->lnf, m->lnf_rstd, m->resid[c->num_hidden_layers],
-                           at(m, *root, m->layout.root_off[RT_NORM]), N, C, c->rms_norm_eps));
+                           at(m, *root, m->layout->root_off[RT_NORM]), N, C, c->rms_norm_eps));
     return 0;
 }
 
 static size_t lm_head_offset(const model *m) {
-    return m->cfg.tie_word_embeddings ? m->layout.root_off[RT_EMBED] : m->layout.root_off[RT_LMHEAD];
+    return m->cfg.tie_word_embeddings ? m->layout->root_off[RT_EMBED] : m->layout->root_off[RT_LMHEAD];
 }
 
 int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits) {
@@ -422,7 +390,7 @@ static int layer_backward(model *m, int l, void *w, void *dw, layer_acts *s) {
     const llama_config *c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size;
     const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
-    const size_t *o = m->layout.layer_off;
+    const size_t *o = m->layout->layer_off;
     void *x = m->resid[l];
 
     // MLP branch: resid[l+1] = h + down(swiglu(gate(ln2), up(ln2)))
@@ -475,8 +443,8 @@ int model_step(model *m, const unit_provider *p, const int32_t *tokens, const in
 
     // final norm
     TRY(be->zero(m->dresid, (size_t)N * C * m->esz));
-    TRY(be->rmsnorm_bwd(m->dresid, at(m, droot, m->layout.root_off[RT_NORM]), m->dln, m->resid[L],
-                        at(m, root, m->layout.root_off[RT_NORM]), m->lnf_rstd, N, C));
+    TRY(be->rmsnorm_bwd(m->dresid, at(m, droot, m->layout->root_off[RT_NORM]), m->dln, m->resid[L],
+                        at(m, root, m->layout->root_off[RT_NORM]), m->lnf_rstd, N, C));
     // decoder layers, last to first; with checkpointing, recompute the layer's forward first
     // from its saved input (the same ops on the same inputs: bitwise the same activations)
     for (int l = L - 1; l >= 0; l--) {
@@ -491,7 +459,7 @@ int model_step(model *m, const unit_provider *p, const int32_t *tokens, const in
         TRY(p->grad_end(p->ctx, l));
         TRY(p->release(p->ctx, l));
     }
-    TRY(be->embedding_bwd(at(m, droot, m->layout.root_off[RT_EMBED]), m->dresid, m->tokens, N, C, V));
+    TRY(be->embedding_bwd(at(m, droot, m->layout->root_off[RT_EMBED]), m->dresid, m->tokens, N, C, V));
     TRY(p->grad_end(p->ctx, root_u));
     return p->release(p->ctx, root_u);
 }

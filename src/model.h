@@ -37,6 +37,7 @@ typedef struct {
 } param_entry;
 
 typedef struct {
+    llama_config cfg;            // the config it was built for (the model takes it from here)
     int n_layers;
     int n_units;                 // n_layers + 1
     size_t pad_multiple;
@@ -57,6 +58,20 @@ int param_layout_init(param_layout *l, const llama_config *cfg, size_t pad_multi
 void param_layout_free(param_layout *l);
 // Entry called `name`, or NULL.
 const param_entry *param_layout_find(const param_layout *l, const char *name);
+// (The layout is the parameter count's one definition: n_params.)
+
+// ----------------------------------------------------------------------------
+// FLOPs (the one definition: the MFU of the log and the --dry_run estimate use these)
+
+// Parameters of one decoder layer that take part in a matmul (q, k, v, o, gate, up, down).
+double model_layer_matmul_params(const llama_config *cfg);
+// Forward FLOPs of causal attention per token per layer at sequence length T: QK^T and PV
+// over on average T/2 keys, 2 FLOPs per multiply-add, for H heads of dimension D.
+double model_attention_fwd_flops(const llama_config *cfg, double T);
+// Model FLOPs per trained token at sequence length T, forward and backward, no recompute:
+// 6 x (L x layer matmul params + the lm_head's V x C, tied or not: the matmul is done either
+// way; the embedding is a lookup and norm weights are elementwise) + 3 x L x attention.
+double model_flops_per_token(const llama_config *cfg, double T);
 
 // ----------------------------------------------------------------------------
 // unit provider: where the forward/backward gets parameters and puts gradients
@@ -94,10 +109,10 @@ typedef struct {
 } layer_acts;
 
 typedef struct {
-    llama_config cfg;
+    llama_config cfg;               // layout->cfg
     const backend *be;
     mem_tracker *mem;
-    param_layout layout;
+    const param_layout *layout;     // borrowed from the parameters' owner (the unit provider's)
     int B, T;                       // current micro-batch shape (T <= T_alloc)
     int T_alloc;                    // sequence length the buffers were sized for
     int grad_ckpt;                  // 1: keep only each layer's input, recompute in backward
@@ -118,13 +133,21 @@ typedef struct {
     void *dq, *datt;                // (N, H*D)
     void *dk, *dv;                  // (N, KVH*D)
     void *dgate, *dup, *dact;       // (N, F)
-    size_t act_bytes, scratch_bytes;
 } model;
 
-// Allocate everything a (B, T) micro-batch needs; parameters are NOT allocated here (they
-// belong to whoever owns the unit_provider). pad_multiple as in param_layout_init.
-int model_init(model *m, const llama_config *cfg, const backend *be, mem_tracker *mem, int B,
-               int T, int grad_ckpt, size_t pad_multiple);
+// Every backend buffer model_init allocates for a (B, T) micro-batch (the activations kept
+// for the backward, the recompute set with grad_ckpt, and the scratch), offered to `t` in
+// allocation order with esz bytes per storage element. `m` NULL: only sizes (the planner);
+// otherwise slots are m's fields (m->resid and m->acts must be allocated).
+void model_buffer_table(mem_table *t, const llama_config *cfg, int B, int T, int grad_ckpt, size_t esz,
+                        model *m);
+
+// Allocate everything a (B, T) micro-batch needs (model_buffer_table) for the model of
+// `layout` (its config, its tensor offsets). Parameters are NOT allocated here: they, and
+// the layout, belong to whoever owns the unit_provider, whose layout this must be (the FSDP
+// state's, the flat provider's); it must outlive the model.
+int model_init(model *m, const param_layout *layout, const backend *be, mem_tracker *mem, int B, int T,
+               int grad_ckpt);
 void model_free(model *m);
 
 // One micro-batch. tokens, targets: host (B, T) int32; targets[b, t] is the id to predict

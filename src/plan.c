@@ -1,14 +1,15 @@
 // plan.c: the --dry_run memory and step-time planner (see plan.h).
 //
-// Every memory line below names the buffer of src/model.c or src/fsdp.c it stands for; when
-// those files change their allocations, tests/test_plan.sh fails until this file follows.
+// The memory plan is not a mirror: it walks the very buffer tables that model_init,
+// fsdp_init and the MFU benchmark allocate from (model_buffer_table, fsdp_buffer_table,
+// mfu_bench_buffer_table), so a buffer added there is planned here with no edit.
 #include "plan.h"
 
 #include <string.h>
 
-#include "backend.h"   // LMHEAD_CHUNK_ROWS
 #include "common.h"
-#include "train.h"     // TRAIN_BENCH_MATMUL_DIM
+#include "fsdp.h"
+#include "mfu.h"
 
 // ----------------------------------------------------------------------------
 // devices
@@ -32,100 +33,32 @@ size_t plan_device_budget(const plan_device *d) { return d->memory_bytes - PLAN_
 // ----------------------------------------------------------------------------
 // memory
 
-static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
-
+// One report line per run of consecutive buffers with the same description; every byte counts
+// even if the line table is full.
 static void add_item(plan *p, mem_category cat, size_t bytes, const char *what) {
-    if (bytes == 0 || p->n_items == PLAN_MAX_ITEMS) return;
-    p->items[p->n_items++] = (plan_item){cat, bytes, what};
     p->bytes[cat] += bytes;
     p->total += bytes;
+    plan_item *last = p->n_items ? &p->items[p->n_items - 1] : NULL;
+    if (last && last->cat == cat && strcmp(last->what, what) == 0) last->bytes += bytes;
+    else if (p->n_items < PLAN_MAX_ITEMS) p->items[p->n_items++] = (plan_item){cat, bytes, what};
 }
 
-// Bytes of one layer_acts set (model.c layer_acts_alloc) for N = B x T rows.
-static size_t layer_acts_bytes(const llama_config *c, size_t B, size_t T, size_t esz) {
-    const size_t N = B * T, C = c->hidden_size, F = c->intermediate_size;
-    const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
-    const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
-    return N * C * esz + N * sizeof(float)              // ln1, ln1_rstd
-         + N * QD * esz + 2 * N * KVD * esz             // q, k, v
-         + N * QD * esz                                 // att
-         + B * (size_t)c->num_attention_heads * T * sizeof(float)   // lse (B, H, T)
-         + N * C * esz                                  // h
-         + N * C * esz + N * sizeof(float)              // ln2, ln2_rstd
-         + 3 * N * F * esz;                             // gate, up, act
-}
-
-// fsdp_init: this rank's slices and the gather / gradient / communication buffers.
-static void plan_fsdp_memory(plan *p) {
-    const plan_request *r = &p->req;
-    const size_t S = (size_t)r->shard_size, esz = r->elem_bytes, f32 = sizeof(float);
-    const size_t slice_layer = p->layer_numel / S, slice_root = p->root_numel / S;
-    add_item(p, MEM_PARAMS, p->n_local * esz, "working parameters, this rank's slice");
-    add_item(p, MEM_OPTIMIZER, 3 * p->n_local * f32, "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)");
-    add_item(p, MEM_GRADS, p->n_local * f32, "fp32 gradients of the step (slice)");
-    if (S > 1) {
-        add_item(p, MEM_GATHERED, p->root_numel * esz, "root unit (embeddings, norm, lm_head), gathered");
-        add_item(p, MEM_GATHERED, 2 * p->layer_numel * esz, "two layer units: in use + prefetched");
-        add_item(p, MEM_WORKSPACE, max_size(slice_layer, slice_root) * esz, "reduce-scatter output (largest slice)");
-        if (!r->accumulate_grads_locally)
-            add_item(p, MEM_WORKSPACE, slice_layer * esz, "second layer reduce-scatter output (one in flight)");
-    }
-    if (r->accumulate_grads_locally)
-        add_item(p, MEM_GRADS, p->padded_total * esz, "full-size gradients summed over micro-batches");
-    else
-        add_item(p, MEM_GRADS, (p->root_numel + (S > 1 ? 2 : 1) * p->layer_numel) * esz,
-                 S > 1 ? "one micro-batch's root + two layer gradients (one reducing while the next computes)"
-                       : "one micro-batch's root + layer gradients");
-    add_item(p, MEM_WORKSPACE, max_size(p->layer_numel, p->root_numel) * f32, "fp32 unit buffer (checkpoint gathers)");
-}
-
-// model_init: activations kept for the backward, and the scratch of one layer's backward.
-static void plan_model_memory(plan *p, const llama_config *c) {
-    const plan_request *r = &p->req;
-    const size_t B = (size_t)r->batch_size_per_device, T = (size_t)r->seq_len, N = B * T, esz = r->elem_bytes;
-    const size_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
-    const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
-    const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
-    const size_t set = layer_acts_bytes(c, B, T, esz);
-
-    add_item(p, MEM_ACTIVATIONS, (L + 1) * N * C * esz, "residual stream: every layer's input + the output");
-    if (!r->gradient_checkpointing)
-        add_item(p, MEM_ACTIVATIONS, L * set, "every layer's saved activations (norms, q, k, v, attention, MLP)");
-    add_item(p, MEM_ACTIVATIONS, N * C * esz + N * sizeof(float), "final norm output + rstd");
-
-    if (r->gradient_checkpointing) add_item(p, MEM_WORKSPACE, set, "one layer's activations, recomputed in backward");
-    add_item(p, MEM_WORKSPACE, (3 * N * C + 2 * N * QD + 2 * N * KVD + 3 * N * F) * esz,
-             "backward scratch of one layer + branch output");
-    add_item(p, MEM_WORKSPACE, (N < LMHEAD_CHUNK_ROWS ? N : LMHEAD_CHUNK_ROWS) * V * sizeof(float),
-             "fp32 logits of one lm_head chunk (128 rows)");
-    add_item(p, MEM_WORKSPACE, 2 * T * (size_t)(c->head_dim / 2) * sizeof(float) + 3 * N * 4,
-             "RoPE tables, tokens, targets, losses");
+static int plan_table_add(mem_table *t, const mem_buffer *b) {
+    add_item(t->ctx, b->cat, b->bytes, b->what);
+    return 0;
 }
 
 // ----------------------------------------------------------------------------
 // FLOPs and collective bytes of one optimizer step
 
-// Causal attention FLOPs of one forward per token per layer: QK^T and PV over on average
-// T/2 keys, 2 FLOPs per multiply-add, for H heads of dimension D.
-static double attention_fwd_flops(const llama_config *c, double T) {
-    return 2.0 * 2.0 * (double)c->num_attention_heads * c->head_dim * (T / 2.0);
-}
-
 static void plan_step_work(plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
-    const double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    const double QD = (double)c->num_attention_heads * c->head_dim;
-    const double KVD = (double)c->num_key_value_heads * c->head_dim;
-    // parameters that take part in a matmul: the layers' projections and the lm_head (the
-    // embedding is a lookup; norm weights are elementwise)
-    const double layer_matmul = 2 * QD * C + 2 * KVD * C + 3 * F * C;
-    const double matmul_params = L * layer_matmul + V * C;
-    const double att = attention_fwd_flops(c, r->seq_len);
+    const double L = c->num_hidden_layers, att = model_attention_fwd_flops(c, r->seq_len);
     p->tokens = (double)p->accum * r->batch_size_per_device * r->seq_len;
-    // forward 2, backward 4 FLOPs per parameter per token; attention backward = 2 x forward
-    const double model_per_token = 6 * matmul_params + 3 * L * att;
+    const double model_per_token = model_flops_per_token(c, r->seq_len);
     double exec_per_token = model_per_token + 0.5 * L * att;   // backward recomputes QK^T (flash-style)
-    if (r->gradient_checkpointing) exec_per_token += 2 * L * layer_matmul + L * att;   // layer forwards again
+    if (r->gradient_checkpointing)   // layer forwards again
+        exec_per_token += 2 * L * model_layer_matmul_params(c) + L * att;
     p->model_flops = p->tokens * model_per_token;
     p->exec_flops = p->tokens * exec_per_token;
 
@@ -152,12 +85,14 @@ static void plan_step_work(plan *p, const llama_config *c) {
 // ----------------------------------------------------------------------------
 // the plan
 
-int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
-    memset(p, 0, sizeof *p);
-    p->req = *r;
-    if (r->world_size < 1) return ft_error("plan: world size %d is not positive", r->world_size);
-    if (r->shard_size < 1 || r->world_size % r->shard_size != 0)
-        return ft_error("flag --dp_shard: %d does not divide the world size %d", r->shard_size, r->world_size);
+int plan_validate_grid(int W, int S) {
+    if (W < 1) return ft_error("plan: world size %d is not positive", W);
+    if (S < 1 || W % S != 0) return ft_error("flag --dp_shard: %d does not divide the world size %d", S, W);
+    return 0;
+}
+
+int plan_validate(const llama_config *c, const plan_request *r) {
+    TRY(plan_validate_grid(r->world_size, r->shard_size));
     if (r->batch_size_per_device < 1 || r->seq_len < 1 || r->total_batch_size < 1)
         return ft_error("plan: batch %d, seq_len %d, total batch %d must be positive", r->batch_size_per_device,
                         r->seq_len, r->total_batch_size);
@@ -169,25 +104,32 @@ int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
         return ft_error("flag --total_batch_size: %d is not a multiple of --batch_size_per_device %d x %d ranks = %d",
                         r->total_batch_size, r->batch_size_per_device, r->world_size, per_step);
     if (r->elem_bytes != 2 && r->elem_bytes != 4) return ft_error("plan: element size %zu is not 2 or 4", r->elem_bytes);
+    return 0;
+}
+
+int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
+    memset(p, 0, sizeof *p);
+    p->req = *r;
+    TRY(plan_validate(c, r));
+    const int per_step = r->batch_size_per_device * r->world_size;
     p->replica_size = r->world_size / r->shard_size;
     p->accum = r->total_batch_size / per_step;
 
-    // param_layout_init as train.c calls it: every unit padded to a multiple of 16 x S
+    // the layout as the trainer builds it
     param_layout l;
-    TRY(param_layout_init(&l, c, (size_t)r->shard_size * 16));
+    TRY(param_layout_init(&l, c, fsdp_pad_multiple(r->shard_size)));
     p->n_params = l.n_params;
     p->layer_numel = l.unit_numel[0];
     p->root_numel = l.unit_numel[l.n_layers];
     p->padded_total = l.total;
-    param_layout_free(&l);
     p->n_local = p->padded_total / (size_t)r->shard_size;
 
     // allocation order of job_setup: model_init, then fsdp_init, then the MFU benchmark
-    plan_model_memory(p, c);
-    plan_fsdp_memory(p);
-    if (r->mfu_benchmark)
-        add_item(p, MEM_WORKSPACE, 3 * (size_t)TRAIN_BENCH_MATMUL_DIM * TRAIN_BENCH_MATMUL_DIM * r->elem_bytes,
-                 "matmul-rate benchmark for MFU (--peak_tflops 0)");
+    mem_table t = {plan_table_add, p, 0};
+    model_buffer_table(&t, c, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing, r->elem_bytes, NULL);
+    fsdp_buffer_table(&t, &l, r->shard_size, r->accumulate_grads_locally, r->elem_bytes, NULL);
+    if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
+    param_layout_free(&l);
     plan_step_work(p, c);
     return 0;
 }
@@ -235,11 +177,6 @@ int plan_find_max_batch(const llama_config *c, const plan_request *req, size_t b
 
 static double gib(double bytes) { return bytes / (double)(1ull << 30); }
 
-static const char *sharding_name(const plan_request *r) {
-    if (r->shard_size > 1) return r->shard_size < r->world_size ? "HSDP" : "FSDP full shard";
-    return r->world_size > 1 ? "none, DDP" : "none, single device";
-}
-
 static void print_max_batch(FILE *out, const plan *p, const llama_config *c, size_t budget, int max_batch) {
     int best[2][2];   // [checkpointing][dividing]
     for (int ck = 0; ck < 2; ck++)
@@ -265,13 +202,13 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     const plan_request *r = &p->req;
     const char *dtype = r->elem_bytes == 2 ? "bf16" : "fp32";
     fprintf(out, "finetune: dry run: a plan, nothing allocated, no weights read\n");
-    fprintf(out, "model %s: %zu params (%zu with units padded to multiples of 16 x %d), %d layers, hidden %d, heads %d/%d, "
-            "intermediate %d, vocab %d\n", model_dir, p->n_params, p->padded_total, r->shard_size,
+    fprintf(out, "model %s: %zu params (%zu with units padded to multiples of %zu), %d layers, hidden %d, heads %d/%d, "
+            "intermediate %d, vocab %d\n", model_dir, p->n_params, p->padded_total, fsdp_pad_multiple(r->shard_size),
             c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads,
             c->intermediate_size, c->vocab_size);
     fprintf(out, "job: %d rank(s), sharding %s (shard group %d x replica group %d), batch %d x seq %d per device, "
             "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s; storage %s (--device %s)\n",
-            r->world_size, sharding_name(r), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
+            r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
             p->accum, r->total_batch_size, r->gradient_checkpointing ? "on" : "off",
             r->accumulate_grads_locally ? ", gradients accumulated locally" : "", dtype, device);
 

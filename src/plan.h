@@ -5,9 +5,10 @@
 // the bytes each rank's mem_tracker will record per category, and a roofline estimate of one
 // optimizer step on A100 and H100 GPUs.
 //
-// The memory plan mirrors, buffer by buffer, what model_init (src/model.c) and fsdp_init
-// (src/fsdp.c) allocate, so on the CPU backend it is exact: tests/test_plan.sh compares it
-// with the allocator's measured peaks. Every buffer is allocated once at setup and kept to the
+// The memory plan walks the same buffer tables that model_init (src/model.c), fsdp_init
+// (src/fsdp.c) and the MFU benchmark (src/mfu.c) allocate from, so on the CPU backend it is
+// exact by construction; tests/test_plan.sh still compares it with the allocator's measured
+// peaks. Every buffer is allocated once at setup and kept to the
 // end of training, so the peak total is the sum of the categories. Not planned: what the
 // mem_tracker does not see (a CUDA context, cuBLASLt/NCCL buffers, allocator fragmentation;
 // the fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those) and the inference model that
@@ -36,7 +37,7 @@ typedef struct {
     int accumulate_grads_locally;   // 1: full-size gradients summed locally, reduced once per step
     size_t elem_bytes;              // storage dtype of the backend: 4 (CPU, fp32), 2 (CUDA, bf16)
     int mfu_benchmark;              // 1: train.c measures the matmul rate (--peak_tflops 0), whose
-                                    // three (TRAIN_BENCH_MATMUL_DIM)^2 matrices are workspace
+                                    // buffers (src/mfu.h) are workspace
 } plan_request;
 
 // ----------------------------------------------------------------------------
@@ -54,7 +55,7 @@ typedef struct {
     plan_request req;
     int replica_size;               // R = W / S
     int accum;                      // micro-batches per rank per optimizer step
-    // parameter layout, as param_layout_init pads it (every unit to a multiple of 16 S)
+    // parameter layout, as param_layout_init pads it (fsdp_pad_multiple: 16 S)
     size_t n_params;                // real parameters
     size_t layer_numel, root_numel; // padded unit sizes
     size_t padded_total;            // L x layer + root
@@ -77,9 +78,14 @@ typedef struct {
     double optimizer_hbm_bytes;     // AdamW reads and writes over this rank's slice
 } plan;
 
-// Compute the plan for `cfg` and `req`. Validates the request (positive sizes, S divides W,
-// B x W divides the total batch, seq_len within max_position_embeddings): 0, or -1 with
-// ft_error naming the flag.
+// Check the process grid: W >= 1 and S divides W. 0, or -1 with ft_error naming --dp_shard.
+int plan_validate_grid(int world_size, int shard_size);
+// Check the whole request: the grid, positive sizes, B x W divides the total batch, seq_len
+// within max_position_embeddings, element size 2 or 4. 0, or -1 with ft_error naming the
+// flag: the one set of job checks (and messages) of both training and --dry_run.
+int plan_validate(const llama_config *cfg, const plan_request *req);
+
+// Compute the plan for `cfg` and `req` (validated first, plan_validate). 0 or -1.
 int plan_compute(plan *p, const llama_config *cfg, const plan_request *req);
 
 // ----------------------------------------------------------------------------

@@ -9,10 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum {
-    ST_F64, ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_I16, ST_I8, ST_U8, ST_BOOL,
-    ST_DTYPE_COUNT
-} st_dtype;
+#include "dtype.h"   // st_dtype, st_dtype_size, st_dtype_name
+
 
 #define ST_MAX_DIMS 8
 
@@ -33,10 +31,6 @@ typedef struct {
     st_tensor *tensors;          // n_tensors entries, in header order
     int n_tensors;
 } st_file;
-
-// Bytes per element of a dtype, and its safetensors name ("F32", "BF16", ...).
-size_t st_dtype_size(st_dtype dt);
-const char *st_dtype_name(st_dtype dt);
 
 // Open and validate `path`. On success fills *f (release with st_close) and returns 0.
 // On any problem returns -1 with ft_error() set to one line naming the file and the

@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "data.h"
+#include "rng.h"
 #include "train.h"
 
 #define SAMPLE_TEMPERATURE 0.8
@@ -81,19 +82,12 @@ static void vocab_append(const vocab *v, int id, char *buf, size_t n) {
 // ----------------------------------------------------------------------------
 // sampling
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static int sample_logits(const float *logits, int V, uint64_t *rng) {
     float mx = logits[0];
     for (int i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
     double sum = 0;
     for (int i = 0; i < V; i++) sum += exp((logits[i] - mx) / SAMPLE_TEMPERATURE);
-    double r = (double)(rng_next(rng) >> 11) / 9007199254740992.0 * sum, acc = 0;
+    double r = rng_uniform(rng) * sum, acc = 0;
     for (int i = 0; i < V; i++) {
         acc += exp((logits[i] - mx) / SAMPLE_TEMPERATURE);
         if (acc >= r) return i;
@@ -135,7 +129,7 @@ int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem
     if (len > prompt_tokens) len = prompt_tokens;
     int T = len + n_tokens;
     if (T > cfg->max_position_embeddings) T = cfg->max_position_embeddings;
-    TRY_GOTO(model_init(&m, cfg, s->be, mem, 1, T, 0, s->layout->pad_multiple), done);
+    TRY_GOTO(model_init(&m, s->layout, s->be, mem, 1, T, 0), done);
     unit_provider prov = fsdp_provider(s);
     tokens = ft_malloc((size_t)T * sizeof(int32_t), "sample tokens");
     logits = ft_malloc((size_t)T * cfg->vocab_size * sizeof(float), "sample logits");

@@ -16,9 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
 #include "common.h"
 #include "loader.h"
+#include "mfu.h"
+#include "schedule.h"
 
 // ----------------------------------------------------------------------------
 // signals: SIGTERM (Slurm before the time limit) and SIGINT save a checkpoint and stop
@@ -44,50 +45,6 @@ static double now_seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-// learning rate of optimizer step `step` (0-based), as transformers' schedulers compute it
-static double lr_at(const train_options *o, int step, int total) {
-    int warmup = (int)(o->warmup_fraction * total);
-    if (step < warmup) return o->learning_rate * (double)step / (double)warmup;
-    if (strcmp(o->lr_schedule, "constant") == 0) return o->learning_rate;
-    double progress = (double)(step - warmup) / (double)(total - warmup > 0 ? total - warmup : 1);
-    if (progress > 1) progress = 1;
-    if (strcmp(o->lr_schedule, "cosine") == 0) return o->learning_rate * 0.5 * (1.0 + cos(M_PI * progress));
-    return o->learning_rate * (1.0 - progress);
-}
-
-// model FLOPs per trained token: 6 x (non-embedding params) for the matmuls forward and
-// backward, plus causal attention (QK^T and PV: 4 x T x H x D per layer forward, halved by
-// causality, x3 for the backward)
-static double flops_per_token(const llama_config *c, double avg_T) {
-    double P = (double)llama_config_param_count(c) - (double)c->vocab_size * c->hidden_size;
-    return 6.0 * P + 6.0 * c->num_hidden_layers * (double)c->num_attention_heads * c->head_dim * avg_T;
-}
-
-// The backend's dense matmul rate, measured: the MFU denominator when no peak is given.
-static double measure_matmul_flops(const backend *be, mem_tracker *mem) {
-    const int n = TRAIN_BENCH_MATMUL_DIM;
-    size_t bytes = (size_t)n * n * st_dtype_size(be->dtype);
-    void *a = mem_alloc(mem, MEM_WORKSPACE, bytes), *b = mem_alloc(mem, MEM_WORKSPACE, bytes),
-         *c = mem_alloc(mem, MEM_WORKSPACE, bytes);
-    double rate = 0;
-    if (a && b && c && be->zero(a, bytes) == 0 && be->zero(b, bytes) == 0) {
-        be->matmul_fwd(c, a, b, n, n, n);   // warm-up (thread pool start)
-        double best = 1e30;
-        for (int i = 0; i < 5; i++) {
-            double t0 = now_seconds();
-            be->matmul_fwd(c, a, b, n, n, n);
-            be->synchronize();
-            double dt = now_seconds() - t0;
-            if (dt < best) best = dt;
-        }
-        rate = 2.0 * n * n * (double)n / best;
-    }
-    mem_free(mem, MEM_WORKSPACE, a, bytes);
-    mem_free(mem, MEM_WORKSPACE, b, bytes);
-    mem_free(mem, MEM_WORKSPACE, c, bytes);
-    return rate;
-}
-
 static void format_eta(char *buf, size_t n, double secs) {
     long s = (long)(secs + 0.5);
     if (s >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
@@ -109,6 +66,7 @@ typedef struct {
     fsdp_state fs;
     unit_provider prov;
     loader train, val;
+    schedule sched;               // learning rate and AdamW parameters per step
     int accum;                    // micro-batches per optimizer step on this rank
     int total_steps, steps_per_epoch;
     int32_t *tokens, *targets;    // (accum, B, T) this rank's rows of the current step
@@ -213,19 +171,13 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->model_dir);
     TRY(llama_config_load(&j->cfg, path));
-    if (o->seq_len > j->cfg.max_position_embeddings)
-        return ft_error("flag --seq_len: %d exceeds the model's max_position_embeddings %d", o->seq_len,
-                        j->cfg.max_position_embeddings);
-    const int per_step = o->batch_size_per_device * j->world;
-    if (o->total_batch_size % per_step != 0)
-        return ft_error("flag --total_batch_size: %d is not a multiple of --batch_size_per_device %d x %d ranks = %d",
-                        o->total_batch_size, o->batch_size_per_device, j->world, per_step);
-    j->accum = o->total_batch_size / per_step;
+    const plan_request req = train_plan_request(o, j->world, st_dtype_size(j->be->dtype));
+    TRY(plan_validate(&j->cfg, &req));
+    j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 
-    // every unit padded to a multiple of the shard group size (x16 keeps slices 64-byte aligned)
-    TRY(param_layout_init(&j->layout, &j->cfg, (size_t)cc->shard->size * 16));
-    TRY(model_init(&j->m, &j->cfg, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
-                   o->gradient_checkpointing, (size_t)cc->shard->size * 16));
+    TRY(param_layout_init(&j->layout, &j->cfg, fsdp_pad_multiple(cc->shard->size)));
+    TRY(model_init(&j->m, &j->layout, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
+                   o->gradient_checkpointing));
     TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, o->accumulate_grads_locally));
     j->prov = fsdp_provider(&j->fs);
 
@@ -245,6 +197,11 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
         j->steps_per_epoch = (int)(rows / (uint64_t)o->total_batch_size);
         j->total_steps = o->max_steps > 0 ? o->max_steps : o->epochs * j->steps_per_epoch;
     }
+    j->sched = (schedule){.learning_rate = o->learning_rate, .total_steps = j->total_steps,
+                          .warmup_steps = schedule_warmup_steps(o->warmup_fraction, j->total_steps),
+                          .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay,
+                          .max_grad_norm = o->max_grad_norm};
+    TRY(schedule_kind_parse(o->lr_schedule, &j->sched.kind));
 
     const size_t BT = (size_t)o->batch_size_per_device * o->seq_len;
     j->tokens = ft_malloc((size_t)j->accum * BT * sizeof(int32_t), "step tokens");
@@ -273,7 +230,7 @@ static void print_plan(job *j) {
     const train_options *o = j->o;
     const llama_config *c = &j->cfg;
     printf("finetune: model %s: %lld params, %d layers, hidden %d, heads %d/%d (q/kv), head_dim %d, vocab %d%s\n",
-           o->model_dir, llama_config_param_count(c), c->num_hidden_layers, c->hidden_size,
+           o->model_dir, (long long)j->layout.n_params, c->num_hidden_layers, c->hidden_size,
            c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->vocab_size,
            c->tie_word_embeddings ? ", tied embeddings" : "");
     printf("finetune: data %s: %llu training rows (%s), %llu validation games\n", o->data_dir,
@@ -281,8 +238,7 @@ static void print_plan(job *j) {
            (unsigned long long)loader_rows(&j->val));
     printf("finetune: %d rank(s), backend %s, sharding %s (shard group %d x replica group %d); "
            "%d micro-batch(es) of %d per rank per step; %d steps (%d per epoch)\n",
-           j->world, j->be->name, j->cc->shard->size > 1 ? (j->cc->replica->size > 1 ? "HSDP" : "FSDP full shard")
-                                                         : (j->world > 1 ? "none (DDP)" : "none (single device)"),
+           j->world, j->be->name, fsdp_sharding_name(j->cc->shard->size, j->world),
            j->cc->shard->size, j->cc->replica->size, j->accum, o->batch_size_per_device, j->total_steps,
            j->steps_per_epoch);
     printf("finetune: AdamW lr %g (%s, warmup %.0f%%), betas %g/%g, eps %g, weight decay %g on matrices and "
@@ -344,11 +300,7 @@ static int train_step(job *j, int step, step_stats *st) {
     double norm;
     TRY(fsdp_finish_grads(&j->fs, &norm));
     if (!isfinite(norm)) return ft_error("step %d: gradient norm is %g (diverged); lower --learning_rate", step + 1, norm);
-    const double clip = o->max_grad_norm > 0 ? fmin(1.0, o->max_grad_norm / (norm + 1e-6)) : 1.0;
-    const double lr = lr_at(o, step, j->total_steps);
-    const int t = step + 1;
-    adamw_params ap = {(float)lr, (float)o->beta1, (float)o->beta2, (float)o->adam_eps, (float)o->weight_decay,
-                       (float)(1.0 - pow(o->beta1, t)), (float)(1.0 - pow(o->beta2, t)), (float)clip};
+    const adamw_params ap = schedule_adamw(&j->sched, step, norm);
     TRY(fsdp_optimizer_step(&j->fs, &ap));
     TRY(j->be->synchronize());
 
@@ -356,7 +308,7 @@ static int train_step(job *j, int step, step_stats *st) {
     TRY(comm_all_reduce_f64(j->cc->world, sums, 2));
     st->loss = sums[0] / counts[0];
     st->norm = norm;
-    st->lr = lr;
+    st->lr = schedule_lr(&j->sched, step);
     st->tokens = counts[0];
     st->avg_T = sums[1] / ((double)j->accum * j->world);
     st->secs = now_seconds() - t0;
@@ -373,7 +325,7 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
     const double tps = st->tokens / st->secs;
     // MFU over the padded compute actually done (B x T_used tokens per micro-batch)
     const double computed = (double)j->o->total_batch_size * st->avg_T;
-    const double mfu = j->peak_flops > 0 ? computed * flops_per_token(&j->cfg, st->avg_T) / st->secs /
+    const double mfu = j->peak_flops > 0 ? computed * model_flops_per_token(&j->cfg, st->avg_T) / st->secs /
                                                (j->peak_flops * j->world) : 0;
     char eta[32];
     format_eta(eta, sizeof eta, avg_secs * (j->total_steps - step - 1));
@@ -407,7 +359,7 @@ static int save_checkpoint(job *j, int step) {
     trainer_state ts = {step, step / j->steps_per_epoch,
                         (uint64_t)(step % j->steps_per_epoch) * (uint64_t)j->o->total_batch_size, j->o->seed,
                         j->o->total_batch_size, j->o->seq_len, j->o->pack, j->total_steps,
-                        llama_config_param_count(&j->cfg)};
+                        (long long)j->layout.n_params};
     int rc = agree(j->cc, ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
     if (rc != 0) return rc;
     if (is_main(j)) printf("checkpoint: %s/checkpoints/step_%08d\n", j->o->out_dir, step);
@@ -423,15 +375,13 @@ static int run(job *j) {
     if (!o->eval_only) rc = ckpt_mkdirs(o->out_dir);   // fail before any work if unwritable
     if (rc == 0 && o->resume[0]) {
         trainer_state expect = {0, 0, 0, o->seed, o->total_batch_size, o->seq_len, o->pack, j->total_steps,
-                                llama_config_param_count(&j->cfg)}, got = {0};
+                                (long long)j->layout.n_params}, got = {0};
         rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
         if (rc == 0) rc = ckpt_load(dir, &j->fs, &expect, &got);
         start = got.step;
     } else if (rc == 0) {
-        hf_checkpoint ck = {0};
-        rc = hf_checkpoint_open(&ck, o->model_dir);
-        if (rc == 0) rc = fsdp_load_hf(&j->fs, &ck);
-        hf_checkpoint_close(&ck);
+        rc = ckpt_load_weights(&j->fs, o->model_dir);
+        if (rc == 0) rc = fsdp_zero_moments(&j->fs);
     }
     if ((rc = agree(j->cc, rc)) != 0) return rc;
     if (start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, start);
@@ -455,7 +405,7 @@ static int run(job *j) {
     const double known = backend_peak_tflops(j->be);
     j->peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12
                     : known > 0        ? known * 1e12
-                                       : measure_matmul_flops(j->be, &j->mem);
+                                       : mfu_measure_matmul_flops(j->be, &j->mem);
     if (is_main(j))
         printf("finetune: MFU denominator %.1f GFLOP/s per rank (%s)\n", j->peak_flops / 1e9,
                o->peak_tflops > 0 ? "--peak_tflops"
@@ -512,6 +462,17 @@ static int run(job *j) {
         printf("\n");
     }
     return 0;
+}
+
+int train_shard_size(const train_options *o, int W) { return o->no_fsdp ? 1 : o->dp_shard > 0 ? o->dp_shard : W; }
+
+plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes) {
+    return (plan_request){
+        .world_size = W, .shard_size = train_shard_size(o, W), .batch_size_per_device = o->batch_size_per_device,
+        .seq_len = o->seq_len, .total_batch_size = o->total_batch_size,
+        .gradient_checkpointing = o->gradient_checkpointing, .accumulate_grads_locally = o->accumulate_grads_locally,
+        .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0,
+    };
 }
 
 int train_run(const train_options *o, const train_comms *cc) {

@@ -5,6 +5,7 @@
 #include "comm.h"
 #include "config.h"
 #include "fsdp.h"
+#include "plan.h"
 
 typedef struct {
     // job
@@ -46,9 +47,11 @@ typedef struct {
     const char *device;           // "cpu" (fp32 storage) or "cuda" (bf16); the plan's dtype
 } train_options;
 
-// Side of the square matrices the MFU benchmark multiplies when --peak_tflops is 0 (three
-// of them, backend dtype, MEM_WORKSPACE, freed right after).
-#define TRAIN_BENCH_MATMUL_DIM 384
+// Shard group size S of the job at world size W: 1 with --no_fsdp, --dp_shard when set, else W.
+int train_shard_size(const train_options *o, int world_size);
+// The job's shape as the planner sees it (plan.h), at world size W with elem_bytes per
+// storage element; plan_validate on it is the job's validation.
+plan_request train_plan_request(const train_options *o, int world_size, size_t elem_bytes);
 
 // Everything a rank needs to know about the job's process grid.
 typedef struct {
@@ -87,6 +90,12 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
 
 // Resolve --resume ("latest" or a path) to a checkpoint directory in `dir` (size n). 0 / -1.
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n);
+
+// Load the weights of the Hugging Face checkpoint directory `dir` (pretrained, or a
+// checkpoint of ours) into the master and working parameters of `s`: validated against
+// s->layout first, then one unit at a time, every rank reading its slices through the mmap.
+// The moments are left alone. 0 / -1.
+int ckpt_load_weights(fsdp_state *s, const char *dir);
 
 // Load a checkpoint saved by ckpt_save into `s` and `ts`, checking that it fits this run
 // (same model shapes, seed, total batch, sequence length and packing). 0 / -1.

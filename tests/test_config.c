@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "model.h"
 #include "test.h"
 
 static const char *base_json =
@@ -143,8 +144,17 @@ int main(void) {
     fputs(base_json, f);
     fclose(f);
     llama_config_load(&cfg, path);
-    long long want = 6400 + 2LL * (4096 + 4096 + 4096 + 3 * 8192 + 128) + 64 + 6400;
-    EXPECT(llama_config_param_count(&cfg) == want, "param count %lld, want %lld", llama_config_param_count(&cfg), want);
+    size_t want = 6400 + 2 * (4096 + 4096 + 4096 + 3 * 8192 + 128) + 64 + 6400;
+    param_layout l;   // the parameter count's one definition: the layout's size table
+    EXPECT(param_layout_init(&l, &cfg, 1) == 0 && l.n_params == want, "param count %zu, want %zu", l.n_params, want);
+    param_layout_free(&l);
+    // FLOPs per token at T = 128: 6 x (2 layers x 36864 matmul params (q 4096, k, v 2048, o 4096,
+    // gate, up, down 8192) + lm_head 100 x 64) + 3 x 2 layers x attention 2 x 2 x 4 heads x 16 x 64;
+    // the same with tied embeddings: the lm_head matmul runs either way (norm weights never count)
+    const double flops = 6.0 * (2 * 36864 + 6400) + 3.0 * 2 * (2 * 2 * 4 * 16 * 64);
+    EXPECT(model_flops_per_token(&cfg, 128) == flops, "FLOPs/token %.0f, want %.0f", model_flops_per_token(&cfg, 128), flops);
+    cfg.tie_word_embeddings = 1;
+    EXPECT(model_flops_per_token(&cfg, 128) == flops, "tied FLOPs/token %.0f, want %.0f", model_flops_per_token(&cfg, 128), flops);
     unlink(path);
     TEST_SUMMARY("test_config");
 }

@@ -75,15 +75,15 @@ static void case_close(golden_case *g) {
 }
 
 // One forward+backward; fills grads (zeroed first) and returns the mean loss in *loss.
-static int run(golden_case *g, const backend *be, int grad_ckpt, void *params, float *grads,
-               double *loss, float *logits, size_t *act_bytes) {
+static int run(golden_case *g, const param_layout *layout, const backend *be, int grad_ckpt, void *params,
+               float *grads, double *loss, float *logits, size_t *act_bytes) {
     mem_tracker mem;
     mem_tracker_init(&mem, be);
     model m;
-    TRY(model_init(&m, &g->cfg, be, &mem, g->B, g->T, grad_ckpt, 1));
-    flat_provider_state st = {&m.layout, be, params, grads};
+    TRY(model_init(&m, layout, be, &mem, g->B, g->T, grad_ckpt));
+    flat_provider_state st = {layout, be, params, grads};
     unit_provider p = unit_provider_flat(&st);
-    memset(grads, 0, m.layout.total * sizeof(float));
+    memset(grads, 0, layout->total * sizeof(float));
     double sum;
     int n_valid;
     int rc = model_step(&m, &p, g->tokens, g->targets, 1, 1.0f / g->n_valid, &sum, &n_valid);
@@ -115,7 +115,7 @@ static void check_config(const char *root, const char *name, const backend *be) 
 
     double loss = 0, loss_ck = 0;
     size_t act = 0, act_ck = 0;
-    if (ok) ok = run(&g, be, 0, params, grads, &loss, logits, &act) == 0;
+    if (ok) ok = run(&g, &layout, be, 0, params, grads, &loss, logits, &act) == 0;
     EXPECT(ok, "%s: step: %s", name, ft_error_message());
     if (ok) {
         const st_tensor *ref_logits = need(&g.golden, "logits"), *ref_loss = need(&g.golden, "loss");
@@ -141,7 +141,7 @@ static void check_config(const char *root, const char *name, const backend *be) 
                worst_name, worst, GRAD_NMSE_MAX);
 
         // activation checkpointing: the same gradients to the bit, with less memory
-        ok = run(&g, be, 1, params, grads_ck, &loss_ck, NULL, &act_ck) == 0;
+        ok = run(&g, &layout, be, 1, params, grads_ck, &loss_ck, NULL, &act_ck) == 0;
         EXPECT(ok, "%s: checkpointed step: %s", name, ft_error_message());
         int same = ok && memcmp(grads, grads_ck, layout.total * sizeof(float)) == 0 && loss == loss_ck;
         printf("  %-8s gradient checkpointing: grads bitwise %s; activations %zu -> %zu bytes (%.0f%%)\n",

@@ -1,7 +1,8 @@
 // test_train_golden.c: five optimizer steps of our trainer's pieces (sharded state with one
 // rank, model forward/backward, global-norm clipping, AdamW with decay on matrices only)
 // against torch.optim.AdamW + clip_grad_norm_ on the same batches (tests/golden/train,
-// written by tests/oracle/gen_golden.py).
+// written by tests/oracle/gen_golden.py). The step's AdamW parameters (clip factor, bias
+// corrections, learning rate) come from the trainer's own code, schedule_adamw.
 //
 // Thresholds, derived: gradients agree to NMSE ~1e-12 (see test_golden.c), and the first
 // steps agree to ~1e-8 relative. But AdamW normalises each element by sqrt(v): where the
@@ -16,15 +17,17 @@
 // ~1 and loss changes ~1e-2); a wrong bias correction scales step 1's update by 10x.
 #include "comm.h"
 #include "common.h"
-#include "fsdp.h"
+#include "safetensors.h"
+#include "schedule.h"
 #include "test.h"
+#include "train.h"
 
 #define STEPS 5
-#define LR 1e-2f
-#define BETA1 0.9f
-#define BETA2 0.95f
-#define EPS 1e-8f
-#define WD 0.1f
+#define LR 1e-2
+#define BETA1 0.9
+#define BETA2 0.95
+#define EPS 1e-8
+#define WD 0.1
 #define MAX_NORM 1.0
 
 static const float *tensor_f32(const st_file *f, const char *name, size_t numel) {
@@ -40,17 +43,18 @@ int main(void) {
     const char *dir = "tests/golden/train";
     const backend *be = backend_cpu();
     llama_config cfg;
-    hf_checkpoint ck;
     st_file gold;
     char path[256];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (llama_config_load(&cfg, path) || hf_checkpoint_open(&ck, dir)) {
+    if (llama_config_load(&cfg, path)) {
         EXPECT(0, "open: %s", ft_error_message());
         TEST_SUMMARY("test_train_golden");
     }
     snprintf(path, sizeof path, "%s/golden.safetensors", dir);
     if (st_open(&gold, path)) { EXPECT(0, "%s", ft_error_message()); TEST_SUMMARY("test_train_golden"); }
     const st_tensor *ids0 = st_find(&gold, "input_ids_step0");
+    const schedule sched = {.learning_rate = LR, .kind = SCHEDULE_CONSTANT, .total_steps = STEPS, .beta1 = BETA1,
+                            .beta2 = BETA2, .eps = EPS, .weight_decay = WD, .max_grad_norm = MAX_NORM};
     const int B = (int)ids0->shape[0], T = (int)ids0->shape[1];
 
     comm one;
@@ -60,9 +64,10 @@ int main(void) {
     param_layout layout;
     model m;
     fsdp_state s;
-    // padding 16 as the trainer uses: exercises the padded slices
-    int ok = param_layout_init(&layout, &cfg, 16) == 0 && model_init(&m, &cfg, be, &mem, B, T, 0, 16) == 0 &&
-             fsdp_init(&s, &layout, be, &mem, &one, &one, 0) == 0 && fsdp_load_hf(&s, &ck) == 0;
+    // padded as the trainer pads for one rank: exercises the padded slices
+    int ok = param_layout_init(&layout, &cfg, fsdp_pad_multiple(1)) == 0 &&
+             model_init(&m, &layout, be, &mem, B, T, 0) == 0 &&
+             fsdp_init(&s, &layout, be, &mem, &one, &one, 0) == 0 && ckpt_load_weights(&s, dir) == 0;
     EXPECT(ok, "setup: %s", ft_error_message());
     unit_provider prov = fsdp_provider(&s);
     int32_t *tok = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));
@@ -94,9 +99,7 @@ int main(void) {
                rl ? rl[0] : NAN, lrel, norm, rn ? rn[0] : NAN, nrel);
         EXPECT(lrel <= 1e-4, "step %d loss rel %.2e", k + 1, lrel);
         EXPECT(nrel <= 1e-4, "step %d grad norm rel %.2e", k + 1, nrel);
-        const double clip = fmin(1.0, MAX_NORM / (norm + 1e-6));
-        adamw_params ap = {LR, BETA1, BETA2, EPS, WD, 1.0f - powf(BETA1, (float)(k + 1)),
-                           1.0f - powf(BETA2, (float)(k + 1)), (float)clip};
+        const adamw_params ap = schedule_adamw(&sched, k, norm);
         if (ok) ok = fsdp_optimizer_step(&s, &ap) == 0;
     }
     // final weights and moments, tensor by tensor
@@ -128,7 +131,6 @@ int main(void) {
     fsdp_free(&s);
     model_free(&m);
     param_layout_free(&layout);
-    hf_checkpoint_close(&ck);
     st_close(&gold);
     TEST_SUMMARY("test_train_golden");
 }

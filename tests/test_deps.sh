@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# test_deps.sh BUILD_DIR: scripts/deps.sh, the dependency step of `make run` / `make check`
+# and .ci/run, on a fake filesystem (DEPS_ROOT, an empty PATH) so nothing is installed:
+#   1. with nothing present it names every package of its set in one apt-get line, exits 1
+#      (DEPS_NO_INSTALL: what a non-root user sees; as root it would install them);
+#   2. jansson and OpenBLAS found under DEPS_PREFIX (a folder of extracted .deb files, the
+#      GPU-machine bundle) count as present, as do commands on PATH;
+#   3. with everything present it prints nothing and exits 0;
+#   4. the Makefile runs it for `make run` and stops before compiling when it fails.
+# Runtime: under 2 s.
+set -u
+build="${1:-build}"
+pass=0; fail=0
+ok()  { pass=$((pass+1)); echo "ok   $*"; }
+bad() { fail=$((fail+1)); echo "FAIL $*" >&2; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/bin" "$tmp/root"
+deps() { env -i HOME="$HOME" PATH="$tmp/bin" DEPS_ROOT="$tmp/root" DEPS_NO_INSTALL=1 "$@" /bin/bash scripts/deps.sh "${args[@]}"; }
+
+# 1. nothing present
+args=(check); out=$(deps 2>&1); rc=$?
+want="apt-get install -y --no-install-recommends build-essential libopenblas-openmp-dev libjansson-dev pgn-extract stockfish xz-utils python3 mpich libmpich-dev slurm-wlm munge libpmi2-0-dev"
+[ $rc -eq 1 ] && [ "$(grep -c 'apt-get install' <<<"$out")" -eq 1 ] && grep -qF -- "$want" <<<"$out" \
+  && ok "check, nothing present: one apt-get line with all 12 packages, rc 1" || bad "check, nothing present: rc $rc: $out"
+args=(build); out=$(deps 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qF "install -y --no-install-recommends build-essential libopenblas-openmp-dev libjansson-dev" <<<"$out" \
+  && ! grep -q stockfish <<<"$out" && ok "build, nothing present: the 3 build packages only, rc 1" || bad "build: rc $rc: $out"
+args=(bogus); out=$(deps 2>&1); rc=$?
+[ $rc -eq 2 ] && ok "unknown set: usage, rc 2" || bad "unknown set: rc $rc: $out"
+
+# 2. a bundle under DEPS_PREFIX and commands on PATH
+for c in cc make; do ln -s "$(command -v $c)" "$tmp/bin/$c"; done
+b="$tmp/bundle"; mkdir -p "$b/usr/include/x86_64-linux-gnu/openblas-openmp" "$b/usr/lib/x86_64-linux-gnu/openblas-openmp"
+touch "$b/usr/include/jansson.h" "$b/usr/lib/x86_64-linux-gnu/libjansson.so"
+args=(build); out=$(deps DEPS_PREFIX="$b" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qF "install -y --no-install-recommends libopenblas-openmp-dev" <<<"$out" && ! grep -q "jansson\|build-essential" <<<"$out" \
+  && ok "jansson in DEPS_PREFIX and cc/make on PATH count as present" || bad "bundle: rc $rc: $out"
+touch "$b/usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h" "$b/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so"
+
+# 3. everything present
+out=$(deps DEPS_PREFIX="$b" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ -z "$out" ] && ok "build, all present (bundle): silent, rc 0" || bad "all present: rc $rc: $out"
+mkdir -p "$tmp/root/usr/include/slurm" "$tmp/root/usr/games"; touch "$tmp/root/usr/include/slurm/pmi2.h"
+for c in pgn-extract xz python3 mpiexec slurmctld munged; do printf '#!/bin/sh\n' > "$tmp/bin/$c"; chmod +x "$tmp/bin/$c"; done
+printf '#!/bin/sh\n' > "$tmp/root/usr/games/stockfish"; chmod +x "$tmp/root/usr/games/stockfish"
+printf '#!/bin/sh\n[ "$1 $2" = "--exists mpich" ]\n' > "$tmp/bin/pkg-config"; chmod +x "$tmp/bin/pkg-config"
+args=(check); out=$(deps DEPS_PREFIX="$b" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ -z "$out" ] && ok "check, all present: silent, rc 0" || bad "check all present: rc $rc: $out"
+
+# 4. the Makefile: `make run` stops at the dependency step, before compiling anything
+out=$(env DEPS_ROOT="$tmp/root" DEPS_NO_INSTALL=1 PATH="$tmp/bin:/usr/bin:/bin" make -n run BUILD="$tmp/build" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -qF "apt-get install" <<<"$out" && ! grep -q "finetune --model_dir" <<<"$out" && [ ! -e "$tmp/build" ] \
+  && ok "make run with a dependency missing: the apt-get line, no build, rc $rc" || bad "make run: rc $rc: $out"
+
+echo "test_deps: $pass passed, $fail failed"
+[ $fail -eq 0 ]
