@@ -77,6 +77,8 @@ def main():
                   " ".join(name.get(k, "kind%d_%%d" % k) % v for k, v in sorted(extra)) or "-"))
         else:
             print("%s: %s" % (obj, desc))
+    print("fatbin_check: %d of %d objects hold exactly %s" % (len(a.objects) - bad, len(a.objects),
+          " ".join(name[k] % v for k, v in sorted(want, key=lambda t: (t[1], -t[0]))) or "nothing"))
     return 1 if bad else 0
 
 

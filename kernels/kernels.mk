@@ -6,6 +6,7 @@
 #                                 in `make test` and, under ASan+UBSan, in `make test-asan`)
 #   $(BUILD)/tests/test_kernels_gpumath   the same with FMA contraction and the GPU's
 #                                 worst-case approximate math (__expf, rsqrtf, logf)
+#   tests/mutate_kernels.sh       mutation testing of test_kernels (in `make test`)
 #   make nvcc-check               every kernels/*.cu through nvcc for sm_80 and sm_90 (SASS) and
 #                                 compute_90 (PTX) with all warnings, register spills and local
 #                                 memory as errors; prints the per-kernel resource report
@@ -51,6 +52,9 @@ $(BUILD)/tests/test_kernels_gpumath: $(BUILD)/emu/test_kernels_gpumath.o $(KERNE
 	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(LDLIBS)
 
 TEST_BINS += $(BUILD)/tests/test_kernels $(BUILD)/tests/test_kernels_gpumath
+# every one-line mutant of tests/mutate_kernels.sh's table must make test_kernels fail
+# (~140 s of CPU time, two mutants at a time)
+TEST_CMDS += "bash tests/mutate_kernels.sh $(BUILD)"
 
 # tests/mutate_kernels.sh rebuilds test_kernels with one kernel source changed: how the
 # objects above are compiled and linked, as shell assignments
