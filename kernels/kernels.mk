@@ -53,7 +53,7 @@ $(BUILD)/tests/test_kernels_gpumath: $(BUILD)/emu/test_kernels_gpumath.o $(KERNE
 
 TEST_BINS += $(BUILD)/tests/test_kernels $(BUILD)/tests/test_kernels_gpumath
 # every one-line mutant of tests/mutate_kernels.sh's table must make test_kernels fail
-# (~140 s of CPU time, two mutants at a time)
+# (~175 s of CPU time, two mutants at a time)
 TEST_CMDS += "bash tests/mutate_kernels.sh $(BUILD)"
 
 # tests/mutate_kernels.sh rebuilds test_kernels with one kernel source changed: how the
@@ -67,6 +67,7 @@ kernel-emu-vars:
 # The whole trainer on the emulated device: src/ compiled exactly as for the CUDA build, linked
 # with the emulated kernels (GPU-like math) and tests/cuda_emu/cuda_emu_host.cpp in place of
 # libcudart, cuBLASLt, NCCL and the nvcc objects. tests/test_cuda_emu_train.sh runs it.
+# (-rdynamic: src/comm_nccl.c finds the emulated NCCL functions in the process with dlsym.)
 ifeq ($(CUDA),1)
 $(BUILD)/emu/cuda_emu_host.o: tests/cuda_emu/cuda_emu_host.cpp
 	@mkdir -p $(dir $@)
@@ -75,7 +76,7 @@ $(BUILD)/emu/cuda_emu_host.o: tests/cuda_emu/cuda_emu_host.cpp
 $(BUILD)/tests/finetune_emu: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ) \
                              $(BUILD)/emu/cuda_emu_host.o
 	@mkdir -p $(dir $@)
-	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
+	$(CXX) $^ -rdynamic -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
 # tests/gpu/test_backend_gpu.c (every backend op, CUDA vs CPU) on the emulated device
 $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) \
@@ -84,7 +85,32 @@ $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(BUILD)/libfinetu
 	$(CC) $(CFLAGS) -Itests -c $< -o $@.o
 	$(CXX) $@.o $(filter-out $<,$^) -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
-EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu
+# Fault-injection builds for tests/test_cuda_emu_hazards.sh: finetune_emu with src/fsdp.c and
+# src/comm_nccl.c compiled with one TEST-ONLY macro each (never in a real build), to show that
+# the asynchronous emulated runtime reports the ordering bug it creates:
+#   finetune_emu_fault_prefetch  -DFT_FAULT_SKIP_PREFETCH_WAIT: FSDP uses a prefetched layer
+#                                without waiting for its all-gather
+#   finetune_emu_fault_rs        -DFT_FAULT_SKIP_RS_WAIT: the overlapped reduce-scatter does
+#                                not wait for the backward that produces its gradients
+FAULT_DEFS_prefetch := -DFT_FAULT_SKIP_PREFETCH_WAIT
+FAULT_DEFS_rs := -DFT_FAULT_SKIP_RS_WAIT
+$(BUILD)/emu/fault_%/fsdp.o: src/fsdp.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(FAULT_DEFS_$*) -c $< -o $@
+$(BUILD)/emu/fault_%/comm_nccl.o: src/comm_nccl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(FAULT_DEFS_$*) -c $< -o $@
+# (the faulted objects come first, so the library's own fsdp.o and comm_nccl.o are not linked)
+$(BUILD)/tests/finetune_emu_fault_%: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o \
+                                    $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) \
+                                    $(EMU_OBJ) $(BUILD)/emu/cuda_emu_host.o
+	@mkdir -p $(dir $@)
+	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
+.PRECIOUS: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o
+
+EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu $(BUILD)/tests/finetune_emu_fault_prefetch \
+                   $(BUILD)/tests/finetune_emu_fault_rs
+-include $(wildcard $(BUILD)/emu/fault_*/*.d)
 TEST_BINS += $(BUILD)/tests/test_backend_emu
 CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_backend_emu   # not in the CUDA=0 sanitizer build
 endif
@@ -100,9 +126,13 @@ endif
 # NVCC_PTX_ARCH embeds no PTX. Objects rebuild when the flags change (a stamp file).
 NVCC_SASS_ARCHS ?= 80 90
 NVCC_PTX_ARCH ?= 90
-nvcc_comma := ,
+comma := ,
 NVCC_ARCH_FLAGS := $(foreach a,$(NVCC_SASS_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
-                   $(foreach a,$(NVCC_PTX_ARCH),-gencode arch=compute_$(a)$(nvcc_comma)code=compute_$(a))
+                   $(foreach a,$(NVCC_PTX_ARCH),-gencode arch=compute_$(a)$(comma)code=compute_$(a))
+# what the build holds for which GPUs ("sm_80 sm_90": cubins; "compute_XX": PTX), for the CUDA
+# backend's check at open (src/backend_cuda.c); empty when the flags use another form
+NVCC_CODES := $(patsubst code=%,%,$(filter code=% sm_% compute_%,$(subst [,,$(subst ],,$(subst $(comma), ,$(NVCC_ARCH_FLAGS))))))
+CFLAGS += -DFT_CUDA_CODES='"$(NVCC_CODES)"'
 NVCC_FLAGS := -O3 -std=c++17 -Isrc -Ikernels $(NVCC_ARCH_FLAGS) -Werror all-warnings \
               -Xptxas -v,--warn-on-spills,--warn-on-local-memory-usage \
               -Xcompiler -Wall,-Wextra
@@ -114,6 +144,9 @@ NVCC_STAMP := $(BUILD)/nvcc/flags.stamp
 $(NVCC_STAMP): nvcc-flags-force
 	@mkdir -p $(dir $@)
 	@echo '$(NVCC) $(NVCC_FLAGS)' | cmp -s - $@ || echo '$(NVCC) $(NVCC_FLAGS)' > $@
+
+# (the backend's FT_CUDA_CODES comes from the same flags)
+$(BUILD)/obj/backend_cuda.o: $(NVCC_STAMP)
 
 $(BUILD)/nvcc/%.o: kernels/%.cu $(KERNEL_HDRS) $(NVCC_STAMP)
 	@mkdir -p $(dir $@)

@@ -1,12 +1,14 @@
-// ckpt.c: resumable checkpoints and the Hugging Face export (see train.h).
+// ckpt.c: resumable checkpoints, the start of a run (fresh or resumed), and the Hugging
+// Face export (see ckpt.h).
 //
 // A checkpoint directory is itself a Hugging Face checkpoint (config.json + model.safetensors
 // holding the fp32 master weights under HF names), plus optimizer.safetensors
 // (exp_avg.<name>, exp_avg_sq.<name>) and trainer_state.json. Tensors are consolidated
 // (not per-rank shards), so a checkpoint saved at one world size resumes at any other.
-#include <dirent.h>
-#include <fcntl.h>
+#include "ckpt.h"
+
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,95 +17,103 @@
 
 #include "checkpoint.h"
 #include "common.h"
-#include "train.h"
+#include "fsutil.h"
 
 #define CKPT_FORMAT "finetune-checkpoint-v1"
 
 // ----------------------------------------------------------------------------
-// filesystem helpers
+// trainer_state.json: every field once, by name
 
-int ckpt_mkdirs(const char *path) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return ft_error("%s: path too long", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return ft_error("%s: cannot create directory: %s", buf, strerror(errno));
-            *p = c;
-            if (c == '\0') break;
-        }
+typedef enum { FIELD_INT, FIELD_I64, FIELD_U64, FIELD_BOOL } field_kind;
+
+static const struct {
+    const char *name;        // the JSON key
+    size_t offset;           // in trainer_state
+    field_kind kind;
+    const char *must_match;  // resume refuses another value (it changes the data order): what to name
+} state_fields[] = {
+    {"step", offsetof(trainer_state, step), FIELD_INT, NULL},
+    {"epoch", offsetof(trainer_state, epoch), FIELD_INT, NULL},   // for people: resume derives the
+    {"row", offsetof(trainer_state, row), FIELD_U64, NULL},       // data position from step
+    {"seed", offsetof(trainer_state, seed), FIELD_INT, "--seed"},
+    {"total_batch_size", offsetof(trainer_state, total_batch_size), FIELD_INT, "--total_batch_size"},
+    {"seq_len", offsetof(trainer_state, seq_len), FIELD_INT, "--seq_len"},
+    {"pack", offsetof(trainer_state, pack), FIELD_BOOL, "--pack"},
+    {"total_steps", offsetof(trainer_state, total_steps), FIELD_INT, NULL},
+    {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count"},
+};
+#define N_STATE_FIELDS (int)(sizeof state_fields / sizeof state_fields[0])
+
+static long long field_get(const trainer_state *ts, int i) {
+    const char *p = (const char *)ts + state_fields[i].offset;
+    switch (state_fields[i].kind) {
+    case FIELD_I64: return *(const long long *)p;
+    case FIELD_U64: return (long long)*(const uint64_t *)p;
+    default: return *(const int *)p;
     }
-    if (access(path, W_OK) != 0) return ft_error("%s: directory is not writable: %s", path, strerror(errno));
-    return 0;
 }
 
-static int remove_tree(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
-    struct dirent *e;
-    char sub[4096];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        remove_tree(sub);
+static void field_set(trainer_state *ts, int i, long long v) {
+    char *p = (char *)ts + state_fields[i].offset;
+    switch (state_fields[i].kind) {
+    case FIELD_I64: *(long long *)p = v; break;
+    case FIELD_U64: *(uint64_t *)p = (uint64_t)v; break;
+    default: *(int *)p = (int)v; break;
     }
-    closedir(d);
-    return rmdir(path);
 }
 
-static int fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ft_error("%s: cannot open to fsync: %s", path, strerror(errno));
-    int rc = fsync(fd);
-    close(fd);
-    return rc == 0 ? 0 : ft_error("%s: fsync failed: %s", path, strerror(errno));
+// The JSON text of `ts` (malloc'ed, ends with a newline), or NULL with ft_error.
+static char *state_to_json(const trainer_state *ts) {
+    json_t *root = json_object();
+    int ok = root && json_object_set_new(root, "format", json_string(CKPT_FORMAT)) == 0;
+    for (int i = 0; ok && i < N_STATE_FIELDS; i++) {
+        const long long v = field_get(ts, i);
+        ok = json_object_set_new(root, state_fields[i].name,
+                                 state_fields[i].kind == FIELD_BOOL ? json_boolean(v) : json_integer(v)) == 0;
+    }
+    char *body = ok ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    char *text = body ? ft_malloc(strlen(body) + 2, "trainer state") : NULL;
+    if (text) snprintf(text, strlen(body) + 2, "%s\n", body);
+    free(body);
+    if (!text) ft_error("trainer_state.json: cannot serialise");
+    return text;
 }
 
-static int copy_file(const char *src, const char *dst) {
-    FILE *in = fopen(src, "rb");
-    if (!in) return ft_error("%s: cannot read: %s", src, strerror(errno));
-    FILE *out = fopen(dst, "wb");
-    if (!out) { fclose(in); return ft_error("%s: cannot create: %s", dst, strerror(errno)); }
-    char buf[65536];
-    size_t n;
+// Parse <dir>/trainer_state.json: every field present, an integer (pack: a boolean), >= 0.
+static int state_read(const char *dir, trainer_state *ts) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/trainer_state.json", dir);
+    json_error_t jerr;
+    json_t *root = json_load_file(p, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) return ft_error("%s: not a finetune checkpoint: %s", p, jerr.text);
+    json_t *fmt = json_object_get(root, "format");
     int rc = 0;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, n, out) != n) { rc = ft_error("%s: write failed: %s", dst, strerror(errno)); break; }
-    if (ferror(in)) rc = ft_error("%s: read failed", src);
-    fclose(in);
-    if (fflush(out) != 0 || fsync(fileno(out)) != 0) rc = rc ? rc : ft_error("%s: flush failed: %s", dst, strerror(errno));
-    fclose(out);
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), CKPT_FORMAT) != 0)
+        rc = ft_error("%s: field 'format' is not \"" CKPT_FORMAT "\"", p);
+    memset(ts, 0, sizeof *ts);
+    for (int i = 0; rc == 0 && i < N_STATE_FIELDS; i++) {
+        json_t *v = json_object_get(root, state_fields[i].name);
+        const int is_bool = state_fields[i].kind == FIELD_BOOL;
+        if (is_bool ? !json_is_boolean(v) : !json_is_integer(v))
+            rc = ft_error("%s: field '%s' missing or not %s", p, state_fields[i].name, is_bool ? "a boolean" : "an integer");
+        else if (!is_bool && json_integer_value(v) < 0)
+            rc = ft_error("%s: field '%s' is negative", p, state_fields[i].name);
+        else field_set(ts, i, is_bool ? json_is_true(v) : json_integer_value(v));
+    }
+    json_decref(root);
     return rc;
 }
 
-// write `text` to `path` atomically (temp file, fsync, rename, fsync dir)
-static int write_text_atomic(const char *path, const char *text) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
-    int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return ft_error("%s: cannot write: %s", path, strerror(errno));
-    }
-    return st_fsync_parent_dir(path);
-}
-
-// Move the finished temporary directory `tmp` to `dst`, replacing an existing `dst`.
-static int publish_dir(const char *tmp, const char *dst) {
-    TRY(fsync_path(tmp));
-    char old[4200];
-    snprintf(old, sizeof old, "%s.old.%d", dst, (int)getpid());
-    struct stat sb;
-    int had = stat(dst, &sb) == 0;
-    if (had && rename(dst, old) != 0) return ft_error("%s: cannot move aside: %s", dst, strerror(errno));
-    if (rename(tmp, dst) != 0) return ft_error("%s: cannot rename %s into place: %s", dst, tmp, strerror(errno));
-    TRY(st_fsync_parent_dir(dst));
-    if (had) remove_tree(old);
+// Refuse a checkpoint that would continue on other data than this run's.
+static int state_check(const char *dir, const trainer_state *got, const trainer_state *want) {
+    for (int i = 0; i < N_STATE_FIELDS; i++)
+        if (state_fields[i].must_match && field_get(got, i) != field_get(want, i))
+            return ft_error("%s: incompatible checkpoint: it was trained with %s %lld, this run has %lld", dir,
+                            state_fields[i].must_match, field_get(got, i), field_get(want, i));
+    if (want->total_steps > 0 && got->step > want->total_steps)
+        return ft_error("%s: checkpoint is at step %d, past this run's %d total steps", dir, got->step,
+                        want->total_steps);
     return 0;
 }
 
@@ -161,15 +171,17 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
     float *master = gather_all(s, FSDP_MASTER);
     float *m = master ? gather_all(s, FSDP_EXP_AVG) : NULL;
     float *v = m ? gather_all(s, FSDP_EXP_AVG_SQ) : NULL;
+    char *state = NULL;
     int rc = -1;
     if (!v) goto done;
     if (world_rank != 0) { rc = 0; goto done; }
+    if (!(state = state_to_json(ts))) goto done;
     char root[4096], tmp[4200], dst[4200], p[4400];
     snprintf(root, sizeof root, "%s/checkpoints", out_dir);
-    TRY_GOTO(ckpt_mkdirs(root), done);
+    TRY_GOTO(fs_mkdirs(root), done);
     snprintf(dst, sizeof dst, "%s/step_%08d", root, ts->step);
     snprintf(tmp, sizeof tmp, "%s/.tmp.step_%08d.%d", root, ts->step, (int)getpid());
-    remove_tree(tmp);
+    fs_remove_tree(tmp);
     if (mkdir(tmp, 0755) != 0) { ft_error("%s: cannot create: %s", tmp, strerror(errno)); goto done; }
     snprintf(p, sizeof p, "%s/model.safetensors", tmp);
     TRY_GOTO(write_params(p, s->layout, master, ST_F32, "", NULL, NULL), fail);
@@ -178,25 +190,20 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
     char src[4200];
     snprintf(src, sizeof src, "%s/config.json", model_dir);
     snprintf(p, sizeof p, "%s/config.json", tmp);
-    TRY_GOTO(copy_file(src, p), fail);
-    char state[1024];
-    snprintf(state, sizeof state,
-             "{\n  \"format\": \"" CKPT_FORMAT "\",\n  \"step\": %d,\n  \"epoch\": %d,\n  \"row\": %llu,\n"
-             "  \"seed\": %d,\n  \"total_batch_size\": %d,\n  \"seq_len\": %d,\n  \"pack\": %s,\n"
-             "  \"total_steps\": %d,\n  \"n_params\": %lld\n}\n",
-             ts->step, ts->epoch, (unsigned long long)ts->row, ts->seed, ts->total_batch_size, ts->seq_len,
-             ts->pack ? "true" : "false", ts->total_steps, ts->n_params);
+    TRY_GOTO(fs_copy_file(src, p), fail);
     snprintf(p, sizeof p, "%s/trainer_state.json", tmp);
-    TRY_GOTO(write_text_atomic(p, state), fail);
-    TRY_GOTO(publish_dir(tmp, dst), fail);
+    TRY_GOTO(fs_write_text_atomic(p, state), fail);
+    TRY_GOTO(fs_publish_dir(tmp, dst), fail);
     snprintf(p, sizeof p, "%s/latest", root);
-    snprintf(state, sizeof state, "step_%08d\n", ts->step);
-    TRY_GOTO(write_text_atomic(p, state), done);
+    char latest[64];
+    snprintf(latest, sizeof latest, "step_%08d\n", ts->step);
+    TRY_GOTO(fs_write_text_atomic(p, latest), done);
     rc = 0;
     goto done;
 fail:
-    remove_tree(tmp);
+    fs_remove_tree(tmp);
 done:
+    free(state);
     free(master);
     free(m);
     free(v);
@@ -223,39 +230,6 @@ int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n) {
     return 0;
 }
 
-static int state_int(const char *path, json_t *root, const char *key, long long *out) {
-    json_t *v = json_object_get(root, key);
-    if (json_is_boolean(v)) { *out = json_is_true(v); return 0; }
-    if (!json_is_integer(v)) return ft_error("%s: field '%s' missing or not an integer", path, key);
-    *out = json_integer_value(v);
-    return 0;
-}
-
-static int read_state(const char *dir, trainer_state *ts) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/trainer_state.json", dir);
-    json_error_t jerr;
-    json_t *root = json_load_file(p, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) return ft_error("%s: not a finetune checkpoint: %s", p, jerr.text);
-    int rc = -1;
-    json_t *fmt = json_object_get(root, "format");
-    long long v[9];
-    static const char *keys[9] = {"step", "epoch", "row", "seed", "total_batch_size", "seq_len", "pack",
-                                  "total_steps", "n_params"};
-    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), CKPT_FORMAT) != 0) {
-        ft_error("%s: field 'format' is not \"" CKPT_FORMAT "\"", p);
-        goto done;
-    }
-    for (int i = 0; i < 9; i++) TRY_GOTO(state_int(p, root, keys[i], &v[i]), done);
-    if (v[0] < 0 || v[1] < 0 || v[2] < 0) { ft_error("%s: negative step/epoch/row", p); goto done; }
-    *ts = (trainer_state){(int)v[0], (int)v[1], (uint64_t)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6],
-                          (int)v[7], v[8]};
-    rc = 0;
-done:
-    json_decref(root);
-    return rc;
-}
-
 int ckpt_load_weights(fsdp_state *s, const char *dir) {
     hf_checkpoint ck;
     TRY(hf_checkpoint_open(&ck, dir));
@@ -271,25 +245,8 @@ int ckpt_load_weights(fsdp_state *s, const char *dir) {
     return rc;
 }
 
-int ckpt_load(const char *dir, fsdp_state *s, const trainer_state *want, trainer_state *got) {
-    TRY(read_state(dir, got));
-    // the data order depends on these: a mismatch would silently train on other rows
-    const struct { const char *flag; long long have, need; } checks[] = {
-        {"model parameter count", got->n_params, want->n_params},
-        {"--seed", got->seed, want->seed},
-        {"--total_batch_size", got->total_batch_size, want->total_batch_size},
-        {"--seq_len", got->seq_len, want->seq_len},
-        {"--pack", got->pack, want->pack},
-    };
-    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
-        if (checks[i].have != checks[i].need)
-            return ft_error("%s: incompatible checkpoint: it was trained with %s %lld, this run has %lld", dir,
-                            checks[i].flag, checks[i].have, checks[i].need);
-    if (got->step > want->total_steps)
-        return ft_error("%s: checkpoint is at step %d, past this run's %d total steps", dir, got->step,
-                        want->total_steps);
-    TRY(ckpt_load_weights(s, dir));
-
+// The AdamW moments of checkpoint `dir` (optimizer.safetensors: exp_avg.<name>, exp_avg_sq.<name>).
+static int load_moments(fsdp_state *s, const char *dir) {
     char p[4200];
     snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
     st_file f;
@@ -317,6 +274,19 @@ int ckpt_load(const char *dir, fsdp_state *s, const trainer_state *want, trainer
     free(unit);
     st_close(&f);
     return rc;
+}
+
+int ckpt_load_start(fsdp_state *s, const char *model_dir, const char *resume_dir, const trainer_state *expect,
+                    trainer_state *got) {
+    if (!resume_dir || !resume_dir[0]) {   // fresh: pretrained weights, zero moments, step 0
+        *got = *expect;
+        TRY(ckpt_load_weights(s, model_dir));
+        return fsdp_zero_moments(s);
+    }
+    TRY(state_read(resume_dir, got));
+    TRY(state_check(resume_dir, got, expect));
+    TRY(ckpt_load_weights(s, resume_dir));
+    return load_moments(s, resume_dir);
 }
 
 // ----------------------------------------------------------------------------
@@ -348,11 +318,11 @@ int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const 
     rc = -1;
     char tmp[4200], p[4400], src[4400];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
-    remove_tree(tmp);
+    fs_remove_tree(tmp);
     char parent[4096];
     snprintf(parent, sizeof parent, "%s", dir);
     char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) { *slash = '\0'; TRY_GOTO(ckpt_mkdirs(parent), done); }
+    if (slash && slash != parent) { *slash = '\0'; TRY_GOTO(fs_mkdirs(parent), done); }
     if (mkdir(tmp, 0755) != 0) { ft_error("%s: cannot create: %s", tmp, strerror(errno)); goto done; }
     const param_layout *l = s->layout;
     st_dtype dt = strcmp(dtype, "bf16") == 0 ? ST_BF16 : ST_F32;
@@ -372,13 +342,13 @@ int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const 
         snprintf(src, sizeof src, "%s/%s", model_dir, extra[i]);
         if (access(src, R_OK) != 0) continue;
         snprintf(p, sizeof p, "%s/%s", tmp, extra[i]);
-        TRY_GOTO(copy_file(src, p), fail);
+        TRY_GOTO(fs_copy_file(src, p), fail);
     }
-    TRY_GOTO(publish_dir(tmp, dir), fail);
+    TRY_GOTO(fs_publish_dir(tmp, dir), fail);
     rc = 0;
     goto done;
 fail:
-    remove_tree(tmp);
+    fs_remove_tree(tmp);
 done:
     free(master);
     return rc;

@@ -1,6 +1,7 @@
 // comm.c: counting wrappers and the single-process transport (see comm.h).
 #include "comm.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -50,6 +51,25 @@ size_t comm_total_bytes(const comm *c) {
     size_t s = 0;
     for (int k = 0; k < COMM_KIND_COUNT; k++) s += c->bytes_sent[k];
     return s;
+}
+
+int comm_agree(comm *c, int rc, int *agreed) {
+    const int W = c->size;
+    if (W == 1) return rc;
+    double *v = ft_calloc((size_t)W, sizeof(double), "status agreement");
+    if (!v) return -1;
+    v[c->rank] = rc != 0;
+    int comm_rc = comm_all_reduce_f64(c, v, (size_t)W);
+    int first = -1;
+    for (int r = 0; r < W && first < 0; r++) if (v[r] > 0) first = r;
+    free(v);
+    if (comm_rc != 0) return -1;
+    if (first < 0) return 0;
+    *agreed = 1;
+    if (first == c->rank) return -1;
+    ft_error_clear();
+    ft_error("rank %d failed", first);
+    return COMM_PEER_FAILED;
 }
 
 // ----------------------------------------------------------------------------

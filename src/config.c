@@ -118,7 +118,8 @@ static int parse_rope(const cfg_ctx *x, llama_config *c) {
 // ----------------------------------------------------------------------------
 // the whole config
 
-static int parse_config(const cfg_ctx *x, llama_config *c) {
+// model_type and architectures, when present, must name a Llama causal LM.
+static int parse_architecture(const cfg_ctx *x) {
     json_t *root = x->root;
     json_t *mt = json_object_get(root, "model_type");
     if (mt && (!json_is_string(mt) || strcmp(json_string_value(mt), "llama") != 0))
@@ -129,6 +130,12 @@ static int parse_config(const cfg_ctx *x, llama_config *c) {
         if (!json_is_string(a0) || strcmp(json_string_value(a0), "LlamaForCausalLM") != 0)
             return ft_error("%s: field 'architectures' is not [\"LlamaForCausalLM\"]", x->path);
     }
+    return 0;
+}
+
+// The shapes: sizes, heads, head_dim (given, or hidden / heads).
+static int parse_shape(const cfg_ctx *x, llama_config *c) {
+    json_t *root = x->root;
     TRY(get_int(x, root, "hidden_size", 1, 0, 1, MAX_HIDDEN, &c->hidden_size));
     TRY(get_int(x, root, "intermediate_size", 1, 0, 1, MAX_INTERMEDIATE, &c->intermediate_size));
     TRY(get_int(x, root, "num_hidden_layers", 1, 0, 1, MAX_LAYERS, &c->num_hidden_layers));
@@ -154,7 +161,13 @@ static int parse_config(const cfg_ctx *x, llama_config *c) {
     if ((long long)c->head_dim * c->num_attention_heads > MAX_HIDDEN)
         return ft_error("%s: head_dim x num_attention_heads = %lld is absurd", x->path,
                         (long long)c->head_dim * c->num_attention_heads);
+    return 0;
+}
 
+// Norm epsilon, RoPE, and the variants we do not implement (biases, other activations,
+// pretraining_tp), refused by name.
+static int parse_numerics(const cfg_ctx *x, llama_config *c) {
+    json_t *root = x->root;
     double eps;
     TRY(get_num(x, root, "rms_norm_eps", 0, 1e-6, &eps));
     if (!(eps > 0 && eps < 1)) return ft_error("%s: field 'rms_norm_eps' must be in (0, 1)", x->path);
@@ -173,7 +186,12 @@ static int parse_config(const cfg_ctx *x, llama_config *c) {
     json_t *tp = json_object_get(root, "pretraining_tp");
     if (tp && !json_is_null(tp) && (!json_is_integer(tp) || json_integer_value(tp) != 1))
         return ft_error("%s: field 'pretraining_tp' other than 1 is not supported", x->path);
+    return 0;
+}
 
+// bos_token_id, and eos_token_id as an int or a list.
+static int parse_special_tokens(const cfg_ctx *x, llama_config *c) {
+    json_t *root = x->root;
     TRY(get_int(x, root, "bos_token_id", 0, -1, 0, c->vocab_size - 1, &c->bos_token_id));
     json_t *eos = json_object_get(root, "eos_token_id");
     c->n_eos = 0;
@@ -193,7 +211,12 @@ static int parse_config(const cfg_ctx *x, llama_config *c) {
     } else if (eos && !json_is_null(eos)) {
         return ft_error("%s: field 'eos_token_id' is not an integer or a list", x->path);
     }
+    return 0;
+}
 
+// torch_dtype (or dtype): float32, bfloat16, float16, or absent.
+static int parse_dtype(const cfg_ctx *x, llama_config *c) {
+    json_t *root = x->root;
     json_t *dt = json_object_get(root, "torch_dtype");
     if (!dt || json_is_null(dt)) dt = json_object_get(root, "dtype");
     c->torch_dtype[0] = '\0';
@@ -204,6 +227,14 @@ static int parse_config(const cfg_ctx *x, llama_config *c) {
         snprintf(c->torch_dtype, sizeof c->torch_dtype, "%s", s);
     }
     return 0;
+}
+
+static int parse_config(const cfg_ctx *x, llama_config *c) {
+    TRY(parse_architecture(x));
+    TRY(parse_shape(x, c));
+    TRY(parse_numerics(x, c));
+    TRY(parse_special_tokens(x, c));
+    return parse_dtype(x, c);
 }
 
 int llama_config_load(llama_config *c, const char *path) {

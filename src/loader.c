@@ -77,6 +77,20 @@ static const token_shard *game_at(const loader *ld, uint64_t g, uint64_t *local)
     return &ld->shards[lo];
 }
 
+uint64_t loader_games(const loader *ld) { return ld->n_docs; }
+
+uint64_t loader_game_len(const loader *ld, uint64_t g) {
+    uint64_t local;
+    const token_shard *s = game_at(ld, g, &local);
+    return token_shard_doc_len(s, local);
+}
+
+int32_t loader_game_token(const loader *ld, uint64_t g, uint64_t t) {
+    uint64_t local;
+    const token_shard *s = game_at(ld, g, &local);
+    return token_shard_doc_token(s, local, t);
+}
+
 static void build_epoch(loader *ld, int epoch) {
     for (uint64_t i = 0; i < ld->n_docs; i++) ld->perm[i] = i;
     if (ld->shuffle) {

@@ -35,6 +35,12 @@ void loader_close(loader *ld);
 // Rows per epoch (the same for every epoch).
 uint64_t loader_rows(const loader *ld);
 
+// Games of the shards (global index g: shard by shard in name order, then in file order), the
+// length of game g < loader_games in tokens, and its token t < that length.
+uint64_t loader_games(const loader *ld);
+uint64_t loader_game_len(const loader *ld, uint64_t g);
+int32_t loader_game_token(const loader *ld, uint64_t g, uint64_t t);
+
 // Fill tokens (T), targets (T) with row `row` of epoch `epoch`; returns the number of valid
 // targets, or -1 with ft_error (row out of range, allocation failure).
 int loader_fill_row(loader *ld, int epoch, uint64_t row, int32_t *tokens, int32_t *targets);

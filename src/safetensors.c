@@ -88,105 +88,116 @@ static int span_cmp(const void *a, const void *b) {
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
-int st_open(st_file *f, const char *path) {
-    memset(f, 0, sizeof *f);
-    int fd = -1;
-    json_t *root = NULL;
-    st_span *spans = NULL;
-    char *header = NULL;
-    CHECK_ALLOC_GOTO(f->path = ft_strdup(path), strlen(path), fail);
-
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { ft_error("%s: cannot open: %s", path, strerror(errno)); goto fail; }
+// Map the whole file read-only (f->map, f->map_size >= 8). 0 / -1.
+static int st_map_file(st_file *f, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ft_error("%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    CHECK_SYS_GOTO(fstat(fd, &sb) == 0, fail);
-    if (!S_ISREG(sb.st_mode)) { ft_error("%s: not a regular file", path); goto fail; }
-    size_t fsize = (size_t)sb.st_size;
-    if (fsize < 8) { ft_error("%s: file is %zu bytes, too short for a safetensors header", path, fsize); goto fail; }
+    int rc = -1;
+    CHECK_SYS_GOTO(fstat(fd, &sb) == 0, done);
+    if (!S_ISREG(sb.st_mode)) { ft_error("%s: not a regular file", path); goto done; }
+    const size_t fsize = (size_t)sb.st_size;
+    if (fsize < 8) { ft_error("%s: file is %zu bytes, too short for a safetensors header", path, fsize); goto done; }
+    void *map = mmap(NULL, fsize, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) { ft_error("%s: mmap failed: %s", path, strerror(errno)); goto done; }
+    f->map = map;
     f->map_size = fsize;
-    f->map = mmap(NULL, fsize, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (f->map == MAP_FAILED) { f->map = NULL; ft_error("%s: mmap failed: %s", path, strerror(errno)); goto fail; }
+    rc = 0;
+done:
     close(fd);
-    fd = -1;
+    return rc;
+}
 
+// The JSON header of the mapped file: its length bounded, NUL-free, an object. *data_off =
+// where the data area starts. 0 / -1 (*root stays NULL).
+static int st_read_header(const st_file *f, const char *path, json_t **root, size_t *data_off) {
     const unsigned char *bytes = f->map;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | bytes[i];
-    if (hlen > fsize - 8) {
-        ft_error("%s: header length %llu runs past the end of the file (%zu bytes)", path,
-                 (unsigned long long)hlen, fsize);
-        goto fail;
-    }
-    if (hlen > ST_MAX_HEADER_BYTES) { ft_error("%s: header length %llu is absurd", path, (unsigned long long)hlen); goto fail; }
-    if (hlen == 0) { ft_error("%s: empty header", path); goto fail; }
+    if (hlen > f->map_size - 8)
+        return ft_error("%s: header length %llu runs past the end of the file (%zu bytes)", path,
+                        (unsigned long long)hlen, f->map_size);
+    if (hlen > ST_MAX_HEADER_BYTES) return ft_error("%s: header length %llu is absurd", path, (unsigned long long)hlen);
+    if (hlen == 0) return ft_error("%s: empty header", path);
     // jansson needs a bounded buffer; the header is not NUL-terminated in the file
-    CHECK_ALLOC_GOTO(header = malloc(hlen + 1), hlen + 1, fail);
+    char *header;
+    CHECK_ALLOC(header = malloc(hlen + 1), hlen + 1);
     memcpy(header, bytes + 8, hlen);
     header[hlen] = '\0';
-    if (strlen(header) != hlen) { ft_error("%s: header contains a NUL byte", path); goto fail; }
+    int rc = 0;
     json_error_t jerr;
-    root = json_loads(header, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) { ft_error("%s: header is not valid JSON (line %d: %s)", path, jerr.line, jerr.text); goto fail; }
-    if (!json_is_object(root)) { ft_error("%s: header is not a JSON object", path); goto fail; }
+    if (strlen(header) != hlen) rc = ft_error("%s: header contains a NUL byte", path);
+    else if (!(*root = json_loads(header, JSON_REJECT_DUPLICATES, &jerr)))
+        rc = ft_error("%s: header is not valid JSON (line %d: %s)", path, jerr.line, jerr.text);
+    else if (!json_is_object(*root)) rc = ft_error("%s: header is not a JSON object", path);
+    free(header);
+    *data_off = 8 + (size_t)hlen;
+    return rc;
+}
 
-    size_t data_off = 8 + (size_t)hlen, data_size = fsize - data_off;
-    size_t n_entries = json_object_size(root);
-    f->tensors = ft_calloc(n_entries ? n_entries : 1, sizeof(st_tensor), "tensor table");
-    spans = ft_calloc(n_entries ? n_entries : 1, sizeof(st_span), "tensor spans");
-    if (!f->tensors || !spans) goto fail;
+// Every header entry: __metadata__ (string values only) or a tensor, into f->tensors and
+// its byte span into spans[] (one per tensor). 0 / -1.
+static int st_read_entries(st_file *f, const char *path, json_t *root, size_t data_off, st_span *spans) {
+    const size_t data_size = f->map_size - data_off;
     const char *key;
     json_t *val;
     json_object_foreach(root, key, val) {
         if (strcmp(key, "__metadata__") == 0) {
-            if (!json_is_object(val)) { ft_error("%s: __metadata__ is not an object", path); goto fail; }
+            if (!json_is_object(val)) return ft_error("%s: __metadata__ is not an object", path);
             const char *mk;
             json_t *mv;
-            json_object_foreach(val, mk, mv) if (!json_is_string(mv)) {
-                ft_error("%s: __metadata__['%s'] is not a string", path, mk);
-                goto fail;
-            }
+            json_object_foreach(val, mk, mv) if (!json_is_string(mv))
+                return ft_error("%s: __metadata__['%s'] is not a string", path, mk);
             continue;
         }
         st_tensor *t = &f->tensors[f->n_tensors];
-        CHECK_ALLOC_GOTO(t->name = ft_strdup(key), strlen(key), fail);
-        f->n_tensors++;
-        st_span *s = &spans[f->n_tensors - 1];
-        s->index = f->n_tensors - 1;
-        if (parse_entry(path, key, val, data_size, &s->begin, &s->end, t) != 0) goto fail;
-        t->data = bytes + data_off + s->begin;
+        CHECK_ALLOC(t->name = ft_strdup(key), strlen(key));
+        st_span *s = &spans[f->n_tensors];
+        s->index = f->n_tensors++;
+        TRY(parse_entry(path, key, val, data_size, &s->begin, &s->end, t));
+        t->data = (const unsigned char *)f->map + data_off + s->begin;
     }
-    // the data area must be covered exactly: no overlap, no holes, nothing trailing
+    return 0;
+}
+
+// The data area must be covered exactly: no overlap, no holes, nothing trailing. 0 / -1.
+static int st_check_coverage(const st_file *f, const char *path, st_span *spans, size_t data_size) {
     qsort(spans, (size_t)f->n_tensors, sizeof *spans, span_cmp);
     size_t pos = 0;
     for (int i = 0; i < f->n_tensors; i++) {
         const st_span *s = &spans[i];
-        if (s->begin < pos) {
-            ft_error("%s: tensor '%s': data_offsets [%zu, %zu] overlap another tensor", path,
-                     f->tensors[s->index].name, s->begin, s->end);
-            goto fail;
-        }
-        if (s->begin > pos) {
-            ft_error("%s: tensor '%s': hole of %zu bytes before its data_offsets [%zu, %zu]", path,
-                     f->tensors[s->index].name, s->begin - pos, s->begin, s->end);
-            goto fail;
-        }
+        if (s->begin < pos)
+            return ft_error("%s: tensor '%s': data_offsets [%zu, %zu] overlap another tensor", path,
+                            f->tensors[s->index].name, s->begin, s->end);
+        if (s->begin > pos)
+            return ft_error("%s: tensor '%s': hole of %zu bytes before its data_offsets [%zu, %zu]", path,
+                            f->tensors[s->index].name, s->begin - pos, s->begin, s->end);
         pos = s->end;
     }
-    if (pos != data_size) {
-        ft_error("%s: data area is %zu bytes but the tensors cover %zu", path, data_size, pos);
-        goto fail;
-    }
-    json_decref(root);
-    free(spans);
-    free(header);
+    if (pos != data_size) return ft_error("%s: data area is %zu bytes but the tensors cover %zu", path, data_size, pos);
     return 0;
-fail:
-    if (fd >= 0) close(fd);
+}
+
+int st_open(st_file *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    json_t *root = NULL;
+    st_span *spans = NULL;
+    size_t data_off = 0;
+    int rc = -1;
+    CHECK_ALLOC_GOTO(f->path = ft_strdup(path), strlen(path), done);
+    TRY_GOTO(st_map_file(f, path), done);
+    TRY_GOTO(st_read_header(f, path, &root, &data_off), done);
+    const size_t n_entries = json_object_size(root);
+    f->tensors = ft_calloc(n_entries ? n_entries : 1, sizeof(st_tensor), "tensor table");
+    spans = ft_calloc(n_entries ? n_entries : 1, sizeof(st_span), "tensor spans");
+    if (!f->tensors || !spans) goto done;
+    TRY_GOTO(st_read_entries(f, path, root, data_off, spans), done);
+    rc = st_check_coverage(f, path, spans, f->map_size - data_off);
+done:
     json_decref(root);
     free(spans);
-    free(header);
-    st_close(f);
-    return -1;
+    if (rc != 0) st_close(f);
+    return rc;
 }
 
 const st_tensor *st_find(const st_file *f, const char *name) {

@@ -1,5 +1,7 @@
-// sample.c: decode token ids with the checkpoint's tokenizer.json and sample a continuation
-// of a validation game (see train.h).
+// sample.c: decode token ids with the checkpoint's tokenizer.json and sample continuations
+// of validation games (see sample.h).
+#include "sample.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -8,20 +10,12 @@
 #include <string.h>
 
 #include "common.h"
-#include "data.h"
 #include "rng.h"
-#include "train.h"
-
-#define SAMPLE_TEMPERATURE 0.8
 
 // ----------------------------------------------------------------------------
 // tokenizer.json: id -> piece, for decoding only
 
-typedef struct {
-    char **piece;      // (n) owned strings, NULL for unknown ids
-    int *special;      // (n) 1 for added special tokens (not printed)
-    int n;
-} vocab;
+typedef sample_vocab vocab;
 
 static void vocab_free(vocab *v) {
     for (int i = 0; i < v->n; i++) free(v->piece[i]);
@@ -111,55 +105,62 @@ static int sample_write_jsonl(const char *out_dir, int game, const char *prompt,
     return 0;
 }
 
-int sample_continuation(const llama_config *cfg, fsdp_state *s, mem_tracker *mem, const char *model_dir,
-                        const char *data_dir, const char *out_dir, int game, int prompt_tokens, int n_tokens,
-                        uint64_t seed, int world_rank) {
+// ----------------------------------------------------------------------------
+// the sampler
+
+int sampler_open(sampler *sp, fsdp_state *s, mem_tracker *mem, const loader *val, const char *model_dir,
+                 const char *out_dir, int rank, int n_tokens, int n_games) {
+    memset(sp, 0, sizeof *sp);
+    const llama_config *cfg = &s->layout->cfg;
+    if ((uint64_t)n_games > loader_games(val))
+        return ft_error("flag --sample_games: %d exceeds the %llu games of the validation shards", n_games,
+                        (unsigned long long)loader_games(val));
+    *sp = (sampler){.s = s, .mem = mem, .val = val, .out_dir = out_dir, .rank = rank, .n_tokens = n_tokens};
+    sp->T = SAMPLE_PROMPT_TOKENS + n_tokens;
+    if (sp->T > cfg->max_position_embeddings) sp->T = cfg->max_position_embeddings;
     char path[4200];
-    snprintf(path, sizeof path, "%s/val_000.bin", data_dir);
-    token_shard shard;
-    TRY(token_shard_open(&shard, path, cfg->vocab_size));
-    vocab v = {0};
-    model m = {0};
-    int32_t *tokens = NULL;
-    float *logits = NULL;
-    int rc = -1;
     snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
-    TRY_GOTO(vocab_load(&v, path, cfg->vocab_size), done);
-    int len = (int)token_shard_doc_len(&shard, (uint64_t)game);
-    if (len > prompt_tokens) len = prompt_tokens;
-    int T = len + n_tokens;
-    if (T > cfg->max_position_embeddings) T = cfg->max_position_embeddings;
-    TRY_GOTO(model_init(&m, s->layout, s->be, mem, 1, T, 0), done);
-    unit_provider prov = fsdp_provider(s);
-    tokens = ft_malloc((size_t)T * sizeof(int32_t), "sample tokens");
-    logits = ft_malloc((size_t)T * cfg->vocab_size * sizeof(float), "sample logits");
-    if (!tokens || !logits) goto done;
-    for (int t = 0; t < len; t++) tokens[t] = token_shard_doc_token(&shard, (uint64_t)game, (uint64_t)t);
+    TRY(vocab_load(&sp->vocab, path, cfg->vocab_size));
+    sp->tokens = ft_malloc((size_t)sp->T * sizeof(int32_t), "sample tokens");
+    sp->logits = ft_malloc((size_t)sp->T * cfg->vocab_size * sizeof(float), "sample logits");
+    if (!sp->tokens || !sp->logits) { sampler_close(sp); return -1; }
+    return 0;
+}
+
+void sampler_close(sampler *sp) {
+    model_free(&sp->m);
+    vocab_free(&sp->vocab);
+    free(sp->tokens);
+    free(sp->logits);
+    memset(sp, 0, sizeof *sp);
+}
+
+int sampler_continue(sampler *sp, int game, uint64_t seed) {
+    const llama_config *cfg = &sp->s->layout->cfg;
+    const int V = cfg->vocab_size;
+    if (!sp->m.layout) TRY(model_init(&sp->m, sp->s->layout, sp->s->be, sp->mem, 1, sp->T, 0));
+    unit_provider prov = fsdp_provider(sp->s);
+    int len = (int)loader_game_len(sp->val, (uint64_t)game);
+    if (len > SAMPLE_PROMPT_TOKENS) len = SAMPLE_PROMPT_TOKENS;
+    const int T = len + sp->n_tokens < sp->T ? len + sp->n_tokens : sp->T;
+    int32_t *tokens = sp->tokens;
+    for (int t = 0; t < len; t++) tokens[t] = loader_game_token(sp->val, (uint64_t)game, (uint64_t)t);
     uint64_t rng = seed ^ 0x5eed5eedull ^ ((uint64_t)game * 0x9e3779b97f4a7c15ull);
-    int eos = cfg->n_eos > 0 ? cfg->eos_token_ids[0] : -1;
+    const int eos = cfg->n_eos > 0 ? cfg->eos_token_ids[0] : -1;
     char prompt[4096] = "", cont[8192] = "";
-    for (int t = 0; t < len; t++) vocab_append(&v, tokens[t], prompt, sizeof prompt);
+    for (int t = 0; t < len; t++) vocab_append(&sp->vocab, tokens[t], prompt, sizeof prompt);
     int n = len;
     while (n < T) {
-        TRY_GOTO(model_set_seq_len(&m, n), done);
-        TRY_GOTO(model_logits(&m, &prov, tokens, logits), done);
-        int next = sample_logits(logits + (size_t)(n - 1) * cfg->vocab_size, cfg->vocab_size, &rng);
+        TRY(model_set_seq_len(&sp->m, n));
+        TRY(model_logits(&sp->m, &prov, tokens, sp->logits));
+        int next = sample_logits(sp->logits + (size_t)(n - 1) * V, V, &rng);
         tokens[n++] = next;
         if (next == eos) break;
-        vocab_append(&v, next, cont, sizeof cont);
+        vocab_append(&sp->vocab, next, cont, sizeof cont);
     }
-    if (world_rank == 0) {
-        printf("sample (validation game %d, %d prompt tokens, temperature %.1f):\n  prompt:      %s\n"
-               "  continuation:%s%s\n", game, len, SAMPLE_TEMPERATURE, prompt + (prompt[0] == ' '), cont,
-               n < T ? " <eos>" : "");
-        TRY_GOTO(sample_write_jsonl(out_dir, game, prompt + (prompt[0] == ' '), cont, n < T), done);
-    }
-    rc = 0;
-done:
-    free(tokens);
-    free(logits);
-    model_free(&m);
-    vocab_free(&v);
-    token_shard_close(&shard);
-    return rc;
+    if (sp->rank != 0) return 0;
+    printf("sample (validation game %d, %d prompt tokens, temperature %.1f):\n  prompt:      %s\n"
+           "  continuation:%s%s\n", game, len, SAMPLE_TEMPERATURE, prompt + (prompt[0] == ' '), cont,
+           n < T ? " <eos>" : "");
+    return sample_write_jsonl(sp->out_dir, game, prompt + (prompt[0] == ' '), cont, n < T);
 }

@@ -16,10 +16,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "common.h"
+#include "fsutil.h"
 #include "loader.h"
 #include "mfu.h"
+#include "profile.h"
+#include "sample.h"
 #include "schedule.h"
+#include "watchdog.h"
 
 // ----------------------------------------------------------------------------
 // signals: SIGTERM (Slurm before the time limit) and SIGINT save a checkpoint and stop
@@ -66,6 +71,7 @@ typedef struct {
     fsdp_state fs;
     unit_provider prov;
     loader train, val;
+    sampler sampler;              // --sample_tokens: continues validation games after training
     schedule sched;               // learning rate and AdamW parameters per step
     int accum;                    // micro-batches per optimizer step on this rank
     int total_steps, steps_per_epoch;
@@ -73,34 +79,13 @@ typedef struct {
     int32_t *rows_tok, *rows_tgt; // (B, T_used) one micro-batch, compacted
     FILE *metrics;                // rank 0: <out_dir>/metrics.jsonl
     double peak_flops;
+    int *failure_agreed;          // train_run's: set when a failure was agreed by every rank
 } job;
 
 static int is_main(const job *j) { return j->rank == 0; }
 
-// Collective status check at points where a failure may hit some ranks only (setup, loading,
-// checkpoint writes): every rank learns whether any failed. The lowest failing rank returns
-// -1 (its message is the one printed); the others return TRAIN_PEER_FAILED and stay quiet.
-static int g_failure_agreed;
-int train_failure_agreed(void) { return g_failure_agreed; }
-
-static int agree(const train_comms *cc, int rc) {
-    const int W = cc->world->size;
-    if (W == 1) return rc;
-    double *v = calloc((size_t)W, sizeof(double));
-    if (!v) return -1;
-    v[cc->world->rank] = rc != 0;
-    int comm_rc = comm_all_reduce_f64(cc->world, v, (size_t)W);
-    int first = -1;
-    for (int r = 0; r < W && first < 0; r++) if (v[r] > 0) first = r;
-    free(v);
-    if (comm_rc != 0) return -1;
-    if (first < 0) return 0;
-    g_failure_agreed = 1;
-    if (first == cc->world->rank) return -1;
-    ft_error_clear();
-    ft_error("rank %d failed", first);
-    return TRAIN_PEER_FAILED;
-}
+// Collective status check where a failure may hit some ranks only (comm.h).
+static int agree(job *j, int rc) { return comm_agree(j->cc->world, rc, j->failure_agreed); }
 
 // Copy micro-batch a of the step into the compact (B, T_used) buffers; returns T_used, the
 // longest row's real length (at least 1).
@@ -161,12 +146,11 @@ static void log_eval(job *j, int step, double loss, double ntok, double secs) {
 // setup and teardown
 
 static int job_setup(job *j, const train_options *o, const train_comms *cc) {
-    memset(j, 0, sizeof *j);
     j->o = o;
     j->cc = cc;
     j->rank = cc->world->rank;
     j->world = cc->world->size;
-    j->be = cc->world->be;
+    j->be = o->profile ? profile_backend(cc->world->be) : cc->world->be;
     mem_tracker_init(&j->mem, j->be);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->model_dir);
@@ -180,11 +164,12 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
                    o->gradient_checkpointing));
     TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, o->accumulate_grads_locally));
     j->prov = fsdp_provider(&j->fs);
+    if (o->profile) j->prov = profile_provider(&j->prov);
 
     TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
-    if (o->sample_tokens > 0 && (uint64_t)o->sample_games > j->val.shards[0].n_docs)
-        return ft_error("flag --sample_games: %d exceeds the %llu games of %s/val_000.bin", o->sample_games,
-                        (unsigned long long)j->val.shards[0].n_docs, o->data_dir);
+    if (o->sample_tokens > 0)
+        TRY(sampler_open(&j->sampler, &j->fs, &j->mem, &j->val, o->model_dir, o->out_dir, j->rank, o->sample_tokens,
+                         o->sample_games));
     if (o->eval_only) {
         j->accum = 1;
         j->steps_per_epoch = 1;
@@ -218,6 +203,7 @@ static void job_teardown(job *j) {
     free(j->targets);
     free(j->rows_tok);
     free(j->rows_tgt);
+    sampler_close(&j->sampler);
     loader_close(&j->train);
     loader_close(&j->val);
     fsdp_free(&j->fs);
@@ -262,6 +248,8 @@ static int train_step(job *j, int step, step_stats *st) {
     const train_options *o = j->o;
     const int B = o->batch_size_per_device, T = o->seq_len;
     const double t0 = now_seconds();
+    profile_step_begin();
+    watchdog_set_phase("step %d", step + 1);
     size_t ag0, rs0, ar0;
     comm_bytes(j->cc, &ag0, &rs0, &ar0);
     const int epoch = step / j->steps_per_epoch;
@@ -298,7 +286,10 @@ static int train_step(job *j, int step, step_stats *st) {
         }
     }
     double norm;
+    profile_set_phase(PROF_OPTIMIZER);
+    profile_comm_begin();
     TRY(fsdp_finish_grads(&j->fs, &norm));
+    profile_comm_end();
     if (!isfinite(norm)) return ft_error("step %d: gradient norm is %g (diverged); lower --learning_rate", step + 1, norm);
     const adamw_params ap = schedule_adamw(&j->sched, step, norm);
     TRY(fsdp_optimizer_step(&j->fs, &ap));
@@ -350,58 +341,72 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
         fprintf(j->metrics, "}}\n");
         fflush(j->metrics);
     }
+    if (j->o->profile) profile_step_report(stdout, step + 1);
 }
 
 // ----------------------------------------------------------------------------
 // the job
 
+// The trainer state after `step` optimizer steps (what a checkpoint saved then records).
+static trainer_state job_state(const job *j, int step) {
+    const train_options *o = j->o;
+    return (trainer_state){
+        .step = step, .epoch = step / j->steps_per_epoch,
+        .row = (uint64_t)(step % j->steps_per_epoch) * (uint64_t)o->total_batch_size, .seed = o->seed,
+        .total_batch_size = o->total_batch_size, .seq_len = o->seq_len, .pack = o->pack,
+        .total_steps = j->total_steps, .n_params = (long long)j->layout.n_params,
+    };
+}
+
 static int save_checkpoint(job *j, int step) {
-    trainer_state ts = {step, step / j->steps_per_epoch,
-                        (uint64_t)(step % j->steps_per_epoch) * (uint64_t)j->o->total_batch_size, j->o->seed,
-                        j->o->total_batch_size, j->o->seq_len, j->o->pack, j->total_steps,
-                        (long long)j->layout.n_params};
-    int rc = agree(j->cc, ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
+    watchdog_set_phase("checkpoint at step %d", step);
+    const trainer_state ts = job_state(j, step);
+    int rc = agree(j, ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
     if (rc != 0) return rc;
     if (is_main(j)) printf("checkpoint: %s/checkpoints/step_%08d\n", j->o->out_dir, step);
     return 0;
 }
 
-static int run(job *j) {
-    const train_options *o = j->o;
-    char path[4096];
-    print_plan(j);
-    int start = 0, rc = 0;
-    char dir[4096];
-    if (!o->eval_only) rc = ckpt_mkdirs(o->out_dir);   // fail before any work if unwritable
-    if (rc == 0 && o->resume[0]) {
-        trainer_state expect = {0, 0, 0, o->seed, o->total_batch_size, o->seq_len, o->pack, j->total_steps,
-                                (long long)j->layout.n_params}, got = {0};
-        rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
-        if (rc == 0) rc = ckpt_load(dir, &j->fs, &expect, &got);
-        start = got.step;
-    } else if (rc == 0) {
-        rc = ckpt_load_weights(&j->fs, o->model_dir);
-        if (rc == 0) rc = fsdp_zero_moments(&j->fs);
-    }
-    if ((rc = agree(j->cc, rc)) != 0) return rc;
-    if (start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, start);
+static int eval_and_log(job *j, int step) {
+    watchdog_set_phase("eval at step %d", step);
+    double loss, ntok, t0 = now_seconds();
+    TRY(evaluate(j, &loss, &ntok));
+    log_eval(j, step, loss, ntok, now_seconds() - t0);
+    return 0;
+}
 
-    if (o->eval_only) {
-        double loss, ntok, t0 = now_seconds();
-        TRY(evaluate(j, &loss, &ntok));
-        log_eval(j, start, loss, ntok, now_seconds() - t0);
-        return 0;
-    }
+// The weights to start from (pretrained, or --resume's checkpoint) and the first step;
+// agreed by every rank.
+static int job_load_start(job *j, int *start) {
+    const train_options *o = j->o;
+    char dir[4096] = "";
+    watchdog_set_phase("loading");
+    int rc = o->eval_only ? 0 : fs_mkdirs(o->out_dir);   // fail before any work if unwritable
+    if (rc == 0 && o->resume[0]) rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
+    const trainer_state expect = job_state(j, 0);
+    trainer_state got = expect;
+    if (rc == 0) rc = ckpt_load_start(&j->fs, o->model_dir, dir, &expect, &got);
+    if ((rc = agree(j, rc)) != 0) return rc;
+    *start = got.step;
+    if (*start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, *start);
+    return 0;
+}
+
+// Rank 0's metrics.jsonl (appended to on resume; a fresh run also drops old samples, which
+// sampling appends to), agreed; then the MFU denominator: --peak_tflops, else the device's
+// published dense bf16 peak when known, else this backend's measured dense matmul rate.
+static int job_open_outputs(job *j, int start) {
+    const train_options *o = j->o;
+    char path[4200];
+    int rc = 0;
     if (is_main(j)) {
         snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
         j->metrics = fopen(path, start > 0 ? "a" : "w");
         if (!j->metrics) rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
         snprintf(path, sizeof path, "%s/samples.jsonl", o->out_dir);
-        if (start == 0) remove(path);   // a fresh run's samples only (sampling appends)
+        if (start == 0) remove(path);
     }
-    if ((rc = agree(j->cc, rc)) != 0) return rc;
-    // MFU against: --peak_tflops, else the device's published dense bf16 peak when known,
-    // else this backend's measured dense matmul rate
+    if ((rc = agree(j, rc)) != 0) return rc;
     const double known = backend_peak_tflops(j->be);
     j->peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12
                     : known > 0        ? known * 1e12
@@ -411,50 +416,53 @@ static int run(job *j) {
                o->peak_tflops > 0 ? "--peak_tflops"
                : known > 0        ? "published dense bf16 peak of this GPU"
                                   : "measured dense matmul rate of this backend");
-    install_signal_handlers();
+    return 0;
+}
 
-    double loss, ntok, t0 = now_seconds();
-    if (start == 0) {
-        TRY(evaluate(j, &loss, &ntok));
-        log_eval(j, 0, loss, ntok, now_seconds() - t0);
-    }
+// Optimizer steps from `start` until the total or a stop request (a signal on any rank, or
+// --stop_at_step), with evaluations and checkpoints on their schedules. *step = steps done.
+static int job_train(job *j, int start, int *step_out, int *stopped) {
+    const train_options *o = j->o;
     double time_sum = 0;
-    int timed = 0, step = start, stopped = 0;
+    int timed = 0, step = start, rc;
+    *stopped = 0;
+    if (start == 0) TRY(eval_and_log(j, 0));
     while (step < j->total_steps) {
         step_stats st = {0};
         TRY(train_step(j, step, &st));
         if (step > start) { time_sum += st.secs; timed++; }   // the first step warms up
         log_step(j, step, &st, timed ? time_sum / timed : st.secs);
         step++;
-        if (o->eval_every > 0 && step % o->eval_every == 0 && step < j->total_steps) {
-            t0 = now_seconds();
-            TRY(evaluate(j, &loss, &ntok));
-            log_eval(j, step, loss, ntok, now_seconds() - t0);
-        }
-        // stop requests: a signal on any rank, or --stop_at_step
+        if (o->eval_every > 0 && step % o->eval_every == 0 && step < j->total_steps) TRY(eval_and_log(j, step));
         double flag[1] = {g_stop_signal ? 1.0 : 0.0};
         TRY(comm_all_reduce_f64(j->cc->world, flag, 1));
-        int stop = flag[0] > 0 || (o->stop_at_step > 0 && step >= o->stop_at_step);
-        if ((o->save_every > 0 && step % o->save_every == 0) || stop || step == j->total_steps)
+        *stopped = flag[0] > 0 || (o->stop_at_step > 0 && step >= o->stop_at_step);
+        if ((o->save_every > 0 && step % o->save_every == 0) || *stopped || step == j->total_steps)
             if ((rc = save_checkpoint(j, step)) != 0) return rc;
-        if (stop) {
+        if (*stopped) {
             if (is_main(j))
                 printf("finetune: stopping after step %d (%s); continue with --resume latest\n", step,
                        flag[0] > 0 ? "signal received" : "--stop_at_step");
-            stopped = 1;
             break;
         }
     }
-    if (stopped) return 0;
-    t0 = now_seconds();
-    TRY(evaluate(j, &loss, &ntok));
-    log_eval(j, step, loss, ntok, now_seconds() - t0);
+    *step_out = step;
+    return 0;
+}
+
+// After the last step: the final evaluation, the Hugging Face export, samples, the memory report.
+static int job_finish(job *j, int step) {
+    const train_options *o = j->o;
+    char path[4200];
+    int rc;
+    TRY(eval_and_log(j, step));
     snprintf(path, sizeof path, "%s/final", o->out_dir);
-    if ((rc = agree(j->cc, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
+    watchdog_set_phase("export");
+    if ((rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
     if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
+    watchdog_set_phase("sampling");
     for (int g = 0; o->sample_tokens > 0 && g < o->sample_games; g++)
-        TRY(sample_continuation(&j->cfg, &j->fs, &j->mem, o->model_dir, o->data_dir, o->out_dir, g, 12,
-                                o->sample_tokens, (uint64_t)o->seed, j->rank));
+        TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
     if (is_main(j)) {
         printf("finetune: peak memory %.1f MiB:", j->mem.peak_total / 1048576.0);
         for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
@@ -462,6 +470,17 @@ static int run(job *j) {
         printf("\n");
     }
     return 0;
+}
+
+static int run(job *j) {
+    print_plan(j);
+    int start, step, stopped, rc;
+    if ((rc = job_load_start(j, &start)) != 0) return rc;
+    if (j->o->eval_only) return eval_and_log(j, start);
+    if ((rc = job_open_outputs(j, start)) != 0) return rc;
+    install_signal_handlers();
+    if ((rc = job_train(j, start, &step, &stopped)) != 0) return rc;
+    return stopped ? 0 : job_finish(j, step);
 }
 
 int train_shard_size(const train_options *o, int W) { return o->no_fsdp ? 1 : o->dp_shard > 0 ? o->dp_shard : W; }
@@ -475,9 +494,13 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
     };
 }
 
-int train_run(const train_options *o, const train_comms *cc) {
+int train_run(const train_options *o, const train_comms *cc, int *failure_agreed) {
     job j;
-    int rc = agree(cc, job_setup(&j, o, cc));
+    memset(&j, 0, sizeof j);
+    *failure_agreed = 0;
+    j.cc = cc;
+    j.failure_agreed = failure_agreed;
+    int rc = agree(&j, job_setup(&j, o, cc));
     if (rc == 0) rc = run(&j);
     job_teardown(&j);
     return rc;

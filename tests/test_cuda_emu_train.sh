@@ -2,9 +2,16 @@
 # The CUDA backend's host code end to end, without a GPU: build/tests/finetune_emu is
 # src/ compiled exactly as for the CUDA build (backend_cuda.c: arena, cuBLASLt calls, kernel
 # launches through the backend table), linked with the kernels under the CPU emulator
-# (GPU-like math) and tests/cuda_emu/cuda_emu_host.cpp (device queries, streams, a cuBLASLt
-# written from its documented column-major definition). What it cannot check: stream and
-# event ordering (the emulator completes everything synchronously), NCCL, speed.
+# (GPU-like math) and tests/cuda_emu/cuda_emu_host.cpp (device queries, a cuBLASLt written
+# from its documented column-major definition, NCCL over MPI). The emulated runtime is
+# asynchronous (tests/cuda_emu/README.md, "Streams and ordering hazards"): every stream is a
+# queue run later by its own worker with seeded random delays, and every kernel, copy,
+# memset, matmul and collective is checked against the other streams' work (events, waits,
+# host synchronisation; vector clocks, so the verdict does not depend on the timing). A run
+# that reports an ordering hazard exits 86, so every run below also checks the ordering of
+# the compute stream, the NCCL streams, host copies and the arena's reuse of memory.
+# tests/test_cuda_emu_hazards.sh shows that it catches a missing wait. What stays unchecked:
+# real NCCL, cuBLASLt's real algorithms, speed.
 #
 #   1. 8 steps of the default model, --device cuda (bf16 storage) vs --device cpu (fp32):
 #      per-step losses, the first step's gradient norm, the final validation loss and the
@@ -18,6 +25,14 @@
 #      broadcast, ncclCommSplit, bf16 reduce-scatter, all-gather, fp32 all-reduce), against
 #      the single emulated device with the same global batch and the same tolerances (the
 #      ranks' bf16 partial gradients are summed in another order)
+#   6. seeds: runs 1-5 use FT_EMU_SEED=1; the single device and the three multi-rank
+#      layouts then run 2 steps again under seeds 2 and 3 (other delays, so other
+#      interleavings of the streams): no hazard, and bitwise the same losses and gradient
+#      norms as seed 1's first 2 steps (the result must not depend on the timing)
+#
+# Runtime, measured on the 2-core development machine shared with other jobs: 2m04 of CPU
+# and 3.5-4 min wall in all (the synchronous emulator without the seed runs: 1m21 of CPU,
+# 3.5 min wall at the same load).
 #
 # Tolerances: bf16 keeps 8 significant bits (u = 2^-8 = 3.9e-3 relative per stored value);
 # losses and norms are sums over many rounded terms, whose errors mostly cancel: measured
@@ -30,16 +45,11 @@
 # cuBLASLt's shape check or the loss outright.
 set -u
 build=${1:-build}
+. "$(dirname "$0")/lib.sh" test_cuda_emu_train
 emu=$build/tests/finetune_emu
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-if [ ! -x "$emu" ]; then
-  if [ "${CI:-}" = true ]; then bad "$emu not built (needs the CUDA headers, CUDA=1)"
-  else echo "skip: $emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; fi
-  echo "test_cuda_emu_train: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit
-fi
+if [ ! -x "$emu" ]; then skip_or_fail "$emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export FT_EMU_SEED=1
 flags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3
        --max_eval_docs 8 --warmup_fraction 0)
 metric() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/"; }
@@ -64,7 +74,7 @@ if "$emu" --device cuda "${flags[@]}" --sample_tokens 16 --out_dir "$tmp/emu" >"
   le "${e##* }" 1e-2 && ok "final fp32 master weights: $e" || bad "final weights: $e"
   grep -q "^  continuation:. *[a-h1-8]" "$tmp/emu.log" && ok "bf16 sampling: $(grep '^  continuation' "$tmp/emu.log")" || bad "no sampled continuation"
 else
-  bad "emulated CUDA run failed: $(tail -1 "$tmp/emu.log")"
+  bad "emulated CUDA run failed: $(grep -m1 HAZARD "$tmp/emu.log" || tail -1 "$tmp/emu.log")"
 fi
 if "$emu" --device cuda "${flags[@]}" --gradient_checkpointing --out_dir "$tmp/ckpt" >"$tmp/ckpt.log" 2>&1; then
   [ "$(metric "$tmp/ckpt" loss)" = "$(metric "$tmp/emu" loss)" ] && [ "$(metric "$tmp/ckpt" grad_norm)" = "$(metric "$tmp/emu" grad_norm)" ] \
@@ -97,10 +107,29 @@ if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
     # shellcheck disable=SC2086
     if timeout 300 mpiexec -n "$n" "$emu" --device cuda "${flags[@]}" $extra --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1; then
       grep -q "bootstrap: MPI.*world $n rank" "$tmp/$name.log" && compare_runs "$name" "$tmp/$name" || bad "$name: bootstrap line"
-    else bad "$name on emulated GPUs: $(grep -m1 error "$tmp/$name.log")"; fi
+    else bad "$name on emulated GPUs: $(grep -m1 'error\|HAZARD' "$tmp/$name.log")"; fi
   done
 else
-  echo "skip: multi-rank emulated GPUs (needs mpiexec)"
+  skip_or_fail "multi-rank emulated GPUs (needs mpiexec)"
 fi
-echo "test_cuda_emu_train: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+
+# same_start DIR REF: DIR's 2 steps have bitwise REF's first 2 losses and gradient norms
+same_start() {
+  [ "$(metric "$1" loss | wc -l)" = 2 ] && [ "$(metric "$1" loss)" = "$(metric "$2" loss | head -2)" ] \
+    && [ "$(metric "$1" grad_norm)" = "$(metric "$2" grad_norm | head -2)" ]
+}
+for seed in 2 3; do
+  for c in "1dev:1::emu" "fsdp2:2:--batch_size_per_device 1:fsdp2" "ddp2:2:--batch_size_per_device 1 --no_fsdp:ddp2" \
+           "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2:hsdp2x2"; do
+    IFS=: read -r name n extra ref <<<"$c"
+    [ -d "$tmp/$ref/checkpoints" ] || continue   # seed 1 did not run (or failed: reported above)
+    launch=(); [ "$n" -gt 1 ] && launch=(mpiexec -n "$n")
+    # shellcheck disable=SC2086
+    if FT_EMU_SEED=$seed timeout 300 "${launch[@]}" "$emu" --device cuda "${flags[@]}" $extra --max_steps 2 \
+        --max_eval_docs 1 --out_dir "$tmp/$name.s$seed" >"$tmp/$name.s$seed.log" 2>&1; then
+      same_start "$tmp/$name.s$seed" "$tmp/$ref" && ok "seed $seed, $name: no hazard, the same 2 steps bitwise as seed 1" \
+        || bad "seed $seed, $name: results differ from seed 1: $(metric "$tmp/$name.s$seed" loss | tr '\n' ' ')"
+    else bad "seed $seed, $name: $(grep -m1 'error\|HAZARD' "$tmp/$name.s$seed.log")"; fi
+  done
+done
+finish

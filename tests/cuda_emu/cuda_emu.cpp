@@ -8,6 +8,7 @@
 // or on an error. Under AddressSanitizer every switch is announced with
 // __sanitizer_start/finish_switch_fiber.
 #include "cuda_emu.h"
+#include "cuda_emu_async.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -797,27 +798,42 @@ cudaError_t set_error(cudaError_t e, const char *fmt, ...) {
 
 } // namespace
 
-cudaError_t launch(const LaunchSpec &spec, const std::function<void()> &body) {
-    read_env();
+// the launch's configuration, checked when it is issued: cudaSuccess, or the error with its
+// message in msg
+cudaError_t launch_check_config(const LaunchSpec &spec, char *msg, size_t n) {
     const dim3 g = spec.grid, b = spec.block;
     unsigned long long nthreads = (unsigned long long)b.x * b.y * b.z;
-    if (nthreads == 0 || nthreads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64)
-        return set_error(cudaErrorInvalidConfiguration,
-                         "cuda_emu: kernel %s (%s:%d): invalid block (%u,%u,%u)", spec.name,
-                         spec.file, spec.line, b.x, b.y, b.z);
-    if (g.x == 0 || g.y == 0 || g.z == 0 || g.x > 2147483647u || g.y > 65535 || g.z > 65535)
-        return set_error(cudaErrorInvalidConfiguration,
-                         "cuda_emu: kernel %s (%s:%d): invalid grid (%u,%u,%u)", spec.name,
-                         spec.file, spec.line, g.x, g.y, g.z);
-    if (spec.smem > 48 * 1024)
-        return set_error(cudaErrorInvalidValue,
-                         "cuda_emu: kernel %s (%s:%d): %zu bytes of dynamic shared memory "
-                         "(more than 48 KiB needs cudaFuncSetAttribute on a GPU)",
-                         spec.name, spec.file, spec.line, spec.smem);
+    if (nthreads == 0 || nthreads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64) {
+        snprintf(msg, n, "cuda_emu: kernel %s (%s:%d): invalid block (%u,%u,%u)", spec.name,
+                 spec.file, spec.line, b.x, b.y, b.z);
+        return cudaErrorInvalidConfiguration;
+    }
+    if (g.x == 0 || g.y == 0 || g.z == 0 || g.x > 2147483647u || g.y > 65535 || g.z > 65535) {
+        snprintf(msg, n, "cuda_emu: kernel %s (%s:%d): invalid grid (%u,%u,%u)", spec.name,
+                 spec.file, spec.line, g.x, g.y, g.z);
+        return cudaErrorInvalidConfiguration;
+    }
+    if (spec.smem > 48 * 1024) {
+        snprintf(msg, n, "cuda_emu: kernel %s (%s:%d): %zu bytes of dynamic shared memory "
+                 "(more than 48 KiB needs cudaFuncSetAttribute on a GPU)",
+                 spec.name, spec.file, spec.line, spec.smem);
+        return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+}
+
+// Run a (valid) grid to completion on the block workers, one grid at a time (g_launch_mu
+// is the device lock: the fiber scheduler's state is not shared between grids). Callable
+// from any thread. cudaSuccess, or the error with its message in msg.
+cudaError_t launch_run(const LaunchSpec &spec, const std::function<void()> &body, char *msg,
+                       size_t n) {
+    read_env();
+    const dim3 g = spec.grid;
     pthread_mutex_lock(&g_launch_mu);
     if (!start_workers()) {
         pthread_mutex_unlock(&g_launch_mu);
-        return set_error(cudaErrorMemoryAllocation, "cuda_emu: cannot start worker threads");
+        snprintf(msg, n, "cuda_emu: cannot start worker threads");
+        return cudaErrorMemoryAllocation;
     }
     g_launches.fetch_add(1, std::memory_order_relaxed);
     Job *j = new Job();
@@ -830,7 +846,8 @@ cudaError_t launch(const LaunchSpec &spec, const std::function<void()> &body) {
     if (!j->block_order) {
         delete j;
         pthread_mutex_unlock(&g_launch_mu);
-        return set_error(cudaErrorMemoryAllocation, "cuda_emu: out of memory for the grid");
+        snprintf(msg, n, "cuda_emu: out of memory for the grid");
+        return cudaErrorMemoryAllocation;
     }
     for (unsigned long long i = 0; i < j->nblocks; i++)
         j->block_order[i] = j->order == CUEMU_REVERSE ? j->nblocks - 1 - i : i;
@@ -864,11 +881,28 @@ cudaError_t launch(const LaunchSpec &spec, const std::function<void()> &body) {
     g_job = nullptr;
     pthread_mutex_unlock(&g_mu);
     cudaError_t rc = cudaSuccess;
-    if (j->failed.load()) rc = set_error(cudaErrorLaunchFailure, "%s", j->msg);
+    if (j->failed.load()) {
+        snprintf(msg, n, "%s", j->msg);
+        rc = cudaErrorLaunchFailure;
+    }
     free(j->block_order);
     delete j;
     pthread_mutex_unlock(&g_launch_mu);
     return rc;
+}
+
+cudaError_t launch_on(const LaunchSpec &spec, cudaStream_t stream, const KernelPtr *ptrs,
+                      int nptrs, std::function<void()> body) {
+    char msg[2048];
+    cudaError_t e = launch_check_config(spec, msg, sizeof msg);
+    if (e != cudaSuccess) return set_error(e, "%s", msg);
+    if (async_on()) {
+        e = enqueue_kernel(spec, stream, ptrs, nptrs, std::move(body));
+        return e == cudaSuccess ? e : set_error(e, "cuda_emu: kernel %s (%s:%d): invalid stream",
+                                                spec.name, spec.file, spec.line);
+    }
+    e = launch_run(spec, body, msg, sizeof msg);
+    return e == cudaSuccess ? e : set_error(e, "%s", msg);
 }
 
 } // namespace cuemu
@@ -895,7 +929,9 @@ extern "C" const char *cuemu_last_error_message(void) { return g_last_msg; }
 extern "C" void cuemu_clear_error(void) {
     g_last_msg[0] = 0;
     g_last_error = cudaSuccess;
+    async_clear_error();
 }
+bool cuemu::quiet() { return g_quiet != 0; }
 extern "C" void cuemu_stats(unsigned long long *launches, unsigned long long *blocks,
                             unsigned long long *switches) {
     if (launches) *launches = g_launches.load();
@@ -907,12 +943,14 @@ extern "C" void cuemu_stats(unsigned long long *launches, unsigned long long *bl
 // the CUDA runtime calls the kernels' host code uses (no libcudart is linked)
 
 extern "C" {
+// an asynchronous operation's failure is sticky (as a GPU fault is); a launch's own error
+// is returned once
 cudaError_t cudaGetLastError(void) {
     cudaError_t e = g_last_error;
     g_last_error = cudaSuccess;
-    return e;
+    return e != cudaSuccess ? e : async_error();
 }
-cudaError_t cudaPeekAtLastError(void) { return g_last_error; }
+cudaError_t cudaPeekAtLastError(void) { return g_last_error != cudaSuccess ? g_last_error : async_error(); }
 const char *cudaGetErrorName(cudaError_t e) {
     switch (e) {
     case cudaSuccess: return "cudaSuccess";
@@ -920,11 +958,14 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     default: return "cudaError(other)";
     }
 }
 const char *cudaGetErrorString(cudaError_t e) {
     if (e == cudaErrorLaunchFailure && g_last_msg[0]) return g_last_msg;
+    if (e == cudaErrorLaunchFailure && async_error_message()[0]) return async_error_message();
     switch (e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
@@ -933,30 +974,9 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     default: return "unknown error";
     }
 }
-cudaError_t cudaMalloc(void **p, size_t n) {
-    // exact size (ASan sees overruns), 256-byte aligned like cudaMalloc
-    if (posix_memalign(p, 256, n ? n : 1) != 0) { *p = nullptr; return cudaErrorMemoryAllocation; }
-    return cudaSuccess;
-}
-cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
-cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
-cudaError_t cudaFreeAsync(void *p, cudaStream_t) { free(p); return cudaSuccess; }
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind) {
-    if (n) memmove(dst, src, n);
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
-                            cudaStream_t) {
-    return cudaMemcpy(dst, src, n, k);
-}
-cudaError_t cudaMemset(void *p, int v, size_t n) {
-    if (n) memset(p, v, n);
-    return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 }

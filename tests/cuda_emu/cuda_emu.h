@@ -24,7 +24,12 @@
 //   - nvcuda::wmma (bf16 16x16x16, fp32 accumulate; cuda_emu_wmma.h): loads, stores and
 //     mma_sync are full-warp collectives; the fragment element layout is an opaque random
 //     permutation per launch.
-//   - Device pointers are host pointers; streams are ignored (launches are synchronous).
+//   - Device pointers are host pointers. Streams: by default a launch runs before it
+//     returns; with the asynchronous runtime (cuda_emu_stream.cpp, on in finetune_emu and
+//     test_backend_emu, cuemu_set_async()) it is queued on its stream and runs later on
+//     that stream's worker, its arguments copied at launch and its pointer parameters
+//     recorded as accesses (`const T *` = read, `T *` = read + write, of the whole device
+//     block that contains the pointer) for the ordering checker (cuda_emu_shadow.cpp).
 #pragma once
 #if defined(__CUDACC__)
 #error "cuda_emu.h is for host (emulated) builds only; nvcc builds use the real CUDA"
@@ -46,6 +51,7 @@
 #include <string.h>
 
 #include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -58,15 +64,38 @@ enum { CUEMU_FORWARD = 0, CUEMU_REVERSE = 1, CUEMU_RANDOM = 2 };
 void cuemu_set_order(int order, unsigned long long seed);
 int cuemu_get_order(void);
 const char *cuemu_order_name(int order);
-// Do not print launch errors to stderr (tests that provoke them).
+// Do not print launch errors or ordering hazards to stderr (tests that provoke them).
 void cuemu_set_quiet(int quiet);
 // The message of the most recent failed launch ("" if none since the last clear).
 const char *cuemu_last_error_message(void);
+// Forget the last launch error and the sticky error of a failed asynchronous operation.
 void cuemu_clear_error(void);
 // Counters since start: launches, blocks, fiber switches.
 void cuemu_stats(unsigned long long *launches, unsigned long long *blocks,
                  unsigned long long *switches);
+
+// The asynchronous runtime (tests/cuda_emu/README.md, "Streams and ordering hazards").
+// on = 1: launches, async copies/memsets, cuBLASLt and NCCL are queued on their streams;
+// 0: they run before returning. Set before the first stream operation (the environment,
+// FT_EMU_SYNC=1, overrides the program's default). Returns the mode now in force.
+int cuemu_set_async(int on);
+int cuemu_async(void);
+// Ordering hazards reported so far (each also printed to stderr as one "cuda_emu: HAZARD"
+// line); a process that reported any exits with status CUEMU_HAZARD_EXIT at exit.
+unsigned long long cuemu_hazard_count(void);
+const char *cuemu_last_hazard(void);     // the latest report's text ("" if none)
+void cuemu_hazard_reset(void);           // forget them (tests that provoke hazards)
+// 1 if host reads of pending D2H results are watched (hardware watchpoints), else 0 and
+// `why` says why not
+int cuemu_host_watch_available(const char **why);
+// Sub-allocations of a cudaMalloc'd arena (weak hooks called by src/backend_cuda.c): a
+// kernel's pointer argument then stands for the block it points into, and a block freed
+// (ordered on `stream`) while an operation not ordered before that point still uses it is
+// reported.
+void cuemu_block_alloc(void *p, size_t nbytes);
+void cuemu_block_free(void *p, void *stream);
 }
+enum { CUEMU_HAZARD_EXIT = 86 };
 
 namespace cuemu {
 
@@ -125,27 +154,71 @@ struct LaunchSpec {
     const char *name, *file;
     int line;
 };
-cudaError_t launch(const LaunchSpec &spec, const std::function<void()> &body);
+// A kernel's pointer parameter, recorded for the ordering checker.
+struct KernelPtr {
+    const void *p;
+    bool is_const;       // `const T *`: read only; otherwise read and write
+};
+// Launch `body` (one call = one thread) on `stream`: before returning (synchronous mode) or
+// queued (asynchronous mode; `body` owns copies of the arguments).
+cudaError_t launch_on(const LaunchSpec &spec, cudaStream_t stream, const KernelPtr *ptrs,
+                      int nptrs, std::function<void()> body);
+
+// the kernel's parameter types, so arguments convert as CUDA converts them and pointer
+// parameters can be told apart by constness
+template <class K>
+struct KernelParams {
+    template <class... A>
+    using tuple = std::tuple<typename std::decay<A>::type...>;   // not a plain function
+    template <class... A>
+    static tuple<A...> make(A &&...args) { return tuple<A...>(std::forward<A>(args)...); }
+};
+template <class... P>
+struct KernelParams<void (*)(P...)> {
+    template <class... A>
+    static std::tuple<typename std::decay<P>::type...> make(A &&...args) {
+        return std::tuple<typename std::decay<P>::type...>(std::forward<A>(args)...);
+    }
+};
+
+template <class T>
+static inline void add_kernel_ptr(KernelPtr *out, int *n, const T &v) {
+    if constexpr (std::is_pointer<T>::value) {
+        out[(*n)++] = {(const void *)v, std::is_const<typename std::remove_pointer<T>::type>::value};
+    } else {
+        (void)out; (void)n; (void)v;
+    }
+}
+template <class Tuple, size_t... I>
+static inline int kernel_ptrs(const Tuple &t, KernelPtr *out, std::index_sequence<I...>) {
+    int n = 0;
+    (add_kernel_ptr(out, &n, std::get<I>(t)), ...);
+    return n;
+}
 
 template <class K>
 struct Launcher {
     LaunchSpec spec;
+    cudaStream_t stream;
     K kernel;
     template <class... A>
     void operator()(A &&...args) const {
         // arguments are copied once at launch (as CUDA copies them to the parameter
         // space); every thread's call gets its own copies of the by-value parameters
-        auto params = std::make_tuple(typename std::decay<A>::type(std::forward<A>(args))...);
+        auto params = std::make_shared<decltype(KernelParams<K>::make(std::forward<A>(args)...))>(
+            KernelParams<K>::make(std::forward<A>(args)...));
+        constexpr size_t np = std::tuple_size<typename decltype(params)::element_type>::value;
+        KernelPtr ptrs[np + 1];
+        int n = kernel_ptrs(*params, ptrs, std::make_index_sequence<np>());
         K k = kernel;
-        launch(spec, [&params, k]() { std::apply(k, params); });
+        launch_on(spec, stream, ptrs, n, [params, k]() { std::apply(k, *params); });
     }
 };
 template <class K>
 static inline Launcher<K> make_launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                         K kernel, const char *name, const char *file,
                                         int line) {
-    (void)stream;
-    return Launcher<K>{{grid, block, smem, name, file, line}, kernel};
+    return Launcher<K>{{grid, block, smem, name, file, line}, stream, kernel};
 }
 
 } // namespace cuemu

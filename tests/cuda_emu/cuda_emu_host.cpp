@@ -4,11 +4,13 @@
 //
 // What is here, and how faithful:
 //   - device queries: one emulated device, "sm_80", 8 GiB; FT_EMU_DEVICES=0 emulates a
-//     machine without a device (cudaErrorNoDevice), to test that path too, and
-//     FT_EMU_DEVICE_NAME sets the device name
-//   - streams and events: handles only; every operation already completed when it returns
-//     (the emulator runs kernels synchronously), so ordering is trivially kept. Stream
-//     ordering bugs therefore CANNOT be caught here.
+//     machine without a device (cudaErrorNoDevice), to test that path too,
+//     FT_EMU_DEVICE_NAME sets the device name, FT_EMU_COMPUTE_CAPABILITY ("7.5", "10.0") its
+//     architecture and FT_EMU_MEMORY_MIB its memory (total = free), for the bad-input tests
+//     (tests/test_cuda_bad_input.sh)
+//   - streams and events: cuda_emu_stream.cpp. Linking this file makes the runtime
+//     asynchronous by default (each stream a queue with its own worker; the ordering checker
+//     of cuda_emu_shadow.cpp reports hazards; FT_EMU_SYNC=1 runs everything synchronously)
 //   - cuBLASLt: descriptors hold what cublasLtMatmul needs (types, transposes, layouts), and
 //     cublasLtMatmul computes D = alpha op(A) op(B) + beta C from the documented column-major
 //     definition (element (i, j) of a rows x cols layout with leading dimension ld is at
@@ -20,7 +22,11 @@
 //     backend that does not state its operands' real alignment fails here too.
 //   - NCCL: over MPI when built with MPICH (collectives of the same meaning on host memory,
 //     bf16 summed in fp32), so FSDP/DDP/HSDP with --device cuda run as emulated ranks under
-//     mpiexec; without MPI every call fails with a clear status.
+//     mpiexec; without MPI every call fails with a clear status. A collective is queued on its
+//     stream and its MPI call runs on that stream's worker (outside the device lock, so the
+//     compute stream goes on meanwhile, as on a GPU); MPI_Init is wrapped (PMPI) to ask for
+//     MPI_THREAD_MULTIPLE. cublasLtMatmul and the collectives are checked for ordering
+//     hazards with their exact byte ranges.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -32,12 +38,21 @@
 
 #include <vector>
 
+#include "cuda_emu_async.h"
+
+// finetune_emu and test_backend_emu run the asynchronous runtime unless FT_EMU_SYNC=1
+__attribute__((constructor)) static void emu_host_async_default() { cuemu::set_async_default(1); }
+
 // ----------------------------------------------------------------------------
 // runtime: devices, streams, events
 
 static int emu_device_count() {
     const char *e = getenv("FT_EMU_DEVICES");
     return e ? atoi(e) : 1;
+}
+static size_t emu_memory_bytes() {
+    const char *e = getenv("FT_EMU_MEMORY_MIB");
+    return e ? (size_t)atoll(e) << 20 : (size_t)8 << 30;
 }
 
 extern "C" {
@@ -59,33 +74,19 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     // FT_EMU_DEVICE_NAME pretends to be a given GPU (tests of name-based lookups)
     const char *name = getenv("FT_EMU_DEVICE_NAME");
     snprintf(prop->name, sizeof prop->name, "%s", name ? name : "CPU emulation (tests/cuda_emu)");
+    const char *cc = getenv("FT_EMU_COMPUTE_CAPABILITY");
     prop->major = 8;
     prop->minor = 0;
-    prop->totalGlobalMem = (size_t)8 << 30;
+    if (cc && sscanf(cc, "%d.%d", &prop->major, &prop->minor) != 2) return cudaErrorInvalidValue;
+    prop->totalGlobalMem = emu_memory_bytes();
     prop->multiProcessorCount = 1;
     prop->warpSize = 32;
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
-    *free_bytes = *total = (size_t)8 << 30;
+    *free_bytes = *total = emu_memory_bytes();
     return cudaSuccess;
 }
-
-static char g_stream_tokens[64], g_event_tokens[64];
-static int g_next_stream, g_next_event;
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
-    *s = (cudaStream_t)&g_stream_tokens[g_next_stream++ % 64];
-    return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
-    *e = (cudaEvent_t)&g_event_tokens[g_next_event++ % 64];
-    return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
 
 // ----------------------------------------------------------------------------
 // cuBLASLt
@@ -220,43 +221,80 @@ static void store_elem(void *p, cudaDataType t, uint64_t i, float f) {
     ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(f);   // round to nearest even, as the GPU does
 }
 
+}   // extern "C"
+
+// what one matmul needs, copied at the call (descriptors may be destroyed before it runs)
+struct emu_matmul {
+    emu_desc v;
+    emu_layout la, lb, lc, ld;
+    float alpha, beta;
+    const void *A, *B, *C;
+    void *D;
+};
+
+static void matmul_run(const emu_matmul &x) {
+    uint64_t m, k, k2, n;
+    op_shape(x.la, x.v.ta, &m, &k);
+    op_shape(x.lb, x.v.tb, &k2, &n);
+    std::vector<float> col(k);
+    for (uint64_t j = 0; j < n; j++) {
+        // column j of op(B): op(B)(p, j) = B(p, j) or B(j, p)
+        for (uint64_t p = 0; p < k; p++)
+            col[p] = load_elem(x.B, x.lb.type, x.v.tb == CUBLAS_OP_N ? p + j * x.lb.ld : j + p * x.lb.ld);
+        for (uint64_t i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (uint64_t p = 0; p < k; p++)
+                acc += load_elem(x.A, x.la.type, x.v.ta == CUBLAS_OP_N ? i + p * x.la.ld : p + i * x.la.ld) * col[p];
+            float out = x.alpha * acc;
+            if (x.beta != 0.0f) out += x.beta * load_elem(x.C, x.lc.type, i + j * x.lc.ld);
+            store_elem(x.D, x.ld.type, i + j * x.ld.ld, out);
+        }
+    }
+}
+
+// bytes a column-major layout spans from its base pointer
+static size_t layout_bytes(const emu_layout &l) {
+    if (l.rows == 0 || l.cols == 0) return 0;
+    return ((l.cols - 1) * (uint64_t)l.ld + l.rows) * (l.type == CUDA_R_32F ? 4 : 2);
+}
+
+extern "C" {
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
                               cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta,
                               const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dd,
-                              const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
+                              cudaStream_t stream) {
     // an algorithm chosen for stricter alignment than these pointers have fails (on a GPU:
     // an error or a misaligned-address fault)
     emu_align need;
     memcpy(&need, algo, sizeof need);
     if ((uintptr_t)A % need.a || (uintptr_t)B % need.b || (uintptr_t)C % need.c || (uintptr_t)D % need.d)
         return CUBLAS_STATUS_INVALID_VALUE;
-    emu_desc v;
-    emu_layout la, lb, lc, ld;
-    memcpy(&v, d, sizeof v); memcpy(&la, a, sizeof la); memcpy(&lb, b, sizeof lb);
-    memcpy(&lc, c, sizeof lc); memcpy(&ld, dd, sizeof ld);
-    if (v.compute != CUBLAS_COMPUTE_32F || v.scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    for (cudaDataType t : {la.type, lb.type, lc.type, ld.type})
+    emu_matmul x;
+    memcpy(&x.v, d, sizeof x.v); memcpy(&x.la, a, sizeof x.la); memcpy(&x.lb, b, sizeof x.lb);
+    memcpy(&x.lc, c, sizeof x.lc); memcpy(&x.ld, dd, sizeof x.ld);
+    if (x.v.compute != CUBLAS_COMPUTE_32F || x.v.scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    for (cudaDataType t : {x.la.type, x.lb.type, x.lc.type, x.ld.type})
         if (t != CUDA_R_16BF && t != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     uint64_t m, k, k2, n;
-    op_shape(la, v.ta, &m, &k);
-    op_shape(lb, v.tb, &k2, &n);
-    if (k != k2 || lc.rows != m || lc.cols != n || ld.rows != m || ld.cols != n) return CUBLAS_STATUS_INVALID_VALUE;
-    const float al = *(const float *)alpha, be = *(const float *)beta;
-    std::vector<float> col(k);
-    for (uint64_t j = 0; j < n; j++) {
-        // column j of op(B): op(B)(p, j) = B(p, j) or B(j, p)
-        for (uint64_t p = 0; p < k; p++)
-            col[p] = load_elem(B, lb.type, v.tb == CUBLAS_OP_N ? p + j * lb.ld : j + p * lb.ld);
-        for (uint64_t i = 0; i < m; i++) {
-            float acc = 0.0f;
-            for (uint64_t p = 0; p < k; p++)
-                acc += load_elem(A, la.type, v.ta == CUBLAS_OP_N ? i + p * la.ld : p + i * la.ld) * col[p];
-            float out = al * acc;
-            if (be != 0.0f) out += be * load_elem(C, lc.type, i + j * lc.ld);
-            store_elem(D, ld.type, i + j * ld.ld, out);
-        }
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    op_shape(x.la, x.v.ta, &m, &k);
+    op_shape(x.lb, x.v.tb, &k2, &n);
+    if (k != k2 || x.lc.rows != m || x.lc.cols != n || x.ld.rows != m || x.ld.cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+    // alpha and beta are host scalars (the default pointer mode): read now
+    x.alpha = *(const float *)alpha;
+    x.beta = *(const float *)beta;
+    x.A = A; x.B = B; x.C = C; x.D = D;
+    std::vector<cuemu::Access> acc = {{A, layout_bytes(x.la), cuemu::ACC_READ, false},
+                                      {B, layout_bytes(x.lb), cuemu::ACC_READ, false}};
+    if (x.beta != 0.0f) acc.push_back({C, layout_bytes(x.lc), cuemu::ACC_READ, false});
+    acc.push_back({D, layout_bytes(x.ld), cuemu::ACC_WRITE, false});
+    if (workspace && workspace_bytes) acc.push_back({workspace, workspace_bytes, cuemu::ACC_WRITE, false});
+    char name[128];
+    snprintf(name, sizeof name, "cublasLtMatmul (m %llu, n %llu, k %llu)", (unsigned long long)m,
+             (unsigned long long)n, (unsigned long long)k);
+    return cuemu::enqueue(stream, name, acc, [x]() { matmul_run(x); }) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                                                                                      : CUBLAS_STATUS_INVALID_VALUE;
 }
 
 // ----------------------------------------------------------------------------
@@ -267,13 +305,42 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
 // every call fails with a clear status.
 
 const char *ncclGetErrorString(ncclResult_t r) {
-    return r == ncclSuccess ? "no error" : "emulated NCCL: invalid usage (see tests/cuda_emu/cuda_emu_host.cpp)";
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclSystemError: return "emulated NCCL: system error (an MPI call failed, or the communicator was aborted)";
+    case ncclInvalidArgument: return "emulated NCCL: invalid argument (an unknown stream)";
+    default: return "emulated NCCL: invalid usage (see tests/cuda_emu/cuda_emu_host.cpp)";
+    }
 }
 
 #ifdef FT_HAVE_MPI
 }   // extern "C"
 #include <mpi.h>
-struct ncclComm { MPI_Comm comm; int rank, size; };
+#include <pthread.h>
+#include <time.h>
+
+#include <atomic>
+
+struct ncclComm {
+    MPI_Comm comm;
+    int rank, size;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;   // one MPI operation on it at a time
+    std::atomic<int> pending{0};                      // collectives issued, not finished
+    std::atomic<bool> aborted{false};
+    std::atomic<int> error{ncclSuccess};              // a collective failed (GetAsyncError)
+};
+
+// the collectives' MPI calls run on stream workers, concurrently with the host's own MPI
+// calls: ask for MPI_THREAD_MULTIPLE whatever the program asks for (PMPI interposition)
+extern "C" int MPI_Init(int *argc, char ***argv) {
+    int provided = MPI_THREAD_SINGLE;
+    int rc = PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    if (rc == MPI_SUCCESS && provided < MPI_THREAD_MULTIPLE && cuemu_async()) {
+        fprintf(stderr, "cuda_emu: this MPI has no MPI_THREAD_MULTIPLE: the emulated device runs synchronously\n");
+        cuemu_set_async(0);
+    }
+    return rc;
+}
 
 static size_t nccl_size(ncclDataType_t t) {
     switch (t) {
@@ -283,6 +350,16 @@ static size_t nccl_size(ncclDataType_t t) {
     default: return 1;
     }
 }
+static const char *nccl_type_name(ncclDataType_t t) {
+    switch (t) {
+    case ncclFloat32: return "f32";
+    case ncclInt32: return "i32";
+    case ncclFloat64: return "f64";
+    case ncclBfloat16: return "bf16";
+    case ncclFloat16: return "f16";
+    default: return "bytes";
+    }
+}
 static void to_f32(const void *src, ncclDataType_t t, float *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = t == ncclFloat32 ? ((const float *)src)[i] : load_elem(src, CUDA_R_16BF, i);
 }
@@ -290,6 +367,46 @@ static void from_f32(const float *src, void *dst, ncclDataType_t t, size_t n) {
     for (size_t i = 0; i < n; i++) store_elem(dst, t == ncclFloat32 ? CUDA_R_32F : CUDA_R_16BF, i, src[i]);
 }
 static bool summable(ncclDataType_t t) { return t == ncclFloat32 || t == ncclBfloat16 || t == ncclFloat64; }
+
+// finish a started nonblocking MPI operation, polling gently: a blocking call would spin a
+// core for as long as the peers take, and this worker shares the CPU with the compute
+// stream. Gives up (MPI_ERR_OTHER, the request abandoned) once the communicator is aborted.
+static int mpi_finish(ncclComm_t c, int rc, MPI_Request *req) {
+    long ns = 1000;
+    for (int done = 0; rc == MPI_SUCCESS;) {
+        rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) break;
+        if (c->aborted) return MPI_ERR_OTHER;
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, nullptr);
+        if (ns < 200000) ns *= 2;
+    }
+    return rc;
+}
+
+// Queue a collective on `stream`: `run` (the MPI calls) runs on the stream's worker, or now
+// in synchronous mode. Accesses are the exact device byte ranges it reads and writes.
+static ncclResult_t nccl_issue(ncclComm_t c, cudaStream_t stream, const char *what, size_t n, ncclDataType_t t,
+                               const std::vector<cuemu::Access> &acc, std::function<int()> run) {
+    if (c->aborted) return ncclInvalidUsage;
+    char name[128];
+    snprintf(name, sizeof name, "%s (%zu x %s)", what, n, nccl_type_name(t));
+    c->pending++;
+    cudaError_t e = cuemu::enqueue(stream, name, acc, [c, run]() {
+        if (!c->aborted && c->error == ncclSuccess) {
+            pthread_mutex_lock(&c->mu);
+            if (run() != MPI_SUCCESS) c->error = ncclSystemError;
+            pthread_mutex_unlock(&c->mu);
+        }
+        c->pending--;
+    });
+    if (e != cudaSuccess) {
+        c->pending--;
+        return ncclInvalidArgument;
+    }
+    return cuemu::async_on() ? ncclSuccess : (ncclResult_t)c->error.load();
+}
+
 extern "C" {
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
@@ -313,7 +430,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId, int rank)
 }
 ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *) {
     ncclComm *m = new ncclComm();
-    if (MPI_Comm_split(c->comm, color, key, &m->comm) != MPI_SUCCESS) { delete m; return ncclSystemError; }
+    pthread_mutex_lock(&c->mu);
+    int rc = MPI_Comm_split(c->comm, color, key, &m->comm);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != MPI_SUCCESS) { delete m; return ncclSystemError; }
     MPI_Comm_rank(m->comm, &m->rank);
     MPI_Comm_size(m->comm, &m->size);
     *out = m;
@@ -321,50 +441,96 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
 }
 ncclResult_t ncclCommUserRank(const ncclComm_t c, int *rank) { *rank = c->rank; return ncclSuccess; }
 ncclResult_t ncclCommCount(const ncclComm_t c, int *count) { *count = c->size; return ncclSuccess; }
+// waits for the communicator's queued collectives (as NCCL's does)
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    while (c->pending > 0) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, nullptr);
+    }
     MPI_Comm_free(&c->comm);
     delete c;
     return ncclSuccess;
 }
-ncclResult_t ncclAllGather(const void *send, void *recv, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t) {
+// Queued collectives of c are dropped and the one in progress gives up (its MPI request
+// abandoned: the process is expected to end); returns once none is left running. The
+// MPI communicator is not freed (an abandoned request may still refer to it).
+ncclResult_t ncclCommAbort(ncclComm_t c) {
+    c->aborted = true;
+    if (c->error == ncclSuccess) c->error = ncclSystemError;
+    while (c->pending > 0 && cuemu_async()) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, nullptr);
+    }
+    return ncclSuccess;
+}
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err) {
+    *err = (ncclResult_t)c->error.load();
+    return ncclSuccess;
+}
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t s) {
     const size_t bytes = n * nccl_size(t);
-    const void *s = (const char *)recv + (size_t)c->rank * bytes == send ? MPI_IN_PLACE : send;
-    return MPI_Allgather(s, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm) == MPI_SUCCESS ? ncclSuccess
-                                                                                             : ncclSystemError;
+    const void *snd = (const char *)recv + (size_t)c->rank * bytes == send ? MPI_IN_PLACE : send;
+    MPI_Comm comm = c->comm;
+    return nccl_issue(c, s, "ncclAllGather", n, t,
+                      {{send, bytes, cuemu::ACC_READ, false}, {recv, bytes * c->size, cuemu::ACC_WRITE, false}},
+                      [=]() {
+                          MPI_Request r;
+                          return mpi_finish(c, MPI_Iallgather(snd, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
+                                                           comm, &r), &r);
+                      });
 }
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
-                               cudaStream_t) {
+                               cudaStream_t s) {
     if (op != ncclSum || !summable(t)) return ncclInvalidUsage;
-    int rc;
-    if (t == ncclFloat64) {
-        rc = MPI_Reduce_scatter_block(send, recv, (int)n, MPI_DOUBLE, MPI_SUM, c->comm);
-    } else {
-        std::vector<float> in(n * (size_t)c->size), out(n);
-        to_f32(send, t, in.data(), in.size());
-        rc = MPI_Reduce_scatter_block(in.data(), out.data(), (int)n, MPI_FLOAT, MPI_SUM, c->comm);
-        from_f32(out.data(), recv, t, n);
-    }
-    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    const size_t es = nccl_size(t);
+    const int size = c->size;
+    MPI_Comm comm = c->comm;
+    return nccl_issue(c, s, "ncclReduceScatter", n, t,
+                      {{send, n * es * size, cuemu::ACC_READ, false}, {recv, n * es, cuemu::ACC_WRITE, false}},
+                      [=]() {
+                          MPI_Request r;
+                          if (t == ncclFloat64)
+                              return mpi_finish(c, MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_DOUBLE, MPI_SUM,
+                                                                          comm, &r), &r);
+                          std::vector<float> in(n * (size_t)size), out(n);
+                          to_f32(send, t, in.data(), in.size());
+                          int rc = mpi_finish(c, MPI_Ireduce_scatter_block(in.data(), out.data(), (int)n, MPI_FLOAT,
+                                                                        MPI_SUM, comm, &r), &r);
+                          from_f32(out.data(), recv, t, n);
+                          return rc;
+                      });
 }
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
-                           cudaStream_t) {
+                           cudaStream_t s) {
     if (op != ncclSum || !summable(t)) return ncclInvalidUsage;
-    int rc;
-    if (t == ncclFloat64) {
-        rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)n, MPI_DOUBLE, MPI_SUM, c->comm);
-    } else {
-        std::vector<float> v(n);
-        to_f32(send, t, v.data(), n);
-        rc = MPI_Allreduce(MPI_IN_PLACE, v.data(), (int)n, MPI_FLOAT, MPI_SUM, c->comm);
-        from_f32(v.data(), recv, t, n);
-    }
-    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    const size_t es = nccl_size(t);
+    MPI_Comm comm = c->comm;
+    return nccl_issue(c, s, "ncclAllReduce", n, t,
+                      {{send, n * es, cuemu::ACC_READ, false}, {recv, n * es, cuemu::ACC_WRITE, false}}, [=]() {
+                          MPI_Request r;
+                          if (t == ncclFloat64)
+                              return mpi_finish(c, MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)n,
+                                                               MPI_DOUBLE, MPI_SUM, comm, &r), &r);
+                          std::vector<float> v(n);
+                          to_f32(send, t, v.data(), n);
+                          int rc = mpi_finish(c, MPI_Iallreduce(MPI_IN_PLACE, v.data(), (int)n, MPI_FLOAT, MPI_SUM,
+                                                             comm, &r), &r);
+                          from_f32(v.data(), recv, t, n);
+                          return rc;
+                      });
 }
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDataType_t t, int root, ncclComm_t c,
-                           cudaStream_t) {
+                           cudaStream_t s) {
     const size_t bytes = n * nccl_size(t);
-    if (c->rank == root && send != recv) memmove(recv, send, bytes);
-    return MPI_Bcast(recv, (int)bytes, MPI_BYTE, root, c->comm) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    const bool is_root = c->rank == root;
+    MPI_Comm comm = c->comm;
+    std::vector<cuemu::Access> acc = {{recv, bytes, cuemu::ACC_WRITE, false}};
+    if (is_root) acc.insert(acc.begin(), {send, bytes, cuemu::ACC_READ, false});
+    return nccl_issue(c, s, "ncclBroadcast", n, t, acc, [=]() {
+        if (is_root && send != recv) memmove(recv, send, bytes);
+        MPI_Request r;
+        return mpi_finish(c, MPI_Ibcast(recv, (int)bytes, MPI_BYTE, root, comm, &r), &r);
+    });
 }
 
 #else   // no MPI: one process only
@@ -375,6 +541,8 @@ ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *) {
 ncclResult_t ncclCommUserRank(const ncclComm_t, int *) { return ncclInvalidUsage; }
 ncclResult_t ncclCommCount(const ncclComm_t, int *) { return ncclInvalidUsage; }
 ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
+ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *err) { *err = ncclSuccess; return ncclSuccess; }
 ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) {
     return ncclInvalidUsage;
 }

@@ -11,12 +11,13 @@ ifneq ($(EMU_OK),)
 EMU_CXXFLAGS := -std=gnu++17 $(OPT) -g -Wall -Wextra -Wno-unknown-pragmas -fno-strict-aliasing -pthread \
                 -isystem $(CUDA_HOME)/include -Itests/cuda_emu -Itests -Isrc $(SANFLAGS) -MMD -MP
 EMU_LDLIBS := -pthread -ldl $(SANFLAGS)
-EMU_OBJ := $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/cuda_emu_wmma.o
+EMU_OBJ := $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/cuda_emu_wmma.o $(BUILD)/emu/cuda_emu_stream.o \
+           $(BUILD)/emu/cuda_emu_shadow.o
 # the second build of kernel sources: the GPU's worst-case approximate math and FMA
 # contraction (see "device functions" in cuda_emu.h)
 EMU_GPU_MATH_FLAGS := -DCUEMU_GPU_MATH -mfma -ffp-contract=fast
 
-$(BUILD)/emu/cuda_emu.o $(BUILD)/emu/cuda_emu_wmma.o: $(BUILD)/emu/%.o: tests/cuda_emu/%.cpp
+$(EMU_OBJ): $(BUILD)/emu/%.o: tests/cuda_emu/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 
@@ -29,7 +30,12 @@ $(BUILD)/tests/test_emu: $(BUILD)/emu/test_emu.o $(EMU_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $^ -o $@ $(EMU_LDLIBS)
 
-TEST_BINS += $(BUILD)/tests/test_emu
+# the asynchronous runtime's own tests (streams, events, the ordering checker)
+$(BUILD)/tests/test_emu_async: $(BUILD)/emu/test_emu_async.o $(EMU_OBJ)
+	@mkdir -p $(dir $@)
+	$(CXX) $^ -o $@ $(EMU_LDLIBS)
+
+TEST_BINS += $(BUILD)/tests/test_emu $(BUILD)/tests/test_emu_async
 
 -include $(wildcard $(BUILD)/emu/*.d)
 endif

@@ -1,0 +1,54 @@
+// ckpt.h: where a run's weights come from and go to: the start (pretrained Hugging Face
+// weights, or a resumable checkpoint of ours), resumable checkpoints, and the Hugging Face
+// export.
+//
+// A checkpoint directory is itself a Hugging Face checkpoint (config.json + model.safetensors
+// holding the fp32 master weights under HF names), plus optimizer.safetensors
+// (exp_avg.<name>, exp_avg_sq.<name>) and trainer_state.json. Tensors are consolidated (not
+// per-rank shards), so a checkpoint saved at one world size resumes at any other.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fsdp.h"
+
+// Trainer state saved with every checkpoint (trainer_state.json, one key per field).
+typedef struct {
+    int step;                     // optimizer steps completed
+    int epoch;                    // epoch of the next row (for people: resume derives it from step)
+    uint64_t row;                 // next row within that epoch (idem)
+    int seed, total_batch_size, seq_len, pack, total_steps;
+    long long n_params;
+} trainer_state;
+
+// Resolve --resume ("latest" or a path) to a checkpoint directory in `dir` (size n). 0 / -1.
+int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n);
+
+// The weights a run starts from, into `s`: with resume_dir NULL or "", the pretrained
+// weights of model_dir and zero moments (*got = *expect); else checkpoint resume_dir: its
+// trainer state, refused unless it fits this run (the same seed, total batch, sequence
+// length, packing and parameter count as `expect`, and a step within expect->total_steps
+// when that is > 0), then its weights and moments into *got and `s`. Collective only in the
+// sense that every rank reads. 0 / -1.
+int ckpt_load_start(fsdp_state *s, const char *model_dir, const char *resume_dir, const trainer_state *expect,
+                    trainer_state *got);
+
+// Load the weights of the Hugging Face checkpoint directory `dir` (pretrained, or a
+// checkpoint of ours) into the master and working parameters of `s`: validated against
+// s->layout first, then one unit at a time, every rank reading its slices through the mmap.
+// The moments are left alone. 0 / -1.
+int ckpt_load_weights(fsdp_state *s, const char *dir);
+
+// Save a resumable checkpoint <out_dir>/checkpoints/step_%08d (fp32 master weights as a
+// Hugging Face model.safetensors, AdamW moments in optimizer.safetensors, config.json and
+// trainer_state.json), written to a temporary directory, fsync'ed and renamed into place;
+// then <out_dir>/checkpoints/latest is replaced atomically. Collective over the shard group
+// (gathers); rank 0 of the world writes. 0 / -1.
+int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const trainer_state *ts,
+              int world_rank);
+
+// Export the current weights in Hugging Face layout to <dir> (config.json with the dtype,
+// model.safetensors in `dtype` ("bf16" or "fp32"), tokenizer files copied from model_dir),
+// atomically (temporary directory + rename). Collective over the shard group. 0 / -1.
+int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const char *dtype,
+                   int world_rank);

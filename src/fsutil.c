@@ -1,0 +1,95 @@
+// fsutil.c: directories and durable, atomic file writes (see fsutil.h).
+#include "fsutil.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "safetensors.h"   // st_fsync_parent_dir
+
+int fs_mkdirs(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return ft_error("%s: path too long", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return ft_error("%s: cannot create directory: %s", buf, strerror(errno));
+            *p = c;
+            if (c == '\0') break;
+        }
+    }
+    if (access(path, W_OK) != 0) return ft_error("%s: directory is not writable: %s", path, strerror(errno));
+    return 0;
+}
+
+int fs_remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
+    struct dirent *e;
+    char sub[4096];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        fs_remove_tree(sub);
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+int fs_fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ft_error("%s: cannot open to fsync: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? 0 : ft_error("%s: fsync failed: %s", path, strerror(errno));
+}
+
+int fs_copy_file(const char *src, const char *dst) {
+    FILE *in = fopen(src, "rb");
+    if (!in) return ft_error("%s: cannot read: %s", src, strerror(errno));
+    FILE *out = fopen(dst, "wb");
+    if (!out) { fclose(in); return ft_error("%s: cannot create: %s", dst, strerror(errno)); }
+    char buf[65536];
+    size_t n;
+    int rc = 0;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) { rc = ft_error("%s: write failed: %s", dst, strerror(errno)); break; }
+    if (ferror(in)) rc = ft_error("%s: read failed", src);
+    fclose(in);
+    if (fflush(out) != 0 || fsync(fileno(out)) != 0) rc = rc ? rc : ft_error("%s: flush failed: %s", dst, strerror(errno));
+    fclose(out);
+    return rc;
+}
+
+int fs_write_text_atomic(const char *path, const char *text) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
+    int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return ft_error("%s: cannot write: %s", path, strerror(errno));
+    }
+    return st_fsync_parent_dir(path);
+}
+
+int fs_publish_dir(const char *tmp, const char *dst) {
+    TRY(fs_fsync_path(tmp));
+    char old[4200];
+    snprintf(old, sizeof old, "%s.old.%d", dst, (int)getpid());
+    struct stat sb;
+    int had = stat(dst, &sb) == 0;
+    if (had && rename(dst, old) != 0) return ft_error("%s: cannot move aside: %s", dst, strerror(errno));
+    if (rename(tmp, dst) != 0) return ft_error("%s: cannot rename %s into place: %s", dst, tmp, strerror(errno));
+    TRY(st_fsync_parent_dir(dst));
+    if (had) fs_remove_tree(old);
+    return 0;
+}

@@ -1,0 +1,233 @@
+// launch.c: launcher detection, process grid, device and data plane (see launch.h). The
+// #ifdefs select the transports this binary was built with (MPI, PMI2, CUDA/NCCL).
+#include "launch.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "plan.h"
+#include "watchdog.h"
+
+int launch_env_rank(void) {
+    static const char *vars[] = {"PMI_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", NULL};
+    for (int i = 0; vars[i]; i++)
+        if (getenv(vars[i])) return atoi(getenv(vars[i]));
+    return 0;
+}
+
+int launch_env_world_size(void) {
+    static const char *vars[] = {"PMI_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", NULL};
+    for (int i = 0; vars[i]; i++)
+        if (getenv(vars[i]) && atoi(getenv(vars[i])) > 0) return atoi(getenv(vars[i]));
+    return 1;
+}
+
+// ----------------------------------------------------------------------------
+// control plane
+
+// MPI (mpirun, or srun with MPICH), else PMI2 without MPI (srun --mpi=pmi2), else one
+// process. 0 / -1.
+static int control_plane_open(launch *L, int *argc, char ***argv) {
+    L->boot = (boot_info){"single process", 0, 1, 0, 1};
+    L->launcher = "single process";
+#ifdef FT_HAVE_MPI
+    if (comm_mpi_launched()) {
+        TRY(comm_mpi_init_world(&L->world, L->cpu, argc, argv));
+        L->mpi = 1;
+        L->launcher = getenv("SLURM_STEP_ID") ? "MPI over Slurm PMI2 (srun)" : "MPI (mpirun)";
+    }
+#else
+    (void)argc; (void)argv;
+#endif
+#ifdef FT_HAVE_PMI2
+    // a build without MPI under srun --mpi=pmi2: libpmi2 gives rank, size and a KVS, enough to
+    // share the NCCL id of GPU ranks (CPU ranks need MPI to move data)
+    if (!L->mpi && boot_pmi2_present()) {
+        TRY(boot_pmi2_init(&L->boot));
+        L->pmi2_open = 1;
+        L->pmi2_ranks = L->boot.size > 1;
+        L->launcher = "Slurm PMI2 (libpmi2, no MPI)";
+    }
+#endif
+    if (!L->mpi) comm_init_single(&L->world, L->cpu);
+    L->W = L->mpi ? L->world.size : L->boot.size;
+    L->rank = L->mpi ? L->world.rank : L->boot.rank;
+    L->local_rank = L->boot.local_rank;
+    L->local_size = L->boot.local_size;
+    return 0;
+}
+
+// The process grid: shard groups of S consecutive ranks, replica groups across them (MPI
+// groups for CPU ranks); ranks sharing a node split its cores unless OMP_NUM_THREADS is set.
+static int grid_open(launch *L, int S, const char *device) {
+    TRY(plan_validate_grid(L->W, S));
+    if (L->pmi2_ranks && strcmp(device, "cuda") != 0)
+        return ft_error("launcher: %d ranks under srun but this build has no MPI for CPU ranks (rebuild with MPICH, "
+                        "or use --device cuda)", L->W);
+    L->cc = (train_comms){&L->world, &L->world, &L->world};
+#ifdef FT_HAVE_MPI
+    if (L->mpi) {
+        // a deadline-bound barrier first: the blocking calls below start once every rank is
+        // known to be alive (src/watchdog.h)
+        TRY(comm_barrier(&L->world));
+        TRY(comm_mpi_local_info(&L->local_rank, &L->local_size));
+        TRY(comm_mpi_split(&L->world, L->world.rank / S, L->world.rank % S, &L->shard));
+        if (comm_mpi_split(&L->world, L->world.rank % S, L->world.rank / S, &L->replica) != 0) {
+            comm_destroy(&L->shard);
+            return -1;
+        }
+        L->cc.shard = &L->shard;
+        L->cc.replica = &L->replica;
+        L->shard.label = "shard group";
+        L->replica.label = "replica group";
+        L->mpi_split = 1;
+        if (!getenv("OMP_NUM_THREADS")) {
+            int t = omp_get_num_procs() / L->local_size;
+            omp_set_num_threads(t > 0 ? t : 1);
+        }
+    }
+#endif
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// device and data plane
+
+// Device memory for --device cuda: the plan of this job (bf16 storage) plus the inference
+// model of --sample_tokens and a margin of 5% + 512 MiB for what the plan does not see.
+static int device_arena_bytes(const train_options *o, int W, size_t *out) {
+    llama_config cfg;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    TRY(llama_config_load(&cfg, path));
+    const plan_request req = train_plan_request(o, W, 2);
+    plan p;
+    TRY(plan_compute(&p, &cfg, &req));
+    *out = p.total + p.total / 20 + ((size_t)512 << 20);
+    return 0;
+}
+
+// GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c). 0 / -1.
+static int nccl_available(void) {
+#ifdef FT_HAVE_CUDA
+    return comm_nccl_load();
+#else
+    return ft_error("GPU ranks need NCCL: this binary was built without the CUDA toolkit");
+#endif
+}
+
+// The data plane of GPU ranks: one process = the single transport over the device; several
+// = NCCL: rank 0's unique id reaches every rank over MPI (or the PMI2 KVS), then the shard
+// and replica groups are split from the world group.
+static int data_plane_open(launch *L, int S) {
+    L->dcomms = 1;
+    if (L->W == 1) {
+        comm_init_single(&L->dworld, L->be);
+        L->cc = (train_comms){&L->dworld, &L->dworld, &L->dworld};
+        return 0;
+    }
+#ifdef FT_HAVE_CUDA
+    unsigned char id[128] = {0}, got[128] = {0};
+    if (L->rank == 0) TRY(comm_nccl_unique_id(id, sizeof id));
+    if (L->mpi) {
+        memcpy(got, id, sizeof id);
+        TRY(comm_broadcast(&L->world, got, sizeof got, 0));
+    } else {
+#ifdef FT_HAVE_PMI2
+        TRY(boot_pmi2_share(&L->boot, 0, "ncclUniqueId", id, sizeof id, got));
+#endif
+    }
+    L->dcomms = 0;
+    TRY(comm_nccl_init(&L->dworld, L->be, L->rank, L->W, got, -1));
+    L->dcomms = 1;
+    if (L->mpi) TRY(comm_barrier(&L->world));   // the blocking splits start once every rank is known alive
+    TRY(comm_nccl_split(&L->dworld, L->rank / S, L->rank % S, &L->dshard));
+    TRY(comm_nccl_split(&L->dworld, L->rank % S, L->rank / S, &L->dreplica));
+    L->dshard.label = "shard group";
+    L->dreplica.label = "replica group";
+    L->nccl = 1;
+    L->cc = (train_comms){&L->dworld, &L->dshard, &L->dreplica};
+    return 0;
+#else
+    (void)S;
+    return ft_error("GPU ranks need NCCL: this binary was built without the CUDA toolkit");
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// open / close
+
+int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
+    memset(L, 0, sizeof *L);
+    L->cpu = backend_cpu();
+    TRY(control_plane_open(L, argc, argv));
+    watchdog_configure(o->collective_timeout, L->rank);
+    const int S = train_shard_size(o, L->W);
+    int rc = grid_open(L, S, o->device);
+    // the device: a GPU's arena is sized from the memory plan of this very job; GPU ranks
+    // beyond one need NCCL (loaded at run time), checked before the device is touched
+    size_t arena_bytes = 0;
+    if (rc == 0 && strcmp(o->device, "cpu") != 0) rc = device_arena_bytes(o, L->W, &arena_bytes);
+    if (rc == 0 && strcmp(o->device, "cpu") != 0 && L->W > 1) rc = nccl_available();
+    if (rc == 0) rc = backend_open(o->device, L->local_rank, arena_bytes, &L->be);
+    int agreed = 0;
+    if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
+    if (L->be != L->cpu) TRY(data_plane_open(L, S));
+    L->ready = 1;
+    return 0;
+}
+
+void launch_print(const launch *L) {
+    if (L->rank != 0) return;
+    printf("finetune: bootstrap: %s; world %d rank(s), %d per node, %s per rank (rank 0: local rank %d, %s)\n",
+           L->launcher, L->W, L->local_size, L->be == L->cpu ? "cpu" : "one GPU", L->local_rank,
+           backend_describe(L->be));
+}
+
+void launch_abort(const launch *L) {
+#ifdef FT_HAVE_MPI
+    if (L && L->mpi) comm_mpi_abort(1);
+#else
+    (void)L;
+#endif
+    _exit(1);
+}
+
+void launch_close(launch *L, int rc, int failure_agreed) {
+    // MPI_Finalize waits for every rank with no deadline: enter it only once all got here
+    watchdog_set_phase("teardown");
+    if (L->ready && L->mpi && rc == 0 && L->W > 1) (void)comm_barrier(&L->world);
+    if (!L->ready) {   // setup failed, agreed (or before the groups existed): no group is in use
+        backend_close(L->be);
+#ifdef FT_HAVE_MPI
+        if (L->mpi) comm_mpi_finalize();
+#endif
+        return;
+    }
+    if (L->nccl) {
+        comm_destroy(&L->dshard);
+        comm_destroy(&L->dreplica);
+    }
+    if (L->dcomms) comm_destroy(&L->dworld);
+#ifdef FT_HAVE_MPI
+    if (L->mpi && rc == -1 && L->W > 1 && !failure_agreed) comm_mpi_abort(1);
+#else
+    (void)rc; (void)failure_agreed;
+#endif
+    if (L->mpi_split) {
+        comm_destroy(&L->shard);
+        comm_destroy(&L->replica);
+    }
+    comm_destroy(&L->world);
+    backend_close(L->be);
+#ifdef FT_HAVE_MPI
+    if (L->mpi) comm_mpi_finalize();
+#endif
+#ifdef FT_HAVE_PMI2
+    if (L->pmi2_open) boot_pmi2_finalize();
+#endif
+}

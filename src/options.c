@@ -1,0 +1,172 @@
+// options.c: the finetune command line (see options.h).
+#include "options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "watchdog.h"
+
+// ----------------------------------------------------------------------------
+// flags: one table drives parsing, validation and --help
+
+typedef enum { FLAG_STR, FLAG_INT, FLAG_FLOAT, FLAG_BOOL } flag_kind;
+typedef struct {
+    const char *name;
+    flag_kind kind;
+    size_t offset;
+    double min, max;         // FLAG_INT / FLAG_FLOAT range (inclusive)
+    const char *choices;     // FLAG_STR: "a|b|c", or NULL for any non-empty value
+    const char *help;
+} flag_spec;
+
+#define OPT(field) offsetof(train_options, field)
+static const flag_spec flags[] = {
+    {"--model_dir", FLAG_STR, OPT(model_dir), 0, 0, NULL, "Hugging Face Llama checkpoint directory (config.json + safetensors)"},
+    {"--data_dir", FLAG_STR, OPT(data_dir), 0, 0, NULL, "directory with token shards train_*.bin / val_*.bin"},
+    {"--out_dir", FLAG_STR, OPT(out_dir), 0, 0, NULL, "where metrics.jsonl, checkpoints/ and final/ (the HF export) go"},
+    {"--resume", FLAG_STR, OPT(resume), 0, 0, NULL, "continue from a checkpoint: 'latest' (in --out_dir) or a checkpoint directory; 'none' = fresh"},
+    {"--eval_only", FLAG_BOOL, OPT(eval_only), 0, 1, NULL, "evaluate the validation loss and exit"},
+    {"--batch_size_per_device", FLAG_INT, OPT(batch_size_per_device), 1, 4096, NULL, "sequences per forward pass on each device"},
+    {"--total_batch_size", FLAG_INT, OPT(total_batch_size), 1, 1 << 24, NULL, "sequences per optimizer step over all ranks (gradient accumulation fills the rest)"},
+    {"--seq_len", FLAG_INT, OPT(seq_len), 2, 1 << 20, NULL, "tokens per sequence; longer games are truncated"},
+    {"--pack", FLAG_BOOL, OPT(pack), 0, 1, NULL, "pack games back to back (separated by EOS/BOS) instead of one padded game per row"},
+    {"--gradient_checkpointing", FLAG_BOOL, OPT(gradient_checkpointing), 0, 1, NULL, "keep only each layer's input, recompute in backward"},
+    {"--learning_rate", FLAG_FLOAT, OPT(learning_rate), 0, 10, NULL, "peak AdamW learning rate"},
+    {"--lr_schedule", FLAG_STR, OPT(lr_schedule), 0, 0, "linear|cosine|constant", "decay after warmup"},
+    {"--warmup_fraction", FLAG_FLOAT, OPT(warmup_fraction), 0, 1, NULL, "fraction of the steps spent in linear warmup"},
+    {"--beta1", FLAG_FLOAT, OPT(beta1), 0, 0.999999, NULL, "AdamW beta1"},
+    {"--beta2", FLAG_FLOAT, OPT(beta2), 0, 0.999999999, NULL, "AdamW beta2"},
+    {"--adam_eps", FLAG_FLOAT, OPT(adam_eps), 1e-30, 1, NULL, "AdamW epsilon"},
+    {"--weight_decay", FLAG_FLOAT, OPT(weight_decay), 0, 10, NULL, "AdamW decoupled weight decay (matrices and embeddings only)"},
+    {"--max_grad_norm", FLAG_FLOAT, OPT(max_grad_norm), 0, 1e30, NULL, "clip the global gradient norm to this (0 = no clipping)"},
+    {"--max_steps", FLAG_INT, OPT(max_steps), 0, 1 << 30, NULL, "optimizer steps to run (0 = --epochs over the data)"},
+    {"--epochs", FLAG_INT, OPT(epochs), 1, 100000, NULL, "passes over the training rows when --max_steps is 0"},
+    {"--seed", FLAG_INT, OPT(seed), 0, 2147483647, NULL, "data order and sampling seed"},
+    {"--eval_every", FLAG_INT, OPT(eval_every), 0, 1 << 30, NULL, "validation loss every N steps (0 = only before and after)"},
+    {"--max_eval_docs", FLAG_INT, OPT(max_eval_docs), 0, 1 << 30, NULL, "evaluate at most this many validation games (0 = all)"},
+    {"--save_every", FLAG_INT, OPT(save_every), 0, 1 << 30, NULL, "checkpoint every N steps (0 = only at the end); SIGTERM/SIGINT also save"},
+    {"--stop_at_step", FLAG_INT, OPT(stop_at_step), 0, 1 << 30, NULL, "save and stop after this step, as if preempted (0 = never)"},
+    {"--save_dtype", FLAG_STR, OPT(save_dtype), 0, 0, "bf16|fp32", "dtype of the final Hugging Face export"},
+    {"--sample_tokens", FLAG_INT, OPT(sample_tokens), 0, 100000, NULL, "after training, sample this many tokens continuing a validation game"},
+    {"--sample_games", FLAG_INT, OPT(sample_games), 1, 10000, NULL, "with --sample_tokens: continue this many validation games (OUT/samples.jsonl)"},
+    {"--peak_tflops", FLAG_FLOAT, OPT(peak_tflops), 0, 1e6, NULL, "device peak for MFU in TFLOP/s (0 = the GPU's published bf16 peak when known, else the measured matmul rate)"},
+    {"--profile", FLAG_BOOL, OPT(profile), 0, 1, NULL, "print milliseconds per op per step (forward, backward, optimizer, comm; rank 0)"},
+    {"--no_fsdp", FLAG_BOOL, OPT(no_fsdp), 0, 1, NULL, "replicate the model on every rank (DDP); with one rank: the single-device mode"},
+    {"--accumulate_grads_locally", FLAG_BOOL, OPT(accumulate_grads_locally), 0, 1, NULL, "sum gradients of all micro-batches locally and reduce once per step (more memory, less traffic)"},
+    {"--dp_shard", FLAG_INT, OPT(dp_shard), 0, 1 << 20, NULL, "HSDP: shard within groups of this many ranks, replicate across groups (0 = all ranks)"},
+    {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda", "backend: cpu (fp32, OpenMP; the reference) or cuda (bf16 storage, fp32 math; one GPU per rank by local rank; unverified on GPU)"},
+    {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL, "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit (reads only config.json)"},
+    {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL, "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
+    {"--collective_timeout", FLAG_FLOAT, OPT(collective_timeout), 0, 1e6, NULL, "seconds a collective or a wait for the GPU may make no progress before the job is aborted with a message naming the rank, step and operation (0 = wait forever)"},
+};
+#define N_FLAGS (int)(sizeof flags / sizeof flags[0])
+
+static train_options options_default(void) {
+    train_options o = {
+        .model_dir = "data/model", .data_dir = "data/chess", .out_dir = "out", .resume = "none",
+        .batch_size_per_device = 1, .total_batch_size = 64, .seq_len = 512,
+        .learning_rate = 1e-5, .lr_schedule = "linear", .warmup_fraction = 0.1,
+        .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
+        .max_steps = 0, .epochs = 1, .seed = 42, .eval_every = 0, .max_eval_docs = 0, .save_every = 0,
+        .save_dtype = "bf16", .sample_tokens = 0, .sample_games = 1, .device = "cpu",
+        .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S,
+    };
+    return o;
+}
+
+static void print_value(FILE *out, const train_options *o, const flag_spec *f) {
+    const char *base = (const char *)o + f->offset;
+    if (f->kind == FLAG_STR) fprintf(out, "%s", *(const char *const *)base);
+    else if (f->kind == FLAG_INT) fprintf(out, "%d", *(const int *)base);
+    else if (f->kind == FLAG_FLOAT) fprintf(out, "%g", *(const double *)base);
+    else fprintf(out, "%s", *(const int *)base ? "true" : "false");
+}
+
+void options_print_help(void) {
+    train_options d = options_default();
+    printf("usage: finetune [flags]\n\n"
+           "Fine-tunes a Hugging Face Llama checkpoint on token shards (AdamW, gradient accumulation,\n"
+           "checkpoints, HF export). With no flags it trains the bundled tiny model on the bundled chess\n"
+           "games with the tutorial's hyperparameters; `make run` uses settings that finish in minutes.\n\nflags:\n");
+    for (int i = 0; i < N_FLAGS; i++) {
+        printf("  %-26s %s", flags[i].name, flags[i].help);
+        if (flags[i].choices) printf(" [%s]", flags[i].choices);
+        printf(" (default: ");
+        print_value(stdout, &d, &flags[i]);
+        printf(")\n");
+    }
+    printf("  %-26s print this help\n", "--help");
+}
+
+static int choice_ok(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return 1;
+        p += len + (bar ? 1 : 0);
+    }
+    return 0;
+}
+
+int options_parse(train_options *o, int argc, char **argv, int *want_help) {
+    *o = options_default();
+    *want_help = 0;
+    for (int i = 1; i < argc; i++) {
+        char *arg = argv[i], *val = NULL, *eq = strchr(arg, '=');
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { *want_help = 1; return 0; }
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const flag_spec *f = NULL;
+        for (int k = 0; k < N_FLAGS; k++)
+            if (strlen(flags[k].name) == name_len && strncmp(flags[k].name, arg, name_len) == 0) f = &flags[k];
+        if (!f) return ft_error("unknown flag '%s' (see --help)", arg);
+        char *base = (char *)o + f->offset;
+        if (eq) val = eq + 1;
+        else if (f->kind != FLAG_BOOL) {
+            if (i + 1 >= argc) return ft_error("flag %s needs a value", f->name);
+            val = argv[++i];
+        }
+        if (f->kind == FLAG_STR) {
+            if (!val[0]) return ft_error("flag %s: empty value", f->name);
+            if (f->choices && !choice_ok(f->choices, val))
+                return ft_error("flag %s: '%s' is not one of %s", f->name, val, f->choices);
+            *(const char **)base = val;
+        } else if (f->kind == FLAG_BOOL) {
+            if (!val || strcmp(val, "true") == 0 || strcmp(val, "1") == 0) *(int *)base = 1;
+            else if (strcmp(val, "false") == 0 || strcmp(val, "0") == 0) *(int *)base = 0;
+            else return ft_error("flag %s: '%s' is not true/false", f->name, val);
+        } else {
+            char *end;
+            errno = 0;
+            double v = f->kind == FLAG_INT ? (double)strtol(val, &end, 10) : strtod(val, &end);
+            if (errno || end == val || *end || !isfinite(v))
+                return ft_error("flag %s: '%s' is not %s", f->name, val, f->kind == FLAG_INT ? "an integer" : "a number");
+            if (v < f->min || v > f->max)
+                return ft_error("flag %s: %s is out of range [%g, %g]", f->name, val, f->min, f->max);
+            if (f->kind == FLAG_INT) *(int *)base = (int)v;
+            else *(double *)base = v;
+        }
+    }
+    if (strcmp(o->resume, "none") == 0) o->resume = "";
+    if (o->no_fsdp && o->dp_shard > 1) return ft_error("flags --no_fsdp and --dp_shard %d contradict each other", o->dp_shard);
+    if (o->world_size > 0 && !o->dry_run)
+        return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");
+    return 0;
+}
+
+void options_print(FILE *out, const train_options *o) {
+    for (int i = 0; i < N_FLAGS; i++) {
+        fprintf(out, " %s=", flags[i].name + 2);
+        print_value(out, o, &flags[i]);
+    }
+}
+
+double options_flag_max(const char *name) {
+    for (int i = 0; i < N_FLAGS; i++)
+        if (strcmp(flags[i].name, name) == 0) return flags[i].max;
+    return 0;
+}

@@ -1,0 +1,48 @@
+// sample.h: after training, continue validation games with the trained model and print them
+// (and append them to OUT/samples.jsonl, which scripts/legal_moves.py checks with Stockfish).
+#pragma once
+#include <stdint.h>
+
+#include "fsdp.h"
+#include "loader.h"
+
+// Tokens of a validation game the sampler gives the model as its prompt.
+#define SAMPLE_PROMPT_TOKENS 12
+// Softmax temperature of sampling.
+#define SAMPLE_TEMPERATURE 0.8
+
+// tokenizer.json, id -> piece, for decoding only
+typedef struct {
+    char **piece;      // (n) owned strings, NULL for unknown ids
+    int *special;      // (n) 1 for added special tokens (not printed)
+    int n;
+} sample_vocab;
+
+typedef struct {
+    fsdp_state *s;          // borrowed: the parameters, gathered through fsdp_provider
+    mem_tracker *mem;       // borrowed: counts the inference model's buffers
+    const loader *val;      // borrowed: the prompts are its games
+    const char *out_dir;    // borrowed: OUT/samples.jsonl
+    int rank;               // world rank: rank 0 prints and writes
+    int n_tokens;           // tokens to sample per game
+    int T;                  // SAMPLE_PROMPT_TOKENS + n_tokens, at most max_position_embeddings
+    sample_vocab vocab;     // owned, loaded by sampler_open
+    model m;                // owned: the inference model (1, T), made by the first sample
+    int32_t *tokens;        // owned (T)
+    float *logits;          // owned (T, V)
+} sampler;
+
+// Prepare to continue games 0 .. n_games-1 of `val` by n_tokens tokens each: loads
+// <model_dir>/tokenizer.json and checks the games exist (an error names --sample_games).
+// The model's buffers are allocated by the first sampler_continue (after training, so they
+// are not part of the training's memory). Everything borrowed must outlive the sampler. 0 / -1.
+int sampler_open(sampler *sp, fsdp_state *s, mem_tracker *mem, const loader *val, const char *model_dir,
+                 const char *out_dir, int rank, int n_tokens, int n_games);
+
+// Continue the first SAMPLE_PROMPT_TOKENS tokens of game `game`: n_tokens tokens sampled at
+// SAMPLE_TEMPERATURE (seeded by seed and game), full recomputation per token, stopping at
+// EOS. Collective (FSDP gathers); rank 0 prints it and appends
+// {"game", "prompt", "continuation", "eos"} to OUT/samples.jsonl. 0 / -1.
+int sampler_continue(sampler *sp, int game, uint64_t seed);
+
+void sampler_close(sampler *sp);

@@ -1,0 +1,579 @@
+// cuda_emu_stream.cpp: the emulated runtime's streams, events, copies, memsets and device
+// memory (see README.md, "Streams and ordering hazards").
+//
+// Synchronous mode (the default of the bare emulator, FT_EMU_SYNC=1): every operation runs
+// before its call returns, as before. Asynchronous mode (cuemu_set_async(1); the default
+// once cuda_emu_host.cpp is linked, i.e. in finetune_emu and test_backend_emu):
+//   - each stream is a FIFO queue run by its own worker thread, which waits a seeded random
+//     while (FT_EMU_SEED, FT_EMU_MAX_DELAY_US) before each operation, then runs it: kernel
+//     launches (the grid runs on the block workers under the device lock, launch_run),
+//     cudaMemcpyAsync/cudaMemsetAsync, cuBLASLt matmuls and NCCL collectives
+//     (cuda_emu_host.cpp) all run there, later than the call that issued them;
+//   - events record a stream's position; cudaStreamWaitEvent queues a wait for it;
+//     cudaEventQuery/Synchronize, cudaStreamQuery/Synchronize and cudaDeviceSynchronize
+//     are the only ways the host learns that work finished. Nothing else orders streams;
+//   - the legacy default stream (0, cudaStreamLegacy) waits for the blocking streams'
+//     earlier work and they wait for its (streams created without cudaStreamNonBlocking);
+//     cudaStreamPerThread is one more blocking stream;
+//   - host memory is treated as pinned: an async copy reads or writes it when it runs, not
+//     at the call (CUDA stages pageable memory, a guarantee code should not lean on);
+//     cudaMemcpy follows the documented synchronous behaviour per direction;
+//   - a failed kernel leaves a sticky error, returned by the next synchronising call and
+//     by cudaGetLastError (as a GPU fault does).
+// Every operation is checked for ordering hazards when it is issued (cuda_emu_shadow.cpp),
+// with vector clocks kept here: each stream's clock says which operations of every stream
+// come before its next one (stream order, event waits, legacy-stream order, and what the
+// host knew complete when it issued it), so the verdict does not depend on the timing.
+#include "cuda_emu.h"   // first: it must precede the CUDA headers
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <deque>
+#include <set>
+
+#include "cuda_emu_async.h"
+
+namespace cuemu {
+
+// ----------------------------------------------------------------------------
+// state
+
+namespace {
+
+enum { IT_WORK, IT_WAIT };
+struct Stream;
+struct Item {
+    uint64_t seq;
+    int kind;
+    Stream *wait_on;       // IT_WAIT: until this stream has finished wait_seq
+    uint64_t wait_seq;
+    std::function<void()> fn;
+};
+struct Stream {
+    int id;
+    bool legacy, blocking;
+    bool destroyed = false, has_thread = false;
+    std::deque<Item> q;
+    uint64_t enq = 0, done = 0;      // last issued / last finished position
+    Clock clock;                     // what comes before its next operation
+    unsigned long long rng = 0;
+    pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;
+};
+struct Event {
+    Stream *s = nullptr;
+    uint64_t seq = 0;
+    Clock clock;
+    bool recorded = false;
+};
+
+struct Runtime {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
+    std::vector<Stream *> streams;   // by id; never freed (queued waits refer to them)
+    std::set<Stream *> live;         // valid handles
+    std::set<Event *> events;
+    Clock host;                      // what the host knows finished
+    Stream *legacy = nullptr, *per_thread = nullptr;
+    unsigned long long seed = 1;
+    unsigned max_delay_us = 200;
+    bool async = false, announced = false;
+    cudaError_t sticky = cudaSuccess;
+    char sticky_msg[2048] = "";
+};
+Runtime *R;                          // never destroyed: workers may outlive main()
+int g_explicit = -1;                 // cuemu_set_async (wins over the environment)
+int g_default = 0;                   // the program's default (set_async_default)
+
+unsigned long long splitmix(unsigned long long x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+struct Lock {
+    Lock() { pthread_mutex_lock(&R->mu); }
+    ~Lock() { pthread_mutex_unlock(&R->mu); }
+};
+
+Stream *new_stream(bool legacy, bool blocking) {
+    Stream *s = new Stream();
+    s->id = (int)R->streams.size();
+    s->legacy = legacy;
+    s->blocking = blocking;
+    const char *rank = getenv("PMI_RANK");
+    s->rng = splitmix(R->seed * 0x9e3779b97f4a7c15ull + (unsigned long long)s->id * 7919 +
+                      (rank ? strtoull(rank, nullptr, 10) : 0) * 104729);
+    R->streams.push_back(s);
+    if (!legacy) R->live.insert(s);
+    return s;
+}
+
+Runtime *runtime() {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, [] {
+        R = new Runtime();
+        const char *seed = getenv("FT_EMU_SEED"), *delay = getenv("FT_EMU_MAX_DELAY_US");
+        if (seed) R->seed = strtoull(seed, nullptr, 0);
+        if (delay) R->max_delay_us = (unsigned)atoi(delay);
+        R->legacy = new_stream(true, false);
+        const char *sync = getenv("FT_EMU_SYNC");
+        R->async = g_explicit >= 0 ? g_explicit == 1 : !(sync && !strcmp(sync, "1")) && g_default;
+    });
+    return R;
+}
+
+// the first stream operation of an asynchronous run says so, once per process
+void announce() {
+    if (R->announced || !R->async) return;
+    R->announced = true;
+    shadow_init_once(R->seed);
+    // stdout: stderr is for errors (tests count its lines); the hazard summary repeats the seed
+    printf("cuda_emu: asynchronous streams, seed %llu (FT_EMU_SEED), delays up to %u us; "
+           "ordering hazards are reported (FT_EMU_SYNC=1: synchronous)\n", R->seed, R->max_delay_us);
+    fflush(stdout);
+}
+
+Stream *resolve(cudaStream_t h) {
+    if (h == nullptr || h == cudaStreamLegacy) return R->legacy;
+    if (h == cudaStreamPerThread) {
+        if (!R->per_thread) R->per_thread = new_stream(false, true);
+        return R->per_thread;
+    }
+    Stream *s = (Stream *)h;
+    return R->live.count(s) ? s : nullptr;
+}
+
+// ----------------------------------------------------------------------------
+// workers
+
+void delay(Stream *s) {
+    unsigned long long r = splitmix(s->rng++);
+    unsigned pick = (unsigned)(r % 100);
+    if (pick < 50 || R->max_delay_us == 0) return;
+    if (pick < 80) { sched_yield(); return; }
+    long us = (long)((r >> 8) % R->max_delay_us);
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, nullptr);
+}
+
+void *stream_main(void *arg) {
+    Stream *s = (Stream *)arg;
+    pthread_mutex_lock(&R->mu);
+    for (;;) {
+        while (s->q.empty() && !s->destroyed) pthread_cond_wait(&s->work_cv, &R->mu);
+        if (s->q.empty()) break;     // destroyed and drained
+        Item it = std::move(s->q.front());
+        s->q.pop_front();
+        if (it.kind == IT_WAIT) {
+            while (it.wait_on->done < it.wait_seq) pthread_cond_wait(&R->done_cv, &R->mu);
+        } else {
+            pthread_mutex_unlock(&R->mu);
+            delay(s);
+            it.fn();
+            pthread_mutex_lock(&R->mu);
+        }
+        s->done = it.seq;
+        pthread_cond_broadcast(&R->done_cv);
+    }
+    s->has_thread = false;
+    pthread_mutex_unlock(&R->mu);
+    return nullptr;
+}
+
+void push(Stream *s, Item it) {
+    s->q.push_back(std::move(it));
+    if (!s->has_thread) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, stream_main, s) != 0) {
+            fprintf(stderr, "cuda_emu: cannot start a stream worker\n");
+            abort();
+        }
+        pthread_attr_destroy(&attr);
+        s->has_thread = true;
+    }
+    pthread_cond_signal(&s->work_cv);
+}
+
+// s's next operation waits until t has finished position tseq
+void push_wait(Stream *s, Stream *t, uint64_t tseq, const Clock &tclock) {
+    Clock c = tclock;
+    s->clock.join(c);
+    uint64_t seq = ++s->enq;
+    s->clock.set(s->id, seq);
+    push(s, Item{seq, IT_WAIT, t, tseq, nullptr});
+}
+
+// the legacy default stream and the blocking streams wait for each other's earlier work
+void order_legacy(Stream *s) {
+    if (s->legacy) {
+        for (Stream *b : R->streams)
+            if (b != s && b->blocking && b->enq > s->clock.get(b->id)) push_wait(s, b, b->enq, b->clock);
+    } else if (s->blocking) {
+        Stream *L = R->legacy;
+        if (L->enq > s->clock.get(L->id)) push_wait(s, L, L->enq, L->clock);
+    }
+}
+
+// issue an operation on s (lock held); returns its position
+uint64_t issue(Stream *s, std::string name, const std::vector<Access> &acc, std::function<void()> fn) {
+    announce();
+    order_legacy(s);
+    s->clock.join(R->host);   // what the host knew finished comes before it
+    uint64_t seq = ++s->enq;
+    s->clock.set(s->id, seq);
+    OpRef op = std::make_shared<OpInfo>(OpInfo{s->id, seq, std::move(name)});
+    shadow_poll_watches();
+    shadow_access(op, s->clock, acc);
+    push(s, Item{seq, IT_WORK, nullptr, 0, std::move(fn)});
+    return seq;
+}
+
+// the host waits until s has finished position seq and then knows what s knew there
+void host_wait(Stream *s, uint64_t seq, const Clock &c) {
+    while (s->done < seq) pthread_cond_wait(&R->done_cv, &R->mu);
+    R->host.join(c);
+    shadow_host_retire(R->host);
+    shadow_poll_watches();
+}
+
+void sync_all() {
+    for (Stream *s : R->streams) {
+        Clock c = s->clock;
+        host_wait(s, s->enq, c);
+    }
+}
+
+// the host waits for everything issued on h so far, or (poll) finds it finished: the sticky
+// error or cudaSuccess; cudaErrorNotReady when polling unfinished work
+cudaError_t stream_finish(cudaStream_t h, bool poll) {
+    runtime();
+    Lock l;
+    Stream *s = resolve(h);
+    if (!s) return cudaErrorInvalidResourceHandle;
+    if (!R->async) return cudaSuccess;
+    if (!poll) order_legacy(s);   // the legacy stream also waits for the blocking streams
+    if (poll && s->done < s->enq) return cudaErrorNotReady;
+    Clock c = s->clock;
+    host_wait(s, s->enq, c);
+    return R->sticky;
+}
+
+// the same for an event's latest record (never recorded: complete)
+cudaError_t event_finish(cudaEvent_t e, bool poll) {
+    runtime();
+    Lock l;
+    Event *ev = (Event *)e;
+    if (!R->events.count(ev)) return cudaErrorInvalidResourceHandle;
+    if (!R->async || !ev->recorded) return cudaSuccess;
+    if (poll && ev->s->done < ev->seq) return cudaErrorNotReady;
+    host_wait(ev->s, ev->seq, ev->clock);
+    return R->sticky;
+}
+
+const char *direction(const void *dst, const void *src) {
+    bool d = shadow_is_device(dst), s = shadow_is_device(src);
+    return s ? (d ? "device-to-device" : "device-to-host") : (d ? "host-to-device" : "host-to-host");
+}
+
+} // namespace
+
+// ----------------------------------------------------------------------------
+// the internal interface (cuda_emu_async.h)
+
+bool async_on() { return runtime()->async; }
+
+void set_async_default(int on) { g_default = on; }
+
+cudaError_t enqueue(cudaStream_t stream, std::string name, const std::vector<Access> &acc,
+                    std::function<void()> fn) {
+    runtime();
+    if (!R->async) {
+        fn();
+        return cudaSuccess;
+    }
+    Lock l;
+    Stream *s = resolve(stream);
+    if (!s) return cudaErrorInvalidResourceHandle;
+    issue(s, std::move(name), acc, std::move(fn));
+    return cudaSuccess;
+}
+
+cudaError_t enqueue_kernel(const LaunchSpec &spec, cudaStream_t stream, const KernelPtr *ptrs,
+                           int nptrs, std::function<void()> body) {
+    std::vector<Access> acc;
+    for (int i = 0; i < nptrs; i++)
+        if (ptrs[i].p) acc.push_back({ptrs[i].p, 0, ptrs[i].is_const ? ACC_READ : ACC_RW, true});
+    char name[512];
+    snprintf(name, sizeof name, "kernel %s (%s:%d)", spec.name, spec.file, spec.line);
+    LaunchSpec sp = spec;
+    return enqueue(stream, name, acc, [sp, body]() {
+        char msg[2048];
+        if (launch_run(sp, body, msg, sizeof msg) != cudaSuccess) async_fail(cudaErrorLaunchFailure, msg);
+    });
+}
+
+void async_fail(cudaError_t e, const char *msg) {
+    Lock l;
+    if (R->sticky != cudaSuccess) return;
+    R->sticky = e;
+    snprintf(R->sticky_msg, sizeof R->sticky_msg, "%s", msg);
+    if (!quiet()) fprintf(stderr, "%s\n", msg);
+}
+void async_clear_error() {
+    runtime();
+    Lock l;
+    R->sticky = cudaSuccess;
+    R->sticky_msg[0] = 0;
+}
+cudaError_t async_error() {
+    runtime();
+    Lock l;
+    return R->sticky;
+}
+const char *async_error_message() { return runtime()->sticky_msg; }
+
+int stream_id(cudaStream_t stream) {
+    runtime();
+    Lock l;
+    Stream *s = resolve(stream);
+    return s ? s->id : -1;
+}
+
+} // namespace cuemu
+
+// ----------------------------------------------------------------------------
+// control and the arena hooks (cuda_emu.h)
+
+using namespace cuemu;
+
+extern "C" int cuemu_set_async(int on) {
+    g_explicit = on ? 1 : 0;
+    runtime();
+    if (R->async && !on) {
+        Lock l;
+        sync_all();
+    }
+    R->async = on != 0;
+    return R->async;
+}
+extern "C" int cuemu_async(void) { return async_on(); }
+
+extern "C" void cuemu_block_alloc(void *p, size_t nbytes) {
+    runtime();
+    Lock l;
+    shadow_block_alloc(p, nbytes);
+}
+
+extern "C" void cuemu_block_free(void *p, void *stream) {
+    runtime();
+    Lock l;
+    Stream *s = resolve((cudaStream_t)stream);
+    if (!s) s = R->legacy;
+    Clock c = s->clock;
+    c.join(R->host);
+    OpInfo where{s->id, s->enq, "arena free"};
+    shadow_block_free(p, where, c);
+}
+
+// ----------------------------------------------------------------------------
+// the runtime API: streams and events
+
+extern "C" {
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    runtime();
+    Lock l;
+    *s = (cudaStream_t)new_stream(false, !(flags & cudaStreamNonBlocking));
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+
+// returns at once; the worker finishes the queued work, then ends
+cudaError_t cudaStreamDestroy(cudaStream_t h) {
+    runtime();
+    Lock l;
+    Stream *s = resolve(h);
+    if (!s || s->legacy || s == R->per_thread) return cudaErrorInvalidResourceHandle;
+    R->live.erase(s);
+    s->destroyed = true;
+    pthread_cond_signal(&s->work_cv);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t h) { return stream_finish(h, false); }
+cudaError_t cudaStreamQuery(cudaStream_t h) { return stream_finish(h, true); }
+
+cudaError_t cudaDeviceSynchronize(void) {
+    runtime();
+    Lock l;
+    if (R->async) sync_all();
+    return R->sticky;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
+    runtime();
+    Lock l;
+    Event *ev = new Event();
+    R->events.insert(ev);
+    *e = (cudaEvent_t)ev;
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+
+// legal while a wait for it is queued: the wait holds the position, not the event
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    runtime();
+    Lock l;
+    Event *ev = (Event *)e;
+    if (!R->events.erase(ev)) return cudaErrorInvalidResourceHandle;
+    delete ev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
+    runtime();
+    Lock l;
+    Event *ev = (Event *)e;
+    Stream *s = resolve(h);
+    if (!R->events.count(ev) || !s) return cudaErrorInvalidResourceHandle;
+    if (R->async) {
+        announce();
+        order_legacy(s);
+        s->clock.join(R->host);
+    }
+    ev->s = s;
+    ev->seq = s->enq;
+    ev->clock = s->clock;
+    ev->recorded = true;
+    return cudaSuccess;
+}
+
+// s waits for the event's latest record (none yet: no wait), as CUDA defines it
+cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned int) {
+    runtime();
+    Lock l;
+    Event *ev = (Event *)e;
+    Stream *s = resolve(h);
+    if (!R->events.count(ev) || !s) return cudaErrorInvalidResourceHandle;
+    if (!R->async || !ev->recorded || ev->s == s) return cudaSuccess;
+    if (s->clock.get(ev->s->id) >= ev->seq) return cudaSuccess;   // already ordered
+    push_wait(s, ev->s, ev->seq, ev->clock);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) { return event_finish(e, true); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return event_finish(e, false); }
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, void *data) {
+    return enqueue(h, "host function (cudaLaunchHostFunc)", {}, [fn, data]() { fn(data); });
+}
+
+// ----------------------------------------------------------------------------
+// the runtime API: memory
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+    // exact size (ASan sees overruns), 256-byte aligned like cudaMalloc
+    if (posix_memalign(p, 256, n ? n : 1) != 0) { *p = nullptr; return cudaErrorMemoryAllocation; }
+    runtime();
+    Lock l;
+    shadow_alloc(*p, n ? n : 1);
+    return cudaSuccess;
+}
+
+// cudaFree synchronises the device first, as the real one does
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    runtime();
+    {
+        Lock l;
+        if (R->async) sync_all();
+        shadow_release(p);
+    }
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t h) {
+    runtime();
+    {
+        Lock l;
+        if (!resolve(h)) return cudaErrorInvalidResourceHandle;
+    }
+    return cudaMalloc(p, n);
+}
+
+// stream-ordered: users not ordered before this point on the stream are reported
+cudaError_t cudaFreeAsync(void *p, cudaStream_t h) {
+    if (!p) return cudaSuccess;
+    runtime();
+    if (!R->async) {
+        Lock l;
+        shadow_release(p);
+        free(p);
+        return cudaSuccess;
+    }
+    cuemu_block_free(p, h);
+    Lock l;
+    Stream *s = resolve(h);
+    if (!s) return cudaErrorInvalidResourceHandle;
+    shadow_release(p);
+    issue(s, "cudaFreeAsync", {}, [p]() { free(p); });
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind, cudaStream_t h) {
+    if (n == 0) return cudaSuccess;
+    char name[96];
+    snprintf(name, sizeof name, "cudaMemcpyAsync %s (%zu bytes)", direction(dst, src), n);
+    return enqueue(h, name, {{src, n, ACC_READ, false}, {dst, n, ACC_WRITE, false}},
+                   [dst, src, n]() { memmove(dst, src, n); });
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t h) {
+    if (n == 0) return cudaSuccess;
+    char name[96];
+    snprintf(name, sizeof name, "cudaMemsetAsync (%zu bytes)", n);
+    return enqueue(h, name, {{p, n, ACC_WRITE, false}}, [p, v, n]() { memset(p, v, n); });
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, nullptr); }
+
+// On the legacy stream, with CUDA's documented host synchronisation per direction: a copy
+// from the host returns once the source is staged (copied here) and does not wait for the
+// device; a copy to the host returns when it is done; device to device does not wait.
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+    runtime();
+    bool dev_src, dev_dst;
+    {
+        Lock l;
+        dev_src = shadow_is_device(src);
+        dev_dst = shadow_is_device(dst);
+    }
+    if (n == 0 || !R->async || (!dev_src && !dev_dst)) {
+        if (n) memmove(dst, src, n);
+        return async_error();
+    }
+    if (!dev_src) {
+        auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+        char name[96];
+        snprintf(name, sizeof name, "cudaMemcpy host-to-device (%zu bytes)", n);
+        return enqueue(nullptr, name, {{dst, n, ACC_WRITE, false}},
+                       [dst, staged, n]() { memcpy(dst, staged->data(), n); });
+    }
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, nullptr);
+    if (e != cudaSuccess || dev_dst) return e;
+    Lock l;
+    Clock c = R->legacy->clock;
+    host_wait(R->legacy, R->legacy->enq, c);
+    return R->sticky;
+}
+
+}   // extern "C"
