@@ -174,19 +174,19 @@ static int param_file_stream(fsdp_state *s, const char *path, const param_file *
     const param_layout *l = s->layout;
     st_writer w = {.fd = -1};
     int rc = write ? param_file_open(&w, path, l, pf) : 0;
-    int open = write && rc == 0;
+    int writing = write && rc == 0;
     for (int k = 0; k < pf->n_parts; k++)
         for (int u = 0; u < l->n_units; u++) {
             if (fsdp_get_unit(s, pf->which[k], u, host) != 0) { st_writer_abort(&w); return -1; }   // unit: (unit_numel[u],)
-            if (!open) continue;
+            if (!writing) continue;
             if (pf->dtype == ST_BF16) {
                 // in place fp32 -> bf16 (element i's 2 bytes land at 2i, after 4i.. was read)
                 uint16_t *h = (uint16_t *)host;
                 for (size_t i = 0; i < l->unit_numel[u]; i++) h[i] = ft_f32_to_bf16(host[i]);
             }
-            if (param_file_put_unit(&w, l, pf, k, u, host) != 0) { st_writer_abort(&w); open = 0; rc = -1; }
+            if (param_file_put_unit(&w, l, pf, k, u, host) != 0) { st_writer_abort(&w); writing = 0; rc = -1; }
         }
-    return open ? st_writer_commit(&w) : rc;
+    return writing ? st_writer_commit(&w) : rc;
 }
 
 // Stream the n files `pf[i]` to <dir>/<name[i]> through one unit buffer (collective, see
