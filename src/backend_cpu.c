@@ -378,6 +378,7 @@ static double cpu_peak_tflops(void) { return 0; }   // no published peak: MFU me
 static const backend g_cpu = {
     .name = "cpu",
     .dtype = ST_F32,
+    .seq_bucket = 1,   // exact trimming: the CPU has no per-shape cost
     .close = cpu_close,
     .describe = cpu_describe,
     .peak_tflops = cpu_peak_tflops,

@@ -14,7 +14,9 @@
 //     with events (src/comm_nccl.c, backend_cuda_stream())
 //   - GEMMs on cuBLASLt: bf16 inputs/outputs, fp32 accumulation (CUBLAS_COMPUTE_32F),
 //     descriptors and the heuristic's algorithm cached per (m, n, k, transposes, pointer
-//     alignments: the heuristic is told the real ones); one workspace from the arena
+//     alignments: the heuristic is told the real ones), at most BACKEND_CUDA_GEMM_PLANS
+//     plans, least recently used evicted; one workspace from the arena. The row counts are
+//     few because the model runs micro-batches at lengths rounded up to seq_bucket (64).
 //   - everything else: the hand-written kernels (kernels/kernels.h)
 // Every CUDA / cuBLASLt call goes through CHECK_CUDA / CHECK_CUBLAS, naming the call.
 #include <cublasLt.h>
@@ -32,7 +34,6 @@
 // ----------------------------------------------------------------------------
 // state (one device per process)
 
-#define GEMM_CACHE 256
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)   // cuBLASLt workspace (Hopper wants 32 MiB)
 #define ARENA_ALIGN 256
 
@@ -42,6 +43,7 @@ typedef struct {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
+    uint64_t last_use;                     // G.gemm_clock at its last lookup (LRU order)
 } gemm_plan;
 
 static struct {
@@ -51,8 +53,10 @@ static struct {
     void *lt_workspace;
     void *arena_mem;
     arena ar;
-    gemm_plan plans[GEMM_CACHE];
+    gemm_plan plans[BACKEND_CUDA_GEMM_PLANS];
     int n_plans;
+    uint64_t gemm_clock;                   // lookups so far
+    long gemm_evictions;
     char name[128];
     char device_name[256];
 } G;
@@ -129,21 +133,20 @@ static uint32_t ptr_align(const void *p) {
     return a == 0 || a > 256 ? 256 : (uint32_t)a;
 }
 
-static int gemm_plan_get(int m, int n, int k, int ta, int tb, const uint32_t align[3], gemm_plan **out) {
-    for (int i = 0; i < G.n_plans; i++) {
-        gemm_plan *p = &G.plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->align[0] == align[0] &&
-            p->align[1] == align[1] && p->align[2] == align[2]) {
-            *out = p;
-            return 0;
-        }
-    }
-    // shapes are few (7 per layer kind + lm_head); a full cache means something is wrong
-    if (G.n_plans == GEMM_CACHE) return ft_error("cuda: more than %d GEMM shapes", GEMM_CACHE);
-    gemm_plan *p = &G.plans[G.n_plans];
-    memset(p, 0, sizeof *p);
-    p->m = m; p->n = n; p->k = k; p->ta = ta; p->tb = tb;
-    memcpy(p->align, align, sizeof p->align);
+// Destroy a plan's descriptors and layouts (those created; also after a partial build).
+static void gemm_plan_destroy(gemm_plan *p) {
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    p->a = p->b = p->c = NULL;
+    p->op = NULL;
+}
+
+// Create the descriptors of the plan keyed by p->(m, n, k, ta, tb, align) and ask the
+// heuristic for its algorithm. On failure the caller destroys what was created.
+static int gemm_plan_build(gemm_plan *p) {
+    const int m = p->m, n = p->n, k = p->k, ta = p->ta, tb = p->tb;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -162,18 +165,58 @@ static int gemm_plan_get(int m, int n, int k, int ta, int tb, const uint32_t ali
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2], sizeof(uint32_t));
+        st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &p->align[i < 3 ? i : 2], sizeof(uint32_t));
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulAlgoGetHeuristic(G.lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     CHECK_CUBLAS(st);
     if (found < 1)
         return ft_error("cuda: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d (alignments %u/%u/%u bytes)", m, n,
-                        k, align[0], align[1], align[2]);
+                        k, p->align[0], p->align[1], p->align[2]);
     p->algo = res.algo;
-    G.n_plans++;
-    *out = p;
     return 0;
+}
+
+// The cached plan for this key, built on a miss. A full cache evicts its least recently
+// used plan: building one is host-only work (descriptors and a heuristic query, tens of
+// microseconds), and cuBLASLt takes what it needs from the descriptors during the
+// cublasLtMatmul call, not when the GEMM runs (llm.c creates and destroys them around every
+// call), so destroying them while that GEMM is still queued is safe.
+static int gemm_plan_get(int m, int n, int k, int ta, int tb, const uint32_t align[3], gemm_plan **out) {
+    gemm_plan *lru = NULL;
+    G.gemm_clock++;
+    for (int i = 0; i < G.n_plans; i++) {
+        gemm_plan *p = &G.plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->align[0] == align[0] &&
+            p->align[1] == align[1] && p->align[2] == align[2]) {
+            p->last_use = G.gemm_clock;
+            *out = p;
+            return 0;
+        }
+        if (!lru || p->last_use < lru->last_use) lru = p;
+    }
+    gemm_plan fresh = {.m = m, .n = n, .k = k, .ta = ta, .tb = tb, .last_use = G.gemm_clock};
+    memcpy(fresh.align, align, sizeof fresh.align);
+    if (gemm_plan_build(&fresh) != 0) {
+        gemm_plan_destroy(&fresh);
+        return -1;
+    }
+    gemm_plan *slot = &G.plans[G.n_plans];
+    if (G.n_plans == BACKEND_CUDA_GEMM_PLANS) {
+        slot = lru;
+        gemm_plan_destroy(slot);
+        G.gemm_evictions++;
+    } else {
+        G.n_plans++;
+    }
+    *slot = fresh;
+    *out = slot;
+    return 0;
+}
+
+void backend_cuda_gemm_stats(int *cached, long *evictions) {
+    *cached = G.n_plans;
+    *evictions = G.gemm_evictions;
 }
 
 static int gemm(int ta, int tb, int m, int n, int k, const void *A, const void *B, void *C, float beta) {
@@ -257,6 +300,7 @@ static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_
 static const backend CUDA_BACKEND = {
     .name = "cuda",
     .dtype = ST_BF16,
+    .seq_bucket = 64,   // bounded GEMM shapes: at most seq_len / 64 lengths per batch size
     .close = backend_cuda_close,
     .describe = backend_cuda_describe,
     .peak_tflops = backend_cuda_peak_tflops,
@@ -319,12 +363,7 @@ void *backend_cuda_stream(void) { return (void *)G.stream; }
 void backend_cuda_close(void) {
     if (G.stream) (void)compute_wait("close", 0);
     ftk_set_scratch_allocator(NULL, NULL);
-    for (int i = 0; i < G.n_plans; i++) {
-        cublasLtMatrixLayoutDestroy(G.plans[i].a);
-        cublasLtMatrixLayoutDestroy(G.plans[i].b);
-        cublasLtMatrixLayoutDestroy(G.plans[i].c);
-        cublasLtMatmulDescDestroy(G.plans[i].op);
-    }
+    for (int i = 0; i < G.n_plans; i++) gemm_plan_destroy(&G.plans[i]);
     arena_destroy(&G.ar);
     if (G.lt) cublasLtDestroy(G.lt);
     if (G.arena_mem) cudaFree(G.arena_mem);

@@ -17,6 +17,11 @@ int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out);
 void backend_cuda_close(void);
 const char *backend_cuda_describe(void);
 double backend_cuda_peak_tflops(void);
+// GEMM plans (cuBLASLt descriptors + algorithm) the backend keeps; a new shape beyond this
+// evicts the least recently used one.
+#define BACKEND_CUDA_GEMM_PLANS 256
+// For tests: plans cached now and evictions since open.
+void backend_cuda_gemm_stats(int *cached, long *evictions);
 // The compute stream (a cudaStream_t) every op runs on; NULL before open.
 void *backend_cuda_stream(void);
 // Wait on the host until `stream` (a cudaStream_t) has done all its work: without a

@@ -87,20 +87,26 @@ static int is_main(const job *j) { return j->rank == 0; }
 // Collective status check where a failure may hit some ranks only (comm.h).
 static int agree(job *j, int rc) { return comm_agree(j->cc->world, rc, j->failure_agreed); }
 
-// Copy micro-batch a of the step into the compact (B, T_used) buffers; returns T_used, the
-// longest row's real length (at least 1).
-static int micro_batch(job *j, int a) {
-    const int B = j->o->batch_size_per_device, T = j->o->seq_len;
-    const int32_t *tok = j->tokens + (size_t)a * B * T, *tgt = j->targets + (size_t)a * B * T;
+int train_micro_batch_rows(const backend *be, const int32_t *tokens, const int32_t *targets, int B, int T,
+                           int32_t *rows_tok, int32_t *rows_tgt) {
     int used = 1;
     for (int b = 0; b < B; b++)
         for (int t = T - 1; t >= used; t--)
-            if (tgt[(size_t)b * T + t] != -100) { used = t + 1; break; }
+            if (targets[(size_t)b * T + t] != -100) { used = t + 1; break; }
+    // columns [longest real length, used) are padding in every row: targets -100 already
+    used = backend_seq_len(be, used, T);
     for (int b = 0; b < B; b++) {
-        memcpy(j->rows_tok + (size_t)b * used, tok + (size_t)b * T, (size_t)used * sizeof(int32_t));
-        memcpy(j->rows_tgt + (size_t)b * used, tgt + (size_t)b * T, (size_t)used * sizeof(int32_t));
+        memcpy(rows_tok + (size_t)b * used, tokens + (size_t)b * T, (size_t)used * sizeof(int32_t));
+        memcpy(rows_tgt + (size_t)b * used, targets + (size_t)b * T, (size_t)used * sizeof(int32_t));
     }
     return used;
+}
+
+// Micro-batch a of the step into the compact (B, T_used) buffers; returns T_used.
+static int micro_batch(job *j, int a) {
+    const int B = j->o->batch_size_per_device, T = j->o->seq_len;
+    return train_micro_batch_rows(j->be, j->tokens + (size_t)a * B * T, j->targets + (size_t)a * B * T, B, T,
+                                  j->rows_tok, j->rows_tgt);
 }
 
 // Validation loss over the first max_eval_docs validation games (all when 0). Every rank

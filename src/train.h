@@ -70,3 +70,12 @@ typedef struct {
 // *failure_agreed = 1 when a failure was agreed by all ranks (they all return: no abort
 // needed), 0 otherwise.
 int train_run(const train_options *o, const train_comms *comms, int *failure_agreed);
+
+// Compact one micro-batch: tokens, targets host (B, T) with targets -100 = ignored (every
+// column after a row's last target is -100, as the loader pads). Copies the first T_used
+// columns of each row into rows_tok, rows_tgt (B, T_used) and returns T_used = the longest
+// row's real length (last non-ignored target + 1, at least 1) rounded up to the backend's
+// bucket (backend_seq_len(be, len, T)). The padded columns keep their -100 targets, so with
+// causal attention the losses and gradients of the real tokens do not depend on T_used.
+int train_micro_batch_rows(const backend *be, const int32_t *tokens, const int32_t *targets, int B, int T,
+                           int32_t *rows_tok, int32_t *rows_tgt);

@@ -18,10 +18,13 @@
 // builds (about 100 s emulated); `--large` adds CodeLlama-7b's (C 4096, F 11008, 32 x 128
 // heads, V 32016) at seq 512 with B*T = 1000, and element-wise ops over 150M elements (past
 // 65535 blocks: the grid-stride loops turn), for a real GPU (make test-gpu passes it).
+// The GEMM plan cache (bounded, least recently used evicted) is checked with more distinct
+// shapes than it holds: every result correct, a hot shape kept, an evicted shape rebuilt.
 #include <stdint.h>
 #include <string.h>
 
 #include "backend.h"
+#include "backend_cuda.h"
 #include "common.h"
 #include "model.h"
 #include "test.h"
@@ -122,6 +125,44 @@ static void case_matmul(int N, int IC, int OC, int off) {
     report("matmul_bwd", s, "dinp+=", &dx);
     report("matmul_bwd", s, "dweight+=", &dw);
     pair_free(&x); pair_free(&w); pair_free(&y); pair_free(&dy); pair_free(&dx); pair_free(&dw);
+}
+
+// More distinct GEMM shapes than the plan cache holds (N = 1 .. PLANS + 44 rows), each
+// compared with the CPU; a hot shape (N = 7) used between them must stay cached (LRU), and
+// an evicted one (N = 2) must run correctly again on a rebuilt plan.
+static void case_gemm_cache(void) {
+    const int IC = 8, OC = 8, shapes = BACKEND_CUDA_GEMM_PLANS + 44;
+    pair x = pair_new((size_t)shapes * IC, 0, 1, 0), w = pair_new((size_t)OC * IC, 0, 0.1f, 0);
+    pair y = pair_new((size_t)shapes * OC, 0, 1, 1);
+    const size_t ybytes = (size_t)shapes * OC;
+    double worst = 0;
+    // run N rows on both backends from zeroed outputs; NMSE of the whole output buffer
+    #define GEMM_ROWS(N) do { \
+        BOTH(CPU->zero(y.cpu, ybytes * 4), GPU->zero(y.gpu, ybytes * 2)); \
+        BOTH(CPU->matmul_fwd(y.cpu, x.cpu, w.cpu, N, IC, OC), GPU->matmul_fwd(y.gpu, x.gpu, w.gpu, N, IC, OC)); \
+        double e_ = pair_nmse(&y); worst = e_ > worst ? e_ : worst; } while (0)
+    for (int n = 1; n <= shapes; n++) {
+        GEMM_ROWS(n);
+        GEMM_ROWS(7);   // the hot shape
+    }
+    int cached;
+    long ev0, ev1, ev2;
+    backend_cuda_gemm_stats(&cached, &ev0);
+    EXPECT(cached == BACKEND_CUDA_GEMM_PLANS && ev0 > 0, "gemm cache: %d plans cached, %ld evictions", cached, ev0);
+    GEMM_ROWS(7);
+    backend_cuda_gemm_stats(&cached, &ev1);
+    EXPECT(ev1 == ev0, "gemm cache: the recently used shape N=7 was evicted (%ld -> %ld evictions)", ev0, ev1);
+    GEMM_ROWS(2);   // evicted long ago: rebuilt, evicting another
+    backend_cuda_gemm_stats(&cached, &ev2);
+    EXPECT(ev2 == ev1 + 1, "gemm cache: N=2 should have been evicted and rebuilt (%ld -> %ld evictions)", ev1, ev2);
+    GEMM_ROWS(2);   // and now a hit
+    #undef GEMM_ROWS
+    char s[64];
+    snprintf(s, sizeof s, "N=1..%d IC=%d OC=%d", shapes, IC, OC);
+    printf("%-14s %-28s %-9s %10.3e %8.1e  %s (%d plans kept, %ld evictions)\n", "gemm cache", s, "out", worst,
+           THR_BF16, worst <= THR_BF16 ? "pass" : "FAIL", cached, ev2);
+    EXPECT(worst <= THR_BF16, "gemm cache: worst NMSE %.3e over %d shapes", worst, shapes);
+    pair_free(&x); pair_free(&w); pair_free(&y);
 }
 
 static void case_attention(int B, int T, int H, int KVH, int D) {
@@ -312,6 +353,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 5; i++) case_optimizer(on[i]);
     cases_default_model();
     if (large) cases_7b();
+    case_gemm_cache();   // last: its random inputs do not shift the other cases'
     backend_close(GPU);
     TEST_SUMMARY("test_backend_gpu");
 }
