@@ -11,6 +11,14 @@
 //     compute stream wait for it, so the next unit's gather overlaps the current compute
 // Only all_reduce_f64 (host doubles: losses, norms) synchronises the host. broadcast needs
 // device memory.
+//
+// Lanes: a group given a reduce-scatter lane (comm_nccl_add_reduce_scatter_lane; the FSDP
+// shard group) runs its reduce-scatters on a second NCCL communicator over the same ranks,
+// with its own comm stream and events, and everything else on the first. So a layer's
+// gradient reduce-scatter and the next layer's parameter all-gather (both non-blocking in
+// the backward) overlap each other and the compute instead of queuing on one stream. Each
+// lane is ordered against the compute stream only, by the events above; the two lanes never
+// touch the same buffers (fsdp.c: gathered units vs gradients and reduce-scatter outputs).
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,17 +27,19 @@
 #include "comm.h"
 #include "cuda_check.h"
 
-typedef struct {
+typedef struct nccl_impl {
     ncclComm_t comm;
     cudaStream_t stream;    // the comm stream
     cudaEvent_t produced;   // recorded on the compute stream before each collective
     cudaEvent_t finished;   // recorded on the comm stream after each blocking collective
     double *dev_f64;        // (F64_SLOTS) staging for all_reduce_f64
+    struct nccl_impl *rs;   // the reduce-scatter lane, or NULL (reduce-scatters run here)
 } nccl_impl;
 
 #define F64_SLOTS 4096
 
 static nccl_impl *impl(comm *c) { return c->impl; }
+static nccl_impl *rs_lane(comm *c) { return impl(c)->rs ? impl(c)->rs : impl(c); }
 static cudaStream_t compute_stream(void) { return (cudaStream_t)backend_cuda_stream(); }
 
 static int nccl_dtype(st_dtype dt, ncclDataType_t *out) {
@@ -88,9 +98,10 @@ static int nccl_wait(comm *c, void *req) {
 static int nccl_reduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
-    TRY(comm_after_compute(impl(c)));
-    CHECK_NCCL(ncclReduceScatter(send, recv, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
-    return compute_after_comm(impl(c));
+    nccl_impl *m = rs_lane(c);
+    TRY(comm_after_compute(m));
+    CHECK_NCCL(ncclReduceScatter(send, recv, n, t, ncclSum, m->comm, m->stream));
+    return compute_after_comm(m);
 }
 
 // started on the comm stream once the compute stream has produced `send`; comm_wait makes
@@ -98,15 +109,16 @@ static int nccl_reduce_scatter(comm *c, void *recv, const void *send, size_t n, 
 static int nccl_ireduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
+    nccl_impl *m = rs_lane(c);
 #ifndef FT_FAULT_SKIP_RS_WAIT
     // (TEST-ONLY FAULT FT_FAULT_SKIP_RS_WAIT, tests/test_cuda_emu_hazards.sh: the reduce-scatter
     // does not wait for the backward that produces its gradients)
-    TRY(comm_after_compute(impl(c)));
+    TRY(comm_after_compute(m));
 #endif
-    CHECK_NCCL(ncclReduceScatter(send, recv, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
+    CHECK_NCCL(ncclReduceScatter(send, recv, n, t, ncclSum, m->comm, m->stream));
     cudaEvent_t done;
     CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CHECK_CUDA(cudaEventRecord(done, impl(c)->stream));
+    CHECK_CUDA(cudaEventRecord(done, m->stream));
     *req = (void *)done;
     return 0;
 }
@@ -144,15 +156,19 @@ static int nccl_barrier(comm *c) {
     return nccl_all_reduce_f64(c, &one, 1);
 }
 
-static void nccl_destroy(comm *c) {
-    nccl_impl *m = c->impl;
+static void impl_free(nccl_impl *m) {
     if (!m) return;
+    impl_free(m->rs);
     if (m->comm) ncclCommDestroy(m->comm);
     if (m->dev_f64) cudaFree(m->dev_f64);
     if (m->produced) cudaEventDestroy(m->produced);
     if (m->finished) cudaEventDestroy(m->finished);
     if (m->stream) cudaStreamDestroy(m->stream);
     free(m);
+}
+
+static void nccl_destroy(comm *c) {
+    impl_free(c->impl);
     c->impl = NULL;
 }
 
@@ -213,5 +229,18 @@ int comm_nccl_split(comm *parent, int color, int key, comm *out) {
         return -1;
     }
     m->comm = sub;
+    return 0;
+}
+
+int comm_nccl_add_reduce_scatter_lane(comm *c) {
+    nccl_impl *m = impl(c);
+    if (m->rs) return 0;
+    nccl_impl *lane = ft_calloc(1, sizeof *lane, "nccl reduce-scatter lane");
+    if (!lane) return -1;
+    m->rs = lane;   // freed with the group, also when the rest fails
+    CHECK_NCCL(ncclCommSplit(m->comm, 0, c->rank, &lane->comm, NULL));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreateWithFlags(&lane->produced, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventCreateWithFlags(&lane->finished, cudaEventDisableTiming));
     return 0;
 }

@@ -16,9 +16,11 @@
 #   2. The comparison can fail: a plan for another job (checkpointing off vs on) is rejected.
 #   3. CodeLlama-7b (data/configs/codellama-7b, bf16 with --device cuda): the bytes follow
 #      from the parameter count (P = 6,738,546,688; 2 + 12 + 4 bytes per parameter sharded, plus
-#      one micro-batch's root + layer gradients); FSDP over 4 ranks fits 80 GB, one GPU without
-#      sharding does not (18 x 6.7e9 bytes > 80 GiB); the reported largest batch fits and the
-#      next one does not.
+#      one micro-batch's root + layer gradients; the fp32 root gradient sum of the 16
+#      micro-batches reuses the checkpoint gather buffer); FSDP over 4 ranks fits 80 GB, one
+#      GPU without sharding does not (18 x 6.7e9 bytes > 80 GiB); the reported largest batch
+#      fits and the next one does not; the NCCL communicators are counted (pure FSDP: no
+#      duplicate of the world communicator).
 #   4. Flag handling: --dry_run needs no weights and no data; --world_size without --dry_run,
 #      --device cuda without a GPU (also at 2 ranks: once) and a non-dividing --dp_shard give
 #      one error line.
@@ -124,6 +126,13 @@ grep -q "^fits an 80 GB GPU.*: yes" "$tmp/7b_fsdp4.plan" && ok "7B: FSDP over 4 
 grep -q "^fits an 80 GB GPU.*: NO" "$tmp/7b_one.plan" && ok "7B: one GPU without sharding: does not fit 80 GB" || bad "7B on one GPU fits: $(grep fits "$tmp/7b_one.plan")"
 grep -q "step time ESTIMATE" "$tmp/7b_fsdp4.plan" && grep -q "^  H100-SXM5-80GB" "$tmp/7b_fsdp4.plan" && grep -q "^  A100-SXM4-80GB" "$tmp/7b_fsdp4.plan" \
   && ok "7B: step-time estimate for A100 and H100, labelled" || bad "7B: step-time estimate missing"
+grep -q "root gradient summed over micro-batches in fp32" "$tmp/7b_fsdp4.plan" && ok "7B FSDP 4, 16 micro-batches: root gradient summed in fp32" \
+  || bad "7B FSDP 4: no fp32 root gradient sum: $(grep '^job' "$tmp/7b_fsdp4.plan")"
+# pure FSDP: the world communicator is the shard group's; + its reduce-scatter lane
+grep -q "minus 2 NCCL communicator(s)" "$tmp/7b_fsdp4.plan" && ok "7B FSDP 4: 2 NCCL communicators counted (world = shard, reduce-scatter lane)" \
+  || bad "7B FSDP 4 NCCL communicators: $(grep '^fits' "$tmp/7b_fsdp4.plan")"
+n=$(plan7 --world_size 8 --dp_shard 4 | grep -o "minus [0-9]* NCCL")
+[ "$n" = "minus 4 NCCL" ] && ok "7B HSDP 4 x 2: 4 NCCL communicators (world, shard, lane, replica)" || bad "7B HSDP NCCL communicators: '$n'"
 # the reported largest batch fits and one more does not, with and without checkpointing
 for ck in "without" "with"; do
   flag=""; [ "$ck" = with ] && flag=--gradient_checkpointing
