@@ -27,6 +27,8 @@
 #include "comm.h"
 #include "cuda_check.h"
 
+#define EVENT_POOL 8   // more than the requests fsdp.c has outstanding (2 gathers + 2 reductions)
+
 typedef struct nccl_impl {
     ncclComm_t comm;
     cudaStream_t stream;    // the comm stream
@@ -34,6 +36,8 @@ typedef struct nccl_impl {
     cudaEvent_t finished;   // recorded on the comm stream after each blocking collective
     double *dev_f64;        // (F64_SLOTS) staging for all_reduce_f64
     struct nccl_impl *rs;   // the reduce-scatter lane, or NULL (reduce-scatters run here)
+    cudaEvent_t spare[EVENT_POOL];   // events of completed requests, reused (review L2: no
+    int n_spare;                     // create/destroy per non-blocking collective)
 } nccl_impl;
 
 #define F64_SLOTS 4096
@@ -67,6 +71,18 @@ static int compute_after_comm(nccl_impl *m) {
     return 0;
 }
 
+// A non-blocking collective's request: an event recorded on `lane`'s stream right after it,
+// from the group's pool of spare events (created when the pool is empty).
+static int request_record(comm *c, nccl_impl *lane, void **req) {
+    nccl_impl *m = impl(c);
+    cudaEvent_t done;
+    if (m->n_spare > 0) done = m->spare[--m->n_spare];
+    else CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventRecord(done, lane->stream));
+    *req = (void *)done;
+    return 0;
+}
+
 static int nccl_all_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
@@ -80,18 +96,17 @@ static int nccl_iall_gather(comm *c, void *recv, const void *send, size_t n, st_
     TRY(nccl_dtype(dt, &t));
     TRY(comm_after_compute(impl(c)));
     CHECK_NCCL(ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
-    cudaEvent_t done;
-    CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CHECK_CUDA(cudaEventRecord(done, impl(c)->stream));
-    *req = (void *)done;
-    return 0;
+    return request_record(c, impl(c), req);
 }
 
+// the compute stream waits for the request's event, which goes back to the pool: a later
+// record replaces what it captures, and this wait already took its snapshot (CUDA semantics)
 static int nccl_wait(comm *c, void *req) {
-    (void)c;
+    nccl_impl *m = impl(c);
     cudaEvent_t done = (cudaEvent_t)req;
     CHECK_CUDA(cudaStreamWaitEvent(compute_stream(), done, 0));
-    CHECK_CUDA(cudaEventDestroy(done));
+    if (m->n_spare < EVENT_POOL) m->spare[m->n_spare++] = done;
+    else CHECK_CUDA(cudaEventDestroy(done));
     return 0;
 }
 
@@ -116,11 +131,7 @@ static int nccl_ireduce_scatter(comm *c, void *recv, const void *send, size_t n,
     TRY(comm_after_compute(m));
 #endif
     CHECK_NCCL(ncclReduceScatter(send, recv, n, t, ncclSum, m->comm, m->stream));
-    cudaEvent_t done;
-    CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CHECK_CUDA(cudaEventRecord(done, m->stream));
-    *req = (void *)done;
-    return 0;
+    return request_record(c, m, req);
 }
 
 static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
@@ -159,6 +170,7 @@ static int nccl_barrier(comm *c) {
 static void impl_free(nccl_impl *m) {
     if (!m) return;
     impl_free(m->rs);
+    for (int i = 0; i < m->n_spare; i++) cudaEventDestroy(m->spare[i]);
     if (m->comm) ncclCommDestroy(m->comm);
     if (m->dev_f64) cudaFree(m->dev_f64);
     if (m->produced) cudaEventDestroy(m->produced);

@@ -117,7 +117,10 @@ static int data_group_open(launch *L, int size, int color, int key, comm *out, c
     *group = out;
     if (size == 1) comm_init_single(out, L->be);
 #ifdef FT_HAVE_CUDA
-    else TRY(comm_nccl_split(&L->dworld, color, key, out));
+    else {
+        TRY(comm_nccl_split(&L->dworld, color, key, out));
+        L->n_nccl++;
+    }
 #else
     (void)color; (void)key;
 #endif
@@ -144,10 +147,14 @@ static int data_plane_open(launch *L, int S) {
     }
     TRY(comm_nccl_init(&L->dworld, NULL, L->rank, L->W, got, -1));
     L->nccl = 1;
+    L->n_nccl = 1;
     comm *shard = NULL, *replica = NULL;
     TRY(data_group_open(L, S, L->rank / S, L->rank % S, &L->dshard, &shard, &L->dshard_own));
     TRY(data_group_open(L, L->W / S, L->rank % S, L->rank / S, &L->dreplica, &replica, &L->dreplica_own));
-    if (S > 1) TRY(comm_nccl_add_reduce_scatter_lane(shard));
+    if (S > 1) {
+        TRY(comm_nccl_add_reduce_scatter_lane(shard));
+        L->n_nccl++;
+    }
     L->cc = (train_comms){&L->dworld, shard, replica};
     return 0;
 #else
@@ -213,9 +220,11 @@ static void data_plane_close(launch *L) {
 
 void launch_print(const launch *L) {
     if (L->rank != 0) return;
-    printf("finetune: bootstrap: %s; world %d rank(s), %d per node, %s per rank (rank 0: local rank %d, %s)\n",
+    printf("finetune: bootstrap: %s; world %d rank(s), %d per node, %s per rank (rank 0: local rank %d, %s)",
            L->launcher, L->W, L->local_size, L->be == L->cpu ? "cpu" : "one GPU", L->local_rank,
            backend_describe(L->be));
+    if (L->nccl) printf("; %d NCCL communicator(s)", L->n_nccl);
+    printf("\n");
 }
 
 void launch_close(launch *L, int rc, int failure_agreed) {
