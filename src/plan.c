@@ -20,7 +20,8 @@
 // what a ring collective's bytes sent per rank move over. Across nodes: one InfiniBand NIC per
 // GPU, HDR 200 Gb/s (25 GB/s) on A100 systems, NDR 400 Gb/s (50 GB/s) on H100 systems; 8 GPUs
 // per node. Memory: 80 GiB; PLAN_DEVICE_RESERVE_BYTES of it is left for what the tracker does
-// not see (CUDA context, cuBLASLt workspace, NCCL buffers, fragmentation): an assumption.
+// not see (CUDA context, cuBLASLt workspace, fragmentation), and PLAN_NCCL_COMM_BYTES per NCCL
+// communicator: assumptions (plan.h).
 
 const plan_device plan_devices[] = {
     {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)80 << 30},

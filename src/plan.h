@@ -10,9 +10,10 @@
 // exact by construction; tests/test_plan.sh still compares it with the allocator's measured
 // peaks. Every buffer is allocated once at setup and kept to the
 // end of training, so the peak total is the sum of the categories. Not planned: what the
-// mem_tracker does not see (a CUDA context, cuBLASLt/NCCL buffers, allocator fragmentation;
-// the fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those) and the inference model that
-// --sample_tokens builds after training.
+// mem_tracker does not see (a CUDA context, cuBLASLt workspace, allocator fragmentation: the
+// fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those; NCCL communicators: counted in the
+// fit check at PLAN_NCCL_COMM_BYTES each) and the inference model that --sample_tokens builds
+// after training.
 //
 // The step-time estimate is a roofline: FLOPs at the GPU's peak dense bf16 rate, collective
 // bytes at its peak NVLink (or InfiniBand) bandwidth, the optimizer at HBM bandwidth. It is a
