@@ -86,6 +86,10 @@ $(BUILD)/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# the CPU backend: sqrtf without its errno branch, which keeps AdamW's loop from vectorising
+# (3.4x on that loop; results are the same bits)
+$(BUILD)/obj/backend_cpu.o: CFLAGS += -fno-math-errno
+
 $(BUILD)/libfinetune.a: $(LIB_OBJS)
 	ar rcs $@ $^
 

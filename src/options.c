@@ -53,6 +53,7 @@ static const flag_spec flags[] = {
     {"--sample_tokens", FLAG_INT, OPT(sample_tokens), 0, 100000, NULL, "after training, sample this many tokens continuing a validation game"},
     {"--sample_games", FLAG_INT, OPT(sample_games), 1, 10000, NULL, "with --sample_tokens: continue this many validation games (OUT/samples.jsonl)"},
     {"--peak_tflops", FLAG_FLOAT, OPT(peak_tflops), 0, 1e6, NULL, "device peak for MFU in TFLOP/s (0 = the GPU's published bf16 peak when known, else the measured matmul rate)"},
+    {"--profile", FLAG_BOOL, OPT(profile), 0, 1, NULL, "print milliseconds per op per step (forward, backward, optimizer, comm; rank 0)"},
     {"--no_fsdp", FLAG_BOOL, OPT(no_fsdp), 0, 1, NULL, "replicate the model on every rank (DDP); with one rank: the single-device mode"},
     {"--accumulate_grads_locally", FLAG_BOOL, OPT(accumulate_grads_locally), 0, 1, NULL, "sum gradients of all micro-batches locally and reduce once per step (more memory, less traffic)"},
     {"--dp_shard", FLAG_INT, OPT(dp_shard), 0, 1 << 20, NULL, "HSDP: shard within groups of this many ranks, replicate across groups (0 = all ranks)"},

@@ -21,6 +21,7 @@
 #include "fsutil.h"
 #include "loader.h"
 #include "mfu.h"
+#include "profile.h"
 #include "sample.h"
 #include "schedule.h"
 
@@ -148,7 +149,7 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->cc = cc;
     j->rank = cc->world->rank;
     j->world = cc->world->size;
-    j->be = cc->world->be;
+    j->be = o->profile ? profile_backend(cc->world->be) : cc->world->be;
     mem_tracker_init(&j->mem, j->be);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->model_dir);
@@ -163,6 +164,7 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
                    o->gradient_checkpointing));
     TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, (fsdp_grad_mode)pl.grad_mode));
     j->prov = fsdp_provider(&j->fs);
+    if (o->profile) j->prov = profile_provider(&j->prov);
 
     TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
     if (o->sample_tokens > 0)
@@ -246,6 +248,7 @@ static int train_step(job *j, int step, step_stats *st) {
     const train_options *o = j->o;
     const int B = o->batch_size_per_device, T = o->seq_len;
     const double t0 = now_seconds();
+    profile_step_begin();
     size_t ag0, rs0, ar0;
     comm_bytes(j->cc, &ag0, &rs0, &ar0);
     const int epoch = step / j->steps_per_epoch;
@@ -282,7 +285,10 @@ static int train_step(job *j, int step, step_stats *st) {
         }
     }
     double norm;
+    profile_set_phase(PROF_OPTIMIZER);
+    profile_comm_begin();
     TRY(fsdp_finish_grads(&j->fs, &norm));
+    profile_comm_end();
     if (!isfinite(norm)) return ft_error("step %d: gradient norm is %g (diverged); lower --learning_rate", step + 1, norm);
     const adamw_params ap = schedule_adamw(&j->sched, step, norm);
     TRY(fsdp_optimizer_step(&j->fs, &ap));
@@ -334,6 +340,7 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
         fprintf(j->metrics, "}}\n");
         fflush(j->metrics);
     }
+    if (j->o->profile) profile_step_report(stdout, step + 1);
 }
 
 // ----------------------------------------------------------------------------

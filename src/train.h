@@ -38,6 +38,7 @@ typedef struct {
     int sample_tokens;            // tokens to sample after training (0 = none)
     int sample_games;             // validation games to continue (prompts), default 1
     double peak_tflops;           // for MFU; 0 = measure the backend's matmul rate
+    int profile;                  // print ms per op per step, by phase (src/profile.h)
     // sharding
     int no_fsdp;
     int dp_shard;                 // HSDP shard group size (0 = all ranks)
