@@ -61,7 +61,8 @@ CUDA_HOME ?= /usr/local/cuda
 # (the CUDA backend links the nvcc-built kernels: $(BUILD)/libftkernels.a, rules in kernels.mk)
 ifeq ($(CUDA),1)
   CFLAGS += -I$(CUDA_HOME)/include -Ikernels -DFT_HAVE_CUDA
-  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart -lstdc++
+  # (NCCL is not linked: src/comm_nccl.c loads it at run time, only for GPU jobs of several ranks)
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -ldl -lstdc++
   LDLIBS += $(CUDA_LDLIBS)
   KERNEL_LIB := $(BUILD)/libftkernels.a
 endif

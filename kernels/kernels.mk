@@ -54,6 +54,7 @@ TEST_BINS += $(BUILD)/tests/test_kernels $(BUILD)/tests/test_kernels_gpumath
 # The whole trainer on the emulated device: src/ compiled exactly as for the CUDA build, linked
 # with the emulated kernels (GPU-like math) and tests/cuda_emu/cuda_emu_host.cpp in place of
 # libcudart, cuBLASLt, NCCL and the nvcc objects. tests/test_cuda_emu_train.sh runs it.
+# (-rdynamic: src/comm_nccl.c finds the emulated NCCL functions in the process with dlsym.)
 ifeq ($(CUDA),1)
 $(BUILD)/emu/cuda_emu_host.o: tests/cuda_emu/cuda_emu_host.cpp
 	@mkdir -p $(dir $@)
@@ -62,7 +63,7 @@ $(BUILD)/emu/cuda_emu_host.o: tests/cuda_emu/cuda_emu_host.cpp
 $(BUILD)/tests/finetune_emu: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ) \
                              $(BUILD)/emu/cuda_emu_host.o
 	@mkdir -p $(dir $@)
-	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
+	$(CXX) $^ -rdynamic -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
 # tests/gpu/test_backend_gpu.c (every backend op, CUDA vs CPU) on the emulated device
 $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) \
@@ -91,7 +92,7 @@ $(BUILD)/tests/finetune_emu_fault_%: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fa
                                     $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) \
                                     $(EMU_OBJ) $(BUILD)/emu/cuda_emu_host.o
 	@mkdir -p $(dir $@)
-	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
+	$(CXX) $^ -rdynamic -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 .PRECIOUS: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o
 
 EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu $(BUILD)/tests/finetune_emu_fault_prefetch \
@@ -106,6 +107,11 @@ endif
 # ---------------------------------------------------------------- nvcc
 # One nvcc per file builds both architectures; files compile in parallel.
 NVCC_ARCH_FLAGS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# what the build holds for which GPUs ("sm_80 sm_90": cubins; "compute_XX": PTX), for the CUDA
+# backend's check at open (src/backend_cuda.c); empty when the flags use another form
+comma := ,
+NVCC_CODES := $(patsubst code=%,%,$(filter code=% sm_% compute_%,$(subst [,,$(subst ],,$(subst $(comma), ,$(NVCC_ARCH_FLAGS))))))
+CFLAGS += -DFT_CUDA_CODES='"$(NVCC_CODES)"'
 NVCC_FLAGS := -O3 -std=c++17 -Isrc -Ikernels $(NVCC_ARCH_FLAGS) -Werror all-warnings \
               -Xptxas -v,--warn-on-spills,--warn-on-local-memory-usage \
               -Xcompiler -Wall,-Wextra

@@ -27,6 +27,7 @@
 #include "backend_cuda.h"
 #include "cuda_check.h"
 #include "kernels.h"
+#include "watchdog.h"
 
 // ----------------------------------------------------------------------------
 // state (one device per process)
@@ -57,6 +58,27 @@ static struct {
 } G;
 
 // ----------------------------------------------------------------------------
+// host waits: the compute stream waits on NCCL collectives (src/comm_nccl.c), so a hung peer
+// stalls it; with --collective_timeout every host wait polls under the watchdog's deadline
+
+static int poll_stream(void *ctx) {
+    const cudaError_t e = cudaStreamQuery((cudaStream_t)ctx);
+    if (e == cudaErrorNotReady) return 0;
+    CHECK_CUDA(e);
+    return 1;
+}
+
+int backend_cuda_wait(void *stream, const char *op, const char *what, size_t bytes) {
+    if (!watchdog_enabled()) {
+        CHECK_CUDA(cudaStreamSynchronize((cudaStream_t)stream));
+        return 0;
+    }
+    return watchdog_wait(poll_stream, stream, op, what, bytes);
+}
+
+static int compute_wait(const char *op, size_t bytes) { return backend_cuda_wait(G.stream, op, "compute stream", bytes); }
+
+// ----------------------------------------------------------------------------
 // memory
 
 // Test hooks: the emulated CUDA runtime (tests/cuda_emu) tracks the arena's blocks to check
@@ -79,13 +101,11 @@ static void cu_free(void *p) {
 static void scratch_release(void *p) { cu_free(p); }
 static int cu_copy_h2d(void *dst, const void *src, size_t n) {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, G.stream));
-    CHECK_CUDA(cudaStreamSynchronize(G.stream));   // the host buffer may be reused at once
-    return 0;
+    return compute_wait("copy to the device", n);   // the host buffer may be reused at once
 }
 static int cu_copy_d2h(void *dst, const void *src, size_t n) {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, G.stream));
-    CHECK_CUDA(cudaStreamSynchronize(G.stream));
-    return 0;
+    return compute_wait("copy to the host", n);
 }
 static int cu_copy_d2d(void *dst, const void *src, size_t n) {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, G.stream));
@@ -95,10 +115,7 @@ static int cu_zero(void *p, size_t n) {
     CHECK_CUDA(cudaMemsetAsync(p, 0, n, G.stream));
     return 0;
 }
-static int cu_synchronize(void) {
-    CHECK_CUDA(cudaStreamSynchronize(G.stream));
-    return 0;
-}
+static int cu_synchronize(void) { return compute_wait("synchronize", 0); }
 
 // ----------------------------------------------------------------------------
 // GEMM: D (m, n) = alpha op(A) op(B) + beta C, column-major, bf16 in/out, fp32 accumulate.
@@ -228,6 +245,8 @@ static int cu_adamw(float *master, void *param, const float *grad, float *m, flo
     return ftk_adamw(master, param, grad, m, v, n, p, G.stream);
 }
 static int cu_sum_squares(double *host_out, const float *x, size_t n) {
+    // the kernel's own host synchronisation then waits for its two kernels only
+    TRY(compute_wait("gradient norm", n * sizeof(float)));
     return ftk_sum_squares(host_out, x, n, G.stream);
 }
 static int cu_accumulate(float *dst, const void *src, size_t n, float alpha) {
@@ -298,7 +317,7 @@ void *backend_cuda_stream(void) { return (void *)G.stream; }
 
 // Release whatever open_device created (also after a partial failure).
 void backend_cuda_close(void) {
-    if (G.stream) cudaStreamSynchronize(G.stream);
+    if (G.stream) (void)compute_wait("close", 0);
     ftk_set_scratch_allocator(NULL, NULL);
     for (int i = 0; i < G.n_plans; i++) {
         cublasLtMatrixLayoutDestroy(G.plans[i].a);
@@ -311,6 +330,40 @@ void backend_cuda_close(void) {
     if (G.arena_mem) cudaFree(G.arena_mem);
     if (G.stream) cudaStreamDestroy(G.stream);
     memset(&G, 0, sizeof G);
+}
+
+// 1 when this build holds code the device can run: a cubin for sm_XY runs on devices X.Z with
+// Z >= Y, PTX for compute_XY is compiled by the driver for XY and newer. FT_CUDA_CODES lists
+// them ("sm_80 sm_90", from the nvcc flags in kernels/kernels.mk); empty = unknown (let the
+// driver decide at the first launch).
+static int build_runs_on(int major, int minor) {
+    const char *p = FT_CUDA_CODES;
+    if (!*p) return 1;
+    for (; p; p = strchr(p, ' ')) {
+        int v = 0;
+        p += *p == ' ';
+        if (sscanf(p, "sm_%d", &v) == 1 && v / 10 == major && v % 10 <= minor) return 1;
+        if (sscanf(p, "compute_%d", &v) == 1 && v <= major * 10 + minor) return 1;
+    }
+    return 0;
+}
+
+// The device's architecture and free memory against what this build and this job need.
+static int check_device(const struct cudaDeviceProp *prop, size_t arena_bytes, size_t free_b) {
+    if (prop->major < 8)
+        return ft_error("flag --device cuda: device %d (%s) is sm_%d%d; the kernels need sm_80 or newer (bf16)", G.device,
+                        prop->name, prop->major, prop->minor);
+    if (!build_runs_on(prop->major, prop->minor))
+        return ft_error("flag --device cuda: device %d (%s) is sm_%d%d, and this build has kernels for %s only; add "
+                        "-gencode arch=compute_%d%d,code=sm_%d%d to NVCC_ARCH_FLAGS (kernels/kernels.mk) and rebuild",
+                        G.device, prop->name, prop->major, prop->minor, FT_CUDA_CODES, prop->major, prop->minor,
+                        prop->major, prop->minor);
+    if (arena_bytes > free_b)
+        return ft_error("flag --device cuda: the memory plan needs %.2f GiB on device %d (%s) but %.2f GiB are free; "
+                        "lower --batch_size_per_device or --seq_len, add --gradient_checkpointing or GPUs "
+                        "(--dry_run prints the plan)", arena_bytes / 1073741824.0, G.device, prop->name,
+                        free_b / 1073741824.0);
+    return 0;
 }
 
 int backend_cuda_select_device(int local_rank, int *device) {
@@ -331,17 +384,12 @@ static int open_device(int local_rank, size_t arena_bytes) {
     struct cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, G.device));
     snprintf(G.device_name, sizeof G.device_name, "%s", prop.name);
-    if (prop.major < 8)
-        return ft_error("flag --device cuda: device %d (%s) is sm_%d%d; the kernels need sm_80 or newer (bf16)", G.device,
-                        prop.name, prop.major, prop.minor);
     size_t free_b = 0, total_b = 0;
     CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
     // 0 = take most of what is free (leave room for the CUDA context, NCCL and cuBLASLt)
     if (arena_bytes == 0) arena_bytes = free_b / 100 * 92;
     arena_bytes += LT_WORKSPACE_BYTES;
-    if (arena_bytes > free_b)
-        return ft_error("flag --device cuda: the memory plan needs %.2f GiB on device %d (%s) but %.2f GiB are free",
-                        arena_bytes / 1073741824.0, G.device, prop.name, free_b / 1073741824.0);
+    TRY(check_device(&prop, arena_bytes, free_b));
     CHECK_CUDA(cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking));
     CHECK_CUDA(cudaMalloc(&G.arena_mem, arena_bytes));
     TRY(arena_init(&G.ar, G.arena_mem, arena_bytes, ARENA_ALIGN));

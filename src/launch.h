@@ -36,6 +36,11 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv);
 // rank 0: one line naming the launcher, the grid and the device.
 void launch_print(const launch *L);
 
+// End every rank now, without teardown (the watchdog's way out, src/watchdog.h): MPI_Abort
+// under MPI (the launcher kills the other ranks, stopped ones included), else _exit(1).
+// L may be NULL (before the grid exists). Does not return.
+void launch_abort(const launch *L) __attribute__((noreturn));
+
 // Tear down after the job returned rc: a failure this rank saw but not every rank knows
 // (rc == -1, several ranks, !failure_agreed) would leave the others waiting in a collective,
 // so it aborts the MPI job; otherwise the groups are destroyed, the device closed and the

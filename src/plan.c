@@ -14,18 +14,22 @@
 // ----------------------------------------------------------------------------
 // devices
 //
-// Peak dense bf16 rates and HBM bandwidths from the NVIDIA A100 and H100 (SXM) datasheets, as
-// torchtitan uses for MFU (312e12, 989e12). NVLink: 600 GB/s (A100, NVLink 3) and 900 GB/s
-// (H100, NVLink 4) per GPU in both directions together, i.e. 300 / 450 GB/s each way, which is
-// what a ring collective's bytes sent per rank move over. Across nodes: one InfiniBand NIC per
-// GPU, HDR 200 Gb/s (25 GB/s) on A100 systems, NDR 400 Gb/s (50 GB/s) on H100 systems; 8 GPUs
-// per node. Memory: 80 GiB; PLAN_DEVICE_RESERVE_BYTES of it is left for what the tracker does
-// not see (CUDA context, cuBLASLt workspace, fragmentation), and PLAN_NCCL_COMM_BYTES per NCCL
-// communicator: assumptions (plan.h).
+// Peak dense bf16 rates and HBM bandwidths from the NVIDIA A100, H100 and H200 (SXM)
+// datasheets, as torchtitan uses for MFU (312e12, 989e12; the H200 is the same GH100 die at
+// 4.8 TB/s). NVLink: 600 GB/s (A100, NVLink 3) and 900 GB/s (H100/H200, NVLink 4) per GPU in
+// both directions together, i.e. 300 / 450 GB/s each way, which is what a ring collective's
+// bytes sent per rank move over. Across nodes: one InfiniBand NIC per GPU, HDR 200 Gb/s (25
+// GB/s) on A100 systems, NDR 400 Gb/s (50 GB/s) on H100/H200 systems; 8 GPUs per node. fp32
+// SIMT peak, SM count and boost clock (the SIMT kernels' rate, src/plan_time.c): 19.5e12, 108,
+// 1.41 GHz (A100); 67e12, 132, 1.98 GHz (H100, H200). Memory: 80 GiB (141 GB on the H200);
+// PLAN_DEVICE_RESERVE_BYTES of it is left for what the tracker does not see (CUDA context,
+// cuBLASLt workspace, fragmentation), and PLAN_NCCL_COMM_BYTES per NCCL communicator:
+// assumptions (plan.h).
 
 const plan_device plan_devices[] = {
-    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)80 << 30},
-    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)80 << 30},
+    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)80 << 30, 19.5e12, 108, 1.41e9},
+    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)80 << 30, 67e12, 132, 1.98e9},
+    {"H200-SXM-141GB", 989e12, 4.8e12, 450e9, 50e9, 8, (size_t)141000000000, 67e12, 132, 1.98e9},
 };
 const int plan_n_devices = (int)(sizeof plan_devices / sizeof plan_devices[0]);
 
@@ -73,14 +77,8 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l) {
 
 static void plan_step_work(plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
-    const double L = c->num_hidden_layers, att = model_attention_fwd_flops(c, r->seq_len);
     p->tokens = (double)p->accum * r->batch_size_per_device * r->seq_len;
-    const double model_per_token = model_flops_per_token(c, r->seq_len);
-    double exec_per_token = model_per_token + 0.5 * L * att;   // backward recomputes QK^T (flash-style)
-    if (r->gradient_checkpointing)   // layer forwards again
-        exec_per_token += 2 * L * model_layer_matmul_params(c) + L * att;
-    p->model_flops = p->tokens * model_per_token;
-    p->exec_flops = p->tokens * exec_per_token;
+    p->model_flops = p->tokens * model_flops_per_token(c, r->seq_len);   // executed: plan_ops_compute
 
     // collectives: the byte counters of src/comm.c (ring: a rank sends (n-1)/n of the data)
     const size_t S = (size_t)r->shard_size, R = (size_t)p->replica_size, esz = r->elem_bytes;
@@ -94,15 +92,20 @@ static void plan_step_work(plan *p, const llama_config *c) {
         const size_t reuse = Lu > 2 ? Lu - 2 : 0;
         const size_t layer_gathers = Lu + reuse + (A - 1) * 2 * reuse;
         p->all_gather_bytes = (S - 1) * (p->root_numel / S + layer_gathers * (p->layer_numel / S)) * esz;
+        p->root_all_gather_bytes = (S - 1) * (p->root_numel / S) * esz;
         // gradients: every unit per micro-batch, or once per step (locally accumulated); the
         // root once per step in fp32 when FSDP_GRADS_ROOT_ONCE
         const size_t layers = p->padded_total - p->root_numel;
-        if (p->grad_mode == FSDP_GRADS_LOCAL)
+        if (p->grad_mode == FSDP_GRADS_LOCAL) {
             p->reduce_scatter_bytes = (S - 1) * (p->padded_total / S) * esz;
-        else if (p->grad_mode == FSDP_GRADS_ROOT_ONCE)
-            p->reduce_scatter_bytes = (S - 1) * (A * (layers / S) * esz + p->root_numel / S * sizeof(float));
-        else
+            p->root_reduce_scatter_bytes = (S - 1) * (p->root_numel / S) * esz;
+        } else if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
+            p->root_reduce_scatter_bytes = (S - 1) * (p->root_numel / S) * sizeof(float);
+            p->reduce_scatter_bytes = (S - 1) * A * (layers / S) * esz + p->root_reduce_scatter_bytes;
+        } else {
             p->reduce_scatter_bytes = A * (S - 1) * (p->padded_total / S) * esz;
+            p->root_reduce_scatter_bytes = A * (S - 1) * (p->root_numel / S) * esz;
+        }
     }
     if (R > 1) p->all_reduce_bytes = 2 * (R - 1) * (p->n_local / R) * sizeof(float);   // fp32 slices
     // per slice element: zero the gradient (4), its norm (4), AdamW reads master, grad, m, v
@@ -159,24 +162,12 @@ int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
     plan_memory(p, c, &l);
     param_layout_free(&l);
     plan_step_work(p, c);
+    plan_ops_compute(p, c);
     return 0;
 }
 
 // ----------------------------------------------------------------------------
-// roofline and batch search
-
-plan_step_time plan_estimate_step_time(const plan *p, const plan_device *d) {
-    plan_step_time t;
-    const double shard_bw = p->req.shard_size <= d->gpus_per_node ? d->nvlink_bytes_per_s : d->internode_bytes_per_s;
-    const double world_bw = p->req.world_size <= d->gpus_per_node ? d->nvlink_bytes_per_s : d->internode_bytes_per_s;
-    t.compute_s = p->exec_flops / d->peak_flops;
-    t.comm_s = (double)(p->all_gather_bytes + p->reduce_scatter_bytes) / shard_bw +
-               (double)p->all_reduce_bytes / world_bw;
-    t.optimizer_s = p->optimizer_hbm_bytes / d->hbm_bytes_per_s;
-    t.overlapped_s = (t.compute_s > t.comm_s ? t.compute_s : t.comm_s) + t.optimizer_s;
-    t.serial_s = t.compute_s + t.comm_s + t.optimizer_s;
-    return t;
-}
+// batch search
 
 static int batch_fits(const llama_config *c, plan_request r, int B, size_t budget) {
     r.batch_size_per_device = B;
@@ -271,13 +262,7 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             r->elem_bytes == 4 ? "; fp32 storage as on the CPU backend: plan with --device cuda for bf16" : "");
     print_max_batch(out, p, c, budget, max_batch);
 
-    fprintf(out, "\nstep time ESTIMATE (roofline lower bound from peak rates; not a measurement, no GPU ran this):\n");
-    fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full length; "
-            "runs trim padding)\n", p->tokens, p->accum, r->batch_size_per_device, r->seq_len);
-    fprintf(out, "  %.3e model FLOPs (6 x matmul params + causal attention), %.3e executed (%s)\n", p->model_flops,
-            p->exec_flops, r->gradient_checkpointing ? "+ layer forwards recomputed, + attention probabilities in backward"
-                                                     : "+ attention probabilities recomputed in backward");
-    fprintf(out, "  sent per rank per step (ring; as the comm counters and metrics.jsonl record them):\n");
+    fprintf(out, "\ncollectives: sent per rank per optimizer step (ring; as the comm counters and metrics.jsonl record them):\n");
     const struct { const char *name; size_t bytes; const char *what; } coll[] = {
         {"all_gather", p->all_gather_bytes, "parameters of the units not still gathered (the root once per step)"},
         {"reduce_scatter", p->reduce_scatter_bytes,
@@ -288,18 +273,5 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     };
     for (int i = 0; i < 3; i++)
         fprintf(out, "  %-14s %15zu bytes %9.3f GB   %s\n", coll[i].name, coll[i].bytes, coll[i].bytes / 1e9, coll[i].what);
-    fprintf(out, "  optimizer: %.3f GB of HBM traffic over this rank's slice\n", p->optimizer_hbm_bytes / 1e9);
-    fprintf(out, "  %-16s %8s %9s %9s %8s %8s %12s %9s %13s\n", "device", "TFLOP/s", "link GB/s", "compute s",
-            "comm s", "optim s", "overlapped s", "serial s", "tokens/s/GPU");
-    for (int i = 0; i < plan_n_devices; i++) {
-        const plan_device *dv = &plan_devices[i];
-        plan_step_time t = plan_estimate_step_time(p, dv);
-        const double link = r->shard_size <= dv->gpus_per_node ? dv->nvlink_bytes_per_s : dv->internode_bytes_per_s;
-        fprintf(out, "  %-16s %8.0f %9.0f %9.3f %8.3f %8.3f %12.3f %9.3f %13.0f\n", dv->name, dv->peak_flops / 1e12,
-                link / 1e9, t.compute_s, t.comm_s, t.optimizer_s, t.overlapped_s, t.serial_s, p->tokens / t.overlapped_s);
-    }
-    fprintf(out, "  overlapped = max(compute, comm) + optimizer (collectives hidden behind compute); serial = the sum.\n"
-            "  Peaks: dense bf16 TFLOP/s, NVLink per direction within 8 GPUs (else InfiniBand 25/50 GB/s per GPU),\n"
-            "  HBM 2.0/3.35 TB/s. Published FSDP runs of 7-8B Llamas reach 33-57%% MFU on these GPUs, so expect the\n"
-            "  compute term 2-3x longer in practice.\n");
+    plan_print_step_time(out, p);
 }

@@ -2,8 +2,8 @@
 //
 // From a model config and the job's shape (world size, shard group, batch, sequence length,
 // checkpointing, accumulation mode, storage dtype) it computes, without allocating anything,
-// the bytes each rank's mem_tracker will record per category, and a roofline estimate of one
-// optimizer step on A100 and H100 GPUs.
+// the bytes each rank's mem_tracker will record per category, and an estimate of one
+// optimizer step per op class on A100, H100 and H200 GPUs.
 //
 // The memory plan walks the same buffer tables that model_init (src/model.c), fsdp_init
 // (src/fsdp.c) and the MFU benchmark (src/mfu.c) allocate from, so on the CPU backend it is
@@ -15,9 +15,12 @@
 // fit check at PLAN_NCCL_COMM_BYTES each) and the inference model that --sample_tokens builds
 // after training.
 //
-// The step-time estimate is a roofline: FLOPs at the GPU's peak dense bf16 rate, collective
-// bytes at its peak NVLink (or InfiniBand) bandwidth, the optimizer at HBM bandwidth. It is a
-// lower bound labelled as an estimate, never a measurement: no GPU ran this code.
+// The step-time estimate (src/plan_time.c) prices each op of the step by its class: tensor-core
+// GEMMs and attention at a stated fraction of the peak bf16 rate, the fp32 SIMT kernels at
+// their shared-memory-bound rate, memory-bound kernels at HBM bandwidth (bytes from the
+// shapes), collectives over NVLink or InfiniBand, hidden behind layer compute where the FSDP
+// schedule overlaps them. The fractions are the GPU review's estimates: an estimate labelled
+// as one, never a measurement: no GPU ran this code.
 #pragma once
 #include <stddef.h>
 #include <stdio.h>
@@ -43,6 +46,27 @@ typedef struct {
 
 // ----------------------------------------------------------------------------
 // the plan
+
+// How an op of the step-time estimate runs (src/plan_time.c has the rates).
+typedef enum {
+    PLAN_OP_GEMM,       // tensor cores through cuBLASLt
+    PLAN_OP_ATTENTION,  // attention on tensor cores (the native wmma kernel today)
+    PLAN_OP_SIMT,       // fp32 SIMT code (lm_head tiles, attention backward)
+    PLAN_OP_MEMORY,     // bound by HBM bytes
+    PLAN_OP_CLASS_COUNT
+} plan_op_class;
+// What collectives an op can hide: layer forward / backward ops hide the layer gathers and
+// reduce-scatters of their phase; root and per-step ops hide nothing.
+typedef enum { PLAN_PHASE_FWD, PLAN_PHASE_BWD, PLAN_PHASE_ROOT, PLAN_PHASE_STEP, PLAN_PHASE_COUNT } plan_op_phase;
+typedef struct {
+    const char *what;
+    plan_op_class cls;
+    plan_op_phase phase;
+    double flops;                   // per rank per optimizer step (0 for memory-bound ops)
+    double bytes;                   // HBM bytes per rank per step (memory-bound ops only)
+    double simt_flop_per_sm_clk;    // PLAN_OP_SIMT: the kernel's rate per SM per clock
+} plan_op;
+#define PLAN_MAX_OPS 16
 
 // one line of the memory table: a buffer (or a group of equal buffers) of one category
 #define PLAN_MAX_ITEMS 32
@@ -79,11 +103,15 @@ typedef struct {
     // trim each micro-batch to its longest row)
     double tokens;                  // accum x B x T
     double model_flops;             // 6 x matmul params + causal attention, per token x tokens
-    double exec_flops;              // model_flops + recompute (checkpointing, attention backward)
+    double exec_flops;              // the FLOPs of ops[] (recompute, this build's attention backward)
     size_t all_gather_bytes;        // sent by this rank (ring), as the comm counters record
     size_t reduce_scatter_bytes;
+    size_t root_all_gather_bytes;   // the root unit's share of the two above (blocking in fsdp.c)
+    size_t root_reduce_scatter_bytes;
     size_t all_reduce_bytes;        // gradient all-reduce across replicas (scalars not counted)
     double optimizer_hbm_bytes;     // AdamW reads and writes over this rank's slice
+    plan_op ops[PLAN_MAX_OPS];      // the step's ops for the time estimate (plan_ops_compute)
+    int n_ops;
 } plan;
 
 // Check the process grid: W >= 1 and S divides W. 0, or -1 with ft_error naming --dp_shard.
@@ -105,16 +133,19 @@ int plan_validate(const llama_config *cfg, const plan_request *req);
 int plan_compute(plan *p, const llama_config *cfg, const plan_request *req);
 
 // ----------------------------------------------------------------------------
-// devices for the roofline and the fit check
+// devices for the step-time estimate and the fit check
 
 typedef struct {
     const char *name;
-    double peak_flops;              // dense bf16 FLOP/s
+    double peak_flops;              // dense bf16 FLOP/s (tensor cores)
     double hbm_bytes_per_s;
     double nvlink_bytes_per_s;      // per GPU, per direction
     double internode_bytes_per_s;   // per GPU, when a group spans nodes
     int gpus_per_node;
     size_t memory_bytes;
+    double fp32_flops;              // fp32 SIMT peak FLOP/s
+    int sm_count;
+    double clock_hz;                // boost clock
 } plan_device;
 
 extern const plan_device plan_devices[];
@@ -130,14 +161,30 @@ extern const int plan_n_devices;
 #define PLAN_NCCL_COMM_BYTES ((size_t)768 << 20)
 size_t plan_device_budget(const plan *p, const plan_device *d);
 
+// ----------------------------------------------------------------------------
+// the step-time estimate (src/plan_time.c)
+
 typedef struct {
-    double compute_s, comm_s, optimizer_s;
-    double overlapped_s;            // max(compute, comm) + optimizer: collectives fully hidden
-    double serial_s;                // compute + comm + optimizer: nothing hidden
+    double class_s[PLAN_OP_CLASS_COUNT];  // the ops of each class
+    double comm_exposed_s;          // collective time not hidden behind compute
+    double total_s;                 // sum of class_s + comm_exposed_s
+    double comm_hidden_s;           // collective time overlapped with layer compute
+    double link_s;                  // all collective bytes over the link: exposed + hidden
+    double mfu;                     // model_flops / (total_s x peak_flops)
 } plan_step_time;
 
-// Roofline times of one optimizer step of `p` on `d`.
-plan_step_time plan_estimate_step_time(const plan *p, const plan_device *d);
+// Fill p->ops (and p->exec_flops) from the job's shapes and p's collective and optimizer
+// bytes; plan_compute calls it last.
+void plan_ops_compute(plan *p, const llama_config *cfg);
+// Name of an op class as the report prints it ("gemm", "attention", "simt", "memory").
+const char *plan_op_class_name(plan_op_class k);
+// Seconds of op `o` on device `d` at its class's rate.
+double plan_op_seconds(const plan_op *o, const plan_device *d);
+// Estimated times of one optimizer step of `p` on `d`, per class, into *t.
+void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time *t);
+// Print the step-time part of the --dry_run report: the ops, the per-class table per device,
+// tokens/s and predicted MFU, all labelled as estimates.
+void plan_print_step_time(FILE *out, const plan *p);
 
 // Largest batch_size_per_device in [1, max_batch] whose plan fits `budget` bytes, with the
 // other fields of `req`; `dividing` = 1 also requires B x W to divide the total batch.

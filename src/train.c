@@ -24,6 +24,7 @@
 #include "profile.h"
 #include "sample.h"
 #include "schedule.h"
+#include "watchdog.h"
 
 // ----------------------------------------------------------------------------
 // signals: SIGTERM (Slurm before the time limit) and SIGINT save a checkpoint and stop
@@ -249,6 +250,7 @@ static int train_step(job *j, int step, step_stats *st) {
     const int B = o->batch_size_per_device, T = o->seq_len;
     const double t0 = now_seconds();
     profile_step_begin();
+    watchdog_set_phase("step %d", step + 1);
     size_t ag0, rs0, ar0;
     comm_bytes(j->cc, &ag0, &rs0, &ar0);
     const int epoch = step / j->steps_per_epoch;
@@ -358,6 +360,7 @@ static trainer_state job_state(const job *j, int step) {
 }
 
 static int save_checkpoint(job *j, int step) {
+    watchdog_set_phase("checkpoint at step %d", step);
     const trainer_state ts = job_state(j, step);
     int rc = agree(j, ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
     if (rc != 0) return rc;
@@ -366,6 +369,7 @@ static int save_checkpoint(job *j, int step) {
 }
 
 static int eval_and_log(job *j, int step) {
+    watchdog_set_phase("eval at step %d", step);
     double loss, ntok, t0 = now_seconds();
     TRY(evaluate(j, &loss, &ntok));
     log_eval(j, step, loss, ntok, now_seconds() - t0);
@@ -377,6 +381,7 @@ static int eval_and_log(job *j, int step) {
 static int job_load_start(job *j, int *start) {
     const train_options *o = j->o;
     char dir[4096] = "";
+    watchdog_set_phase("loading");
     int rc = o->eval_only ? 0 : fs_mkdirs(o->out_dir);   // fail before any work if unwritable
     if (rc == 0 && o->resume[0]) rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
     const trainer_state expect = job_state(j, 0);
@@ -453,8 +458,10 @@ static int job_finish(job *j, int step) {
     int rc;
     TRY(eval_and_log(j, step));
     snprintf(path, sizeof path, "%s/final", o->out_dir);
+    watchdog_set_phase("export");
     if ((rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
     if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
+    watchdog_set_phase("sampling");
     for (int g = 0; o->sample_tokens > 0 && g < o->sample_games; g++)
         TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
     if (is_main(j)) {

@@ -47,6 +47,8 @@ typedef struct {
     int dry_run;
     int world_size;               // --dry_run: ranks to plan for (0 = the launcher's)
     const char *device;           // "cpu" (fp32 storage) or "cuda" (bf16); the plan's dtype
+    // failure detection (src/watchdog.h; configured by main)
+    double collective_timeout;    // seconds without progress before the job is aborted (0 = off)
 } train_options;
 
 // Shard group size S of the job at world size W: 1 with --no_fsdp, --dp_shard when set, else W.
