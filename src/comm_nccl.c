@@ -30,7 +30,6 @@
 // NCCL is loaded at run time (nccl_load), not linked: it is not part of the CUDA toolkit and
 // only GPU jobs of more than one rank need it, so a machine without it still runs CPU and
 // single-GPU jobs, and a multi-GPU job says in one line what is missing.
-#define _GNU_SOURCE   // RTLD_DEFAULT
 #include <dlfcn.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -43,9 +42,10 @@
 #include "watchdog.h"
 
 // ----------------------------------------------------------------------------
-// NCCL, loaded at run time: from the process itself when it has the functions (the emulated
-// build links its own, tests/cuda_emu; a preloaded NCCL), else from libnccl.so.2 on the
-// library path (or the file FT_NCCL_LIBRARY names). ncclCommSplit needs NCCL 2.18.
+// NCCL, loaded at run time: the functions linked into the executable when there are any (the
+// emulated build links its own, tests/cuda_emu; the references are weak, so they are NULL in a
+// real build), else libnccl.so.2 from the library path (or the file FT_NCCL_LIBRARY names).
+// ncclCommSplit needs NCCL 2.18.
 
 #define NCCL_FUNCTIONS(X) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommSplit) X(ncclCommUserRank) \
     X(ncclCommCount) X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString) \
@@ -57,7 +57,12 @@ typedef struct {
 #undef NCCL_POINTER
 } nccl_functions;
 
-static nccl_functions N;   // all NULL until nccl_load succeeds
+static nccl_functions N;   // all NULL until comm_nccl_load succeeds
+
+#define NCCL_PRAGMA(text) _Pragma(#text)
+#define NCCL_WEAK(f) NCCL_PRAGMA(weak f)
+NCCL_FUNCTIONS(NCCL_WEAK)
+#undef NCCL_WEAK
 
 #define CHECK_NCCL(call) do { ncclResult_t nccl_rc_ = (call); if (nccl_rc_ != ncclSuccess) \
     return ft_error("%s failed at %s:%d: %s", #call, FT_WHERE, N.ncclGetErrorString(nccl_rc_)); } while (0)
@@ -65,14 +70,18 @@ static nccl_functions N;   // all NULL until nccl_load succeeds
 int comm_nccl_load(void) {
     if (N.ncclGetUniqueId) return 0;
     const char *file = getenv("FT_NCCL_LIBRARY");
-    void *lib = RTLD_DEFAULT;
-    if (file || !dlsym(RTLD_DEFAULT, "ncclCommInitRank")) {
-        lib = dlopen(file ? file : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-        if (!lib)
-            return ft_error("GPU ranks need NCCL 2.18 or newer: %s (install NCCL, e.g. Debian's libnccl2, or set "
-                            "FT_NCCL_LIBRARY to its libnccl.so.2)", dlerror());
-    }
     nccl_functions f;
+    if (!file && ncclCommInitRank) {   // linked in
+#define NCCL_LINKED(name) if (!(f.name = name)) return ft_error("nccl: the linked NCCL has no %s", #name);
+        NCCL_FUNCTIONS(NCCL_LINKED)
+#undef NCCL_LINKED
+        N = f;
+        return 0;
+    }
+    void *lib = dlopen(file ? file : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return ft_error("GPU ranks need NCCL 2.18 or newer: %s (install NCCL, e.g. Debian's libnccl2, or set "
+                        "FT_NCCL_LIBRARY to its libnccl.so.2)", dlerror());
 #define NCCL_RESOLVE(name) if (!(f.name = (__typeof__(name) *)dlsym(lib, #name))) \
     return ft_error("GPU ranks need NCCL 2.18 or newer: %s has no %s", file ? file : "libnccl.so.2", #name);
     NCCL_FUNCTIONS(NCCL_RESOLVE)
