@@ -104,3 +104,7 @@ int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *i
 // Sub-group of an NCCL group: ranks with the same color, ordered by key (ncclCommSplit;
 // collective over `parent`). 0 / -1.
 int comm_nccl_split(comm *parent, int color, int key, comm *out);
+// Give NCCL group `c` a second communicator over the same ranks, with its own stream, for its
+// reduce-scatters, so they overlap its all-gathers (ncclCommSplit; collective over `c`;
+// destroyed with `c`). The FSDP shard group gets one. 0 / -1.
+int comm_nccl_add_reduce_scatter_lane(comm *c);
