@@ -405,16 +405,21 @@ static int check_device(const struct cudaDeviceProp *prop, size_t arena_bytes, s
     return 0;
 }
 
-static int open_device(int local_rank, size_t arena_bytes) {
+int backend_cuda_select_device(int local_rank, int *device) {
     int count = 0;
     TRY(backend_cuda_device_count(&count));
     // one GPU per rank: ranks of a node take devices in local-rank order; with per-task GPU
     // binding (srun --gpus-per-task / CUDA_VISIBLE_DEVICES per rank) each rank sees one
-    G.device = count == 1 ? 0 : local_rank;
-    if (G.device >= count)
+    *device = count == 1 ? 0 : local_rank;
+    if (*device >= count)
         return ft_error("flag --device cuda: local rank %d needs device %d but %d are visible (CUDA_VISIBLE_DEVICES=%s)",
-                        local_rank, G.device, count, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
-    CHECK_CUDA(cudaSetDevice(G.device));
+                        local_rank, *device, count, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
+    CHECK_CUDA(cudaSetDevice(*device));
+    return 0;
+}
+
+static int open_device(int local_rank, size_t arena_bytes) {
+    TRY(backend_cuda_select_device(local_rank, &G.device));
     struct cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, G.device));
     snprintf(G.device_name, sizeof G.device_name, "%s", prop.name);

@@ -7,7 +7,11 @@
 
 // Number of CUDA devices, or -1 with a clear "no usable GPU" error (no driver, no device).
 int backend_cuda_device_count(int *count);
-// Open the device of this local rank and its arena (arena_bytes; 0 = 92% of free memory).
+// Make the device of this local rank current (*device: its index) without opening the
+// backend: NCCL communicators are created on it before the arena is sized. 0 / -1.
+int backend_cuda_select_device(int local_rank, int *device);
+// Open the device of this local rank and its arena (arena_bytes; 0 = 92% of free memory,
+// checked against what is free now, after the NCCL communicators took theirs).
 int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out);
 // The table's lifecycle entries (callers use backend_close / backend_describe /
 // backend_peak_tflops from backend.h): release the device; "cuda device 0 (NVIDIA H100 ...,

@@ -91,9 +91,10 @@ void comm_mpi_finalize(void);
 // ----------------------------------------------------------------------------
 // NCCL transport (src/comm_nccl.c, built with the CUDA toolkit; unverified on GPU)
 
-// Load NCCL (it is not linked): the process's own functions when it has them (the emulated
-// build), else libnccl.so.2 from the library path, or the file FT_NCCL_LIBRARY names. Every
-// function below loads it first. 0, or -1 with one line naming what is missing.
+// Load NCCL (it is not linked): the functions linked into the executable when there are any
+// (the emulated build's), else libnccl.so.2 from the library path, or the file
+// FT_NCCL_LIBRARY names. Every function below loads it first. 0, or -1 with one line naming
+// what is missing.
 int comm_nccl_load(void);
 // A fresh NCCL unique id (n must be 128, sizeof(ncclUniqueId)); works without a GPU. 0 / -1.
 int comm_nccl_unique_id(void *id, size_t n);
@@ -103,3 +104,7 @@ int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *i
 // Sub-group of an NCCL group: ranks with the same color, ordered by key (ncclCommSplit;
 // collective over `parent`). 0 / -1.
 int comm_nccl_split(comm *parent, int color, int key, comm *out);
+// Give NCCL group `c` a second communicator over the same ranks, with its own stream, for its
+// reduce-scatters, so they overlap its all-gathers (ncclCommSplit; collective over `c`;
+// destroyed with `c`). The FSDP shard group gets one. 0 / -1.
+int comm_nccl_add_reduce_scatter_lane(comm *c);

@@ -17,7 +17,9 @@ typedef struct {
     const char *launcher;           // for the bootstrap line
     int W, rank, local_rank, local_size;
     int mpi, pmi2_open, pmi2_ranks; // MPI is up; PMI2 is up; PMI2 without MPI started > 1 rank
-    int mpi_split, nccl, dcomms;    // which groups exist (to destroy)
+    int mpi_split, nccl;            // which groups exist (to destroy): MPI splits; dworld is NCCL
+    int dshard_own, dreplica_own;   // dshard / dreplica were created (not the world group)
+    int n_nccl;                     // NCCL communicators created (the bootstrap line; the plan's count)
     int ready;                      // launch_open succeeded
 } launch;
 

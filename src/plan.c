@@ -23,7 +23,8 @@
 // SIMT peak, SM count and boost clock (the SIMT kernels' rate, src/plan_time.c): 19.5e12, 108,
 // 1.41 GHz (A100); 67e12, 132, 1.98 GHz (H100, H200). Memory: 80 GiB (141 GB on the H200);
 // PLAN_DEVICE_RESERVE_BYTES of it is left for what the tracker does not see (CUDA context,
-// cuBLASLt workspace, NCCL buffers, fragmentation): an assumption.
+// cuBLASLt workspace, fragmentation), and PLAN_NCCL_COMM_BYTES per NCCL communicator:
+// assumptions (plan.h).
 
 const plan_device plan_devices[] = {
     {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)80 << 30, 19.5e12, 108, 1.41e9},
@@ -32,7 +33,16 @@ const plan_device plan_devices[] = {
 };
 const int plan_n_devices = (int)(sizeof plan_devices / sizeof plan_devices[0]);
 
-size_t plan_device_budget(const plan_device *d) { return d->memory_bytes - PLAN_DEVICE_RESERVE_BYTES; }
+size_t plan_device_budget(const plan *p, const plan_device *d) {
+    return d->memory_bytes - PLAN_DEVICE_RESERVE_BYTES - p->nccl_bytes;
+}
+
+// The NCCL communicators src/launch.c creates for a GPU rank of this grid.
+static int plan_nccl_comms(const plan_request *r) {
+    const int W = r->world_size, S = r->shard_size, R = W / S;
+    if (r->elem_bytes != 2 || W == 1) return 0;
+    return 1 + (S > 1 && S < W) + (R > 1 && R < W) + (S > 1);
+}
 
 // ----------------------------------------------------------------------------
 // memory
@@ -52,6 +62,16 @@ static int plan_table_add(mem_table *t, const mem_buffer *b) {
     return 0;
 }
 
+// The buffers of job_setup in its allocation order: model_init, then fsdp_init (in
+// p->grad_mode, which names the fp32 unit buffer's second use), then the MFU benchmark.
+static void plan_memory(plan *p, const llama_config *c, const param_layout *l) {
+    const plan_request *r = &p->req;
+    mem_table t = {plan_table_add, p, 0};
+    model_buffer_table(&t, c, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing, r->elem_bytes, NULL);
+    fsdp_buffer_table(&t, l, r->shard_size, (fsdp_grad_mode)p->grad_mode, r->elem_bytes, NULL);
+    if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
+}
+
 // ----------------------------------------------------------------------------
 // FLOPs and collective bytes of one optimizer step
 
@@ -64,17 +84,28 @@ static void plan_step_work(plan *p, const llama_config *c) {
     const size_t S = (size_t)r->shard_size, R = (size_t)p->replica_size, esz = r->elem_bytes;
     const size_t Lu = (size_t)c->num_hidden_layers, A = (size_t)p->accum;
     if (S > 1) {
-        // fsdp.c's provider: the root once per micro-batch (kept through the backward); the
-        // first forward gathers every layer; a backward starts with the last two forward
-        // layers still gathered, and the next micro-batch's forward starts with layers 0 and 1
-        // still gathered from the backward; the optimizer step invalidates them
+        // fsdp.c's provider: the root once per step (kept across micro-batches until the
+        // optimizer step changes it); the first forward gathers every layer; a backward
+        // starts with the last two forward layers still gathered, and the next micro-batch's
+        // forward starts with layers 0 and 1 still gathered from the backward; the optimizer
+        // step invalidates them
         const size_t reuse = Lu > 2 ? Lu - 2 : 0;
         const size_t layer_gathers = Lu + reuse + (A - 1) * 2 * reuse;
-        p->all_gather_bytes = (S - 1) * (A * (p->root_numel / S) + layer_gathers * (p->layer_numel / S)) * esz;
-        p->root_all_gather_bytes = (S - 1) * A * (p->root_numel / S) * esz;
-        const size_t reductions = r->accumulate_grads_locally ? 1 : A;
-        p->reduce_scatter_bytes = reductions * (S - 1) * (p->padded_total / S) * esz;
-        p->root_reduce_scatter_bytes = reductions * (S - 1) * (p->root_numel / S) * esz;
+        p->all_gather_bytes = (S - 1) * (p->root_numel / S + layer_gathers * (p->layer_numel / S)) * esz;
+        p->root_all_gather_bytes = (S - 1) * (p->root_numel / S) * esz;
+        // gradients: every unit per micro-batch, or once per step (locally accumulated); the
+        // root once per step in fp32 when FSDP_GRADS_ROOT_ONCE
+        const size_t layers = p->padded_total - p->root_numel;
+        if (p->grad_mode == FSDP_GRADS_LOCAL) {
+            p->reduce_scatter_bytes = (S - 1) * (p->padded_total / S) * esz;
+            p->root_reduce_scatter_bytes = (S - 1) * (p->root_numel / S) * esz;
+        } else if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
+            p->root_reduce_scatter_bytes = (S - 1) * (p->root_numel / S) * sizeof(float);
+            p->reduce_scatter_bytes = (S - 1) * A * (layers / S) * esz + p->root_reduce_scatter_bytes;
+        } else {
+            p->reduce_scatter_bytes = A * (S - 1) * (p->padded_total / S) * esz;
+            p->root_reduce_scatter_bytes = A * (S - 1) * (p->root_numel / S) * esz;
+        }
     }
     if (R > 1) p->all_reduce_bytes = 2 * (R - 1) * (p->n_local / R) * sizeof(float);   // fp32 slices
     // per slice element: zero the gradient (4), its norm (4), AdamW reads master, grad, m, v
@@ -124,11 +155,11 @@ int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
     p->padded_total = l.total;
     p->n_local = p->padded_total / (size_t)r->shard_size;
 
-    // allocation order of job_setup: model_init, then fsdp_init, then the MFU benchmark
-    mem_table t = {plan_table_add, p, 0};
-    model_buffer_table(&t, c, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing, r->elem_bytes, NULL);
-    fsdp_buffer_table(&t, &l, r->shard_size, r->accumulate_grads_locally, r->elem_bytes, NULL);
-    if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
+    p->nccl_comms = plan_nccl_comms(r);
+    p->nccl_bytes = (size_t)p->nccl_comms * PLAN_NCCL_COMM_BYTES;
+    p->grad_mode = r->accumulate_grads_locally ? FSDP_GRADS_LOCAL : FSDP_GRADS_PER_MICRO_BATCH;
+    if (!r->accumulate_grads_locally && r->shard_size > 1 && p->accum > 1) p->grad_mode = FSDP_GRADS_ROOT_ONCE;
+    plan_memory(p, c, &l);
     param_layout_free(&l);
     plan_step_work(p, c);
     plan_ops_compute(p, c);
@@ -198,7 +229,9 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s; storage %s (--device %s)\n",
             r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
             p->accum, r->total_batch_size, r->gradient_checkpointing ? "on" : "off",
-            r->accumulate_grads_locally ? ", gradients accumulated locally" : "", dtype, device);
+            p->grad_mode == FSDP_GRADS_LOCAL       ? ", gradients accumulated locally"
+            : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? ", root gradient summed over micro-batches in fp32, reduced once per step"
+                                                   : "", dtype, device);
 
     fprintf(out, "\nmemory per rank (what the allocator's tracker records; exact for this build):\n");
     fprintf(out, "  %-12s %15s %9s\n", "category", "bytes", "GiB");
@@ -221,18 +254,21 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             state * r->world_size / (double)p->n_params, r->world_size, state / (double)p->n_params);
 
     const plan_device *d = &plan_devices[0];
-    const size_t budget = plan_device_budget(d);
-    fprintf(out, "\nfits an 80 GB GPU (A100/H100 80GB): %s (%.2f GiB of %.0f GiB: 80 GiB minus %.0f GiB assumed for "
-            "the CUDA context, cuBLASLt/NCCL buffers and fragmentation)%s\n", p->total <= budget ? "yes" : "NO",
-            gib(p->total), gib(budget), gib(PLAN_DEVICE_RESERVE_BYTES),
+    const size_t budget = plan_device_budget(p, d);
+    fprintf(out, "\nfits an 80 GB GPU (A100/H100 80GB): %s (%.2f GiB of %.2f GiB: 80 GiB minus %.0f GiB assumed for "
+            "the CUDA context, cuBLASLt workspace and fragmentation, minus %d NCCL communicator(s) at %.2f GiB each "
+            "(assumed), created before the arena)%s\n", p->total <= budget ? "yes" : "NO", gib(p->total), gib(budget),
+            gib(PLAN_DEVICE_RESERVE_BYTES), p->nccl_comms, gib(PLAN_NCCL_COMM_BYTES),
             r->elem_bytes == 4 ? "; fp32 storage as on the CPU backend: plan with --device cuda for bf16" : "");
     print_max_batch(out, p, c, budget, max_batch);
 
     fprintf(out, "\ncollectives: sent per rank per optimizer step (ring; as the comm counters and metrics.jsonl record them):\n");
     const struct { const char *name; size_t bytes; const char *what; } coll[] = {
-        {"all_gather", p->all_gather_bytes, "parameters of the units not still gathered"},
+        {"all_gather", p->all_gather_bytes, "parameters of the units not still gathered (the root once per step)"},
         {"reduce_scatter", p->reduce_scatter_bytes,
-         r->accumulate_grads_locally ? "gradients, once per step" : "gradients, once per micro-batch"},
+         p->grad_mode == FSDP_GRADS_LOCAL       ? "gradients, once per step"
+         : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? "layer gradients once per micro-batch; the root's once per step (fp32)"
+                                                : "gradients, once per micro-batch"},
         {"all_reduce", p->all_reduce_bytes, "fp32 gradient slices across replicas (scalars not counted)"},
     };
     for (int i = 0; i < 3; i++)

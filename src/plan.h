@@ -10,9 +10,10 @@
 // exact by construction; tests/test_plan.sh still compares it with the allocator's measured
 // peaks. Every buffer is allocated once at setup and kept to the
 // end of training, so the peak total is the sum of the categories. Not planned: what the
-// mem_tracker does not see (a CUDA context, cuBLASLt/NCCL buffers, allocator fragmentation;
-// the fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those) and the inference model that
-// --sample_tokens builds after training.
+// mem_tracker does not see (a CUDA context, cuBLASLt workspace, allocator fragmentation: the
+// fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those; NCCL communicators: counted in the
+// fit check at PLAN_NCCL_COMM_BYTES each) and the inference model that --sample_tokens builds
+// after training.
 //
 // The step-time estimate (src/plan_time.c) prices each op of the step by its class: tensor-core
 // GEMMs and attention at a stated fraction of the peak bf16 rate, the fp32 SIMT kernels at
@@ -84,6 +85,13 @@ typedef struct {
     size_t layer_numel, root_numel; // padded unit sizes
     size_t padded_total;            // L x layer + root
     size_t n_local;                 // elements of this rank's slice of all units
+    int grad_mode;                  // fsdp_grad_mode the trainer runs with (see "room" below)
+    // NCCL communicators of a GPU rank (elem_bytes 2, W > 1; src/launch.c): the world group,
+    // the shard and replica groups where they are neither the world nor one rank, and the
+    // shard group's reduce-scatter lane (S > 1). Outside the tracker; created before the
+    // device arena, and counted in the fit check at PLAN_NCCL_COMM_BYTES each
+    int nccl_comms;
+    size_t nccl_bytes;
 
     // memory per rank (bytes)
     size_t bytes[MEM_CATEGORY_COUNT];
@@ -114,6 +122,14 @@ int plan_validate_grid(int world_size, int shard_size);
 int plan_validate(const llama_config *cfg, const plan_request *req);
 
 // Compute the plan for `cfg` and `req` (validated first, plan_validate). 0 or -1.
+// It also chooses how gradients travel (p->grad_mode, which the trainer passes to fsdp_init):
+// --accumulate_grads_locally = FSDP_GRADS_LOCAL; else, with S > 1 and more than one
+// micro-batch per step, FSDP_GRADS_ROOT_ONCE; otherwise FSDP_GRADS_PER_MICRO_BATCH. "Room"
+// for the root's fp32 gradient sum is always there: it lives in the fp32 checkpoint gather
+// buffer (one largest unit, at least the root), which is idle during a step, so the memory
+// plan is the same in every mode (the report names the buffer's second use). The gathered
+// root is kept across micro-batches in its own buffer, which every S > 1 plan has anyway.
+// The choice depends only on the request, so --dry_run, the arena's size and the trainer agree.
 int plan_compute(plan *p, const llama_config *cfg, const plan_request *req);
 
 // ----------------------------------------------------------------------------
@@ -135,9 +151,15 @@ typedef struct {
 extern const plan_device plan_devices[];
 extern const int plan_n_devices;
 
-// Tracked bytes a device may hold: its memory minus what the tracker does not see.
+// Tracked bytes a device may hold: its memory minus what the tracker does not see: the
+// reserve (CUDA context, cuBLASLt workspace, allocator fragmentation: an assumption) and
+// p's NCCL communicators. GPU memory of one NCCL communicator (an assumption): NCCL's
+// buffers scale with its channels; measured 544-688 MB per group on 4 x A100 NVLink
+// (github.com/NVIDIA/nccl/issues/964); NVLS on NVSwitch systems can take more (NCCL issue
+// 864: about 1.6 GB), NCCL_NVLS_ENABLE=0 avoids that.
 #define PLAN_DEVICE_RESERVE_BYTES ((size_t)4 << 30)
-size_t plan_device_budget(const plan_device *d);
+#define PLAN_NCCL_COMM_BYTES ((size_t)768 << 20)
+size_t plan_device_budget(const plan *p, const plan_device *d);
 
 // ----------------------------------------------------------------------------
 // the step-time estimate (src/plan_time.c)

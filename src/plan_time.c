@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "fsdp.h"
 #include "model.h"
 
 // ----------------------------------------------------------------------------
@@ -85,10 +86,16 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     op_add(p, "embedding, final norm, softmax/xent rows", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
            A * (N * e * 14 * C + 2 * N * V * 4 + 20 * N), 0);
     // every unit's gradient zeroed (grad_begin) and added into the fp32 slice (grad_end), on the
-    // compute stream during the backward
-    const double grad_passes = r->accumulate_grads_locally ? 1 : A;
-    op_add(p, "unit gradients: zero, add into fp32 slice", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0,
-           grad_passes * ((double)p->padded_total * e + (double)p->n_local * (e + 8)), 0);
+    // compute stream during the backward; with FSDP_GRADS_ROOT_ONCE the root's is added into
+    // its full fp32 sum instead (zeroed once per step) and the step's one fp32 reduce-scatter
+    // writes the root's slice
+    const double grad_passes = p->grad_mode == FSDP_GRADS_LOCAL ? 1 : A;
+    double grad_bytes = grad_passes * ((double)p->padded_total * e + (double)p->n_local * (e + 8));
+    if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
+        const double root = (double)p->root_numel, root_slice = root / r->shard_size;
+        grad_bytes += A * (root - root_slice) * (e + 8) + 4 * root;
+    }
+    op_add(p, "unit gradients: zero, add into fp32 slice", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, grad_bytes, 0);
     op_add(p, "optimizer: grad norm, AdamW", PLAN_OP_MEMORY, PLAN_PHASE_STEP, 0, p->optimizer_hbm_bytes, 0);
 
     p->exec_flops = 0;
@@ -129,8 +136,9 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
     const double layer_rs = (double)(p->reduce_scatter_bytes - p->root_reduce_scatter_bytes) / shard_bw;
     const double all_reduce = (double)p->all_reduce_bytes / world_bw;
     t->link_s = root + layer_ag + layer_rs + all_reduce;
-    // fsdp.c: the root's gather and reduce-scatter and the replica all-reduce block the compute
-    // stream; a layer's gather is prefetched behind the previous layer's compute and its
+    // fsdp.c: the root's gather and reduce-scatter (each once per step, but for the root's
+    // reduce-scatter per micro-batch in FSDP_GRADS_PER_MICRO_BATCH) and the replica all-reduce
+    // block the compute stream; a layer's gather is prefetched behind the previous layer's compute and its
     // reduce-scatter overlaps the next layer's backward (not with --accumulate_grads_locally:
     // one blocking reduction per step). Layer gathers: half in the forward, half in the backward
     // (exact but for the step's first forward, which gathers 2 more layers).

@@ -162,13 +162,14 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     snprintf(path, sizeof path, "%s/config.json", o->model_dir);
     TRY(llama_config_load(&j->cfg, path));
     const plan_request req = train_plan_request(o, j->world, st_dtype_size(j->be->dtype));
-    TRY(plan_validate(&j->cfg, &req));
+    plan pl;   // validates the job, and chooses how gradients travel (what --dry_run plans)
+    TRY(plan_compute(&pl, &j->cfg, &req));
     j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 
     TRY(param_layout_init(&j->layout, &j->cfg, fsdp_pad_multiple(cc->shard->size)));
     TRY(model_init(&j->m, &j->layout, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
                    o->gradient_checkpointing));
-    TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, o->accumulate_grads_locally));
+    TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, (fsdp_grad_mode)pl.grad_mode));
     j->prov = fsdp_provider(&j->fs);
     if (o->profile) j->prov = profile_provider(&j->prov);
 

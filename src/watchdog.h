@@ -17,7 +17,9 @@
 // during waits, and a description of their oldest unfinished operation (added to the line).
 //
 // Not covered: waits inside third-party calls that cannot be polled (MPI_Init's PMI fence,
-// ncclCommInitRank / ncclCommSplit once every rank entered them, file I/O). Setup collectives
+// the PMI2 exchange of the NCCL id under srun without MPI, ncclCommInitRank / ncclCommSplit
+// once every rank entered them, file I/O), and a rank stuck in its own host code with no
+// peer waiting for it (a single rank: nothing waits on it). Setup collectives
 // that block (MPI_Comm_split, NCCL init) are entered only after a deadline-bound barrier has
 // shown that every rank reached them.
 #pragma once

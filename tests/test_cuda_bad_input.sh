@@ -7,9 +7,11 @@
 #      needs about 0.57 GiB): names the need, the free memory and the flags that lower it;
 #      under mpiexec with only rank 1's device too small, every rank exits and the line is
 #      printed once (by rank 1)
-#   2. a GPU older than sm_80 (FT_EMU_COMPUTE_CAPABILITY=7.5): names its architecture; a GPU
-#      newer than what the build holds (10.0, 12.0: cubins for sm_80 and sm_90 run only on
-#      8.x and 9.0) names the architectures built and the flag to add; 8.6 and 9.0 run
+#   2. a GPU older than sm_80 (FT_EMU_COMPUTE_CAPABILITY=7.5): names its architecture; 8.6
+#      and 9.0 run the sm_80/sm_90 cubins, 10.0 and 12.0 (newer than every cubin) the
+#      compute_90 PTX the build also holds (the driver compiles it at load). The refusal of
+#      a GPU newer than everything built is reachable only in a build without PTX
+#      (NVCC_PTX_ARCH=, as tests/gpu/first_light.sh builds for its own GPU), not here.
 #   3. NCCL missing (FT_NCCL_LIBRARY=/nonexistent/libnccl.so.2) for 2 GPU ranks: names the
 #      library, before any device is touched (so build/finetune shows it on this GPU-less
 #      machine too); build/finetune does not link libnccl (CPU and single-GPU jobs start
@@ -51,14 +53,9 @@ fi
 # ---------------------------------------------------------------- 2. architectures
 expect_one_line "sm_75" "is sm_75; the kernels need sm_80 or newer" \
   env FT_EMU_COMPUTE_CAPABILITY=7.5 "$emu" --device cuda "${flags[@]}"
-for cc in 10.0 12.0; do
-  sm=sm_${cc/./}
-  expect_one_line "$sm" "is $sm, and this build has kernels for sm_80 sm_90 only; add -gencode" \
-    env FT_EMU_COMPUTE_CAPABILITY=$cc "$emu" --device cuda "${flags[@]}"
-done
-for cc in 8.6 9.0; do
+for cc in 8.6 9.0 10.0 12.0; do
   out=$(FT_EMU_COMPUTE_CAPABILITY=$cc "$emu" --device cuda "${flags[@]}" --eval_only --out_dir "$tmp/ok" 2>&1); rc=$?
-  [ $rc -eq 0 ] && [[ "$out" == *"sm_${cc/./}, arena"* ]] && ok "sm_${cc/./} runs the build's kernels" \
+  [ $rc -eq 0 ] && [[ "$out" == *"sm_${cc/./}, arena"* ]] && ok "sm_${cc/./} runs the build's kernels (cubin or PTX)" \
     || bad "sm_${cc/./}: exit $rc: $(tail -1 <<<"$out")"
 done
 

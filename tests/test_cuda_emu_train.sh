@@ -22,9 +22,12 @@
 #      published peak of a GPU known by name (FT_EMU_DEVICE_NAME), else the measured rate
 #   5. with mpiexec: FSDP over 2 emulated GPUs, DDP over 2 and HSDP 2 x 2, through the NCCL
 #      transport (src/comm_nccl.c; NCCL emulated over MPI in cuda_emu_host.cpp: the NCCL id
-#      broadcast, ncclCommSplit, bf16 reduce-scatter, all-gather, fp32 all-reduce), against
+#      broadcast, ncclCommSplit, bf16 reduce-scatter, all-gather, fp32 all-reduce; FSDP 2 at
+#      2 micro-batches: the root's gradient summed in fp32 and reduce-scattered once), against
 #      the single emulated device with the same global batch and the same tolerances (the
-#      ranks' bf16 partial gradients are summed in another order)
+#      ranks' bf16 partial gradients are summed in another order); each creates as many NCCL
+#      communicators as --dry_run counts (FSDP 2: world = shard group + its reduce-scatter
+#      lane; DDP: world = replica group; HSDP 2 x 2: world, shard, lane, replica)
 #   6. seeds: runs 1-5 use FT_EMU_SEED=1; the single device and the three multi-rank
 #      layouts then run 2 steps again under seeds 2 and 3 (other delays, so other
 #      interleavings of the streams): no hazard, and bitwise the same losses and gradient
@@ -102,6 +105,12 @@ if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
     # shellcheck disable=SC2086
     if timeout 300 mpiexec -n "$n" "$emu" --device cuda "${flags[@]}" $extra --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1; then
       grep -q "bootstrap: MPI.*world $n rank" "$tmp/$name.log" && compare_runs "$name" "$tmp/$name" || bad "$name: bootstrap line"
+      # the NCCL communicators created = what --dry_run counts (no duplicate of the world's)
+      # shellcheck disable=SC2086
+      got=$(grep -oE '[0-9]+ NCCL communicator' "$tmp/$name.log"); planned=$("$build/finetune" --dry_run --device cuda \
+        --world_size "$n" "${flags[@]}" $extra | grep -oE 'minus [0-9]+ NCCL' | grep -oE '[0-9]+')
+      [ -n "$got" ] && [ "${got%% *}" = "$planned" ] && ok "$name: $got(s) created, as the plan counts" \
+        || bad "$name: NCCL communicators created '$got', planned '$planned'"
     else bad "$name on emulated GPUs: $(grep -m1 'error\|HAZARD' "$tmp/$name.log")"; fi
   done
 else

@@ -16,9 +16,11 @@
 #   2. The comparison can fail: a plan for another job (checkpointing off vs on) is rejected.
 #   3. CodeLlama-7b (data/configs/codellama-7b, bf16 with --device cuda): the bytes follow
 #      from the parameter count (P = 6,738,546,688; 2 + 12 + 4 bytes per parameter sharded, plus
-#      one micro-batch's root + layer gradients); FSDP over 4 ranks fits 80 GB, one GPU without
-#      sharding does not (18 x 6.7e9 bytes > 80 GiB); the reported largest batch fits and the
-#      next one does not.
+#      one micro-batch's root + layer gradients; the fp32 root gradient sum of the 16
+#      micro-batches reuses the checkpoint gather buffer); FSDP over 4 ranks fits 80 GB, one
+#      GPU without sharding does not (18 x 6.7e9 bytes > 80 GiB); the reported largest batch
+#      fits and the next one does not; the NCCL communicators are counted (pure FSDP: no
+#      duplicate of the world communicator).
 #   4. The step-time estimate (src/plan_time.c), 7B on 4 and 1 H100-class ranks at batch 1 and
 #      16: the per-class rows add up to the total on every device (printed to 0.01 ms: 5
 #      rows each off by at most 0.005 plus the total's 0.005 -> |sum - total| <= 0.03 ms);
@@ -125,6 +127,13 @@ expect7 "$tmp/7b_one.plan" params $(( P * 2 ))
 expect7 "$tmp/7b_one.plan" optimizer $(( P * 12 ))
 grep -q "^fits an 80 GB GPU.*: yes" "$tmp/7b_fsdp4.plan" && ok "7B: FSDP over 4 ranks, batch 1: fits 80 GB" || bad "7B FSDP 4 does not fit: $(grep fits "$tmp/7b_fsdp4.plan")"
 grep -q "^fits an 80 GB GPU.*: NO" "$tmp/7b_one.plan" && ok "7B: one GPU without sharding: does not fit 80 GB" || bad "7B on one GPU fits: $(grep fits "$tmp/7b_one.plan")"
+grep -q "root gradient summed over micro-batches in fp32" "$tmp/7b_fsdp4.plan" && ok "7B FSDP 4, 16 micro-batches: root gradient summed in fp32" \
+  || bad "7B FSDP 4: no fp32 root gradient sum: $(grep '^job' "$tmp/7b_fsdp4.plan")"
+# pure FSDP: the world communicator is the shard group's; + its reduce-scatter lane
+grep -q "minus 2 NCCL communicator(s)" "$tmp/7b_fsdp4.plan" && ok "7B FSDP 4: 2 NCCL communicators counted (world = shard, reduce-scatter lane)" \
+  || bad "7B FSDP 4 NCCL communicators: $(grep '^fits' "$tmp/7b_fsdp4.plan")"
+n=$(plan7 --world_size 8 --dp_shard 4 | grep -o "minus [0-9]* NCCL")
+[ "$n" = "minus 4 NCCL" ] && ok "7B HSDP 4 x 2: 4 NCCL communicators (world, shard, lane, replica)" || bad "7B HSDP NCCL communicators: '$n'"
 # the reported largest batch fits and one more does not, with and without checkpointing
 for ck in "without" "with"; do
   flag=""; [ "$ck" = with ] && flag=--gradient_checkpointing

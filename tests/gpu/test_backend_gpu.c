@@ -14,9 +14,14 @@
 // approximate math: THR_BF16 = 2e-5; fp32 outputs differ only by fp32 summation order and
 // approximate transcendentals: THR_F32 = 1e-9. cuBLASLt GEMMs accumulate in fp32 and round
 // once to bf16, so they share THR_BF16. Output: a table (op, shape, output, NMSE, threshold).
+// Shapes: small and odd ones, seq 512, V = 32016 and the bundled model at B*T = 513 in both
+// builds (about 100 s emulated); `--large` adds CodeLlama-7b's (C 4096, F 11008, 32 x 128
+// heads, V 32016) at seq 512 with B*T = 1000, and element-wise ops over 150M elements (past
+// 65535 blocks: the grid-stride loops turn), for a real GPU (make test-gpu passes it).
 // The GEMM plan cache (bounded, least recently used evicted) is checked with more distinct
 // shapes than it holds: every result correct, a hot shape kept, an evicted shape rebuilt.
 #include <stdint.h>
+#include <string.h>
 
 #include "backend.h"
 #include "backend_cuda.h"
@@ -288,28 +293,66 @@ static void case_optimizer(size_t n) {
     for (int i = 0; i < 6; i++) pair_free(all[i]);
 }
 
-int main(void) {
+// the bundled model's shapes (C 128, F 352, 4 heads of 32, 2 kv heads, V 2048) at B = 3,
+// T = 171: B*T = 513 rows, not a multiple of 64 (the GEMM and attention tiles) nor of the
+// 128-row lm_head chunks
+static void cases_default_model(void) {
+    case_matmul(513, 128, 352, 0);
+    case_matmul(513, 352, 128, 0);
+    case_attention(3, 171, 4, 2, 32);
+    case_norm_swiglu(513, 128);
+    case_rope(3, 171, 4, 32);
+    case_embedding_lmhead(513, 128, 2048);
+}
+
+// --large: CodeLlama-7b's shapes (C 4096, F 11008, 32 heads of 128, V 32016) at seq 512,
+// B*T = 1000 rows (not a multiple of 64); minutes under the emulator, seconds on a GPU
+static void cases_7b(void) {
+    case_matmul(1000, 4096, 11008, 0);
+    case_matmul(1000, 11008, 4096, 1);
+    case_attention(2, 512, 32, 32, 128);
+    case_attention(1, 500, 32, 8, 128);
+    case_norm_swiglu(1000, 4096);
+    case_norm_swiglu(1000, 11008);
+    case_rope(2, 500, 32, 128);
+    case_embedding_lmhead(1000, 4096, 32016);
+    case_optimizer(150000001);   // > 65535 blocks * 256 threads * 8: the grid-stride loops turn
+}
+
+// test_backend_gpu [--large]: --large adds the 7B shapes (make test-gpu passes it)
+int main(int argc, char **argv) {
+    int large = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--large") == 0) large = 1;
+        else { fprintf(stderr, "test_backend_gpu: unknown argument '%s' (only --large)\n", argv[i]); return 2; }
+    }
     CPU = backend_cpu();
-    if (backend_open("cuda", 0, (size_t)4 << 30, &GPU) != 0) {
+    if (backend_open("cuda", 0, (size_t)(large ? 16 : 4) << 30, &GPU) != 0) {
         printf("test_backend_gpu: SKIPPED: %s\n", ft_error_message());
         return 0;
     }
-    printf("test_backend_gpu: %s\n", backend_describe(GPU));
+    printf("test_backend_gpu: %s%s\n", backend_describe(GPU), large ? " (with the 7B shapes)" : "");
     printf("%-14s %-28s %-8s %10s %8s  result\n", "op", "shape", "output", "nmse", "thresh");
     const int mm[][3] = {{1, 8, 8}, {7, 33, 65}, {64, 128, 256}, {100, 288, 768}, {512, 1024, 1024}};
     for (int i = 0; i < 5; i++) case_matmul(mm[i][0], mm[i][1], mm[i][2], 0);
     case_matmul(7, 48, 97, 1);
     case_matmul(64, 128, 256, 1);
-    const int at[][5] = {{1, 1, 1, 1, 16}, {1, 13, 4, 4, 16}, {2, 64, 8, 2, 64}, {1, 100, 8, 1, 128}, {2, 257, 16, 2, 128}};
-    for (int i = 0; i < 5; i++) case_attention(at[i][0], at[i][1], at[i][2], at[i][3], at[i][4]);
+    // seq 512: one full row of the bundled job's sequence length, two query-block and many
+    // key tiles; T = 257 (one past a power of two)
+    const int at[][5] = {{1, 1, 1, 1, 16}, {1, 13, 4, 4, 16}, {2, 64, 8, 2, 64}, {1, 100, 8, 1, 128},
+                         {2, 257, 16, 2, 128}, {1, 512, 2, 1, 64}};
+    for (int i = 0; i < 6; i++) case_attention(at[i][0], at[i][1], at[i][2], at[i][3], at[i][4]);
     const int nc[][2] = {{1, 8}, {3, 33}, {17, 1000}, {64, 4096}, {5, 1030}};
     for (int i = 0; i < 5; i++) case_norm_swiglu(nc[i][0], nc[i][1]);
     const int rp[][4] = {{1, 1, 1, 2}, {1, 13, 3, 16}, {2, 64, 8, 64}, {1, 33, 2, 128}, {2, 100, 4, 32}};
     for (int i = 0; i < 5; i++) case_rope(rp[i][0], rp[i][1], rp[i][2], rp[i][3]);
+    // V = 32016 (CodeLlama's vocabulary: 1000 tiles of 32, chunk rows of 128 by 32016 logits)
     const int el[][3] = {{1, 8, 5}, {7, 33, 97}, {64, 128, 1000}, {200, 256, 32016}, {129, 48, 300}};
     for (int i = 0; i < 5; i++) case_embedding_lmhead(el[i][0], el[i][1], el[i][2]);
     const size_t on[] = {1, 7, 1025, 100000, 1000003};
     for (int i = 0; i < 5; i++) case_optimizer(on[i]);
+    cases_default_model();
+    if (large) cases_7b();
     case_gemm_cache();   // last: its random inputs do not shift the other cases'
     backend_close(GPU);
     TEST_SUMMARY("test_backend_gpu");
