@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_watchdog.sh BUILD_DIR: a hung rank ends the job (--collective_timeout, src/watchdog.h),
 # on 2 CPU ranks over MPI and on 2 emulated GPUs (NCCL transport; build/tests/finetune_emu,
-# asynchronous emulated runtime). 60 s measured on the 2-core development machine (18 s CPU,
-# 42 s emulated).
+# asynchronous emulated runtime). Measured on the 2-core development machine while other jobs
+# ran: 67 s at load 11 (18 s of it on CPU ranks), 131 s at load 19.
 #   1. an uninterrupted run, checkpoints every few steps, with the watchdog off
 #      (--collective_timeout 0: plain MPI_Wait / cudaStreamSynchronize)
 #   2. the same job (open-ended --max_steps) with a short --collective_timeout: after a few
