@@ -53,6 +53,8 @@ int ftk_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, c
                    size_t n, ftk_stream stream);
 // add.cu
 int ftk_add(void *out, const void *a, const void *b, size_t n, ftk_stream stream);
+// out (n) = alpha * inp, bf16; out may alias inp
+int ftk_scale(void *out, const void *inp, float alpha, size_t n, ftk_stream stream);
 // adamw.cu
 int ftk_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,
               const adamw_params *p, ftk_stream stream);

@@ -219,6 +219,7 @@ extern "C" int ftk_lmhead_xent(float *losses, void *dx, void *dweight, const voi
         LAUNCH_KERNEL(dim3(ceil_div(C, GT), ceil_div(rows, GT)), dim3(GEMM_THREADS), 0, stream,
                       lmhead_dx_kernel)((bf16 *)dx + (size_t)n0 * C, workspace, wb, rows, C, V, vec);
         if (launch_check("lmhead_xent (dx)") != 0) return -1;
+        if (!dweight) continue;   // a frozen lm_head (LoRA)
         LAUNCH_KERNEL(dim3(ceil_div(C, GT), ceil_div(V, GT)), dim3(GEMM_THREADS), 0, stream,
                       lmhead_dweight_kernel)((bf16 *)dweight, workspace, xc, rows, C, V, vec);
         if (launch_check("lmhead_xent (dweight)") != 0) return -1;

@@ -76,7 +76,7 @@ struct backend {
     // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T      (nn.Linear without bias)
     int (*matmul_fwd)(void *out, const void *inp, const void *weight, int N, int IC, int OC);
     // dinp (N, IC) = (or += when accumulate_dinp) dout (N, OC) @ weight; skipped if dinp NULL
-    // dweight (OC, IC) += dout^T @ inp
+    // dweight (OC, IC) += dout^T @ inp; skipped if dweight NULL (a frozen weight)
     int (*matmul_bwd)(void *dinp, void *dweight, const void *dout, const void *inp,
                       const void *weight, int N, int IC, int OC, int accumulate_dinp);
 
@@ -98,13 +98,16 @@ struct backend {
 
     // out (n) = a + b; out may alias a or b
     int (*add)(void *out, const void *a, const void *b, size_t n);
+    // out (n) = alpha * inp (one rounding to the storage dtype); out may alias inp
+    int (*scale)(void *out, const void *inp, float alpha, size_t n);
 
     // Fused lm_head + softmax + cross-entropy over row chunks of LMHEAD_CHUNK_ROWS, never
     // holding more than (LMHEAD_CHUNK_ROWS, V) logits (in `workspace`, fp32).
     // x (N, C), weight (V, C), targets (N) with -100 = ignored.
     // losses (N) fp32 = -log softmax(x W^T)[target], 0 for ignored rows.
     // If dx != NULL (training): with dlogits = dloss * (softmax - onehot(target)) on valid
-    // rows and 0 on ignored rows: dx (N, C) = dlogits @ weight, dweight (V, C) += dlogits^T x.
+    // rows and 0 on ignored rows: dx (N, C) = dlogits @ weight, dweight (V, C) += dlogits^T x
+    // (skipped if dweight NULL: a frozen lm_head).
     int (*lmhead_xent)(float *losses, void *dx, void *dweight, const void *x,
                        const void *weight, const int32_t *targets, int N, int C, int V,
                        float dloss, float *workspace);

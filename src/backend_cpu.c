@@ -205,7 +205,8 @@ static int cpu_matmul_bwd(void *dinp, void *dweight, const void *dout, const voi
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight,
                     IC, accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
     // dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
                 dweight, IC);
     return 0;
 }
@@ -256,6 +257,14 @@ static int cpu_add(void *out_, const void *a_, const void *b_, size_t n) {
     const float *a = a_, *b = b_;
 #pragma omp parallel for simd if (parallel : n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    return 0;
+}
+
+static int cpu_scale(void *out_, const void *inp_, float alpha, size_t n) {
+    float *out = out_;
+    const float *inp = inp_;
+#pragma omp parallel for simd if (parallel : n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = alpha * inp[i];
     return 0;
 }
 
@@ -402,6 +411,7 @@ static const backend g_cpu = {
     .swiglu_fwd = cpu_swiglu_fwd,
     .swiglu_bwd = cpu_swiglu_bwd,
     .add = cpu_add,
+    .scale = cpu_scale,
     .lmhead_xent = cpu_lmhead_xent,
     .adamw = cpu_adamw,
     .sum_squares = cpu_sum_squares,

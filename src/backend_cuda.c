@@ -239,6 +239,7 @@ static int cu_matmul_bwd(void *dinp, void *dweight, const void *dout, const void
     // dinp^T (IC, N) = W^T (IC, OC) . dout^T (OC, N)
     if (dinp) TRY(gemm(0, 0, IC, N, OC, weight, dout, dinp, accumulate_dinp ? 1.0f : 0.0f));
     // dW^T (IC, OC) += inp^T (IC, N) . dout (N, OC)
+    if (!dweight) return 0;
     return gemm(0, 1, IC, OC, N, inp, dout, dweight, 1.0f);
 }
 
@@ -279,6 +280,7 @@ static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *g
     return ftk_swiglu_bwd(dgate, dup, dout, gate, up, n, G.stream);
 }
 static int cu_add(void *out, const void *a, const void *b, size_t n) { return ftk_add(out, a, b, n, G.stream); }
+static int cu_scale(void *out, const void *inp, float alpha, size_t n) { return ftk_scale(out, inp, alpha, n, G.stream); }
 static int cu_lmhead_xent(float *losses, void *dx, void *dw, const void *x, const void *w, const int32_t *targets,
                           int N, int C, int V, float dloss, float *workspace) {
     return ftk_lmhead_xent(losses, dx, dw, x, w, targets, N, C, V, dloss, workspace, G.stream);
@@ -324,6 +326,7 @@ static const backend CUDA_BACKEND = {
     .swiglu_fwd = cu_swiglu_fwd,
     .swiglu_bwd = cu_swiglu_bwd,
     .add = cu_add,
+    .scale = cu_scale,
     .lmhead_xent = cu_lmhead_xent,
     .adamw = cu_adamw,
     .sum_squares = cu_sum_squares,

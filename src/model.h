@@ -16,6 +16,9 @@
 #include "config.h"
 #include "memory.h"
 
+typedef struct lora_config lora_config;   // lora.h
+typedef struct lora_layout lora_layout;   // lora.h
+
 // ----------------------------------------------------------------------------
 // parameter layout (the size table)
 
@@ -102,6 +105,7 @@ typedef struct {
     void *h;                        // (N, C) residual stream after attention
     void *ln2; float *ln2_rstd;     // (N, C), (N)
     void *gate, *up, *act;          // (N, F)
+    void *lora_u[LT_COUNT];         // (N, r) s x A^T of each LoRA target (lora.h), else NULL
 } layer_acts;
 
 typedef struct {
@@ -129,14 +133,22 @@ typedef struct {
     void *dq, *datt;                // (N, H*D)
     void *dk, *dv;                  // (N, KVH*D)
     void *dgate, *dup, *dact;       // (N, F)
+    // LoRA (lora != NULL): the base is frozen (no gradients asked of the base provider), the
+    // adapters come from their own provider over lora->layout
+    const lora_layout *lora;
+    unit_provider adapters;
+    void *lora_y;                   // (N, max out) one target's adapter output
+    void *lora_du;                  // (N, r) backward scratch
+    void *norm_sink;                // (C) the frozen RMSNorm weights' gradient, discarded
 } model;
 
 // Every backend buffer model_init allocates for a (B, T) micro-batch (the activations kept
 // for the backward, the recompute set with grad_ckpt, and the scratch), offered to `t` in
 // allocation order with esz bytes per storage element. `m` NULL: only sizes (the planner);
 // otherwise slots are m's fields (m->resid and m->acts must be allocated).
-void model_buffer_table(mem_table *t, const llama_config *cfg, int B, int T, int grad_ckpt, size_t esz,
-                        model *m);
+// `lc` NULL: no LoRA; else its per-target (N, r) activations and scratch are listed too.
+void model_buffer_table(mem_table *t, const llama_config *cfg, const lora_config *lc, int B, int T, int grad_ckpt,
+                        size_t esz, model *m);
 
 // Allocate everything a (B, T) micro-batch needs (model_buffer_table) for the model of
 // `layout` (its config, its tensor offsets). Parameters are NOT allocated here: they, and
@@ -144,6 +156,12 @@ void model_buffer_table(mem_table *t, const llama_config *cfg, int B, int T, int
 // state's, the flat provider's); it must outlive the model.
 int model_init(model *m, const param_layout *layout, const backend *be, mem_tracker *mem, int B, int T,
                int grad_ckpt);
+// The same with LoRA adapters over `lora` (borrowed, must outlive the model) served by
+// `adapters` (its layout must be lora->layout): the base provider is then asked for
+// parameters only, never for gradients (a frozen base), and the adapters' gradients go to
+// `adapters`. lora NULL = model_init. 0 / -1.
+int model_init_lora(model *m, const param_layout *layout, const lora_layout *lora, const unit_provider *adapters,
+                    const backend *be, mem_tracker *mem, int B, int T, int grad_ckpt);
 void model_free(model *m);
 
 // One micro-batch. tokens, targets: host (B, T) int32; targets[b, t] is the id to predict
