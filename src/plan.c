@@ -68,7 +68,7 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l) {
     const plan_request *r = &p->req;
     mem_table t = {plan_table_add, p, 0};
     model_buffer_table(&t, c, NULL, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing, r->elem_bytes, NULL);
-    fsdp_buffer_table(&t, l, r->shard_size, (fsdp_grad_mode)p->grad_mode, r->elem_bytes, NULL);
+    fsdp_buffer_table(&t, l, r->shard_size, (fsdp_grad_mode)p->grad_mode, FSDP_TRAINED, r->elem_bytes, NULL);
     if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
 }
 

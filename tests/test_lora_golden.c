@@ -2,8 +2,8 @@
 // against PEFT (tests/golden/lora, written by tests/oracle/gen_lora_golden.py): the loss and
 // the gradient of every adapter tensor of the first step, then 3 AdamW steps over the adapters
 // only (the trainer's schedule_adamw, no clipping) and every adapter tensor after them.
-// The base is served by a flat provider without a gradient buffer: a model that asked the
-// frozen base for gradients fails the step. The adapters live in a one-rank FSDP state over
+// The base is a one-rank frozen FSDP state (FSDP_FROZEN: working parameters only; a model that
+// asked it for gradients fails the step). The adapters live in a one-rank FSDP state over
 // their own layout (lora.h), loaded from the PEFT adapter file. Also: the same gradients with
 // --gradient_checkpointing, and lora_validate's bad input. Runtime: well under a second.
 //
@@ -17,11 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "checkpoint.h"
+#include "ckpt.h"
 #include "common.h"
 #include "fsdp.h"
 #include "lora.h"
-#include "model_util.h"
 #include "safetensors.h"
 #include "schedule.h"
 #include "test.h"
@@ -118,9 +117,8 @@ int main(void) {
     const backend *be = backend_cpu();
     llama_config cfg;
     st_file gold, adapter;
-    hf_checkpoint ck;
     if (llama_config_load(&cfg, DIR "/config.json") || st_open(&gold, DIR "/golden.safetensors") ||
-        st_open(&adapter, DIR "/adapter/adapter_model.safetensors") || hf_checkpoint_open(&ck, DIR)) {
+        st_open(&adapter, DIR "/adapter/adapter_model.safetensors")) {
         EXPECT(0, "open: %s", ft_error_message());
         TEST_SUMMARY("test_lora_golden");
     }
@@ -142,17 +140,20 @@ int main(void) {
     mem_tracker_init(&mem, be);
     param_layout layout;
     lora_layout ll;
-    fsdp_state s;
+    fsdp_state s, bs;
     model m[2];
     memset(&s, 0, sizeof s);
+    memset(&bs, 0, sizeof bs);
     memset(m, 0, sizeof m);
-    flat_provider_state fp = {&layout, be, NULL, NULL};   // no gradient buffer: a frozen base
-    int ok = param_layout_init(&layout, &cfg, 1) == 0 && lora_layout_init(&ll, &cfg, &lc, fsdp_pad_multiple(1)) == 0 &&
-             (fp.params = be->alloc(layout.total * sizeof(float))) && hf_checkpoint_load_params(&ck, &layout, be, fp.params) == 0 &&
-             fsdp_init(&s, &ll.layout, be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH) == 0 &&
+    int ok = param_layout_init(&layout, &cfg, fsdp_pad_multiple(1)) == 0 &&
+             lora_layout_init(&ll, &cfg, &lc, fsdp_pad_multiple(1)) == 0 &&
+             fsdp_init_role(&bs, &layout, be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_FROZEN) == 0 &&
+             ckpt_load_weights(&bs, DIR) == 0 &&
+             fsdp_init_role(&s, &ll.layout, be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_ADAPTERS) == 0 &&
              load_adapter(&s, &ll, &adapter) == 0;
     EXPECT(ok && ll.layout.n_entries == 28, "setup: %s (%d adapter tensors)", ft_error_message(), ll.layout.n_entries);
-    unit_provider base = unit_provider_flat(&fp), ad = fsdp_provider(&s);
+    EXPECT(bs.master == NULL && bs.grads == NULL && bs.exp_avg == NULL, "the frozen base holds fp32 or gradient buffers");
+    unit_provider base = fsdp_provider(&bs), ad = fsdp_provider(&s);
     for (int k = 0; ok && k < 2; k++)   // k = 1: with gradient checkpointing
         ok = model_init_lora(&m[k], &layout, &ll, &ad, be, &mem, B, T, k) == 0;
     EXPECT(ok, "model: %s", ft_error_message());
@@ -189,10 +190,9 @@ int main(void) {
     free(tgt);
     for (int k = 0; k < 2; k++) model_free(&m[k]);
     fsdp_free(&s);
-    be->free(fp.params);
+    fsdp_free(&bs);
     lora_layout_free(&ll);
     param_layout_free(&layout);
-    hf_checkpoint_close(&ck);
     st_close(&adapter);
     st_close(&gold);
     TEST_SUMMARY("test_lora_golden");
