@@ -31,16 +31,19 @@ static const struct {
     size_t offset;           // in trainer_state
     field_kind kind;
     const char *must_match;  // resume refuses another value (it changes the data order): what to name
+    int optional;            // absent in older checkpoints: 0
 } state_fields[] = {
-    {"step", offsetof(trainer_state, step), FIELD_INT, NULL},
-    {"epoch", offsetof(trainer_state, epoch), FIELD_INT, NULL},   // for people: resume derives the
-    {"row", offsetof(trainer_state, row), FIELD_U64, NULL},       // data position from step
-    {"seed", offsetof(trainer_state, seed), FIELD_INT, "--seed"},
-    {"total_batch_size", offsetof(trainer_state, total_batch_size), FIELD_INT, "--total_batch_size"},
-    {"seq_len", offsetof(trainer_state, seq_len), FIELD_INT, "--seq_len"},
-    {"pack", offsetof(trainer_state, pack), FIELD_BOOL, "--pack"},
-    {"total_steps", offsetof(trainer_state, total_steps), FIELD_INT, NULL},
-    {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count"},
+    {"step", offsetof(trainer_state, step), FIELD_INT, NULL, 0},
+    {"epoch", offsetof(trainer_state, epoch), FIELD_INT, NULL, 0},   // for people: resume derives the
+    {"row", offsetof(trainer_state, row), FIELD_U64, NULL, 0},       // data position from step
+    {"seed", offsetof(trainer_state, seed), FIELD_INT, "--seed", 0},
+    {"total_batch_size", offsetof(trainer_state, total_batch_size), FIELD_INT, "--total_batch_size", 0},
+    {"seq_len", offsetof(trainer_state, seq_len), FIELD_INT, "--seq_len", 0},
+    {"pack", offsetof(trainer_state, pack), FIELD_BOOL, "--pack", 0},
+    {"total_steps", offsetof(trainer_state, total_steps), FIELD_INT, NULL, 0},
+    {"lora_rank", offsetof(trainer_state, lora_rank), FIELD_INT, "--lora_rank (0 = full fine-tuning)", 1},
+    {"lora_targets", offsetof(trainer_state, lora_targets), FIELD_INT, "--lora_targets (as a mask)", 1},
+    {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count", 0},
 };
 #define N_STATE_FIELDS (int)(sizeof state_fields / sizeof state_fields[0])
 
@@ -94,6 +97,7 @@ static int state_read(const char *dir, trainer_state *ts) {
     memset(ts, 0, sizeof *ts);
     for (int i = 0; rc == 0 && i < N_STATE_FIELDS; i++) {
         json_t *v = json_object_get(root, state_fields[i].name);
+        if (!v && state_fields[i].optional) continue;   // memset: 0
         const int is_bool = state_fields[i].kind == FIELD_BOOL;
         if (is_bool ? !json_is_boolean(v) : !json_is_integer(v))
             rc = ft_error("%s: field '%s' missing or not %s", p, state_fields[i].name, is_bool ? "a boolean" : "an integer");
@@ -404,5 +408,49 @@ int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const 
     if (param_files_stream(s, tmp, &file, names, 1, write) != 0) rc = -1;
     if (write && rc == 0) rc = export_dir_finish(dir, model_dir, tmp, dtype);
     else if (write) fs_remove_tree(tmp);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// PEFT adapter export
+
+// Rank 0: <tmp>/adapter_config.json for `ll`. 0 / -1.
+static int write_adapter_config(const char *tmp, const char *model_dir, const lora_layout *ll) {
+    json_t *root = json_object(), *targets = json_array();
+    for (int t = 0; t < LT_COUNT; t++)
+        if (ll->lc.targets & (1u << t)) json_array_append_new(targets, json_string(lora_module_name(t)));
+    json_object_set_new(root, "peft_type", json_string("LORA"));
+    json_object_set_new(root, "task_type", json_string("CAUSAL_LM"));
+    json_object_set_new(root, "base_model_name_or_path", json_string(model_dir));
+    json_object_set_new(root, "r", json_integer(ll->lc.rank));
+    json_object_set_new(root, "lora_alpha", json_real(ll->lc.alpha));
+    json_object_set_new(root, "target_modules", targets);
+    json_object_set_new(root, "lora_dropout", json_real(0.0));
+    json_object_set_new(root, "bias", json_string("none"));
+    json_object_set_new(root, "fan_in_fan_out", json_false());
+    json_object_set_new(root, "use_rslora", json_false());
+    json_object_set_new(root, "use_dora", json_false());
+    json_object_set_new(root, "inference_mode", json_true());
+    json_object_set_new(root, "modules_to_save", json_null());
+    char p[4400];
+    snprintf(p, sizeof p, "%s/adapter_config.json", tmp);
+    const int rc = json_dump_file(root, p, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    return rc == 0 ? 0 : ft_error("%s: cannot write", p);
+}
+
+int ckpt_export_peft(const char *dir, const char *model_dir, fsdp_state *s, const lora_layout *ll, const char *dtype,
+                     int world_rank) {
+    static const char *const prefix[] = {""};
+    static const fsdp_buffer which[] = {FSDP_MASTER};
+    static const char *const names[] = {"adapter_model.safetensors"};
+    const param_file file = {prefix, which, 1, strcmp(dtype, "bf16") == 0 ? ST_BF16 : ST_F32};
+    char tmp[4200] = "";
+    int rc = world_rank == 0 ? export_dir_create(dir, tmp, sizeof tmp) : 0;
+    const int write = world_rank == 0 && rc == 0;
+    if (param_files_stream(s, tmp, &file, names, 1, write) != 0) rc = -1;
+    if (write && rc == 0) rc = write_adapter_config(tmp, model_dir, ll);
+    if (write && rc == 0) rc = fs_publish_dir(tmp, dir);
+    if (write && rc != 0) fs_remove_tree(tmp);
     return rc;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "rng.h"
 
 // ----------------------------------------------------------------------------
 // targets
@@ -156,6 +157,20 @@ int lora_layout_init(lora_layout *ll, const llama_config *cfg, const lora_config
     l->total = base;
     l->n_params = (size_t)L * l->layer_numel;
     return 0;
+}
+
+void lora_init_unit(const lora_layout *ll, int u, uint64_t seed, float *host) {
+    const param_layout *l = &ll->layout;
+    memset(host, 0, l->unit_numel[u] * sizeof(float));
+    if (u >= l->n_layers) return;
+    uint64_t state = seed * 0x9e3779b97f4a7c15ull + (uint64_t)u + 1;
+    for (int t = 0; t < LT_COUNT; t++) {
+        if (!(ll->lc.targets & (1u << t))) continue;
+        const double bound = 1.0 / sqrt((double)ll->in[t]);
+        float *a = host + ll->a_off[t];   // (r, in); B stays 0
+        for (size_t i = 0; i < (size_t)ll->lc.rank * (size_t)ll->in[t]; i++)
+            a[i] = (float)((2.0 * rng_uniform(&state) - 1.0) * bound);
+    }
 }
 
 void lora_layout_free(lora_layout *ll) {

@@ -12,6 +12,7 @@
 // "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight".
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "model.h"
@@ -65,3 +66,9 @@ int lora_proj_fwd(const backend *be, float s, void *y, void *u, void *tmp, const
 // du (N, r) = s dy B (scratch); dA (r, in) += du^T x; dx (N, in) += du A. 0 / -1.
 int lora_proj_bwd(const backend *be, float s, void *dx, void *dA, void *dB, void *du, const void *dy, const void *x,
                   const void *u, const void *A, const void *B, int N, int in, int out, int r);
+
+// The initial adapters of layer unit u, PEFT's default: A (r, in) uniform in
+// [-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform with a = sqrt(5)), B = 0 (so training starts at
+// the base model), padding 0, into host (unit_numel[u] floats). The numbers are a pure
+// function of (seed, u): every rank computes the same unit. The root unit is all zeros.
+void lora_init_unit(const lora_layout *ll, int u, uint64_t seed, float *host);

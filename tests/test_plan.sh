@@ -13,6 +13,8 @@
 #      With several ranks the collective bytes of a steady-state step (step 2) must match too:
 #      all-gather and reduce-scatter exactly, all-reduce within 16 bytes (the plan counts the
 #      gradient all-reduce, not the one-double norm all-reduce over the shard group).
+#      LoRA (--lora_rank, one process and FSDP 2): the frozen base has no gradient or optimizer
+#      buffers, the adapters' state and activations are planned from the same tables.
 #   2. The comparison can fail: a plan for another job (checkpointing off vs on) is rejected.
 #   3. CodeLlama-7b (data/configs/codellama-7b, bf16 with --device cuda): the bytes follow
 #      from the parameter count (P = 6,738,546,688; 2 + 12 + 4 bytes per parameter sharded, plus
@@ -91,11 +93,15 @@ case_run b1_s64          1 --batch_size_per_device 1 --seq_len 64 --total_batch_
 case_run b2_s128_ckpt    1 --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --gradient_checkpointing --peak_tflops 1
 case_run b4_s512_bench   1 --batch_size_per_device 4 --seq_len 512 --total_batch_size 4
 case_run b2_s128_local   1 --batch_size_per_device 2 --seq_len 128 --total_batch_size 8 --accumulate_grads_locally --peak_tflops 1
+# LoRA: a frozen base (working parameters only) + the adapters' state, the per-target (N, r) activations
+case_run lora_b2_s64_ckpt 1 --batch_size_per_device 2 --seq_len 64 --total_batch_size 4 --gradient_checkpointing --peak_tflops 1 \
+  --lora_rank 8 --lora_targets q,k,v,o,gate,up,down
 if have_mpi; then
   case_run fsdp2_b2_s128      2 --batch_size_per_device 2 --seq_len 128 --total_batch_size 8 --peak_tflops 1
   case_run fsdp2_b1_ckpt_local 2 --batch_size_per_device 1 --seq_len 64 --total_batch_size 4 --gradient_checkpointing --accumulate_grads_locally
   case_run ddp2_b2_s128       2 --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --no_fsdp --peak_tflops 1
   case_run hsdp4_b1_s64       4 --batch_size_per_device 1 --seq_len 64 --total_batch_size 8 --dp_shard 2 --peak_tflops 1
+  case_run lora_fsdp2_b2_s64  2 --batch_size_per_device 2 --seq_len 64 --total_batch_size 8 --peak_tflops 1 --lora_rank 4
 else skip_or_fail "multi-rank cases (no mpiexec, or $bin built without MPI)"; fi
 
 # ---------------------------------------------------------------- 2. the comparison can fail
