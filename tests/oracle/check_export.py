@@ -10,6 +10,7 @@ With ADAPTER_DIR, EXPORT_DIR is the base model and ADAPTER_DIR a PEFT LoRA adapt
 """
 import os
 import sys
+import warnings
 
 import torch
 from transformers import LlamaForCausalLM
@@ -19,6 +20,7 @@ from token_shard import shard_docs  # noqa: E402  (the one FTTOKSHD reader)
 
 
 def main():
+    warnings.filterwarnings("ignore")   # library deprecation notices are not the check's output
     export_dir, shard, T, n_games, ours = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
     model = LlamaForCausalLM.from_pretrained(export_dir, dtype=torch.float32, attn_implementation="eager")
     if len(sys.argv) > 6:
