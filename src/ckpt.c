@@ -160,6 +160,14 @@ static int param_file_open(st_writer *w, const char *path, const param_layout *l
     return rc;
 }
 
+// A host fp32 unit of n elements into pf->dtype, in place (bf16: element i's 2 bytes land at
+// 2i, after 4i.. was read).
+static void unit_to_dtype(const param_file *pf, float *host, size_t n) {
+    if (pf->dtype != ST_BF16) return;
+    uint16_t *h = (uint16_t *)host;
+    for (size_t i = 0; i < n; i++) h[i] = ft_f32_to_bf16(host[i]);
+}
+
 // Put the tensors of unit u, block k, from `unit` (the unit's unit_numel[u] elements in pf->dtype).
 static int param_file_put_unit(st_writer *w, const param_layout *l, const param_file *pf, int k, int u,
                                const void *unit) {
@@ -183,11 +191,7 @@ static int param_file_stream(fsdp_state *s, const char *path, const param_file *
         for (int u = 0; u < l->n_units; u++) {
             if (fsdp_get_unit(s, pf->which[k], u, host) != 0) { st_writer_abort(&w); return -1; }   // unit: (unit_numel[u],)
             if (!writing) continue;
-            if (pf->dtype == ST_BF16) {
-                // in place fp32 -> bf16 (element i's 2 bytes land at 2i, after 4i.. was read)
-                uint16_t *h = (uint16_t *)host;
-                for (size_t i = 0; i < l->unit_numel[u]; i++) h[i] = ft_f32_to_bf16(host[i]);
-            }
+            unit_to_dtype(pf, host, l->unit_numel[u]);
             if (param_file_put_unit(&w, l, pf, k, u, host) != 0) { st_writer_abort(&w); writing = 0; rc = -1; }
         }
     return writing ? st_writer_commit(&w) : rc;
@@ -452,5 +456,53 @@ int ckpt_export_peft(const char *dir, const char *model_dir, fsdp_state *s, cons
     if (write && rc == 0) rc = write_adapter_config(tmp, model_dir, ll);
     if (write && rc == 0) rc = fs_publish_dir(tmp, dir);
     if (write && rc != 0) fs_remove_tree(tmp);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// merged LoRA export
+
+// Rank 0: stream base unit u (from `ck`) with `adapters_unit` merged into it to `w`. 0 / -1.
+static int merged_put_unit(st_writer *w, const param_file *pf, const hf_checkpoint *ck, const param_layout *base,
+                           const lora_layout *ll, int u, const float *adapters_unit, float *host) {
+    TRY(hf_checkpoint_read_unit(ck, base, u, host));   // (unit_numel[u],) fp32
+    lora_merge_unit(ll, base, u, adapters_unit, host);
+    unit_to_dtype(pf, host, base->unit_numel[u]);
+    return param_file_put_unit(w, base, pf, 0, u, host);
+}
+
+int ckpt_export_merged(const char *dir, const char *model_dir, const param_layout *base, fsdp_state *adapters,
+                       const lora_layout *ll, const char *dtype, int world_rank) {
+    static const char *const prefix[] = {""};
+    static const fsdp_buffer which[] = {FSDP_MASTER};
+    const param_file file = {prefix, which, 1, strcmp(dtype, "bf16") == 0 ? ST_BF16 : ST_F32};
+    size_t max_base = 0;
+    for (int u = 0; u < base->n_units; u++) max_base = base->unit_numel[u] > max_base ? base->unit_numel[u] : max_base;
+    float *host = ft_malloc(max_base * sizeof(float), "merge unit buffer");              // (max base unit,)
+    float *a = ft_malloc(adapters->max_unit * sizeof(float), "adapter unit buffer");   // (max adapter unit,)
+    char tmp[4200] = "", path[4400];
+    hf_checkpoint ck;
+    int have_ck = 0, rc = host && a ? 0 : -1;
+    st_writer w = {.fd = -1};
+    if (world_rank == 0 && rc == 0) rc = export_dir_create(dir, tmp, sizeof tmp);
+    if (world_rank == 0 && rc == 0) rc = hf_checkpoint_open(&ck, model_dir);
+    have_ck = world_rank == 0 && rc == 0;
+    if (have_ck) rc = hf_checkpoint_validate(&ck, base);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    if (world_rank == 0 && rc == 0) rc = param_file_open(&w, path, base, &file);
+    int writing = world_rank == 0 && rc == 0;
+    for (int u = 0; u < base->n_units && host && a; u++) {
+        // collective: every rank gathers every adapter unit whatever happens to the writing
+        if (fsdp_get_unit(adapters, FSDP_MASTER, u, a) != 0) { rc = -1; writing = 0; st_writer_abort(&w); break; }
+        if (writing && merged_put_unit(&w, &file, &ck, base, ll, u, a, host) != 0) { rc = -1; writing = 0; st_writer_abort(&w); }
+    }
+    if (writing) rc = st_writer_commit(&w);
+    if (have_ck) hf_checkpoint_close(&ck);
+    free(host);
+    free(a);
+    if (world_rank == 0 && tmp[0]) {
+        if (rc == 0) rc = export_dir_finish(dir, model_dir, tmp, dtype);
+        else fs_remove_tree(tmp);
+    }
     return rc;
 }

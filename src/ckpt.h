@@ -67,3 +67,10 @@ int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const 
 // ckpt_export_hf. 0 / -1.
 int ckpt_export_peft(const char *dir, const char *model_dir, fsdp_state *s, const lora_layout *ll, const char *dtype,
                      int world_rank);
+
+// Export a merged full checkpoint in the Hugging Face layout to <dir> (as ckpt_export_hf):
+// every base weight from model_dir (read in fp32 on rank 0) with the LoRA adapters `adapters`
+// (over `ll`) merged, W + (alpha / r) B A, in `dtype`. Collective over the shard group (the
+// adapters are gathered one unit at a time); rank 0 writes. 0 / -1 (nothing left behind).
+int ckpt_export_merged(const char *dir, const char *model_dir, const param_layout *base, fsdp_state *adapters,
+                       const lora_layout *ll, const char *dtype, int world_rank);

@@ -173,6 +173,25 @@ void lora_init_unit(const lora_layout *ll, int u, uint64_t seed, float *host) {
     }
 }
 
+void lora_merge_unit(const lora_layout *ll, const param_layout *base_layout, int u, const float *adapters,
+                     float *base) {
+    if (u >= ll->layout.n_layers) return;
+    const int r = ll->lc.rank;
+    const float s = lora_scaling(&ll->lc);
+    for (int t = 0; t < LT_COUNT; t++) {
+        if (!(ll->lc.targets & (1u << t))) continue;
+        const int in = ll->in[t], out = ll->out[t];
+        const float *A = adapters + ll->a_off[t], *B = adapters + ll->b_off[t];   // (r, in), (out, r)
+        float *W = base + base_layout->layer_off[t];                               // (out, in)
+#pragma omp parallel for
+        for (int o = 0; o < out; o++)
+            for (int k = 0; k < r; k++) {
+                const float b = s * B[(size_t)o * r + k];
+                for (int i = 0; i < in; i++) W[(size_t)o * in + i] += b * A[(size_t)k * in + i];
+            }
+    }
+}
+
 void lora_layout_free(lora_layout *ll) {
     param_layout_free(&ll->layout);
     memset(ll, 0, sizeof *ll);

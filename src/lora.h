@@ -72,3 +72,9 @@ int lora_proj_bwd(const backend *be, float s, void *dx, void *dA, void *dB, void
 // the base model), padding 0, into host (unit_numel[u] floats). The numbers are a pure
 // function of (seed, u): every rank computes the same unit. The root unit is all zeros.
 void lora_init_unit(const lora_layout *ll, int u, uint64_t seed, float *host);
+
+// Merge layer unit u's adapters into the base: for every target, W (out, in) += s B A, with
+// `adapters` the adapters' unit u (lora layout, host fp32) and `base` the base unit u (host
+// fp32, `base_layout`'s offsets). The root unit has no adapters (nothing to do).
+void lora_merge_unit(const lora_layout *ll, const param_layout *base_layout, int u, const float *adapters,
+                     float *base);

@@ -62,6 +62,7 @@ static const flag_spec flags[] = {
     {"--lora_rank", FLAG_INT, OPT(lora_rank), 1, 65536, NULL, "train LoRA adapters of this rank on a frozen base instead of every weight; the final export is a PEFT adapter (0 = full fine-tuning)"},
     {"--lora_alpha", FLAG_FLOAT, OPT(lora_alpha), 1e-6, 1e6, NULL, "with --lora_rank: LoRA alpha; the adapter output is scaled by alpha / rank"},
     {"--lora_targets", FLAG_STR, OPT(lora_targets), 0, 0, NULL, "with --lora_rank: comma-separated projections to adapt, of q,k,v,o,gate,up,down"},
+    {"--merge_lora", FLAG_BOOL, OPT(merge_lora), 0, 1, NULL, "with --lora_rank: also export OUT/final_merged, the base with the adapters merged (W + alpha/r B A) in the Hugging Face layout"},
     {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda", "backend: cpu (fp32, OpenMP; the reference) or cuda (bf16 storage, fp32 math; one GPU per rank by local rank; unverified on GPU)"},
     {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL, "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit (reads only config.json)"},
     {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL, "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
@@ -122,8 +123,10 @@ static int choice_ok(const char *choices, const char *v) {
 static int options_check_lora(train_options *o) {
     const train_options d = options_default();
     TRY(lora_parse_targets(o->lora_targets, &o->lora_target_mask));
-    if (!o->lora_rank && (o->lora_alpha != d.lora_alpha || strcmp(o->lora_targets, d.lora_targets) != 0))
-        return ft_error("flag %s needs --lora_rank", o->lora_alpha != d.lora_alpha ? "--lora_alpha" : "--lora_targets");
+    if (!o->lora_rank && (o->lora_alpha != d.lora_alpha || strcmp(o->lora_targets, d.lora_targets) != 0 || o->merge_lora))
+        return ft_error("flag %s needs --lora_rank", o->merge_lora                   ? "--merge_lora"
+                                                     : o->lora_alpha != d.lora_alpha ? "--lora_alpha"
+                                                                                     : "--lora_targets");
     if (o->lora_rank && o->sample_tokens > 0)
         return ft_error("flag --sample_tokens: sampling with LoRA adapters is not supported yet (sample from the "
                         "exported adapter with peft)");

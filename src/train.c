@@ -506,6 +506,13 @@ static int job_finish(job *j, int step) {
     if (is_main(j))
         printf("finetune: exported %s (%s, %s)\n", path, j->lora ? "PEFT LoRA adapter" : "Hugging Face layout",
                o->save_dtype);
+    if (o->merge_lora) {
+        snprintf(path, sizeof path, "%s/final_merged", o->out_dir);
+        if ((rc = agree(j, ckpt_export_merged(path, o->model_dir, &j->layout, &j->afs, &j->ll, o->save_dtype, j->rank))))
+            return rc;
+        if (is_main(j)) printf("finetune: exported %s (the base with the adapters merged, Hugging Face layout, %s)\n",
+                               path, o->save_dtype);
+    }
     watchdog_set_phase("sampling");
     for (int g = 0; o->sample_tokens > 0 && g < o->sample_games; g++)
         TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));

@@ -48,6 +48,7 @@ typedef struct {
     double lora_alpha;
     const char *lora_targets;     // "q,k,v,o,gate,up,down" subset
     unsigned lora_target_mask;    // parsed from lora_targets by options_parse
+    int merge_lora;               // also export <out_dir>/final_merged: the base with the adapters merged
     // planning (src/plan.h): print the memory / step-time plan and exit, without training
     int dry_run;
     int world_size;               // --dry_run: ranks to plan for (0 = the launcher's)

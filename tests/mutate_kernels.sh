@@ -132,6 +132,10 @@ m add.last_element add.cu add \
 m add.tail_operand add.cu add \
   'out[i] = f2bf(bf2f(a[i]) + bf2f(b[i]));' 'out[i] = f2bf(bf2f(a[i]) + bf2f(a[i]));'
 
+m scale.no_alpha add.cu scale 'out[i] = f2bf(alpha * bf2f(inp[i]));' 'out[i] = inp[i];'
+m scale.first_skipped add.cu scale 'i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;' \
+  'i = (size_t)blockIdx.x * blockDim.x + threadIdx.x + 1; i < n;'
+
 m accumulate.vec_no_alpha accumulate.cu accumulate 'd[k] += alpha * s[k];' 'd[k] += s[k];'
 m accumulate.tail_overwrites accumulate.cu accumulate \
   'dst[i] += alpha * bf2f(src[i]);' 'dst[i] = alpha * bf2f(src[i]);'

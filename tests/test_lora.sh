@@ -5,7 +5,9 @@
 #   1. resume equivalence: 6 steps straight == 3 steps + stop + resume + 3 steps, bitwise
 #      (adapters, AdamW moments, step logs), with --gradient_checkpointing and accumulation;
 #      the validation loss falls; the base in the checkpoint is not saved (adapters only)
-#   2. the PEFT export: adapter_config.json (r, lora_alpha, target_modules) and
+#   2. the exports: with --merge_lora, final_merged (the base with W + alpha/r B A, HF layout,
+#      fp32) gives our final validation loss in transformers (rel 1e-4; merging rounds once more
+#      in fp32); the PEFT adapter: adapter_config.json (r, lora_alpha, target_modules) and
 #      adapter_model.safetensors with PEFT's names and shapes; when a Python with peft is
 #      available (FT_ORACLE_PYTHON), peft.PeftModel.from_pretrained(base, export) computes our
 #      final validation loss (rel 1e-4, tests/oracle/check_export.py; fp32 export, measured
@@ -30,7 +32,7 @@ losses() { grep '"type":"train"' "$1" | sed -E 's/,"tokens_per_s".*//'; }
 # ---------------------------------------------------------------- 1. resume equivalence
 a="$tmp/a" b="$tmp/b"
 flags=("${small[@]}" "${lora[@]}" --gradient_checkpointing --batch_size_per_device 2 --save_dtype fp32 --max_steps 6)
-"$bin" "${flags[@]}" --out_dir "$a" > "$a.log" 2>&1 || bad "straight LoRA run failed: $(tail -1 "$a.log")"
+"$bin" "${flags[@]}" --merge_lora --out_dir "$a" > "$a.log" 2>&1 || bad "straight LoRA run failed: $(tail -1 "$a.log")"
 "$bin" "${flags[@]}" --stop_at_step 3 --out_dir "$b" > "$b.log" 2>&1 || bad "first half failed: $(tail -1 "$b.log")"
 "$bin" "${flags[@]}" --resume latest --out_dir "$b" > "$b.log2" 2>&1 || bad "resume failed: $(tail -1 "$b.log2")"
 grep -q "resumed from .*step_00000003 at step 3" "$b.log2" && ok "resumed at step 3" || bad "resume message missing"
@@ -68,6 +70,9 @@ if [ -x "$py" ] && "$py" -c "import peft, transformers, torch" 2>/dev/null; then
   out=$(HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error "$py" tests/oracle/check_export.py data/model \
         data/chess/val_000.bin 64 16 "$v6" "$f" 2>&1) \
     && ok "peft.PeftModel.from_pretrained(base, export) gives our loss: $out" || bad "peft check: $out"
+  out=$(HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error "$py" tests/oracle/check_export.py "$a/final_merged" \
+        data/chess/val_000.bin 64 16 "$v6" 2>&1) \
+    && ok "--merge_lora: transformers on final_merged (W + alpha/r B A) gives our loss: $out" || bad "merged check: $out"
 elif [ -n "${FT_ORACLE_PYTHON:-}" ]; then bad "FT_ORACLE_PYTHON cannot import peft"
 else skip_or_fail "peft check of the adapter export (no Python with peft; set FT_ORACLE_PYTHON)"; fi
 
@@ -92,6 +97,7 @@ expect_error "--lora_rank: -4 is out of range" "${small[@]}" --lora_rank -4 --ou
 expect_error "--lora_rank: 65 is larger than k_proj's min(in 128, out 64) = 64" "${small[@]}" --lora_rank 65 --out_dir "$tmp/bad0"
 expect_error "--lora_targets: unknown target 'lm_head'" "${small[@]}" --lora_rank 4 --lora_targets q,lm_head --out_dir "$tmp/bad0"
 expect_error "flag --lora_alpha needs --lora_rank" "${small[@]}" --lora_alpha 8 --out_dir "$tmp/bad0"
+expect_error "flag --merge_lora needs --lora_rank" "${small[@]}" --merge_lora --out_dir "$tmp/bad0"
 [ ! -e "$tmp/bad0" ] && ok "nothing left behind by the flag errors" || bad "$tmp/bad0 was created"
 "$bin" "${small[@]}" --max_steps 1 --out_dir "$tmp/full" > "$tmp/full.log" 2>&1 || bad "full fine-tune run failed"
 expect_error "incompatible checkpoint: it was trained with --lora_rank (0 = full fine-tuning) 0, this run has 8" \

@@ -616,6 +616,21 @@ static void test_add(size_t n, size_t mis, bool alias) {
     });
 }
 
+static void test_scale(size_t n, size_t mis, bool alias) {
+    const float alpha = 2.5f;   // the LoRA scaling alpha / r (e.g. 16 / 8 = 2, 20 / 8 = 2.5)
+    std::vector<float> a = randn_bf(n, 1.0f), ref(n);
+    CPU->scale(ref.data(), a.data(), alpha, n);
+    std::string shape = fmt("n=%zu%s%s", n, mis ? " misaligned" : "", alias ? " out=inp" : "");
+    run_case("scale", shape, {nmse_ref("out", ref, THR_BF16)}, [&](Run &r) {
+        Dev d;
+        void *ap = d.bf16(a, mis);
+        void *out = alias ? ap : d.alloc(n * 2);
+        r.rc = ftk_scale(out, ap, alpha, n, 0);
+        r.guards = d.guards_ok();
+        r.outs = {read_bf16(out, n)};
+    });
+}
+
 static void test_accumulate(size_t n, size_t mis) {
     const float alpha = 0.37f;
     std::vector<float> dst0 = randn_f(n, 1.0f), src = randn_bf(n, 1.0f), ref = dst0;
@@ -829,6 +844,11 @@ static void cases_add() {
     test_add(9, 2, true);
 }
 
+static void cases_scale() {
+    for (size_t n : EW_SIZES) test_scale(ew_size(n), 0, false);
+    test_scale(1001, 2, true);
+}
+
 static void cases_accumulate() {
     for (size_t n : EW_SIZES) test_accumulate(ew_size(n), 0);
     test_accumulate(1003, 2);
@@ -866,7 +886,8 @@ static const Group GROUPS[] = {
     {"embedding", cases_embedding},     {"rmsnorm", cases_rmsnorm}, {"rope", cases_rope},
     {"attention", cases_attention},     {"lmhead_xent", cases_lmhead_xent},
     {"swiglu", cases_swiglu},           {"add", cases_add},         {"accumulate", cases_accumulate},
-    {"cast", cases_cast},               {"adamw", cases_adamw},     {"sum_squares", cases_sum_squares}};
+    {"cast", cases_cast},               {"adamw", cases_adamw},     {"sum_squares", cases_sum_squares},
+    {"scale", cases_scale}};
 
 // ----------------------------------------------------------------------------
 
