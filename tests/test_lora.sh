@@ -12,8 +12,8 @@
 #      available (FT_ORACLE_PYTHON), peft.PeftModel.from_pretrained(base, export) computes our
 #      final validation loss (rel 1e-4, tests/oracle/check_export.py; fp32 export, measured
 #      ~1e-7); without one: skip locally, FAIL under CI=true
-#   3. with MPI: FSDP over 2 ranks and DDP over 2 ranks give the single process's step losses
-#      (rel 1e-5, as tests/test_dist.sh)
+#   3. with MPI: FSDP over 2 ranks (per micro-batch and --accumulate_grads_locally), DDP over 2
+#      and HSDP 2 x 2 give the single process's step losses (rel 1e-5, as tests/test_dist.sh)
 #   4. the emulated GPU (build/tests/finetune_emu) against the CPU, and FSDP 2 on it
 #   5. bad input: one clear line, non-zero exit, nothing left behind: rank 0, negative, larger
 #      than a target's min(in, out), an unknown target, --lora_alpha without --lora_rank,
@@ -82,10 +82,11 @@ else skip_or_fail "peft check of the adapter export (no Python with peft; set FT
 if have_mpi; then
   common=("${small[@]}" "${lora[@]}" --batch_size_per_device 2 --max_steps 4)
   "$bin" "${common[@]}" --out_dir "$tmp/one" > "$tmp/one.log" 2>&1 || bad "single LoRA run: $(tail -1 "$tmp/one.log")"
-  for c in "fsdp2" "ddp2 --no_fsdp"; do
+  for c in "fsdp2 2" "ddp2 2 --no_fsdp" "fsdp2_local 2 --accumulate_grads_locally --batch_size_per_device 1" \
+           "hsdp4 4 --dp_shard 2 --batch_size_per_device 1"; do
     set -- $c
-    name=$1; shift
-    if timeout 300 mpiexec -n 2 "$bin" "${common[@]}" "$@" --out_dir "$tmp/$name" > "$tmp/$name.log" 2>&1; then
+    name=$1 n=$2; shift 2
+    if timeout 300 mpiexec -n "$n" "$bin" "${common[@]}" "$@" --out_dir "$tmp/$name" > "$tmp/$name.log" 2>&1; then
       w=$(worst_rel "$(metric "$tmp/one" loss)" "$(metric "$tmp/$name" loss)")
       [ "$(metric "$tmp/$name" loss | wc -l)" -eq 4 ] && awk -v w="$w" 'BEGIN { exit !(w + 0 == w && w <= 1e-5) }' \
         && ok "$name: 4 LoRA step losses match the single process (worst rel $w)" || bad "$name: losses differ: $w"
