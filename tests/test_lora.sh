@@ -20,8 +20,8 @@
 #      resume of a full fine-tune checkpoint with LoRA flags, of a LoRA checkpoint without them
 #      or with another rank or other targets
 # The golden comparison against PEFT (loss, every adapter gradient, 3 AdamW steps) is
-# tests/test_lora_golden.c. Runtime: 3m43 wall at load ~10 on the 2-core machine (1m17 of CPU:
-# the emulated runs are most of it; 22 s wall without finetune_emu and MPI).
+# tests/test_lora_golden.c. Runtime on the 2-core machine: 48 s wall (59 s of CPU) with the
+# emulated runs and 4 MPI layouts; 3m43 wall when it shared the machine at load ~10.
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_lora
