@@ -11,7 +11,6 @@
 
 static void count(comm *c, comm_kind k, size_t bytes) {
     c->bytes_sent[k] += bytes;
-    c->calls[k]++;
 }
 
 int comm_all_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
@@ -46,12 +45,6 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root) {
 }
 int comm_barrier(comm *c) { return c->barrier(c); }
 void comm_destroy(comm *c) { if (c && c->destroy) c->destroy(c); }
-
-size_t comm_total_bytes(const comm *c) {
-    size_t s = 0;
-    for (int k = 0; k < COMM_KIND_COUNT; k++) s += c->bytes_sent[k];
-    return s;
-}
 
 int comm_agree(comm *c, int rc, int *agreed) {
     const int W = c->size;

@@ -71,4 +71,3 @@ static inline uint16_t ft_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 float ft_f16_to_f32(uint16_t h);
-uint16_t ft_f32_to_f16(float f);
