@@ -1,4 +1,4 @@
-// common.c: the error record, checked allocation and fp16 conversion (see common.h).
+// common.c: the error record, checked allocation, checked paths and fp16 conversion (see common.h).
 #include "common.h"
 
 #include <math.h>
@@ -46,6 +46,18 @@ char *ft_strdup(const char *s) {
     char *p = ft_malloc(n, "string");
     if (p) memcpy(p, s, n);
     return p;
+}
+
+// ----------------------------------------------------------------------------
+// paths
+
+int ft_path(char *buf, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int k = vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+    if (k >= 0 && (size_t)k < n) return 0;
+    return ft_error("path too long (%d bytes, the limit is %zu): %.120s...", k, n ? n - 1 : 0, buf);
 }
 
 // ----------------------------------------------------------------------------

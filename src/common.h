@@ -44,6 +44,20 @@ void ft_error_clear(void);
 #define CHECK_ALLOC_GOTO(expr, nbytes, label) do { if ((expr) == NULL) { \
     ft_error("out of memory allocating %zu bytes (%s) at %s:%d", (size_t)(nbytes), #expr, FT_WHERE); goto label; } } while (0)
 
+// ----------------------------------------------------------------------------
+// paths
+
+// Every path buffer in src/ is FT_PATH_MAX bytes (Linux's PATH_MAX) and filled by ft_path.
+#define FT_PATH_MAX 4096
+
+// Format a path into buf (n bytes), printf-style. 0, or -1 with ft_error "path too long"
+// (naming the path's start) when it does not fit: a truncated path must never be opened,
+// created or removed.
+int ft_path(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// ----------------------------------------------------------------------------
+// checked allocation
+
 // Checked allocation helpers (record the error themselves; return NULL on failure).
 void *ft_malloc(size_t nbytes, const char *what);
 void *ft_calloc(size_t count, size_t size, const char *what);

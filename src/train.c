@@ -158,8 +158,8 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->world = cc->world->size;
     j->be = o->profile ? profile_backend(cc->world->be) : cc->world->be;
     mem_tracker_init(&j->mem, j->be);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    char path[FT_PATH_MAX];
+    TRY(ft_path(path, sizeof path, "%s/config.json", o->model_dir));
     TRY(llama_config_load(&j->cfg, path));
     const plan_request req = train_plan_request(o, j->world, st_dtype_size(j->be->dtype));
     plan pl;   // validates the job, and chooses how gradients travel (what --dry_run plans)
@@ -386,7 +386,7 @@ static int eval_and_log(job *j, int step) {
 // agreed by every rank.
 static int job_load_start(job *j, int *start) {
     const train_options *o = j->o;
-    char dir[4096] = "";
+    char dir[FT_PATH_MAX] = "";
     watchdog_set_phase("loading");
     int rc = o->eval_only ? 0 : fs_mkdirs(o->out_dir);   // fail before any work if unwritable
     if (rc == 0 && o->resume[0]) rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
@@ -404,14 +404,14 @@ static int job_load_start(job *j, int *start) {
 // published dense bf16 peak when known, else this backend's measured dense matmul rate.
 static int job_open_outputs(job *j, int start) {
     const train_options *o = j->o;
-    char path[4200];
+    char path[FT_PATH_MAX];
     int rc = 0;
     if (is_main(j)) {
-        snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
-        j->metrics = fopen(path, start > 0 ? "a" : "w");
-        if (!j->metrics) rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
-        snprintf(path, sizeof path, "%s/samples.jsonl", o->out_dir);
-        if (start == 0) remove(path);
+        rc = ft_path(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
+        if (rc == 0 && !(j->metrics = fopen(path, start > 0 ? "a" : "w")))
+            rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
+        if (rc == 0 && start == 0) rc = ft_path(path, sizeof path, "%s/samples.jsonl", o->out_dir);
+        if (rc == 0 && start == 0) remove(path);
     }
     if ((rc = agree(j, rc)) != 0) return rc;
     const double known = backend_peak_tflops(j->be);
@@ -460,10 +460,10 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
 // After the last step: the final evaluation, the Hugging Face export, samples, the memory report.
 static int job_finish(job *j, int step) {
     const train_options *o = j->o;
-    char path[4200];
+    char path[FT_PATH_MAX];
     int rc;
     TRY(eval_and_log(j, step));
-    snprintf(path, sizeof path, "%s/final", o->out_dir);
+    TRY(ft_path(path, sizeof path, "%s/final", o->out_dir));
     watchdog_set_phase("export");
     if ((rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
     if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
