@@ -1,8 +1,11 @@
-// backend_cuda.c: the CUDA backend's host side. UNVERIFIED ON GPU: it compiles and links
-// in CI (`make CUDA=1`); no machine here has a GPU, so none of it has run. What the CPU
-// tests do prove: the device arena's bookkeeping (tests/test_arena.c), the kernels' source
-// under the emulator (tests/cuda_emu), and the clear failure of `--device cuda` without a
-// driver or device (tests/test_cli.sh).
+// backend_cuda.c: the CUDA backend's host side (unverified on GPU: README's status table).
+// This same file runs in CI against the CPU emulator of the CUDA runtime, cuBLASLt and NCCL
+// (tests/cuda_emu): every op against the CPU backend (test_backend_emu, built from
+// tests/gpu/test_backend_gpu.c), the trainer on emulated GPUs (tests/test_cuda_emu_train.sh,
+// _soak, _hazards), and the clean failures of `--device cuda`: no driver or device
+// (test_plan.sh; an emulated machine without devices in test_cuda_emu_train.sh), an old
+// compute capability, a full arena, a missing NCCL (test_cuda_bad_input.sh). The arena's
+// bookkeeping: tests/test_arena.c.
 //
 // Layout of the backend:
 //   - storage dtype bf16; every `float *` tensor (statistics, optimizer state) is fp32
