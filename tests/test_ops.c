@@ -24,14 +24,8 @@
 // deterministic random numbers
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rng_u32(void) {
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rng_normal(void) {  // Irwin-Hall approximation is enough here
-    float s = 0; for (int i = 0; i < 12; i++) s += (rng_u32() & 0xffffff) / 16777216.0f;
-    return s - 6.0f;
-}
+static uint32_t rng_u32(void) { return test_rand_u32(&rng_state); }
+static float rng_normal(void) { return test_rand_normal(&rng_state); }   // Irwin-Hall is enough here
 static float *randn(size_t n, float scale) {
     float *p = malloc(sizeof(float) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) p[i] = scale * rng_normal();

@@ -51,8 +51,7 @@ typedef struct {
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static int32_t rand_token(int V) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (int32_t)(4 + rng % (uint64_t)(V - 4));   // past the special ids
+    return (int32_t)(4 + test_rand(&rng) % (uint64_t)(V - 4));   // past the special ids
 }
 
 // Rows as the loader fills them: tokens of the game, then EOS (id 2); targets shifted by one

@@ -104,15 +104,8 @@ static const backend *CPU;
 // random inputs
 
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
-static uint32_t rng_u32() {
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
-static float rng_normal() {
-    float s = 0;
-    for (int i = 0; i < 12; i++) s += (rng_u32() & 0xffffff) / 16777216.0f;
-    return s - 6.0f;
-}
+static uint32_t rng_u32() { return test_rand_u32(&g_rng); }
+static float rng_normal() { return test_rand_normal(&g_rng); }
 static float bfround(float x) { return ft_bf16_to_f32(ft_f32_to_bf16(x)); }
 // bf16-representable normal values (what both sides see)
 static std::vector<float> randn_bf(size_t n, float scale) {

@@ -34,10 +34,7 @@
 
 static const backend *CPU, *GPU;
 static uint64_t rng = 0x2545f4914f6cdd1dull;
-static float frand(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
+static float frand(void) { return test_rand_pm1(&rng); }
 
 // ----------------------------------------------------------------------------
 // tensors on both backends
