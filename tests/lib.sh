@@ -2,7 +2,9 @@
 #     . "$(dirname "$0")/lib.sh" test_name     (test_name: the summary line's name)
 # then use $build (first argument, default "build") and $bin ($build/finetune).
 #   ok MSG / bad MSG         count a pass ("ok   MSG") or a failure ("FAIL MSG"), on stdout
-#   finish                   print "test_name: N passed, M failed" and exit non-zero on failures
+#   check MSG CMD ARGS..     ok MSG when CMD ARGS succeeds, else bad MSG
+#   finish                   run the suite's finish_hook if it defines one (cleanup, notes),
+#                            print "test_name: N passed, M failed", exit non-zero on failures
 #   skip_or_fail WHY         a missing prerequisite: a failure when CI=true, else "skip: WHY"
 #   expect_error SUB ARGS..  $bin ARGS must exit non-zero with exactly one stderr line containing SUB
 #   train_field FILE STEP F  numeric field F of the train line of step STEP in metrics.jsonl FILE
@@ -20,7 +22,11 @@ pass=0; fail=0
 
 ok()  { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() { echo "$test_name: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+finish() {
+  [ "$(type -t finish_hook)" = function ] && finish_hook
+  echo "$test_name: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit
+}
 skip_or_fail() { if [ "${CI:-}" = true ]; then bad "$* (a prerequisite; CI=true)"; else echo "skip: $*"; fi; }
 
 expect_error() {

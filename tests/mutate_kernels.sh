@@ -24,10 +24,7 @@ build=${1:-build}
 filter=${2:-}
 jobs=${MUTATE_JOBS:-2}
 cd "$(dirname "$0")/.."
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() { echo "mutate_kernels: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
+. tests/lib.sh mutate_kernels
 
 ids=() files=() ops=() froms=() tos=()
 m() { ids+=("$1"); files+=("$2"); ops+=("$3"); froms+=("$4"); tos+=("$5"); }

@@ -5,10 +5,8 @@
 # run with the reason (no GPU). Both report locations: $OUT when set, else the argument.
 # ~1 s. Where a GPU is present it skips: first_light.sh itself is the test there (~8 min).
 set -u
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() { echo "test_first_light: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
+build="${1:-build}"
+. "$(dirname "$0")/lib.sh" test_first_light
 cd "$(dirname "$0")/.." || exit 2
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "skip: this machine has a GPU (run tests/gpu/first_light.sh itself)"; finish
