@@ -6,6 +6,15 @@
 //     just propagate -1 (TRY). Only main() prints it (once, rank 0) and exits non-zero.
 //   - Foreign APIs (libc files, allocation, CUDA, cuBLAS, NCCL, MPI, PMI2) are wrapped by
 //     CHECK_* macros that record the failing expression, file:line and the API's reason.
+//     A failure about a file the user named says so in their terms instead:
+//     ft_error("%s: cannot open: %s", path, strerror(errno)).
+//   - Memory comes from ft_malloc / ft_calloc / ft_strdup (or CHECK_ALLOC), paths from
+//     ft_path: neither an allocation nor a path can fail without its one line.
+//   - Cleanup: a function that owns nothing on failure returns through TRY / CHECK_*. One
+//     that does has ONE label at its end, reached by TRY_GOTO / CHECK_*_GOTO: `done:` when
+//     success and failure both run the cleanup (rc says which), `fail:` when only failure
+//     does (success returns above it). Code that must keep every rank in step carries rc
+//     to the agreement (comm_agree) instead of returning early.
 #pragma once
 #include <errno.h>
 #include <stddef.h>
