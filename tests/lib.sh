@@ -9,6 +9,8 @@
 #   expect_error SUB ARGS..  $bin ARGS must exit non-zero with exactly one stderr line containing SUB
 #   train_field FILE STEP F  numeric field F of the train line of step STEP in metrics.jsonl FILE
 #   metric DIR FIELD         numeric field FIELD of every train line of DIR/metrics.jsonl, one a line
+#   step_logs DIR            the train lines of DIR/metrics.jsonl up to their timing fields
+#                            (what two runs of the same job must reproduce exactly)
 #   worst_rel REF GOT        worst |ref - got| / |ref| over two lists of numbers (one a line),
 #                            printed as %.2e ("none" when empty)
 #   le A B                   A is a number and A <= B
@@ -41,6 +43,7 @@ expect_error() {
 train_field() { grep "\"type\":\"train\",\"step\":$2," "$1" | sed -nE "s/.*\"$3\":([0-9.e+-]+).*/\1/p"; }
 
 metric() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/"; }
+step_logs() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E 's/,"tokens_per_s".*//'; }
 worst_rel() {
   paste <(printf '%s\n' "$1") <(printf '%s\n' "$2") | awk '
     { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r; n++ } END { if (n < 1) print "none"; else printf "%.2e", w }'
