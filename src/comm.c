@@ -72,7 +72,7 @@ static int single_copy(comm *c, void *recv, const void *send, size_t n, st_dtype
     if (recv == send) return 0;
     return c->be->copy_d2d(recv, send, n * st_dtype_size(dt));
 }
-static int single_iall_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
+static int single_icopy(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
     *req = NULL;
     return single_copy(c, recv, send, n, dt);
 }
@@ -90,10 +90,10 @@ void comm_init_single(comm *c, const backend *be) {
     c->size = 1;
     c->be = be;
     c->all_gather = single_copy;
-    c->iall_gather = single_iall_gather;
+    c->iall_gather = single_icopy;
     c->wait = single_wait;
     c->reduce_scatter = single_copy;
-    c->ireduce_scatter = single_iall_gather;   // the identity too: a copy, complete at once
+    c->ireduce_scatter = single_icopy;   // the identity too: a copy, complete at once
     c->all_reduce = single_all_reduce;
     c->all_reduce_f64 = single_all_reduce_f64;
     c->broadcast = single_broadcast;

@@ -399,8 +399,8 @@ static int layer_backward(model *m, int l, void *w, void *dw, layer_acts *s) {
     return 0;
 }
 
-int model_step(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
-               int backward, float dloss, double *loss_sum, int *n_valid) {
+int model_forward_backward(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
+                           int backward, float dloss, double *loss_sum, int *n_valid) {
     const backend *be = m->be;
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;

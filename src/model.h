@@ -150,12 +150,13 @@ void model_free(model *m);
 // after position t (already shifted), or -100 to ignore. Always runs the forward; if
 // `backward`, runs the backward too, adding d(sum of valid token losses * dloss)/dparam into
 // the provider's gradient buffers. Outputs the sum of valid token losses and their count.
-int model_step(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
-               int backward, float dloss, double *loss_sum, int *n_valid);
+int model_forward_backward(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
+                           int backward, float dloss, double *loss_sum, int *n_valid);
 
 // Run the next micro-batches with sequence length T <= the allocated one (a batch whose
 // rows all end early needs no compute on the padding: causal attention makes the result
-// on real tokens the same). tokens/targets passed to model_step are then (B, T). 0 / -1.
+// on real tokens the same). tokens/targets passed to model_forward_backward are then
+// (B, T). 0 / -1.
 int model_set_seq_len(model *m, int T);
 
 // Forward only, writing logits (B, T, V) fp32 to host memory `logits`.

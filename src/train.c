@@ -129,7 +129,7 @@ static int evaluate(job *j, double *loss_out, double *tokens_out) {
         TRY(model_set_seq_len(&j->m, used));
         double sum;
         int n;
-        TRY(model_step(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 0, 0.0f, &sum, &n));
+        TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 0, 0.0f, &sum, &n));
         acc[0] += sum;
         acc[1] += n;
     }
@@ -218,7 +218,7 @@ static void job_teardown(job *j) {
     param_layout_free(&j->layout);
 }
 
-static void print_plan(job *j) {
+static void print_job_summary(job *j) {
     if (!is_main(j)) return;
     const train_options *o = j->o;
     const llama_config *c = &j->cfg;
@@ -285,7 +285,7 @@ static int train_step(job *j, int step, step_stats *st) {
         TRY(model_set_seq_len(&j->m, used));
         double sum;
         int n;
-        TRY(model_step(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 1, dloss, &sum, &n));
+        TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 1, dloss, &sum, &n));
         loss_sum += sum;
         if (is_main(j) && isatty(STDOUT_FILENO)) {
             printf("\rstep %d/%d: micro-batch %d/%d", step + 1, j->total_steps, a + 1, j->accum);
@@ -480,7 +480,7 @@ static int job_finish(job *j, int step) {
 }
 
 static int run(job *j) {
-    print_plan(j);
+    print_job_summary(j);
     int start, step, stopped, rc;
     if ((rc = job_load_start(j, &start)) != 0) return rc;
     if (j->o->eval_only) return eval_and_log(j, start);

@@ -73,7 +73,8 @@ static int run_rows(model *m, fsdp_state *s, const int32_t *tok, const int32_t *
     unit_provider prov = fsdp_provider(s);
     double norm;
     if (model_set_seq_len(m, used) || fsdp_zero_grads(s) ||
-        model_step(m, &prov, tok, tgt, 1, 1.0f / (float)valid, &o->sum, &o->n) || fsdp_finish_grads(s, &norm))
+        model_forward_backward(m, &prov, tok, tgt, 1, 1.0f / (float)valid, &o->sum, &o->n) ||
+        fsdp_finish_grads(s, &norm))
         return -1;
     o->losses = malloc((size_t)B * used * sizeof(float));
     o->grads = malloc(s->n_local * sizeof(float));
