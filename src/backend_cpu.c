@@ -322,14 +322,17 @@ static int cpu_add(void *out_, const void *a_, const void *b_, size_t n) {
 // ----------------------------------------------------------------------------
 // fused lm_head + cross-entropy over row chunks
 
+// (fp32 storage: dweight accumulates in fp32 directly, dw_acc is not needed)
 static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, const void *x_,
                            const void *weight, const int32_t *targets, int N, int C, int V,
-                           float dloss, float *workspace) {
+                           float dloss, int chunk_rows, float *logits_ws, float *dw_acc) {
+    (void)dw_acc;
     const float *x = x_;           // (N, C)
     float *dx = dx_;               // (N, C) or NULL
-    for (int n0 = 0; n0 < N; n0 += LMHEAD_CHUNK_ROWS) {
-        int rows = N - n0 < LMHEAD_CHUNK_ROWS ? N - n0 : LMHEAD_CHUNK_ROWS;
-        float *logits = workspace; // (rows, V)
+    if (chunk_rows <= 0) return ft_error("lmhead_xent: chunk of %d rows", chunk_rows);
+    for (int n0 = 0; n0 < N; n0 += chunk_rows) {
+        int rows = N - n0 < chunk_rows ? N - n0 : chunk_rows;
+        float *logits = logits_ws; // (rows, V)
         cpu_matmul_fwd(logits, x + (size_t)n0 * C, weight, rows, C, V);
         int bad = -1;
 #pragma omp parallel for reduction(max : bad)

@@ -205,12 +205,20 @@ static void layer_acts_table(mem_table *t, mem_category cat, const char *what, c
     mem_table_add(t, cat, N * F * esz, what, SLOT(s, act));              // (N, F)
 }
 
+int model_lmhead_chunk_rows(int N, int V) {
+    size_t rows = LMHEAD_CHUNK_BYTES / ((size_t)(V > 0 ? V : 1) * sizeof(float));
+    if (rows > LMHEAD_CHUNK_ROWS_MAX) rows = LMHEAD_CHUNK_ROWS_MAX;
+    if (rows > 128) rows -= rows % 128;   // whole GEMM tiles
+    if (rows < 1) rows = 1;
+    return N < (int)rows ? (N > 0 ? N : 1) : (int)rows;
+}
+
 void model_buffer_table(mem_table *t, const llama_config *c, int B, int T, int grad_ckpt, size_t esz, model *m) {
     const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size, F = c->intermediate_size;
     const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
     const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
     const size_t rope = (size_t)T * (size_t)(c->head_dim / 2) * sizeof(float);   // (T, D/2)
-    const size_t chunk = N < LMHEAD_CHUNK_ROWS ? N : LMHEAD_CHUNK_ROWS;
+    const size_t chunk = (size_t)model_lmhead_chunk_rows((int)N, (int)V);
     const int L = c->num_hidden_layers;
 
     // activations: what the forward keeps for the backward
@@ -233,8 +241,13 @@ void model_buffer_table(mem_table *t, const llama_config *c, int B, int T, int g
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, tokens));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, targets));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(float), io, SLOT(m, losses));
-    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head chunk (128 rows)",
+    if (m) m->lmhead_rows = (int)chunk;
+    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head row chunk",
                   SLOT(m, logits_ws));
+    // several chunks on a bf16 backend: lm_head's dW summed over them in fp32, rounded once
+    if (N > chunk && esz != sizeof(float))
+        mem_table_add(t, MEM_WORKSPACE, V * C * sizeof(float), "fp32 lm_head weight gradient over the row chunks",
+                      SLOT(m, lmhead_dw_acc));
     const char *bwd = "backward scratch of one layer + branch output";
     mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, proj));
     mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, dresid));
@@ -360,12 +373,13 @@ int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float 
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size;
     // logits in row chunks through the workspace (fp32-sized, so a bf16 chunk fits too), in
     // the backend's dtype, widened to fp32 on the host (sampling, golden tests)
+    const int chunk = m->lmhead_rows;
     uint16_t *half = NULL;
-    if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)LMHEAD_CHUNK_ROWS * V * 2), (size_t)LMHEAD_CHUNK_ROWS * V * 2);
+    if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)chunk * V * 2), (size_t)chunk * V * 2);
     void *root;
     int rc = forward_trunk(m, p, tokens, &root);
-    for (int n0 = 0; rc == 0 && n0 < N; n0 += LMHEAD_CHUNK_ROWS) {
-        const int rows = N - n0 < LMHEAD_CHUNK_ROWS ? N - n0 : LMHEAD_CHUNK_ROWS;
+    for (int n0 = 0; rc == 0 && n0 < N; n0 += chunk) {
+        const int rows = N - n0 < chunk ? N - n0 : chunk;
         const size_t n = (size_t)rows * V;
         float *dst = logits + (size_t)n0 * V;   // (rows, V)
         rc = m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)n0 * C), at(m, root, lm_head_offset(m)), rows, C, V);
@@ -427,10 +441,11 @@ int model_step(model *m, const unit_provider *p, const int32_t *tokens, const in
     if (backward) {
         TRY(p->grad_begin(p->ctx, root_u, &droot));
         TRY(be->lmhead_xent(m->losses, m->dln, at(m, droot, lm_head_offset(m)), m->lnf,
-                            at(m, root, lm_head_offset(m)), m->targets, N, C, V, dloss, m->logits_ws));
+                            at(m, root, lm_head_offset(m)), m->targets, N, C, V, dloss, m->lmhead_rows,
+                            m->logits_ws, m->lmhead_dw_acc));
     } else {
         TRY(be->lmhead_xent(m->losses, NULL, NULL, m->lnf, at(m, root, lm_head_offset(m)),
-                            m->targets, N, C, V, dloss, m->logits_ws));
+                            m->targets, N, C, V, dloss, m->lmhead_rows, m->logits_ws, NULL));
     }
     TRY(be->copy_d2h(m->losses_host, m->losses, (size_t)N * sizeof(float)));
     double sum = 0.0;

@@ -449,40 +449,52 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
 }
 
 // ----------------------------------------------------------------------------
-// lm_head + cross-entropy
+// lm_head + cross-entropy: the fused softmax step between the backend's GEMMs
+//
+// The reference is the CPU backend's whole lmhead_xent op on x = the logits (rows, V) and
+// weight = the identity (V, V): its logits x I^T are the logits exactly (each a sum of one
+// product by 1 and zeros), its dx = dlogits I is the fp32 dlogits, its losses the losses.
 
-static void test_lmhead(int N, int C, int V, bool train) {
-    std::vector<float> x = randn_bf((size_t)N * C, 1.0f);
-    std::vector<float> w = randn_bf((size_t)V * C, 1.0f / sqrtf((float)C));   // logits ~ N(0, 1)
-    std::vector<float> dw0 = randn_bf((size_t)V * C, 1e-3f);   // small next to the gradient
-    std::vector<int32_t> tgt(N);
-    for (int i = 0; i < N; i++) tgt[i] = rng_u32() % 5 == 0 ? -100 : (int32_t)(rng_u32() % V);
-    const float dloss = 1.0f;
-    const int chunks = (N + LMHEAD_CHUNK_ROWS - 1) / LMHEAD_CHUNK_ROWS;
-    std::string shape = fmt("N=%d C=%d V=%d%s", N, C, V, train ? "" : " eval");
-    std::vector<float> loss_ref(N), dx_ref((size_t)N * C), dw_ref = dw0;
-    std::vector<float> ws((size_t)LMHEAD_CHUNK_ROWS * V);
-    CPU->lmhead_xent(loss_ref.data(), train ? dx_ref.data() : nullptr, dw_ref.data(), x.data(),
-                     w.data(), tgt.data(), N, C, V, dloss, ws.data());
-    std::vector<Ref> refs = {nmse_ref("losses", loss_ref, THR_F32)};
-    if (train) {
-        refs.push_back(nmse_ref("dx", dx_ref, THR_BF16));
-        // dweight is rounded to bf16 once per chunk of 128 rows: one rounding bound each
-        refs.push_back(nmse_ref("dweight", dw_ref, THR_BF16 * chunks));
-    } else {
-        refs.push_back(nmse_ref("dweight", dw0, THR_EXACT));   // untouched in evaluation
+enum { LMH_NORMAL, LMH_LARGE, LMH_MASKED };
+
+static void test_lmhead_rows(int rows, int V, bool train, int kind) {
+    const float scale = kind == LMH_LARGE ? 40.0f : 2.0f;   // LARGE: peaky rows, exp underflows
+    std::vector<float> logits = randn_f((size_t)rows * V, scale);
+    std::vector<int32_t> tgt(rows);
+    for (int i = 0; i < rows; i++)
+        tgt[i] = kind == LMH_MASKED || rng_u32() % 5 == 0 ? -100 : (int32_t)(rng_u32() % V);
+    if (kind == LMH_LARGE && rows > 1) {   // a row dominated by its target, one by another id
+        logits[tgt[0] >= 0 ? (size_t)tgt[0] : 0] = 300.0f;
+        logits[(size_t)V + (tgt[1] >= 0 ? (size_t)(tgt[1] + 1) % V : 0)] = 300.0f;
     }
-    run_case("lmhead_xent", shape, refs, [&](Run &r) {
+    const float dloss = 0.37f;
+    static const char *kinds[] = {"", " large logits", " all masked"};
+    std::string shape = fmt("rows=%d V=%d%s%s", rows, V, kinds[kind], train ? "" : " eval");
+    std::vector<float> eye((size_t)V * V, 0.0f);
+    for (int j = 0; j < V; j++) eye[(size_t)j * V + j] = 1.0f;
+    std::vector<float> loss_ref(rows), dl_ref((size_t)rows * V), dw_ref((size_t)V * V, 0.0f), ws((size_t)rows * V);
+    EXPECT(CPU->lmhead_xent(loss_ref.data(), train ? dl_ref.data() : nullptr, dw_ref.data(), logits.data(),
+                            eye.data(), tgt.data(), rows, V, V, dloss, rows, ws.data(), nullptr) == 0,
+           "cpu lmhead_xent: %s", ft_error_message());
+    const double thr_loss = kind == LMH_MASKED ? THR_EXACT : THR_F32;   // all zero: exactly
+    std::vector<Ref> refs = {nmse_ref("losses", loss_ref, thr_loss)};
+    if (train) refs.push_back(nmse_ref("dlogits", dl_ref, kind == LMH_MASKED ? THR_EXACT : THR_BF16));
+    else refs.push_back(nmse_ref("logits", logits, THR_EXACT));   // untouched in evaluation
+    run_case("lmhead_xent_rows", shape, refs, [&](Run &r) {
         Dev d;
-        float *loss = (float *)d.alloc((size_t)N * 4);
-        void *dx = train ? d.alloc((size_t)N * C * 2) : nullptr;
-        void *dw = d.bf16(dw0);
-        float *wsp = (float *)d.alloc((size_t)LMHEAD_CHUNK_ROWS * V * 4);
-        r.rc = ftk_lmhead_xent(loss, dx, dw, d.bf16(x), d.bf16(w), d.i32(tgt), N, C, V, dloss, wsp, 0);
+        float *loss = (float *)d.alloc((size_t)rows * 4);
+        float *l = d.f32(logits);
+        r.rc = ftk_lmhead_xent_rows(loss, l, d.i32(tgt), rows, V, dloss, train, 0);
         r.guards = d.guards_ok();
-        r.outs = {read_f32(loss, N)};
-        if (train) r.outs.push_back(read_bf16(dx, (size_t)N * C));
-        r.outs.push_back(read_bf16(dw, (size_t)V * C));
+        r.outs = {read_f32(loss, rows)};
+        if (!train) {
+            r.outs.push_back(read_f32(l, (size_t)rows * V));
+            return;
+        }
+        // bf16 dlogits: row i's V values at the start of its own fp32 row (stride 2V bf16)
+        std::vector<uint16_t> packed((size_t)rows * V);
+        for (int i = 0; i < rows; i++) memcpy(&packed[(size_t)i * V], l + (size_t)i * V, (size_t)V * 2);
+        r.outs.push_back(read_bf16(packed.data(), packed.size()));
     });
 }
 
@@ -686,11 +698,15 @@ int main() {
                           {2, 130, 8, 8, 16, 4, 0}, {1, 70, 8, 1, 128, 1, 0}, {1, 29, 4, 4, 32, 1, 2}};
     for (auto &s : att) test_attention(s[0], s[1], s[2], s[3], s[4], (float)s[5], (size_t)s[6]);
 
-    // (N, C, V, train): odd sizes against the 32x32 GEMM tiles, 150 rows = two chunks of
-    // 128, a vocab of 1000 (32 tiles), evaluation only (dx = NULL)
-    const int lmh[][4] = {{1, 8, 5, 1}, {7, 33, 50, 1}, {40, 64, 300, 1}, {150, 40, 97, 1},
-                          {5, 100, 1000, 1}, {33, 48, 77, 0}};
-    for (auto &s : lmh) test_lmhead(s[0], s[1], s[2], s[3] != 0);
+    // (rows, V, train, kind): V = 1, odd sizes, V < and > one in-place stride (256 threads x 4
+    // = 1024 values: 1023, 1024, 1025, 2051 = three strides), rows with large logits (peaky,
+    // exp underflowing, one row's target dominant), a chunk with every row masked,
+    // evaluation (logits untouched)
+    const int lmh[][4] = {{1, 1, LMH_NORMAL, 1},    {3, 5, LMH_NORMAL, 1},    {7, 97, LMH_NORMAL, 1},
+                          {5, 1023, LMH_NORMAL, 1}, {4, 1024, LMH_NORMAL, 1}, {6, 1025, LMH_NORMAL, 1},
+                          {9, 2051, LMH_NORMAL, 1}, {5, 300, LMH_LARGE, 1},   {3, 1031, LMH_LARGE, 1},
+                          {4, 77, LMH_MASKED, 1},   {33, 77, LMH_NORMAL, 0},  {5, 1031, LMH_LARGE, 0}};
+    for (auto &s : lmh) test_lmhead_rows(s[0], s[1], s[3] != 0, s[2]);
 
     const size_t ew[] = {1, 7, 8, 1000, 4099, san ? 20000u : 100000u};
     for (size_t n : ew) test_swiglu(n, 0, false);
