@@ -31,6 +31,8 @@ def main():
     ap.add_argument("--max_pos", type=int, default=512)
     ap.add_argument("--rope_theta", type=float, default=10000.0)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--init_std", type=float, default=0.02,
+                    help="std of the normal init (tests use a large one so the loss depends on every token)")
     args = ap.parse_args()
 
     import torch
@@ -45,7 +47,7 @@ def main():
         vocab_size=tok.get_vocab_size(), hidden_size=args.hidden,
         intermediate_size=args.intermediate, num_hidden_layers=args.layers,
         num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
-        hidden_act="silu", max_position_embeddings=args.max_pos, initializer_range=0.02,
+        hidden_act="silu", max_position_embeddings=args.max_pos, initializer_range=args.init_std,
         rms_norm_eps=1e-5, use_cache=True, tie_word_embeddings=False,
         rope_theta=args.rope_theta, attention_bias=False, attention_dropout=0.0,
         mlp_bias=False, bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],

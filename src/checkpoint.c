@@ -207,31 +207,3 @@ int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int 
     }
     return 0;
 }
-
-int hf_checkpoint_load_params(const hf_checkpoint *ck, const param_layout *l, const backend *be,
-                              void *params) {
-    TRY(hf_checkpoint_validate(ck, l));
-    size_t max_unit = 0;
-    for (int u = 0; u < l->n_units; u++) max_unit = l->unit_numel[u] > max_unit ? l->unit_numel[u] : max_unit;
-    float *host = ft_malloc(max_unit * sizeof(float), "checkpoint unit buffer");
-    if (!host) return -1;
-    const size_t esz = st_dtype_size(be->dtype);
-    int rc = 0;
-    for (int u = 0; u < l->n_units && rc == 0; u++) {
-        const size_t n = l->unit_numel[u];
-        void *dst = (char *)params + l->unit_offset[u] * esz;
-        rc = hf_checkpoint_read_unit(ck, l, u, host);
-        if (rc == 0 && be->dtype == ST_BF16) {
-            // in place: bytes [2i, 2i+2) are written only after element i (bytes 4i..) is read
-            for (size_t i = 0; i < n; i++) {
-                uint16_t b = ft_f32_to_bf16(host[i]);
-                memcpy((char *)host + 2 * i, &b, 2);
-            }
-        } else if (rc == 0 && be->dtype != ST_F32) {
-            rc = ft_error("load params: backend dtype %s is not supported", st_dtype_name(be->dtype));
-        }
-        if (rc == 0) rc = be->copy_h2d(dst, host, n * esz);
-    }
-    free(host);
-    return rc;
-}

@@ -32,9 +32,3 @@ int hf_checkpoint_validate(const hf_checkpoint *ck, const param_layout *l);
 // Convert unit u's tensors to fp32 into host `out` (unit_numel[u] elements; padding is
 // zeroed). Call hf_checkpoint_validate first. 0 or -1.
 int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int u, float *out);
-
-// Load every unit into `params` (l->total elements of backend memory in be->dtype), one
-// unit at a time through a host fp32 buffer (converted to bf16 on the host for bf16
-// backends). Validates first. 0 or -1.
-int hf_checkpoint_load_params(const hf_checkpoint *ck, const param_layout *l, const backend *be,
-                              void *params);

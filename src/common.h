@@ -35,8 +35,6 @@ void ft_error_clear(void);
 #define TRY_GOTO(call, label) do { if ((call) != 0) goto label; } while (0)
 
 // libc / POSIX calls that signal failure by a false/NULL/-1 result and set errno
-#define CHECK_SYS(cond) do { if (!(cond)) { \
-    return ft_error("%s failed at %s:%d: %s", #cond, FT_WHERE, strerror(errno)); } } while (0)
 #define CHECK_SYS_GOTO(cond, label) do { if (!(cond)) { \
     ft_error("%s failed at %s:%d: %s", #cond, FT_WHERE, strerror(errno)); goto label; } } while (0)
 

@@ -17,7 +17,8 @@ const char *fsdp_sharding_name(int S, int W) {
     return W > 1 ? "none (DDP)" : "none (single device)";
 }
 
-void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) {
+// Global element range [lo, hi) of unit u held by this rank.
+static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) {
     *lo = s->layout->unit_offset[u] + (size_t)s->shard->rank * s->slice[u];
     *hi = *lo + s->slice[u];
 }
@@ -202,7 +203,9 @@ static int rs_finish(fsdp_state *s, int b) {
     return s->be->accumulate(s->grads + s->local_off[u], s->rs_out[b], s->slice[u], 1.0f);
 }
 
-int fsdp_flush_grads(fsdp_state *s) {
+// Complete every outstanding non-blocking reduce-scatter of layer gradients into the fp32
+// slices (the root unit's grad_end and fsdp_finish_grads call it). 0 / -1.
+static int fsdp_flush_grads(fsdp_state *s) {
     TRY(rs_finish(s, 0));
     return rs_finish(s, 1);
 }

@@ -80,9 +80,6 @@ unit_provider fsdp_provider(fsdp_state *s);
 // Forget gathered layers (their parameters changed). The optimizer step and loading call it.
 void fsdp_invalidate_gathered(fsdp_state *s);
 
-// Global element range [lo, hi) of unit u held by this rank.
-void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi);
-
 // Which fp32 slice buffer: master weights or the two AdamW moments.
 typedef enum { FSDP_MASTER, FSDP_EXP_AVG, FSDP_EXP_AVG_SQ } fsdp_buffer;
 
@@ -100,9 +97,6 @@ int fsdp_zero_moments(fsdp_state *s);
 int fsdp_zero_grads(fsdp_state *s);
 // Say which micro-batch of the step comes next (before its model_step).
 void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
-// Complete every outstanding non-blocking reduce-scatter of layer gradients into the fp32
-// slices (the root unit's grad_end and fsdp_finish_grads call it). 0 / -1.
-int fsdp_flush_grads(fsdp_state *s);
 // After the last micro-batch: sum gradient slices across replicas, and return the global
 // L2 norm of the gradient in *norm (collective over all ranks). 0 / -1.
 int fsdp_finish_grads(fsdp_state *s, double *norm);

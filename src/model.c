@@ -122,29 +122,6 @@ double model_flops_per_token(const llama_config *c, double T) {
 }
 
 // ----------------------------------------------------------------------------
-// the flat single-process provider
-
-static int flat_acquire(void *ctx, int u, int for_backward, void **params) {
-    flat_provider_state *s = ctx;
-    (void)for_backward;
-    *params = (char *)s->params + s->layout->unit_offset[u] * st_dtype_size(s->be->dtype);
-    return 0;
-}
-static int flat_release(void *ctx, int u) { (void)ctx; (void)u; return 0; }
-static int flat_grad_begin(void *ctx, int u, void **grads) {
-    flat_provider_state *s = ctx;
-    if (!s->grads) return ft_error("model: backward requested without a gradient buffer");
-    *grads = (char *)s->grads + s->layout->unit_offset[u] * st_dtype_size(s->be->dtype);
-    return 0;
-}
-static int flat_grad_end(void *ctx, int u) { (void)ctx; (void)u; return 0; }
-
-unit_provider unit_provider_flat(flat_provider_state *state) {
-    unit_provider p = {state, flat_acquire, flat_release, flat_grad_begin, flat_grad_end};
-    return p;
-}
-
-// ----------------------------------------------------------------------------
 // RoPE tables, following transformers' fp32 arithmetic
 
 void rope_tables_compute(const llama_config *c, int T, float *cos_out, float *sin_out) {

@@ -6,8 +6,8 @@
 // The size table (`param_entry`) names every tensor with its Hugging Face name.
 //
 // The forward/backward never touches parameter storage directly: it asks a unit_provider
-// for each unit's full parameters and gradient buffer. The flat single-process provider
-// hands out slices of two flat buffers; the FSDP provider gathers and reduce-scatters.
+// for each unit's full parameters and gradient buffer. The FSDP provider (fsdp.h) gathers
+// and reduce-scatters; the golden tests use a flat one over two buffers (tests/model_util.h).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -90,10 +90,6 @@ struct unit_provider {
     int (*grad_end)(void *ctx, int u);
 };
 
-// A provider over two flat buffers (params, grads: layout->total elements each, backend
-// memory). `grads` may be NULL for forward-only use. `state` must outlive the provider.
-typedef struct { const param_layout *layout; const backend *be; void *params; void *grads; } flat_provider_state;
-unit_provider unit_provider_flat(flat_provider_state *state);
 
 // ----------------------------------------------------------------------------
 // the model

@@ -7,6 +7,8 @@
 # Needs python3 (standard library only) and xz; pgn-extract is required (missing = failure).
 # Last line: "test_chess_data: N passed, N failed"; exit status non-zero on any failure.
 set -u
+build="${1:-build}"
+. "$(dirname "$0")/lib.sh" test_chess_data
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DATA_DIR=${DATA_DIR:-$ROOT/data}
 MIN_GAMES=${MIN_GAMES:-10000}
@@ -16,9 +18,6 @@ elif [ -x /usr/games/pgn-extract ]; then PGNX=/usr/games/pgn-extract
 else PGNX=$(command -v pgn-extract || echo /usr/games/pgn-extract); fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_chess_data.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; }
 # tally: reads "ok X" / "FAIL X: why" lines (printed by the python checks) and counts them.
 tally() {
   local line
@@ -44,7 +43,7 @@ for f in "$CH/games.jsonl.xz" "$CH/games.meta.json"; do
 done
 if ! xz -dc "$CH/games.jsonl.xz" > "$TMP/games.jsonl" 2>"$TMP/xz.err"; then
   bad "xz decompress: $(cat "$TMP/xz.err")"
-  echo "test_chess_data: $pass passed, $((fail+1)) failed"; exit 1
+  finish
 fi
 ok "xz decompress"
 
@@ -218,9 +217,11 @@ PY
 fi
 
 # ---- shards, tokenizer, model ----------------------------------------------------------------
-run_py "$TMP" "$DATA_DIR" <<'PY'
-import array, hashlib, json, os, struct, sys
+run_py "$TMP" "$DATA_DIR" "$ROOT/scripts" <<'PY'
+import hashlib, json, os, struct, sys
 tmp, data = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+from token_shard import ShardError, read_shard   # the one FTTOKSHD reader
 ch, md = os.path.join(data, "chess"), os.path.join(data, "model")
 def check(name, cond, why=""):
     print(("ok %s" % name) if cond else ("FAIL %s: %s" % (name, why)))
@@ -251,36 +252,24 @@ check("shard files on disk == shards.json", files == listed, "%s vs %s" % (files
 check("train shard names train_000.. contiguous, val_000 present",
       [x["file"] for x in man["train"]] == ["train_%03d.bin" % i for i in range(len(man["train"]))]
       and "val_000.bin" in listed, listed)
-H = struct.Struct("<8sIIIIIIQQ16x")
 docs = {"train": 0, "val": 0}
 for key in ("train", "val"):
     for x in man[key]:
         p = os.path.join(ch, x["file"])
-        buf = open(p, "rb").read()
         name = "shard %s" % x["file"]
-        if len(buf) < 64:
-            check(name, False, "short file"); continue
-        magic, ver, tb, vs, bos, eos, res, nd, nt = H.unpack_from(buf)
+        try:
+            hdr, off, tok = read_shard(p)   # layout, size, offsets, ids < vocab
+        except (OSError, ShardError) as e:
+            check(name, False, e); continue
+        nd, nt, bos, eos = hdr["n_docs"], hdr["n_tokens"], hdr["bos_id"], hdr["eos_id"]
         errs = []
-        if magic != b"FTTOKSHD": errs.append("magic")
-        if ver != 1: errs.append("version %d" % ver)
-        if tb != (2 if vs <= 65536 else 4): errs.append("token_bytes %d" % tb)
-        if res != 0 or buf[48:64] != bytes(16): errs.append("reserved not zero")
-        if (vs, bos, eos) != (n_vocab, ids["<s>"], ids["</s>"]): errs.append("vocab/bos/eos %s" % ((vs, bos, eos),))
-        if len(buf) != 64 + 8 * (nd + 1) + tb * nt: errs.append("size %d != 64+8*(%d+1)+%d*%d" % (len(buf), nd, tb, nt))
+        if (hdr["vocab_size"], bos, eos) != (n_vocab, ids["<s>"], ids["</s>"]):
+            errs.append("vocab/bos/eos %s" % ((hdr["vocab_size"], bos, eos),))
         if (nd, nt) != (x["docs"], x["tokens"]): errs.append("manifest counts")
         if sha(p) != x["sha256"]: errs.append("sha256")
-        if not errs:
-            off = array.array("Q"); off.frombytes(buf[64:64 + 8 * (nd + 1)])
-            tok = array.array("H" if tb == 2 else "I"); tok.frombytes(buf[64 + 8 * (nd + 1):])
-            if sys.byteorder != "little":
-                off.byteswap(); tok.byteswap()
-            if off[0] != 0 or off[-1] != nt: errs.append("offsets[0]/offsets[n_docs]")
-            if any(off[i] > off[i + 1] for i in range(nd)): errs.append("offsets decrease")
-            if any(tok[off[i]] != bos or tok[off[i + 1] - 1] != eos or off[i + 1] - off[i] < 3 for i in range(nd)):
-                errs.append("document not [bos] ... [eos]")
-            if nt and max(tok) >= vs: errs.append("token id >= vocab")
-            if nt and 0 in tok and ids.get("<unk>") == 0: errs.append("contains <unk>")
+        if any(tok[off[i]] != bos or tok[off[i + 1] - 1] != eos or off[i + 1] - off[i] < 3 for i in range(nd)):
+            errs.append("document not [bos] ... [eos]")
+        if nt and 0 in tok and ids.get("<unk>") == 0: errs.append("contains <unk>")
         check(name + " header/offsets/size (%d docs, %d tokens)" % (nd, nt), not errs, ", ".join(errs))
         docs[key] += nd
 check("2-4 train shards", 2 <= len(man["train"]) <= 4, len(man["train"]))
@@ -311,5 +300,4 @@ total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(data) fo
 check("data/ under 30 MB (%.1f MB)" % (total / 1e6), total < 30e6, total)
 PY
 
-echo "test_chess_data: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

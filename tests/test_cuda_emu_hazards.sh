@@ -17,19 +17,13 @@
 # Runtime: three 2-rank runs of one step: 7 s of CPU, 20 s wall (measured, shared 2-core machine).
 set -u
 build=${1:-build}
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+. "$(dirname "$0")/lib.sh" test_cuda_emu_hazards
 missing=""
 for b in finetune_emu finetune_emu_fault_prefetch finetune_emu_fault_rs; do
   [ -x "$build/tests/$b" ] || missing="$missing $b"
 done
 command -v mpiexec >/dev/null || missing="$missing mpiexec"
-if [ -n "$missing" ]; then
-  if [ "${CI:-}" = true ]; then bad "not built or missing:$missing (needs CUDA=1 and MPICH)"
-  else echo "skip: not built or missing:$missing (needs the CUDA headers, CUDA=1, and MPICH)"; fi
-  echo "test_cuda_emu_hazards: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit
-fi
+if [ -n "$missing" ]; then skip_or_fail "not built or missing:$missing (needs the CUDA headers, CUDA=1, and MPICH)"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 flags=(--device cuda --batch_size_per_device 1 --total_batch_size 2 --seq_len 64 --max_steps 1 --max_eval_docs 1
        --warmup_fraction 0)
@@ -56,5 +50,4 @@ line=$(grep -m1 -E 'HAZARD read-after-write: ncclReduceScatter \([^)]*\) on stre
 grep -q "ordering hazard(s) reported" "$tmp/rs.log" && ok "the run ends with the hazard count" \
   || bad "no closing hazard count line"
 
-echo "test_cuda_emu_hazards: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

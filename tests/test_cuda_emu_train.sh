@@ -45,15 +45,9 @@
 # cuBLASLt's shape check or the loss outright.
 set -u
 build=${1:-build}
+. "$(dirname "$0")/lib.sh" test_cuda_emu_train
 emu=$build/tests/finetune_emu
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-if [ ! -x "$emu" ]; then
-  if [ "${CI:-}" = true ]; then bad "$emu not built (needs the CUDA headers, CUDA=1)"
-  else echo "skip: $emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; fi
-  echo "test_cuda_emu_train: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit
-fi
+if [ ! -x "$emu" ]; then skip_or_fail "$emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export FT_EMU_SEED=1
 flags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3
@@ -116,7 +110,7 @@ if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
     else bad "$name on emulated GPUs: $(grep -m1 'error\|HAZARD' "$tmp/$name.log")"; fi
   done
 else
-  echo "skip: multi-rank emulated GPUs (needs mpiexec)"
+  skip_or_fail "multi-rank emulated GPUs (needs mpiexec)"
 fi
 
 # same_start DIR REF: DIR's 2 steps have bitwise REF's first 2 losses and gradient norms
@@ -138,5 +132,4 @@ for seed in 2 3; do
     else bad "seed $seed, $name: $(grep -m1 'error\|HAZARD' "$tmp/$name.s$seed.log")"; fi
   done
 done
-echo "test_cuda_emu_train: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

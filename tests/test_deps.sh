@@ -10,9 +10,7 @@
 # Runtime: under 2 s.
 set -u
 build="${1:-build}"
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $*"; }
-bad() { fail=$((fail+1)); echo "FAIL $*" >&2; }
+. "$(dirname "$0")/lib.sh" test_deps
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/bin" "$tmp/root"
 deps() { env -i HOME="$HOME" PATH="$tmp/bin" DEPS_ROOT="$tmp/root" DEPS_NO_INSTALL=1 "$@" /bin/bash scripts/deps.sh "${args[@]}"; }
@@ -52,5 +50,4 @@ out=$(env DEPS_ROOT="$tmp/root" DEPS_NO_INSTALL=1 PATH="$tmp/bin:/usr/bin:/bin" 
 [ $rc -ne 0 ] && grep -qF "apt-get install" <<<"$out" && ! grep -q "finetune --model_dir" <<<"$out" && [ ! -e "$tmp/build" ] \
   && ok "make run with a dependency missing: the apt-get line, no build, rc $rc" || bad "make run: rc $rc: $out"
 
-echo "test_deps: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

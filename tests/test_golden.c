@@ -17,6 +17,7 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "model.h"
+#include "model_util.h"
 #include "test.h"
 
 #define LOGITS_NMSE_MAX 1e-9
@@ -105,7 +106,11 @@ static void check_config(const char *root, const char *name, const backend *be) 
         return;
     }
     param_layout layout;
-    param_layout_init(&layout, &g.cfg, 1);
+    if (param_layout_init(&layout, &g.cfg, 1) != 0) {
+        EXPECT(0, "%s: layout: %s", name, ft_error_message());
+        case_close(&g);
+        return;
+    }
     float *params = malloc(layout.total * sizeof(float));
     float *grads = malloc(layout.total * sizeof(float)), *grads_ck = malloc(layout.total * sizeof(float));
     size_t nlogits = (size_t)g.B * g.T * g.cfg.vocab_size;

@@ -2,17 +2,13 @@
 # scripts/legal_moves.py (the legal-move rate of sampled continuations) on hand-made samples
 # whose answers are known: legal openings, castling, promotion, an illegal move, a malformed
 # token, a move split across the prompt/continuation boundary, a result token; then on the
-# samples of a real (tiny) training run, whose totals must be self-consistent.
+# samples of a real (tiny) training run, whose totals must be self-consistent and whose
+# prompts must be the openings of the validation games they name.
 set -u
 build=${1:-build}
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+. "$(dirname "$0")/lib.sh" test_legal_moves
 sf=$(command -v stockfish || echo /usr/games/stockfish)
-if [ ! -x "$sf" ]; then
-  if [ "${CI:-}" = true ]; then bad "stockfish missing"; else echo "skip: stockfish not installed"; fi
-  echo "test_legal_moves: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit
-fi
+if [ ! -x "$sf" ]; then skip_or_fail "stockfish not installed"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 # case "prompt" "continuation" expected_legal expected_attempted reason-substring
@@ -51,8 +47,30 @@ import json, sys
 r = json.loads(sys.argv[1])
 sys.exit(0 if r["samples"] == 3 and 0 <= r["legal"] <= r["attempted"] else 1)
 PY
+# known answers: the prompts are the first 12 tokens of validation games 0, 1, 2, decoded here
+# independently of finetune (val_000.bin through scripts/tokenize_shards.py, tokenizer.json)
+python3 - "$tmp/run/samples.jsonl" <<'PY' && ok "the 3 prompts are validation games 0-2's openings" || bad "prompts differ from validation games 0-2 (see above)"
+import json, sys
+sys.path.insert(0, "scripts")
+from tokenize_shards import read_shard
+_, off, toks = read_shard("data/chess/val_000.bin")
+tok = json.load(open("data/model/tokenizer.json"))
+piece = {i: p for p, i in tok["model"]["vocab"].items()}
+for t in tok.get("added_tokens", []):
+    piece.setdefault(t["id"], t["content"])
+special = {t["id"] for t in tok.get("added_tokens", []) if t.get("special")}
+samples = [json.loads(line) for line in open(sys.argv[1])]
+good = [s["game"] for s in samples] == [0, 1, 2]
+for s in samples:
+    g = s["game"]
+    text = "".join(piece.get(i, "") for i in toks[off[g]:off[g + 1]][:12] if i not in special).replace("\u2581", " ")
+    text = text[1:] if text.startswith(" ") else text
+    if text != s["prompt"]:
+        print("game %d: decoded %r, sample %r" % (g, text, s["prompt"]))
+        good = False
+sys.exit(0 if good else 1)
+PY
 "$build/finetune" --model_dir data/model --data_dir data/chess --seq_len 64 --max_steps 1 --batch_size_per_device 1 \
   --total_batch_size 1 --sample_tokens 4 --sample_games 1000 --out_dir "$tmp/many" >/dev/null 2>"$tmp/many.err"
 grep -q "flag --sample_games: 1000 exceeds the 231 games" "$tmp/many.err" && ok "too many --sample_games: $(cat "$tmp/many.err")" || bad "too many games: $(cat "$tmp/many.err")"
-echo "test_legal_moves: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

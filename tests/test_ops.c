@@ -276,7 +276,8 @@ int main(void) {
         setup(&s, &cases[ci], be);
         int contract_ok;
         analytic(&s, &contract_ok);
-        EXPECT(contract_ok, "%s: accumulate_dinp did not add to the existing values", cases[ci].name);
+        if (cases[ci].op == OP_MATMUL)   // the only op with an accumulate_dinp mode
+            EXPECT(contract_ok, "%s: accumulate_dinp did not add to the existing values", cases[ci].name);
         for (int i = 0; i < s.n_in; i++) {
             size_t n = s.in_n[i], samples = n < FD_SAMPLES ? n : FD_SAMPLES;
             float *fd = malloc(sizeof(float) * samples), *an = malloc(sizeof(float) * samples);

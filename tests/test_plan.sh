@@ -24,10 +24,7 @@
 #      one error line.
 set -u
 build="${1:-build}"
-bin="$build/finetune"
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $*"; }
-bad() { fail=$((fail+1)); echo "FAIL $*" >&2; }
+. "$(dirname "$0")/lib.sh" test_plan
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 cats="params gathered grads optimizer activations workspace total"
@@ -35,7 +32,7 @@ cats="params gathered grads optimizer activations workspace total"
 # planned bytes of category $2 (or all_gather / reduce_scatter / all_reduce) in report $1
 planned() { awk -v c="$2" '$1 == c { print $2; exit }' "$1"; }
 # field $2 of the step-2 train line of metrics.jsonl $1
-step2() { grep '"type":"train","step":2,' "$1" | sed -E "s/.*\"$2\":([0-9]+).*/\1/"; }
+step2() { train_field "$1" 2 "$2"; }
 # measured peak bytes of category $2 after step 2 ("peak_bytes":{...}; the total: peak_mem_bytes)
 measured() {
   if [ "$2" = total ]; then step2 "$1" peak_mem_bytes
@@ -84,14 +81,12 @@ case_run b1_s64          1 --batch_size_per_device 1 --seq_len 64 --total_batch_
 case_run b2_s128_ckpt    1 --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --gradient_checkpointing --peak_tflops 1
 case_run b4_s512_bench   1 --batch_size_per_device 4 --seq_len 512 --total_batch_size 4
 case_run b2_s128_local   1 --batch_size_per_device 2 --seq_len 128 --total_batch_size 8 --accumulate_grads_locally --peak_tflops 1
-mpi=0
-if command -v mpiexec > /dev/null && { grep -q FT_HAVE_MPI "$build/obj/main.d" 2>/dev/null || nm "$bin" 2>/dev/null | grep -q MPI_Init; }; then mpi=1; fi
-if [ $mpi -eq 1 ]; then
+if have_mpi; then
   case_run fsdp2_b2_s128      2 --batch_size_per_device 2 --seq_len 128 --total_batch_size 8 --peak_tflops 1
   case_run fsdp2_b1_ckpt_local 2 --batch_size_per_device 1 --seq_len 64 --total_batch_size 4 --gradient_checkpointing --accumulate_grads_locally
   case_run ddp2_b2_s128       2 --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --no_fsdp --peak_tflops 1
   case_run hsdp4_b1_s64       4 --batch_size_per_device 1 --seq_len 64 --total_batch_size 8 --dp_shard 2 --peak_tflops 1
-else echo "skip: multi-rank cases (no mpiexec, or $bin built without MPI)"; fi
+else skip_or_fail "multi-rank cases (no mpiexec, or $bin built without MPI)"; fi
 
 # ---------------------------------------------------------------- 2. the comparison can fail
 "$bin" --dry_run --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --peak_tflops 1 > "$tmp/wrong.plan"
@@ -139,12 +134,6 @@ done
 # ---------------------------------------------------------------- 4. flags
 out=$("$bin" --dry_run --model_dir $m7 --data_dir "$tmp/none" --device cuda 2>&1) && [ ! -e $m7/model.safetensors ] \
   && ok "--dry_run reads only config.json (no weights, no data dir)" || bad "--dry_run without weights/data: $out"
-expect_error() {  # expect_error SUBSTRING args...
-  local want="$1"; shift
-  local err rc; err=$("$bin" "$@" 2>&1 >/dev/null); rc=$?
-  [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] && [[ "$err" == *"$want"* ]] \
-    && ok "finetune $* -> $err" || bad "finetune $* -> rc $rc, '$err' (wanted '$want')"
-}
 expect_error "--world_size is for --dry_run" --world_size 4
 # --device cuda where nothing can run it (no driver, no device, or a build without CUDA):
 # one clear line, exit non-zero, nothing written; under 2 MPI ranks the line appears once
@@ -163,5 +152,4 @@ expect_error "--dp_shard: 3 does not divide the world size 4" --dry_run --world_
 expect_error "--total_batch_size: 6 is not a multiple" --dry_run --world_size 4 --total_batch_size 6
 expect_error "exceeds the model's max_position_embeddings" --dry_run --seq_len 1024
 
-echo "test_plan: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -39,6 +39,14 @@ static const float *tensor_f32(const st_file *f, const char *name, size_t numel)
     return t->data;
 }
 
+// The I32 tensor `name` of `numel` elements, or NULL after a FAIL line naming it.
+static const int32_t *tensor_i32(const st_file *f, const char *name, size_t numel) {
+    const st_tensor *t = st_find(f, name);
+    EXPECT(t && t->dtype == ST_I32 && t->numel == numel, "%s: tensor '%s' missing, not I32 or not %zu elements",
+           f->path, name, numel);
+    return t && t->dtype == ST_I32 && t->numel == numel ? t->data : NULL;
+}
+
 int main(void) {
     const char *dir = "tests/golden/train";
     const backend *be = backend_cpu();
@@ -53,6 +61,10 @@ int main(void) {
     snprintf(path, sizeof path, "%s/golden.safetensors", dir);
     if (st_open(&gold, path)) { EXPECT(0, "%s", ft_error_message()); TEST_SUMMARY("test_train_golden"); }
     const st_tensor *ids0 = st_find(&gold, "input_ids_step0");
+    if (!ids0 || ids0->ndim != 2) {
+        EXPECT(0, "%s: tensor 'input_ids_step0' missing or not (B, T)", path);
+        TEST_SUMMARY("test_train_golden");
+    }
     const schedule sched = {.learning_rate = LR, .kind = SCHEDULE_CONSTANT, .total_steps = STEPS, .beta1 = BETA1,
                             .beta2 = BETA2, .eps = EPS, .weight_decay = WD, .max_grad_norm = MAX_NORM};
     const int B = (int)ids0->shape[0], T = (int)ids0->shape[1];
@@ -74,11 +86,11 @@ int main(void) {
     for (int k = 0; ok && k < STEPS; k++) {
         char name[64];
         snprintf(name, sizeof name, "input_ids_step%d", k);
-        const st_tensor *ti = st_find(&gold, name);
+        const int32_t *ids = tensor_i32(&gold, name, (size_t)B * T);
         snprintf(name, sizeof name, "labels_step%d", k);
-        const st_tensor *tl = st_find(&gold, name);
-        const int32_t *lab = tl->data;
-        memcpy(tok, ti->data, (size_t)B * T * sizeof(int32_t));
+        const int32_t *lab = tensor_i32(&gold, name, (size_t)B * T);
+        if (!ids || !lab) { ok = 0; break; }
+        memcpy(tok, ids, (size_t)B * T * sizeof(int32_t));
         int valid = 0;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {

@@ -6,25 +6,14 @@ the mean next-token loss over the first N_GAMES games of a FTTOKSHD shard trunca
 tokens (as finetune --eval_only does), and compares it with OUR_LOSS. Exit 1 if they differ by
 more than 1e-4 relative (both sides compute in fp32 from the same bf16 weights; measured ~1e-7).
 """
-import struct
+import os
 import sys
 
-import numpy as np
 import torch
 from transformers import LlamaForCausalLM
 
-
-def read_shard(path):
-    with open(path, "rb") as f:
-        buf = f.read()
-    if buf[:8] != b"FTTOKSHD":
-        raise SystemExit(f"{path}: bad magic")
-    _version, token_bytes = struct.unpack_from("<II", buf, 8)
-    n_docs, n_tokens = struct.unpack_from("<QQ", buf, 32)
-    offsets = np.frombuffer(buf, dtype="<u8", count=n_docs + 1, offset=64)
-    dtype = "<u2" if token_bytes == 2 else "<u4"
-    tokens = np.frombuffer(buf, dtype=dtype, count=n_tokens, offset=64 + 8 * (n_docs + 1))
-    return [tokens[offsets[i]:offsets[i + 1]].astype(np.int64) for i in range(n_docs)]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from token_shard import shard_docs  # noqa: E402  (the one FTTOKSHD reader)
 
 
 def main():
@@ -33,7 +22,7 @@ def main():
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
-        for doc in read_shard(shard)[:n_games]:
+        for doc in shard_docs(shard)[:n_games]:
             ids = torch.tensor(doc[:T + 1])
             inp, tgt = ids[:-1][None, :T], ids[1:][None, :T]
             logits = model(input_ids=inp).logits[0]

@@ -1,0 +1,41 @@
+# tests/lib.sh: what the shell suites share. Source it first:
+#     . "$(dirname "$0")/lib.sh" test_name     (test_name: the summary line's name)
+# then use $build (first argument, default "build") and $bin ($build/finetune).
+#   ok MSG / bad MSG         count a pass ("ok   MSG") or a failure ("FAIL MSG"), on stdout
+#   finish                   print "test_name: N passed, M failed" and exit non-zero on failures
+#   skip_or_fail WHY         a missing prerequisite: a failure when CI=true, else "skip: WHY"
+#   expect_error SUB ARGS..  $bin ARGS must exit non-zero with exactly one stderr line containing SUB
+#   train_field FILE STEP F  numeric field F of the train line of step STEP in metrics.jsonl FILE
+#   have_mpi                 finetune was built with MPI and mpiexec is on PATH
+#   kill_tree PID            SIGKILL every process below PID, then PID (our own processes only:
+#                            never by a name pattern)
+test_name="${1:?lib.sh: pass the suite name}"
+build="${build:-build}"   # the suite sets it from its first argument before sourcing
+bin="$build/finetune"
+pass=0; fail=0
+
+ok()  { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+finish() { echo "$test_name: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
+skip_or_fail() { if [ "${CI:-}" = true ]; then bad "$* (a prerequisite; CI=true)"; else echo "skip: $*"; fi; }
+
+expect_error() {
+  local want="$1"; shift
+  local err rc
+  err=$("$bin" "$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] && printf '%s' "$err" | grep -qF -- "$want"
+  then ok "finetune $* -> $err"
+  else bad "finetune $* -> rc=$rc, stderr: $err (wanted one line with '$want')"; fi
+}
+
+train_field() { grep "\"type\":\"train\",\"step\":$2," "$1" | sed -nE "s/.*\"$3\":([0-9.e+-]+).*/\1/p"; }
+
+have_mpi() {
+  command -v mpiexec >/dev/null && { grep -q FT_HAVE_MPI "$build/obj/main.d" 2>/dev/null || nm "$bin" 2>/dev/null | grep -q MPI_Init; }
+}
+
+descendants() {   # every process below $1, deepest last
+  local c
+  for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$c"; descendants "$c"; done
+}
+kill_tree() { local p; for p in $(descendants "$1") "$1"; do kill -9 "$p" 2>/dev/null; done; return 0; }

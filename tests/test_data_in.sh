@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Checks scripts/tokenize_shards.py's inputs and outputs (issue 14 item 3):
+#   * 106 games written as our JSON lines (plain, .gz, .xz), the tutorial's {"text"} lines, a
+#     directory of two parquet files (laion/strategic_game_chess layout) and PGN all give
+#     byte-identical shards; --check_moves accepts them;
+#   * re-tokenizing data/chess/games.jsonl.xz reproduces the committed shards byte for byte;
+#   * a tokenizer with 70,211 entries (every move id >= 66,000) gives u32 shards that
+#     build/finetune --eval_only reads, with the loss transformers computes on the same
+#     tokens (tests/oracle/check_export.py, a 1-layer random model);
+#   * bad input (parquet without Moves, illegal or malformed moves with --check_moves, a
+#     broken PGN, a missing file): one line naming the file and row, exit 1, no output left
+#     (a new --out_dir is not created; an existing one keeps its shards).
+#   bash tests/test_data_in.sh [build_dir]
+# Needs $FT_ORACLE_PYTHON with pyarrow, chess, tokenizers, torch, transformers
+# (tests/oracle/requirements*.txt; .ci/run makes that venv): a skip without it, a failure
+# under CI=true. Runtime: measured 29 s of CPU (user+sys), most of it the two torch imports
+# (make_default_model.py, check_export.py); wall 2-4 min measured here only with the 2 cores
+# at load average ~13 from other work, so an idle CI machine should take about 35 s.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-build}
+case "$build" in /*) ;; *) build="$ROOT/$build" ;; esac
+. "$ROOT/tests/lib.sh" test_data_in
+cd "$ROOT"
+
+py=${FT_ORACLE_PYTHON:-}
+if [ -z "$py" ] || ! "$py" -c "import pyarrow, chess, tokenizers, torch, transformers" 2>/dev/null; then
+  skip_or_fail "FT_ORACLE_PYTHON='$py' cannot import pyarrow, chess, tokenizers, torch and transformers (tests/oracle/requirements*.txt)"
+  finish
+fi
+export HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_data_in.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+IN=$TMP/in
+tok() { "$py" scripts/tokenize_shards.py "$@"; }   # tok ARGS... (writes, then verifies)
+shards_sha() { cat "$1"/train_*.bin "$1"/val_*.bin 2>/dev/null | sha256sum | cut -c1-16; }
+
+if out=$("$py" tests/oracle/make_data_inputs.py data/chess/games.jsonl.xz "$IN" 2>&1); then ok "$out"
+else bad "make_data_inputs.py: $out"; finish; fi
+
+# ---------------------------------------------------------------- 1. every input layout, same shards
+small=(--tokenizer data/model/tokenizer.json --docs_per_shard 40)
+if tok --games "$IN/games.jsonl" "${small[@]}" --out_dir "$TMP/ref" > "$TMP/ref.log" 2>&1 \
+   && [ "$(ls "$TMP/ref"/train_*.bin | wc -l)" -eq 3 ] && [ -f "$TMP/ref/val_000.bin" ]; then
+  ok "JSON lines -> 3 train shards + val_000, verified ($(tail -2 "$TMP/ref.log" | head -1))"
+else bad "JSON lines: $(tail -3 "$TMP/ref.log")"; finish; fi
+want=$(shards_sha "$TMP/ref")
+n=0
+for src in games.jsonl.gz games.jsonl.xz text.jsonl pq "pq/part-0.parquet pq/part-1.parquet" games.pgn; do
+  n=$((n+1)); d="$TMP/o$n"; args=()
+  for s in $src; do args+=("$IN/$s"); done
+  if tok --games "${args[@]}" "${small[@]}" --out_dir "$d" > "$d.log" 2>&1; then
+    got=$(shards_sha "$d")
+    [ "$got" = "$want" ] && ok "$src: same shards as the JSON lines ($got)" || bad "$src: shards $got, JSON lines $want"
+  else bad "$src: $(tail -1 "$d.log")"; fi
+done
+tok --games "$IN/pq" "${small[@]}" --out_dir "$TMP/chk" --check_moves > "$TMP/chk.log" 2>&1 \
+  && [ "$(shards_sha "$TMP/chk")" = "$want" ] && ok "--check_moves accepts the 106 legal games" \
+  || bad "--check_moves on legal games: $(tail -1 "$TMP/chk.log")"
+ls -a "$TMP/ref" | grep -q tokenize_shards && bad "staging folder left in --out_dir" || ok "no staging folder left in --out_dir"
+
+# ---------------------------------------------------------------- 2. the committed shards, again
+if tok --games data/chess/games.jsonl.xz --tokenizer data/model/tokenizer.json --out_dir "$TMP/full" > "$TMP/full.log" 2>&1; then
+  "$py" - "$TMP/full/shards.json" data/chess/shards.json > "$TMP/cmp.log" 2>&1 <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+strip = lambda m: [(x["file"], x["sha256"]) for x in m["train"] + m["val"]]
+sys.exit(0 if strip(a) == strip(b) else 1)
+PY
+  [ $? -eq 0 ] && ok "data/chess/games.jsonl.xz re-tokenized: the committed shards byte for byte" \
+    || bad "re-tokenized shards differ from data/chess/shards.json"
+else bad "re-tokenizing data/chess: $(tail -1 "$TMP/full.log")"; fi
+
+# ---------------------------------------------------------------- 3. a vocabulary over 65,536: u32 tokens end to end
+BV=$TMP/bigdata; BM=$TMP/bigmodel
+if tok --games "$IN/pq" --tokenizer "$IN/bigvocab/tokenizer.json" --docs_per_shard 40 --out_dir "$BV" > "$BV.log" 2>&1; then
+  "$py" - "$BV" scripts > "$TMP/u32.log" 2>&1 <<'PY'
+import os, sys
+sys.path.insert(0, sys.argv[2])
+from token_shard import read_shard
+hdr, _, toks = read_shard(os.path.join(sys.argv[1], "val_000.bin"))
+moves = [t for t in toks if t > 3]
+assert hdr["token_bytes"] == 4 and hdr["vocab_size"] == 70211, hdr
+assert moves and min(moves) >= 66000, min(moves)
+print("u32 shard, vocab %d, move ids %d..%d" % (hdr["vocab_size"], min(moves), max(moves)))
+PY
+  [ $? -eq 0 ] && ok "big vocabulary: $(cat "$TMP/u32.log")" || bad "big vocabulary shard: $(tail -1 "$TMP/u32.log")"
+else bad "big vocabulary tokenize: $(tail -1 "$BV.log")"; fi
+mkdir -p "$BM" && cp "$IN/bigvocab/tokenizer.json" "$BM/"
+if "$py" scripts/make_default_model.py --out "$BM" --hidden 32 --layers 1 --heads 2 --kv_heads 1 \
+     --intermediate 64 --max_pos 64 --init_std 1 > "$BM.log" 2>&1; then
+  ours=$("$bin" --eval_only --model_dir "$BM" --data_dir "$BV" --seq_len 32 --max_eval_docs 6 2>&1 \
+         | sed -nE 's/.*val loss ([0-9.]+).*/\1/p')
+  if [ -n "$ours" ] && out=$("$py" tests/oracle/check_export.py "$BM" "$BV/val_000.bin" 32 6 "$ours" 2>&1); then
+    ok "finetune reads the u32 shard: $out"
+  else bad "finetune on the u32 shard: loss '$ours', $out"; fi
+else bad "tiny big-vocabulary model: $(tail -1 "$BM.log")"; fi
+
+# ---------------------------------------------------------------- 4. bad input
+# expect_tok_error WANT OUT_DIR ARGS...: rc 1, one stderr line holding WANT, OUT_DIR as before
+expect_tok_error() {
+  local want="$1" out="$2"; shift 2
+  local before after err rc
+  before=$(ls -lA --time-style=full-iso "$out" 2>&1 | sha256sum)
+  err=$(tok "$@" --out_dir "$out" 2>&1 >/dev/null); rc=$?
+  after=$(ls -lA --time-style=full-iso "$out" 2>&1 | sha256sum)
+  if [ $rc -eq 1 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] && printf '%s' "$err" | grep -qF -- "$want" \
+     && [ "$before" = "$after" ]; then ok "error: $err"
+  else bad "tokenize_shards $* -> rc=$rc, out_dir changed: $([ "$before" = "$after" ] && echo no || echo yes), stderr: $err (wanted one line with '$want')"; fi
+}
+T=(--tokenizer data/model/tokenizer.json)
+expect_tok_error "nomoves.parquet: no Moves column" "$TMP/new1/x" --games "$IN/nomoves.parquet" "${T[@]}"
+[ -e "$TMP/new1" ] && bad "a failed run left $TMP/new1 behind" || ok "a failed run creates no --out_dir"
+expect_tok_error "nomoves.parquet: no Moves column" "$TMP/ref" --games "$IN/pq" "$IN/nomoves.parquet" "${T[@]}"
+expect_tok_error "illegal.parquet: row 3: illegal move 'g2g4' at ply 10" "$TMP/ref" --games "$IN/illegal.parquet" "${T[@]}" --check_moves
+expect_tok_error "illegal.parquet: row 3: illegal move" "$TMP/new2" --games "$IN/pq" "$IN/illegal.parquet" "${T[@]}" --check_moves
+expect_tok_error "malformed.parquet: row 5: malformed move 'e2e9' at ply 7" "$TMP/new3" --games "$IN/malformed.parquet" "${T[@]}" --check_moves
+expect_tok_error "illegal.jsonl: line 4: illegal move 'g2g4' at ply 10" "$TMP/new4" --games "$IN/illegal.jsonl" "${T[@]}" --check_moves
+expect_tok_error "illegal.pgn: game 2: illegal san: 'Ke4'" "$TMP/new5" --games "$IN/illegal.pgn" "${T[@]}"
+expect_tok_error "nothere.parquet: no such file or directory" "$TMP/new6" --games "$IN/nothere.parquet" "${T[@]}"
+expect_tok_error "bigvocab: cannot load tokenizer" "$TMP/new7" --games "$IN/pq" --tokenizer "$IN/bigvocab"
+[ "$(shards_sha "$TMP/ref")" = "$want" ] && ok "the shards in an existing --out_dir survive failed runs" \
+  || bad "a failed run changed the shards in $TMP/ref"
+finish
