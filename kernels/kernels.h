@@ -46,10 +46,11 @@ int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void
                       int H, int KVH, int D, ftk_stream stream);
 // lmhead_xent.cu: the softmax + cross-entropy step of backend.h's lmhead_xent, between the
 // backend's cuBLASLt GEMMs, for one chunk of rows: losses (rows) from logits (rows, V) fp32;
-// when `backward`, the logits are overwritten in place by bf16 dlogits of row stride 2V
-// elements (row r's values in the first half of its fp32 bytes), 0 on ignored rows.
+// when `backward`, the logits are overwritten in place by bf16 softmax - onehot(target)
+// (not scaled by dloss: the GEMMs do that) of row stride 2V elements (row r's values in
+// the first half of its fp32 bytes), 0 on ignored rows.
 int ftk_lmhead_xent_rows(float *losses, float *logits, const int32_t *targets, int rows, int V,
-                         float dloss, int backward, ftk_stream stream);
+                         int backward, ftk_stream stream);
 // swiglu.cu
 int ftk_swiglu_fwd(void *out, const void *gate, const void *up, size_t n, ftk_stream stream);
 int ftk_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up,

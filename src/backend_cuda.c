@@ -169,14 +169,13 @@ static int gemm_plan_get(const gemm_key *key, gemm_plan **out) {
     return 0;
 }
 
-// D = C = op(A) op(B) + beta C with explicit leading dimensions; C fp32 when c_f32
+// D = C = alpha op(A) op(B) + beta C with explicit leading dimensions; C fp32 when c_f32
 static int gemm_ld(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb, void *C,
-                   int ldc, int c_f32, float beta) {
+                   int ldc, int c_f32, float alpha, float beta) {
     gemm_plan *p = NULL;
     const gemm_key key = {.m = m, .n = n, .k = k, .ta = ta, .tb = tb, .lda = lda, .ldb = ldb, .ldc = ldc,
                           .c_f32 = c_f32, .align = {ptr_align(A), ptr_align(B), ptr_align(C)}};
     TRY(gemm_plan_get(&key, &p));
-    const float alpha = 1.0f;
     CHECK_CUBLAS(cublasLtMatmul(G.lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
                                 G.lt_workspace, LT_WORKSPACE_BYTES, G.stream));
     return 0;
@@ -184,7 +183,7 @@ static int gemm_ld(int ta, int tb, int m, int n, int k, const void *A, int lda, 
 
 // the same, bf16 C, packed operands (leading dimension = stored rows)
 static int gemm(int ta, int tb, int m, int n, int k, const void *A, const void *B, void *C, float beta) {
-    return gemm_ld(ta, tb, m, n, k, A, ta ? k : m, B, tb ? n : k, C, m, 0, beta);
+    return gemm_ld(ta, tb, m, n, k, A, ta ? k : m, B, tb ? n : k, C, m, 0, 1.0f, beta);
 }
 
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T  <=>  out^T (OC, N) = W (OC, IC) . inp^T (IC, N)
@@ -204,9 +203,10 @@ static int cu_matmul_bwd(void *dinp, void *dweight, const void *dout, const void
 // lm_head + cross-entropy: three cuBLASLt GEMMs per chunk of rows around the softmax kernel
 // (kernels/lmhead_xent.cu). Per chunk of `rows` rows starting at n0, in column-major terms:
 //   logits^T (V, rows) fp32 = W^T-view: op_T(W stored (C, V)) . x_c^T (C, rows)
-//   [kernel: losses; logits -> bf16 dlogits in place, row stride 2V elements]
-//   dx_c^T (C, rows)  bf16 = W stored (C, V) . dlogits^T (V, rows, ld 2V)
-//   dW^T (C, V)          += x_c^T (C, rows) . op_T(dlogits^T (V, rows, ld 2V))
+//   [kernel: losses; logits -> bf16 g = softmax - onehot in place, row stride 2V elements]
+//   dx_c^T (C, rows)  bf16 = dloss W stored (C, V) . g^T (V, rows, ld 2V)
+//   dW^T (C, V)          += dloss x_c^T (C, rows) . op_T(g^T (V, rows, ld 2V))
+// (dloss as the GEMMs' fp32 alpha, not folded into the bf16 g: see kernels/lmhead_xent.cu)
 // With one chunk dW's GEMM adds into the bf16 dweight directly (one rounding); with several,
 // into the fp32 dw_acc (the first chunk with beta 0), which then takes dweight's old value
 // and is rounded into dweight once.
@@ -222,12 +222,14 @@ static int cu_lmhead_xent(float *losses, void *dx, void *dw, const void *x, cons
     for (int n0 = 0; n0 < N; n0 += chunk_rows) {
         const int rows = N - n0 < chunk_rows ? N - n0 : chunk_rows;
         const char *xc = (const char *)x + (size_t)n0 * C * 2;   // (rows, C) bf16
-        TRY(gemm_ld(1, 0, V, rows, C, w, C, xc, C, logits_ws, V, 1, 0.0f));
-        TRY(ftk_lmhead_xent_rows(losses + n0, logits_ws, targets + n0, rows, V, dloss, dx != NULL, G.stream));
+        TRY(gemm_ld(1, 0, V, rows, C, w, C, xc, C, logits_ws, V, 1, 1.0f, 0.0f));
+        TRY(ftk_lmhead_xent_rows(losses + n0, logits_ws, targets + n0, rows, V, dx != NULL, G.stream));
         if (!dx) continue;
-        TRY(gemm_ld(0, 0, C, rows, V, w, C, logits_ws, 2 * V, (char *)dx + (size_t)n0 * C * 2, C, 0, 0.0f));
-        if (several) TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw_acc, C, 1, n0 == 0 ? 0.0f : 1.0f));
-        else TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw, C, 0, 1.0f));
+        TRY(gemm_ld(0, 0, C, rows, V, w, C, logits_ws, 2 * V, (char *)dx + (size_t)n0 * C * 2, C, 0, dloss, 0.0f));
+        if (several)
+            TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw_acc, C, 1, dloss, n0 == 0 ? 0.0f : 1.0f));
+        else
+            TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw, C, 0, dloss, 1.0f));
     }
     if (!dx || !several) return 0;
     TRY(ftk_accumulate(dw_acc, dw, (size_t)V * C, 1.0f, G.stream));   // the sum + dweight's old value
