@@ -6,9 +6,11 @@
 #                                 in `make test` and, under ASan+UBSan, in `make test-asan`)
 #   $(BUILD)/tests/test_kernels_gpumath   the same with FMA contraction and the GPU's
 #                                 worst-case approximate math (__expf, rsqrtf, logf)
-#   make nvcc-check               every kernels/*.cu through nvcc for sm_80 and sm_90 with all
-#                                 warnings, register spills and local memory as errors; prints
-#                                 the per-kernel resource report (registers, smem, spills)
+#   tests/mutate_kernels.sh       mutation testing of test_kernels (in `make test`)
+#   make nvcc-check               every kernels/*.cu through nvcc for sm_80 and sm_90 (SASS) and
+#                                 compute_90 (PTX) with all warnings, register spills and local
+#                                 memory as errors; prints the per-kernel resource report
+#                                 (registers, smem, spills) and checks each fatbin's contents
 
 KERNEL_SRCS := $(wildcard kernels/*.cu)
 KERNEL_HDRS := $(wildcard kernels/*.cuh kernels/*.h) src/backend.h src/dtype.h
@@ -50,6 +52,17 @@ $(BUILD)/tests/test_kernels_gpumath: $(BUILD)/emu/test_kernels_gpumath.o $(KERNE
 	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(LDLIBS)
 
 TEST_BINS += $(BUILD)/tests/test_kernels $(BUILD)/tests/test_kernels_gpumath
+# every one-line mutant of tests/mutate_kernels.sh's table must make test_kernels fail
+# (~175 s of CPU time, two mutants at a time)
+TEST_CMDS += "bash tests/mutate_kernels.sh $(BUILD)"
+
+# tests/mutate_kernels.sh rebuilds test_kernels with one kernel source changed: how the
+# objects above are compiled and linked, as shell assignments
+.PHONY: kernel-emu-vars
+kernel-emu-vars:
+	@printf '%s\n' "CXX='$(CXX)'" "KERNEL_CXXFLAGS='$(filter-out -g -MMD -MP,$(EMU_CXXFLAGS))'" \
+	  "KERNEL_OBJS='$(KERNEL_EMU_OBJS)'" "TEST_OBJS='$(BUILD)/emu/test_kernels.o $(EMU_OBJ) $(BUILD)/libfinetune.a'" \
+	  "LINK_LIBS='$(EMU_LDLIBS) $(LDLIBS)'"
 
 # The whole trainer on the emulated device: src/ compiled exactly as for the CUDA build, linked
 # with the emulated kernels (GPU-like math) and tests/cuda_emu/cuda_emu_host.cpp in place of
@@ -104,21 +117,46 @@ endif
 endif
 
 # ---------------------------------------------------------------- nvcc
-# One nvcc per file builds both architectures; files compile in parallel.
-NVCC_ARCH_FLAGS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# One nvcc per file builds every architecture; files compile in parallel. The fatbin holds
+# SASS for each of NVCC_SASS_ARCHS (sm_80: A100, sm_90: H100/H200) and the PTX of
+# NVCC_PTX_ARCH (the newest of them), which the driver compiles when the program first loads
+# on a GPU newer than every SASS here (Blackwell: sm_100, sm_120). tests/gpu/first_light.sh
+# builds for the local GPU only (NVCC_SASS_ARCHS=<its sm> NVCC_PTX_ARCH=); an empty
+# NVCC_PTX_ARCH embeds no PTX. Objects rebuild when the flags change (a stamp file).
+NVCC_SASS_ARCHS ?= 80 90
+NVCC_PTX_ARCH ?= 90
+comma := ,
+NVCC_ARCH_FLAGS := $(foreach a,$(NVCC_SASS_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                   $(foreach a,$(NVCC_PTX_ARCH),-gencode arch=compute_$(a)$(comma)code=compute_$(a))
+# what the build holds for which GPUs ("sm_80 sm_90": cubins; "compute_XX": PTX), for the CUDA
+# backend's check at open (src/backend_cuda.c); empty when the flags use another form
+NVCC_CODES := $(patsubst code=%,%,$(filter code=% sm_% compute_%,$(subst [,,$(subst ],,$(subst $(comma), ,$(NVCC_ARCH_FLAGS))))))
+CFLAGS += -DFT_CUDA_CODES='"$(NVCC_CODES)"'
 NVCC_FLAGS := -O3 -std=c++17 -Isrc -Ikernels $(NVCC_ARCH_FLAGS) -Werror all-warnings \
               -Xptxas -v,--warn-on-spills,--warn-on-local-memory-usage \
               -Xcompiler -Wall,-Wextra
 NVCC_OBJS := $(patsubst kernels/%.cu,$(BUILD)/nvcc/%.o,$(KERNEL_SRCS))
 NVCC_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+NVCC_STAMP := $(BUILD)/nvcc/flags.stamp
 
-$(BUILD)/nvcc/%.o: kernels/%.cu $(KERNEL_HDRS)
+.PHONY: nvcc-flags-force
+$(NVCC_STAMP): nvcc-flags-force
+	@mkdir -p $(dir $@)
+	@echo '$(NVCC) $(NVCC_FLAGS)' | cmp -s - $@ || echo '$(NVCC) $(NVCC_FLAGS)' > $@
+
+# (the backend's FT_CUDA_CODES comes from the same flags)
+$(BUILD)/obj/backend_cuda.o: $(NVCC_STAMP)
+
+$(BUILD)/nvcc/%.o: kernels/%.cu $(KERNEL_HDRS) $(NVCC_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "nvcc $<"
 	@$(NVCC) $(NVCC_FLAGS) -c $< -o $@ > $@.log 2>&1 || { cat $@.log; rm -f $@; exit 1; }
 
+# every warning, spill and local-memory use is an error (NVCC_FLAGS); then the resource
+# table, and each object's fatbin holds exactly the SASS and PTX asked for
 .PHONY: nvcc-check
 nvcc-check:
 	@test -n "$(NVCC)" || { echo "nvcc-check: nvcc not found (set NVCC=...)"; exit 1; }
 	@$(MAKE) --no-print-directory -j$(NVCC_JOBS) $(NVCC_OBJS)
 	@sh kernels/nvcc_report.sh $(patsubst %,%.log,$(NVCC_OBJS))
+	@python3 kernels/fatbin_check.py --sass "$(NVCC_SASS_ARCHS)" --ptx "$(NVCC_PTX_ARCH)" $(NVCC_OBJS)

@@ -1,46 +1,107 @@
 #!/usr/bin/env python3
-"""Training throughput of finetune's CPU backend against PyTorch, measured in the same run.
+"""Training throughput and peak memory of finetune's CPU backend against PyTorch, in one run.
 
-    python scripts/bench_train.py [--steps 20] [--batch 8] [--seq 256] [--threads 2]
-                                  [--model_dir data/model] [--bin build/finetune]
+    python scripts/bench_train.py [--steps 8] [--threads 2] [--models bundled,25m]
+                                  [--bin build/finetune] [--json build/bench_train.json]
 
-Both sides train the same checkpoint in fp32 on the CPU with the same thread count, batch
-and sequence length, with AdamW: finetune on packed rows of the bundled chess shards
-(`--pack`, every row full length), PyTorch (transformers' LlamaForCausalLM, eager attention)
-on random token ids of the same shape. The first step of each is a warm-up and not timed.
-Prints ms per step and tokens/s of each, and their ratio. Needs torch and transformers (the
-venv of tests/oracle/requirements.txt). This is a CPU measurement; nothing here says
-anything about GPU speed.
+Two models, each trained by three programs in turn, every one in its own process:
+  bundled  data/model (the tiny chess Llama), batch 8 x 256
+  25m      a 25.7M-parameter Llama (hidden 512, 8 layers, 8 heads / 4 kv heads, intermediate
+           1408, vocab 2048), created here with transformers (random init, seed 0) in a
+           temporary directory, batch 4 x 512
+  programs finetune (C, OpenMP + OpenBLAS); PyTorch with transformers' LlamaForCausalLM and
+           attention "sdpa" (its default) and "eager"
+All sides: fp32 on the CPU, the same thread count (OMP_NUM_THREADS and torch.set_num_threads),
+the same batch of full rows, AdamW with weight decay 0.01 and gradient clipping at 1.0;
+finetune trains on packed rows of the bundled chess shards, PyTorch on random token ids of
+the same shape (the cost of a step does not depend on the token values). The first step of
+each program is a warm-up and not timed; the median of the timed steps is reported.
+Peak RSS is the whole process's maximum resident set (getrusage of the finished child:
+code, libraries, model, optimizer, activations, allocator slack; for finetune also its
+checkpoint and export at the end); finetune's own tracked peak during training is listed
+beside it.
+
+Prints a table and writes the same figures, with the date, the machine, the load average
+and the versions, as JSON (--json). Needs torch and transformers (the venv of
+tests/oracle/requirements.txt). The machine should be otherwise idle: the load average
+before and after is recorded so that a noisy run can be recognised. CPU only; nothing here
+says anything about GPU speed.
 """
 import argparse
+import datetime
+import functools
 import json
 import os
+import platform
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+MODELS = {
+    "bundled": {"batch": 8, "seq": 256},
+    "25m": {"batch": 4, "seq": 512, "config": dict(
+        hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4,
+        intermediate_size=1408, vocab_size=2048, max_position_embeddings=512, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=3)},
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "generation_config.json")
 
-def bench_finetune(a, tmp):
-    out = os.path.join(tmp, "ft")
-    cmd = [a.bin, "--model_dir", a.model_dir, "--data_dir", a.data_dir, "--pack",
-           "--batch_size_per_device", str(a.batch), "--total_batch_size", str(a.batch),
-           "--seq_len", str(a.seq), "--max_steps", str(a.steps + 1), "--learning_rate", "1e-4",
-           "--max_eval_docs", "1", "--peak_tflops", "1", "--out_dir", out]
+
+# ----------------------------------------------------------------------------
+# children
+
+def run_child_rss(cmd, env):
+    """Run cmd to completion; returns (its stdout, its own peak RSS in MiB, from wait4)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if p.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{err.read()[-2000:]}")
+        return out.read(), usage.ru_maxrss / 1024.0
+
+
+def bench_finetune(a, model_dir, batch, seq, tmp):
+    out = os.path.join(tmp, "ft_" + os.path.basename(model_dir))
+    cmd = [a.bin, "--model_dir", model_dir, "--data_dir", a.data_dir, "--pack",
+           "--batch_size_per_device", str(batch), "--total_batch_size", str(batch),
+           "--seq_len", str(seq), "--max_steps", str(a.steps + 1), "--learning_rate", "1e-4",
+           "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--max_eval_docs", "1",
+           "--peak_tflops", "1", "--save_dtype", "fp32", "--out_dir", out]
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    _, rss = run_child_rss(cmd, env)
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
-    ms = [r["ms"] for r in rows if r.get("type") == "train"][1:]   # drop the warm-up step
-    return sum(ms) / len(ms)
+    train = [r for r in rows if r.get("type") == "train"]
+    ms = [r["ms"] for r in train][1:]   # drop the warm-up step
+    shutil.rmtree(out, ignore_errors=True)
+    # what finetune's own allocator tracking saw during training (params, grads, optimizer,
+    # activations, workspace), for comparison with the process's RSS
+    return ms, rss, train[-1]["peak_mem_bytes"] / 2**20
 
 
-def bench_torch(a):
+def bench_torch(a, model_dir, batch, seq, attn):
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch_worker", model_dir, "--attn", attn,
+           "--batch", str(batch), "--seq", str(seq), "--steps", str(a.steps), "--threads", str(a.threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
+    out, rss = run_child_rss(cmd, env)
+    return json.loads(out.strip().splitlines()[-1])["ms"], rss
+
+
+def torch_worker(a):
+    """Child process: train with PyTorch, print {"ms": [...]} of the timed steps."""
     import torch
     from transformers import LlamaForCausalLM
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = LlamaForCausalLM.from_pretrained(a.model_dir, torch_dtype=torch.float32, attn_implementation="eager")
+    model = LlamaForCausalLM.from_pretrained(a.torch_worker, torch_dtype=torch.float32,
+                                             attn_implementation=a.attn)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     V = model.config.vocab_size
@@ -54,31 +115,142 @@ def bench_torch(a):
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step > 0:
-            times.append(time.perf_counter() - t0)
-    return 1000 * sum(times) / len(times)
+            times.append(1000 * (time.perf_counter() - t0))
+    print(json.dumps({"ms": times}))
+    return 0
+
+
+def make_model_worker(a):
+    """Child process: write the 25.7M-parameter Llama (random init, seed 0, HF layout, with the
+    bundled tokenizer files) to a.make_model; print its parameter count and the versions."""
+    import torch
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**MODELS["25m"]["config"]))
+    model.save_pretrained(a.make_model, safe_serialization=True)
+    for f in TOKENIZER_FILES:
+        if os.path.exists(os.path.join(a.model_dir, f)):
+            shutil.copy(os.path.join(a.model_dir, f), a.make_model)
+    print(json.dumps({"params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__,
+                      "transformers": transformers.__version__}))
+    return 0
+
+
+def safetensors_numel(path):
+    """Parameter count from a .safetensors header (8-byte length, then JSON)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    total = 0
+    for name, t in header.items():
+        if name != "__metadata__":
+            total += functools.reduce(lambda x, y: x * y, t["shape"], 1)
+    return total
+
+
+# ----------------------------------------------------------------------------
+# report
+
+def machine():
+    cpu = platform.processor() or "unknown cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+
+
+def summarise(tokens, ms, rss, tracked=None):
+    med = statistics.median(ms)
+    r = {"ms_per_step": round(med, 1), "ms_mean": round(statistics.fmean(ms), 1),
+         "ms_all": [round(x, 1) for x in ms], "tokens_per_s": round(1000 * tokens / med),
+         "peak_rss_mib": round(rss, 1)}
+    if tracked is not None:
+        r["tracked_peak_mib"] = round(tracked, 1)
+    return r
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=8, help="timed steps per program (plus one warm-up)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model_dir", default="data/model")
+    ap.add_argument("--models", default="bundled,25m", help="comma-separated subset of: " + ",".join(MODELS))
+    ap.add_argument("--model_dir", default="data/model", help="the bundled model")
     ap.add_argument("--data_dir", default="data/chess")
     ap.add_argument("--bin", default="build/finetune")
+    ap.add_argument("--json", default="build/bench_train.json", help="where the JSON goes")
+    ap.add_argument("--torch_worker", help=argparse.SUPPRESS)
+    ap.add_argument("--make_model", help=argparse.SUPPRESS)
+    ap.add_argument("--attn", default="sdpa", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--seq", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.torch_worker:
+        return torch_worker(a)
+    if a.make_model:
+        return make_model_worker(a)
     if a.steps < 1:
         ap.error("--steps must be >= 1")
-    tokens = a.batch * a.seq
+    models = [m for m in a.models.split(",") if m]
+    for m in models:
+        if m not in MODELS:
+            ap.error(f"--models: unknown model '{m}' (one of {', '.join(MODELS)})")
+    if not os.access(a.bin, os.X_OK):
+        ap.error(f"--bin: {a.bin} is not an executable (run make first)")
+
+    # the parent stays small (no torch import): a child's peak RSS counts the parent's
+    # resident memory at fork, so everything heavy happens in children
+    report = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
+              "threads": a.threads, "timed_steps": a.steps, "load_before": list(os.getloadavg()),
+              "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        ft = bench_finetune(a, tmp)
-    pt = bench_torch(a)
-    print(f"bench_train: {a.model_dir}, batch {a.batch} x seq {a.seq}, {a.threads} thread(s), "
-          f"{a.steps} timed steps (fp32, CPU, AdamW)")
-    print(f"  finetune (C, OpenMP + OpenBLAS)  {ft:9.1f} ms/step  {1000 * tokens / ft:9.0f} tokens/s")
-    print(f"  PyTorch (transformers, eager)    {pt:9.1f} ms/step  {1000 * tokens / pt:9.0f} tokens/s")
-    print(f"  ratio: finetune is {pt / ft:.2f}x PyTorch's throughput")
+        made = os.path.join(tmp, "llama25m")
+        info = json.loads(subprocess.run([sys.executable, os.path.abspath(__file__), "--make_model", made,
+                                          "--model_dir", a.model_dir], check=True, capture_output=True,
+                                         text=True).stdout.strip().splitlines()[-1])
+        report["torch"], report["transformers"] = info["torch"], info["transformers"]
+        for m in models:
+            spec = MODELS[m]
+            model_dir = made if m == "25m" else a.model_dir
+            n = info["params"] if m == "25m" else safetensors_numel(os.path.join(model_dir, "model.safetensors"))
+            tokens = spec["batch"] * spec["seq"]
+            r = {"params": n, "batch": spec["batch"], "seq": spec["seq"]}
+            r["finetune"] = summarise(tokens, *bench_finetune(a, model_dir, spec["batch"], spec["seq"], tmp))
+            for attn in ("sdpa", "eager"):
+                r["torch_" + attn] = summarise(tokens, *bench_torch(a, model_dir, spec["batch"], spec["seq"], attn))
+            for attn in ("sdpa", "eager"):
+                t = r["torch_" + attn]
+                r["speedup_vs_" + attn] = round(r["finetune"]["tokens_per_s"] / t["tokens_per_s"], 2)
+                r["rss_ratio_vs_" + attn] = round(r["finetune"]["peak_rss_mib"] / t["peak_rss_mib"], 2)
+            report["models"][m] = r
+    report["load_after"] = list(os.getloadavg())
+
+    print(f"bench_train: {report['date']}, {report['machine']}, {a.threads} thread(s), "
+          f"{a.steps} timed steps, fp32 AdamW, torch {report['torch']}, transformers {report['transformers']}")
+    print(f"load average before {report['load_before'][0]:.2f}, after {report['load_after'][0]:.2f}")
+    print(f"{'model':<26} {'program':<22} {'ms/step':>9} {'tokens/s':>9} {'peak RSS MiB':>13} {'vs sdpa':>8} {'vs eager':>9}")
+    for m, r in report["models"].items():
+        label = f"{m} ({r['params'] / 1e6:.1f}M, {r['batch']}x{r['seq']})"
+        for side, name in (("finetune", "finetune"), ("torch_sdpa", "PyTorch sdpa"), ("torch_eager", "PyTorch eager")):
+            s = r[side]
+            extra = ""
+            if side == "finetune":
+                extra = (f" {r['speedup_vs_sdpa']:>7.2f}x {r['speedup_vs_eager']:>8.2f}x"
+                         f"   (RSS {r['rss_ratio_vs_sdpa']:.2f}x / {r['rss_ratio_vs_eager']:.2f}x;"
+                         f" tracked {s['tracked_peak_mib']:.0f} MiB)")
+            print(f"{label:<26} {name:<22} {s['ms_per_step']:>9.1f} {s['tokens_per_s']:>9} {s['peak_rss_mib']:>13.1f}{extra}")
+            label = ""
+    if os.path.dirname(a.json):
+        os.makedirs(os.path.dirname(a.json), exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"wrote {a.json}")
     return 0
 
 

@@ -34,6 +34,12 @@ typedef struct backend backend;
 struct backend {
     const char *name;        // "cpu" or "cuda"
     st_dtype dtype;          // storage dtype of params, activations and their grads
+    // Sequence bucket: the model runs a micro-batch (training, eval, sampling) at its
+    // longest row rounded up to a multiple of this, capped at the allocated length (see
+    // backend_seq_len). 1 = exact trimming (CPU: no per-shape cost); a GPU backend caches a
+    // GEMM plan per shape, so it buckets to keep the shapes few (64: at most 8 lengths at
+    // seq 512, and tensor-core-friendly row counts).
+    int seq_bucket;
 
     // ---------------------------------------------------------------- lifecycle
     void (*close)(void);                 // release what opening acquired (device, arena, handles)
@@ -123,6 +129,15 @@ struct backend {
     // dst (n, dtype) = src (n, fp32) (rounded to nearest even for bf16)
     int (*cast_from_f32)(void *dst, const float *src, size_t n);
 };
+
+// The compute length for a micro-batch whose longest row has `len` real positions:
+// len rounded up to a multiple of be->seq_bucket, at most `cap` (the allocated length).
+// E.g. bucket 64, cap 500: 1 -> 64, 64 -> 64, 65 -> 128, 450 -> 500.
+static inline int backend_seq_len(const backend *be, int len, int cap) {
+    const int b = be->seq_bucket > 1 ? be->seq_bucket : 1;
+    const int r = (len + b - 1) / b * b;
+    return r < cap ? r : cap;
+}
 
 // The CPU backend (always available).
 const backend *backend_cpu(void);

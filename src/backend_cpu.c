@@ -2,9 +2,13 @@
 //
 // Plain C with OpenMP; GEMMs go through CBLAS (OpenBLAS, OpenMP build: the fastest CPU BLAS
 // Debian ships for x86-64, and its OpenMP flavour shares our thread pool instead of
-// oversubscribing the cores). Every reduction runs in a fixed order (per-row loops, fixed
-// column blocks, fixed chunk partials) so results are bitwise reproducible for a given
-// thread count, which the gradient-checkpointing and resume tests rely on.
+// oversubscribing the cores). Attention is in backend_cpu_attention.c. Every reduction runs
+// in a fixed order (per-row loops, fixed column blocks, fixed chunk partials) so results are
+// bitwise reproducible for a given thread count, which the gradient-checkpointing and resume
+// tests rely on. Elementwise loops are written for `omp simd` (exp through cpu_expf), and
+// run on one thread below PAR_MIN elements, where a parallel region costs more than it saves.
+// Scratch lives in per-purpose buffers grown on first use (cpu_scratch): a step allocates
+// nothing once the first step has run.
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -12,7 +16,11 @@
 #include <string.h>
 
 #include "backend.h"
+#include "backend_cpu_internal.h"
 #include "common.h"
+
+// elementwise loops shorter than this run on the calling thread
+#define PAR_MIN 32768
 
 // ----------------------------------------------------------------------------
 // memory
@@ -34,6 +42,18 @@ static int cpu_zero(void *p, size_t nbytes) {
 }
 static int cpu_synchronize(void) { return 0; }
 
+static struct { float *p; size_t n; } g_scratch[CPU_SCRATCH_COUNT];
+
+float *cpu_scratch(int slot, size_t nfloats) {
+    if (nfloats <= g_scratch[slot].n) return g_scratch[slot].p;
+    float *p = cpu_alloc(nfloats * sizeof(float));
+    if (!p) return NULL;
+    free(g_scratch[slot].p);
+    g_scratch[slot].p = p;
+    g_scratch[slot].n = nfloats;
+    return p;
+}
+
 // columns are processed in blocks of this many floats when reducing over rows
 #define COL_BLOCK 64
 
@@ -48,7 +68,7 @@ static int cpu_embedding_fwd(void *out_, const int32_t *tokens, const void *wte_
         if (tokens[n] < 0 || tokens[n] >= V)
             return ft_error("embedding_fwd: token %d at row %d is outside the vocab (%d)",
                             tokens[n], n, V);
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= PAR_MIN)
     for (int n = 0; n < N; n++)
         memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, sizeof(float) * C);
     return 0;
@@ -60,7 +80,7 @@ static int cpu_embedding_bwd(void *dwte_, const void *dout_, const int32_t *toke
     const float *dout = dout_;     // (N, C)
     (void)V;
     // parallel over column blocks, rows in order: deterministic, no atomics
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= PAR_MIN)
     for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
         int c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
         for (int n = 0; n < N; n++) {
@@ -80,14 +100,16 @@ static int cpu_rmsnorm_fwd(void *out_, float *rstd, const void *inp_, const void
     float *out = out_;             // (N, C)
     const float *inp = inp_;       // (N, C)
     const float *w = weight_;      // (C)
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
         for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
         float r = 1.0f / sqrtf((float)(ss / C) + eps);
         rstd[n] = r;
         float *y = out + (size_t)n * C;
+#pragma omp simd
         for (int c = 0; c < C; c++) y[c] = w[c] * (x[c] * r);
     }
     return 0;
@@ -98,27 +120,35 @@ static int cpu_rmsnorm_bwd(void *dinp_, void *dweight_, const void *dout_, const
     float *dinp = dinp_;           // (N, C) +=
     float *dw = dweight_;          // (C) +=
     const float *dout = dout_, *inp = inp_, *w = weight_;
-    // dx_i = r * w_i dy_i - r^3 / C * x_i * sum_j w_j dy_j x_j
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        float r = rstd[n];
-        double dot = 0.0;
-        for (int c = 0; c < C; c++) dot += (double)w[c] * dy[c] * x[c];
-        float k = (float)(dot * r * r * r / C);
-        for (int c = 0; c < C; c++) dx[c] += r * w[c] * dy[c] - k * x[c];
-    }
-    // dw_i += sum_n dy_i x_i r_n, rows in order per column block
-#pragma omp parallel for
-    for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
-        int c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
-        float acc[COL_BLOCK] = {0};
+    const int par = (size_t)N * C >= PAR_MIN;
+#pragma omp parallel if (par)
+    {
+        // dx_i = r * w_i dy_i - r^3 / C * x_i * sum_j w_j dy_j x_j
+#pragma omp for
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-            for (int c = c0; c < c1; c++) acc[c - c0] += dy[c] * x[c] * rstd[n];
+            float *dx = dinp + (size_t)n * C;
+            float r = rstd[n];
+            double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+            for (int c = 0; c < C; c++) dot += (double)(w[c] * dy[c] * x[c]);
+            float k = (float)(dot * r * r * r / C);
+#pragma omp simd
+            for (int c = 0; c < C; c++) dx[c] += r * w[c] * dy[c] - k * x[c];
         }
-        for (int c = c0; c < c1; c++) dw[c] += acc[c - c0];
+        // dw_i += sum_n dy_i x_i r_n, rows in order per column block
+#pragma omp for
+        for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
+            int c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+            float acc[COL_BLOCK] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
+                const float r = rstd[n];
+#pragma omp simd
+                for (int c = 0; c < c1 - c0; c++) acc[c] += dy[c] * x[c] * r;
+            }
+            for (int c = c0; c < c1; c++) dw[c] += acc[c - c0];
+        }
     }
     return 0;
 }
@@ -129,7 +159,7 @@ static int cpu_rmsnorm_bwd(void *dinp_, void *dweight_, const void *dout_, const
 static void rope_rotate(float *out, const float *inp, const float *cos, const float *sin, int B,
                         int T, int NH, int D, float sign) {
     int half = D / 2;
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if ((size_t)B * T * NH * D >= PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *ct = cos + (size_t)t * half, *st = sin + (size_t)t * half;
@@ -181,146 +211,80 @@ static int cpu_matmul_bwd(void *dinp, void *dweight, const void *dout, const voi
 }
 
 // ----------------------------------------------------------------------------
-// causal attention with GQA; the (T, T) probabilities are never stored: the backward
-// recomputes them from q, k and the saved logsumexp, as a flash kernel does.
-
-static int cpu_attention_fwd(void *out_, float *lse, const void *q_, const void *k_,
-                             const void *v_, int B, int T, int H, int KVH, int D) {
-    float *out = out_;                          // (B, T, H, D)
-    const float *q = q_, *k = k_, *v = v_;      // q (B, T, H, D); k, v (B, T, KVH, D)
-    const int group = H / KVH;
-    const float scale = 1.0f / sqrtf((float)D);
-    int failed = 0;
-#pragma omp parallel
-    {
-        float *p = malloc(sizeof(float) * (size_t)T);   // scores of one query row
-        if (!p) failed = 1;
-#pragma omp for collapse(3) schedule(dynamic, 4)
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < H; h++)
-                for (int t = 0; t < T; t++) {
-                    if (!p) continue;
-                    int kh = h / group;
-                    const float *qt = q + (((size_t)b * T + t) * H + h) * D;
-                    float m = -INFINITY;
-                    for (int j = 0; j <= t; j++) {
-                        const float *kj = k + (((size_t)b * T + j) * KVH + kh) * D;
-                        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                        for (int d = 0; d < D; d++) s += qt[d] * kj[d];
-                        p[j] = s * scale;
-                        if (p[j] > m) m = p[j];
-                    }
-                    float sum = 0.0f;
-                    for (int j = 0; j <= t; j++) { p[j] = expf(p[j] - m); sum += p[j]; }
-                    float inv = 1.0f / sum;
-                    float *ot = out + (((size_t)b * T + t) * H + h) * D;
-                    for (int d = 0; d < D; d++) ot[d] = 0.0f;
-                    for (int j = 0; j <= t; j++) {
-                        const float *vj = v + (((size_t)b * T + j) * KVH + kh) * D;
-                        float pj = p[j] * inv;
-#pragma omp simd
-                        for (int d = 0; d < D; d++) ot[d] += pj * vj[d];
-                    }
-                    lse[((size_t)b * H + h) * T + t] = m + logf(sum);
-                }
-        free(p);
-    }
-    if (failed) return ft_error("attention_fwd: out of memory for a score row of %d", T);
-    return 0;
-}
-
-static int cpu_attention_bwd(void *dq_, void *dk_, void *dv_, const void *dout_,
-                             const void *out_, const float *lse, const void *q_, const void *k_,
-                             const void *v_, int B, int T, int H, int KVH, int D) {
-    float *dq = dq_, *dk = dk_, *dv = dv_;
-    const float *dout = dout_, *out = out_, *q = q_, *k = k_, *v = v_;
-    const int group = H / KVH;
-    const float scale = 1.0f / sqrtf((float)D);
-    memset(dk, 0, sizeof(float) * (size_t)B * T * KVH * D);
-    memset(dv, 0, sizeof(float) * (size_t)B * T * KVH * D);
-    int failed = 0;
-    // one task per (b, kv head): it owns dk/dv of that head and dq of its query heads
-#pragma omp parallel
-    {
-        float *p = malloc(sizeof(float) * (size_t)T * 2);
-        if (!p) failed = 1;
-        float *dp = p ? p + T : NULL;
-#pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int b = 0; b < B; b++)
-            for (int kh = 0; kh < KVH; kh++) {
-                if (!p) continue;
-                for (int h = kh * group; h < (kh + 1) * group; h++)
-                    for (int t = 0; t < T; t++) {
-                        size_t qo = (((size_t)b * T + t) * H + h) * D;
-                        const float *qt = q + qo, *dot_ = dout + qo, *ot = out + qo;
-                        float l = lse[((size_t)b * H + h) * T + t];
-                        float delta = 0.0f;                  // sum_d dout * out
-#pragma omp simd reduction(+ : delta)
-                        for (int d = 0; d < D; d++) delta += dot_[d] * ot[d];
-                        for (int j = 0; j <= t; j++) {
-                            size_t ko = (((size_t)b * T + j) * KVH + kh) * D;
-                            float s = 0.0f, g = 0.0f;
-#pragma omp simd reduction(+ : s, g)
-                            for (int d = 0; d < D; d++) { s += qt[d] * k[ko + d]; g += dot_[d] * v[ko + d]; }
-                            p[j] = expf(s * scale - l);          // probability
-                            dp[j] = p[j] * (g - delta) * scale;  // d score (pre-scale)
-                        }
-                        float *dqt = dq + qo;
-                        for (int d = 0; d < D; d++) dqt[d] = 0.0f;
-                        for (int j = 0; j <= t; j++) {
-                            size_t ko = (((size_t)b * T + j) * KVH + kh) * D;
-#pragma omp simd
-                            for (int d = 0; d < D; d++) {
-                                dqt[d] += dp[j] * k[ko + d];
-                                dk[ko + d] += dp[j] * qt[d];
-                                dv[ko + d] += p[j] * dot_[d];
-                            }
-                        }
-                    }
-            }
-        free(p);
-    }
-    if (failed) return ft_error("attention_bwd: out of memory for a score row of %d", T);
-    return 0;
-}
-
-// ----------------------------------------------------------------------------
 // SwiGLU: silu(gate) * up, silu(g) = g / (1 + exp(-g)) as torch computes it
+
+// elements per task of the elementwise loops below
+#define SPAN 4096
+
+CPU_VECTOR_CLONES static void swiglu_fwd_span(float *out, const float *g, const float *u, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
+}
 
 static int cpu_swiglu_fwd(void *out_, const void *gate_, const void *up_, size_t n) {
     float *out = out_;
     const float *g = gate_, *u = up_;
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+#pragma omp parallel for if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i += SPAN) swiglu_fwd_span(out + i, g + i, u + i, n - i < SPAN ? n - i : SPAN);
     return 0;
+}
+
+CPU_VECTOR_CLONES static void swiglu_bwd_span(float *dg, float *du, const float *dy, const float *g,
+                                              const float *u, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float sig = 1.0f / (1.0f + cpu_expf(-g[i]));
+        float silu = g[i] * sig;
+        float gi = dy[i];                  // read before writing: dgate may alias dout
+        dg[i] = gi * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+        du[i] = gi * silu;
+    }
 }
 
 static int cpu_swiglu_bwd(void *dgate_, void *dup_, const void *dout_, const void *gate_,
                           const void *up_, size_t n) {
     float *dg = dgate_, *du = dup_;
     const float *dy = dout_, *g = gate_, *u = up_;
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float sig = 1.0f / (1.0f + expf(-g[i]));
-        float silu = g[i] * sig;
-        float gi = dy[i];                  // read before writing: dgate may alias dout
-        dg[i] = gi * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
-        du[i] = gi * silu;
-    }
+#pragma omp parallel for if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i += SPAN)
+        swiglu_bwd_span(dg + i, du + i, dy + i, g + i, u + i, n - i < SPAN ? n - i : SPAN);
     return 0;
 }
 
 static int cpu_add(void *out_, const void *a_, const void *b_, size_t n) {
     float *out = out_;
     const float *a = a_, *b = b_;
-#pragma omp parallel for
+#pragma omp parallel for simd if (parallel : n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
     return 0;
 }
 
 // ----------------------------------------------------------------------------
 // fused lm_head + cross-entropy over row chunks
+
+// One row of logits (V): returns the row's loss (0 when ignored); with `grad`, the row
+// becomes dlogits = dloss * (softmax - onehot(target)) (0 when ignored).
+CPU_VECTOR_CLONES static float xent_row(float *l, int tgt, int V, float dloss, int grad) {
+    if (tgt == -100) {
+        if (grad) memset(l, 0, sizeof(float) * V);
+        return 0.0f;
+    }
+    const float m = cpu_row_max(l, V);
+    const float target_logit = l[tgt];
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; j++) {
+        l[j] = cpu_expf(l[j] - m);
+        sum += l[j];
+    }
+    if (grad) {
+        const float k = (float)(dloss / sum);
+#pragma omp simd
+        for (int j = 0; j < V; j++) l[j] *= k;
+        l[tgt] -= dloss;
+    }
+    return m + (float)log(sum) - target_logit;
+}
 
 // (fp32 storage: dweight accumulates in fp32 directly, dw_acc is not needed)
 static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, const void *x_,
@@ -330,35 +294,17 @@ static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, const void *
     const float *x = x_;           // (N, C)
     float *dx = dx_;               // (N, C) or NULL
     if (chunk_rows <= 0) return ft_error("lmhead_xent: chunk of %d rows", chunk_rows);
+    for (int n = 0; n < N; n++)
+        if (targets[n] != -100 && (targets[n] < 0 || targets[n] >= V))
+            return ft_error("lmhead_xent: target %d at row %d is outside the vocab (%d)",
+                            targets[n], n, V);
     for (int n0 = 0; n0 < N; n0 += chunk_rows) {
         int rows = N - n0 < chunk_rows ? N - n0 : chunk_rows;
         float *logits = logits_ws; // (rows, V)
         cpu_matmul_fwd(logits, x + (size_t)n0 * C, weight, rows, C, V);
-        int bad = -1;
-#pragma omp parallel for reduction(max : bad)
-        for (int r = 0; r < rows; r++) {
-            float *l = logits + (size_t)r * V;
-            int tgt = targets[n0 + r];
-            if (tgt == -100) {
-                losses[n0 + r] = 0.0f;
-                if (dx) memset(l, 0, sizeof(float) * V);
-                continue;
-            }
-            if (tgt < 0 || tgt >= V) { bad = n0 + r; continue; }
-            float m = -INFINITY;
-            for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
-            double sum = 0.0;
-            for (int j = 0; j < V; j++) sum += exp((double)(l[j] - m));
-            float lse = m + (float)log(sum);
-            losses[n0 + r] = lse - l[tgt];
-            if (dx) {
-                for (int j = 0; j < V; j++) l[j] = dloss * expf(l[j] - lse);
-                l[tgt] -= dloss;
-            }
-        }
-        if (bad >= 0)
-            return ft_error("lmhead_xent: target %d at row %d is outside the vocab (%d)",
-                            targets[bad], bad, V);
+#pragma omp parallel for if ((size_t)rows * V >= PAR_MIN)
+        for (int r = 0; r < rows; r++)
+            losses[n0 + r] = xent_row(logits + (size_t)r * V, targets[n0 + r], V, dloss, dx != NULL);
         if (dx) cpu_matmul_bwd(dx + (size_t)n0 * C, dweight, logits, x + (size_t)n0 * C, weight,
                                rows, C, V, 0);
     }
@@ -370,21 +316,26 @@ static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, const void *
 
 static int cpu_adamw(float *master, void *param_, const float *grad, float *m, float *v, size_t n,
                      const adamw_params *p) {
-    float *param = param_;
-    const float step_size = p->lr / p->bias_correction1;
-    const float bc2_sqrt = sqrtf(p->bias_correction2);
-    const float decay = 1.0f - p->lr * p->weight_decay;
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * p->grad_scale;
-        float w = master[i] * decay;
-        m[i] += (1.0f - p->beta1) * (g - m[i]);
-        v[i] = p->beta2 * v[i] + (1.0f - p->beta2) * g * g;
-        float denom = sqrtf(v[i]) / bc2_sqrt + p->eps;
-        w -= step_size * (m[i] / denom);
-        master[i] = w;
-        if (param && param != (void *)master) param[i] = w;
+    float *param = param_ == (void *)master ? NULL : param_;
+    const float step_size = p->lr / p->bias_correction1, bc2_sqrt = sqrtf(p->bias_correction2);
+    const float decay = 1.0f - p->lr * p->weight_decay, b1 = p->beta1, b2 = p->beta2;
+    const float scale = p->grad_scale, eps = p->eps;
+    // one vectorised pass; the second copy of the weights only when there is one
+#define ADAMW_ELEMENT(i)                                                               \
+    float g = grad[i] * scale;                                                         \
+    float w = master[i] * decay;                                                       \
+    m[i] += (1.0f - b1) * (g - m[i]);                                                  \
+    v[i] = b2 * v[i] + (1.0f - b2) * g * g;                                            \
+    w -= step_size * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));                          \
+    master[i] = w;
+    if (param) {
+#pragma omp parallel for simd if (parallel : n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) { ADAMW_ELEMENT(i) param[i] = w; }
+    } else {
+#pragma omp parallel for simd if (parallel : n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) { ADAMW_ELEMENT(i) }
     }
+#undef ADAMW_ELEMENT
     return 0;
 }
 
@@ -392,25 +343,26 @@ static int cpu_adamw(float *master, void *param_, const float *grad, float *m, f
 #define SUMSQ_CHUNK 4096
 static int cpu_sum_squares(double *host_out, const float *x, size_t n) {
     size_t nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
-    double *part = malloc(sizeof(double) * (nchunks ? nchunks : 1));
-    if (!part) return ft_error("sum_squares: out of memory for %zu partials", nchunks);
-#pragma omp parallel for
+    // (nchunks) doubles in the float scratch
+    double *part = (double *)cpu_scratch(CPU_SCRATCH_PARTIALS, 2 * (nchunks ? nchunks : 1));
+    if (!part) return -1;
+#pragma omp parallel for if (n >= PAR_MIN)
     for (size_t c = 0; c < nchunks; c++) {
-        size_t i1 = (c + 1) * SUMSQ_CHUNK < n ? (c + 1) * SUMSQ_CHUNK : n;
+        size_t i0 = c * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
         double s = 0.0;
-        for (size_t i = c * SUMSQ_CHUNK; i < i1; i++) s += (double)x[i] * x[i];
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
         part[c] = s;
     }
     double total = 0.0;
     for (size_t c = 0; c < nchunks; c++) total += part[c];
-    free(part);
     *host_out = total;
     return 0;
 }
 
 static int cpu_accumulate(float *dst, const void *src_, size_t n, float alpha) {
     const float *src = src_;
-#pragma omp parallel for
+#pragma omp parallel for simd if (parallel : n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) dst[i] += alpha * src[i];
     return 0;
 }
@@ -429,6 +381,7 @@ static double cpu_peak_tflops(void) { return 0; }   // no published peak: MFU me
 static const backend g_cpu = {
     .name = "cpu",
     .dtype = ST_F32,
+    .seq_bucket = 1,   // exact trimming: the CPU has no per-shape cost
     .close = cpu_close,
     .describe = cpu_describe,
     .peak_tflops = cpu_peak_tflops,

@@ -15,7 +15,9 @@
 //   - GEMMs on cuBLASLt: bf16 inputs, bf16 (or, in the lm_head, fp32) outputs, fp32
 //     accumulation (CUBLAS_COMPUTE_32F), descriptors and the heuristic's algorithm cached per
 //     (m, n, k, transposes, leading dimensions, output type, pointer alignments: the
-//     heuristic is told the real ones); one workspace from the arena
+//     heuristic is told the real ones), at most BACKEND_CUDA_GEMM_PLANS plans, least
+//     recently used evicted; one workspace from the arena. The row counts are few because
+//     the model runs micro-batches at lengths rounded up to seq_bucket (64).
 //   - lm_head + cross-entropy: per row chunk, cuBLASLt GEMMs around one fused softmax kernel
 //   - everything else: the hand-written kernels (kernels/kernels.h)
 // Every CUDA / cuBLASLt call goes through CHECK_CUDA / CHECK_CUBLAS, naming the call.
@@ -29,11 +31,11 @@
 #include "backend_cuda.h"
 #include "cuda_check.h"
 #include "kernels.h"
+#include "watchdog.h"
 
 // ----------------------------------------------------------------------------
 // state (one device per process)
 
-#define GEMM_CACHE 256
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)   // cuBLASLt workspace (Hopper wants 32 MiB)
 #define ARENA_ALIGN 256
 
@@ -51,6 +53,7 @@ typedef struct {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
+    uint64_t last_use;                     // G.gemm_clock at its last lookup (LRU order)
 } gemm_plan;
 
 static struct {
@@ -60,11 +63,34 @@ static struct {
     void *lt_workspace;
     void *arena_mem;
     arena ar;
-    gemm_plan plans[GEMM_CACHE];
+    gemm_plan plans[BACKEND_CUDA_GEMM_PLANS];
     int n_plans;
+    uint64_t gemm_clock;                   // lookups so far
+    long gemm_evictions;
     char name[128];
     char device_name[256];
 } G;
+
+// ----------------------------------------------------------------------------
+// host waits: the compute stream waits on NCCL collectives (src/comm_nccl.c), so a hung peer
+// stalls it; with --collective_timeout every host wait polls under the watchdog's deadline
+
+static int poll_stream(void *ctx) {
+    const cudaError_t e = cudaStreamQuery((cudaStream_t)ctx);
+    if (e == cudaErrorNotReady) return 0;
+    CHECK_CUDA(e);
+    return 1;
+}
+
+int backend_cuda_wait(void *stream, const char *op, const char *what, size_t bytes) {
+    if (!watchdog_enabled()) {
+        CHECK_CUDA(cudaStreamSynchronize((cudaStream_t)stream));
+        return 0;
+    }
+    return watchdog_wait(poll_stream, stream, op, what, bytes);
+}
+
+static int compute_wait(const char *op, size_t bytes) { return backend_cuda_wait(G.stream, op, "compute stream", bytes); }
 
 // ----------------------------------------------------------------------------
 // memory
@@ -89,13 +115,11 @@ static void cu_free(void *p) {
 static void scratch_release(void *p) { cu_free(p); }
 static int cu_copy_h2d(void *dst, const void *src, size_t n) {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, G.stream));
-    CHECK_CUDA(cudaStreamSynchronize(G.stream));   // the host buffer may be reused at once
-    return 0;
+    return compute_wait("copy to the device", n);   // the host buffer may be reused at once
 }
 static int cu_copy_d2h(void *dst, const void *src, size_t n) {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, G.stream));
-    CHECK_CUDA(cudaStreamSynchronize(G.stream));
-    return 0;
+    return compute_wait("copy to the host", n);
 }
 static int cu_copy_d2d(void *dst, const void *src, size_t n) {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, G.stream));
@@ -105,10 +129,7 @@ static int cu_zero(void *p, size_t n) {
     CHECK_CUDA(cudaMemsetAsync(p, 0, n, G.stream));
     return 0;
 }
-static int cu_synchronize(void) {
-    CHECK_CUDA(cudaStreamSynchronize(G.stream));
-    return 0;
-}
+static int cu_synchronize(void) { return compute_wait("synchronize", 0); }
 
 // ----------------------------------------------------------------------------
 // GEMM: D (m, n) = alpha op(A) op(B) + beta C, column-major, bf16 in/out, fp32 accumulate.
@@ -122,19 +143,20 @@ static uint32_t ptr_align(const void *p) {
     return a == 0 || a > 256 ? 256 : (uint32_t)a;
 }
 
-static int gemm_plan_get(const gemm_key *key, gemm_plan **out) {
-    for (int i = 0; i < G.n_plans; i++) {
-        if (memcmp(&G.plans[i].key, key, sizeof *key) == 0) {
-            *out = &G.plans[i];
-            return 0;
-        }
-    }
-    // shapes are few (7 per layer kind + lm_head's 3 per chunk size); a full cache means
-    // something is wrong
-    if (G.n_plans == GEMM_CACHE) return ft_error("cuda: more than %d GEMM shapes", GEMM_CACHE);
-    gemm_plan *p = &G.plans[G.n_plans];
-    memset(p, 0, sizeof *p);
-    p->key = *key;
+// Destroy a plan's descriptors and layouts (those created; also after a partial build).
+static void gemm_plan_destroy(gemm_plan *p) {
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    p->a = p->b = p->c = NULL;
+    p->op = NULL;
+}
+
+// Create the descriptors of the plan keyed by p->key and ask the heuristic for its
+// algorithm. On failure the caller destroys what was created.
+static int gemm_plan_build(gemm_plan *p) {
+    const gemm_key *key = &p->key;
     const int m = key->m, n = key->n, k = key->k, ta = key->ta, tb = key->tb;
     const uint32_t *align = key->align;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -164,9 +186,47 @@ static int gemm_plan_get(const gemm_key *key, gemm_plan **out) {
         return ft_error("cuda: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d, %s output (alignments %u/%u/%u bytes)",
                         m, n, k, key->c_f32 ? "fp32" : "bf16", align[0], align[1], align[2]);
     p->algo = res.algo;
-    G.n_plans++;
-    *out = p;
     return 0;
+}
+
+// The cached plan for this key, built on a miss. A full cache evicts its least recently
+// used plan: building one is host-only work (descriptors and a heuristic query, tens of
+// microseconds), and cuBLASLt takes what it needs from the descriptors during the
+// cublasLtMatmul call, not when the GEMM runs (llm.c creates and destroys them around every
+// call), so destroying them while that GEMM is still queued is safe.
+static int gemm_plan_get(const gemm_key *key, gemm_plan **out) {
+    gemm_plan *lru = NULL;
+    G.gemm_clock++;
+    for (int i = 0; i < G.n_plans; i++) {
+        gemm_plan *p = &G.plans[i];
+        if (memcmp(&p->key, key, sizeof *key) == 0) {
+            p->last_use = G.gemm_clock;
+            *out = p;
+            return 0;
+        }
+        if (!lru || p->last_use < lru->last_use) lru = p;
+    }
+    gemm_plan fresh = {.key = *key, .last_use = G.gemm_clock};
+    if (gemm_plan_build(&fresh) != 0) {
+        gemm_plan_destroy(&fresh);
+        return -1;
+    }
+    gemm_plan *slot = &G.plans[G.n_plans];
+    if (G.n_plans == BACKEND_CUDA_GEMM_PLANS) {
+        slot = lru;
+        gemm_plan_destroy(slot);
+        G.gemm_evictions++;
+    } else {
+        G.n_plans++;
+    }
+    *slot = fresh;
+    *out = slot;
+    return 0;
+}
+
+void backend_cuda_gemm_stats(int *cached, long *evictions) {
+    *cached = G.n_plans;
+    *evictions = G.gemm_evictions;
 }
 
 // D = C = alpha op(A) op(B) + beta C with explicit leading dimensions; C fp32 when c_f32
@@ -278,6 +338,8 @@ static int cu_adamw(float *master, void *param, const float *grad, float *m, flo
     return ftk_adamw(master, param, grad, m, v, n, p, G.stream);
 }
 static int cu_sum_squares(double *host_out, const float *x, size_t n) {
+    // the kernel's own host synchronisation then waits for its two kernels only
+    TRY(compute_wait("gradient norm", n * sizeof(float)));
     return ftk_sum_squares(host_out, x, n, G.stream);
 }
 static int cu_accumulate(float *dst, const void *src, size_t n, float alpha) {
@@ -288,6 +350,7 @@ static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_
 static const backend CUDA_BACKEND = {
     .name = "cuda",
     .dtype = ST_BF16,
+    .seq_bucket = 64,   // bounded GEMM shapes: at most seq_len / 64 lengths per batch size
     .close = backend_cuda_close,
     .describe = backend_cuda_describe,
     .peak_tflops = backend_cuda_peak_tflops,
@@ -348,14 +411,9 @@ void *backend_cuda_stream(void) { return (void *)G.stream; }
 
 // Release whatever open_device created (also after a partial failure).
 void backend_cuda_close(void) {
-    if (G.stream) cudaStreamSynchronize(G.stream);
+    if (G.stream) (void)compute_wait("close", 0);
     ftk_set_scratch_allocator(NULL, NULL);
-    for (int i = 0; i < G.n_plans; i++) {
-        cublasLtMatrixLayoutDestroy(G.plans[i].a);
-        cublasLtMatrixLayoutDestroy(G.plans[i].b);
-        cublasLtMatrixLayoutDestroy(G.plans[i].c);
-        cublasLtMatmulDescDestroy(G.plans[i].op);
-    }
+    for (int i = 0; i < G.n_plans; i++) gemm_plan_destroy(&G.plans[i]);
     arena_destroy(&G.ar);
     if (G.lt) cublasLtDestroy(G.lt);
     if (G.arena_mem) cudaFree(G.arena_mem);
@@ -363,30 +421,64 @@ void backend_cuda_close(void) {
     memset(&G, 0, sizeof G);
 }
 
-static int open_device(int local_rank, size_t arena_bytes) {
+// 1 when this build holds code the device can run: a cubin for sm_XY runs on devices X.Z with
+// Z >= Y, PTX for compute_XY is compiled by the driver for XY and newer. FT_CUDA_CODES lists
+// them ("sm_80 sm_90", from the nvcc flags in kernels/kernels.mk); empty = unknown (let the
+// driver decide at the first launch).
+static int build_runs_on(int major, int minor) {
+    const char *p = FT_CUDA_CODES;
+    if (!*p) return 1;
+    for (; p; p = strchr(p, ' ')) {
+        int v = 0;
+        p += *p == ' ';
+        if (sscanf(p, "sm_%d", &v) == 1 && v / 10 == major && v % 10 <= minor) return 1;
+        if (sscanf(p, "compute_%d", &v) == 1 && v <= major * 10 + minor) return 1;
+    }
+    return 0;
+}
+
+// The device's architecture and free memory against what this build and this job need.
+static int check_device(const struct cudaDeviceProp *prop, size_t arena_bytes, size_t free_b) {
+    if (prop->major < 8)
+        return ft_error("flag --device cuda: device %d (%s) is sm_%d%d; the kernels need sm_80 or newer (bf16)", G.device,
+                        prop->name, prop->major, prop->minor);
+    if (!build_runs_on(prop->major, prop->minor))
+        return ft_error("flag --device cuda: device %d (%s) is sm_%d%d, and this build has kernels for %s only; add "
+                        "-gencode arch=compute_%d%d,code=sm_%d%d to NVCC_ARCH_FLAGS (kernels/kernels.mk) and rebuild",
+                        G.device, prop->name, prop->major, prop->minor, FT_CUDA_CODES, prop->major, prop->minor,
+                        prop->major, prop->minor);
+    if (arena_bytes > free_b)
+        return ft_error("flag --device cuda: the memory plan needs %.2f GiB on device %d (%s) but %.2f GiB are free; "
+                        "lower --batch_size_per_device or --seq_len, add --gradient_checkpointing or GPUs "
+                        "(--dry_run prints the plan)", arena_bytes / 1073741824.0, G.device, prop->name,
+                        free_b / 1073741824.0);
+    return 0;
+}
+
+int backend_cuda_select_device(int local_rank, int *device) {
     int count = 0;
     TRY(backend_cuda_device_count(&count));
     // one GPU per rank: ranks of a node take devices in local-rank order; with per-task GPU
     // binding (srun --gpus-per-task / CUDA_VISIBLE_DEVICES per rank) each rank sees one
-    G.device = count == 1 ? 0 : local_rank;
-    if (G.device >= count)
+    *device = count == 1 ? 0 : local_rank;
+    if (*device >= count)
         return ft_error("flag --device cuda: local rank %d needs device %d but %d are visible (CUDA_VISIBLE_DEVICES=%s)",
-                        local_rank, G.device, count, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
-    CHECK_CUDA(cudaSetDevice(G.device));
+                        local_rank, *device, count, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
+    CHECK_CUDA(cudaSetDevice(*device));
+    return 0;
+}
+
+static int open_device(int local_rank, size_t arena_bytes) {
+    TRY(backend_cuda_select_device(local_rank, &G.device));
     struct cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, G.device));
     snprintf(G.device_name, sizeof G.device_name, "%s", prop.name);
-    if (prop.major < 8)
-        return ft_error("flag --device cuda: device %d (%s) is sm_%d%d; the kernels need sm_80 or newer (bf16)", G.device,
-                        prop.name, prop.major, prop.minor);
     size_t free_b = 0, total_b = 0;
     CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
     // 0 = take most of what is free (leave room for the CUDA context, NCCL and cuBLASLt)
     if (arena_bytes == 0) arena_bytes = free_b / 100 * 92;
     arena_bytes += LT_WORKSPACE_BYTES;
-    if (arena_bytes > free_b)
-        return ft_error("flag --device cuda: the memory plan needs %.2f GiB on device %d (%s) but %.2f GiB are free",
-                        arena_bytes / 1073741824.0, G.device, prop.name, free_b / 1073741824.0);
+    TRY(check_device(&prop, arena_bytes, free_b));
     CHECK_CUDA(cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking));
     CHECK_CUDA(cudaMalloc(&G.arena_mem, arena_bytes));
     TRY(arena_init(&G.ar, G.arena_mem, arena_bytes, ARENA_ALIGN));

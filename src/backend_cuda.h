@@ -7,7 +7,11 @@
 
 // Number of CUDA devices, or -1 with a clear "no usable GPU" error (no driver, no device).
 int backend_cuda_device_count(int *count);
-// Open the device of this local rank and its arena (arena_bytes; 0 = 92% of free memory).
+// Make the device of this local rank current (*device: its index) without opening the
+// backend: NCCL communicators are created on it before the arena is sized. 0 / -1.
+int backend_cuda_select_device(int local_rank, int *device);
+// Open the device of this local rank and its arena (arena_bytes; 0 = 92% of free memory,
+// checked against what is free now, after the NCCL communicators took theirs).
 int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out);
 // The table's lifecycle entries (callers use backend_close / backend_describe /
 // backend_peak_tflops from backend.h): release the device; "cuda device 0 (NVIDIA H100 ...,
@@ -17,5 +21,14 @@ int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out);
 void backend_cuda_close(void);
 const char *backend_cuda_describe(void);
 double backend_cuda_peak_tflops(void);
+// GEMM plans (cuBLASLt descriptors + algorithm) the backend keeps; a new shape beyond this
+// evicts the least recently used one.
+#define BACKEND_CUDA_GEMM_PLANS 256
+// For tests: plans cached now and evictions since open.
+void backend_cuda_gemm_stats(int *cached, long *evictions);
 // The compute stream (a cudaStream_t) every op runs on; NULL before open.
 void *backend_cuda_stream(void);
+// Wait on the host until `stream` (a cudaStream_t) has done all its work: without a
+// --collective_timeout, cudaStreamSynchronize; with one, polled under the watchdog's deadline
+// (src/watchdog.h), `op`, `what` and `bytes` naming the wait in its message. 0 / -1.
+int backend_cuda_wait(void *stream, const char *op, const char *what, size_t bytes);

@@ -118,95 +118,143 @@ static int state_check(const char *dir, const trainer_state *got, const trainer_
 }
 
 // ----------------------------------------------------------------------------
-// gathering consolidated tensors (collective), writing on rank 0
+// streaming consolidated tensors: gathered one unit at a time (collective), written on rank 0
 
-// Gather `which` for every unit into one host fp32 buffer of layout->total elements.
-static float *gather_all(fsdp_state *s, fsdp_buffer which) {
-    const param_layout *l = s->layout;
-    float *host = ft_malloc(l->total * sizeof(float), "checkpoint gather buffer");
-    if (!host) return NULL;
-    for (int u = 0; u < l->n_units; u++)
-        if (fsdp_get_unit(s, which, u, host + l->unit_offset[u]) != 0) { free(host); return NULL; }
-    return host;
-}
+// One safetensors file of parameter-shaped tensors: n_parts blocks of the layout's entries,
+// block k named prefix[k] + <HF name> with its data from fsdp buffer which[k]; tensor
+// k * n_entries + i is entry i of block k (the order st_write was given before streaming).
+typedef struct {
+    const char *const *prefix;
+    const fsdp_buffer *which;
+    int n_parts;
+    st_dtype dtype;   // ST_F32, or ST_BF16 (converted from the fp32 gather)
+} param_file;
 
-// One st_write_tensor per parameter, data from `flat` (element type `dt`, element size esz).
-static void describe(const param_layout *l, const void *flat, st_dtype dt, char (*names)[128],
-                     const char *prefix, st_write_tensor *out) {
-    size_t esz = st_dtype_size(dt);
-    for (int i = 0; i < l->n_entries; i++) {
-        const param_entry *e = &l->entries[i];
-        snprintf(names[i], 128, "%s%s", prefix, e->name);
-        out[i].name = names[i];
-        out[i].dtype = dt;
-        out[i].ndim = e->ndim;
-        out[i].shape[0] = e->shape[0];
-        out[i].shape[1] = e->shape[1];
-        out[i].data = (const char *)flat + e->offset * esz;
-    }
-}
-
-static int write_params(const char *path, const param_layout *l, const void *flat, st_dtype dt,
-                        const char *prefix, const char *prefix2, const void *flat2) {
-    int n = l->n_entries * (flat2 ? 2 : 1);
+// Open `w` on `path` for the tensors of `pf`. 0 / -1 (nothing left behind).
+static int param_file_open(st_writer *w, const char *path, const param_layout *l, const param_file *pf) {
+    const int n = l->n_entries * pf->n_parts;
     st_write_tensor *ts = ft_calloc((size_t)n, sizeof *ts, "tensor list");
     char (*names)[128] = ft_calloc((size_t)n, 128, "tensor names");
     int rc = -1;
     if (ts && names) {
-        describe(l, flat, dt, names, prefix, ts);
-        if (flat2) describe(l, flat2, dt, names + l->n_entries, prefix2, ts + l->n_entries);
+        for (int k = 0; k < pf->n_parts; k++)
+            for (int i = 0; i < l->n_entries; i++) {
+                const param_entry *e = &l->entries[i];
+                st_write_tensor *t = &ts[k * l->n_entries + i];
+                snprintf(names[k * l->n_entries + i], 128, "%s%s", pf->prefix[k], e->name);
+                t->name = names[k * l->n_entries + i];
+                t->dtype = pf->dtype;
+                t->ndim = e->ndim;
+                t->shape[0] = e->shape[0];
+                t->shape[1] = e->shape[1];
+            }
         static const char *const meta[] = {"format", "pt", NULL};
-        rc = st_write(path, ts, n, meta);
+        rc = st_writer_open(w, path, ts, n, meta);
     }
     free(ts);
     free(names);
     return rc;
 }
 
+// Put the tensors of unit u, block k, from `unit` (the unit's unit_numel[u] elements in pf->dtype).
+static int param_file_put_unit(st_writer *w, const param_layout *l, const param_file *pf, int k, int u,
+                               const void *unit) {
+    const size_t esz = st_dtype_size(pf->dtype);
+    for (int i = 0; i < l->n_entries; i++)
+        if (l->entries[i].unit == u)
+            TRY(st_writer_put(w, k * l->n_entries + i, (const char *)unit + l->entries[i].unit_offset * esz));
+    return 0;
+}
+
+// Write `pf` to `path`, one unit at a time through `host` (max_unit floats). Collective:
+// every rank gathers every unit of every block in the same order, whatever happens to the
+// writing, so a failure on the writer cannot leave the others waiting in a gather. `write`:
+// this rank writes (rank 0 of the world, and nothing failed before). 0 / -1 (on -1 no file).
+static int param_file_stream(fsdp_state *s, const char *path, const param_file *pf, int write, float *host) {
+    const param_layout *l = s->layout;
+    st_writer w = {.fd = -1};
+    int rc = write ? param_file_open(&w, path, l, pf) : 0;
+    int writing = write && rc == 0;
+    for (int k = 0; k < pf->n_parts; k++)
+        for (int u = 0; u < l->n_units; u++) {
+            if (fsdp_get_unit(s, pf->which[k], u, host) != 0) { st_writer_abort(&w); return -1; }   // unit: (unit_numel[u],)
+            if (!writing) continue;
+            if (pf->dtype == ST_BF16) {
+                // in place fp32 -> bf16 (element i's 2 bytes land at 2i, after 4i.. was read)
+                uint16_t *h = (uint16_t *)host;
+                for (size_t i = 0; i < l->unit_numel[u]; i++) h[i] = ft_f32_to_bf16(host[i]);
+            }
+            if (param_file_put_unit(&w, l, pf, k, u, host) != 0) { st_writer_abort(&w); writing = 0; rc = -1; }
+        }
+    return writing ? st_writer_commit(&w) : rc;
+}
+
+// Stream the n files `pf[i]` to <dir>/<name[i]> through one unit buffer (collective, see
+// param_file_stream); this rank writes when `write`. 0 / -1 (every rank gathers regardless).
+static int param_files_stream(fsdp_state *s, const char *dir, const param_file *pf, const char *const *name,
+                              int n, int write) {
+    float *host = ft_malloc(s->max_unit * sizeof(float), "checkpoint unit buffer");   // (max_unit,)
+    if (!host) return -1;
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", dir, name[i]);
+        if (param_file_stream(s, p, &pf[i], write && rc == 0, host) != 0) rc = -1;
+    }
+    free(host);
+    return rc;
+}
+
 // ----------------------------------------------------------------------------
 // save
 
-int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const trainer_state *ts,
-              int world_rank) {
-    float *master = gather_all(s, FSDP_MASTER);
-    float *m = master ? gather_all(s, FSDP_EXP_AVG) : NULL;
-    float *v = m ? gather_all(s, FSDP_EXP_AVG_SQ) : NULL;
-    char *state = NULL;
-    int rc = -1;
-    if (!v) goto done;
-    if (world_rank != 0) { rc = 0; goto done; }
-    if (!(state = state_to_json(ts))) goto done;
-    char root[4096], tmp[4200], dst[4200], p[4400];
-    snprintf(root, sizeof root, "%s/checkpoints", out_dir);
-    TRY_GOTO(fs_mkdirs(root), done);
-    snprintf(dst, sizeof dst, "%s/step_%08d", root, ts->step);
-    snprintf(tmp, sizeof tmp, "%s/.tmp.step_%08d.%d", root, ts->step, (int)getpid());
+// Rank 0: create <out_dir>/checkpoints (into root) and a fresh temporary directory for
+// step `step` (into tmp). 0 / -1.
+static int save_dir_create(const char *out_dir, int step, char *root, size_t nroot, char *tmp, size_t ntmp) {
+    snprintf(root, nroot, "%s/checkpoints", out_dir);
+    TRY(fs_mkdirs(root));
+    snprintf(tmp, ntmp, "%s/.tmp.step_%08d.%d", root, step, (int)getpid());
     fs_remove_tree(tmp);
-    if (mkdir(tmp, 0755) != 0) { ft_error("%s: cannot create: %s", tmp, strerror(errno)); goto done; }
-    snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-    TRY_GOTO(write_params(p, s->layout, master, ST_F32, "", NULL, NULL), fail);
-    snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
-    TRY_GOTO(write_params(p, s->layout, m, ST_F32, "exp_avg.", "exp_avg_sq.", v), fail);
-    char src[4200];
+    if (mkdir(tmp, 0755) != 0) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
+    return 0;
+}
+
+// Rank 0, the tensors written into tmp: config.json and trainer_state.json, then publish
+// tmp as <root>/step_%08d and point <root>/latest at it. 0 / -1 (tmp removed unless published).
+static int save_dir_finish(const char *model_dir, const char *root, const char *tmp, int step, const char *state) {
+    char src[4200], dst[4200], p[4400];
     snprintf(src, sizeof src, "%s/config.json", model_dir);
     snprintf(p, sizeof p, "%s/config.json", tmp);
     TRY_GOTO(fs_copy_file(src, p), fail);
     snprintf(p, sizeof p, "%s/trainer_state.json", tmp);
     TRY_GOTO(fs_write_text_atomic(p, state), fail);
+    snprintf(dst, sizeof dst, "%s/step_%08d", root, step);
     TRY_GOTO(fs_publish_dir(tmp, dst), fail);
     snprintf(p, sizeof p, "%s/latest", root);
     char latest[64];
-    snprintf(latest, sizeof latest, "step_%08d\n", ts->step);
-    TRY_GOTO(fs_write_text_atomic(p, latest), done);
-    rc = 0;
-    goto done;
+    snprintf(latest, sizeof latest, "step_%08d\n", step);
+    return fs_write_text_atomic(p, latest);
 fail:
     fs_remove_tree(tmp);
-done:
+    return -1;
+}
+
+int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const trainer_state *ts,
+              int world_rank) {
+    static const char *const model_prefix[] = {""}, *const optim_prefix[] = {"exp_avg.", "exp_avg_sq."};
+    static const fsdp_buffer model_which[] = {FSDP_MASTER}, optim_which[] = {FSDP_EXP_AVG, FSDP_EXP_AVG_SQ};
+    static const param_file files[] = {{model_prefix, model_which, 1, ST_F32}, {optim_prefix, optim_which, 2, ST_F32}};
+    static const char *const names[] = {"model.safetensors", "optimizer.safetensors"};
+    char root[4096] = "", tmp[4200] = "";
+    char *state = NULL;
+    int rc = 0;
+    if (world_rank == 0)
+        rc = (state = state_to_json(ts)) ? save_dir_create(out_dir, ts->step, root, sizeof root, tmp, sizeof tmp) : -1;
+    const int write = world_rank == 0 && rc == 0;
+    if (param_files_stream(s, tmp, files, names, 2, write) != 0) rc = -1;
+    if (write && rc == 0) rc = save_dir_finish(model_dir, root, tmp, ts->step, state);
+    else if (write) fs_remove_tree(tmp);
     free(state);
-    free(master);
-    free(m);
-    free(v);
     return rc;
 }
 
@@ -310,29 +358,23 @@ static int write_config(const char *src, const char *dst, const char *dtype) {
     return ok ? 0 : ft_error("%s: cannot write: %s", dst, strerror(errno));
 }
 
-int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const char *dtype, int world_rank) {
-    float *master = gather_all(s, FSDP_MASTER);
-    if (!master) return -1;
-    int rc = 0;
-    if (world_rank != 0) goto done;
-    rc = -1;
-    char tmp[4200], p[4400], src[4400];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
+// Rank 0: the export's fresh temporary directory <dir>.tmp.<pid> (into tmp), its parent
+// created. 0 / -1.
+static int export_dir_create(const char *dir, char *tmp, size_t ntmp) {
+    snprintf(tmp, ntmp, "%s.tmp.%d", dir, (int)getpid());
     fs_remove_tree(tmp);
     char parent[4096];
     snprintf(parent, sizeof parent, "%s", dir);
     char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) { *slash = '\0'; TRY_GOTO(fs_mkdirs(parent), done); }
-    if (mkdir(tmp, 0755) != 0) { ft_error("%s: cannot create: %s", tmp, strerror(errno)); goto done; }
-    const param_layout *l = s->layout;
-    st_dtype dt = strcmp(dtype, "bf16") == 0 ? ST_BF16 : ST_F32;
-    if (dt == ST_BF16) {
-        // in place fp32 -> bf16 (element i's 2 bytes land at 2i, after 4i.. was read)
-        uint16_t *h = (uint16_t *)master;
-        for (size_t i = 0; i < l->total; i++) h[i] = ft_f32_to_bf16(master[i]);
-    }
-    snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-    TRY_GOTO(write_params(p, l, master, dt, "", NULL, NULL), fail);
+    if (slash && slash != parent) { *slash = '\0'; TRY(fs_mkdirs(parent)); }
+    if (mkdir(tmp, 0755) != 0) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
+    return 0;
+}
+
+// Rank 0, the weights written into tmp: config.json (with the dtype) and the tokenizer
+// files, then publish tmp as dir. 0 / -1 (tmp removed unless published).
+static int export_dir_finish(const char *dir, const char *model_dir, const char *tmp, const char *dtype) {
+    char p[4400], src[4400];
     snprintf(src, sizeof src, "%s/config.json", model_dir);
     snprintf(p, sizeof p, "%s/config.json", tmp);
     TRY_GOTO(write_config(src, p, dtype), fail);
@@ -345,11 +387,22 @@ int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const 
         TRY_GOTO(fs_copy_file(src, p), fail);
     }
     TRY_GOTO(fs_publish_dir(tmp, dir), fail);
-    rc = 0;
-    goto done;
+    return 0;
 fail:
     fs_remove_tree(tmp);
-done:
-    free(master);
+    return -1;
+}
+
+int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const char *dtype, int world_rank) {
+    static const char *const prefix[] = {""};
+    static const fsdp_buffer which[] = {FSDP_MASTER};
+    static const char *const names[] = {"model.safetensors"};
+    const param_file file = {prefix, which, 1, strcmp(dtype, "bf16") == 0 ? ST_BF16 : ST_F32};
+    char tmp[4200] = "";
+    int rc = world_rank == 0 ? export_dir_create(dir, tmp, sizeof tmp) : 0;
+    const int write = world_rank == 0 && rc == 0;
+    if (param_files_stream(s, tmp, &file, names, 1, write) != 0) rc = -1;
+    if (write && rc == 0) rc = export_dir_finish(dir, model_dir, tmp, dtype);
+    else if (write) fs_remove_tree(tmp);
     return rc;
 }

@@ -43,12 +43,16 @@ int ckpt_load_weights(fsdp_state *s, const char *dir);
 // Hugging Face model.safetensors, AdamW moments in optimizer.safetensors, config.json and
 // trainer_state.json), written to a temporary directory, fsync'ed and renamed into place;
 // then <out_dir>/checkpoints/latest is replaced atomically. Collective over the shard group
-// (gathers); rank 0 of the world writes. 0 / -1.
+// (gathers); rank 0 of the world writes. Streams: each unit of each buffer is gathered into
+// one host buffer of s->max_unit floats and its tensors written at their file offsets, so
+// saving needs one unit of host memory, not the model; every rank gathers every unit even
+// when rank 0 fails to write (no rank is left waiting). 0 / -1.
 int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const trainer_state *ts,
               int world_rank);
 
 // Export the current weights in Hugging Face layout to <dir> (config.json with the dtype,
 // model.safetensors in `dtype` ("bf16" or "fp32"), tokenizer files copied from model_dir),
-// atomically (temporary directory + rename). Collective over the shard group. 0 / -1.
+// atomically (temporary directory + rename). Collective over the shard group; streams one
+// unit at a time like ckpt_save. 0 / -1.
 int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const char *dtype,
                    int world_rank);

@@ -9,6 +9,10 @@
 // the same count and dtype. Byte counters record what this rank SENDS under a ring
 // algorithm: all_gather and reduce_scatter (N-1) x count x size, all_reduce twice that,
 // broadcast count x size from the root, so tests can compare with the formulas.
+//
+// Every wait of the mpi and nccl transports (a collective, comm_wait, a barrier) is bounded
+// by --collective_timeout through src/watchdog.h: a peer that stops making progress ends
+// the job with one line naming this rank, the phase and the operation.
 #pragma once
 #include <stddef.h>
 
@@ -19,6 +23,7 @@ typedef enum { COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_ALL_REDUCE, COMM_BROAD
 typedef struct comm comm;
 struct comm {
     const char *name;        // "single", "mpi", ...
+    const char *label;       // the group's role in messages: "shard group", ...; NULL = "world"
     int rank, size;          // within this group
     const backend *be;       // where data buffers live
     void *impl;              // transport state
@@ -86,6 +91,11 @@ void comm_mpi_finalize(void);
 // ----------------------------------------------------------------------------
 // NCCL transport (src/comm_nccl.c, built with the CUDA toolkit; unverified on GPU)
 
+// Load NCCL (it is not linked): the functions linked into the executable when there are any
+// (the emulated build's), else libnccl.so.2 from the library path, or the file
+// FT_NCCL_LIBRARY names. Every function below loads it first. 0, or -1 with one line naming
+// what is missing.
+int comm_nccl_load(void);
 // A fresh NCCL unique id (n must be 128, sizeof(ncclUniqueId)); works without a GPU. 0 / -1.
 int comm_nccl_unique_id(void *id, size_t n);
 // Join the NCCL group `id` as rank/size on CUDA device `device` (-1 = the current device;
@@ -94,3 +104,7 @@ int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *i
 // Sub-group of an NCCL group: ranks with the same color, ordered by key (ncclCommSplit;
 // collective over `parent`). 0 / -1.
 int comm_nccl_split(comm *parent, int color, int key, comm *out);
+// Give NCCL group `c` a second communicator over the same ranks, with its own stream, for its
+// reduce-scatters, so they overlap its all-gathers (ncclCommSplit; collective over `c`;
+// destroyed with `c`). The FSDP shard group gets one. 0 / -1.
+int comm_nccl_add_reduce_scatter_lane(comm *c);

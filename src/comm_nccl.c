@@ -11,25 +11,118 @@
 //     compute stream wait for it, so the next unit's gather overlaps the current compute
 // Only all_reduce_f64 (host doubles: losses, norms) synchronises the host. broadcast needs
 // device memory.
+//
+// Lanes: a group given a reduce-scatter lane (comm_nccl_add_reduce_scatter_lane; the FSDP
+// shard group) runs its reduce-scatters on a second NCCL communicator over the same ranks,
+// with its own comm stream and events, and everything else on the first. So a layer's
+// gradient reduce-scatter and the next layer's parameter all-gather (both non-blocking in
+// the backward) overlap each other and the compute instead of queuing on one stream. Each
+// lane is ordered against the compute stream only, by the events above; the two lanes never
+// touch the same buffers (fsdp.c: gathered units vs gradients and reduce-scatter outputs).
+//
+// Hangs (src/watchdog.h): the host never blocks in an NCCL call after setup; it waits only in
+// stream synchronisations, which poll under the watchdog's deadline. Each communicator
+// registers with the watchdog: its asynchronous errors (ncclCommGetAsyncError) end a wait
+// at once, the oldest of its collectives not yet complete (an event recorded after each)
+// is named in the timeout message, and on a timeout ncclCommAbort ends its kernels, so the
+// streams that wait on them drain.
+//
+// NCCL is loaded at run time (nccl_load), not linked: it is not part of the CUDA toolkit and
+// only GPU jobs of more than one rank need it, so a machine without it still runs CPU and
+// single-GPU jobs, and a multi-GPU job says in one line what is missing.
+#include <dlfcn.h>
 #include <nccl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend_cuda.h"
 #include "comm.h"
 #include "cuda_check.h"
+#include "watchdog.h"
+
+// ----------------------------------------------------------------------------
+// NCCL, loaded at run time: the functions linked into the executable when there are any (the
+// emulated build links its own, tests/cuda_emu; the references are weak, so they are NULL in a
+// real build), else libnccl.so.2 from the library path (or the file FT_NCCL_LIBRARY names).
+// ncclCommSplit needs NCCL 2.18.
+
+#define NCCL_FUNCTIONS(X) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommSplit) X(ncclCommUserRank) \
+    X(ncclCommCount) X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString) \
+    X(ncclAllGather) X(ncclReduceScatter) X(ncclAllReduce) X(ncclBroadcast)
 
 typedef struct {
-    ncclComm_t comm;
+#define NCCL_POINTER(f) __typeof__(f) *f;
+    NCCL_FUNCTIONS(NCCL_POINTER)
+#undef NCCL_POINTER
+} nccl_functions;
+
+static nccl_functions N;   // all NULL until comm_nccl_load succeeds
+
+#define NCCL_PRAGMA(text) _Pragma(#text)
+#define NCCL_WEAK(f) NCCL_PRAGMA(weak f)
+NCCL_FUNCTIONS(NCCL_WEAK)
+#undef NCCL_WEAK
+
+#define CHECK_NCCL(call) do { ncclResult_t nccl_rc_ = (call); if (nccl_rc_ != ncclSuccess) \
+    return ft_error("%s failed at %s:%d: %s", #call, FT_WHERE, N.ncclGetErrorString(nccl_rc_)); } while (0)
+
+int comm_nccl_load(void) {
+    if (N.ncclGetUniqueId) return 0;
+    const char *file = getenv("FT_NCCL_LIBRARY");
+    nccl_functions f;
+    if (!file && ncclCommInitRank) {   // linked in
+#define NCCL_LINKED(name) if (!(f.name = name)) return ft_error("nccl: the linked NCCL has no %s", #name);
+        NCCL_FUNCTIONS(NCCL_LINKED)
+#undef NCCL_LINKED
+        N = f;
+        return 0;
+    }
+    void *lib = dlopen(file ? file : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return ft_error("GPU ranks need NCCL 2.18 or newer: %s (install NCCL, e.g. Debian's libnccl2, or set "
+                        "FT_NCCL_LIBRARY to its libnccl.so.2)", dlerror());
+#define NCCL_RESOLVE(name) if (!(f.name = (__typeof__(name) *)dlsym(lib, #name))) \
+    return ft_error("GPU ranks need NCCL 2.18 or newer: %s has no %s", file ? file : "libnccl.so.2", #name);
+    NCCL_FUNCTIONS(NCCL_RESOLVE)
+#undef NCCL_RESOLVE
+    N = f;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the transport
+
+#define F64_SLOTS 4096
+#define TRACKED 64          // collectives remembered until seen complete (for the watchdog)
+#define EVENT_POOL 8        // more than the requests fsdp.c has outstanding (2 gathers + 2 reductions)
+
+// a collective enqueued on the comm stream, for the watchdog's message
+typedef struct {
+    cudaEvent_t done;       // recorded on the comm stream right after it
+    const char *op;
+    size_t bytes;
+    unsigned long seq;      // watchdog_next_seq() at enqueue: orders them across groups
+    char phase[48];         // the watchdog's phase at enqueue ("step 7")
+} nccl_op;
+
+typedef struct nccl_impl {
+    ncclComm_t comm;        // NULL once aborted
     cudaStream_t stream;    // the comm stream
     cudaEvent_t produced;   // recorded on the compute stream before each collective
     cudaEvent_t finished;   // recorded on the comm stream after each blocking collective
     double *dev_f64;        // (F64_SLOTS) staging for all_reduce_f64
+    struct nccl_impl *rs;   // the reduce-scatter lane, or NULL (reduce-scatters run here)
+    cudaEvent_t spare[EVENT_POOL];   // events of completed requests, reused (review L2: no
+    int n_spare;                     // create/destroy per non-blocking collective)
+    const comm *owner;      // for the group's label and size in messages
+    nccl_op ops[TRACKED];   // ring: ops[head % TRACKED] .. ops[tail % TRACKED] not yet seen done
+    unsigned head, tail;
+    int registered;         // with the watchdog
 } nccl_impl;
 
-#define F64_SLOTS 4096
-
 static nccl_impl *impl(comm *c) { return c->impl; }
+static nccl_impl *rs_lane(comm *c) { return impl(c)->rs ? impl(c)->rs : impl(c); }
 static cudaStream_t compute_stream(void) { return (cudaStream_t)backend_cuda_stream(); }
 
 static int nccl_dtype(st_dtype dt, ncclDataType_t *out) {
@@ -57,11 +150,84 @@ static int compute_after_comm(nccl_impl *m) {
     return 0;
 }
 
+// ----------------------------------------------------------------------------
+// the watchdog's view: unfinished collectives, asynchronous errors, abort
+
+static void group_name(const comm *c, char *buf, size_t n) {
+    snprintf(buf, n, "%s of %d ranks", c->label ? c->label : "world", c->size);
+}
+
+static void retire_done(nccl_impl *m) {
+    while (m->head != m->tail && cudaEventQuery(m->ops[m->head % TRACKED].done) == cudaSuccess) m->head++;
+}
+
+// Remember the collective just enqueued on lane `m`'s comm stream; when all TRACKED slots hold
+// unfinished ones, the oldest are kept (the first stuck collective is the one to name).
+static int track(nccl_impl *m, const char *op, size_t bytes) {
+    if (!watchdog_enabled()) return 0;
+    retire_done(m);
+    if (m->tail - m->head == TRACKED) return 0;
+    nccl_op *o = &m->ops[m->tail % TRACKED];
+    CHECK_CUDA(cudaEventRecord(o->done, m->stream));
+    o->op = op;
+    o->bytes = bytes;
+    o->seq = watchdog_next_seq();
+    snprintf(o->phase, sizeof o->phase, "%s", watchdog_phase());
+    m->tail++;
+    return 0;
+}
+
+static int hook_describe(void *ctx, char *buf, size_t n, unsigned long *seq) {
+    nccl_impl *m = ctx;
+    retire_done(m);
+    if (m->head == m->tail) return 0;
+    const nccl_op *o = &m->ops[m->head % TRACKED];
+    char group[64], size[32];
+    group_name(m->owner, group, sizeof group);
+    watchdog_format_bytes(size, sizeof size, o->bytes);
+    snprintf(buf, n, "%s on the %s, %s, enqueued in %s", o->op, group, size, o->phase);
+    *seq = o->seq;
+    return 1;
+}
+
+static int hook_check(void *ctx, char *buf, size_t n) {
+    nccl_impl *m = ctx;
+    ncclResult_t async = ncclSuccess, rc = m->comm ? N.ncclCommGetAsyncError(m->comm, &async) : ncclSuccess;
+    if (rc == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) return 0;
+    char group[64];
+    group_name(m->owner, group, sizeof group);
+    snprintf(buf, n, "nccl: the %s reports an asynchronous error: %s", group,
+             N.ncclGetErrorString(rc != ncclSuccess ? rc : async));
+    return -1;
+}
+
+static void hook_abort(void *ctx) {
+    nccl_impl *m = ctx;
+    if (m->comm) N.ncclCommAbort(m->comm);
+    m->comm = NULL;
+}
+
+// ----------------------------------------------------------------------------
+// collectives
+
+// A non-blocking collective's request: an event recorded on `lane`'s stream right after it,
+// from the group's pool of spare events (created when the pool is empty).
+static int request_record(comm *c, nccl_impl *lane, void **req) {
+    nccl_impl *m = impl(c);
+    cudaEvent_t done;
+    if (m->n_spare > 0) done = m->spare[--m->n_spare];
+    else CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventRecord(done, lane->stream));
+    *req = (void *)done;
+    return 0;
+}
+
 static int nccl_all_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
     TRY(comm_after_compute(impl(c)));
-    CHECK_NCCL(ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
+    CHECK_NCCL(N.ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
+    TRY(track(impl(c), "all_gather", (size_t)c->size * n * st_dtype_size(dt)));
     return compute_after_comm(impl(c));
 }
 
@@ -69,28 +235,30 @@ static int nccl_iall_gather(comm *c, void *recv, const void *send, size_t n, st_
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
     TRY(comm_after_compute(impl(c)));
-    CHECK_NCCL(ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
-    cudaEvent_t done;
-    CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CHECK_CUDA(cudaEventRecord(done, impl(c)->stream));
-    *req = (void *)done;
-    return 0;
+    CHECK_NCCL(N.ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
+    TRY(track(impl(c), "all_gather", (size_t)c->size * n * st_dtype_size(dt)));
+    return request_record(c, impl(c), req);
 }
 
+// the compute stream waits for the request's event, which goes back to the pool: a later
+// record replaces what it captures, and this wait already took its snapshot (CUDA semantics)
 static int nccl_wait(comm *c, void *req) {
-    (void)c;
+    nccl_impl *m = impl(c);
     cudaEvent_t done = (cudaEvent_t)req;
     CHECK_CUDA(cudaStreamWaitEvent(compute_stream(), done, 0));
-    CHECK_CUDA(cudaEventDestroy(done));
+    if (m->n_spare < EVENT_POOL) m->spare[m->n_spare++] = done;
+    else CHECK_CUDA(cudaEventDestroy(done));
     return 0;
 }
 
 static int nccl_reduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
-    TRY(comm_after_compute(impl(c)));
-    CHECK_NCCL(ncclReduceScatter(send, recv, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
-    return compute_after_comm(impl(c));
+    nccl_impl *m = rs_lane(c);
+    TRY(comm_after_compute(m));
+    CHECK_NCCL(N.ncclReduceScatter(send, recv, n, t, ncclSum, m->comm, m->stream));
+    TRY(track(m, "reduce_scatter", (size_t)c->size * n * st_dtype_size(dt)));
+    return compute_after_comm(m);
 }
 
 // started on the comm stream once the compute stream has produced `send`; comm_wait makes
@@ -98,44 +266,47 @@ static int nccl_reduce_scatter(comm *c, void *recv, const void *send, size_t n, 
 static int nccl_ireduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
+    nccl_impl *m = rs_lane(c);
 #ifndef FT_FAULT_SKIP_RS_WAIT
     // (TEST-ONLY FAULT FT_FAULT_SKIP_RS_WAIT, tests/test_cuda_emu_hazards.sh: the reduce-scatter
     // does not wait for the backward that produces its gradients)
-    TRY(comm_after_compute(impl(c)));
+    TRY(comm_after_compute(m));
 #endif
-    CHECK_NCCL(ncclReduceScatter(send, recv, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
-    cudaEvent_t done;
-    CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CHECK_CUDA(cudaEventRecord(done, impl(c)->stream));
-    *req = (void *)done;
-    return 0;
+    CHECK_NCCL(N.ncclReduceScatter(send, recv, n, t, ncclSum, m->comm, m->stream));
+    TRY(track(m, "reduce_scatter", (size_t)c->size * n * st_dtype_size(dt)));
+    return request_record(c, m, req);
 }
 
 static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
     TRY(comm_after_compute(impl(c)));
-    CHECK_NCCL(ncclAllReduce(buf, buf, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
+    CHECK_NCCL(N.ncclAllReduce(buf, buf, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
+    TRY(track(impl(c), "all_reduce", n * st_dtype_size(dt)));
     return compute_after_comm(impl(c));
 }
 
 static int nccl_all_reduce_f64(comm *c, double *host, size_t n) {
+    char group[64];
+    group_name(c, group, sizeof group);
     for (size_t off = 0; off < n; off += F64_SLOTS) {
         size_t k = n - off < F64_SLOTS ? n - off : F64_SLOTS;
         CHECK_CUDA(cudaMemcpyAsync(impl(c)->dev_f64, host + off, k * sizeof(double), cudaMemcpyHostToDevice,
                                    impl(c)->stream));
-        CHECK_NCCL(ncclAllReduce(impl(c)->dev_f64, impl(c)->dev_f64, k, ncclFloat64, ncclSum, impl(c)->comm,
+        CHECK_NCCL(N.ncclAllReduce(impl(c)->dev_f64, impl(c)->dev_f64, k, ncclFloat64, ncclSum, impl(c)->comm,
                                  impl(c)->stream));
+        TRY(track(impl(c), "all_reduce of host doubles", k * sizeof(double)));
         CHECK_CUDA(cudaMemcpyAsync(host + off, impl(c)->dev_f64, k * sizeof(double), cudaMemcpyDeviceToHost,
                                    impl(c)->stream));
-        CHECK_CUDA(cudaStreamSynchronize(impl(c)->stream));
+        TRY(backend_cuda_wait(impl(c)->stream, "all_reduce of host doubles", group, k * sizeof(double)));
     }
     return 0;
 }
 
 static int nccl_broadcast(comm *c, void *buf, size_t bytes, int root) {
     TRY(comm_after_compute(impl(c)));
-    CHECK_NCCL(ncclBroadcast(buf, buf, bytes, ncclUint8, root, impl(c)->comm, impl(c)->stream));
+    CHECK_NCCL(N.ncclBroadcast(buf, buf, bytes, ncclUint8, root, impl(c)->comm, impl(c)->stream));
+    TRY(track(impl(c), "broadcast", bytes));
     return compute_after_comm(impl(c));
 }
 
@@ -144,21 +315,30 @@ static int nccl_barrier(comm *c) {
     return nccl_all_reduce_f64(c, &one, 1);
 }
 
-static void nccl_destroy(comm *c) {
-    nccl_impl *m = c->impl;
+static void impl_free(nccl_impl *m) {
     if (!m) return;
-    if (m->comm) ncclCommDestroy(m->comm);
+    impl_free(m->rs);
+    if (m->registered) watchdog_unregister(m);
+    if (m->comm) N.ncclCommDestroy(m->comm);
+    for (int i = 0; i < TRACKED; i++)
+        if (m->ops[i].done) cudaEventDestroy(m->ops[i].done);
+    for (int i = 0; i < m->n_spare; i++) cudaEventDestroy(m->spare[i]);
     if (m->dev_f64) cudaFree(m->dev_f64);
     if (m->produced) cudaEventDestroy(m->produced);
     if (m->finished) cudaEventDestroy(m->finished);
     if (m->stream) cudaStreamDestroy(m->stream);
     free(m);
+}
+
+static void nccl_destroy(comm *c) {
+    impl_free(c->impl);
     c->impl = NULL;
 }
 
 int comm_nccl_unique_id(void *id, size_t n) {
+    TRY(comm_nccl_load());
     if (n != sizeof(ncclUniqueId)) return ft_error("nccl: unique id is %zu bytes, not %zu", sizeof(ncclUniqueId), n);
-    CHECK_NCCL(ncclGetUniqueId((ncclUniqueId *)id));
+    CHECK_NCCL(N.ncclGetUniqueId((ncclUniqueId *)id));
     return 0;
 }
 
@@ -188,30 +368,57 @@ static int nccl_setup(comm *c, const backend *be, int rank, int size, nccl_impl 
     CHECK_CUDA(cudaEventCreateWithFlags(&m->produced, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventCreateWithFlags(&m->finished, cudaEventDisableTiming));
     CHECK_CUDA(cudaMalloc((void **)&m->dev_f64, F64_SLOTS * sizeof(double)));
+    for (int i = 0; i < TRACKED; i++) CHECK_CUDA(cudaEventCreateWithFlags(&m->ops[i].done, cudaEventDisableTiming));
+    m->owner = c;
+    return 0;
+}
+
+// the communicator exists: let the watchdog see it
+static int nccl_register(nccl_impl *m) {
+    watchdog_hook h = {m, hook_check, hook_describe, hook_abort};
+    TRY(watchdog_register(&h));
+    m->registered = 1;
     return 0;
 }
 
 int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *id, int device) {
+    TRY(comm_nccl_load());
     nccl_impl *m = NULL;
     if (device >= 0) CHECK_CUDA(cudaSetDevice(device));
     TRY(nccl_setup(c, be, rank, size, &m));
     ncclUniqueId uid;
     memcpy(&uid, id, sizeof uid);
-    CHECK_NCCL(ncclCommInitRank(&m->comm, size, uid, rank));
-    return 0;
+    CHECK_NCCL(N.ncclCommInitRank(&m->comm, size, uid, rank));
+    return nccl_register(m);
 }
 
 int comm_nccl_split(comm *parent, int color, int key, comm *out) {
     ncclComm_t sub = NULL;
-    CHECK_NCCL(ncclCommSplit(impl(parent)->comm, color, key, &sub, NULL));
+    CHECK_NCCL(N.ncclCommSplit(impl(parent)->comm, color, key, &sub, NULL));
     int rank = 0, size = 0;
-    CHECK_NCCL(ncclCommUserRank(sub, &rank));
-    CHECK_NCCL(ncclCommCount(sub, &size));
+    CHECK_NCCL(N.ncclCommUserRank(sub, &rank));
+    CHECK_NCCL(N.ncclCommCount(sub, &size));
     nccl_impl *m = NULL;
     if (nccl_setup(out, parent->be, rank, size, &m) != 0) {
-        ncclCommDestroy(sub);
+        N.ncclCommDestroy(sub);
         return -1;
     }
     m->comm = sub;
-    return 0;
+    return nccl_register(m);
+}
+
+int comm_nccl_add_reduce_scatter_lane(comm *c) {
+    nccl_impl *m = impl(c);
+    if (m->rs) return 0;
+    nccl_impl *lane = ft_calloc(1, sizeof *lane, "nccl reduce-scatter lane");
+    if (!lane) return -1;
+    m->rs = lane;   // freed with the group, also when the rest fails
+    lane->owner = c;
+    CHECK_NCCL(N.ncclCommSplit(m->comm, 0, c->rank, &lane->comm, NULL));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreateWithFlags(&lane->produced, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventCreateWithFlags(&lane->finished, cudaEventDisableTiming));
+    for (int i = 0; i < TRACKED; i++)
+        CHECK_CUDA(cudaEventCreateWithFlags(&lane->ops[i].done, cudaEventDisableTiming));
+    return nccl_register(lane);   // tracked, checked for asynchronous errors, aborted on a timeout
 }

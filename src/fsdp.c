@@ -26,9 +26,12 @@ static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) 
 // address of field f of *s for the table's slot, or NULL when only planning (s NULL)
 #define SLOT(s, f) ((s) ? (void *)&(s)->f : NULL)
 
-void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, int accumulate_locally, size_t esz,
+void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp_grad_mode mode, size_t esz,
                        fsdp_state *s) {
     const size_t S = (size_t)shard_size, n_local = l->total / S, nf = n_local * sizeof(float);
+    const int accumulate_locally = mode == FSDP_GRADS_LOCAL, root_once = mode == FSDP_GRADS_ROOT_ONCE && S > 1;
+    const char *f32 = root_once ? "fp32 unit buffer (checkpoint gathers; during a step the root gradient sum)"
+                                : "fp32 unit buffer (checkpoint gathers)";
     const size_t layer = l->unit_numel[0], root = l->unit_numel[l->n_layers];
     size_t max_unit = 0;
     for (int u = 0; u < l->n_units; u++) max_unit = l->unit_numel[u] > max_unit ? l->unit_numel[u] : max_unit;
@@ -59,11 +62,11 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, int 
         mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[0]));
         if (S > 1) mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[1]));
     }
-    mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), "fp32 unit buffer (checkpoint gathers)", SLOT(s, unit_f32));
+    mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), f32, SLOT(s, unit_f32));
 }
 
 int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem,
-              comm *shard, comm *replica, int accumulate_locally) {
+              comm *shard, comm *replica, fsdp_grad_mode mode) {
     memset(s, 0, sizeof *s);
     s->layout = l;
     s->be = be;
@@ -71,7 +74,8 @@ int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_track
     s->shard = shard;
     s->replica = replica;
     s->esz = st_dtype_size(be->dtype);
-    s->accumulate_locally = accumulate_locally;
+    s->mode = mode == FSDP_GRADS_ROOT_ONCE && shard->size == 1 ? FSDP_GRADS_PER_MICRO_BATCH : mode;
+    s->accumulate_locally = s->mode == FSDP_GRADS_LOCAL;
     s->micro_first = s->micro_last = 1;
     s->held[0] = s->held[1] = -1;
     s->rs_unit[0] = s->rs_unit[1] = -1;
@@ -91,8 +95,10 @@ int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_track
         if (l->unit_numel[u] > s->max_unit) s->max_unit = l->unit_numel[u];
     }
     mem_table t = mem_table_allocator(mem);
-    fsdp_buffer_table(&t, l, shard->size, accumulate_locally, s->esz, s);
+    fsdp_buffer_table(&t, l, shard->size, s->mode, s->esz, s);
     if (t.failed) { fsdp_free(s); return -1; }
+    // the checkpoint gather buffer (max_unit >= the root's elements) is idle during a step
+    if (s->mode == FSDP_GRADS_ROOT_ONCE) s->root_acc = s->unit_f32;
     const size_t nf = s->n_local * sizeof(float);
     if (be->zero(s->params, s->n_local * s->esz) || be->zero(s->master, nf) || be->zero(s->exp_avg, nf) ||
         be->zero(s->exp_avg_sq, nf) || be->zero(s->grads, nf)) {
@@ -109,7 +115,7 @@ void fsdp_free(fsdp_state *s) {
             if (s->rs_pending[b]) comm_wait(s->shard, s->rs_pending[b]);
         }
         mem_table t = mem_table_releaser(s->mem);
-        fsdp_buffer_table(&t, s->layout, s->shard->size, s->accumulate_locally, s->esz, s);
+        fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->esz, s);
     }
     free(s->slice);
     free(s->local_off);
@@ -143,6 +149,7 @@ static int gather_finish(fsdp_state *s, int b) {
 }
 
 void fsdp_invalidate_gathered(fsdp_state *s) {
+    s->root_held = 0;
     for (int b = 0; b < 2; b++) {
         if (s->pending[b]) gather_finish(s, b);
         s->held[b] = -1;
@@ -154,8 +161,9 @@ static int prov_acquire(void *ctx, int u, int for_backward, void **params) {
     if (s->shard->size == 1) { *params = local_params(s, u); return 0; }
     const int L = s->layout->n_layers;
     int next;
-    if (u == L) {   // the root: gathered whole, kept for the step; the forward starts at layer 0
-        TRY(comm_all_gather(s->shard, s->root_full, local_params(s, u), s->slice[u], s->be->dtype));
+    if (u == L) {   // the root: gathered once, kept until the parameters change; the forward starts at layer 0
+        if (!s->root_held) TRY(comm_all_gather(s->shard, s->root_full, local_params(s, u), s->slice[u], s->be->dtype));
+        s->root_held = 1;
         *params = s->root_full;
         next = for_backward ? -1 : 0;
     } else {
@@ -217,8 +225,23 @@ static int prov_grad_begin(void *ctx, int u, void **grads) {
     void *g = unit_grad(s, u);
     // per micro-batch buffers start from zero; local accumulation only at the step's start
     if (!s->accumulate_locally || s->micro_first) TRY(s->be->zero(g, s->layout->unit_numel[u] * s->esz));
+    if (u == L && s->root_acc && s->micro_first) {
+        TRY(s->be->zero(s->root_acc, s->layout->unit_numel[u] * sizeof(float)));
+        s->root_acc_live = 1;
+    }
     *grads = g;
     return 0;
+}
+
+// FSDP_GRADS_ROOT_ONCE: the root's micro-batch gradient is added into the fp32 sum; after
+// the last micro-batch the sum is reduce-scattered, in fp32, straight into the root's
+// gradient slice (its only contribution of the step, so = is +=)
+static int root_grad_end(fsdp_state *s) {
+    const int L = s->layout->n_layers;
+    TRY(s->be->accumulate(s->root_acc, s->root_grad, s->layout->unit_numel[L], 1.0f));
+    if (!s->micro_last) return 0;
+    s->root_acc_live = 0;
+    return comm_reduce_scatter(s->shard, s->grads + s->local_off[L], s->root_acc, s->slice[L], ST_F32);
 }
 
 static int prov_grad_end(void *ctx, int u) {
@@ -233,6 +256,7 @@ static int prov_grad_end(void *ctx, int u) {
         return 0;
     }
     if (overlapped(s)) TRY(fsdp_flush_grads(s));   // the root ends the backward
+    if (s->root_acc) return root_grad_end(s);
     if (s->shard->size > 1) {
         TRY(comm_reduce_scatter(s->shard, s->rs_out[0], g, s->slice[u], s->be->dtype));
         g = s->rs_out[0];
@@ -269,6 +293,8 @@ int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_ful
 }
 
 int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
+    if (s->root_acc_live)
+        return ft_error("fsdp: a unit gathered in the middle of an optimizer step (its buffer holds the root gradient sum)");
     const float *src = buffer_of(s, which) + s->local_off[u];
     if (s->shard->size == 1) return s->be->copy_d2h(host_full, src, s->slice[u] * sizeof(float));
     TRY(comm_all_gather(s->shard, s->unit_f32, src, s->slice[u], ST_F32));

@@ -11,6 +11,12 @@
 // unit's gradients of a micro-batch are complete, reduce-scatters them into the fp32
 // gradient slice (+=). After the last micro-batch, fsdp_finish_grads all-reduces the slices
 // across replicas. The optimizer then updates the slice in place: a shard is a slice.
+//
+// The root unit (embeddings, final norm, lm_head) is gathered once per optimizer step: its
+// parameters change only in the optimizer step (and when loading), so the gathered copy is
+// kept across micro-batches (and evaluations) until fsdp_invalidate_gathered. Its gradient
+// (FSDP_GRADS_ROOT_ONCE, see plan.h) is summed over the micro-batches in an fp32 buffer and
+// reduce-scattered once per step, in fp32.
 #pragma once
 #include "comm.h"
 #include "model.h"
@@ -23,6 +29,15 @@ size_t fsdp_pad_multiple(int shard_size);
 // The grid's name in logs and plans: "FSDP full shard" (S = world), "HSDP" (1 < S < world),
 // "none (DDP)" (S = 1 < world) or "none (single device)".
 const char *fsdp_sharding_name(int shard_size, int world_size);
+
+// How gradients reach the fp32 slices (src/plan.c chooses: plan.grad_mode).
+typedef enum {
+    FSDP_GRADS_PER_MICRO_BATCH = 0,   // every unit reduce-scattered after each micro-batch
+    FSDP_GRADS_LOCAL = 1,             // --accumulate_grads_locally: full-size gradients summed
+                                      // over micro-batches, every unit reduce-scattered once
+    FSDP_GRADS_ROOT_ONCE = 2,         // layers per micro-batch; the root's gradient summed in
+                                      // fp32 over micro-batches, reduce-scattered once (S > 1)
+} fsdp_grad_mode;
 
 typedef struct {
     const param_layout *layout;   // padded: shard->size divides every unit_numel
@@ -42,6 +57,7 @@ typedef struct {
     float *grads;                 // (n_local) fp32 gradients of the current optimizer step
 
     void *root_full;              // gathered root unit (S > 1), backend dtype
+    int root_held;                // root_full holds the current parameters (gathered this step)
     void *layer_full[2];          // two gathered layer buffers (S > 1): in use + prefetched
     int held[2];                  // which layer each holds (-1 = none / stale)
     void *pending[2];             // outstanding non-blocking gather into each, or NULL
@@ -50,7 +66,12 @@ typedef struct {
                                   // one layer's reduce-scatter runs, the next layer computes
     void *rs_pending[2];          // outstanding non-blocking reduce-scatter of each, or NULL
     int rs_unit[2];               // the layer it reduces (-1 = none)
-    int accumulate_locally;       // 1: full-size gradients summed over micro-batches, reduced once
+    fsdp_grad_mode mode;
+    int accumulate_locally;       // mode == FSDP_GRADS_LOCAL
+    float *root_acc;              // (root unit_numel) fp32 root gradient summed over the step's
+                                  // micro-batches (FSDP_GRADS_ROOT_ONCE), reduce-scattered once;
+                                  // = unit_f32, which checkpoints use only between steps
+    int root_acc_live;            // root_acc holds a partial sum (first to last micro-batch)
     void *grad_full;              // (layout->total) backend dtype, when accumulate_locally
     int micro_first, micro_last;  // position of the current micro-batch in the step
     void *rs_out[2];              // reduce-scatter outputs (S > 1), backend dtype: [0] max slice
@@ -60,16 +81,20 @@ typedef struct {
 
 // Allocate this rank's state for `layout` (which must be padded to a multiple of
 // shard->size). Parameters are zero until loaded. 0 or -1.
-// accumulate_locally: keep full-size gradients and reduce-scatter them once per optimizer
-// step instead of after every micro-batch (P more elements of memory, 1/accum the traffic).
+// mode FSDP_GRADS_LOCAL: keep full-size gradients and reduce-scatter them once per optimizer
+// step instead of after every micro-batch (P more elements of memory, 1/accum the traffic);
+// FSDP_GRADS_ROOT_ONCE: the same for the root unit only, summed in fp32 in the checkpoint
+// gather buffer (idle during a step: no extra memory), (accum - 1) fewer root reduce-scatters
+// per step; it needs S > 1 (else it acts as FSDP_GRADS_PER_MICRO_BATCH, whose one-rank path
+// already sums into the fp32 slice).
 int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem,
-              comm *shard, comm *replica, int accumulate_locally);
+              comm *shard, comm *replica, fsdp_grad_mode mode);
 void fsdp_free(fsdp_state *s);
 
 // Every backend buffer fsdp_init allocates for `layout` over a shard group of shard_size
 // ranks (S divides every unit), offered to `t` in allocation order with esz bytes per
 // storage element. `s` NULL: only sizes (the planner); otherwise slots are s's fields.
-void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, int accumulate_locally,
+void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, fsdp_grad_mode mode,
                        size_t esz, fsdp_state *s);
 
 // The provider the model uses for forward/backward over this state. With S > 1 it gathers a
@@ -77,7 +102,8 @@ void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size,
 // l + 1, acquiring it for backward starts l - 1; the last forward layer is still gathered
 // when the backward begins and is not gathered again.
 unit_provider fsdp_provider(fsdp_state *s);
-// Forget gathered layers (their parameters changed). The optimizer step and loading call it.
+// Forget the gathered root and layers (their parameters changed). The optimizer step and
+// loading call it.
 void fsdp_invalidate_gathered(fsdp_state *s);
 
 // Which fp32 slice buffer: master weights or the two AdamW moments.
@@ -87,7 +113,8 @@ typedef enum { FSDP_MASTER, FSDP_EXP_AVG, FSDP_EXP_AVG_SQ } fsdp_buffer;
 // rank takes its slice). Setting FSDP_MASTER also refreshes the working parameters. 0 / -1.
 int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_full);
 // Gather unit u of `which` into host fp32 memory on every rank of the shard group
-// (collective). 0 / -1.
+// (collective). Only between optimizer steps (its buffer holds the root gradient sum from a
+// step's first micro-batch to its last): -1 otherwise. 0 / -1.
 int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full);
 
 // Zero the AdamW moments (a fresh start from pretrained weights). 0 / -1.

@@ -6,9 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "plan.h"
+#ifdef FT_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+#include "watchdog.h"
 
 int launch_env_rank(void) {
     static const char *vars[] = {"PMI_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", NULL};
@@ -69,6 +74,9 @@ static int grid_open(launch *L, int S, const char *device) {
     L->cc = (train_comms){&L->world, &L->world, &L->world};
 #ifdef FT_HAVE_MPI
     if (L->mpi) {
+        // a deadline-bound barrier first: the blocking calls below start once every rank is
+        // known to be alive (src/watchdog.h)
+        TRY(comm_barrier(&L->world));
         TRY(comm_mpi_local_info(&L->local_rank, &L->local_size));
         TRY(comm_mpi_split(&L->world, L->world.rank / S, L->world.rank % S, &L->shard));
         if (comm_mpi_split(&L->world, L->world.rank % S, L->world.rank / S, &L->replica) != 0) {
@@ -77,6 +85,8 @@ static int grid_open(launch *L, int S, const char *device) {
         }
         L->cc.shard = &L->shard;
         L->cc.replica = &L->replica;
+        L->shard.label = "shard group";
+        L->replica.label = "replica group";
         L->mpi_split = 1;
         if (!getenv("OMP_NUM_THREADS")) {
             int t = omp_get_num_procs() / L->local_size;
@@ -104,16 +114,54 @@ static int device_arena_bytes(const train_options *o, int W, size_t *out) {
     return 0;
 }
 
-// The data plane of GPU ranks: one process = the single transport over the device; several
-// = NCCL: rank 0's unique id reaches every rank over MPI (or the PMI2 KVS), then the shard
-// and replica groups are split from the world group.
-static int data_plane_open(launch *L, int S) {
-    L->dcomms = 1;
-    if (L->W == 1) {
-        comm_init_single(&L->dworld, L->be);
-        L->cc = (train_comms){&L->dworld, &L->dworld, &L->dworld};
+// GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c). 0 / -1.
+static int nccl_available(void) {
+#ifdef FT_HAVE_CUDA
+    return comm_nccl_load();
+#else
+    return ft_error("GPU ranks need NCCL: this binary was built without the CUDA toolkit");
+#endif
+}
+
+// ncclCommSplit blocks, without a deadline, until every rank of the parent entered it: start
+// each split only once a deadline-bound barrier showed every rank alive (src/watchdog.h)
+static int split_barrier(launch *L) { return L->mpi ? comm_barrier(&L->world) : 0; }
+
+// A group of the data plane: the world group itself when it has every rank (pure FSDP's
+// shard group, DDP's replica group: no duplicate NCCL communicator), one process when it has
+// one rank (the single transport over the device), else an NCCL split. *own = 1 when `out`
+// was created and must be destroyed. `label` names the group in the watchdog's messages (the
+// world group's too when it serves as this group).
+static int data_group_open(launch *L, int size, int color, int key, const char *label, comm *out, comm **group,
+                           int *own) {
+    *own = 0;
+    if (size == L->W) {
+        *group = &L->dworld;
+        L->dworld.label = label;
         return 0;
     }
+    *group = out;
+    if (size == 1) comm_init_single(out, L->be);
+#ifdef FT_HAVE_CUDA
+    else {
+        TRY(split_barrier(L));
+        TRY(comm_nccl_split(&L->dworld, color, key, out));
+        L->n_nccl++;
+    }
+#else
+    (void)color; (void)key;
+#endif
+    out->label = label;
+    *own = 1;
+    return 0;
+}
+
+// The data plane of GPU ranks beyond one: rank 0's NCCL unique id reaches every rank over MPI
+// (or the PMI2 KVS), then the world group, the shard and replica groups (data_group_open)
+// and the shard group's reduce-scatter lane (comm_nccl.c) are created, on the device already
+// made current and before the backend sizes its arena, so the arena's fit check sees the
+// memory NCCL took. The backend is not open yet: data_plane_bind gives the groups their be.
+static int data_plane_open(launch *L, int S) {
 #ifdef FT_HAVE_CUDA
     unsigned char id[128] = {0}, got[128] = {0};
     if (L->rank == 0) TRY(comm_nccl_unique_id(id, sizeof id));
@@ -125,17 +173,44 @@ static int data_plane_open(launch *L, int S) {
         TRY(boot_pmi2_share(&L->boot, 0, "ncclUniqueId", id, sizeof id, got));
 #endif
     }
-    L->dcomms = 0;
-    TRY(comm_nccl_init(&L->dworld, L->be, L->rank, L->W, got, -1));
-    L->dcomms = 1;
-    TRY(comm_nccl_split(&L->dworld, L->rank / S, L->rank % S, &L->dshard));
-    TRY(comm_nccl_split(&L->dworld, L->rank % S, L->rank / S, &L->dreplica));
+    TRY(comm_nccl_init(&L->dworld, NULL, L->rank, L->W, got, -1));
     L->nccl = 1;
-    L->cc = (train_comms){&L->dworld, &L->dshard, &L->dreplica};
+    L->n_nccl = 1;
+    comm *shard = NULL, *replica = NULL;
+    TRY(data_group_open(L, S, L->rank / S, L->rank % S, "shard group", &L->dshard, &shard, &L->dshard_own));
+    TRY(data_group_open(L, L->W / S, L->rank % S, L->rank / S, "replica group", &L->dreplica, &replica,
+                        &L->dreplica_own));
+    if (S > 1) {
+        TRY(split_barrier(L));
+        TRY(comm_nccl_add_reduce_scatter_lane(shard));
+        L->n_nccl++;
+    }
+    L->cc = (train_comms){&L->dworld, shard, replica};
     return 0;
 #else
     (void)S;
     return ft_error("GPU ranks need NCCL: this binary was built without the CUDA toolkit");
+#endif
+}
+
+// After the backend opened: one process gets the single transport over the device; the NCCL
+// groups (and single groups split from them) learn where their buffers live.
+static void data_plane_bind(launch *L) {
+    if (!L->nccl) {
+        comm_init_single(&L->dworld, L->be);
+        L->cc = (train_comms){&L->dworld, &L->dworld, &L->dworld};
+    }
+    L->dworld.be = L->dshard.be = L->dreplica.be = L->be;
+}
+
+// The device of this rank made current, before NCCL and the arena (GPU builds only).
+static int device_select(launch *L) {
+#ifdef FT_HAVE_CUDA
+    int device = 0;
+    return backend_cuda_select_device(L->local_rank, &device);
+#else
+    (void)L;
+    return 0;
 #endif
 }
 
@@ -146,39 +221,67 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     memset(L, 0, sizeof *L);
     L->cpu = backend_cpu();
     TRY(control_plane_open(L, argc, argv));
+    watchdog_configure(o->collective_timeout, L->rank);
     const int S = train_shard_size(o, L->W);
     int rc = grid_open(L, S, o->device);
-    // the device: a GPU's arena is sized from the memory plan of this very job
+    // the device: a GPU's arena is sized from the memory plan of this very job, after the
+    // NCCL communicators of several GPU ranks took their memory on it (review M5); GPU ranks
+    // beyond one need NCCL (loaded at run time), checked before the device is touched
+    const int gpu = strcmp(o->device, "cpu") != 0;
     size_t arena_bytes = 0;
-    if (rc == 0 && strcmp(o->device, "cpu") != 0) rc = device_arena_bytes(o, L->W, &arena_bytes);
-    if (rc == 0) rc = backend_open(o->device, L->local_rank, arena_bytes, &L->be);
+    if (rc == 0 && gpu) rc = device_arena_bytes(o, L->W, &arena_bytes);
+    if (rc == 0 && gpu && L->W > 1) rc = nccl_available();
+    if (rc == 0 && gpu && L->W > 1) rc = device_select(L);
     int agreed = 0;
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
-    if (L->be != L->cpu) TRY(data_plane_open(L, S));
+    if (gpu && L->W > 1) TRY(data_plane_open(L, S));
+    rc = backend_open(o->device, L->local_rank, arena_bytes, &L->be);
+    if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
+    if (L->be != L->cpu) data_plane_bind(L);
     L->ready = 1;
     return 0;
 }
 
+// Destroy the data plane's groups (the shard and replica groups before the world group they
+// were split from, and only those created).
+static void data_plane_close(launch *L) {
+    if (L->dshard_own) comm_destroy(&L->dshard);
+    if (L->dreplica_own) comm_destroy(&L->dreplica);
+    if (L->nccl || L->be != L->cpu) comm_destroy(&L->dworld);
+    L->dshard_own = L->dreplica_own = L->nccl = 0;
+}
+
 void launch_print(const launch *L) {
     if (L->rank != 0) return;
-    printf("finetune: bootstrap: %s; world %d rank(s), %d per node, %s per rank (rank 0: local rank %d, %s)\n",
+    printf("finetune: bootstrap: %s; world %d rank(s), %d per node, %s per rank (rank 0: local rank %d, %s)",
            L->launcher, L->W, L->local_size, L->be == L->cpu ? "cpu" : "one GPU", L->local_rank,
            backend_describe(L->be));
+    if (L->nccl) printf("; %d NCCL communicator(s)", L->n_nccl);
+    printf("\n");
+}
+
+void launch_abort(const launch *L) {
+#ifdef FT_HAVE_MPI
+    if (L && L->mpi) comm_mpi_abort(1);
+#else
+    (void)L;
+#endif
+    _exit(1);
 }
 
 void launch_close(launch *L, int rc, int failure_agreed) {
+    // MPI_Finalize waits for every rank with no deadline: enter it only once all got here
+    watchdog_set_phase("teardown");
+    if (L->ready && L->mpi && rc == 0 && L->W > 1) (void)comm_barrier(&L->world);
     if (!L->ready) {   // setup failed, agreed (or before the groups existed): no group is in use
+        data_plane_close(L);
         backend_close(L->be);
 #ifdef FT_HAVE_MPI
         if (L->mpi) comm_mpi_finalize();
 #endif
         return;
     }
-    if (L->nccl) {
-        comm_destroy(&L->dshard);
-        comm_destroy(&L->dreplica);
-    }
-    if (L->dcomms) comm_destroy(&L->dworld);
+    data_plane_close(L);
 #ifdef FT_HAVE_MPI
     if (L->mpi && rc == -1 && L->W > 1 && !failure_agreed) comm_mpi_abort(1);
 #else

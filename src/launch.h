@@ -17,7 +17,9 @@ typedef struct {
     const char *launcher;           // for the bootstrap line
     int W, rank, local_rank, local_size;
     int mpi, pmi2_open, pmi2_ranks; // MPI is up; PMI2 is up; PMI2 without MPI started > 1 rank
-    int mpi_split, nccl, dcomms;    // which groups exist (to destroy)
+    int mpi_split, nccl;            // which groups exist (to destroy): MPI splits; dworld is NCCL
+    int dshard_own, dreplica_own;   // dshard / dreplica were created (not the world group)
+    int n_nccl;                     // NCCL communicators created (the bootstrap line; the plan's count)
     int ready;                      // launch_open succeeded
 } launch;
 
@@ -33,6 +35,11 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv);
 
 // rank 0: one line naming the launcher, the grid and the device.
 void launch_print(const launch *L);
+
+// End every rank now, without teardown (the watchdog's way out, src/watchdog.h): MPI_Abort
+// under MPI (the launcher kills the other ranks, stopped ones included), else _exit(1).
+// L may be NULL (before the grid exists). Does not return.
+void launch_abort(const launch *L) __attribute__((noreturn));
 
 // Tear down after the job returned rc: a failure this rank saw but not every rank knows
 // (rc == -1, several ranks, !failure_agreed) would leave the others waiting in a collective,

@@ -9,6 +9,7 @@
 #include "options.h"
 #include "plan.h"
 #include "train.h"
+#include "watchdog.h"
 
 // --dry_run: plan the job from config.json alone and print the report (rank 0). 0 / -1.
 static int dry_run(const train_options *o) {
@@ -31,6 +32,15 @@ static int report(int exit_code, int print) {
     return exit_code;
 }
 
+// The watchdog's way out (src/watchdog.h): print its one line, then end every rank.
+static const launch *g_launch;
+static void watchdog_report(void) {
+    fflush(stdout);
+    report(1, 1);
+    fflush(stderr);
+}
+static void watchdog_end(void) { launch_abort(g_launch); }
+
 int main(int argc, char **argv) {
     train_options o;
     int want_help;
@@ -44,6 +54,8 @@ int main(int argc, char **argv) {
     // control plane: MPI (or PMI2, or one process); data plane: the same MPI groups for CPU
     // ranks, NCCL groups for GPU ranks
     launch L;
+    g_launch = &L;
+    watchdog_set_fatal(watchdog_report, watchdog_end);
     int failure_agreed = 0, rc = launch_open(&L, &o, &argc, &argv);
     if (rc == 0) {
         launch_print(&L);

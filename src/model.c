@@ -345,9 +345,12 @@ static size_t lm_head_offset(const model *m) {
     return m->cfg.tie_word_embeddings ? m->layout->root_off[RT_EMBED] : m->layout->root_off[RT_LMHEAD];
 }
 
-int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits) {
+int model_logits_rows(model *m, const unit_provider *p, const int32_t *tokens, int row0, int nrows,
+                      float *logits) {
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size;
+    if (row0 < 0 || nrows < 1 || row0 + nrows > N)
+        return ft_error("model: logits rows [%d, %d) outside the %d rows of the micro-batch", row0, row0 + nrows, N);
     // logits in row chunks through the workspace (fp32-sized, so a bf16 chunk fits too), in
     // the backend's dtype, widened to fp32 on the host (sampling, golden tests)
     const int chunk = m->lmhead_rows;
@@ -355,11 +358,12 @@ int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float 
     if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)chunk * V * 2), (size_t)chunk * V * 2);
     void *root;
     int rc = forward_trunk(m, p, tokens, &root);
-    for (int n0 = 0; rc == 0 && n0 < N; n0 += chunk) {
-        const int rows = N - n0 < chunk ? N - n0 : chunk;
+    for (int r = 0; rc == 0 && r < nrows; r += chunk) {
+        const int rows = nrows - r < chunk ? nrows - r : chunk;
         const size_t n = (size_t)rows * V;
-        float *dst = logits + (size_t)n0 * V;   // (rows, V)
-        rc = m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)n0 * C), at(m, root, lm_head_offset(m)), rows, C, V);
+        float *dst = logits + (size_t)r * V;   // (rows, V)
+        rc = m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)(row0 + r) * C), at(m, root, lm_head_offset(m)),
+                               rows, C, V);
         if (rc == 0 && !half) rc = m->be->copy_d2h(dst, m->logits_ws, n * sizeof(float));
         if (rc == 0 && half) {
             rc = m->be->copy_d2h(half, m->logits_ws, n * 2);
@@ -370,6 +374,10 @@ int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float 
     free(half);
     TRY(rc);
     return p->release(p->ctx, c->num_hidden_layers);
+}
+
+int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits) {
+    return model_logits_rows(m, p, tokens, 0, m->B * m->T, logits);
 }
 
 // ----------------------------------------------------------------------------

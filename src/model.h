@@ -169,6 +169,11 @@ int model_set_seq_len(model *m, int T);
 
 // Forward only, writing logits (B, T, V) fp32 to host memory `logits`.
 int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits);
+// Forward only, writing the logits of rows [row0, row0 + nrows) of the flattened (B*T)
+// micro-batch to host `logits` (nrows, V) fp32; only those rows go through the lm_head
+// (sampling needs one). -1 with ft_error if the rows are outside the micro-batch.
+int model_logits_rows(model *m, const unit_provider *p, const int32_t *tokens, int row0, int nrows,
+                      float *logits);
 
 // RoPE tables as transformers computes them in fp32 (inv_freq with linear/llama3 scaling,
 // angle = position * inv_freq): cos, sin (T, D/2) host arrays.

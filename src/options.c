@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "watchdog.h"
 
 // ----------------------------------------------------------------------------
 // flags: one table drives parsing, validation and --help
@@ -53,12 +54,14 @@ static const flag_spec flags[] = {
     {"--sample_tokens", FLAG_INT, OPT(sample_tokens), 0, 100000, NULL, "after training, sample this many tokens continuing a validation game"},
     {"--sample_games", FLAG_INT, OPT(sample_games), 1, 10000, NULL, "with --sample_tokens: continue this many validation games (OUT/samples.jsonl)"},
     {"--peak_tflops", FLAG_FLOAT, OPT(peak_tflops), 0, 1e6, NULL, "device peak for MFU in TFLOP/s (0 = the GPU's published bf16 peak when known, else the measured matmul rate)"},
+    {"--profile", FLAG_BOOL, OPT(profile), 0, 1, NULL, "print milliseconds per op per step (forward, backward, optimizer, comm; rank 0)"},
     {"--no_fsdp", FLAG_BOOL, OPT(no_fsdp), 0, 1, NULL, "replicate the model on every rank (DDP); with one rank: the single-device mode"},
     {"--accumulate_grads_locally", FLAG_BOOL, OPT(accumulate_grads_locally), 0, 1, NULL, "sum gradients of all micro-batches locally and reduce once per step (more memory, less traffic)"},
     {"--dp_shard", FLAG_INT, OPT(dp_shard), 0, 1 << 20, NULL, "HSDP: shard within groups of this many ranks, replicate across groups (0 = all ranks)"},
     {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda", "backend: cpu (fp32, OpenMP; the reference) or cuda (bf16 storage, fp32 math; one GPU per rank by local rank; unverified on GPU)"},
     {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL, "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit (reads only config.json)"},
     {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL, "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
+    {"--collective_timeout", FLAG_FLOAT, OPT(collective_timeout), 0, 1e6, NULL, "seconds a collective or a wait for the GPU may make no progress before the job is aborted with a message naming the rank, step and operation (0 = wait forever)"},
 };
 #define N_FLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -70,6 +73,7 @@ static train_options options_default(void) {
         .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
         .max_steps = 0, .epochs = 1, .seed = 42, .eval_every = 0, .max_eval_docs = 0, .save_every = 0,
         .save_dtype = "bf16", .sample_tokens = 0, .sample_games = 1, .device = "cpu",
+        .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S,
     };
     return o;
 }

@@ -14,21 +14,35 @@
 // ----------------------------------------------------------------------------
 // devices
 //
-// Peak dense bf16 rates and HBM bandwidths from the NVIDIA A100 and H100 (SXM) datasheets, as
-// torchtitan uses for MFU (312e12, 989e12). NVLink: 600 GB/s (A100, NVLink 3) and 900 GB/s
-// (H100, NVLink 4) per GPU in both directions together, i.e. 300 / 450 GB/s each way, which is
-// what a ring collective's bytes sent per rank move over. Across nodes: one InfiniBand NIC per
-// GPU, HDR 200 Gb/s (25 GB/s) on A100 systems, NDR 400 Gb/s (50 GB/s) on H100 systems; 8 GPUs
-// per node. Memory: 80 GiB; PLAN_DEVICE_RESERVE_BYTES of it is left for what the tracker does
-// not see (CUDA context, cuBLASLt workspace, NCCL buffers, fragmentation): an assumption.
+// Peak dense bf16 rates and HBM bandwidths from the NVIDIA A100, H100 and H200 (SXM)
+// datasheets, as torchtitan uses for MFU (312e12, 989e12; the H200 is the same GH100 die at
+// 4.8 TB/s). NVLink: 600 GB/s (A100, NVLink 3) and 900 GB/s (H100/H200, NVLink 4) per GPU in
+// both directions together, i.e. 300 / 450 GB/s each way, which is what a ring collective's
+// bytes sent per rank move over. Across nodes: one InfiniBand NIC per GPU, HDR 200 Gb/s (25
+// GB/s) on A100 systems, NDR 400 Gb/s (50 GB/s) on H100/H200 systems; 8 GPUs per node. fp32
+// SIMT peak, SM count and boost clock (the SIMT kernels' rate, src/plan_time.c): 19.5e12, 108,
+// 1.41 GHz (A100); 67e12, 132, 1.98 GHz (H100, H200). Memory: 80 GiB (141 GB on the H200);
+// PLAN_DEVICE_RESERVE_BYTES of it is left for what the tracker does not see (CUDA context,
+// cuBLASLt workspace, fragmentation), and PLAN_NCCL_COMM_BYTES per NCCL communicator:
+// assumptions (plan.h).
 
 const plan_device plan_devices[] = {
-    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)80 << 30},
-    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)80 << 30},
+    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)80 << 30, 19.5e12, 108, 1.41e9},
+    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)80 << 30, 67e12, 132, 1.98e9},
+    {"H200-SXM-141GB", 989e12, 4.8e12, 450e9, 50e9, 8, (size_t)141000000000, 67e12, 132, 1.98e9},
 };
 const int plan_n_devices = (int)(sizeof plan_devices / sizeof plan_devices[0]);
 
-size_t plan_device_budget(const plan_device *d) { return d->memory_bytes - PLAN_DEVICE_RESERVE_BYTES; }
+size_t plan_device_budget(const plan *p, const plan_device *d) {
+    return d->memory_bytes - PLAN_DEVICE_RESERVE_BYTES - p->nccl_bytes;
+}
+
+// The NCCL communicators src/launch.c creates for a GPU rank of this grid.
+static int plan_nccl_comms(const plan_request *r) {
+    const int W = r->world_size, S = r->shard_size, R = W / S;
+    if (r->elem_bytes != 2 || W == 1) return 0;
+    return 1 + (S > 1 && S < W) + (R > 1 && R < W) + (S > 1);
+}
 
 // ----------------------------------------------------------------------------
 // memory
@@ -48,33 +62,50 @@ static int plan_table_add(mem_table *t, const mem_buffer *b) {
     return 0;
 }
 
+// The buffers of job_setup in its allocation order: model_init, then fsdp_init (in
+// p->grad_mode, which names the fp32 unit buffer's second use), then the MFU benchmark.
+static void plan_memory(plan *p, const llama_config *c, const param_layout *l) {
+    const plan_request *r = &p->req;
+    mem_table t = {plan_table_add, p, 0};
+    model_buffer_table(&t, c, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing, r->elem_bytes, NULL);
+    fsdp_buffer_table(&t, l, r->shard_size, (fsdp_grad_mode)p->grad_mode, r->elem_bytes, NULL);
+    if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
+}
+
 // ----------------------------------------------------------------------------
 // FLOPs and collective bytes of one optimizer step
 
 static void plan_step_work(plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
-    const double L = c->num_hidden_layers, att = model_attention_fwd_flops(c, r->seq_len);
     p->tokens = (double)p->accum * r->batch_size_per_device * r->seq_len;
-    const double model_per_token = model_flops_per_token(c, r->seq_len);
-    double exec_per_token = model_per_token + 0.5 * L * att;   // backward recomputes QK^T (flash-style)
-    if (r->gradient_checkpointing)   // layer forwards again
-        exec_per_token += 2 * L * model_layer_matmul_params(c) + L * att;
-    p->model_flops = p->tokens * model_per_token;
-    p->exec_flops = p->tokens * exec_per_token;
+    p->model_flops = p->tokens * model_flops_per_token(c, r->seq_len);   // executed: plan_ops_compute
 
     // collectives: the byte counters of src/comm.c (ring: a rank sends (n-1)/n of the data)
     const size_t S = (size_t)r->shard_size, R = (size_t)p->replica_size, esz = r->elem_bytes;
     const size_t Lu = (size_t)c->num_hidden_layers, A = (size_t)p->accum;
     if (S > 1) {
-        // fsdp.c's provider: the root once per micro-batch (kept through the backward); the
-        // first forward gathers every layer; a backward starts with the last two forward
-        // layers still gathered, and the next micro-batch's forward starts with layers 0 and 1
-        // still gathered from the backward; the optimizer step invalidates them
+        // fsdp.c's provider: the root once per step (kept across micro-batches until the
+        // optimizer step changes it); the first forward gathers every layer; a backward
+        // starts with the last two forward layers still gathered, and the next micro-batch's
+        // forward starts with layers 0 and 1 still gathered from the backward; the optimizer
+        // step invalidates them
         const size_t reuse = Lu > 2 ? Lu - 2 : 0;
         const size_t layer_gathers = Lu + reuse + (A - 1) * 2 * reuse;
-        p->all_gather_bytes = (S - 1) * (A * (p->root_numel / S) + layer_gathers * (p->layer_numel / S)) * esz;
-        const size_t reductions = r->accumulate_grads_locally ? 1 : A;
-        p->reduce_scatter_bytes = reductions * (S - 1) * (p->padded_total / S) * esz;
+        p->all_gather_bytes = (S - 1) * (p->root_numel / S + layer_gathers * (p->layer_numel / S)) * esz;
+        p->root_all_gather_bytes = (S - 1) * (p->root_numel / S) * esz;
+        // gradients: every unit per micro-batch, or once per step (locally accumulated); the
+        // root once per step in fp32 when FSDP_GRADS_ROOT_ONCE
+        const size_t layers = p->padded_total - p->root_numel;
+        if (p->grad_mode == FSDP_GRADS_LOCAL) {
+            p->reduce_scatter_bytes = (S - 1) * (p->padded_total / S) * esz;
+            p->root_reduce_scatter_bytes = (S - 1) * (p->root_numel / S) * esz;
+        } else if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
+            p->root_reduce_scatter_bytes = (S - 1) * (p->root_numel / S) * sizeof(float);
+            p->reduce_scatter_bytes = (S - 1) * A * (layers / S) * esz + p->root_reduce_scatter_bytes;
+        } else {
+            p->reduce_scatter_bytes = A * (S - 1) * (p->padded_total / S) * esz;
+            p->root_reduce_scatter_bytes = A * (S - 1) * (p->root_numel / S) * esz;
+        }
     }
     if (R > 1) p->all_reduce_bytes = 2 * (R - 1) * (p->n_local / R) * sizeof(float);   // fp32 slices
     // per slice element: zero the gradient (4), its norm (4), AdamW reads master, grad, m, v
@@ -124,31 +155,19 @@ int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
     p->padded_total = l.total;
     p->n_local = p->padded_total / (size_t)r->shard_size;
 
-    // allocation order of job_setup: model_init, then fsdp_init, then the MFU benchmark
-    mem_table t = {plan_table_add, p, 0};
-    model_buffer_table(&t, c, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing, r->elem_bytes, NULL);
-    fsdp_buffer_table(&t, &l, r->shard_size, r->accumulate_grads_locally, r->elem_bytes, NULL);
-    if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
+    p->nccl_comms = plan_nccl_comms(r);
+    p->nccl_bytes = (size_t)p->nccl_comms * PLAN_NCCL_COMM_BYTES;
+    p->grad_mode = r->accumulate_grads_locally ? FSDP_GRADS_LOCAL : FSDP_GRADS_PER_MICRO_BATCH;
+    if (!r->accumulate_grads_locally && r->shard_size > 1 && p->accum > 1) p->grad_mode = FSDP_GRADS_ROOT_ONCE;
+    plan_memory(p, c, &l);
     param_layout_free(&l);
     plan_step_work(p, c);
+    plan_ops_compute(p, c);
     return 0;
 }
 
 // ----------------------------------------------------------------------------
-// roofline and batch search
-
-plan_step_time plan_estimate_step_time(const plan *p, const plan_device *d) {
-    plan_step_time t;
-    const double shard_bw = p->req.shard_size <= d->gpus_per_node ? d->nvlink_bytes_per_s : d->internode_bytes_per_s;
-    const double world_bw = p->req.world_size <= d->gpus_per_node ? d->nvlink_bytes_per_s : d->internode_bytes_per_s;
-    t.compute_s = p->exec_flops / d->peak_flops;
-    t.comm_s = (double)(p->all_gather_bytes + p->reduce_scatter_bytes) / shard_bw +
-               (double)p->all_reduce_bytes / world_bw;
-    t.optimizer_s = p->optimizer_hbm_bytes / d->hbm_bytes_per_s;
-    t.overlapped_s = (t.compute_s > t.comm_s ? t.compute_s : t.comm_s) + t.optimizer_s;
-    t.serial_s = t.compute_s + t.comm_s + t.optimizer_s;
-    return t;
-}
+// batch search
 
 static int batch_fits(const llama_config *c, plan_request r, int B, size_t budget) {
     r.batch_size_per_device = B;
@@ -210,7 +229,9 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s; storage %s (--device %s)\n",
             r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
             p->accum, r->total_batch_size, r->gradient_checkpointing ? "on" : "off",
-            r->accumulate_grads_locally ? ", gradients accumulated locally" : "", dtype, device);
+            p->grad_mode == FSDP_GRADS_LOCAL       ? ", gradients accumulated locally"
+            : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? ", root gradient summed over micro-batches in fp32, reduced once per step"
+                                                   : "", dtype, device);
 
     fprintf(out, "\nmemory per rank (what the allocator's tracker records; exact for this build):\n");
     fprintf(out, "  %-12s %15s %9s\n", "category", "bytes", "GiB");
@@ -233,40 +254,24 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             state * r->world_size / (double)p->n_params, r->world_size, state / (double)p->n_params);
 
     const plan_device *d = &plan_devices[0];
-    const size_t budget = plan_device_budget(d);
-    fprintf(out, "\nfits an 80 GB GPU (A100/H100 80GB): %s (%.2f GiB of %.0f GiB: 80 GiB minus %.0f GiB assumed for "
-            "the CUDA context, cuBLASLt/NCCL buffers and fragmentation)%s\n", p->total <= budget ? "yes" : "NO",
-            gib(p->total), gib(budget), gib(PLAN_DEVICE_RESERVE_BYTES),
+    const size_t budget = plan_device_budget(p, d);
+    fprintf(out, "\nfits an 80 GB GPU (A100/H100 80GB): %s (%.2f GiB of %.2f GiB: 80 GiB minus %.0f GiB assumed for "
+            "the CUDA context, cuBLASLt workspace and fragmentation, minus %d NCCL communicator(s) at %.2f GiB each "
+            "(assumed), created before the arena)%s\n", p->total <= budget ? "yes" : "NO", gib(p->total), gib(budget),
+            gib(PLAN_DEVICE_RESERVE_BYTES), p->nccl_comms, gib(PLAN_NCCL_COMM_BYTES),
             r->elem_bytes == 4 ? "; fp32 storage as on the CPU backend: plan with --device cuda for bf16" : "");
     print_max_batch(out, p, c, budget, max_batch);
 
-    fprintf(out, "\nstep time ESTIMATE (roofline lower bound from peak rates; not a measurement, no GPU ran this):\n");
-    fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full length; "
-            "runs trim padding)\n", p->tokens, p->accum, r->batch_size_per_device, r->seq_len);
-    fprintf(out, "  %.3e model FLOPs (6 x matmul params + causal attention), %.3e executed (%s)\n", p->model_flops,
-            p->exec_flops, r->gradient_checkpointing ? "+ layer forwards recomputed, + attention probabilities in backward"
-                                                     : "+ attention probabilities recomputed in backward");
-    fprintf(out, "  sent per rank per step (ring; as the comm counters and metrics.jsonl record them):\n");
+    fprintf(out, "\ncollectives: sent per rank per optimizer step (ring; as the comm counters and metrics.jsonl record them):\n");
     const struct { const char *name; size_t bytes; const char *what; } coll[] = {
-        {"all_gather", p->all_gather_bytes, "parameters of the units not still gathered"},
+        {"all_gather", p->all_gather_bytes, "parameters of the units not still gathered (the root once per step)"},
         {"reduce_scatter", p->reduce_scatter_bytes,
-         r->accumulate_grads_locally ? "gradients, once per step" : "gradients, once per micro-batch"},
+         p->grad_mode == FSDP_GRADS_LOCAL       ? "gradients, once per step"
+         : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? "layer gradients once per micro-batch; the root's once per step (fp32)"
+                                                : "gradients, once per micro-batch"},
         {"all_reduce", p->all_reduce_bytes, "fp32 gradient slices across replicas (scalars not counted)"},
     };
     for (int i = 0; i < 3; i++)
         fprintf(out, "  %-14s %15zu bytes %9.3f GB   %s\n", coll[i].name, coll[i].bytes, coll[i].bytes / 1e9, coll[i].what);
-    fprintf(out, "  optimizer: %.3f GB of HBM traffic over this rank's slice\n", p->optimizer_hbm_bytes / 1e9);
-    fprintf(out, "  %-16s %8s %9s %9s %8s %8s %12s %9s %13s\n", "device", "TFLOP/s", "link GB/s", "compute s",
-            "comm s", "optim s", "overlapped s", "serial s", "tokens/s/GPU");
-    for (int i = 0; i < plan_n_devices; i++) {
-        const plan_device *dv = &plan_devices[i];
-        plan_step_time t = plan_estimate_step_time(p, dv);
-        const double link = r->shard_size <= dv->gpus_per_node ? dv->nvlink_bytes_per_s : dv->internode_bytes_per_s;
-        fprintf(out, "  %-16s %8.0f %9.0f %9.3f %8.3f %8.3f %12.3f %9.3f %13.0f\n", dv->name, dv->peak_flops / 1e12,
-                link / 1e9, t.compute_s, t.comm_s, t.optimizer_s, t.overlapped_s, t.serial_s, p->tokens / t.overlapped_s);
-    }
-    fprintf(out, "  overlapped = max(compute, comm) + optimizer (collectives hidden behind compute); serial = the sum.\n"
-            "  Peaks: dense bf16 TFLOP/s, NVLink per direction within 8 GPUs (else InfiniBand 25/50 GB/s per GPU),\n"
-            "  HBM 2.0/3.35 TB/s. Published FSDP runs of 7-8B Llamas reach 33-57%% MFU on these GPUs, so expect the\n"
-            "  compute term 2-3x longer in practice.\n");
+    plan_print_step_time(out, p);
 }

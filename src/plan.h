@@ -2,21 +2,25 @@
 //
 // From a model config and the job's shape (world size, shard group, batch, sequence length,
 // checkpointing, accumulation mode, storage dtype) it computes, without allocating anything,
-// the bytes each rank's mem_tracker will record per category, and a roofline estimate of one
-// optimizer step on A100 and H100 GPUs.
+// the bytes each rank's mem_tracker will record per category, and an estimate of one
+// optimizer step per op class on A100, H100 and H200 GPUs.
 //
 // The memory plan walks the same buffer tables that model_init (src/model.c), fsdp_init
 // (src/fsdp.c) and the MFU benchmark (src/mfu.c) allocate from, so on the CPU backend it is
 // exact by construction; tests/test_plan.sh still compares it with the allocator's measured
 // peaks. Every buffer is allocated once at setup and kept to the
 // end of training, so the peak total is the sum of the categories. Not planned: what the
-// mem_tracker does not see (a CUDA context, cuBLASLt/NCCL buffers, allocator fragmentation;
-// the fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those) and the inference model that
-// --sample_tokens builds after training.
+// mem_tracker does not see (a CUDA context, cuBLASLt workspace, allocator fragmentation: the
+// fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those; NCCL communicators: counted in the
+// fit check at PLAN_NCCL_COMM_BYTES each) and the inference model that --sample_tokens builds
+// after training.
 //
-// The step-time estimate is a roofline: FLOPs at the GPU's peak dense bf16 rate, collective
-// bytes at its peak NVLink (or InfiniBand) bandwidth, the optimizer at HBM bandwidth. It is a
-// lower bound labelled as an estimate, never a measurement: no GPU ran this code.
+// The step-time estimate (src/plan_time.c) prices each op of the step by its class: tensor-core
+// GEMMs and attention at a stated fraction of the peak bf16 rate, the fp32 SIMT kernels at
+// their shared-memory-bound rate, memory-bound kernels at HBM bandwidth (bytes from the
+// shapes), collectives over NVLink or InfiniBand, hidden behind layer compute where the FSDP
+// schedule overlaps them. The fractions are the GPU review's estimates: an estimate labelled
+// as one, never a measurement: no GPU ran this code.
 #pragma once
 #include <stddef.h>
 #include <stdio.h>
@@ -43,6 +47,27 @@ typedef struct {
 // ----------------------------------------------------------------------------
 // the plan
 
+// How an op of the step-time estimate runs (src/plan_time.c has the rates).
+typedef enum {
+    PLAN_OP_GEMM,       // tensor cores through cuBLASLt
+    PLAN_OP_ATTENTION,  // attention on tensor cores (the native wmma kernel today)
+    PLAN_OP_SIMT,       // fp32 SIMT code (lm_head tiles, attention backward)
+    PLAN_OP_MEMORY,     // bound by HBM bytes
+    PLAN_OP_CLASS_COUNT
+} plan_op_class;
+// What collectives an op can hide: layer forward / backward ops hide the layer gathers and
+// reduce-scatters of their phase; root and per-step ops hide nothing.
+typedef enum { PLAN_PHASE_FWD, PLAN_PHASE_BWD, PLAN_PHASE_ROOT, PLAN_PHASE_STEP, PLAN_PHASE_COUNT } plan_op_phase;
+typedef struct {
+    const char *what;
+    plan_op_class cls;
+    plan_op_phase phase;
+    double flops;                   // per rank per optimizer step (0 for memory-bound ops)
+    double bytes;                   // HBM bytes per rank per step (memory-bound ops only)
+    double simt_flop_per_sm_clk;    // PLAN_OP_SIMT: the kernel's rate per SM per clock
+} plan_op;
+#define PLAN_MAX_OPS 16
+
 // one line of the memory table: a buffer (or a group of equal buffers) of one category
 #define PLAN_MAX_ITEMS 32
 typedef struct {
@@ -60,6 +85,13 @@ typedef struct {
     size_t layer_numel, root_numel; // padded unit sizes
     size_t padded_total;            // L x layer + root
     size_t n_local;                 // elements of this rank's slice of all units
+    int grad_mode;                  // fsdp_grad_mode the trainer runs with (see "room" below)
+    // NCCL communicators of a GPU rank (elem_bytes 2, W > 1; src/launch.c): the world group,
+    // the shard and replica groups where they are neither the world nor one rank, and the
+    // shard group's reduce-scatter lane (S > 1). Outside the tracker; created before the
+    // device arena, and counted in the fit check at PLAN_NCCL_COMM_BYTES each
+    int nccl_comms;
+    size_t nccl_bytes;
 
     // memory per rank (bytes)
     size_t bytes[MEM_CATEGORY_COUNT];
@@ -71,11 +103,15 @@ typedef struct {
     // trim each micro-batch to its longest row)
     double tokens;                  // accum x B x T
     double model_flops;             // 6 x matmul params + causal attention, per token x tokens
-    double exec_flops;              // model_flops + recompute (checkpointing, attention backward)
+    double exec_flops;              // the FLOPs of ops[] (recompute, this build's attention backward)
     size_t all_gather_bytes;        // sent by this rank (ring), as the comm counters record
     size_t reduce_scatter_bytes;
+    size_t root_all_gather_bytes;   // the root unit's share of the two above (blocking in fsdp.c)
+    size_t root_reduce_scatter_bytes;
     size_t all_reduce_bytes;        // gradient all-reduce across replicas (scalars not counted)
     double optimizer_hbm_bytes;     // AdamW reads and writes over this rank's slice
+    plan_op ops[PLAN_MAX_OPS];      // the step's ops for the time estimate (plan_ops_compute)
+    int n_ops;
 } plan;
 
 // Check the process grid: W >= 1 and S divides W. 0, or -1 with ft_error naming --dp_shard.
@@ -86,36 +122,69 @@ int plan_validate_grid(int world_size, int shard_size);
 int plan_validate(const llama_config *cfg, const plan_request *req);
 
 // Compute the plan for `cfg` and `req` (validated first, plan_validate). 0 or -1.
+// It also chooses how gradients travel (p->grad_mode, which the trainer passes to fsdp_init):
+// --accumulate_grads_locally = FSDP_GRADS_LOCAL; else, with S > 1 and more than one
+// micro-batch per step, FSDP_GRADS_ROOT_ONCE; otherwise FSDP_GRADS_PER_MICRO_BATCH. "Room"
+// for the root's fp32 gradient sum is always there: it lives in the fp32 checkpoint gather
+// buffer (one largest unit, at least the root), which is idle during a step, so the memory
+// plan is the same in every mode (the report names the buffer's second use). The gathered
+// root is kept across micro-batches in its own buffer, which every S > 1 plan has anyway.
+// The choice depends only on the request, so --dry_run, the arena's size and the trainer agree.
 int plan_compute(plan *p, const llama_config *cfg, const plan_request *req);
 
 // ----------------------------------------------------------------------------
-// devices for the roofline and the fit check
+// devices for the step-time estimate and the fit check
 
 typedef struct {
     const char *name;
-    double peak_flops;              // dense bf16 FLOP/s
+    double peak_flops;              // dense bf16 FLOP/s (tensor cores)
     double hbm_bytes_per_s;
     double nvlink_bytes_per_s;      // per GPU, per direction
     double internode_bytes_per_s;   // per GPU, when a group spans nodes
     int gpus_per_node;
     size_t memory_bytes;
+    double fp32_flops;              // fp32 SIMT peak FLOP/s
+    int sm_count;
+    double clock_hz;                // boost clock
 } plan_device;
 
 extern const plan_device plan_devices[];
 extern const int plan_n_devices;
 
-// Tracked bytes a device may hold: its memory minus what the tracker does not see.
+// Tracked bytes a device may hold: its memory minus what the tracker does not see: the
+// reserve (CUDA context, cuBLASLt workspace, allocator fragmentation: an assumption) and
+// p's NCCL communicators. GPU memory of one NCCL communicator (an assumption): NCCL's
+// buffers scale with its channels; measured 544-688 MB per group on 4 x A100 NVLink
+// (github.com/NVIDIA/nccl/issues/964); NVLS on NVSwitch systems can take more (NCCL issue
+// 864: about 1.6 GB), NCCL_NVLS_ENABLE=0 avoids that.
 #define PLAN_DEVICE_RESERVE_BYTES ((size_t)4 << 30)
-size_t plan_device_budget(const plan_device *d);
+#define PLAN_NCCL_COMM_BYTES ((size_t)768 << 20)
+size_t plan_device_budget(const plan *p, const plan_device *d);
+
+// ----------------------------------------------------------------------------
+// the step-time estimate (src/plan_time.c)
 
 typedef struct {
-    double compute_s, comm_s, optimizer_s;
-    double overlapped_s;            // max(compute, comm) + optimizer: collectives fully hidden
-    double serial_s;                // compute + comm + optimizer: nothing hidden
+    double class_s[PLAN_OP_CLASS_COUNT];  // the ops of each class
+    double comm_exposed_s;          // collective time not hidden behind compute
+    double total_s;                 // sum of class_s + comm_exposed_s
+    double comm_hidden_s;           // collective time overlapped with layer compute
+    double link_s;                  // all collective bytes over the link: exposed + hidden
+    double mfu;                     // model_flops / (total_s x peak_flops)
 } plan_step_time;
 
-// Roofline times of one optimizer step of `p` on `d`.
-plan_step_time plan_estimate_step_time(const plan *p, const plan_device *d);
+// Fill p->ops (and p->exec_flops) from the job's shapes and p's collective and optimizer
+// bytes; plan_compute calls it last.
+void plan_ops_compute(plan *p, const llama_config *cfg);
+// Name of an op class as the report prints it ("gemm", "attention", "simt", "memory").
+const char *plan_op_class_name(plan_op_class k);
+// Seconds of op `o` on device `d` at its class's rate.
+double plan_op_seconds(const plan_op *o, const plan_device *d);
+// Estimated times of one optimizer step of `p` on `d`, per class, into *t.
+void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time *t);
+// Print the step-time part of the --dry_run report: the ops, the per-class table per device,
+// tokens/s and predicted MFU, all labelled as estimates.
+void plan_print_step_time(FILE *out, const plan *p);
 
 // Largest batch_size_per_device in [1, max_batch] whose plan fits `budget` bytes, with the
 // other fields of `req`; `dividing` = 1 also requires B x W to divide the total batch.

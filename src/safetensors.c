@@ -209,15 +209,17 @@ const st_tensor *st_find(const st_file *f, const char *name) {
 // ----------------------------------------------------------------------------
 // writer
 
-static int write_all(int fd, const void *buf, size_t n, const char *path) {
+// pwrite all n bytes at file offset `off`
+static int write_all_at(int fd, const void *buf, size_t n, size_t off, const char *path) {
     const char *p = buf;
     while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        ssize_t w = pwrite(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)off);
         if (w < 0) {
             if (errno == EINTR) continue;
             return ft_error("%s: write failed: %s", path, strerror(errno));
         }
         p += w;
+        off += (size_t)w;
         n -= (size_t)w;
     }
     return 0;
@@ -236,12 +238,15 @@ int st_fsync_parent_dir(const char *path) {
     return 0;
 }
 
-int st_write(const char *path, const st_write_tensor *tensors, int n_tensors,
-             const char *const *metadata) {
+// The header of `tensors` (data ignored): u64 length, compact JSON in the given order,
+// spaces up to 8-byte alignment, malloc'ed into *out (*out_len bytes); each tensor's byte
+// range in the data area into w->offset / w->nbytes. 0 / -1.
+static int header_build(st_writer *w, const st_write_tensor *tensors, int n_tensors, const char *const *metadata,
+                        char **out, size_t *out_len) {
     json_t *root = json_object();
-    char *hdr = NULL, *tmp = NULL;
-    int fd = -1, rc = -1;
-    if (!root) return ft_error("%s: out of memory building the header", path);
+    char *hdr = NULL;
+    int rc = -1;
+    if (!root) return ft_error("%s: out of memory building the header", w->path);
     if (metadata) {
         json_t *meta = json_object();
         for (int i = 0; metadata[i] && metadata[i + 1]; i += 2)
@@ -252,7 +257,7 @@ int st_write(const char *path, const st_write_tensor *tensors, int n_tensors,
     for (int i = 0; i < n_tensors; i++) {
         const st_write_tensor *t = &tensors[i];
         if (t->ndim < 0 || t->ndim > ST_MAX_DIMS || t->dtype >= ST_DTYPE_COUNT) {
-            ft_error("%s: tensor '%s': bad dtype or rank", path, t->name);
+            ft_error("%s: tensor '%s': bad dtype or rank", w->path, t->name);
             goto done;
         }
         size_t nbytes = st_dtype_size(t->dtype);
@@ -265,40 +270,106 @@ int st_write(const char *path, const st_write_tensor *tensors, int n_tensors,
         json_object_set_new(e, "dtype", json_string(st_dtype_name(t->dtype)));
         json_object_set_new(e, "shape", shape);
         json_object_set_new(e, "data_offsets", json_pack("[II]", (json_int_t)off, (json_int_t)(off + nbytes)));
-        if (json_object_get(root, t->name)) { ft_error("%s: duplicate tensor '%s'", path, t->name); json_decref(e); goto done; }
+        if (json_object_get(root, t->name)) { ft_error("%s: duplicate tensor '%s'", w->path, t->name); json_decref(e); goto done; }
         json_object_set_new(root, t->name, e);
+        w->offset[i] = off;
+        w->nbytes[i] = nbytes;
         off += nbytes;
     }
     // JSON_PRESERVE_ORDER keeps insertion order, so the header reads like the data layout
     hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (!hdr) { ft_error("%s: cannot serialise the header", path); goto done; }
-    size_t hlen = strlen(hdr), padded = (8 + hlen + 7) / 8 * 8 - 8;
-    size_t tmplen = strlen(path) + 32;
-    CHECK_ALLOC_GOTO(tmp = malloc(tmplen), tmplen, done);
-    snprintf(tmp, tmplen, "%s.tmp.%d", path, (int)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) { ft_error("%s: cannot create: %s", tmp, strerror(errno)); goto done; }
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    TRY_GOTO(write_all(fd, len8, 8, tmp), done);
-    TRY_GOTO(write_all(fd, hdr, hlen, tmp), done);
-    for (size_t i = hlen; i < padded; i++) TRY_GOTO(write_all(fd, " ", 1, tmp), done);
-    for (int i = 0; i < n_tensors; i++) {
-        size_t nbytes = st_dtype_size(tensors[i].dtype);
-        for (int d = 0; d < tensors[i].ndim; d++) nbytes *= (size_t)tensors[i].shape[d];
-        TRY_GOTO(write_all(fd, tensors[i].data, nbytes, tmp), done);
-    }
-    if (fsync(fd) != 0) { ft_error("%s: fsync failed: %s", tmp, strerror(errno)); goto done; }
-    if (close(fd) != 0) { fd = -1; ft_error("%s: close failed: %s", tmp, strerror(errno)); goto done; }
-    fd = -1;
-    if (rename(tmp, path) != 0) { ft_error("%s: cannot rename %s into place: %s", path, tmp, strerror(errno)); goto done; }
-    TRY_GOTO(st_fsync_parent_dir(path), done);
+    if (!hdr) { ft_error("%s: cannot serialise the header", w->path); goto done; }
+    const size_t hlen = strlen(hdr), padded = (8 + hlen + 7) / 8 * 8 - 8;
+    CHECK_ALLOC_GOTO(*out = malloc(8 + padded), 8 + padded, done);
+    for (int i = 0; i < 8; i++) (*out)[i] = (char)(unsigned char)((uint64_t)padded >> (8 * i));
+    memcpy(*out + 8, hdr, hlen);
+    memset(*out + 8 + hlen, ' ', padded - hlen);
+    *out_len = 8 + padded;
     rc = 0;
 done:
-    if (fd >= 0) close(fd);
-    if (rc != 0 && tmp) unlink(tmp);
-    free(tmp);
     free(hdr);
     json_decref(root);
     return rc;
+}
+
+int st_writer_open(st_writer *w, const char *path, const st_write_tensor *tensors, int n_tensors,
+                   const char *const *metadata) {
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    const size_t n = n_tensors > 0 ? (size_t)n_tensors : 1, tmplen = strlen(path) + 32;
+    w->n_tensors = n_tensors;
+    w->path = ft_strdup(path);
+    char *tmp = ft_malloc(tmplen, "safetensors temp name");
+    w->offset = ft_calloc(n, sizeof *w->offset, "safetensors offsets");
+    w->nbytes = ft_calloc(n, sizeof *w->nbytes, "safetensors sizes");
+    w->names = ft_calloc(n, sizeof *w->names, "safetensors names");
+    w->written = ft_calloc(n, 1, "safetensors written flags");
+    char *hdr = NULL;
+    size_t hbytes = 0;
+    if (!w->path || !tmp || !w->offset || !w->nbytes || !w->names || !w->written) goto fail;
+    for (int i = 0; i < n_tensors; i++)
+        if (!(w->names[i] = ft_strdup(tensors[i].name))) goto fail;
+    TRY_GOTO(header_build(w, tensors, n_tensors, metadata, &hdr, &hbytes), fail);
+    snprintf(tmp, tmplen, "%s.tmp.%d", path, (int)getpid());
+    w->fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) { ft_error("%s: cannot create: %s", tmp, strerror(errno)); goto fail; }
+    w->tmp = tmp;   // created: from here on, abort unlinks it
+    tmp = NULL;
+    TRY_GOTO(write_all_at(w->fd, hdr, hbytes, 0, w->tmp), fail);
+    w->data_start = hbytes;
+    free(hdr);
+    return 0;
+fail:
+    free(hdr);
+    free(tmp);
+    st_writer_abort(w);
+    return -1;
+}
+
+int st_writer_put(st_writer *w, int i, const void *data) {
+    if (w->fd < 0 || i < 0 || i >= w->n_tensors) return ft_error("%s: tensor %d: no such tensor or writer closed", w->path, i);
+    TRY(write_all_at(w->fd, data, w->nbytes[i], w->data_start + w->offset[i], w->tmp));
+    w->written[i] = 1;
+    return 0;
+}
+
+int st_writer_commit(st_writer *w) {
+    int rc = -1;
+    if (w->fd < 0) return ft_error("%s: commit of a writer that is not open", w->path ? w->path : "safetensors");
+    for (int i = 0; i < w->n_tensors; i++)
+        if (!w->written[i]) { ft_error("%s: tensor '%s' was never written", w->path, w->names[i]); goto done; }
+    if (fsync(w->fd) != 0) { ft_error("%s: fsync failed: %s", w->tmp, strerror(errno)); goto done; }
+    const int fd = w->fd;
+    w->fd = -1;
+    if (close(fd) != 0) { ft_error("%s: close failed: %s", w->tmp, strerror(errno)); goto done; }
+    if (rename(w->tmp, w->path) != 0) { ft_error("%s: cannot rename %s into place: %s", w->path, w->tmp, strerror(errno)); goto done; }
+    rc = st_fsync_parent_dir(w->path);
+    free(w->tmp);   // renamed: nothing for abort to unlink
+    w->tmp = NULL;
+done:
+    st_writer_abort(w);
+    return rc;
+}
+
+void st_writer_abort(st_writer *w) {
+    if (w->fd >= 0) close(w->fd);
+    if (w->tmp) unlink(w->tmp);
+    for (int i = 0; w->names && i < w->n_tensors; i++) free(w->names[i]);
+    free(w->names);
+    free(w->path);
+    free(w->tmp);
+    free(w->offset);
+    free(w->nbytes);
+    free(w->written);
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+}
+
+int st_write(const char *path, const st_write_tensor *tensors, int n_tensors,
+             const char *const *metadata) {
+    st_writer w;
+    TRY(st_writer_open(&w, path, tensors, n_tensors, metadata));
+    for (int i = 0; i < n_tensors; i++)
+        if (st_writer_put(&w, i, tensors[i].data) != 0) { st_writer_abort(&w); return -1; }
+    return st_writer_commit(&w);
 }

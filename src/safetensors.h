@@ -60,5 +60,34 @@ typedef struct {
 int st_write(const char *path, const st_write_tensor *tensors, int n_tensors,
              const char *const *metadata);
 
+// The same file written one tensor at a time, in any order, so that no caller needs all the
+// data in memory at once (checkpoints stream one FSDP unit at a time). The bytes are those
+// st_write writes for the same tensors, whatever the order of the puts.
+typedef struct {
+    char *path;            // destination
+    char *tmp;             // "<path>.tmp.<pid>" once created (NULL before, and after the rename)
+    int fd;                // open on tmp, or -1
+    int n_tensors;
+    char **names;          // (n_tensors) copies, for the commit's message
+    size_t data_start;     // file offset of the data area (8 + padded header)
+    size_t *offset;        // (n_tensors) byte offset of each tensor in the data area
+    size_t *nbytes;        // (n_tensors) numel x dtype size
+    unsigned char *written;   // (n_tensors) 1 once put
+} st_writer;
+
+// Validate `tensors` (names, dtypes and shapes; their data pointers are not read), create
+// "<path>.tmp.<pid>" and write the header. 0, or -1 with ft_error set, nothing left behind and
+// *w released (st_writer_abort on it is harmless).
+int st_writer_open(st_writer *w, const char *path, const st_write_tensor *tensors, int n_tensors,
+                   const char *const *metadata);
+// Write tensor i (index in the st_writer_open list) from `data` (its full nbytes) at its
+// offset. 0, or -1 with ft_error set (the writer stays open: st_writer_abort it).
+int st_writer_put(st_writer *w, int i, const void *data);
+// Refuse unless every tensor was put; fsync, close, rename over `path`, fsync the directory.
+// Releases *w either way; on failure the temporary file is removed. 0 / -1.
+int st_writer_commit(st_writer *w);
+// Close and remove the temporary file, release *w. Safe on a released writer.
+void st_writer_abort(st_writer *w);
+
 // fsync the directory containing `path` (makes a rename into it durable). 0 or -1.
 int st_fsync_parent_dir(const char *path);

@@ -118,11 +118,14 @@ int sampler_open(sampler *sp, fsdp_state *s, mem_tracker *mem, const loader *val
     *sp = (sampler){.s = s, .mem = mem, .val = val, .out_dir = out_dir, .rank = rank, .n_tokens = n_tokens};
     sp->T = SAMPLE_PROMPT_TOKENS + n_tokens;
     if (sp->T > cfg->max_position_embeddings) sp->T = cfg->max_position_embeddings;
+    // The context runs padded to the backend's bucket (causal attention: the padding does
+    // not change the real positions), so decoding adds no GEMM shape per token.
+    sp->T_alloc = backend_seq_len(s->be, sp->T, cfg->max_position_embeddings);
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
     TRY(vocab_load(&sp->vocab, path, cfg->vocab_size));
-    sp->tokens = ft_malloc((size_t)sp->T * sizeof(int32_t), "sample tokens");
-    sp->logits = ft_malloc((size_t)sp->T * cfg->vocab_size * sizeof(float), "sample logits");
+    sp->tokens = ft_calloc((size_t)sp->T_alloc, sizeof(int32_t), "sample tokens");   // padding: any valid id
+    sp->logits = ft_malloc((size_t)cfg->vocab_size * sizeof(float), "sample logits");   // (V) one row
     if (!sp->tokens || !sp->logits) { sampler_close(sp); return -1; }
     return 0;
 }
@@ -138,7 +141,7 @@ void sampler_close(sampler *sp) {
 int sampler_continue(sampler *sp, int game, uint64_t seed) {
     const llama_config *cfg = &sp->s->layout->cfg;
     const int V = cfg->vocab_size;
-    if (!sp->m.layout) TRY(model_init(&sp->m, sp->s->layout, sp->s->be, sp->mem, 1, sp->T, 0));
+    if (!sp->m.layout) TRY(model_init(&sp->m, sp->s->layout, sp->s->be, sp->mem, 1, sp->T_alloc, 0));
     unit_provider prov = fsdp_provider(sp->s);
     int len = (int)loader_game_len(sp->val, (uint64_t)game);
     if (len > SAMPLE_PROMPT_TOKENS) len = SAMPLE_PROMPT_TOKENS;
@@ -151,9 +154,9 @@ int sampler_continue(sampler *sp, int game, uint64_t seed) {
     for (int t = 0; t < len; t++) vocab_append(&sp->vocab, tokens[t], prompt, sizeof prompt);
     int n = len;
     while (n < T) {
-        TRY(model_set_seq_len(&sp->m, n));
-        TRY(model_logits(&sp->m, &prov, tokens, sp->logits));
-        int next = sample_logits(sp->logits + (size_t)(n - 1) * V, V, &rng);
+        TRY(model_set_seq_len(&sp->m, backend_seq_len(sp->s->be, n, sp->T_alloc)));
+        TRY(model_logits_rows(&sp->m, &prov, tokens, n - 1, 1, sp->logits));   // the last real position
+        int next = sample_logits(sp->logits, V, &rng);
         tokens[n++] = next;
         if (next == eos) break;
         vocab_append(&sp->vocab, next, cont, sizeof cont);

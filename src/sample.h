@@ -26,10 +26,11 @@ typedef struct {
     int rank;               // world rank: rank 0 prints and writes
     int n_tokens;           // tokens to sample per game
     int T;                  // SAMPLE_PROMPT_TOKENS + n_tokens, at most max_position_embeddings
+    int T_alloc;            // T rounded up to the backend's seq_bucket (capped likewise)
     sample_vocab vocab;     // owned, loaded by sampler_open
-    model m;                // owned: the inference model (1, T), made by the first sample
-    int32_t *tokens;        // owned (T)
-    float *logits;          // owned (T, V)
+    model m;                // owned: the inference model (1, T_alloc), made by the first sample
+    int32_t *tokens;        // owned (T_alloc); the positions after the context are padding
+    float *logits;          // owned (V): the last real position's logits
 } sampler;
 
 // Prepare to continue games 0 .. n_games-1 of `val` by n_tokens tokens each: loads
@@ -41,7 +42,8 @@ int sampler_open(sampler *sp, fsdp_state *s, mem_tracker *mem, const loader *val
 
 // Continue the first SAMPLE_PROMPT_TOKENS tokens of game `game`: n_tokens tokens sampled at
 // SAMPLE_TEMPERATURE (seeded by seed and game), full recomputation per token, stopping at
-// EOS. Collective (FSDP gathers); rank 0 prints it and appends
+// EOS. The context runs padded to the backend's seq_bucket (the GEMM shapes stay few) and
+// only the last real position's logits are computed. Collective (FSDP gathers); rank 0 prints it and appends
 // {"game", "prompt", "continuation", "eos"} to OUT/samples.jsonl. 0 / -1.
 int sampler_continue(sampler *sp, int game, uint64_t seed);
 

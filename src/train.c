@@ -21,8 +21,10 @@
 #include "fsutil.h"
 #include "loader.h"
 #include "mfu.h"
+#include "profile.h"
 #include "sample.h"
 #include "schedule.h"
+#include "watchdog.h"
 
 // ----------------------------------------------------------------------------
 // signals: SIGTERM (Slurm before the time limit) and SIGINT save a checkpoint and stop
@@ -85,20 +87,26 @@ static int is_main(const job *j) { return j->rank == 0; }
 // Collective status check where a failure may hit some ranks only (comm.h).
 static int agree(job *j, int rc) { return comm_agree(j->cc->world, rc, j->failure_agreed); }
 
-// Copy micro-batch a of the step into the compact (B, T_used) buffers; returns T_used, the
-// longest row's real length (at least 1).
-static int micro_batch(job *j, int a) {
-    const int B = j->o->batch_size_per_device, T = j->o->seq_len;
-    const int32_t *tok = j->tokens + (size_t)a * B * T, *tgt = j->targets + (size_t)a * B * T;
+int train_micro_batch_rows(const backend *be, const int32_t *tokens, const int32_t *targets, int B, int T,
+                           int32_t *rows_tok, int32_t *rows_tgt) {
     int used = 1;
     for (int b = 0; b < B; b++)
         for (int t = T - 1; t >= used; t--)
-            if (tgt[(size_t)b * T + t] != -100) { used = t + 1; break; }
+            if (targets[(size_t)b * T + t] != -100) { used = t + 1; break; }
+    // columns [longest real length, used) are padding in every row: targets -100 already
+    used = backend_seq_len(be, used, T);
     for (int b = 0; b < B; b++) {
-        memcpy(j->rows_tok + (size_t)b * used, tok + (size_t)b * T, (size_t)used * sizeof(int32_t));
-        memcpy(j->rows_tgt + (size_t)b * used, tgt + (size_t)b * T, (size_t)used * sizeof(int32_t));
+        memcpy(rows_tok + (size_t)b * used, tokens + (size_t)b * T, (size_t)used * sizeof(int32_t));
+        memcpy(rows_tgt + (size_t)b * used, targets + (size_t)b * T, (size_t)used * sizeof(int32_t));
     }
     return used;
+}
+
+// Micro-batch a of the step into the compact (B, T_used) buffers; returns T_used.
+static int micro_batch(job *j, int a) {
+    const int B = j->o->batch_size_per_device, T = j->o->seq_len;
+    return train_micro_batch_rows(j->be, j->tokens + (size_t)a * B * T, j->targets + (size_t)a * B * T, B, T,
+                                  j->rows_tok, j->rows_tgt);
 }
 
 // Validation loss over the first max_eval_docs validation games (all when 0). Every rank
@@ -148,20 +156,22 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->cc = cc;
     j->rank = cc->world->rank;
     j->world = cc->world->size;
-    j->be = cc->world->be;
+    j->be = o->profile ? profile_backend(cc->world->be) : cc->world->be;
     mem_tracker_init(&j->mem, j->be);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->model_dir);
     TRY(llama_config_load(&j->cfg, path));
     const plan_request req = train_plan_request(o, j->world, st_dtype_size(j->be->dtype));
-    TRY(plan_validate(&j->cfg, &req));
+    plan pl;   // validates the job, and chooses how gradients travel (what --dry_run plans)
+    TRY(plan_compute(&pl, &j->cfg, &req));
     j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 
     TRY(param_layout_init(&j->layout, &j->cfg, fsdp_pad_multiple(cc->shard->size)));
     TRY(model_init(&j->m, &j->layout, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
                    o->gradient_checkpointing));
-    TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, o->accumulate_grads_locally));
+    TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, (fsdp_grad_mode)pl.grad_mode));
     j->prov = fsdp_provider(&j->fs);
+    if (o->profile) j->prov = profile_provider(&j->prov);
 
     TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
     if (o->sample_tokens > 0)
@@ -245,6 +255,8 @@ static int train_step(job *j, int step, step_stats *st) {
     const train_options *o = j->o;
     const int B = o->batch_size_per_device, T = o->seq_len;
     const double t0 = now_seconds();
+    profile_step_begin();
+    watchdog_set_phase("step %d", step + 1);
     size_t ag0, rs0, ar0;
     comm_bytes(j->cc, &ag0, &rs0, &ar0);
     const int epoch = step / j->steps_per_epoch;
@@ -281,7 +293,10 @@ static int train_step(job *j, int step, step_stats *st) {
         }
     }
     double norm;
+    profile_set_phase(PROF_OPTIMIZER);
+    profile_comm_begin();
     TRY(fsdp_finish_grads(&j->fs, &norm));
+    profile_comm_end();
     if (!isfinite(norm)) return ft_error("step %d: gradient norm is %g (diverged); lower --learning_rate", step + 1, norm);
     const adamw_params ap = schedule_adamw(&j->sched, step, norm);
     TRY(fsdp_optimizer_step(&j->fs, &ap));
@@ -333,6 +348,7 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
         fprintf(j->metrics, "}}\n");
         fflush(j->metrics);
     }
+    if (j->o->profile) profile_step_report(stdout, step + 1);
 }
 
 // ----------------------------------------------------------------------------
@@ -350,6 +366,7 @@ static trainer_state job_state(const job *j, int step) {
 }
 
 static int save_checkpoint(job *j, int step) {
+    watchdog_set_phase("checkpoint at step %d", step);
     const trainer_state ts = job_state(j, step);
     int rc = agree(j, ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
     if (rc != 0) return rc;
@@ -358,6 +375,7 @@ static int save_checkpoint(job *j, int step) {
 }
 
 static int eval_and_log(job *j, int step) {
+    watchdog_set_phase("eval at step %d", step);
     double loss, ntok, t0 = now_seconds();
     TRY(evaluate(j, &loss, &ntok));
     log_eval(j, step, loss, ntok, now_seconds() - t0);
@@ -369,6 +387,7 @@ static int eval_and_log(job *j, int step) {
 static int job_load_start(job *j, int *start) {
     const train_options *o = j->o;
     char dir[4096] = "";
+    watchdog_set_phase("loading");
     int rc = o->eval_only ? 0 : fs_mkdirs(o->out_dir);   // fail before any work if unwritable
     if (rc == 0 && o->resume[0]) rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
     const trainer_state expect = job_state(j, 0);
@@ -445,8 +464,10 @@ static int job_finish(job *j, int step) {
     int rc;
     TRY(eval_and_log(j, step));
     snprintf(path, sizeof path, "%s/final", o->out_dir);
+    watchdog_set_phase("export");
     if ((rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
     if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
+    watchdog_set_phase("sampling");
     for (int g = 0; o->sample_tokens > 0 && g < o->sample_games; g++)
         TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
     if (is_main(j)) {

@@ -38,6 +38,7 @@ typedef struct {
     int sample_tokens;            // tokens to sample after training (0 = none)
     int sample_games;             // validation games to continue (prompts), default 1
     double peak_tflops;           // for MFU; 0 = measure the backend's matmul rate
+    int profile;                  // print ms per op per step, by phase (src/profile.h)
     // sharding
     int no_fsdp;
     int dp_shard;                 // HSDP shard group size (0 = all ranks)
@@ -46,6 +47,8 @@ typedef struct {
     int dry_run;
     int world_size;               // --dry_run: ranks to plan for (0 = the launcher's)
     const char *device;           // "cpu" (fp32 storage) or "cuda" (bf16); the plan's dtype
+    // failure detection (src/watchdog.h; configured by main)
+    double collective_timeout;    // seconds without progress before the job is aborted (0 = off)
 } train_options;
 
 // Shard group size S of the job at world size W: 1 with --no_fsdp, --dp_shard when set, else W.
@@ -67,3 +70,12 @@ typedef struct {
 // *failure_agreed = 1 when a failure was agreed by all ranks (they all return: no abort
 // needed), 0 otherwise.
 int train_run(const train_options *o, const train_comms *comms, int *failure_agreed);
+
+// Compact one micro-batch: tokens, targets host (B, T) with targets -100 = ignored (every
+// column after a row's last target is -100, as the loader pads). Copies the first T_used
+// columns of each row into rows_tok, rows_tgt (B, T_used) and returns T_used = the longest
+// row's real length (last non-ignored target + 1, at least 1) rounded up to the backend's
+// bucket (backend_seq_len(be, len, T)). The padded columns keep their -100 targets, so with
+// causal attention the losses and gradients of the real tokens do not depend on T_used.
+int train_micro_batch_rows(const backend *be, const int32_t *tokens, const int32_t *targets, int B, int T,
+                           int32_t *rows_tok, int32_t *rows_tgt);

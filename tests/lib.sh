@@ -6,6 +6,10 @@
 #   skip_or_fail WHY         a missing prerequisite: a failure when CI=true, else "skip: WHY"
 #   expect_error SUB ARGS..  $bin ARGS must exit non-zero with exactly one stderr line containing SUB
 #   train_field FILE STEP F  numeric field F of the train line of step STEP in metrics.jsonl FILE
+#   metric DIR FIELD         numeric field FIELD of every train line of DIR/metrics.jsonl, one a line
+#   worst_rel REF GOT        worst |ref - got| / |ref| over two lists of numbers (one a line),
+#                            printed as %.2e ("none" when empty)
+#   le A B                   A is a number and A <= B
 #   have_mpi                 finetune was built with MPI and mpiexec is on PATH
 #   kill_tree PID            SIGKILL every process below PID, then PID (our own processes only:
 #                            never by a name pattern)
@@ -29,6 +33,13 @@ expect_error() {
 }
 
 train_field() { grep "\"type\":\"train\",\"step\":$2," "$1" | sed -nE "s/.*\"$3\":([0-9.e+-]+).*/\1/p"; }
+
+metric() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/"; }
+worst_rel() {
+  paste <(printf '%s\n' "$1") <(printf '%s\n' "$2") | awk '
+    { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r; n++ } END { if (n < 1) print "none"; else printf "%.2e", w }'
+}
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 == a && a <= b) }'; }
 
 have_mpi() {
   command -v mpiexec >/dev/null && { grep -q FT_HAVE_MPI "$build/obj/main.d" 2>/dev/null || nm "$bin" 2>/dev/null | grep -q MPI_Init; }

@@ -12,7 +12,7 @@ help=$("$bin" --help); rc=$?
 [ $rc -eq 0 ] && ok "--help exits 0" || bad "--help exit $rc"
 for f in --model_dir --data_dir --out_dir --resume --eval_only --batch_size_per_device --total_batch_size --seq_len --pack \
          --gradient_checkpointing --learning_rate --lr_schedule --warmup_fraction --weight_decay --max_grad_norm \
-         --max_steps --epochs --seed --eval_every --save_every --save_dtype --no_fsdp --dp_shard; do
+         --max_steps --epochs --seed --eval_every --save_every --save_dtype --no_fsdp --dp_shard --collective_timeout; do
   printf '%s\n' "$help" | grep -q -- "$f .*(default: " && ok "--help lists $f with its default" || bad "--help does not list $f with its default"
 done
 
@@ -27,5 +27,16 @@ expect_error "$tmp/m/config.json" --eval_only --model_dir "$tmp/m"
 cp tests/golden/mha/config.json "$tmp/m/config.json" || bad "cannot copy tests/golden/mha/config.json"
 expect_error "no val shards" --eval_only --model_dir "$tmp/m" --data_dir "$tmp" --seq_len 32
 expect_error "exceeds the model's max_position_embeddings" --eval_only --model_dir tests/golden/mha --seq_len 100000
+
+# --profile: per step, the phase totals and each phase's ops (about 1 s)
+prof=$("$bin" --profile --max_steps 2 --seq_len 32 --batch_size_per_device 2 --total_batch_size 2 --max_eval_docs 2 \
+       --out_dir "$tmp/prof" 2>&1); rc=$?
+[ $rc -eq 0 ] && ok "--profile run exits 0" || bad "--profile run exit $rc: $(printf '%s' "$prof" | tail -1)"
+[ "$(printf '%s\n' "$prof" | grep -c '^profile step [12] (ms, op ms/calls): .* = forward .* + backward .* + optimizer .* + comm .* + other')" -eq 2 ] \
+  && ok "--profile prints the phase totals of each step" \
+  || bad "--profile: no 'profile step N ... = forward + backward + optimizer + comm + other' line per step"
+for want in "forward .*attention_fwd" "backward .*attention_bwd" "optimizer .*adamw"; do
+  printf '%s\n' "$prof" | grep -Eq "^  $want" && ok "--profile op line '$want'" || bad "--profile: no op line matching '$want'"
+done
 
 finish

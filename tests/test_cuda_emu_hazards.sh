@@ -13,6 +13,8 @@
 #      both operations: a compute-stream kernel or cublasLtMatmul reading data last written
 #      by ncclAllGather (prefetch); ncclReduceScatter reading data last written by a compute
 #      kernel or cublasLtMatmul (reduce-scatter).
+#   3. the two reports name different streams for ncclAllGather and ncclReduceScatter: the
+#      shard group's reduce-scatters have their own communicator and stream.
 # The verdict does not depend on timing (vector clocks at issue time), so one seed is enough.
 # Runtime: three 2-rank runs of one step: 7 s of CPU, 20 s wall (measured, shared 2-core machine).
 set -u
@@ -49,5 +51,11 @@ line=$(grep -m1 -E 'HAZARD read-after-write: ncclReduceScatter \([^)]*\) on stre
   || bad "reduce-scatter fault not reported: rc $rc, $(grep -m1 'HAZARD\|error' "$tmp/rs.log")"
 grep -q "ordering hazard(s) reported" "$tmp/rs.log" && ok "the run ends with the hazard count" \
   || bad "no closing hazard count line"
+# the shard group's reduce-scatters run on their own NCCL communicator and stream (review M6):
+# the stream the reports name for ncclReduceScatter is not the one they name for ncclAllGather
+ag=$(grep -m1 -oE 'ncclAllGather \([^)]*\) on stream [0-9]+' "$tmp/prefetch.log" | grep -oE '[0-9]+$')
+rs=$(grep -m1 -oE 'ncclReduceScatter \([^)]*\) on stream [0-9]+' "$tmp/rs.log" | grep -oE '[0-9]+$')
+[ -n "$ag" ] && [ -n "$rs" ] && [ "$ag" != "$rs" ] && ok "reduce-scatters on their own stream ($rs), all-gathers on stream $ag" \
+  || bad "reduce-scatter and all-gather streams: '$rs' / '$ag'"
 
 finish

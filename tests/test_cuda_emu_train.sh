@@ -22,9 +22,12 @@
 #      published peak of a GPU known by name (FT_EMU_DEVICE_NAME), else the measured rate
 #   5. with mpiexec: FSDP over 2 emulated GPUs, DDP over 2 and HSDP 2 x 2, through the NCCL
 #      transport (src/comm_nccl.c; NCCL emulated over MPI in cuda_emu_host.cpp: the NCCL id
-#      broadcast, ncclCommSplit, bf16 reduce-scatter, all-gather, fp32 all-reduce), against
+#      broadcast, ncclCommSplit, bf16 reduce-scatter, all-gather, fp32 all-reduce; FSDP 2 at
+#      2 micro-batches: the root's gradient summed in fp32 and reduce-scattered once), against
 #      the single emulated device with the same global batch and the same tolerances (the
-#      ranks' bf16 partial gradients are summed in another order)
+#      ranks' bf16 partial gradients are summed in another order); each creates as many NCCL
+#      communicators as --dry_run counts (FSDP 2: world = shard group + its reduce-scatter
+#      lane; DDP: world = replica group; HSDP 2 x 2: world, shard, lane, replica)
 #   6. seeds: runs 1-5 use FT_EMU_SEED=1; the single device and the three multi-rank
 #      layouts then run 2 steps again under seeds 2 and 3 (other delays, so other
 #      interleavings of the streams): no hazard, and bitwise the same losses and gradient
@@ -52,13 +55,8 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export FT_EMU_SEED=1
 flags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3
        --max_eval_docs 8 --warmup_fraction 0)
-metric() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/"; }
+# (metric, worst_rel and le: tests/lib.sh)
 val() { grep '"type":"eval"' "$1/metrics.jsonl" | tail -1 | sed -E 's/.*"val_loss":([0-9.]+).*/\1/'; }
-worst_rel() {  # worst relative difference between two columns of numbers
-  paste <(printf '%s\n' "$1") <(printf '%s\n' "$2") | awk '
-    { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r; n++ } END { if (n < 1) print "none"; else printf "%.2e", w }'
-}
-le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 == a && a <= b) }'; }
 
 OMP_NUM_THREADS=2 "$build/finetune" --device cpu "${flags[@]}" --out_dir "$tmp/cpu" >"$tmp/cpu.log" 2>&1 || bad "CPU run: $(tail -1 "$tmp/cpu.log")"
 if "$emu" --device cuda "${flags[@]}" --sample_tokens 16 --out_dir "$tmp/emu" >"$tmp/emu.log" 2>&1; then
@@ -107,6 +105,12 @@ if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
     # shellcheck disable=SC2086
     if timeout 300 mpiexec -n "$n" "$emu" --device cuda "${flags[@]}" $extra --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1; then
       grep -q "bootstrap: MPI.*world $n rank" "$tmp/$name.log" && compare_runs "$name" "$tmp/$name" || bad "$name: bootstrap line"
+      # the NCCL communicators created = what --dry_run counts (no duplicate of the world's)
+      # shellcheck disable=SC2086
+      got=$(grep -oE '[0-9]+ NCCL communicator' "$tmp/$name.log"); planned=$("$build/finetune" --dry_run --device cuda \
+        --world_size "$n" "${flags[@]}" $extra | grep -oE 'minus [0-9]+ NCCL' | grep -oE '[0-9]+')
+      [ -n "$got" ] && [ "${got%% *}" = "$planned" ] && ok "$name: $got(s) created, as the plan counts" \
+        || bad "$name: NCCL communicators created '$got', planned '$planned'"
     else bad "$name on emulated GPUs: $(grep -m1 'error\|HAZARD' "$tmp/$name.log")"; fi
   done
 else

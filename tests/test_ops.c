@@ -12,6 +12,7 @@
 // relative (NMSE 1e-8). We allow 1e-5. A wrong backward (missing term, wrong sign, wrong
 // index) produces NMSE of order 1e-2..1, far above it.
 #include "backend.h"
+#include "backend_cpu_internal.h"
 #include "common.h"
 #include "test.h"
 
@@ -74,6 +75,9 @@ static const op_case cases[] = {
     {OP_ATTENTION, "attention GQA4 B1 T13 H8 KV2 D4", .B = 1, .T = 13, .H = 8, .KVH = 2, .D = 4},
     {OP_ATTENTION, "attention GQA8 B2 T5 H8 KV1 D6", .B = 2, .T = 5, .H = 8, .KVH = 1, .D = 6},
     {OP_ATTENTION, "attention T1 B3 H2 KV1 D4", .B = 3, .T = 1, .H = 2, .KVH = 1, .D = 4},
+    // longer than one CPU tile of 64 query rows: off-diagonal key blocks, a partial last tile
+    {OP_ATTENTION, "attention tiles B1 T130 H2 KV1 D4", .B = 1, .T = 130, .H = 2, .KVH = 1, .D = 4},
+    {OP_ATTENTION, "attention tiles MHA B2 T70 H2 KV2 D6", .B = 2, .T = 70, .H = 2, .KVH = 2, .D = 6},
     {OP_SWIGLU, "swiglu 37", .N = 37},
     {OP_LMHEAD, "lmhead_xent 5x7 V11", .N = 5, .C = 7, .V = 11},
     {OP_LMHEAD, "lmhead_xent 131x6 V5 (2 chunks)", .N = 131, .C = 6, .V = 5},
@@ -268,6 +272,81 @@ static void teardown(state *s) {
     free(s->tokens); free(s->cos); free(s->sin); free(s->R);
 }
 
+// ----------------------------------------------------------------------------
+// forward references: the attention tiles and the vectorised exp against double precision
+
+// Causal GQA attention in double, the textbook loop nest. out (B, T, H, D); lse (B, H, T).
+static void attention_ref(double *out, double *lse, const float *q, const float *k, const float *v,
+                          int B, int T, int H, int KVH, int D) {
+    double *p = malloc(sizeof(double) * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const float *qt = q + (((size_t)b * T + t) * H + h) * D;
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const float *kj = k + (((size_t)b * T + j) * KVH + h / (H / KVH)) * D;
+                    double dot = 0;
+                    for (int d = 0; d < D; d++) dot += (double)qt[d] * kj[d];
+                    p[j] = dot / sqrt((double)D);
+                    m = p[j] > m ? p[j] : m;
+                }
+                for (int j = 0; j <= t; j++) sum += exp(p[j] - m);
+                double *o = out + (((size_t)b * T + t) * H + h) * D;
+                for (int d = 0; d < D; d++) o[d] = 0;
+                for (int j = 0; j <= t; j++) {
+                    const float *vj = v + (((size_t)b * T + j) * KVH + h / (H / KVH)) * D;
+                    for (int d = 0; d < D; d++) o[d] += exp(p[j] - m) / sum * vj[d];
+                }
+                lse[((size_t)b * H + h) * T + t] = m + log(sum);
+            }
+    free(p);
+}
+
+// Threshold: each output is a convex combination of v rows (|v| ~ 1) with weights from fp32
+// dot products of length D and sums of <= T terms; relative rounding error per element is at
+// most ~(D + T) * 6e-8 < 1e-5 for these shapes and typically ~1e-6 (NMSE ~1e-12). We allow
+// NMSE 1e-10 on out and 1e-5 absolute on lse. A mask off by one key or a tile reading the
+// wrong key block gives NMSE 1e-3 or more.
+#define ATT_REF_NMSE_MAX 1e-10
+#define ATT_REF_LSE_MAX 1e-5
+static void check_attention_forward(const backend *be, const state *s) {
+    const op_case *c = s->c;
+    size_t nl = (size_t)c->B * c->H * c->T;
+    float *out = malloc(sizeof(float) * s->out_n), *lse = malloc(sizeof(float) * nl), *ref32 = malloc(sizeof(float) * s->out_n);
+    double *ref = malloc(sizeof(double) * s->out_n), *lse_ref = malloc(sizeof(double) * nl);
+    be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D);
+    attention_ref(ref, lse_ref, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D);
+    for (size_t i = 0; i < s->out_n; i++) ref32[i] = (float)ref[i];
+    double e = test_nmse(out, ref32, s->out_n), lse_err = 0;
+    for (size_t i = 0; i < nl; i++) lse_err = fmax(lse_err, fabs(lse[i] - lse_ref[i]));
+    int ok = e <= ATT_REF_NMSE_MAX && lse_err <= ATT_REF_LSE_MAX;
+    printf("%-36s %-7s %12.3e %10.1e %s (lse max err %.1e)\n", c->name, "fwd/ref", e, ATT_REF_NMSE_MAX,
+           ok ? "pass" : "FAIL", lse_err);
+    EXPECT(ok, "%s forward vs double reference: NMSE %.3e, lse max error %.3e", c->name, e, lse_err);
+    free(out); free(lse); free(ref32); free(ref); free(lse_ref);
+}
+
+// cpu_expf against exp in double: at most 2 ulp (2 * 2^-23 relative) over [-87, 88]. Derived:
+// the reduced argument r is exact to ~2^-32, the degree-7 Taylor remainder is below 0.05 ulp,
+// the Horner steps round 8 times on values in [0.7, 1.5] (~1.5 ulp at worst), and scaling by
+// 2^n is exact. Outside the range: 0 below -87, +inf above 88, NaN stays NaN.
+static void check_expf(void) {
+    double worst = 0;
+    float worst_x = 0;
+    for (int i = 0; i <= 1750000; i++) {
+        float x = -87.0f + 1e-4f * (float)i;
+        double ref = exp((double)x), rel = fabs((double)cpu_expf(x) - ref) / ref;
+        if (rel > worst) { worst = rel; worst_x = x; }
+    }
+    int specials = cpu_expf(0.0f) == 1.0f && cpu_expf(-INFINITY) == 0.0f && cpu_expf(-100.0f) == 0.0f &&
+                   isinf(cpu_expf(INFINITY)) && isinf(cpu_expf(100.0f)) && isnan(cpu_expf(NAN));
+    printf("%-36s %-7s %12.3e %10.1e %s (at x = %g)\n", "cpu_expf [-87, 88]", "rel", worst, 2.0 / 8388608,
+           worst <= 2.0 / 8388608 && specials ? "pass" : "FAIL", worst_x);
+    EXPECT(worst <= 2.0 / 8388608, "cpu_expf: relative error %.3e at x = %g", worst, worst_x);
+    EXPECT(specials, "cpu_expf: exp(0) != 1, or -inf/-100 not 0, or +inf/100 not inf, or NaN lost");
+}
+
 int main(void) {
     const backend *be = backend_cpu();
     printf("%-36s %-7s %12s %10s %s\n", "case", "input", "NMSE", "threshold", "result");
@@ -276,6 +355,7 @@ int main(void) {
         setup(&s, &cases[ci], be);
         int contract_ok;
         analytic(&s, &contract_ok);
+        if (cases[ci].op == OP_ATTENTION) check_attention_forward(be, &s);
         if (cases[ci].op == OP_MATMUL)   // the only op with an accumulate_dinp mode
             EXPECT(contract_ok, "%s: accumulate_dinp did not add to the existing values", cases[ci].name);
         for (int i = 0; i < s.n_in; i++) {
@@ -303,5 +383,6 @@ int main(void) {
         }
         teardown(&s);
     }
+    check_expf();
     TEST_SUMMARY("test_ops");
 }

@@ -16,10 +16,20 @@
 #   2. The comparison can fail: a plan for another job (checkpointing off vs on) is rejected.
 #   3. CodeLlama-7b (data/configs/codellama-7b, bf16 with --device cuda): the bytes follow
 #      from the parameter count (P = 6,738,546,688; 2 + 12 + 4 bytes per parameter sharded, plus
-#      one micro-batch's root + layer gradients); FSDP over 4 ranks fits 80 GB, one GPU without
-#      sharding does not (18 x 6.7e9 bytes > 80 GiB); the reported largest batch fits and the
-#      next one does not.
-#   4. Flag handling: --dry_run needs no weights and no data; --world_size without --dry_run,
+#      one micro-batch's root + layer gradients; the fp32 root gradient sum of the 16
+#      micro-batches reuses the checkpoint gather buffer); FSDP over 4 ranks fits 80 GB, one
+#      GPU without sharding does not (18 x 6.7e9 bytes > 80 GiB); the reported largest batch
+#      fits and the next one does not; the NCCL communicators are counted (pure FSDP: no
+#      duplicate of the world communicator).
+#   4. The step-time estimate (src/plan_time.c), 7B on 4 and 1 H100-class ranks at batch 1 and
+#      16: the per-class rows add up to the total on every device (printed to 0.01 ms: 5
+#      rows each off by at most 0.005 plus the total's 0.005 -> |sum - total| <= 0.03 ms);
+#      the gemm row equals FLOPs / (0.55 x 989e12) computed here from the shapes; GEMM and
+#      SIMT time double with the tokens; attention time doubles when T doubles at the same
+#      tokens per step (quadratic in T per sequence); collective link time = bytes / 450 GB/s
+#      and scales as (W-1)/W from 4 to 8 ranks (ratios within 1e-3: the values are 20+ ms,
+#      printed to 0.01 ms, so rounding moves a ratio by < 1e-3); MFU and tokens/s printed.
+#   5. Flag handling: --dry_run needs no weights and no data; --world_size without --dry_run,
 #      --device cuda without a GPU (also at 2 ranks: once) and a non-dividing --dp_shard give
 #      one error line.
 set -u
@@ -117,8 +127,13 @@ expect7 "$tmp/7b_one.plan" params $(( P * 2 ))
 expect7 "$tmp/7b_one.plan" optimizer $(( P * 12 ))
 grep -q "^fits an 80 GB GPU.*: yes" "$tmp/7b_fsdp4.plan" && ok "7B: FSDP over 4 ranks, batch 1: fits 80 GB" || bad "7B FSDP 4 does not fit: $(grep fits "$tmp/7b_fsdp4.plan")"
 grep -q "^fits an 80 GB GPU.*: NO" "$tmp/7b_one.plan" && ok "7B: one GPU without sharding: does not fit 80 GB" || bad "7B on one GPU fits: $(grep fits "$tmp/7b_one.plan")"
-grep -q "step time ESTIMATE" "$tmp/7b_fsdp4.plan" && grep -q "^  H100-SXM5-80GB" "$tmp/7b_fsdp4.plan" && grep -q "^  A100-SXM4-80GB" "$tmp/7b_fsdp4.plan" \
-  && ok "7B: step-time estimate for A100 and H100, labelled" || bad "7B: step-time estimate missing"
+grep -q "root gradient summed over micro-batches in fp32" "$tmp/7b_fsdp4.plan" && ok "7B FSDP 4, 16 micro-batches: root gradient summed in fp32" \
+  || bad "7B FSDP 4: no fp32 root gradient sum: $(grep '^job' "$tmp/7b_fsdp4.plan")"
+# pure FSDP: the world communicator is the shard group's; + its reduce-scatter lane
+grep -q "minus 2 NCCL communicator(s)" "$tmp/7b_fsdp4.plan" && ok "7B FSDP 4: 2 NCCL communicators counted (world = shard, reduce-scatter lane)" \
+  || bad "7B FSDP 4 NCCL communicators: $(grep '^fits' "$tmp/7b_fsdp4.plan")"
+n=$(plan7 --world_size 8 --dp_shard 4 | grep -o "minus [0-9]* NCCL")
+[ "$n" = "minus 4 NCCL" ] && ok "7B HSDP 4 x 2: 4 NCCL communicators (world, shard, lane, replica)" || bad "7B HSDP NCCL communicators: '$n'"
 # the reported largest batch fits and one more does not, with and without checkpointing
 for ck in "without" "with"; do
   flag=""; [ "$ck" = with ] && flag=--gradient_checkpointing
@@ -131,7 +146,50 @@ for ck in "without" "with"; do
   else bad "7B $ck checkpointing: no largest batch reported"; fi
 done
 
-# ---------------------------------------------------------------- 4. flags
+# ---------------------------------------------------------------- 4. step time per op class
+# row KEY of the class table, device column $3 (1 A100, 2 H100, 3 H200) of plan $1
+crow() { awk -v k="$2" -v d="$3" '/per class, ms per step/ { on = 1 } on && $1 == k { v = $(d + 1); sub(/%$/, "", v); print v; exit }' "$1"; }
+# ratio check: crow ratio $1/$2 of row $3 on H100 must be $4 within 1e-3
+ratio_ok() { awk -v a="$(crow "$1" "$3" 2)" -v b="$(crow "$2" "$3" 2)" -v r="$4" 'BEGIN { exit !(b > 0 && (a / b - r)^2 < 1e-6) }'; }
+for job in "fsdp4_b1:--world_size 4" "fsdp4_b16:--world_size 4 --batch_size_per_device 16" \
+           "one_b1:--world_size 1 --no_fsdp" "one_b16:--world_size 1 --no_fsdp --batch_size_per_device 16"; do
+  name=${job%%:*}; f="$tmp/7b_t_$name.plan"
+  plan7 ${job#*:} > "$f" 2>&1 || { bad "7B $name dry run: $(head -1 "$f")"; continue; }
+  grep -q "step time ESTIMATE per op class" "$f" && grep -q "not a measurement" "$f" \
+    && ok "7B $name: step-time estimate labelled as an estimate" || bad "7B $name: no labelled estimate"
+  for d in 1 2 3; do
+    sum=0; for k in gemm attention simt memory comm_exposed; do sum=$(awk -v s="$sum" -v v="$(crow "$f" $k $d)" 'BEGIN { printf "%.4f", s + v }'); done
+    tot=$(crow "$f" total $d)
+    awk -v s="$sum" -v t="$tot" 'BEGIN { exit !(t > 0 && (s - t)^2 <= 0.03^2) }' \
+      && ok "7B $name device $d: classes sum to the total ($sum ~ $tot ms)" || bad "7B $name device $d: classes $sum != total '$tot'"
+  done
+  # derived: 6 FLOPs per layer matmul parameter per token at 0.55 x 989e12 (H100 column)
+  tokens=$(sed -nE 's/.*per optimizer step: ([0-9]+) tokens.*/\1/p' "$f")
+  want=$(awk -v n="$tokens" -v c=$C -v ff=$F -v l=$L 'BEGIN { printf "%.2f", 1e3 * 6 * n * l * (4 * c * c + 3 * c * ff) / (0.55 * 989e12) }')
+  [ "$(crow "$f" gemm 2)" = "$want" ] && ok "7B $name: H100 gemm = 6 x tokens x layer params / (0.55 x 989e12) = $want ms" \
+    || bad "7B $name: H100 gemm '$(crow "$f" gemm 2)', derived $want"
+  mfu=$(crow "$f" MFU 2); tps=$(crow "$f" tokens/s/GPU 2)
+  [ -n "$mfu" ] && [ -n "$tps" ] && ok "7B $name: H100 predicted MFU $mfu%, $tps tokens/s/GPU" || bad "7B $name: no MFU/tokens per s"
+done
+# GEMM linear in tokens (batch 2 -> 4 at one micro-batch), attention quadratic in T (seq 256 ->
+# 512 at the same tokens per step: x2 per token), collectives = bytes / link bandwidth
+plan7 --world_size 4 --batch_size_per_device 2 --total_batch_size 8 > "$tmp/t_b2.plan"
+plan7 --world_size 4 --batch_size_per_device 4 --total_batch_size 16 > "$tmp/t_b4.plan"
+plan7 --world_size 4 --batch_size_per_device 4 --seq_len 256 --total_batch_size 16 > "$tmp/t_b4s256.plan"
+plan7 --world_size 4 --batch_size_per_device 2 --seq_len 512 --total_batch_size 8 > "$tmp/t_b2s512.plan"
+ratio_ok "$tmp/t_b4.plan" "$tmp/t_b2.plan" gemm 2 && ok "GEMM time doubles with the tokens" || bad "GEMM time: $(crow "$tmp/t_b4.plan" gemm 2) vs $(crow "$tmp/t_b2.plan" gemm 2)"
+ratio_ok "$tmp/t_b2s512.plan" "$tmp/t_b4s256.plan" attention 2 \
+  && ok "attention time x2 at the same tokens when T doubles (quadratic in T per sequence)" \
+  || bad "attention time: $(crow "$tmp/t_b2s512.plan" attention 2) vs $(crow "$tmp/t_b4s256.plan" attention 2)"
+ratio_ok "$tmp/t_b4.plan" "$tmp/t_b2.plan" simt 2 && ok "SIMT time doubles with the tokens" || bad "SIMT time not linear"
+bytes=$(( $(planned "$tmp/t_b2.plan" all_gather) + $(planned "$tmp/t_b2.plan" reduce_scatter) + $(planned "$tmp/t_b2.plan" all_reduce) ))
+want=$(awk -v b=$bytes 'BEGIN { printf "%.2f", 1e3 * b / 450e9 }')
+[ "$(crow "$tmp/t_b2.plan" link 2)" = "$want" ] && ok "collectives: H100 link time = bytes / 450 GB/s = $want ms" || bad "link time '$(crow "$tmp/t_b2.plan" link 2)', bytes/bw $want"
+plan7 --world_size 8 --batch_size_per_device 2 --total_batch_size 16 > "$tmp/t_w8.plan"
+ratio_ok "$tmp/t_w8.plan" "$tmp/t_b2.plan" link "$(awk 'BEGIN { print (7 / 8) / (3 / 4) }')" \
+  && ok "collective time per rank scales as (W-1)/W (4 -> 8 ranks)" || bad "link time 4 -> 8 ranks: $(crow "$tmp/t_w8.plan" link 2) vs $(crow "$tmp/t_b2.plan" link 2)"
+
+# ---------------------------------------------------------------- 5. flags
 out=$("$bin" --dry_run --model_dir $m7 --data_dir "$tmp/none" --device cuda 2>&1) && [ ! -e $m7/model.safetensors ] \
   && ok "--dry_run reads only config.json (no weights, no data dir)" || bad "--dry_run without weights/data: $out"
 expect_error "--world_size is for --dry_run" --world_size 4

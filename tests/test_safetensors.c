@@ -1,7 +1,8 @@
 // test_safetensors.c: the safetensors reader against a table of hostile files (each must
 // be rejected with one message naming the file and the field/tensor at fault, and must
 // never read outside the mapping: run under ASan in `make test-asan`), the writer's
-// round trip and atomicity, and the checkpoint directory layer (single file, sharded
+// round trip and atomicity, the streaming writer (any put order gives st_write's bytes; a
+// missing tensor refused), and the checkpoint directory layer (single file, sharded
 // index, missing/duplicate/unexpected tensors, wrong shapes).
 #include <sys/stat.h>
 #include <unistd.h>
@@ -163,6 +164,62 @@ static void test_writer(void) {
            "unwritable path: %s", ft_error_message());
 }
 
+// The whole file at `path` (malloc'ed, *n bytes), or NULL.
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    char *b = malloc(*n + 1);
+    if (b && fread(b, 1, *n, f) != *n) { free(b); b = NULL; }
+    fclose(f);
+    return b;
+}
+
+// streaming writer: tensors put in reverse order give st_write's bytes exactly; a tensor
+// never put makes the commit fail and leaves no file
+static void test_writer_stream(void) {
+    char one[256], streamed[256], tmp[300];
+    snprintf(one, sizeof one, "%s/one.safetensors", dir);
+    snprintf(streamed, sizeof streamed, "%s/streamed.safetensors", dir);
+    float a[6] = {1, 2, 3, 4, 5, 6}, c[5] = {-1, -2, -3, -4, -5};
+    uint16_t b[3] = {0x3f80, 0x4000, 0xc040};
+    st_write_tensor ts[3] = {
+        {"a.weight", ST_F32, 2, {2, 3}, a},
+        {"b", ST_BF16, 1, {3}, b},
+        {"c", ST_F32, 1, {5}, c},
+    };
+    const char *meta[] = {"format", "pt", NULL};
+    ft_error_clear();
+    EXPECT(st_write(one, ts, 3, meta) == 0, "st_write: %s", ft_error_message());
+    st_writer w;
+    int rc = st_writer_open(&w, streamed, ts, 3, meta);
+    for (int i = 2; i >= 0 && rc == 0; i--) rc = st_writer_put(&w, i, ts[i].data);
+    rc = rc == 0 ? st_writer_commit(&w) : (st_writer_abort(&w), -1);
+    EXPECT(rc == 0, "streamed write: %s", ft_error_message());
+    size_t n1 = 0, n2 = 0;
+    char *b1 = slurp(one, &n1), *b2 = slurp(streamed, &n2);
+    EXPECT(b1 && b2 && n1 == n2 && memcmp(b1, b2, n1) == 0, "puts in reverse order give st_write's bytes (%zu vs %zu)", n1, n2);
+    free(b1);
+    free(b2);
+    // tensor "b" never put: the commit refuses, naming it; neither file nor temp file remains
+    unlink(streamed);
+    ft_error_clear();
+    rc = st_writer_open(&w, streamed, ts, 3, meta);
+    if (rc == 0) rc = st_writer_put(&w, 0, a) | st_writer_put(&w, 2, c);
+    EXPECT(rc == 0 && st_writer_commit(&w) != 0 && strstr(ft_error_message(), "tensor 'b' was never written"),
+           "commit with a missing tensor refused: %s", ft_error_message());
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", streamed, (int)getpid());
+    EXPECT(access(streamed, F_OK) != 0 && access(tmp, F_OK) != 0, "no file after a refused commit");
+    // abort after some puts leaves nothing either
+    rc = st_writer_open(&w, streamed, ts, 3, meta);
+    if (rc == 0) rc = st_writer_put(&w, 1, b);
+    st_writer_abort(&w);
+    st_writer_abort(&w);   // harmless twice
+    EXPECT(rc == 0 && access(streamed, F_OK) != 0 && access(tmp, F_OK) != 0, "no file after an abort");
+}
+
 // ----------------------------------------------------------------------------
 // checkpoint directories: a tiny config and its tensors, with one defect per case
 
@@ -285,6 +342,7 @@ int main(void) {
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     test_reader_table();
     test_writer();
+    test_writer_stream();
     test_checkpoint_table();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

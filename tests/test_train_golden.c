@@ -79,7 +79,7 @@ int main(void) {
     // padded as the trainer pads for one rank: exercises the padded slices
     int ok = param_layout_init(&layout, &cfg, fsdp_pad_multiple(1)) == 0 &&
              model_init(&m, &layout, be, &mem, B, T, 0) == 0 &&
-             fsdp_init(&s, &layout, be, &mem, &one, &one, 0) == 0 && ckpt_load_weights(&s, dir) == 0;
+             fsdp_init(&s, &layout, be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH) == 0 && ckpt_load_weights(&s, dir) == 0;
     EXPECT(ok, "setup: %s", ft_error_message());
     unit_provider prov = fsdp_provider(&s);
     int32_t *tok = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));

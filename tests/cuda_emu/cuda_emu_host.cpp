@@ -4,8 +4,10 @@
 //
 // What is here, and how faithful:
 //   - device queries: one emulated device, "sm_80", 8 GiB; FT_EMU_DEVICES=0 emulates a
-//     machine without a device (cudaErrorNoDevice), to test that path too, and
-//     FT_EMU_DEVICE_NAME sets the device name
+//     machine without a device (cudaErrorNoDevice), to test that path too,
+//     FT_EMU_DEVICE_NAME sets the device name, FT_EMU_COMPUTE_CAPABILITY ("7.5", "10.0") its
+//     architecture and FT_EMU_MEMORY_MIB its memory (total = free), for the bad-input tests
+//     (tests/test_cuda_bad_input.sh)
 //   - streams and events: cuda_emu_stream.cpp. Linking this file makes the runtime
 //     asynchronous by default (each stream a queue with its own worker; the ordering checker
 //     of cuda_emu_shadow.cpp reports hazards; FT_EMU_SYNC=1 runs everything synchronously)
@@ -48,6 +50,10 @@ static int emu_device_count() {
     const char *e = getenv("FT_EMU_DEVICES");
     return e ? atoi(e) : 1;
 }
+static size_t emu_memory_bytes() {
+    const char *e = getenv("FT_EMU_MEMORY_MIB");
+    return e ? (size_t)atoll(e) << 20 : (size_t)8 << 30;
+}
 
 extern "C" {
 
@@ -68,15 +74,17 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     // FT_EMU_DEVICE_NAME pretends to be a given GPU (tests of name-based lookups)
     const char *name = getenv("FT_EMU_DEVICE_NAME");
     snprintf(prop->name, sizeof prop->name, "%s", name ? name : "CPU emulation (tests/cuda_emu)");
+    const char *cc = getenv("FT_EMU_COMPUTE_CAPABILITY");
     prop->major = 8;
     prop->minor = 0;
-    prop->totalGlobalMem = (size_t)8 << 30;
+    if (cc && sscanf(cc, "%d.%d", &prop->major, &prop->minor) != 2) return cudaErrorInvalidValue;
+    prop->totalGlobalMem = emu_memory_bytes();
     prop->multiProcessorCount = 1;
     prop->warpSize = 32;
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
-    *free_bytes = *total = (size_t)8 << 30;
+    *free_bytes = *total = emu_memory_bytes();
     return cudaSuccess;
 }
 

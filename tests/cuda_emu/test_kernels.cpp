@@ -43,6 +43,33 @@
 //   of the output rounding (u^2/6 .. u^2). THR_ATT_TC = 2.6 u^2 = 4e-5. S = Q K^T is a sum
 //   of exact bf16 products in fp32 (tensor cores may add in another order or truncate
 //   inside the adder tree: a few fp32 ulp), so lse keeps THR_F32.
+//
+// Edge inputs: every op also runs in the regimes where one of its constants or bounds
+// decides the result (the case tables in cases_*(); tests/mutate_kernels.sh checks that a
+// one-line change to each is caught). The thresholds above hold there unchanged:
+//   - all-zero references (fully masked lm_head rows: loss 0, dlogits 0; AdamW's zero
+//     gradients with zero state: m = v = 0): test_nmse returns the plain sum of squared
+//     errors, and the kernels produce exact zeros (0 times finite values, 0 / (0 + eps)).
+//   - scores and logits ~100 (attention with q scaled by 40, lm_head logits ~ N(0, 50^2)):
+//     the fp32 dot products of D (C) bf16 products err by ~sqrt(D) 2^-24 |terms| ~ 1e-5
+//     absolute, i.e. 1e-5 relative in p = exp(s - m): NMSE ~1e-10 << THR_BF16; lse ~ 100
+//     moves by ~1e-7 relative: NMSE ~1e-14 << THR_F32.
+//   - RMSNorm rows with mean square 0, 0.1, 1 and 10 eps: rstd = rsqrt(ms + eps) is as well
+//     conditioned there as elsewhere (both terms positive), out = w x rstd is O(0.3..1) and
+//     rounded once as before.
+//   - AdamW with sqrt(v) ~ eps (gradients ~1e-9: v ~ 1e-19, normal in fp32) or v = 0: the
+//     denominator sqrt(v) / sqrt(bc2) + eps adds two positive terms, no cancellation, so the
+//     fp32 evaluation order still moves the result by a few ulp.
+//   - SwiGLU with |gate| > 88: exp(-gate) is 0 or inf on both sides, the sigmoid exactly 0
+//     or 1; the outputs are exact zeros or gate * up rounded once.
+//   - sum_squares over magnitudes 1e-25 .. 1e25: squares of fp32 values are exact in double
+//     (48-bit products), the sum errs by ~n 2^-53 relative as before.
+//   - attention backward at T = 1: dq = dk = 0 in exact arithmetic (one key: dP = dout.v and
+//     delta = dout.out = dout.v cancel), so both sides return the fp32 noise of that
+//     difference, |dP - delta| <= D 2^-24 sum|dout_d v_d| ~ 6e-4 at D = 128 (typically
+//     ~1e-5), times scale |k| <~ 0.4: an absolute RMS of at most ~2e-4 in the worst case and
+//     ~1e-6 typically. THR_T1_RMS = 1e-4 (absolute); a real error (a wrong delta, a missing
+//     scale or mask) gives O(0.1..1).
 #include "cuda_emu.h"
 
 #include <stdarg.h>
@@ -68,6 +95,7 @@ extern "C" {
 #define THR_EXACT 0.0
 #define THR_F64 1e-20
 #define THR_ATT_TC 4e-5
+#define THR_T1_RMS 1e-4
 
 static const int ORDERS[3] = {CUEMU_FORWARD, CUEMU_REVERSE, CUEMU_RANDOM};
 static const backend *CPU;
@@ -175,7 +203,7 @@ struct Run {
     std::vector<Output> outs;
 };
 
-enum { M_NMSE, M_BITS, M_F64 };
+enum { M_NMSE, M_BITS, M_F64, M_RMS };
 struct Ref {
     const char *name;
     std::vector<float> vals;        // M_NMSE: the reference values
@@ -190,6 +218,15 @@ static Ref nmse_ref(const char *name, const std::vector<float> &v, double thr) {
     return r;
 }
 static double metric(const Ref &ref, const Output &o) {
+    if (ref.metric == M_RMS) {   // absolute: sqrt(mean((out - ref)^2))
+        if (o.vals.size() != ref.vals.size() || o.vals.empty()) return INFINITY;
+        double s = 0;
+        for (size_t i = 0; i < o.vals.size(); i++) {
+            double d = (double)o.vals[i] - ref.vals[i];
+            s += d * d;
+        }
+        return isfinite(s) ? sqrt(s / o.vals.size()) : INFINITY;
+    }
     if (ref.metric == M_NMSE) {
         if (o.vals.size() != ref.vals.size()) return INFINITY;
         return test_nmse(o.vals.data(), ref.vals.data(), ref.vals.size());
@@ -267,13 +304,34 @@ static std::string fmt(const char *f, ...) {
 // ----------------------------------------------------------------------------
 // embedding
 
-static void test_embedding(int N, int C, int V) {
+// token patterns: random ids; the first and last ids (0, V-1) among heavy repeats; ids unique
+// except repeats of row 0's id placed at the ends of the backward's 128-row ballot tiles
+// (rows 128 and 129: the last row of the first tile scanned from row 1 and the first of the
+// next) and in the last row; one id in every row (one block gathers all N rows)
+enum { TOK_RANDOM, TOK_EDGES, TOK_TILES, TOK_SAME };
+static std::vector<int32_t> make_tokens(int N, int V, int pattern) {
+    std::vector<int32_t> tok(N);
+    for (int i = 0; i < N; i++) {
+        int32_t r = (int32_t)(rng_u32() % (uint32_t)V);
+        if (pattern == TOK_EDGES) tok[i] = i % 3 == 0 ? 0 : i % 3 == 1 ? V - 1 : r;
+        else if (pattern == TOK_TILES) tok[i] = (i + 1) % V;
+        else if (pattern == TOK_SAME) tok[i] = V - 1;
+        else tok[i] = r;
+    }
+    if (pattern == TOK_TILES)
+        for (int i : {128, 129, N - 1})
+            if (i < N) tok[i] = tok[0];
+    return tok;
+}
+
+// `mis`: out, dout and dwte 2 bytes past 16-byte alignment (the element-wise paths)
+static void test_embedding(int N, int C, int V, int pattern, size_t mis) {
     std::vector<float> wte = randn_bf((size_t)V * C, 1.0f);
     std::vector<float> dout = randn_bf((size_t)N * C, 1.0f);
     std::vector<float> dwte0 = randn_bf((size_t)V * C, 0.5f);
-    std::vector<int32_t> tok(N);
-    for (auto &t : tok) t = (int32_t)(rng_u32() % (uint32_t)V);
-    std::string shape = fmt("N=%d C=%d V=%d", N, C, V);
+    std::vector<int32_t> tok = make_tokens(N, V, pattern);
+    static const char *pname[] = {"", " first/last ids", " tile repeats", " one id"};
+    std::string shape = fmt("N=%d C=%d V=%d%s%s", N, C, V, pname[pattern], mis ? " misal" : "");
 
     std::vector<float> out_ref((size_t)N * C), dwte_ref = dwte0;
     CPU->embedding_fwd(out_ref.data(), tok.data(), wte.data(), N, C, V);
@@ -281,15 +339,15 @@ static void test_embedding(int N, int C, int V) {
 
     run_case("embedding_fwd", shape, {nmse_ref("out", out_ref, THR_EXACT)}, [&](Run &r) {
         Dev d;
-        void *out = d.alloc((size_t)N * C * 2);
+        void *out = d.alloc((size_t)N * C * 2, mis);
         r.rc = ftk_embedding_fwd(out, d.i32(tok), d.bf16(wte), N, C, V, 0);
         r.guards = d.guards_ok();
         r.outs = {read_bf16(out, (size_t)N * C)};
     });
     run_case("embedding_bwd", shape, {nmse_ref("dwte", dwte_ref, THR_BF16)}, [&](Run &r) {
         Dev d;
-        void *dwte = d.bf16(dwte0);
-        r.rc = ftk_embedding_bwd(dwte, d.bf16(dout), d.i32(tok), N, C, V, 0);
+        void *dwte = d.bf16(dwte0, mis);
+        r.rc = ftk_embedding_bwd(dwte, d.bf16(dout, mis), d.i32(tok), N, C, V, 0);
         r.guards = d.guards_ok();
         r.outs = {read_bf16(dwte, (size_t)V * C)};
     });
@@ -298,13 +356,17 @@ static void test_embedding(int N, int C, int V) {
 // ----------------------------------------------------------------------------
 // rmsnorm
 
-static void test_rmsnorm(int N, int C, size_t mis) {
+// `small`: row n has scale {0, 1e-3, 3.2e-3, 1e-2, 1}[n % 5], i.e. a mean square of 0 (an
+// all-zero row), 0.1, 1 and 10 times eps, and ~1: the rows where eps decides rstd
+static void test_rmsnorm(int N, int C, size_t mis, bool small) {
     const float eps = 1e-5f;
-    std::vector<float> x = randn_bf((size_t)N * C, 1.0f), w = randn_bf(C, 1.0f);
+    std::vector<float> x = randn_f((size_t)N * C, 1.0f), w = randn_bf(C, 1.0f);
+    const float row_scale[5] = {0.0f, 1e-3f, 3.16e-3f, 1e-2f, 1.0f};
+    for (size_t i = 0; i < x.size(); i++) x[i] = bfround(x[i] * (small ? row_scale[i / C % 5] : 1.0f));
     for (auto &v : w) v = bfround(1.0f + 0.2f * v);
     std::vector<float> dy = randn_bf((size_t)N * C, 1.0f);
     std::vector<float> dx0 = randn_bf((size_t)N * C, 0.5f), dw0 = randn_bf(C, 0.5f);
-    std::string shape = fmt("N=%d C=%d%s", N, C, mis ? " misaligned" : "");
+    std::string shape = fmt("N=%d C=%d%s%s", N, C, mis ? " misaligned" : "", small ? " ms~eps" : "");
 
     std::vector<float> y_ref((size_t)N * C), rstd_ref(N), dx_ref = dx0, dw_ref = dw0;
     CPU->rmsnorm_fwd(y_ref.data(), rstd_ref.data(), x.data(), w.data(), N, C, eps);
@@ -410,7 +472,8 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
     std::vector<float> q = randn_bf(nq, qscale), k = randn_bf(nk, 1.0f), v = randn_bf(nk, 1.0f);
     std::vector<float> dout = randn_bf(nq, 1.0f);
     std::string shape = fmt("B=%d T=%d H=%d KVH=%d D=%d%s%s", B, T, H, KVH, D,
-                            qscale > 1 ? " peaky" : "", mis ? " misal" : "");
+                            qscale > 10 ? " scores~100" : qscale > 1 ? " peaky" : "",
+                            mis ? " misal" : "");
     std::vector<float> out_ref(nq), lse_ref((size_t)B * H * T);
     CPU->attention_fwd(out_ref.data(), lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D);
     for (int tc = 0; tc < (D % 16 == 0 ? 2 : 1); tc++) {
@@ -436,9 +499,16 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
     std::vector<float> dq_ref(nq), dk_ref(nk), dv_ref(nk);
     CPU->attention_bwd(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.data(), out_bf.data(),
                        lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D);
-    run_case("attention_bwd", shape,
-             {nmse_ref("dq", dq_ref, THR_BF16), nmse_ref("dk", dk_ref, THR_BF16),
-              nmse_ref("dv", dv_ref, THR_BF16)}, [&](Run &r) {
+    // T = 1: one key, so P = 1 and dS = P (dout.v - dout.out) scale = 0 exactly; dq and dk
+    // are fp32 cancellation noise on both sides (their summation orders differ), checked
+    // as an absolute RMS (THR_T1_RMS) instead of relative to noise
+    std::vector<Ref> refs = {nmse_ref("dq", dq_ref, THR_BF16), nmse_ref("dk", dk_ref, THR_BF16),
+                             nmse_ref("dv", dv_ref, THR_BF16)};
+    for (int i = 0; i < 2 && T == 1; i++) {
+        refs[i].metric = M_RMS;
+        refs[i].thr = THR_T1_RMS;
+    }
+    run_case("attention_bwd", shape, refs, [&](Run &r) {
                  Dev d;
                  void *dq = d.alloc(nq * 2), *dk = d.alloc(nk * 2), *dv = d.alloc(nk * 2);
                  r.rc = ftk_attention_bwd(dq, dk, dv, d.bf16(dout, mis), d.bf16(out_bf), d.f32(lse_ref),
@@ -456,20 +526,28 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
 // product by 1 and zeros), its dx = dlogits I is the fp32 dlogits, its losses the losses;
 // with dloss = 1, as the kernel leaves the dloss scaling to the GEMMs.
 
-enum { LMH_NORMAL, LMH_LARGE, LMH_MASKED };
+// kinds: random targets with 1 in 5 ignored (-100); large logits (N(0, 40^2), ~120 and
+// beyond, where exp without the max subtracted overflows fp32, and one 300 per row for the
+// first two rows); every row ignored; targets cycling through the first id, the last id,
+// -100 and a random id
+enum { LMH_NORMAL, LMH_LARGE, LMH_MASKED, LMH_EDGES };
 
 static void test_lmhead_rows(int rows, int V, bool train, int kind) {
     const float scale = kind == LMH_LARGE ? 40.0f : 2.0f;   // LARGE: peaky rows, exp underflows
     std::vector<float> logits = randn_f((size_t)rows * V, scale);
     std::vector<int32_t> tgt(rows);
-    for (int i = 0; i < rows; i++)
-        tgt[i] = kind == LMH_MASKED || rng_u32() % 5 == 0 ? -100 : (int32_t)(rng_u32() % V);
+    for (int i = 0; i < rows; i++) {
+        const int32_t r = (int32_t)(rng_u32() % V);
+        if (kind == LMH_MASKED) tgt[i] = -100;
+        else if (kind == LMH_EDGES) tgt[i] = i % 4 == 0 ? 0 : i % 4 == 1 ? V - 1 : i % 4 == 2 ? -100 : r;
+        else tgt[i] = rng_u32() % 5 == 0 ? -100 : r;
+    }
     if (kind == LMH_LARGE && rows > 1) {   // a row dominated by its target, one by another id
         logits[tgt[0] >= 0 ? (size_t)tgt[0] : 0] = 300.0f;
         logits[(size_t)V + (tgt[1] >= 0 ? (size_t)(tgt[1] + 1) % V : 0)] = 300.0f;
     }
     const float dloss = 1.0f;
-    static const char *kinds[] = {"", " large logits", " all masked"};
+    static const char *kinds[] = {"", " large logits", " all masked", " targets 0/V-1/-100"};
     std::string shape = fmt("rows=%d V=%d%s%s", rows, V, kinds[kind], train ? "" : " eval");
     std::vector<float> eye((size_t)V * V, 0.0f);
     for (int j = 0; j < V; j++) eye[(size_t)j * V + j] = 1.0f;
@@ -502,9 +580,11 @@ static void test_lmhead_rows(int rows, int V, bool train, int kind) {
 // ----------------------------------------------------------------------------
 // element-wise ops
 
-static void test_swiglu(size_t n, size_t mis, bool alias) {
-    std::vector<float> g = randn_bf(n, 2.0f), u = randn_bf(n, 1.0f), dy = randn_bf(n, 1.0f);
-    std::string shape = fmt("n=%zu%s%s", n, mis ? " misaligned" : "", alias ? " dgate=dout" : "");
+// `wide`: gate ~ N(0, 40^2), so that exp(-gate) overflows fp32 (|gate| > 88) on some elements
+static void test_swiglu(size_t n, size_t mis, bool alias, bool wide = false) {
+    std::vector<float> g = randn_bf(n, wide ? 40.0f : 2.0f), u = randn_bf(n, 1.0f), dy = randn_bf(n, 1.0f);
+    std::string shape = fmt("n=%zu%s%s%s", n, mis ? " misaligned" : "", alias ? " dgate=dout" : "",
+                            wide ? " |gate|>88" : "");
     std::vector<float> y_ref(n), dg_ref(n), du_ref(n);
     CPU->swiglu_fwd(y_ref.data(), g.data(), u.data(), n);
     CPU->swiglu_bwd(dg_ref.data(), du_ref.data(), dy.data(), g.data(), u.data(), n);
@@ -591,20 +671,34 @@ static void test_cast(size_t n, size_t mis, bool specials) {
     });
 }
 
-static void test_adamw(size_t n, size_t mis, bool with_param) {
+// gradients: random at step 3; at step 1 (the largest bias corrections) a mix per element of
+// zero gradient with zero state (an embedding row no token used yet), zero gradient with
+// earlier state, gradients ~1e-9 (sqrt(v) ~ eps) with zero state, and random ones; or zero
+// gradients and zero state everywhere. Where sqrt(v) ~ eps, eps decides the step size; with
+// v = 0 it is all that keeps 0/0 out.
+enum { GRAD_RANDOM, GRAD_MIXED, GRAD_ZERO };
+static void test_adamw(size_t n, size_t mis, bool with_param, int grads = GRAD_RANDOM) {
+    const int step = grads == GRAD_RANDOM ? 3 : 1;
     adamw_params p;
     p.lr = 1e-3f; p.beta1 = 0.9f; p.beta2 = 0.95f; p.eps = 1e-8f; p.weight_decay = 0.1f;
-    p.bias_correction1 = 1.0f - powf(0.9f, 3);
-    p.bias_correction2 = 1.0f - powf(0.95f, 3);
+    p.bias_correction1 = 1.0f - powf(0.9f, step);
+    p.bias_correction2 = 1.0f - powf(0.95f, step);
     p.grad_scale = 0.5f;
     std::vector<float> w0 = randn_f(n, 1.0f), g = randn_f(n, 1.0f), m0 = randn_f(n, 0.1f),
                        v0 = randn_f(n, 0.1f);
     for (auto &v : v0) v = v * v;
+    for (size_t i = 0; i < n && grads != GRAD_RANDOM; i++) {
+        const uint32_t kind = grads == GRAD_ZERO ? 0 : rng_u32() % 4;
+        if (kind <= 1) g[i] = 0.0f;
+        if (kind == 2) g[i] *= 1e-9f;
+        if (kind == 0 || kind == 2) m0[i] = v0[i] = 0.0f;
+    }
     std::vector<float> w = w0, m = m0, v = v0, param(n);
     CPU->adamw(w.data(), param.data(), g.data(), m.data(), v.data(), n, &p);
     std::vector<Ref> refs = {nmse_ref("master", w, THR_F32), nmse_ref("m", m, THR_F32), nmse_ref("v", v, THR_F32)};
     if (with_param) refs.push_back(nmse_ref("param", w, THR_BF16));
-    run_case("adamw", fmt("n=%zu%s%s", n, mis ? " misaligned" : "", with_param ? "" : " param=NULL"),
+    static const char *gname[] = {"", " zero/1e-9 grads", " zero grads+state"};
+    run_case("adamw", fmt("n=%zu%s%s%s", n, mis ? " misaligned" : "", with_param ? "" : " param=NULL", gname[grads]),
              refs, [&](Run &r) {
                  Dev d;
                  float *mw = d.f32(w0, mis), *mm = d.f32(m0, mis), *mv = d.f32(v0, mis);
@@ -616,14 +710,17 @@ static void test_adamw(size_t n, size_t mis, bool with_param) {
              });
 }
 
-static void test_sum_squares(size_t n, size_t mis) {
+// `wide`: magnitudes from 1e-25 to 1e25 (squares outside fp32's range both ways)
+static void test_sum_squares(size_t n, size_t mis, bool wide = false) {
     std::vector<float> x = randn_f(n, 1.0f);
+    const float mag[4] = {1e-25f, 1.0f, 1e12f, 1e25f};
+    for (auto &v : x) v *= wide ? mag[rng_u32() % 4] : 1.0f;
     Ref ref;
     ref.name = "sum";
     ref.thr = THR_F64;
     ref.metric = M_F64;
     CPU->sum_squares(&ref.d, x.data(), n);
-    run_case("sum_squares", fmt("n=%zu%s", n, mis ? " misaligned" : ""), {ref}, [&](Run &r) {
+    run_case("sum_squares", fmt("n=%zu%s%s", n, mis ? " misaligned" : "", wide ? " 1e+-25" : ""), {ref}, [&](Run &r) {
         Dev d;
         double got = -1;
         r.rc = ftk_sum_squares(&got, d.f32(x, mis), n, 0);
@@ -633,6 +730,147 @@ static void test_sum_squares(size_t n, size_t mis) {
         r.outs = {o};
     });
 }
+
+// ----------------------------------------------------------------------------
+
+
+// ----------------------------------------------------------------------------
+// the cases, one function per kernel file (the unit that `test_kernels OP` selects)
+
+static bool g_san;   // FT_SANITIZED: smaller shapes under ASan
+
+static void cases_embedding() {
+    // (N, C, V, tokens, misalign): odd sizes, C % 8 == 0 (16-byte path) and not, C = 1,
+    // N > 128 (several token tiles), C > 1024 (two and three column chunks, the last one
+    // partial), heavy token repetition (V small, V = 1), the token patterns above
+    const int emb[][5] = {{1, 8, 5, TOK_RANDOM, 0},     {7, 33, 11, TOK_RANDOM, 0},
+                          {64, 128, 50, TOK_RANDOM, 0}, {37, 1000, 13, TOK_RANDOM, 0},
+                          {100, 24, 3, TOK_RANDOM, 0},  {200, 64, 7, TOK_RANDOM, 0},
+                          {5, 1030, 9, TOK_RANDOM, 0},  {5, 1, 1, TOK_RANDOM, 0},
+                          {50, 40, 10, TOK_EDGES, 0},   {9, 1025, 13, TOK_EDGES, 0},
+                          {6, 2056, 5, TOK_RANDOM, 0},  {260, 24, 1000, TOK_TILES, 0},
+                          {300, 16, 7, TOK_SAME, 0},    {33, 64, 9, TOK_EDGES, 2}};
+    for (auto &s : emb) test_embedding(s[0], s[1], s[2], s[3], (size_t)s[4]);
+}
+
+static void cases_rmsnorm() {
+    // (N, C, misalign, small): C = 1, odd C, C % 8 == 0, C > 256 threads * 8 (threads loop),
+    // N = 64 and 65, 130 (one, two and three 64-row dweight chunks), rows with mean square
+    // near eps on the vector and scalar paths
+    const int rms[][4] = {{1, 8, 0, 0},    {3, 33, 0, 0},  {5, 256, 0, 0},  {17, 1000, 0, 0},
+                          {4, 4096, 0, 0}, {130, 40, 0, 0}, {6, 64, 2, 0},  {2, 7, 0, 0},
+                          {1, 1, 0, 0},    {64, 16, 0, 0}, {3, 2056, 0, 0}, {5, 64, 0, 1},
+                          {5, 33, 0, 1},   {10, 4096, 0, 1}, {65, 40, 0, 1}, {7, 1000, 2, 1}};
+    for (auto &s : rms) test_rmsnorm(s[0], s[1], (size_t)s[2], s[3] != 0);
+}
+
+static void cases_rope() {
+    // (B, T, NH, D, inplace, misalign, tables): T = 1 (angle 0) on both paths, D = 2, D = 24
+    // (D/2 a multiple of 4, not 8: the scalar path), several batch rows (positions restart);
+    // the last two with llama3-scaled tables, one over 1100
+    // positions (past the blended band's wavelengths)
+    const int rope[][7] = {{1, 1, 1, 2, 0, 0, 0},   {2, 5, 3, 16, 0, 0, 0},  {1, 7, 4, 64, 0, 0, 0},
+                           {2, 3, 5, 10, 0, 0, 0},  {1, 9, 2, 128, 1, 0, 0}, {2, 4, 3, 32, 0, 2, 0},
+                           {3, 11, 1, 6, 1, 0, 0},  {1, 1, 3, 128, 0, 0, 0}, {4, 1, 2, 16, 1, 0, 0},
+                           {2, 3, 1, 2, 0, 2, 0},   {1, 5, 2, 24, 0, 0, 0},
+                           {1, 1100, 1, 128, 1, 0, ROPE_LLAMA3},
+                           {2, 33, 3, 64, 0, 2, ROPE_LLAMA3}};
+    for (auto &s : rope)
+        test_rope(s[0], s[1], s[2], s[3], s[4] != 0, (size_t)s[5], s[6] ? ROPE_LLAMA3 : ROPE_DEFAULT);
+    test_rope_llama3_tables(128);
+    test_rope_llama3_tables(64);
+}
+
+static void cases_attention() {
+    // (B, T, H, KVH, D, qscale, misalign): GQA ratios 1, 2, 4 and 8; T = 1; T a multiple of
+    // the 16-row tiles and of the tensor-core path's 64-row blocks, and one past (65, 17);
+    // T = 100, 130: several blocks and partly empty warps; D = 1, 2, odd sizes, 127, 128 (the
+    // maximum); D % 16 == 0 also runs the tensor-core forward; "peaky": q scaled by 4 so that
+    // softmax rows are dominated by few keys and the running max moves; qscale 40: scores up
+    // to ~150, where exp without the running max subtracted overflows fp32; misaligned
+    // q/out/dout (element-wise loads on both paths)
+    const int att[][7] = {{1, 1, 1, 1, 8, 1, 0},    {2, 37, 4, 4, 16, 1, 0},  {1, 50, 8, 2, 24, 1, 0},
+                          {1, 33, 8, 1, 64, 1, 0},  {2, 17, 4, 1, 40, 1, 0},  {1, 20, 2, 2, 128, 1, 0},
+                          {1, 64, 8, 1, 7, 1, 0},   {1, 45, 4, 1, 32, 4, 0},  {1, 100, 4, 1, 48, 1, 0},
+                          {2, 130, 8, 8, 16, 4, 0}, {1, 70, 8, 1, 128, 1, 0}, {1, 29, 4, 4, 32, 1, 2},
+                          {1, 1, 2, 1, 16, 1, 0},   {3, 1, 8, 1, 128, 1, 0},  {1, 64, 2, 1, 32, 1, 0},
+                          {1, 65, 2, 2, 16, 1, 0},  {1, 16, 4, 2, 16, 1, 0},  {1, 5, 2, 1, 1, 1, 0},
+                          {1, 19, 2, 1, 2, 1, 0},   {1, 23, 2, 1, 127, 1, 0}, {1, 48, 4, 2, 64, 40, 0},
+                          {2, 31, 2, 1, 16, 40, 0}};
+    for (auto &s : att) test_attention(s[0], s[1], s[2], s[3], s[4], (float)s[5], (size_t)s[6]);
+}
+
+static void cases_lmhead_xent() {
+    // (rows, V, kind, train): V = 1, odd sizes, V < and > one in-place stride (256 threads x 4
+    // = 1024 values: 1023, 1024, 1025, 2051 = three strides), rows with large logits (peaky,
+    // exp underflowing, one row's target dominant), the first and last ids as targets (V = 1:
+    // both 0), a chunk with every row masked, evaluation (logits untouched)
+    const int lmh[][4] = {{1, 1, LMH_NORMAL, 1},    {3, 5, LMH_NORMAL, 1},    {7, 97, LMH_NORMAL, 1},
+                          {5, 1023, LMH_NORMAL, 1}, {4, 1024, LMH_NORMAL, 1}, {6, 1025, LMH_NORMAL, 1},
+                          {9, 2051, LMH_NORMAL, 1}, {5, 300, LMH_LARGE, 1},   {3, 1031, LMH_LARGE, 1},
+                          {4, 77, LMH_MASKED, 1},   {33, 77, LMH_NORMAL, 0},  {5, 1031, LMH_LARGE, 0},
+                          {8, 1, LMH_EDGES, 1},     {8, 1025, LMH_EDGES, 1},  {6, 40, LMH_EDGES, 0},
+                          {4, 30, LMH_MASKED, 0}};
+    for (auto &s : lmh) test_lmhead_rows(s[0], s[1], s[3] != 0, s[2]);
+}
+
+// element-wise sizes: 1, below and at one 8-element group, one group + 1, large
+static const size_t EW_SIZES[] = {1, 7, 8, 9, 1000, 4099, 100000};
+static size_t ew_size(size_t n) { return g_san && n > 20000 ? 20000 : n; }
+
+static void cases_swiglu() {
+    for (size_t n : EW_SIZES) test_swiglu(ew_size(n), 0, false);
+    test_swiglu(1001, 2, false);
+    test_swiglu(999, 0, true);
+    test_swiglu(1003, 0, false, true);
+    test_swiglu(517, 2, true, true);
+}
+
+static void cases_add() {
+    for (size_t n : EW_SIZES) test_add(ew_size(n), 0, false);
+    test_add(1001, 2, false);
+    test_add(777, 0, true);
+    test_add(9, 2, true);
+}
+
+static void cases_accumulate() {
+    for (size_t n : EW_SIZES) test_accumulate(ew_size(n), 0);
+    test_accumulate(1003, 2);
+}
+
+static void cases_cast() {
+    for (size_t n : EW_SIZES) test_cast(ew_size(n), 0, false);
+    test_cast(1001, 4, false);
+    test_cast(64, 0, true);
+    test_cast(13, 4, true);
+}
+
+static void cases_adamw() {
+    const size_t aw[] = {1, 3, 4, 5, 1025, 5000, g_san ? 20000u : 100000u};
+    for (size_t n : aw) test_adamw(n, 0, true);
+    test_adamw(1001, 4, true);
+    test_adamw(333, 0, false);
+    test_adamw(1, 0, true, GRAD_ZERO);
+    test_adamw(5, 0, true, GRAD_ZERO);
+    test_adamw(1003, 0, true, GRAD_MIXED);
+    test_adamw(1001, 4, true, GRAD_MIXED);
+    test_adamw(64, 0, false, GRAD_MIXED);
+}
+
+static void cases_sum_squares() {
+    const size_t ss[] = {1, 3, 4, 5, 1000, 8193, g_san ? 50000u : 300000u};
+    for (size_t n : ss) test_sum_squares(n, 0);
+    test_sum_squares(8191, 4);
+    test_sum_squares(1001, 0, true);
+    test_sum_squares(70001, 4, true);
+}
+
+struct Group { const char *name; void (*run)(); };
+static const Group GROUPS[] = {
+    {"embedding", cases_embedding},     {"rmsnorm", cases_rmsnorm}, {"rope", cases_rope},
+    {"attention", cases_attention},     {"lmhead_xent", cases_lmhead_xent},
+    {"swiglu", cases_swiglu},           {"add", cases_add},         {"accumulate", cases_accumulate},
+    {"cast", cases_cast},               {"adamw", cases_adamw},     {"sum_squares", cases_sum_squares}};
 
 // ----------------------------------------------------------------------------
 
@@ -648,8 +886,21 @@ static double now() {
 #define TEST_NAME "test_kernels"
 #endif
 
-int main() {
+// test_kernels [OP...]: the cases of the named kernel files (kernels/OP.cu), all without
+// arguments. Each group's inputs come from its own seed, so a case sees the same numbers
+// whether it runs alone or with the others.
+int main(int argc, char **argv) {
     alarm(600);
+    const size_t ngroups = sizeof GROUPS / sizeof GROUPS[0];
+    for (int a = 1; a < argc; a++) {
+        bool known = false;
+        for (size_t g = 0; g < ngroups; g++) known |= strcmp(argv[a], GROUPS[g].name) == 0;
+        if (known) continue;
+        fprintf(stderr, TEST_NAME ": unknown op '%s' (one of:", argv[a]);
+        for (size_t g = 0; g < ngroups; g++) fprintf(stderr, " %s", GROUPS[g].name);
+        fprintf(stderr, ")\n");
+        return 2;
+    }
 #if defined(FT_TEST_GPU_MATH)
     if (!__builtin_cpu_supports("fma")) {
         printf(TEST_NAME ": SKIPPED (this CPU has no FMA instructions)\n");
@@ -661,75 +912,18 @@ int main() {
     printf(TEST_NAME ": kernels built with exact host math (no FMA contraction)\n");
 #endif
     CPU = backend_cpu();
-    const bool san = getenv("FT_SANITIZED") != nullptr;   // smaller shapes under ASan
+    g_san = getenv("FT_SANITIZED") != nullptr;
     double t0 = now();
     printf("%-16s %-40s %-8s %10s %9s  %s\n", "op", "shape", "output", "nmse", "threshold",
            "result");
-
-    // (N, C, V): odd sizes, C % 8 == 0 (16-byte path) and not, N > 128 (several token
-    // tiles), C > 1024 (two column chunks), heavy token repetition (V small)
-    const int emb[][3] = {{1, 8, 5}, {7, 33, 11}, {64, 128, 50}, {37, 1000, 13}, {100, 24, 3},
-                          {200, 64, 7}, {5, 1030, 9}};
-    for (auto &s : emb) test_embedding(s[0], s[1], s[2]);
-
-    const int rms[][3] = {{1, 8, 0}, {3, 33, 0}, {5, 256, 0}, {17, 1000, 0}, {4, 4096, 0},
-                          {130, 40, 0}, {6, 64, 2}, {2, 7, 0}};
-    for (auto &s : rms) test_rmsnorm(s[0], s[1], (size_t)s[2]);
-
-    // (B, T, NH, D, inplace, misalign, tables): the last two with llama3-scaled tables, one
-    // over 1100 positions (past the blended band's wavelengths)
-    const int rope[][7] = {{1, 1, 1, 2, 0, 0, 0}, {2, 5, 3, 16, 0, 0, 0}, {1, 7, 4, 64, 0, 0, 0},
-                           {2, 3, 5, 10, 0, 0, 0}, {1, 9, 2, 128, 1, 0, 0}, {2, 4, 3, 32, 0, 2, 0},
-                           {3, 11, 1, 6, 1, 0, 0}, {1, 1100, 1, 128, 1, 0, ROPE_LLAMA3},
-                           {2, 33, 3, 64, 0, 2, ROPE_LLAMA3}};
-    for (auto &s : rope)
-        test_rope(s[0], s[1], s[2], s[3], s[4] != 0, (size_t)s[5], s[6] ? ROPE_LLAMA3 : ROPE_DEFAULT);
-    test_rope_llama3_tables(128);
-    test_rope_llama3_tables(64);
-
-    // (B, T, H, KVH, D, qscale, misalign): GQA ratios 1, 4 and 8; T not a multiple of the
-    // 16-row tiles nor of the tensor-core path's 64-row blocks (T = 100, 130: several blocks
-    // and partly empty warps); D odd sizes (not multiples of 32 or of the vector width),
-    // 128 (the maximum); D % 16 == 0 also runs the tensor-core forward; "peaky": q scaled
-    // by 4 so that softmax rows are dominated by few keys and the running max moves;
-    // misaligned q/out/dout (element-wise loads on both paths)
-    const int att[][7] = {{1, 1, 1, 1, 8, 1, 0},   {2, 37, 4, 4, 16, 1, 0}, {1, 50, 8, 2, 24, 1, 0},
-                          {1, 33, 8, 1, 64, 1, 0}, {2, 17, 4, 1, 40, 1, 0}, {1, 20, 2, 2, 128, 1, 0},
-                          {1, 64, 8, 1, 7, 1, 0},  {1, 45, 4, 1, 32, 4, 0}, {1, 100, 4, 1, 48, 1, 0},
-                          {2, 130, 8, 8, 16, 4, 0}, {1, 70, 8, 1, 128, 1, 0}, {1, 29, 4, 4, 32, 1, 2}};
-    for (auto &s : att) test_attention(s[0], s[1], s[2], s[3], s[4], (float)s[5], (size_t)s[6]);
-
-    // (rows, V, train, kind): V = 1, odd sizes, V < and > one in-place stride (256 threads x 4
-    // = 1024 values: 1023, 1024, 1025, 2051 = three strides), rows with large logits (peaky,
-    // exp underflowing, one row's target dominant), a chunk with every row masked,
-    // evaluation (logits untouched)
-    const int lmh[][4] = {{1, 1, LMH_NORMAL, 1},    {3, 5, LMH_NORMAL, 1},    {7, 97, LMH_NORMAL, 1},
-                          {5, 1023, LMH_NORMAL, 1}, {4, 1024, LMH_NORMAL, 1}, {6, 1025, LMH_NORMAL, 1},
-                          {9, 2051, LMH_NORMAL, 1}, {5, 300, LMH_LARGE, 1},   {3, 1031, LMH_LARGE, 1},
-                          {4, 77, LMH_MASKED, 1},   {33, 77, LMH_NORMAL, 0},  {5, 1031, LMH_LARGE, 0}};
-    for (auto &s : lmh) test_lmhead_rows(s[0], s[1], s[3] != 0, s[2]);
-
-    const size_t ew[] = {1, 7, 8, 1000, 4099, san ? 20000u : 100000u};
-    for (size_t n : ew) test_swiglu(n, 0, false);
-    test_swiglu(1001, 2, false);
-    test_swiglu(999, 0, true);
-    for (size_t n : ew) test_add(n, 0, false);
-    test_add(1001, 2, false);
-    test_add(777, 0, true);
-    for (size_t n : ew) test_accumulate(n, 0);
-    test_accumulate(1003, 2);
-    for (size_t n : ew) test_cast(n, 0, false);
-    test_cast(1001, 4, false);
-    test_cast(64, 0, true);
-
-    const size_t aw[] = {1, 3, 4, 1025, 5000, san ? 20000u : 100000u};
-    for (size_t n : aw) test_adamw(n, 0, true);
-    test_adamw(1001, 4, true);
-    test_adamw(333, 0, false);
-
-    const size_t ss[] = {1, 5, 1000, 8193, san ? 50000u : 300000u};
-    for (size_t n : ss) test_sum_squares(n, 0);
-    test_sum_squares(8191, 4);
+    for (size_t g = 0; g < ngroups; g++) {
+        bool on = argc == 1;
+        for (int a = 1; a < argc; a++) on |= strcmp(argv[a], GROUPS[g].name) == 0;
+        if (!on) continue;
+        g_rng = 0x243F6A8885A308D3ull;   // FNV-1a of the name, mixed into the seed
+        for (const char *c = GROUPS[g].name; *c; c++) g_rng = (g_rng ^ (unsigned char)*c) * 0x100000001b3ull;
+        GROUPS[g].run();
+    }
 
     unsigned long long launches, blocks, switches;
     cuemu_stats(&launches, &blocks, &switches);

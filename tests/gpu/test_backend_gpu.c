@@ -14,9 +14,17 @@
 // approximate math: THR_BF16 = 2e-5; fp32 outputs differ only by fp32 summation order and
 // approximate transcendentals: THR_F32 = 1e-9. cuBLASLt GEMMs accumulate in fp32 and round
 // once to bf16, so they share THR_BF16. Output: a table (op, shape, output, NMSE, threshold).
+// Shapes: small and odd ones, seq 512, V = 32016 and the bundled model at B*T = 513 in both
+// builds (about 100 s emulated); `--large` adds CodeLlama-7b's (C 4096, F 11008, 32 x 128
+// heads, V 32016) at seq 512 with B*T = 1000, and element-wise ops over 150M elements (past
+// 65535 blocks: the grid-stride loops turn), for a real GPU (make test-gpu passes it).
+// The GEMM plan cache (bounded, least recently used evicted) is checked with more distinct
+// shapes than it holds: every result correct, a hot shape kept, an evicted shape rebuilt.
 #include <stdint.h>
+#include <string.h>
 
 #include "backend.h"
+#include "backend_cuda.h"
 #include "common.h"
 #include "model.h"
 #include "test.h"
@@ -127,6 +135,44 @@ static void case_matmul(int N, int IC, int OC, int off) {
     report("matmul_bwd", s, "dinp+=", &dx);
     report("matmul_bwd", s, "dweight+=", &dw);
     pair_free(&x); pair_free(&w); pair_free(&y); pair_free(&dy); pair_free(&dx); pair_free(&dw);
+}
+
+// More distinct GEMM shapes than the plan cache holds (N = 1 .. PLANS + 44 rows), each
+// compared with the CPU; a hot shape (N = 7) used between them must stay cached (LRU), and
+// an evicted one (N = 2) must run correctly again on a rebuilt plan.
+static void case_gemm_cache(void) {
+    const int IC = 8, OC = 8, shapes = BACKEND_CUDA_GEMM_PLANS + 44;
+    pair x = pair_new((size_t)shapes * IC, 0, 1, 0), w = pair_new((size_t)OC * IC, 0, 0.1f, 0);
+    pair y = pair_new((size_t)shapes * OC, 0, 1, 1);
+    const size_t ybytes = (size_t)shapes * OC;
+    double worst = 0;
+    // run N rows on both backends from zeroed outputs; NMSE of the whole output buffer
+    #define GEMM_ROWS(N) do { \
+        BOTH(CPU->zero(y.cpu, ybytes * 4), GPU->zero(y.gpu, ybytes * 2)); \
+        BOTH(CPU->matmul_fwd(y.cpu, x.cpu, w.cpu, N, IC, OC), GPU->matmul_fwd(y.gpu, x.gpu, w.gpu, N, IC, OC)); \
+        double e_ = pair_nmse(&y); worst = e_ > worst ? e_ : worst; } while (0)
+    for (int n = 1; n <= shapes; n++) {
+        GEMM_ROWS(n);
+        GEMM_ROWS(7);   // the hot shape
+    }
+    int cached;
+    long ev0, ev1, ev2;
+    backend_cuda_gemm_stats(&cached, &ev0);
+    EXPECT(cached == BACKEND_CUDA_GEMM_PLANS && ev0 > 0, "gemm cache: %d plans cached, %ld evictions", cached, ev0);
+    GEMM_ROWS(7);
+    backend_cuda_gemm_stats(&cached, &ev1);
+    EXPECT(ev1 == ev0, "gemm cache: the recently used shape N=7 was evicted (%ld -> %ld evictions)", ev0, ev1);
+    GEMM_ROWS(2);   // evicted long ago: rebuilt, evicting another
+    backend_cuda_gemm_stats(&cached, &ev2);
+    EXPECT(ev2 == ev1 + 1, "gemm cache: N=2 should have been evicted and rebuilt (%ld -> %ld evictions)", ev1, ev2);
+    GEMM_ROWS(2);   // and now a hit
+    #undef GEMM_ROWS
+    char s[64];
+    snprintf(s, sizeof s, "N=1..%d IC=%d OC=%d", shapes, IC, OC);
+    printf("%-14s %-28s %-9s %10.3e %8.1e  %s (%d plans kept, %ld evictions)\n", "gemm cache", s, "out", worst,
+           THR_BF16, worst <= THR_BF16 ? "pass" : "FAIL", cached, ev2);
+    EXPECT(worst <= THR_BF16, "gemm cache: worst NMSE %.3e over %d shapes", worst, shapes);
+    pair_free(&x); pair_free(&w); pair_free(&y);
 }
 
 static void case_attention(int B, int T, int H, int KVH, int D) {
@@ -302,32 +348,72 @@ static void case_optimizer(size_t n) {
     for (int i = 0; i < 6; i++) pair_free(all[i]);
 }
 
-int main(void) {
+// the bundled model's shapes (C 128, F 352, 4 heads of 32, 2 kv heads, V 2048) at B = 3,
+// T = 171: B*T = 513 rows, not a multiple of 64 (the GEMM and attention tiles); the lm_head
+// in the plan's one chunk of 513 rows and in chunks of 200 (two and a partial one)
+static void cases_default_model(void) {
+    case_matmul(513, 128, 352, 0);
+    case_matmul(513, 352, 128, 0);
+    case_attention(3, 171, 4, 2, 32);
+    case_norm_swiglu(513, 128);
+    case_rope(3, 171, 4, 32);
+    case_embedding_lmhead(513, 128, 2048, 0);
+    case_embedding_lmhead(513, 128, 2048, 200);
+}
+
+// --large: CodeLlama-7b's shapes (C 4096, F 11008, 32 heads of 128, V 32016) at seq 512,
+// B*T = 1000 rows (not a multiple of 64); minutes under the emulator, seconds on a GPU
+static void cases_7b(void) {
+    case_matmul(1000, 4096, 11008, 0);
+    case_matmul(1000, 11008, 4096, 1);
+    case_attention(2, 512, 32, 32, 128);
+    case_attention(1, 500, 32, 8, 128);
+    case_norm_swiglu(1000, 4096);
+    case_norm_swiglu(1000, 11008);
+    case_rope(2, 500, 32, 128);
+    case_embedding_lmhead(1000, 4096, 32016, 0);   // the plan's one chunk of 1000 rows
+    case_optimizer(150000001);   // > 65535 blocks * 256 threads * 8: the grid-stride loops turn
+}
+
+// test_backend_gpu [--large]: --large adds the 7B shapes (make test-gpu passes it)
+int main(int argc, char **argv) {
+    int large = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--large") == 0) large = 1;
+        else { fprintf(stderr, "test_backend_gpu: unknown argument '%s' (only --large)\n", argv[i]); return 2; }
+    }
     CPU = backend_cpu();
-    if (backend_open("cuda", 0, (size_t)4 << 30, &GPU) != 0) {
+    if (backend_open("cuda", 0, (size_t)(large ? 16 : 4) << 30, &GPU) != 0) {
         printf("test_backend_gpu: SKIPPED: %s\n", ft_error_message());
         return 0;
     }
-    printf("test_backend_gpu: %s\n", backend_describe(GPU));
+    printf("test_backend_gpu: %s%s\n", backend_describe(GPU), large ? " (with the 7B shapes)" : "");
     printf("%-14s %-28s %-8s %10s %8s  result\n", "op", "shape", "output", "nmse", "thresh");
     const int mm[][3] = {{1, 8, 8}, {7, 33, 65}, {64, 128, 256}, {100, 288, 768}, {512, 1024, 1024}};
     for (int i = 0; i < 5; i++) case_matmul(mm[i][0], mm[i][1], mm[i][2], 0);
     case_matmul(7, 48, 97, 1);
     case_matmul(64, 128, 256, 1);
-    const int at[][5] = {{1, 1, 1, 1, 16}, {1, 13, 4, 4, 16}, {2, 64, 8, 2, 64}, {1, 100, 8, 1, 128}, {2, 257, 16, 2, 128}};
-    for (int i = 0; i < 5; i++) case_attention(at[i][0], at[i][1], at[i][2], at[i][3], at[i][4]);
+    // seq 512: one full row of the bundled job's sequence length, two query-block and many
+    // key tiles; T = 257 (one past a power of two)
+    const int at[][5] = {{1, 1, 1, 1, 16}, {1, 13, 4, 4, 16}, {2, 64, 8, 2, 64}, {1, 100, 8, 1, 128},
+                         {2, 257, 16, 2, 128}, {1, 512, 2, 1, 64}};
+    for (int i = 0; i < 6; i++) case_attention(at[i][0], at[i][1], at[i][2], at[i][3], at[i][4]);
     const int nc[][2] = {{1, 8}, {3, 33}, {17, 1000}, {64, 4096}, {5, 1030}};
     for (int i = 0; i < 5; i++) case_norm_swiglu(nc[i][0], nc[i][1]);
     const int rp[][4] = {{1, 1, 1, 2}, {1, 13, 3, 16}, {2, 64, 8, 64}, {1, 33, 2, 128}, {2, 100, 4, 32}};
     for (int i = 0; i < 5; i++) case_rope(rp[i][0], rp[i][1], rp[i][2], rp[i][3]);
-    // (N, C, V, chunk rows; 0 = the plan's): one chunk, a realistic vocab, 3 chunks with a
-    // partial last one, 7 chunks of odd size, V odd
-    const int el[][4] = {{1, 8, 5, 0}, {7, 33, 97, 0}, {64, 128, 1000, 0}, {200, 256, 32016, 0},
-                         {300, 48, 300, 128}, {100, 40, 77, 15}};
-    for (int i = 0; i < 6; i++) case_embedding_lmhead(el[i][0], el[i][1], el[i][2], el[i][3]);
+    // (N, C, V, chunk rows; 0 = the plan's): one chunk, a realistic vocab (CodeLlama's
+    // 32016), 3 chunks with a partial last one, a last chunk of one row, 7 chunks of odd
+    // size, V odd
+    const int el[][4] = {{1, 8, 5, 0},       {7, 33, 97, 0},    {64, 128, 1000, 0}, {200, 256, 32016, 0},
+                         {300, 48, 300, 128}, {129, 48, 300, 128}, {100, 40, 77, 15}};
+    for (int i = 0; i < 7; i++) case_embedding_lmhead(el[i][0], el[i][1], el[i][2], el[i][3]);
     case_lmhead_many_chunks();
     const size_t on[] = {1, 7, 1025, 100000, 1000003};
     for (int i = 0; i < 5; i++) case_optimizer(on[i]);
+    cases_default_model();
+    if (large) cases_7b();
+    case_gemm_cache();   // last: its random inputs do not shift the other cases'
     backend_close(GPU);
     TEST_SUMMARY("test_backend_gpu");
 }

@@ -2,8 +2,9 @@
 # make test-gpu: the tests that need a real GPU. Anywhere without one (every machine of this
 # project so far) it prints that it SKIPPED and why, and exits 0.
 #
-#   1. tests/gpu/test_backend_gpu: every CUDA backend op (kernels + cuBLASLt) against the
-#      CPU backend on 5 shapes each, thresholds derived in the file
+#   1. tests/gpu/test_backend_gpu --large: every CUDA backend op (kernels + cuBLASLt) against
+#      the CPU backend on 5-7 shapes each, the bundled model's at B*T = 513 and CodeLlama-7b's
+#      at seq 512 (--large), thresholds derived in the file
 #   2. the default job, 30 steps, --device cuda against --device cpu: per-step losses within
 #      bf16 tolerance (below), and the GPU's loss falls
 #   3. with >= 2 GPUs and mpiexec: FSDP over 2 GPUs against 1 GPU, same global batch
@@ -33,7 +34,7 @@ ok() { echo "ok   - $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL - $*"; fail=$((fail + 1)); }
 tmp=$(mktemp -d /tmp/ft-gpu.XXXXXX)
 
-if "$BUILD/tests/gpu/test_backend_gpu"; then ok "every backend op on the GPU matches the CPU"; else bad "test_backend_gpu"; fi
+if "$BUILD/tests/gpu/test_backend_gpu" --large; then ok "every backend op on the GPU matches the CPU"; else bad "test_backend_gpu"; fi
 
 flags=(--model_dir data/model --data_dir data/chess --batch_size_per_device 8 --total_batch_size 32
        --learning_rate 5e-3 --max_steps 30 --eval_every 0 --save_every 0 --sample_tokens 0)

@@ -1,0 +1,211 @@
+// plan_time.c: the --dry_run step-time ESTIMATE per op class (see plan.h).
+//
+// One optimizer step is a list of ops (plan_ops_compute), each with its FLOPs or HBM bytes, a
+// class that says at what rate it runs, and a phase that says what collectives it can hide.
+// A device turns the list into times (plan_estimate_step_time). Nothing here was measured on
+// a GPU: every rate is a published peak times a fraction, each fraction with its source.
+#include "plan.h"
+
+#include <string.h>
+
+#include "fsdp.h"
+#include "model.h"
+
+// ----------------------------------------------------------------------------
+// rates (fractions of the device peaks in plan_devices, src/plan.c)
+
+// cuBLASLt bf16 GEMMs (and any op moved onto them): the GPU review (gpu-review-a3de59d.md,
+// step-time table) estimates the 7B layers' 19.9 TFLOP per 512-token row at 35-40 ms on an
+// H100, i.e. 0.50-0.57 of the 989 TFLOP/s peak; REFERENCE.md section 7 has ~800 TFLOP/s
+// (0.81) for a large square 8192^3 GEMM through PyTorch. 0.55: the review's midpoint, for all
+// three devices (an assumption for the A100 and H200).
+#define PLAN_GEMM_FRACTION 0.55
+// The native attention forward (kernels/attention.cu, wmma tiles): review M3 estimates 30-80
+// TFLOP/s on an H100, about 0.05 of peak. (FlashAttention-2 class: about 350, 0.35; issue 12
+// items 2-3 reclassify the attention rows when cuDNN / an mma.sync backward land.)
+#define PLAN_ATTN_NATIVE_FRACTION 0.05
+// Memory-bound kernels: REFERENCE.md section 7 reads ~3.0 TB/s for a device copy on the lent
+// H100 (3.35 peak) and ~4.3 on the H200 (4.8): 0.9 of peak, the best a copy does; ours are
+// not faster than a copy, so this part is optimistic.
+#define PLAN_HBM_FRACTION 0.9
+// The fp32 SIMT kernels are bound by shared-memory loads per SM per clock (review H1, H2), so
+// their rate is FLOP per SM-clock x SMs x boost clock (at most the fp32 peak). lm_head's
+// 32 x 32 tiles: bound 16 FMA/clk/SM, "realistically 5-7 TF" on an H100 (132 SMs x 1.98
+// GHz): 24 FLOP/clk/SM = 6.3 TFLOP/s. The attention backward's 16 x 16 fp32 tiles with bank
+// conflicts: "about 3-5 TF": 15 FLOP/clk/SM = 3.9 TFLOP/s.
+#define PLAN_SIMT_LMHEAD_FLOP_PER_SM_CLK 24.0
+#define PLAN_SIMT_ATTN_BWD_FLOP_PER_SM_CLK 15.0
+// Collectives at the link's peak per direction (no derating: no measured NCCL figure for
+// these links at hand), so exposed collective time is a lower bound too.
+
+const char *plan_op_class_name(plan_op_class k) {
+    static const char *names[PLAN_OP_CLASS_COUNT] = {"gemm", "attention", "simt", "memory"};
+    return names[k];
+}
+
+// ----------------------------------------------------------------------------
+// the op list of one optimizer step (per rank)
+
+static void op_add(plan *p, const char *what, plan_op_class k, plan_op_phase ph, double flops, double bytes,
+                   double simt_flop_per_sm_clk) {
+    if (flops == 0 && bytes == 0) return;
+    if (p->n_ops < PLAN_MAX_OPS)
+        p->ops[p->n_ops++] = (plan_op){what, k, ph, flops, bytes, simt_flop_per_sm_clk};
+}
+
+void plan_ops_compute(plan *p, const llama_config *c) {
+    const plan_request *r = &p->req;
+    const double A = p->accum, N = (double)r->batch_size_per_device * r->seq_len, e = (double)r->elem_bytes;
+    const double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    const double H = c->num_attention_heads, QD = H * c->head_dim, KVD = (double)c->num_key_value_heads * c->head_dim;
+    const double ck = r->gradient_checkpointing ? 1 : 0, AN = A * N;
+    const double gemm = 2 * AN * L * model_layer_matmul_params(c), att = AN * L * model_attention_fwd_flops(c, r->seq_len);
+    p->n_ops = 0;
+
+    // FLOP-heavy: (class, phase) as this build runs them. lm_head moves onto cuBLASLt with the
+    // `lmhead` branch (issue 12 item 1): its class becomes PLAN_OP_GEMM.
+    op_add(p, "layer GEMMs forward (q k v o gate up down)", PLAN_OP_GEMM, PLAN_PHASE_FWD, gemm, 0, 0);
+    op_add(p, "layer GEMMs backward (dX, dW)", PLAN_OP_GEMM, PLAN_PHASE_BWD, 2 * gemm, 0, 0);
+    op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, ck * gemm, 0, 0);
+    op_add(p, "attention forward (wmma tiles)", PLAN_OP_ATTENTION, PLAN_PHASE_FWD, att, 0, 0);
+    op_add(p, "attention forward recomputed", PLAN_OP_ATTENTION, PLAN_PHASE_BWD, ck * att, 0, 0);
+    op_add(p, "attention backward (fp32, 7 TxTxD products)", PLAN_OP_SIMT, PLAN_PHASE_BWD, 3.5 * att, 0,
+           PLAN_SIMT_ATTN_BWD_FLOP_PER_SM_CLK);
+    op_add(p, "lm_head logits, dX, dW (fp32 tiles)", PLAN_OP_SIMT, PLAN_PHASE_ROOT, 6 * AN * C * V, 0,
+           PLAN_SIMT_LMHEAD_FLOP_PER_SM_CLK);
+
+    // memory-bound: every kernel reads each input and writes each output once from HBM (a
+    // row re-read inside a kernel is assumed to hit the cache); fp32 rstd/lse/delta 4 bytes
+    const double fwd = N * e * (10 * C + 2 * QD + 2 * KVD + 3 * F) + 8 * N;  // 2 norms, RoPE q k, 2 adds, SwiGLU
+    const double bwd = N * e * (12 * C + 4 * QD + 2 * KVD + 5 * F) + 8 * N + 4 * N * H;  // + attention delta
+    op_add(p, "layer norms, RoPE, adds, SwiGLU forward", PLAN_OP_MEMORY, PLAN_PHASE_FWD, 0, A * L * fwd, 0);
+    op_add(p, "layer norms, RoPE, SwiGLU, delta backward", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, A * L * bwd, 0);
+    op_add(p, "layer memory-bound forward recomputed", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, ck * A * L * fwd, 0);
+    // embedding fwd 2 + bwd 3, final norm fwd 2 + bwd 6, zeroed dresid 1 (x N C e); the
+    // softmax/cross-entropy rows read the fp32 logits and write dlogits in place
+    op_add(p, "embedding, final norm, softmax/xent rows", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
+           A * (N * e * 14 * C + 2 * N * V * 4 + 20 * N), 0);
+    // every unit's gradient zeroed (grad_begin) and added into the fp32 slice (grad_end), on the
+    // compute stream during the backward; with FSDP_GRADS_ROOT_ONCE the root's is added into
+    // its full fp32 sum instead (zeroed once per step) and the step's one fp32 reduce-scatter
+    // writes the root's slice
+    const double grad_passes = p->grad_mode == FSDP_GRADS_LOCAL ? 1 : A;
+    double grad_bytes = grad_passes * ((double)p->padded_total * e + (double)p->n_local * (e + 8));
+    if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
+        const double root = (double)p->root_numel, root_slice = root / r->shard_size;
+        grad_bytes += A * (root - root_slice) * (e + 8) + 4 * root;
+    }
+    op_add(p, "unit gradients: zero, add into fp32 slice", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, grad_bytes, 0);
+    op_add(p, "optimizer: grad norm, AdamW", PLAN_OP_MEMORY, PLAN_PHASE_STEP, 0, p->optimizer_hbm_bytes, 0);
+
+    p->exec_flops = 0;
+    for (int i = 0; i < p->n_ops; i++) p->exec_flops += p->ops[i].flops;
+}
+
+// ----------------------------------------------------------------------------
+// times on a device
+
+double plan_op_seconds(const plan_op *o, const plan_device *d) {
+    switch (o->cls) {
+    case PLAN_OP_GEMM: return o->flops / (PLAN_GEMM_FRACTION * d->peak_flops);
+    case PLAN_OP_ATTENTION: return o->flops / (PLAN_ATTN_NATIVE_FRACTION * d->peak_flops);
+    case PLAN_OP_SIMT: {
+        double rate = o->simt_flop_per_sm_clk * d->sm_count * d->clock_hz;
+        return o->flops / (rate < d->fp32_flops ? rate : d->fp32_flops);
+    }
+    default: return o->bytes / (PLAN_HBM_FRACTION * d->hbm_bytes_per_s);
+    }
+}
+
+static double pos(double x) { return x > 0 ? x : 0; }
+
+void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time *t) {
+    memset(t, 0, sizeof *t);
+    double phase[PLAN_PHASE_COUNT] = {0};
+    for (int i = 0; i < p->n_ops; i++) {
+        const double s = plan_op_seconds(&p->ops[i], d);
+        t->class_s[p->ops[i].cls] += s;
+        phase[p->ops[i].phase] += s;
+    }
+    // collectives: ring bytes sent per rank over the link of the group (NVLink within a node)
+    const int G = d->gpus_per_node;
+    const double shard_bw = p->req.shard_size <= G ? d->nvlink_bytes_per_s : d->internode_bytes_per_s;
+    const double world_bw = p->req.world_size <= G ? d->nvlink_bytes_per_s : d->internode_bytes_per_s;
+    const double root = (double)(p->root_all_gather_bytes + p->root_reduce_scatter_bytes) / shard_bw;
+    const double layer_ag = (double)(p->all_gather_bytes - p->root_all_gather_bytes) / shard_bw;
+    const double layer_rs = (double)(p->reduce_scatter_bytes - p->root_reduce_scatter_bytes) / shard_bw;
+    const double all_reduce = (double)p->all_reduce_bytes / world_bw;
+    t->link_s = root + layer_ag + layer_rs + all_reduce;
+    // fsdp.c: the root's gather and reduce-scatter (each once per step, but for the root's
+    // reduce-scatter per micro-batch in FSDP_GRADS_PER_MICRO_BATCH) and the replica all-reduce
+    // block the compute stream; a layer's gather is prefetched behind the previous layer's compute and its
+    // reduce-scatter overlaps the next layer's backward (not with --accumulate_grads_locally:
+    // one blocking reduction per step). Layer gathers: half in the forward, half in the backward
+    // (exact but for the step's first forward, which gathers 2 more layers).
+    const double rs_hidden = p->req.accumulate_grads_locally ? 0 : layer_rs;
+    t->comm_exposed_s = root + all_reduce + (layer_rs - rs_hidden) + pos(layer_ag / 2 - phase[PLAN_PHASE_FWD]) +
+                        pos(layer_ag / 2 + rs_hidden - phase[PLAN_PHASE_BWD]);
+    t->comm_hidden_s = t->link_s - t->comm_exposed_s;
+    t->total_s = t->comm_exposed_s;
+    for (int k = 0; k < PLAN_OP_CLASS_COUNT; k++) t->total_s += t->class_s[k];
+    t->mfu = p->model_flops / (t->total_s * d->peak_flops);
+}
+
+// ----------------------------------------------------------------------------
+// the report's step-time part
+
+static void print_ops(FILE *out, const plan *p) {
+    fprintf(out, "  %-44s %-9s %10s %8s", "op (ms per step per device)", "class", "GFLOP", "GB");
+    for (int j = 0; j < plan_n_devices; j++) fprintf(out, " %15s", plan_devices[j].name);
+    fprintf(out, "\n");
+    for (int i = 0; i < p->n_ops; i++) {
+        const plan_op *o = &p->ops[i];
+        fprintf(out, "  %-44s %-9s %10.0f %8.2f", o->what, plan_op_class_name(o->cls), o->flops / 1e9, o->bytes / 1e9);
+        for (int j = 0; j < plan_n_devices; j++) fprintf(out, " %15.2f", 1e3 * plan_op_seconds(o, &plan_devices[j]));
+        fprintf(out, "\n");
+    }
+}
+
+void plan_print_step_time(FILE *out, const plan *p) {
+    fprintf(out, "\nstep time ESTIMATE per op class (published peaks x stated fractions; not a measurement, no GPU "
+            "ran this):\n");
+    fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full length; "
+            "runs trim padding)\n", p->tokens, p->accum, p->req.batch_size_per_device, p->req.seq_len);
+    fprintf(out, "  %.3e model FLOPs (6 x matmul params + causal attention: the MFU numerator), %.3e executed by "
+            "this build (recompute, 7-product attention backward)\n", p->model_flops, p->exec_flops);
+    print_ops(out, p);
+
+    plan_step_time t[8];
+    const int nd = plan_n_devices < 8 ? plan_n_devices : 8;
+    for (int j = 0; j < nd; j++) plan_estimate_step_time(p, &plan_devices[j], &t[j]);
+    static const char *what[PLAN_OP_CLASS_COUNT] = {
+        "tensor-core GEMMs (cuBLASLt) at 0.55 of peak bf16",
+        "attention on tensor cores (native wmma) at 0.05 of peak bf16",
+        "fp32 SIMT kernels: FLOP/SM-clock (lm_head 24, attention bwd 15)",
+        "memory-bound kernels at 0.9 of HBM bandwidth",
+    };
+    fprintf(out, "  per class, ms per step (the rows down to total add up):\n  %-13s", "class");
+    for (int j = 0; j < nd; j++) fprintf(out, " %15s", plan_devices[j].name);
+    fprintf(out, "\n");
+#define ROW(key, expr, fmt, note)                                         \
+    do {                                                                  \
+        fprintf(out, "  %-13s", key);                                     \
+        for (int j = 0; j < nd; j++) fprintf(out, " " fmt, (expr));        \
+        fprintf(out, "   %s\n", note);                                    \
+    } while (0)
+    for (int k = 0; k < PLAN_OP_CLASS_COUNT; k++)
+        ROW(plan_op_class_name((plan_op_class)k), 1e3 * t[j].class_s[k], "%15.2f", what[k]);
+    ROW("comm_exposed", 1e3 * t[j].comm_exposed_s, "%15.2f",
+        "collectives not hidden: root gather/reduce, replica all-reduce, layer traffic beyond its phase's compute");
+    ROW("total", 1e3 * t[j].total_s, "%15.2f", "the step");
+    ROW("comm_hidden", 1e3 * t[j].comm_hidden_s, "%15.2f",
+        "collectives overlapped with layer compute (prefetched gathers, overlapped reduce-scatters)");
+    ROW("link", 1e3 * t[j].link_s, "%15.2f", "all collective bytes over the link (exposed + hidden)");
+    ROW("tokens/s/GPU", p->tokens / t[j].total_s, "%15.0f", "");
+    ROW("MFU", 100 * t[j].mfu, "%14.1f%%", "predicted: model FLOPs / (step time x peak bf16)");
+#undef ROW
+    fprintf(out, "  Peaks (bf16 TFLOP/s, HBM TB/s, fp32 TFLOP/s): A100 312/2.0/19.5, H100 989/3.35/67, H200 989/4.8/67;\n"
+            "  NVLink 300/450/450 GB/s per direction within 8 GPUs, else InfiniBand 25/50/50 GB/s per GPU. The\n"
+            "  fractions are the GPU review's estimates (gpu-review-a3de59d.md) and REFERENCE.md section 7: see\n"
+            "  src/plan_time.c. Unverified on GPU.\n");
+}

@@ -1,0 +1,207 @@
+// profile.c: the --profile wrappers (see profile.h).
+#include "profile.h"
+
+#include <string.h>
+#include <time.h>
+
+// ----------------------------------------------------------------------------
+// counters
+
+// every timed op of struct backend, in table order (alloc, free, synchronize are not timed)
+#define PROF_OPS(X)                                                                            \
+    X(copy_h2d) X(copy_d2h) X(copy_d2d) X(zero) X(embedding_fwd) X(embedding_bwd)              \
+    X(rmsnorm_fwd) X(rmsnorm_bwd) X(rope_fwd) X(rope_bwd) X(matmul_fwd) X(matmul_bwd)          \
+    X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add) X(lmhead_xent)        \
+    X(adamw) X(sum_squares) X(accumulate) X(cast_from_f32)
+
+#define PROF_ENUM(op) OP_##op,
+#define PROF_NAME(op) #op,
+enum { PROF_OPS(PROF_ENUM) PROF_OP_COUNT };
+static const char *const g_op_names[PROF_OP_COUNT] = {PROF_OPS(PROF_NAME)};
+static const char *const g_phase_names[PROF_PHASE_COUNT] = {"forward", "backward", "optimizer", "comm"};
+
+static const backend *g_inner;
+static backend g_table;
+static unit_provider g_inner_provider;
+
+static prof_phase g_phase = PROF_FORWARD;
+static int g_depth;              // >0 while an op runs (ops calling ops are timed once)
+static double g_ms[PROF_PHASE_COUNT][PROF_OP_COUNT];
+static int g_calls[PROF_PHASE_COUNT][PROF_OP_COUNT];
+static double g_op_total_ms;     // all op time so far (comm regions subtract what ran inside)
+static double g_comm_ms;
+static double g_comm_t0, g_comm_ops0;
+static double g_step_t0;
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+static double op_begin(void) {
+    if (g_depth++ > 0) return 0;
+    g_inner->synchronize();
+    return now_ms();
+}
+
+static void op_end(int op, double t0) {
+    if (--g_depth > 0) return;
+    g_inner->synchronize();
+    double ms = now_ms() - t0;
+    g_ms[g_phase][op] += ms;
+    g_calls[g_phase][op]++;
+    g_op_total_ms += ms;
+}
+
+// ----------------------------------------------------------------------------
+// the wrapping backend: one forwarding function per op
+
+#define PROF_WRAP(op, params, args)                                                            \
+    static int prof_##op params {                                                              \
+        double t0 = op_begin();                                                                \
+        int rc = g_inner->op args;                                                             \
+        op_end(OP_##op, t0);                                                                   \
+        return rc;                                                                             \
+    }
+
+PROF_WRAP(copy_h2d, (void *d, const void *s, size_t n), (d, s, n))
+PROF_WRAP(copy_d2h, (void *d, const void *s, size_t n), (d, s, n))
+PROF_WRAP(copy_d2d, (void *d, const void *s, size_t n), (d, s, n))
+PROF_WRAP(zero, (void *p, size_t n), (p, n))
+PROF_WRAP(embedding_fwd, (void *o, const int32_t *t, const void *w, int N, int C, int V), (o, t, w, N, C, V))
+PROF_WRAP(embedding_bwd, (void *dw, const void *d, const int32_t *t, int N, int C, int V), (dw, d, t, N, C, V))
+PROF_WRAP(rmsnorm_fwd, (void *o, float *r, const void *x, const void *w, int N, int C, float e),
+          (o, r, x, w, N, C, e))
+PROF_WRAP(rmsnorm_bwd, (void *dx, void *dw, const void *d, const void *x, const void *w, const float *r, int N, int C),
+          (dx, dw, d, x, w, r, N, C))
+PROF_WRAP(rope_fwd, (void *o, const void *x, const float *c, const float *s, int B, int T, int NH, int D),
+          (o, x, c, s, B, T, NH, D))
+PROF_WRAP(rope_bwd, (void *dx, const void *d, const float *c, const float *s, int B, int T, int NH, int D),
+          (dx, d, c, s, B, T, NH, D))
+PROF_WRAP(matmul_fwd, (void *o, const void *x, const void *w, int N, int IC, int OC), (o, x, w, N, IC, OC))
+PROF_WRAP(matmul_bwd, (void *dx, void *dw, const void *d, const void *x, const void *w, int N, int IC, int OC, int acc),
+          (dx, dw, d, x, w, N, IC, OC, acc))
+PROF_WRAP(attention_fwd, (void *o, float *l, const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D),
+          (o, l, q, k, v, B, T, H, KVH, D))
+PROF_WRAP(attention_bwd, (void *dq, void *dk, void *dv, const void *d, const void *o, const float *l, const void *q,
+                          const void *k, const void *v, int B, int T, int H, int KVH, int D),
+          (dq, dk, dv, d, o, l, q, k, v, B, T, H, KVH, D))
+PROF_WRAP(swiglu_fwd, (void *o, const void *g, const void *u, size_t n), (o, g, u, n))
+PROF_WRAP(swiglu_bwd, (void *dg, void *du, const void *d, const void *g, const void *u, size_t n), (dg, du, d, g, u, n))
+PROF_WRAP(add, (void *o, const void *a, const void *b, size_t n), (o, a, b, n))
+PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, const void *x, const void *w, const int32_t *t, int N, int C,
+                        int V, float dl, int rows, float *ws, float *acc),
+          (l, dx, dw, x, w, t, N, C, V, dl, rows, ws, acc))
+PROF_WRAP(adamw, (float *m, void *p, const float *g, float *a, float *v, size_t n, const adamw_params *ap),
+          (m, p, g, a, v, n, ap))
+PROF_WRAP(sum_squares, (double *o, const float *x, size_t n), (o, x, n))
+PROF_WRAP(accumulate, (float *d, const void *s, size_t n, float a), (d, s, n, a))
+PROF_WRAP(cast_from_f32, (void *d, const float *s, size_t n), (d, s, n))
+
+const backend *profile_backend(const backend *inner) {
+    g_inner = inner;
+    g_table = *inner;   // fields added later pass through untimed
+#define PROF_SET(op) g_table.op = prof_##op;
+    PROF_OPS(PROF_SET)
+    return &g_table;
+}
+
+// ----------------------------------------------------------------------------
+// the wrapping provider and comm regions
+
+void profile_set_phase(prof_phase phase) { g_phase = phase; }
+
+void profile_comm_begin(void) {
+    g_comm_t0 = now_ms();
+    g_comm_ops0 = g_op_total_ms;
+}
+
+void profile_comm_end(void) {
+    g_comm_ms += now_ms() - g_comm_t0 - (g_op_total_ms - g_comm_ops0);
+}
+
+static int prof_acquire(void *ctx, int u, int for_backward, void **params) {
+    (void)ctx;
+    if (!for_backward && g_phase != PROF_FORWARD) g_phase = PROF_FORWARD;
+    profile_comm_begin();
+    int rc = g_inner_provider.acquire(g_inner_provider.ctx, u, for_backward, params);
+    profile_comm_end();
+    return rc;
+}
+
+static int prof_release(void *ctx, int u) {
+    (void)ctx;
+    profile_comm_begin();
+    int rc = g_inner_provider.release(g_inner_provider.ctx, u);
+    profile_comm_end();
+    return rc;
+}
+
+static int prof_grad_begin(void *ctx, int u, void **grads) {
+    (void)ctx;
+    g_phase = PROF_BACKWARD;
+    profile_comm_begin();
+    int rc = g_inner_provider.grad_begin(g_inner_provider.ctx, u, grads);
+    profile_comm_end();
+    return rc;
+}
+
+static int prof_grad_end(void *ctx, int u) {
+    (void)ctx;
+    profile_comm_begin();
+    int rc = g_inner_provider.grad_end(g_inner_provider.ctx, u);
+    profile_comm_end();
+    return rc;
+}
+
+unit_provider profile_provider(const unit_provider *inner) {
+    g_inner_provider = *inner;
+    unit_provider p = {NULL, prof_acquire, prof_release, prof_grad_begin, prof_grad_end};
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// the report
+
+void profile_step_begin(void) {
+    memset(g_ms, 0, sizeof g_ms);
+    memset(g_calls, 0, sizeof g_calls);
+    g_op_total_ms = g_comm_ms = 0;
+    g_phase = PROF_FORWARD;
+    g_step_t0 = now_ms();
+}
+
+// the ops of one phase, slowest first: "name ms/calls"
+static void print_phase_ops(FILE *out, int ph) {
+    int done[PROF_OP_COUNT] = {0};
+    fprintf(out, "  %-9s", g_phase_names[ph]);
+    for (;;) {
+        int best = -1;
+        for (int op = 0; op < PROF_OP_COUNT; op++)
+            if (!done[op] && g_calls[ph][op] && (best < 0 || g_ms[ph][op] > g_ms[ph][best])) best = op;
+        if (best < 0) break;
+        done[best] = 1;
+        fprintf(out, " %s %.1f/%d", g_op_names[best], g_ms[ph][best], g_calls[ph][best]);
+    }
+    fprintf(out, "\n");
+}
+
+void profile_step_report(FILE *out, int step) {
+    double total = now_ms() - g_step_t0, phase_ms[PROF_PHASE_COUNT] = {0}, covered = 0;
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++)
+        for (int op = 0; op < PROF_OP_COUNT; op++) phase_ms[ph] += g_ms[ph][op];
+    phase_ms[PROF_COMM] += g_comm_ms;
+    fprintf(out, "profile step %d (ms, op ms/calls): %.1f =", step, total);
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) {
+        fprintf(out, "%s %s %.1f", ph ? " +" : "", g_phase_names[ph], phase_ms[ph]);
+        covered += phase_ms[ph];
+    }
+    fprintf(out, " + other %.1f\n", total - covered);
+    for (int ph = 0; ph < PROF_PHASE_COUNT; ph++) {
+        int any = 0;
+        for (int op = 0; op < PROF_OP_COUNT; op++) any |= g_calls[ph][op] != 0;
+        if (any) print_phase_ops(out, ph);
+    }
+    fflush(out);
+}

@@ -1,0 +1,153 @@
+// watchdog.c: deadlines on a rank's waits (see watchdog.h).
+#include "watchdog.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+
+// ----------------------------------------------------------------------------
+// state (one per process; waits happen on the main thread)
+
+#define MAX_HOOKS 16
+#define CHECK_EVERY 256   // polls between two health checks of the transports
+
+static struct {
+    double timeout;               // seconds; 0 = off
+    int rank;
+    int fired;
+    char phase[64];
+    void (*report)(void);
+    void (*end)(void);
+    watchdog_hook hooks[MAX_HOOKS];
+    int n_hooks;
+} W = {.phase = "setup"};
+
+void watchdog_configure(double timeout_s, int rank) {
+    W.timeout = timeout_s > 0 ? timeout_s : 0;
+    W.rank = rank;
+    W.fired = 0;
+}
+
+int watchdog_enabled(void) { return W.timeout > 0; }
+int watchdog_fired(void) { return W.fired; }
+const char *watchdog_phase(void) { return W.phase; }
+
+unsigned long watchdog_next_seq(void) {
+    static unsigned long seq;
+    return ++seq;
+}
+
+void watchdog_set_phase(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(W.phase, sizeof W.phase, fmt, ap);
+    va_end(ap);
+}
+
+void watchdog_set_fatal(void (*report)(void), void (*end)(void)) {
+    W.report = report;
+    W.end = end;
+}
+
+int watchdog_register(const watchdog_hook *h) {
+    if (W.n_hooks == MAX_HOOKS) return ft_error("watchdog: more than %d transports registered", MAX_HOOKS);
+    W.hooks[W.n_hooks++] = *h;
+    return 0;
+}
+
+void watchdog_unregister(void *ctx) {
+    for (int i = 0; i < W.n_hooks; i++)
+        if (W.hooks[i].ctx == ctx) {
+            W.hooks[i] = W.hooks[--W.n_hooks];
+            i--;
+        }
+}
+
+// ----------------------------------------------------------------------------
+// ending the job
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void watchdog_format_bytes(char *buf, size_t n, size_t bytes) {
+    if (bytes < 1024) snprintf(buf, n, "%zu B", bytes);
+    else if (bytes < ((size_t)1 << 20)) snprintf(buf, n, "%.1f KiB", bytes / 1024.0);
+    else if (bytes < ((size_t)1 << 30)) snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
+    else snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+}
+
+// The error is recorded: report it, abandon the transports' work, end the job (or, without
+// callbacks, return -1 and make every later wait fail at once).
+static int fire(void) {
+    W.fired = 1;
+    if (W.report) W.report();
+    for (int i = 0; i < W.n_hooks; i++)
+        if (W.hooks[i].abort) W.hooks[i].abort(W.hooks[i].ctx);
+    W.n_hooks = 0;
+    if (W.end) W.end();
+    return -1;
+}
+
+static int timed_out(const char *op, const char *group, size_t bytes, double waited) {
+    char size[32] = "", pending[256] = "";
+    if (bytes) {
+        size[0] = ',';
+        size[1] = ' ';
+        watchdog_format_bytes(size + 2, sizeof size - 2, bytes);
+    }
+    unsigned long oldest = ~0ul;
+    for (int i = 0; i < W.n_hooks; i++) {
+        char d[200];
+        unsigned long seq = 0;
+        if (W.hooks[i].describe && W.hooks[i].describe(W.hooks[i].ctx, d, sizeof d, &seq) && seq < oldest) {
+            oldest = seq;
+            snprintf(pending, sizeof pending, "; oldest unfinished: %s", d);
+        }
+    }
+    ft_error_clear();
+    ft_error("rank %d: %s: %s (%s%s) made no progress for %g s (--collective_timeout %g%s); aborting", W.rank,
+             W.phase, op, group ? group : "world", size, (double)(long)(waited * 10 + 0.5) / 10, W.timeout, pending);
+    return fire();
+}
+
+// a transport failed on its own: its message, with this rank and the phase in front
+static int transport_failed(const char *msg) {
+    ft_error_clear();
+    ft_error("rank %d: %s: %s; aborting", W.rank, W.phase, msg);
+    return fire();
+}
+
+static int check_hooks(void) {
+    char msg[800];
+    for (int i = 0; i < W.n_hooks; i++)
+        if (W.hooks[i].check && W.hooks[i].check(W.hooks[i].ctx, msg, sizeof msg) != 0) return transport_failed(msg);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the wait
+
+int watchdog_wait(watchdog_poll_fn poll, void *ctx, const char *op, const char *group, size_t bytes) {
+    if (W.fired) return ft_error("rank %d: %s: %s after the watchdog ended the job", W.rank, W.phase, op);
+    const double t0 = now_seconds();
+    long sleep_ns = WATCHDOG_SLEEP_MIN_NS;
+    for (unsigned long i = 1;; i++) {
+        const int r = poll(ctx);
+        if (r > 0) return 0;
+        if (r < 0) return -1;   // an ordinary error: the caller's path reports it
+        if (i % CHECK_EVERY == 0 && check_hooks() != 0) return -1;
+        const double waited = now_seconds() - t0;
+        if (W.timeout > 0 && waited >= W.timeout) return timed_out(op, group, bytes, waited);
+        if (waited < WATCHDOG_SPIN_S) continue;
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        sleep_ns = sleep_ns * 2 < WATCHDOG_SLEEP_MAX_NS ? sleep_ns * 2 : WATCHDOG_SLEEP_MAX_NS;
+        if (check_hooks() != 0) return -1;
+    }
+}

@@ -1,0 +1,85 @@
+// watchdog.h: a deadline on everything a rank waits for (--collective_timeout).
+//
+// A rank waits for its peers in collectives and for its GPU in host synchronisations. When a
+// peer hangs (SIGSTOP, a dead node, a hung kernel), that wait would never end: the job would
+// sit until the scheduler's time limit. Every such wait goes through watchdog_wait(): it
+// polls the operation (without pause for WATCHDOG_SPIN_S, then with short sleeps that back
+// off to WATCHDOG_SLEEP_MAX_NS, so a long wait does not burn a core) and, when the operation
+// has not completed within the timeout, it
+//   1. records ONE error line naming this rank, the phase (setup, step N, eval, checkpoint,
+//      ...), the operation, its group and size, and how long it waited,
+//   2. lets main print it (the report callback; main is the only place that prints),
+//   3. runs the abort hooks the transports registered (ncclCommAbort, which also ends the
+//      NCCL kernels the GPU streams wait on),
+//   4. ends the job through main's end callback (MPI_Abort, or _exit), which does not return.
+// Without callbacks (library tests) it returns -1 instead, and every later wait fails at
+// once. Transports may also register a health check (NCCL's asynchronous errors), polled
+// during waits, and a description of their oldest unfinished operation (added to the line).
+//
+// Not covered: waits inside third-party calls that cannot be polled (MPI_Init's PMI fence,
+// the PMI2 exchange of the NCCL id under srun without MPI, ncclCommInitRank / ncclCommSplit
+// once every rank entered them, file I/O), and a rank stuck in its own host code with no
+// peer waiting for it (a single rank: nothing waits on it). Setup collectives
+// that block (MPI_Comm_split, NCCL init) are entered only after a deadline-bound barrier has
+// shown that every rank reached them.
+#pragma once
+#include <stddef.h>
+
+// Default --collective_timeout in seconds. The longest legitimate wait in a job is the other
+// ranks waiting in the all-reduce after a checkpoint while world rank 0 alone writes it: 12
+// bytes per parameter (fp32 master + two AdamW moments), 84 GB for a 7B model, about 7 min
+// at 200 MB/s on a slow shared filesystem; PyTorch's NCCL default is also 10 min.
+#define WATCHDOG_DEFAULT_TIMEOUT_S 600.0
+// Busy polling at the start of every wait (a collective's rounds progress only while MPI is
+// polled, so the normal, short waits must not sleep) ...
+#define WATCHDOG_SPIN_S 0.1
+// ... then sleeps between polls, doubling from the first to the last value.
+#define WATCHDOG_SLEEP_MIN_NS 20000L
+#define WATCHDOG_SLEEP_MAX_NS 500000L
+
+// A poll: 1 = the operation completed, 0 = not yet, -1 = it failed (ft_error recorded).
+typedef int (*watchdog_poll_fn)(void *ctx);
+
+// What a transport registers (any callback may be NULL).
+typedef struct {
+    void *ctx;
+    // -1 with a message in buf (size n) when the transport has failed on its own (e.g. an
+    // NCCL asynchronous error: the wait can never complete), else 0
+    int (*check)(void *ctx, char *buf, size_t n);
+    // 1 and a short description of the oldest operation this transport has not seen
+    // complete ("reduce_scatter on the shard group, 1.2 MiB, step 7") with its sequence
+    // number (watchdog_next_seq() when it was started), else 0
+    int (*describe)(void *ctx, char *buf, size_t n, unsigned long *seq);
+    // abandon everything in flight so that nothing waits on it any more (ncclCommAbort)
+    void (*abort)(void *ctx);
+} watchdog_hook;
+
+// Set the timeout (seconds; 0 = off: waits block without a deadline) and this rank's number
+// (world rank, for the message). Call before the first wait; calling it again starts afresh
+// (tests: it forgets that the watchdog fired).
+void watchdog_configure(double timeout_s, int rank);
+// 1 when a timeout is set.
+int watchdog_enabled(void);
+// The phase named in the message: printf-style, e.g. ("step %d", 7), ("setup").
+void watchdog_set_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// The callbacks that end the job (see the top of this file). report prints the recorded
+// error; end terminates every rank and should not return (if it does, as in tests, the wait
+// returns -1).
+void watchdog_set_fatal(void (*report)(void), void (*end)(void));
+// Register a transport's hooks (copied) / remove those registered with `ctx`. 0 / -1.
+int watchdog_register(const watchdog_hook *h);
+void watchdog_unregister(void *ctx);
+
+// Poll `poll(ctx)` until it reports completion (0) or failure (-1). `op` names the operation
+// ("all_gather"), `group` its group ("shard group") and `bytes` its size (0 = not shown).
+// With a timeout set, an operation that does not complete in time ends the job (or returns
+// -1 without callbacks); without one, it polls until completion.
+int watchdog_wait(watchdog_poll_fn poll, void *ctx, const char *op, const char *group, size_t bytes);
+// 1 after a timeout or a transport failure was reported.
+int watchdog_fired(void);
+// A process-wide increasing number for transports to order their operations (describe).
+unsigned long watchdog_next_seq(void);
+// The phase set last ("step 7"), for transports that record where an operation started.
+const char *watchdog_phase(void);
+// "8 B", "721.0 KiB", "1.2 MiB", "3.50 GiB" (as in the messages).
+void watchdog_format_bytes(char *buf, size_t n, size_t bytes);

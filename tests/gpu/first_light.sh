@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# tests/gpu/first_light.sh [REPORT_DIR]: first light on a machine with a GPU, in one command,
+# from the repository root. For machines that have a GPU, the CUDA toolkit (nvcc, cuBLASLt)
+# and Python wheels of NCCL/cuDNN perhaps, but no package manager: jansson and OpenBLAS come
+# from scripts/gpu_bundle.sh's folder (.deps/root, or .deps/bundle.tar.xz, unpacked here).
+#
+#   build      the trainer and the GPU tests for this GPU's architecture only (BUILD
+#              build/first_light, every nvcc warning and spill an error as in nvcc-check)
+#   fatbin     each kernel object holds SASS for this GPU (kernels/fatbin_check.py)
+#   test-gpu   `make test-gpu`: every backend op vs the CPU (7B shapes included), the
+#              default job on the GPU vs the CPU, FSDP over 2 GPUs when there are 2
+#   memcheck, racecheck, synccheck   compute-sanitizer over 2 training steps of the bundled
+#              job (seq 128, batch 2, with the evaluations before and after)
+#   soak       the un-truncated job (seq 512, variable lengths, batch 4 and 1, 300 steps, eval,
+#              stop + resume, sampling) vs the CPU: tests/test_cuda_emu_soak.sh when it
+#              takes FT_SOAK_BIN/FT_SOAK_DEVICE (the emulated soak, pointed at this binary
+#              and --device cuda), else tests/gpu/soak_gpu.sh (the same job)
+#
+# Writes REPORT_DIR/first_light.md, first_light.json and first_light_logs.tar.gz (REPORT_DIR:
+# $OUT when set, else the argument, else out/first_light). Every check is pass, fail,
+# timeout or not_run, and each not run names why (no GPU, no compute-sanitizer, an earlier
+# failure, the time budget). Phases have time limits that sum to under 8 minutes
+# (FT_FIRST_LIGHT_BUDGET seconds, default 465) so that the whole run fits one H100 lease;
+# a phase gets at most what is left. Exit 0: all ran and passed; 1: something failed or
+# timed out; 3: nothing failed but something did not run (a machine without a GPU: all).
+set -u
+report=${OUT:-${1:-$(dirname "$0")/../../out/first_light}}
+mkdir -p "$report" && report=$(cd "$report" && pwd) || { echo "first_light: cannot create report dir $report" >&2; exit 2; }
+cd "$(dirname "$0")/../.." || exit 2
+budget=${FT_FIRST_LIGHT_BUDGET:-465}
+B=build/first_light
+deps=.deps
+start=$(date +%s)
+logs=$(mktemp -d /tmp/ft-first-light.XXXXXX)
+trap 'rm -rf "$logs"' EXIT
+
+# ---------------------------------------------------------------- the record
+ids=() sts=() secs=() details=() subs=()
+record() { ids+=("$1"); sts+=("$2"); secs+=("$3"); details+=("$4"); subs+=("${5:-}"); }
+not_run() { record "$1" not_run 0 "$2"; echo "first_light: $1: not run: $2"; }
+left() { echo $((budget - ($(date +%s) - start))); }
+# phase ID LIMIT CMD...: run CMD (output in $logs/ID.log) under min(LIMIT, what is left);
+# records pass / fail / timeout with the command's last summary line; returns its status
+phase() {
+  local id=$1 limit=$2 t0 rc lim detail
+  shift 2
+  lim=$(left)
+  [ "$lim" -gt "$limit" ] && lim=$limit
+  if [ "$lim" -lt 5 ]; then not_run "$id" "the ${budget} s budget is spent"; return 99; fi
+  echo "first_light: $id (limit ${lim} s) ..."
+  t0=$(date +%s)
+  timeout -k 5 "$lim" "$@" >"$logs/$id.log" 2>&1
+  rc=$?
+  detail=$(grep -E '(: [0-9]+ passed, [0-9]+ failed|ERROR SUMMARY|RACECHECK SUMMARY)' "$logs/$id.log" | tail -1)
+  [ -n "$detail" ] || detail=$(grep -v '^\s*$' "$logs/$id.log" | tail -1)
+  local sub
+  sub=$(grep -E '^(ok  |FAIL|skip)|^========= (Invalid|Race|Error|Barrier|Program hit|Warning)' "$logs/$id.log" | head -60)
+  # a test that skips for want of a device fails here: this machine has one
+  [ $rc = 0 ] && grep -q "SKIPPED" "$logs/$id.log" && rc=1 && detail="skipped: $(grep -m1 SKIPPED "$logs/$id.log")"
+  case $rc in
+    0) record "$id" pass $(($(date +%s) - t0)) "$detail" "$sub" ;;
+    124|137) record "$id" timeout $(($(date +%s) - t0)) "stopped at its ${lim} s limit; last: $detail" "$sub" ;;
+    *) record "$id" fail $(($(date +%s) - t0)) "exit $rc: $detail" "$sub" ;;
+  esac
+  echo "first_light: $id: ${sts[-1]} (${secs[-1]} s): ${details[-1]}"
+  return $rc
+}
+
+# ---------------------------------------------------------------- what this machine has
+info_gpu="none" info_driver="-" info_nvcc="-" info_cuda="-" info_san="-" info_libs="-" info_bundle="-"
+gpu_ok=0 why_gpu=""
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  why_gpu="no GPU: nvidia-smi is not installed (no NVIDIA driver)"
+elif ! q=$(nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader 2>&1) || [ -z "$q" ]; then
+  why_gpu="no GPU: nvidia-smi: $(head -1 <<<"$q")"
+else
+  gpu_ok=1
+  info_gpu="$(wc -l <<<"$q") x $(head -1 <<<"$q" | cut -d, -f1 | xargs) ($(head -1 <<<"$q" | cut -d, -f4 | xargs))"
+  info_driver=$(head -1 <<<"$q" | cut -d, -f2 | xargs)
+  cc=$(head -1 <<<"$q" | cut -d, -f3 | xargs)
+  sm=${cc/./}
+  [[ $sm =~ ^[0-9]+$ ]] || { sm=90; cc="unknown (sm_90 assumed)"; }
+  info_gpu+=", compute capability $cc"
+fi
+
+nvcc=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+cuda_home=/usr/local/cuda
+[ -n "$nvcc" ] && [ ! -e "$cuda_home/include/cuda_runtime.h" ] && cuda_home=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+[ -n "$nvcc" ] && info_nvcc=$("$nvcc" --version | tail -2 | head -1) && info_cuda=$cuda_home
+san=$(command -v compute-sanitizer 2>/dev/null || ls "$cuda_home/bin/compute-sanitizer" "$cuda_home/compute-sanitizer/compute-sanitizer" 2>/dev/null | head -1)
+[ -n "$san" ] && info_san=$san
+
+# NCCL, cuDNN, cuBLASLt: the toolkit's, else the Python wheels' (nvidia-nccl-cu13, ...) through
+# links in .deps/links, passed to make as CFLAGS/LDLIBS
+wheel_dir() {
+  python3 -c "import importlib.util as u; s = u.find_spec('nvidia.$1'); print(s.submodule_search_locations[0])" 2>/dev/null
+}
+link_from_wheel() {   # link_from_wheel PKG HEADER LIB: 0 when the toolkit has it or a wheel does
+  local pkg=$1 hdr=$2 lib=$3 w f
+  if [ -e "$cuda_home/include/$hdr" ] && ls "$cuda_home"/lib*/"$lib"* >/dev/null 2>&1; then
+    info_libs+=" $pkg:toolkit"; return 0
+  fi
+  w=$(wheel_dir "$pkg") && [ -e "$w/include/$hdr" ] || { info_libs+=" $pkg:MISSING"; return 1; }
+  mkdir -p "$deps/links/include" "$deps/links/lib"
+  for f in "$w"/include/*.h; do ln -sf "$f" "$deps/links/include/"; done
+  for f in "$w"/lib/"$lib"*; do
+    ln -sf "$f" "$deps/links/lib/"
+    ln -sf "$f" "$deps/links/lib/$lib"             # the unversioned name -l needs
+  done
+  info_libs+=" $pkg:wheel($w)"
+}
+link_env=()
+if [ $gpu_ok = 1 ] && [ -n "$nvcc" ]; then
+  info_libs=""
+  link_from_wheel nccl nccl.h libnccl.so
+  link_from_wheel cublas cublasLt.h libcublasLt.so
+  link_from_wheel cudnn cudnn.h libcudnn.so
+  [ -d "$deps/links" ] && link_env=(CFLAGS="-I$PWD/$deps/links/include"
+                                    LDLIBS="-L$PWD/$deps/links/lib -Wl,-rpath,$PWD/$deps/links/lib")
+fi
+
+# jansson and OpenBLAS: the bundle (unpacked on first use), else the system's
+deps_arg=()
+if [ -e "$deps/root/usr/include/jansson.h" ]; then
+  deps_arg=(DEPS_PREFIX="$PWD/$deps/root"); info_bundle="$deps/root ($(sed -n '1s/^# //p' "$deps/root/MANIFEST" 2>/dev/null))"
+elif [ -e "$deps/bundle.tar.xz" ] && [ $gpu_ok = 1 ]; then
+  # (tar needs xz for -J; Python's tarfile reads xz itself)
+  if tar -C "$deps" -xJf "$deps/bundle.tar.xz" 2>"$logs/unpack.log" ||
+     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+       "$deps/bundle.tar.xz" "$deps" 2>>"$logs/unpack.log"; then
+    deps_arg=(DEPS_PREFIX="$PWD/$deps/root"); info_bundle="$deps/bundle.tar.xz, unpacked"
+  else info_bundle="$deps/bundle.tar.xz does not unpack: $(tail -1 "$logs/unpack.log")"; fi
+elif [ -e /usr/include/jansson.h ] && [ -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]; then
+  info_bundle="none (the system's jansson and OpenBLAS)"
+else
+  info_bundle="none, and the system lacks jansson or OpenBLAS (run scripts/gpu_bundle.sh on Debian 12 and carry .deps/bundle.tar.xz)"
+fi
+
+# ---------------------------------------------------------------- the checks
+make_vars=(BUILD=$B CUDA=1 CUDA_HOME="$cuda_home" NVCC="$nvcc" NVCC_SASS_ARCHS="${sm:-90}" NVCC_PTX_ARCH= "${deps_arg[@]}")
+job=(--model_dir data/model --data_dir data/chess --batch_size_per_device 2 --total_batch_size 2
+     --seq_len 128 --max_steps 2 --eval_every 0 --save_every 0 --max_eval_docs 4 --sample_tokens 0)
+checks=(build fatbin test-gpu memcheck racecheck synccheck soak)
+blocked=""
+if [ $gpu_ok = 0 ]; then blocked=$why_gpu
+elif [ -z "$nvcc" ]; then blocked="no CUDA toolkit: nvcc not found on PATH or in /usr/local/cuda/bin"
+elif [[ $info_bundle == none,* ]] || [[ $info_bundle == *"does not unpack"* ]]; then blocked="no jansson/OpenBLAS: $info_bundle"
+fi
+if [ -n "$blocked" ]; then
+  for c in "${checks[@]}"; do not_run "$c" "$blocked"; done
+else
+  if phase build 150 env "${link_env[@]}" make -j"$(nproc)" "${make_vars[@]}" \
+       "$B/finetune" "$B/tests/gpu/test_backend_gpu" "$B/tests/gpu/cuda_probe"; then
+    phase fatbin 10 python3 kernels/fatbin_check.py --sass "$sm" --ptx "" "$B"/nvcc/*.o
+    phase test-gpu 110 env "${link_env[@]}" make "${make_vars[@]}" test-gpu
+    for tool in memcheck racecheck synccheck; do
+      lim=$([ $tool = racecheck ] && echo 55 || echo 40)
+      if [ -z "$san" ]; then not_run "$tool" "compute-sanitizer not found (PATH, $cuda_home/bin)"; continue; fi
+      rm -rf "$logs/san-$tool"
+      phase "$tool" "$lim" "$san" --tool "$tool" --error-exitcode 7 --print-limit 30 \
+        "$B/finetune" --device cuda "${job[@]}" --out_dir "$logs/san-$tool"
+    done
+    if [ -f tests/test_cuda_emu_soak.sh ] && grep -q FT_SOAK_BIN tests/test_cuda_emu_soak.sh; then
+      phase soak 100 env FT_SOAK_BIN="$B/finetune" FT_SOAK_DEVICE=cuda bash tests/test_cuda_emu_soak.sh "$B"
+    else
+      phase soak 100 bash tests/gpu/soak_gpu.sh "$B/finetune" cuda "$logs/soak"
+    fi
+  else
+    for c in "${checks[@]:1}"; do not_run "$c" "the build failed (see build)"; done
+  fi
+fi
+total=$(($(date +%s) - start))
+
+# ---------------------------------------------------------------- the reports
+json_str() {   # a JSON string literal of $1
+  local s=$1
+  s=${s//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\n'/\\n}; s=${s//$'\t'/ }; s=${s//$'\r'/}
+  printf '"%s"' "$(tr -d '\000-\010\013\014\016-\037' <<<"$s")"
+}
+count() { local n=0 s; for s in "${sts[@]}"; do [ "$s" = "$1" ] && n=$((n + 1)); done; echo $n; }
+npass=$(count pass) nfail=$(count fail) ntime=$(count timeout) nnot=$(count not_run)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+date=$(date -u '+%Y-%m-%d %H:%M UTC')
+md=$report/first_light.md
+{
+  echo "# First light: $date"
+  echo
+  echo "| | |"
+  echo "|---|---|"
+  echo "| commit | $commit |"
+  echo "| host | $(hostname) ($(nproc) CPUs) |"
+  echo "| GPU | $info_gpu |"
+  echo "| driver | $info_driver |"
+  echo "| nvcc | $info_nvcc ($info_cuda) |"
+  echo "| compute-sanitizer | $info_san |"
+  echo "| NCCL, cuBLASLt, cuDNN | ${info_libs# } |"
+  echo "| jansson, OpenBLAS | $info_bundle |"
+  echo "| time | ${total} s of a ${budget} s budget |"
+  echo "| result | $npass passed, $nfail failed, $ntime timed out, $nnot not run |"
+  echo
+  echo "| check | status | seconds | detail |"
+  echo "|---|---|---|---|"
+  for i in "${!ids[@]}"; do echo "| ${ids[$i]} | ${sts[$i]} | ${secs[$i]} | ${details[$i]//|/\\|} |"; done
+  echo
+  echo "## Not run, and why"
+  echo
+  any=0
+  for i in "${!ids[@]}"; do
+    [ "${sts[$i]}" = not_run ] && { echo "- ${ids[$i]}: ${details[$i]}"; any=1; }
+    while IFS= read -r l; do [[ $l == skip* ]] && { echo "- ${ids[$i]}: ${l#skip }"; any=1; }; done <<<"${subs[$i]}"
+  done
+  [ $any = 0 ] && echo "(everything ran)"
+  for i in "${!ids[@]}"; do
+    [ -n "${subs[$i]}" ] || continue
+    echo; echo "## ${ids[$i]}"; echo; echo '```'; echo "${subs[$i]}"; echo '```'
+  done
+} >"$md"
+{
+  printf '{"tool": "tests/gpu/first_light.sh", "date": %s, "commit": %s, "host": %s,\n' \
+    "$(json_str "$date")" "$(json_str "$commit")" "$(json_str "$(hostname)")"
+  printf ' "gpu": %s, "driver": %s, "nvcc": %s, "cuda_home": %s, "compute_sanitizer": %s,\n' \
+    "$(json_str "$info_gpu")" "$(json_str "$info_driver")" "$(json_str "$info_nvcc")" \
+    "$(json_str "$info_cuda")" "$(json_str "$info_san")"
+  printf ' "libraries": %s, "bundle": %s, "seconds": %d, "budget_seconds": %d,\n' \
+    "$(json_str "${info_libs# }")" "$(json_str "$info_bundle")" "$total" "$budget"
+  printf ' "summary": {"pass": %d, "fail": %d, "timeout": %d, "not_run": %d},\n' "$npass" "$nfail" "$ntime" "$nnot"
+  printf ' "checks": ['
+  for i in "${!ids[@]}"; do
+    [ "$i" -gt 0 ] && printf ','
+    printf '\n  {"id": %s, "status": %s, "seconds": %d, "detail": %s, "lines": [' \
+      "$(json_str "${ids[$i]}")" "$(json_str "${sts[$i]}")" "${secs[$i]}" "$(json_str "${details[$i]}")"
+    first=1
+    while IFS= read -r l; do
+      [ -n "$l" ] || continue
+      [ $first = 1 ] || printf ', '
+      json_str "$l"; first=0
+    done <<<"${subs[$i]}"
+    printf ']}'
+  done
+  printf '\n]}\n'
+} >"$report/first_light.json"
+tar -C "$logs" --exclude="./san-*" -czf "$report/first_light_logs.tar.gz" . 2>/dev/null
+echo "first_light: $npass passed, $nfail failed, $ntime timed out, $nnot not run in ${total} s; report in $md"
+[ $((nfail + ntime)) -gt 0 ] && exit 1
+[ "$nnot" -gt 0 ] && exit 3
+exit 0

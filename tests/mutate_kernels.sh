@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# tests/mutate_kernels.sh [BUILD] [FILTER]: mutation testing of the kernel tests. Each mutant
+# below is one small change to one kernel source (eps removed, an off-by-one in a bound, a
+# wrong mask value, a dropped scale, a missing barrier, ...), applied to a copy of kernels/,
+# compiled under the CPU emulator and linked into test_kernels (exact host math), which then
+# runs the cases of the kernel files involved (`test_kernels OP...`). Every mutant must be
+# killed: the test fails, crashes or times out. A surviving mutant is a FAIL line naming it
+# (a regime the tests do not reach). FILTER runs only the mutants whose id contains it.
+#
+# Brings $BUILD/tests/test_kernels up to date (make) first; MUTATE_JOBS mutants at a time
+# (default 2, one emulator worker each). Part of `make test` (kernels/kernels.mk). Time:
+# ~175 s of CPU time (measured: user + sys, the attention mutants about half), so ~1.5 min
+# of wall time on an idle 2-core machine (estimated; 7-23 min measured on this shared one
+# under other jobs' load). Last result: tests/cuda_emu/README.md.
+#
+# Adding a mutant: `m ID FILE OPS FROM TO`, FROM a literal string (newlines allowed) that
+# occurs exactly once in kernels/FILE, OPS the test_kernels groups to run. A mutant that
+# survives because the test lacks inputs for its regime means: add the inputs to
+# tests/cuda_emu/test_kernels.cpp, not delete the mutant. Only mutants that change
+# behaviour belong here (an equivalent mutant cannot be killed).
+set -u
+shopt -u patsub_replacement 2>/dev/null   # '&' in a replacement is literal
+build=${1:-build}
+filter=${2:-}
+jobs=${MUTATE_JOBS:-2}
+cd "$(dirname "$0")/.."
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+finish() { echo "mutate_kernels: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
+
+ids=() files=() ops=() froms=() tos=()
+m() { ids+=("$1"); files+=("$2"); ops+=("$3"); froms+=("$4"); tos+=("$5"); }
+NL=$'\n'
+
+# ---------------------------------------------------------------- the mutants
+# the control: no change, the same pipeline; it must pass (else every "killed" is suspect)
+m control.unchanged rmsnorm.cu rmsnorm 'rsqrtf(ss / (float)C + eps)' 'rsqrtf(ss / (float)C + eps)'
+
+m embedding.scan_includes_self embedding.cu embedding \
+  'm < n; m += blockDim.x' 'm <= n; m += blockDim.x'
+m embedding.gather_from_self embedding.cu embedding \
+  'int m0 = n + 1;' 'int m0 = n;'
+m embedding.tile_stride embedding.cu embedding \
+  'm0 += EMB_THREADS) {' 'm0 += EMB_THREADS - 1) {'
+m embedding.no_sync_tile_mask embedding.cu embedding \
+  "__syncthreads();                                   // tile_mask is reused" ';'
+m embedding.fwd_last_id embedding.cu embedding \
+  'if (tok < 0 || tok >= V) {' 'if (tok < 0 || tok >= V - 1) {'
+m embedding.bwd_last_id embedding.cu embedding \
+  'if (tok < 0 || tok >= V) return;' 'if (tok < 0 || tok >= V - 1) return;'
+m embedding.column_chunk embedding.cu embedding \
+  'blockIdx.y * EMB_COLS + threadIdx.x * 8' 'blockIdx.y * (EMB_COLS - 8) + threadIdx.x * 8'
+
+m rmsnorm.no_eps rmsnorm.cu rmsnorm \
+  'rsqrtf(ss / (float)C + eps)' 'rsqrtf(ss / (float)C)'
+m rmsnorm.mean_over_c_plus_1 rmsnorm.cu rmsnorm \
+  'rsqrtf(ss / (float)C + eps)' 'rsqrtf(ss / (float)(C + 1) + eps)'
+m rmsnorm.bwd_r_cubed rmsnorm.cu rmsnorm \
+  'dot * r * r * r / (float)C' 'dot * r * r / (float)C'
+m rmsnorm.scalar_no_weight rmsnorm.cu rmsnorm \
+  'y[c] = f2bf(bf2f(weight[c]) * (bf2f(x[c]) * r));' 'y[c] = f2bf(bf2f(x[c]) * r);'
+m rmsnorm.dw_last_chunk rmsnorm.cu rmsnorm \
+  'k < nchunks; k++' 'k < nchunks - 1; k++'
+m rmsnorm.dw_chunk_end rmsnorm.cu rmsnorm \
+  'const int r1 = r0 + DW_CHUNK_ROWS < N ? r0 + DW_CHUNK_ROWS : N;' 'const int r1 = N;'
+m rmsnorm.dw_no_sync rmsnorm.cu rmsnorm \
+  "acc[threadIdx.y][threadIdx.x] = s;$NL    __syncthreads();" 'acc[threadIdx.y][threadIdx.x] = s;'
+
+m rope.bwd_sign_vec rope.cu rope 'float sk = sign * s[k];' 'float sk = s[k];'
+m rope.scalar_sign rope.cu rope \
+  'out[off + i + half] = f2bf(x2 * c + x1 * s);' 'out[off + i + half] = f2bf(x2 * c - x1 * s);'
+m rope.batch_offset rope.cu rope \
+  'const size_t off = (b * T * NH + head_row) * D;' 'const size_t off = head_row * D;'
+m rope.vec_width rope.cu rope 'int vec = (D / 2) % 8 == 0 &&' 'int vec = (D / 2) % 4 == 0 &&'
+m rope.position rope.cu rope \
+  'const int t = (int)(head_row / NH);' 'const int t = (int)(head_row / NH) + (T > 1);'
+
+m attention.causal_diag attention.cu attention \
+  'if (tk <= tq && tq < T) s = dot_smem' 'if (tk < tq && tq < T) s = dot_smem'
+m attention.mask_value attention.cu attention \
+  "float s = -INFINITY;$NL            if (tk <= tq" "float s = 0.0f;$NL            if (tk <= tq"
+m attention.no_running_max attention.cu attention \
+  'for (int j = 0; j < ATT_BK; j++) mx = fmaxf(mx, row[j]);' 'for (int j = 0; j < ATT_BK; j++) mx = 0.0f;'
+m attention.no_scale attention.cu attention \
+  's = dot_smem(sQ + r * D, sK + j * (D + 1), D) * scale;' 's = dot_smem(sQ + r * D, sK + j * (D + 1), D);'
+m attention.no_rescale attention.cu attention \
+  'float a = acc[i] * sAlpha[r];' 'float a = acc[i];'
+m attention.bwd_skips_diagonal attention.cu attention \
+  'int q0 = k0 / ATT_BQ * ATT_BQ;' 'int q0 = k0 / ATT_BQ * ATT_BQ + ATT_BQ;'
+m attention.bwd_dq_no_sync attention.cu attention \
+  "        load_tile(sV, D + 1, v, b, k0, T, KVH, kh, D, vec);$NL        __syncthreads();" \
+  "        load_tile(sV, D + 1, v, b, k0, T, KVH, kh, D, vec);"
+m attention.delta attention.cu attention \
+  's += bf2f(g[d]) * bf2f(o[d]);' 's += bf2f(g[d]) * bf2f(o[d]) * (d + 1 < D);'
+m attention.tc_causal_diag attention.cu attention \
+  's[e] = tk <= tq && tq < T ?' 's[e] = tk < tq && tq < T ?'
+m attention.tc_no_rescale attention.cu attention \
+  'o[ds][e] = o[ds][e] * alpha + wS' 'o[ds][e] = o[ds][e] + wS'
+m attention.tc_no_running_max attention.cu attention \
+  'mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));' 'mx = __shfl_xor_sync(0xffffffffu, 0.0f, 1);'
+
+m lmhead.mask_value lmhead_xent.cu lmhead_xent \
+  'losses[r] = tgt == -100 ? 0.0f' 'losses[r] = tgt == -1 ? 0.0f'
+m lmhead.last_id lmhead_xent.cu lmhead_xent \
+  'if (tgt == -100 || tgt < 0 || tgt >= V) {' 'if (tgt == -100 || tgt < 0 || tgt >= V - 1) {'
+m lmhead.no_max lmhead_xent.cu lmhead_xent \
+  'm = block_max(m, scratch);' 'm = block_max(m, scratch) * 0.0f;'
+m lmhead.dloss_on_target lmhead_xent.cu lmhead_xent \
+  '(j == tgt ? dloss : 0.0f)' '(j == tgt ? 1.0f : 0.0f)'
+m lmhead.logits_bound lmhead_xent.cu lmhead_xent \
+  'if (i0 + i < rows && j0 + j < V) logits' 'if (i0 + i < rows && j0 + j <= V) logits'
+m lmhead.gemm_last_k_tile lmhead_xent.cu lmhead_xent \
+  'for (int k0 = 0; k0 < K; k0 += GT) {' 'for (int k0 = 0; k0 < K - 1; k0 += GT) {'
+m lmhead.gemm_no_sync lmhead_xent.cu lmhead_xent \
+  '__syncthreads();                                   // previous tiles fully used' ';'
+m lmhead.target_read_race lmhead_xent.cu lmhead_xent \
+  '__syncthreads();                                       // everyone has read l[tgt]' ';'
+m lmhead.dweight_overwrites lmhead_xent.cu lmhead_xent \
+  '*p = f2bf(bf2f(*p) + v);' '*p = f2bf(v);'
+
+m swiglu.sigmoid_overflow swiglu.cu swiglu \
+  'return 1.0f / (1.0f + __expf(-g));' 'return __expf(g) / (1.0f + __expf(g));'
+m swiglu.fwd_overflow swiglu.cu swiglu \
+  'y[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];' 'y[k] = g[k] * __expf(g[k]) / (1.0f + __expf(g[k])) * u[k];'
+m swiglu.bwd_derivative swiglu.cu swiglu \
+  '(1.0f + g[k] * (1.0f - s))' '(1.0f + g[k] * s)'
+m swiglu.tail_dup swiglu.cu swiglu 'dup[i] = f2bf(dy * (g * s));' 'dup[i] = f2bf(dy * g);'
+
+m add.last_element add.cu add \
+  'const size_t items = nvec + (n - nvec * 8);' 'const size_t items = nvec + (n - nvec * 8) - 1;'
+m add.tail_operand add.cu add \
+  'out[i] = f2bf(bf2f(a[i]) + bf2f(b[i]));' 'out[i] = f2bf(bf2f(a[i]) + bf2f(a[i]));'
+
+m accumulate.vec_no_alpha accumulate.cu accumulate 'd[k] += alpha * s[k];' 'd[k] += s[k];'
+m accumulate.tail_overwrites accumulate.cu accumulate \
+  'dst[i] += alpha * bf2f(src[i]);' 'dst[i] = alpha * bf2f(src[i]);'
+
+m cast.second_half cast.cu cast 'load4f(v + 4, src + idx * 8 + 4);' 'load4f(v + 4, src + idx * 8);'
+m cast.last_element cast.cu cast \
+  'const size_t items = nvec + (n - nvec * 8);' 'const size_t items = nvec + (n - nvec * 8) - 1;'
+
+m adamw.no_eps adamw.cu adamw \
+  'float denom = sqrtf(v) / k.bc2_sqrt + k.eps;' 'float denom = sqrtf(v) / k.bc2_sqrt;'
+m adamw.eps_inside_sqrt adamw.cu adamw \
+  'float denom = sqrtf(v) / k.bc2_sqrt + k.eps;' 'float denom = sqrtf(v + k.eps) / k.bc2_sqrt;'
+m adamw.no_weight_decay adamw.cu adamw 'float x = w * k.decay;' 'float x = w;'
+m adamw.bc2_not_sqrt adamw.cu adamw \
+  'k.bc2_sqrt = sqrtf(p->bias_correction2);' 'k.bc2_sqrt = p->bias_correction2;'
+m adamw.no_grad_scale adamw.cu adamw 'g *= k.grad_scale;' 'g *= 1.0f;'
+m adamw.param_order adamw.cu adamw \
+  'p[1] = __floats2bfloat162_rn(w[2], w[3]);' 'p[1] = __floats2bfloat162_rn(w[3], w[2]);'
+
+m sum_squares.float_product sum_squares.cu sum_squares \
+  's += (double)v[k] * v[k];' 's += (double)(v[k] * v[k]);'
+m sum_squares.tail_group sum_squares.cu sum_squares \
+  'const size_t ngroups = (n + 3) / 4;' 'const size_t ngroups = n / 4;'
+m sum_squares.last_warp sum_squares.cu sum_squares \
+  'for (int w = 0; w < nwarps; w++)' 'for (int w = 0; w < nwarps - 1; w++)'
+m sum_squares.no_sync sum_squares.cu sum_squares \
+  "if (lane == 0) scratch[warp] = v;$NL    __syncthreads();$NL    double t" \
+  "if (lane == 0) scratch[warp] = v;$NL    double t"
+m sum_squares.last_partial sum_squares.cu sum_squares \
+  'for (int i = threadIdx.x; i < G; i += blockDim.x)' 'for (int i = threadIdx.x; i < G - 1; i += blockDim.x)'
+
+# shared helpers (kernels/common.cuh): the files of the groups named are rebuilt
+m common.block_sum_no_sync common.cuh "rmsnorm lmhead_xent" \
+  "if (lane == 0) scratch[warp] = v;$NL    __syncthreads();$NL    float t" \
+  "if (lane == 0) scratch[warp] = v;$NL    float t"
+m common.warp_max_half common.cuh lmhead_xent \
+  'for (int o = 16; o > 0; o >>= 1) v = fmaxf(' 'for (int o = 8; o > 0; o >>= 1) v = fmaxf('
+m common.bf16_truncates common.cuh "cast add" \
+  'return __float2bfloat16_rn(x);' 'return __float2bfloat16_rz(x);'
+
+# ---------------------------------------------------------------- running them
+if [ ! -x "$build/tests/test_kernels" ]; then
+  if [ "${CI:-}" = true ]; then bad "$build/tests/test_kernels not built (make test-bins)"
+  else echo "skip: $build/tests/test_kernels not built (needs the CUDA headers; make test-bins)"; fi
+  finish
+fi
+tmp=$(mktemp -d /tmp/ft-mutants.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+# the objects the mutants link with must match the sources (a stale test_kernels.o against a
+# newer libfinetune.a crashes every mutant); stderr apart: a make running this script may
+# pass jobserver warnings along
+make --no-print-directory BUILD="$build" "$build/tests/test_kernels" >"$tmp/make.log" 2>&1 \
+  || { bad "make $build/tests/test_kernels: $(grep -m1 -i error "$tmp/make.log")"; finish; }
+vars=$(make --no-print-directory BUILD="$build" kernel-emu-vars 2>"$tmp/vars.err") \
+  || { bad "make kernel-emu-vars: $(tail -1 "$tmp/vars.err")"; finish; }
+eval "$vars"
+export CUEMU_WORKERS=1
+
+
+# run_mutant I: writes $tmp/I.result ("killed ..." / "SURVIVED ..." / "INVALID ...")
+run_mutant() {
+  local i=$1 d=$tmp/$1 file=${files[$1]} from=${froms[$1]} to=${tos[$1]} src rest rebuild objs o f
+  mkdir -p "$d/k"
+  cp kernels/* "$d/k/"
+  src=$(<"kernels/$file")
+  rest=${src#*"$from"}
+  if [ "$rest" = "$src" ]; then echo "INVALID: text not found in kernels/$file" >"$d.result"; return; fi
+  if [[ $rest == *"$from"* ]]; then echo "INVALID: text occurs more than once in kernels/$file" >"$d.result"; return; fi
+  printf '%s\n' "${src/"$from"/"$to"}" >"$d/k/$file"
+  case $file in
+    *.cu) rebuild=${file%.cu} ;;
+    *) rebuild=${ops[$i]} ;;
+  esac
+  objs=""
+  for o in $KERNEL_OBJS; do
+    f=$(basename "$o" .o)
+    if [[ " $rebuild " == *" $f "* ]]; then
+      # shellcheck disable=SC2086
+      $CXX $KERNEL_CXXFLAGS -I"$d/k" -x c++ -c "$d/k/$f.cu" -o "$d/$f.o" >"$d/build.log" 2>&1 \
+        || { echo "INVALID: does not compile: $(grep -m1 error "$d/build.log")" >"$d.result"; return; }
+      o=$d/$f.o
+    fi
+    objs+=" $o"
+  done
+  # shellcheck disable=SC2086
+  $CXX $TEST_OBJS $objs -o "$d/test_kernels" $LINK_LIBS >"$d/link.log" 2>&1 \
+    || { echo "INVALID: does not link: $(grep -m1 -i error "$d/link.log")" >"$d.result"; return; }
+  # shellcheck disable=SC2086
+  (timeout 300 "$d/test_kernels" ${ops[$i]} >"$d/run.log" 2>&1) 2>/dev/null   # (no "Segmentation fault" line)
+  local rc=$? summary
+  summary=$(grep -E '^test_kernels: [0-9]+ passed' "$d/run.log" | tail -1)
+  if [ $rc -eq 0 ]; then echo "SURVIVED: test_kernels ${ops[$i]}: $summary" >"$d.result"
+  elif [ $rc -eq 124 ]; then echo "killed (timed out)" >"$d.result"
+  elif [ -n "$summary" ]; then echo "killed (${summary#test_kernels: })" >"$d.result"
+  else echo "killed (exit $rc: $(tail -1 "$d/run.log"))" >"$d.result"; fi
+  rm -rf "$d"
+}
+
+start=$(date +%s)
+sel=() used=""
+for i in "${!ids[@]}"; do
+  [[ ${ids[$i]} == *"$filter"* ]] || continue
+  sel+=("$i")
+  for o in ${ops[$i]}; do [[ " $used " == *" $o "* ]] || used+=" $o"; done
+done
+[ ${#sel[@]} -gt 0 ] || { bad "no mutant id contains '$filter'"; finish; }
+# the unchanged tests of those ops must pass, or every mutant would look killed
+# shellcheck disable=SC2086
+if ! out=$(CUEMU_WORKERS=2 "$build/tests/test_kernels" $used 2>&1); then
+  bad "the unmutated test_kernels$used fails: $(tail -1 <<<"$out")"; finish
+fi
+running=0
+for i in "${sel[@]}"; do
+  run_mutant "$i" &
+  running=$((running + 1))
+  if [ $running -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
+for i in "${sel[@]}"; do
+  r=$(cat "$tmp/$i.result" 2>/dev/null || echo "INVALID: no result")
+  if [ "${froms[$i]}" = "${tos[$i]}" ]; then
+    case $r in
+      SURVIVED*) ok "${ids[$i]}: the unchanged source passes through the same build and run" ;;
+      *) bad "${ids[$i]}: the unchanged source fails through the mutant pipeline, so every 'killed' is suspect: $r" ;;
+    esac
+    continue
+  fi
+  case $r in
+    killed*) ok "${ids[$i]}: $r" ;;
+    *) bad "${ids[$i]} (kernels/${files[$i]}: '${froms[$i]}' -> '${tos[$i]}'): $r" ;;
+  esac
+done
+echo "mutate_kernels: ${#sel[@]} builds (mutants and the control) in $(( $(date +%s) - start )) s with $jobs jobs"
+finish

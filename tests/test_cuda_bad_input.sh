@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# test_cuda_bad_input.sh BUILD_DIR: a GPU job that cannot run says why in one line, exits
+# non-zero and leaves nothing behind (no --out_dir). On the emulated device
+# (build/tests/finetune_emu; tests/cuda_emu/cuda_emu_host.cpp's FT_EMU_* knobs pretend to be
+# another GPU) and, where no device is needed, on build/finetune itself. About 5 s.
+#   1. the job's memory plan does not fit the device (FT_EMU_MEMORY_MIB=512; the bundled job
+#      needs about 0.57 GiB): names the need, the free memory and the flags that lower it;
+#      under mpiexec with only rank 1's device too small, every rank exits and the line is
+#      printed once (by rank 1)
+#   2. a GPU older than sm_80 (FT_EMU_COMPUTE_CAPABILITY=7.5): names its architecture; 8.6
+#      and 9.0 run the sm_80/sm_90 cubins, 10.0 and 12.0 (newer than every cubin) the
+#      compute_90 PTX the build also holds (the driver compiles it at load). The refusal of
+#      a GPU newer than everything built is reachable only in a build without PTX
+#      (NVCC_PTX_ARCH=, as tests/gpu/first_light.sh builds for its own GPU), not here.
+#   3. NCCL missing (FT_NCCL_LIBRARY=/nonexistent/libnccl.so.2) for 2 GPU ranks: names the
+#      library, before any device is touched (so build/finetune shows it on this GPU-less
+#      machine too); build/finetune does not link libnccl (CPU and single-GPU jobs start
+#      without it), and the real libnccl.so.2 loads at run time (tests/tools/nccl_id_exchange
+#      makes a unique id through it; a skip when this machine has no NCCL)
+# Missing cuBLASLt or the CUDA runtime (part of the toolkit the build used) stop finetune in
+# the dynamic loader, before main: "error while loading shared libraries: libcublasLt.so.13:
+# cannot open shared object file: No such file or directory", exit 127 (README).
+set -u
+build="${1:-build}"
+. "$(dirname "$0")/lib.sh" test_cuda_bad_input
+emu=$build/tests/finetune_emu
+if [ ! -x "$emu" ]; then skip_or_fail "$emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; finish; fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+flags=(--batch_size_per_device 1 --total_batch_size 2 --seq_len 64 --max_steps 1 --max_eval_docs 1)
+
+# expect_one_line NAME WANT CMD...: non-zero exit, one "finetune: error" line (and nothing
+# else on stderr but the launcher's) containing WANT, no $tmp/out
+expect_one_line() {
+  local name="$1" want="$2" err rc n
+  shift 2
+  rm -rf "$tmp/out"
+  err=$("$@" --out_dir "$tmp/out" 2>&1 >/dev/null); rc=$?
+  n=$(printf '%s\n' "$err" | grep -c "finetune: error")
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" = 1 ] && [[ "$err" == *"$want"* ]] && [ ! -e "$tmp/out" ]; then
+    ok "$name: exit $rc, nothing left behind: $(printf '%s\n' "$err" | grep "finetune: error")"
+  else bad "$name: exit $rc, $n error line(s), out_dir $([ -e "$tmp/out" ] && echo left || echo absent): $err"; fi
+}
+
+# ---------------------------------------------------------------- 1. the plan does not fit
+expect_one_line "plan larger than the device" "the memory plan needs 0.5" \
+  env FT_EMU_MEMORY_MIB=512 "$emu" --device cuda "${flags[@]}"
+if command -v mpiexec >/dev/null; then
+  expect_one_line "plan larger than rank 1's device (2 ranks)" "GiB are free; lower --batch_size_per_device" \
+    timeout 120 mpiexec -n 1 "$emu" --device cuda "${flags[@]}" --out_dir "$tmp/out" : \
+    -n 1 -env FT_EMU_MEMORY_MIB 512 "$emu" --device cuda "${flags[@]}"
+fi
+
+# ---------------------------------------------------------------- 2. architectures
+expect_one_line "sm_75" "is sm_75; the kernels need sm_80 or newer" \
+  env FT_EMU_COMPUTE_CAPABILITY=7.5 "$emu" --device cuda "${flags[@]}"
+for cc in 8.6 9.0 10.0 12.0; do
+  out=$(FT_EMU_COMPUTE_CAPABILITY=$cc "$emu" --device cuda "${flags[@]}" --eval_only --out_dir "$tmp/ok" 2>&1); rc=$?
+  [ $rc -eq 0 ] && [[ "$out" == *"sm_${cc/./}, arena"* ]] && ok "sm_${cc/./} runs the build's kernels (cubin or PTX)" \
+    || bad "sm_${cc/./}: exit $rc: $(tail -1 <<<"$out")"
+done
+
+# ---------------------------------------------------------------- 3. NCCL
+if command -v mpiexec >/dev/null; then
+  for b in "$emu" "$build/finetune"; do
+    expect_one_line "no NCCL, 2 GPU ranks ($(basename "$b"))" "GPU ranks need NCCL 2.18 or newer: /nonexistent/libnccl.so.2: cannot open" \
+      env FT_NCCL_LIBRARY=/nonexistent/libnccl.so.2 timeout 120 mpiexec -n 2 "$b" --device cuda "${flags[@]}"
+  done
+fi
+needed=$(readelf -d "$build/finetune" 2>/dev/null | grep NEEDED)
+[ -n "$needed" ] && ! grep -q nccl <<<"$needed" && ok "build/finetune does not link libnccl (loaded at run time)" \
+  || bad "build/finetune links libnccl: $(grep nccl <<<"$needed")"
+nx=$build/tests/nccl_id_exchange
+if [ -x "$nx" ]; then
+  out=$("$nx" 2>&1); rc=$?
+  if [ $rc -eq 0 ] && [[ "$out" == *"id "* ]]; then ok "the real libnccl.so.2 loads at run time: $out"
+  elif [[ "$out" == *"cannot open shared object"* ]]; then echo "skip: no libnccl.so.2 on this machine ($out)"
+  else bad "nccl_id_exchange: exit $rc: $out"; fi
+fi
+finish

@@ -1,0 +1,162 @@
+// test_watchdog_wait.c: the deadline on a rank's waits (src/watchdog.c), without MPI or a GPU.
+// About 1.5 s (two deliberate timeouts and one 1-s wait).
+//   1. a wait whose poll completes returns 0; a failing poll returns -1 with its own error
+//   2. with --collective_timeout off, a slow operation is waited for to the end
+//   3. a poll that never completes: after the timeout (not before) one line naming the rank,
+//      the phase, the operation, its group and size, the oldest unfinished operation of the
+//      registered transports (the one with the smallest sequence number); main's report
+//      callback runs once, then every transport's abort hook, then the end callback; every
+//      later wait fails at once
+//   4. back-off: past WATCHDOG_SPIN_S, a 1-s wait polls at most a few thousand times
+//      (without the sleeps it polls millions of times, even on a loaded machine)
+//   5. a transport's health check failing (an NCCL asynchronous error) ends the wait with
+//      that transport's message behind the rank and the phase
+#include <time.h>
+
+#include "common.h"
+#include "test.h"
+#include "watchdog.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// ----------------------------------------------------------------------------
+// polls
+
+typedef struct { int calls, complete_after, fail; double until; long late_polls; double t0; } poll_state;
+
+static int poll_fn(void *ctx) {
+    poll_state *p = ctx;
+    p->calls++;
+    if (p->fail) return ft_error("MPI_Test failed: broken pipe");
+    if (p->until > 0) {
+        const double t = now() - p->t0;
+        if (t > WATCHDOG_SPIN_S + 0.01) p->late_polls++;
+        return t >= p->until;
+    }
+    return p->complete_after > 0 && p->calls >= p->complete_after;
+}
+
+// ----------------------------------------------------------------------------
+// fake transports and main's callbacks
+
+typedef struct { int aborted, fail_check; unsigned long seq; const char *what; } transport;
+
+static int t_check(void *ctx, char *buf, size_t n) {
+    transport *t = ctx;
+    if (!t->fail_check) return 0;
+    snprintf(buf, n, "nccl: the shard group reports an asynchronous error: remote process exited");
+    return -1;
+}
+static int t_describe(void *ctx, char *buf, size_t n, unsigned long *seq) {
+    transport *t = ctx;
+    if (!t->what) return 0;
+    snprintf(buf, n, "%s", t->what);
+    *seq = t->seq;
+    return 1;
+}
+static void t_abort(void *ctx) { ((transport *)ctx)->aborted++; }
+
+static int g_reports, g_ends, g_aborts_at_end;
+static char g_reported[1024];
+static transport g_t[2];
+static void on_report(void) {
+    g_reports++;
+    snprintf(g_reported, sizeof g_reported, "%s", ft_error_message());
+}
+static void on_end(void) {
+    g_ends++;
+    g_aborts_at_end = g_t[0].aborted + g_t[1].aborted;
+}
+
+static void register_transports(void) {
+    for (int i = 0; i < 2; i++) {
+        watchdog_hook h = {&g_t[i], t_check, t_describe, t_abort};
+        EXPECT(watchdog_register(&h) == 0, "register");
+    }
+}
+
+// ----------------------------------------------------------------------------
+// cases
+
+static void test_complete_and_fail(void) {
+    watchdog_configure(5, 0);
+    poll_state p = {.complete_after = 3};
+    EXPECT(watchdog_wait(poll_fn, &p, "all_gather", "world", 8) == 0 && p.calls == 3, "completes after 3 polls: %d", p.calls);
+    ft_error_clear();
+    poll_state f = {.fail = 1};
+    EXPECT(watchdog_wait(poll_fn, &f, "all_gather", "world", 8) == -1, "a failing poll fails the wait");
+    EXPECT(strcmp(ft_error_message(), "MPI_Test failed: broken pipe") == 0, "its own error: %s", ft_error_message());
+    EXPECT(!watchdog_fired(), "an ordinary failure does not fire the watchdog");
+    ft_error_clear();
+    watchdog_configure(0, 0);
+    poll_state slow = {.until = 0.3, .t0 = now()};
+    EXPECT(!watchdog_enabled() && watchdog_wait(poll_fn, &slow, "barrier", "world", 0) == 0,
+           "timeout off: a 0.3-s operation completes");
+}
+
+static void test_timeout(void) {
+    watchdog_configure(0.2, 3);
+    watchdog_set_phase("step %d", 7);
+    watchdog_set_fatal(on_report, on_end);
+    g_t[0] = (transport){.seq = 12, .what = "reduce_scatter on the shard group, 1.2 MiB, step 7"};
+    g_t[1] = (transport){.seq = 9, .what = "all_gather on the shard group, 3.0 MiB, step 7"};
+    register_transports();
+    poll_state p = {0};
+    const double t0 = now();
+    int rc = watchdog_wait(poll_fn, &p, "all_gather", "shard group of 2 ranks", (size_t)1258291);
+    const double took = now() - t0;
+    EXPECT(rc == -1 && took >= 0.2 && took < 0.7, "times out after the deadline: rc %d after %.3f s", rc, took);
+    const char *want = "rank 3: step 7: all_gather (shard group of 2 ranks, 1.2 MiB) made no progress for 0.2 s "
+                       "(--collective_timeout 0.2; oldest unfinished: all_gather on the shard group, 3.0 MiB, step 7); "
+                       "aborting";
+    EXPECT(strcmp(ft_error_message(), want) == 0, "the line:\n  got  %s\n  want %s", ft_error_message(), want);
+    EXPECT(g_reports == 1 && strcmp(g_reported, want) == 0, "main's report ran once with the line (%d)", g_reports);
+    EXPECT(g_ends == 1 && g_aborts_at_end == 2, "both transports aborted before the end (%d ends, %d aborts)", g_ends,
+           g_aborts_at_end);
+    EXPECT(watchdog_fired(), "fired");
+    poll_state q = {.complete_after = 1};
+    EXPECT(watchdog_wait(poll_fn, &q, "barrier", "world", 0) == -1 && q.calls == 0, "later waits fail at once");
+}
+
+static void test_backoff(void) {
+    watchdog_configure(0, 0);
+    poll_state p = {.until = 1.0, .t0 = now()};
+    EXPECT(watchdog_wait(poll_fn, &p, "all_reduce", "world", 8) == 0, "a 1-s wait completes");
+    // past the spin phase: at most (1 s - spin) / WATCHDOG_SLEEP_MIN_NS polls even if every
+    // sleep were the shortest; with the doubling, about 1 s / WATCHDOG_SLEEP_MAX_NS
+    EXPECT(p.late_polls > 0 && p.late_polls < 5000, "%ld polls after the spin phase of a 1-s wait (%d in all)",
+           p.late_polls, p.calls);
+    printf("     back-off: %ld polls after the spin phase of a 1-s wait, %d in all\n", p.late_polls, p.calls);
+}
+
+static void test_check_fails(void) {
+    watchdog_configure(5, 1);
+    watchdog_set_phase("eval at step %d", 4);
+    g_reports = g_ends = 0;
+    g_t[0] = (transport){0};
+    g_t[1] = (transport){.fail_check = 1};
+    register_transports();
+    poll_state p = {0};
+    const double t0 = now();
+    EXPECT(watchdog_wait(poll_fn, &p, "device synchronize", "compute stream", 0) == -1 && now() - t0 < 1,
+           "a failed transport ends the wait at once");
+    const char *want = "rank 1: eval at step 4: nccl: the shard group reports an asynchronous error: remote process "
+                       "exited; aborting";
+    EXPECT(strcmp(ft_error_message(), want) == 0, "the line:\n  got  %s\n  want %s", ft_error_message(), want);
+    EXPECT(g_reports == 1 && g_ends == 1 && g_t[0].aborted == 1 && g_t[1].aborted == 1,
+           "reported, both transports aborted, ended (%d %d %d %d)", g_reports, g_ends, g_t[0].aborted, g_t[1].aborted);
+    watchdog_unregister(&g_t[0]);
+    watchdog_unregister(&g_t[1]);
+}
+
+int main(void) {
+    test_complete_and_fail();
+    test_backoff();
+    test_timeout();
+    test_check_fails();
+    TEST_SUMMARY("test_watchdog_wait");
+}
