@@ -529,12 +529,15 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
 // kinds: random targets with 1 in 5 ignored (-100); large logits (N(0, 40^2), ~120 and
 // beyond, where exp without the max subtracted overflows fp32, and one 300 per row for the
 // first two rows); every row ignored; targets cycling through the first id, the last id,
-// -100 and a random id
-enum { LMH_NORMAL, LMH_LARGE, LMH_MASKED, LMH_EDGES };
+// -100 and a random id; every logit negative (N(-8, 1): a trained model's usual rows, the
+// max below the partial sums of exp(l - max))
+enum { LMH_NORMAL, LMH_LARGE, LMH_MASKED, LMH_EDGES, LMH_NEGATIVE };
 
 static void test_lmhead_rows(int rows, int V, bool train, int kind) {
-    const float scale = kind == LMH_LARGE ? 40.0f : 2.0f;   // LARGE: peaky rows, exp underflows
+    const float scale = kind == LMH_LARGE ? 40.0f : kind == LMH_NEGATIVE ? 1.0f : 2.0f;   // LARGE: peaky rows
     std::vector<float> logits = randn_f((size_t)rows * V, scale);
+    if (kind == LMH_NEGATIVE)
+        for (float &v : logits) v -= 8.0f;
     std::vector<int32_t> tgt(rows);
     for (int i = 0; i < rows; i++) {
         const int32_t r = (int32_t)(rng_u32() % V);
@@ -547,7 +550,7 @@ static void test_lmhead_rows(int rows, int V, bool train, int kind) {
         logits[(size_t)V + (tgt[1] >= 0 ? (size_t)(tgt[1] + 1) % V : 0)] = 300.0f;
     }
     const float dloss = 1.0f;
-    static const char *kinds[] = {"", " large logits", " all masked", " targets 0/V-1/-100"};
+    static const char *kinds[] = {"", " large logits", " all masked", " targets 0/V-1/-100", " logits < 0"};
     std::string shape = fmt("rows=%d V=%d%s%s", rows, V, kinds[kind], train ? "" : " eval");
     std::vector<float> eye((size_t)V * V, 0.0f);
     for (int j = 0; j < V; j++) eye[(size_t)j * V + j] = 1.0f;
@@ -804,13 +807,14 @@ static void cases_lmhead_xent() {
     // (rows, V, kind, train): V = 1, odd sizes, V < and > one in-place stride (256 threads x 4
     // = 1024 values: 1023, 1024, 1025, 2051 = three strides), rows with large logits (peaky,
     // exp underflowing, one row's target dominant), the first and last ids as targets (V = 1:
-    // both 0), a chunk with every row masked, evaluation (logits untouched)
+    // both 0), a chunk with every row masked, evaluation (logits untouched), rows of negative
+    // logits
     const int lmh[][4] = {{1, 1, LMH_NORMAL, 1},    {3, 5, LMH_NORMAL, 1},    {7, 97, LMH_NORMAL, 1},
                           {5, 1023, LMH_NORMAL, 1}, {4, 1024, LMH_NORMAL, 1}, {6, 1025, LMH_NORMAL, 1},
                           {9, 2051, LMH_NORMAL, 1}, {5, 300, LMH_LARGE, 1},   {3, 1031, LMH_LARGE, 1},
                           {4, 77, LMH_MASKED, 1},   {33, 77, LMH_NORMAL, 0},  {5, 1031, LMH_LARGE, 0},
                           {8, 1, LMH_EDGES, 1},     {8, 1025, LMH_EDGES, 1},  {6, 40, LMH_EDGES, 0},
-                          {4, 30, LMH_MASKED, 0}};
+                          {4, 30, LMH_MASKED, 0},   {5, 300, LMH_NEGATIVE, 1}, {3, 1031, LMH_NEGATIVE, 0}};
     for (auto &s : lmh) test_lmhead_rows(s[0], s[1], s[3] != 0, s[2]);
 }
 
