@@ -182,10 +182,32 @@ static void layer_acts_table(mem_table *t, mem_category cat, const char *what, c
     mem_table_add(t, cat, N * F * esz, what, SLOT(s, act));              // (N, F)
 }
 
+// FT_LMHEAD_CHUNK_ROWS (test-only): the row cap it sets, 0 when unset; -1 when not an integer
+// in [1, LMHEAD_CHUNK_ROWS_MAX]
+static int lmhead_chunk_env(const char **text) {
+    const char *s = getenv("FT_LMHEAD_CHUNK_ROWS");
+    *text = s;
+    if (!s) return 0;
+    char *end;
+    const long v = strtol(s, &end, 10);
+    return end == s || *end || v < 1 || v > LMHEAD_CHUNK_ROWS_MAX ? -1 : (int)v;
+}
+
+int model_lmhead_chunk_env_check(void) {
+    const char *s;
+    if (lmhead_chunk_env(&s) < 0)
+        return ft_error("environment variable FT_LMHEAD_CHUNK_ROWS: '%s' is not a row count in [1, %d] (test-only)", s,
+                        LMHEAD_CHUNK_ROWS_MAX);
+    return 0;
+}
+
 int model_lmhead_chunk_rows(int N, int V) {
+    const char *text;
+    const int cap = lmhead_chunk_env(&text);
     size_t rows = LMHEAD_CHUNK_BYTES / ((size_t)(V > 0 ? V : 1) * sizeof(float));
     if (rows > LMHEAD_CHUNK_ROWS_MAX) rows = LMHEAD_CHUNK_ROWS_MAX;
     if (rows > 128) rows -= rows % 128;   // whole GEMM tiles
+    if (cap > 0 && rows > (size_t)cap) rows = (size_t)cap;
     if (rows < 1) rows = 1;
     return N < (int)rows ? (N > 0 ? N : 1) : (int)rows;
 }
