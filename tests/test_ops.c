@@ -45,6 +45,8 @@ static float *copy_of(const float *src, size_t n) {
 // ----------------------------------------------------------------------------
 // cases
 
+#define OPS_LMHEAD_CHUNK 128   // lm_head rows per chunk in these tests (131 rows: 2 chunks)
+
 typedef enum { OP_EMBEDDING, OP_RMSNORM, OP_ROPE, OP_MATMUL, OP_ATTENTION, OP_SWIGLU, OP_LMHEAD } op_kind;
 
 typedef struct {
@@ -113,8 +115,9 @@ static double objective(state *s) {
     }
     case OP_SWIGLU: be->swiglu_fwd(out, s->in[0], s->in[1], c->N); break;
     case OP_LMHEAD: {
-        float *ws = malloc(sizeof(float) * LMHEAD_CHUNK_ROWS * c->V);
-        be->lmhead_xent(out, NULL, NULL, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, ws);
+        float *ws = malloc(sizeof(float) * OPS_LMHEAD_CHUNK * c->V);
+        be->lmhead_xent(out, NULL, NULL, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, OPS_LMHEAD_CHUNK,
+                        ws, NULL);
         free(ws);
         break;
     }
@@ -182,12 +185,12 @@ static void analytic(state *s, int *contract_ok) {
     case OP_LMHEAD: {
         // J = sum(losses * R) is only linear in the losses when R is constant per row;
         // the op takes one scalar dloss, so R is set to that constant in setup()
-        float *ws = malloc(sizeof(float) * LMHEAD_CHUNK_ROWS * c->V), *losses = malloc(sizeof(float) * c->N);
+        float *ws = malloc(sizeof(float) * OPS_LMHEAD_CHUNK * c->V), *losses = malloc(sizeof(float) * c->N);
         s->grad[0] = filled(s->in_n[0], NAN);
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[1] = copy_of(base[1], s->in_n[1]);
         be->lmhead_xent(losses, s->grad[0], s->grad[1], s->in[0], s->in[1], s->tokens, c->N, c->C,
-                        c->V, s->R[0], ws);
+                        c->V, s->R[0], OPS_LMHEAD_CHUNK, ws, NULL);
         free(ws); free(losses);
         break;
     }
