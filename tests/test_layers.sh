@@ -21,6 +21,9 @@ layers=(
   "7 job:       checkpoint ckpt plan plan_time schedule sample"
   "8 trainer:   train"
   "9 process:   options launch main"
+  # modules of branches not merged yet (cudnn, lora), placed by their includes
+  "2 compute:   attention_cudnn attention_cudnn_graph"
+  "5 model:     lora"
 )
 declare -A layer_of
 for row in "${layers[@]}"; do
