@@ -108,7 +108,7 @@ static int step(model *m, const unit_provider *base, fsdp_state *s, const int32_
     double sum;
     int n;
     TRY(fsdp_zero_grads(s));
-    TRY(model_step(m, base, tok, tgt, 1, 1.0f / (float)valid, &sum, &n));
+    TRY(model_forward_backward(m, base, tok, tgt, 1, 1.0f / (float)valid, &sum, &n));
     *loss = sum / n;
     return fsdp_finish_grads(s, norm);
 }
