@@ -159,12 +159,15 @@ test-slurm: $(BUILD)/finetune $(TOOL_BINS)
 check: test test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.mk)),nvcc-check) test-slurm
 
 # README's first command: train the bundled tiny model on the bundled chess games (CPU)
-RUN_FLAGS ?= --batch_size_per_device 8 --total_batch_size 32 --learning_rate 5e-3 --max_steps 120 \
-             --eval_every 40 --save_every 40 --sample_tokens 40 --sample_games 8 --out_dir out/default
+RUN_FLAGS ?= --pack --seq_len 256 --batch_size_per_device 8 --total_batch_size 16 --learning_rate 5e-3 \
+             --max_steps 1000 --eval_every 250 --save_every 250 --sample_tokens 40 --sample_games 64 \
+             --out_dir out/default
 run: $(BUILD)/finetune
 	$(BUILD)/finetune --model_dir data/model --data_dir data/chess $(RUN_FLAGS)
 	@if command -v stockfish >/dev/null || [ -x /usr/games/stockfish ]; then python3 scripts/legal_moves.py out/default; \
 	 else echo "(apt-get install stockfish to check the sampled moves' legality)"; fi
+	@if python3 -c 'import matplotlib' 2>/dev/null; then python3 scripts/plot_metrics.py out/default; \
+	 else echo "(pip install matplotlib, then python3 scripts/plot_metrics.py out/default draws the curves)"; fi
 
 clean:
 	rm -rf build out

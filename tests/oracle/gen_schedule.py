@@ -21,7 +21,8 @@ from transformers import (get_constant_schedule_with_warmup, get_cosine_schedule
                           get_linear_schedule_with_warmup)
 
 # (schedule, total steps, warmup steps, peak learning rate); finetune derives the warmup
-# steps as floor(--warmup_fraction x total), so e.g. `make run`: 120 steps x 0.1 = 12
+# steps as floor(--warmup_fraction x total), so e.g. 120 steps x 0.1 = 12 (the first case: the
+# schedule `make run` used until 2026-11-23)
 CASES = [
     ("linear", 120, 12, 5e-3),
     ("linear", 10, 0, 1e-5),
