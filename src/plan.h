@@ -40,6 +40,8 @@ typedef struct {
     int gradient_checkpointing;     // 1: keep each layer's input only, recompute in backward
     int accumulate_grads_locally;   // 1: full-size gradients summed locally, reduced once per step
     size_t elem_bytes;              // storage dtype of the backend: 4 (CPU, fp32), 2 (CUDA, bf16)
+    int attention_cudnn;            // 1: GPU attention through cuDNN (--attention cudnn, bf16): its
+                                    // per-call workspace (attn_cudnn_workspace_bound) is planned
     int mfu_benchmark;              // 1: train.c measures the matmul rate (--peak_tflops 0), whose
                                     // buffers (src/mfu.h) are workspace
 } plan_request;
