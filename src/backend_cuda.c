@@ -62,7 +62,8 @@ static struct {
     uint64_t gemm_clock;                   // lookups so far
     long gemm_evictions;
     int attention_native;                  // --attention native asked (set before open)
-    int attention_cudnn;                   // attention runs through cuDNN (after the startup check)
+    int attention_cudnn;                   // attention runs through cuDNN now
+    int attention_checked;                 // cuDNN opened and passed the startup check
     char name[160];
     char device_name[256];
 } G;
@@ -467,13 +468,20 @@ static void attention_select(void) {
     int rc = attn_cudnn_open(G.stream, cu_alloc, scratch_release);
     if (rc == 0) rc = attn_cudnn_selfcheck(&CUDA_BACKEND);
     if (rc == 0) {
-        G.attention_cudnn = 1;
+        G.attention_cudnn = G.attention_checked = 1;
         return;
     }
     fprintf(stderr, "finetune: warning: --attention cudnn: %s; using the native attention kernels\n",
             ft_error_message());
     ft_error_clear();
     attn_cudnn_close();
+}
+
+int backend_cuda_attention_use(int cudnn) {
+    if (cudnn && !G.attention_checked)
+        return ft_error("cuda backend: cuDNN attention is not available (--attention native, or its startup check failed)");
+    G.attention_cudnn = cudnn;
+    return 0;
 }
 
 int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out) {

@@ -33,6 +33,9 @@ void backend_cuda_gemm_stats(int *cached, long *evictions);
 int backend_cuda_set_attention(const char *mode);
 // What attention runs on now: "cudnn" or "native".
 const char *backend_cuda_attention(void);
+// For tests: switch the open backend's attention to cuDNN (1: only when its startup check
+// passed; else -1 with ft_error) or to the native kernels (0).
+int backend_cuda_attention_use(int cudnn);
 // The compute stream (a cudaStream_t) every op runs on; NULL before open.
 void *backend_cuda_stream(void);
 // Wait on the host until `stream` (a cudaStream_t) has done all its work: without a
