@@ -9,7 +9,9 @@
 // (src/fsdp.c) and the MFU benchmark (src/mfu.c) allocate from, so on the CPU backend it is
 // exact by construction; tests/test_plan.sh still compares it with the allocator's measured
 // peaks. Every buffer is allocated once at setup and kept to the
-// end of training, so the peak total is the sum of the categories. Not planned: what the
+// end of training, so the peak total is the sum of the categories. One planned workspace line
+// is not a tracked buffer: cuDNN attention's per-call workspace (--attention cudnn on a GPU),
+// which the CUDA backend takes from its arena around each call. Not planned: what the
 // mem_tracker does not see (a CUDA context, cuBLASLt workspace, allocator fragmentation: the
 // fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those; NCCL communicators: counted in the
 // fit check at PLAN_NCCL_COMM_BYTES each) and the inference model that --sample_tokens builds
