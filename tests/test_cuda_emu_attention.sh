@@ -21,8 +21,8 @@
 #      attn_cudnn_workspace_bound (2 B H T D 4 + B H T 4 + 16 MiB) more bytes than with native,
 #      on a line of its own
 #
-# Runtime, measured on the 2-core development machine shared with other jobs (load ~10): 75 s
-# wall (five 3-step emulated runs of ~13 s each, one CPU run).
+# Runtime, measured on the 2-core development machine shared with other jobs (load ~14): 91 s
+# wall, 40 s of CPU (five 3-step emulated runs of ~13-18 s each, one CPU run, three dry runs).
 set -u
 build=${1:-build}
 . "$(dirname "$0")/lib.sh" test_cuda_emu_attention
