@@ -286,18 +286,21 @@ CPU_VECTOR_CLONES static float xent_row(float *l, int tgt, int V, float dloss, i
     return m + (float)log(sum) - target_logit;
 }
 
+// (fp32 storage: dweight accumulates in fp32 directly, dw_acc is not needed)
 static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, const void *x_,
                            const void *weight, const int32_t *targets, int N, int C, int V,
-                           float dloss, float *workspace) {
+                           float dloss, int chunk_rows, float *logits_ws, float *dw_acc) {
+    (void)dw_acc;
     const float *x = x_;           // (N, C)
     float *dx = dx_;               // (N, C) or NULL
+    if (chunk_rows <= 0) return ft_error("lmhead_xent: chunk of %d rows", chunk_rows);
     for (int n = 0; n < N; n++)
         if (targets[n] != -100 && (targets[n] < 0 || targets[n] >= V))
             return ft_error("lmhead_xent: target %d at row %d is outside the vocab (%d)",
                             targets[n], n, V);
-    for (int n0 = 0; n0 < N; n0 += LMHEAD_CHUNK_ROWS) {
-        int rows = N - n0 < LMHEAD_CHUNK_ROWS ? N - n0 : LMHEAD_CHUNK_ROWS;
-        float *logits = workspace; // (rows, V)
+    for (int n0 = 0; n0 < N; n0 += chunk_rows) {
+        int rows = N - n0 < chunk_rows ? N - n0 : chunk_rows;
+        float *logits = logits_ws; // (rows, V)
         cpu_matmul_fwd(logits, x + (size_t)n0 * C, weight, rows, C, V);
 #pragma omp parallel for if ((size_t)rows * V >= PAR_MIN)
         for (int r = 0; r < rows; r++)

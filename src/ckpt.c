@@ -82,8 +82,8 @@ static char *state_to_json(const trainer_state *ts) {
 
 // Parse <dir>/trainer_state.json: every field present, an integer (pack: a boolean), >= 0.
 static int state_read(const char *dir, trainer_state *ts) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/trainer_state.json", dir);
+    char p[FT_PATH_MAX];
+    TRY(ft_path(p, sizeof p, "%s/trainer_state.json", dir));
     json_error_t jerr;
     json_t *root = json_load_file(p, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) return ft_error("%s: not a finetune checkpoint: %s", p, jerr.text);
@@ -197,8 +197,8 @@ static int param_files_stream(fsdp_state *s, const char *dir, const param_file *
     if (!host) return -1;
     int rc = 0;
     for (int i = 0; i < n; i++) {
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s", dir, name[i]);
+        char p[FT_PATH_MAX];
+        if (ft_path(p, sizeof p, "%s/%s", dir, name[i]) != 0) rc = -1;
         if (param_file_stream(s, p, &pf[i], write && rc == 0, host) != 0) rc = -1;
     }
     free(host);
@@ -211,9 +211,9 @@ static int param_files_stream(fsdp_state *s, const char *dir, const param_file *
 // Rank 0: create <out_dir>/checkpoints (into root) and a fresh temporary directory for
 // step `step` (into tmp). 0 / -1.
 static int save_dir_create(const char *out_dir, int step, char *root, size_t nroot, char *tmp, size_t ntmp) {
-    snprintf(root, nroot, "%s/checkpoints", out_dir);
+    TRY(ft_path(root, nroot, "%s/checkpoints", out_dir));
     TRY(fs_mkdirs(root));
-    snprintf(tmp, ntmp, "%s/.tmp.step_%08d.%d", root, step, (int)getpid());
+    TRY(ft_path(tmp, ntmp, "%s/.tmp.step_%08d.%d", root, step, (int)getpid()));
     fs_remove_tree(tmp);
     if (mkdir(tmp, 0755) != 0) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
     return 0;
@@ -222,15 +222,15 @@ static int save_dir_create(const char *out_dir, int step, char *root, size_t nro
 // Rank 0, the tensors written into tmp: config.json and trainer_state.json, then publish
 // tmp as <root>/step_%08d and point <root>/latest at it. 0 / -1 (tmp removed unless published).
 static int save_dir_finish(const char *model_dir, const char *root, const char *tmp, int step, const char *state) {
-    char src[4200], dst[4200], p[4400];
-    snprintf(src, sizeof src, "%s/config.json", model_dir);
-    snprintf(p, sizeof p, "%s/config.json", tmp);
+    char src[FT_PATH_MAX], dst[FT_PATH_MAX], p[FT_PATH_MAX];
+    TRY_GOTO(ft_path(src, sizeof src, "%s/config.json", model_dir), fail);
+    TRY_GOTO(ft_path(p, sizeof p, "%s/config.json", tmp), fail);
     TRY_GOTO(fs_copy_file(src, p), fail);
-    snprintf(p, sizeof p, "%s/trainer_state.json", tmp);
+    TRY_GOTO(ft_path(p, sizeof p, "%s/trainer_state.json", tmp), fail);
     TRY_GOTO(fs_write_text_atomic(p, state), fail);
-    snprintf(dst, sizeof dst, "%s/step_%08d", root, step);
+    TRY_GOTO(ft_path(dst, sizeof dst, "%s/step_%08d", root, step), fail);
     TRY_GOTO(fs_publish_dir(tmp, dst), fail);
-    snprintf(p, sizeof p, "%s/latest", root);
+    TRY(ft_path(p, sizeof p, "%s/latest", root));
     char latest[64];
     snprintf(latest, sizeof latest, "step_%08d\n", step);
     return fs_write_text_atomic(p, latest);
@@ -245,7 +245,7 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
     static const fsdp_buffer model_which[] = {FSDP_MASTER}, optim_which[] = {FSDP_EXP_AVG, FSDP_EXP_AVG_SQ};
     static const param_file files[] = {{model_prefix, model_which, 1, ST_F32}, {optim_prefix, optim_which, 2, ST_F32}};
     static const char *const names[] = {"model.safetensors", "optimizer.safetensors"};
-    char root[4096] = "", tmp[4200] = "";
+    char root[FT_PATH_MAX] = "", tmp[FT_PATH_MAX] = "";
     char *state = NULL;
     int rc = 0;
     if (world_rank == 0)
@@ -263,19 +263,17 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
 
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n) {
     if (strcmp(resume, "latest") != 0) {
-        snprintf(dir, n, "%s", resume);
-        return 0;
+        return ft_path(dir, n, "%s", resume);
     }
-    char p[4200], name[256] = "";
-    snprintf(p, sizeof p, "%s/checkpoints/latest", out_dir);
+    char p[FT_PATH_MAX], name[256] = "";
+    TRY(ft_path(p, sizeof p, "%s/checkpoints/latest", out_dir));
     FILE *f = fopen(p, "r");
     if (!f) return ft_error("--resume latest: %s: no checkpoint to resume (%s)", p, strerror(errno));
     int ok = fgets(name, sizeof name, f) != NULL;
     fclose(f);
     name[strcspn(name, "\r\n")] = '\0';
     if (!ok || !name[0] || strchr(name, '/')) return ft_error("%s: does not name a checkpoint directory", p);
-    snprintf(dir, n, "%s/checkpoints/%s", out_dir, name);
-    return 0;
+    return ft_path(dir, n, "%s/checkpoints/%s", out_dir, name);
 }
 
 int ckpt_load_weights(fsdp_state *s, const char *dir) {
@@ -295,8 +293,8 @@ int ckpt_load_weights(fsdp_state *s, const char *dir) {
 
 // The AdamW moments of checkpoint `dir` (optimizer.safetensors: exp_avg.<name>, exp_avg_sq.<name>).
 static int load_moments(fsdp_state *s, const char *dir) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
+    char p[FT_PATH_MAX];
+    TRY(ft_path(p, sizeof p, "%s/optimizer.safetensors", dir));
     st_file f;
     TRY(st_open(&f, p));
     const param_layout *l = s->layout;
@@ -361,10 +359,10 @@ static int write_config(const char *src, const char *dst, const char *dtype) {
 // Rank 0: the export's fresh temporary directory <dir>.tmp.<pid> (into tmp), its parent
 // created. 0 / -1.
 static int export_dir_create(const char *dir, char *tmp, size_t ntmp) {
-    snprintf(tmp, ntmp, "%s.tmp.%d", dir, (int)getpid());
+    TRY(ft_path(tmp, ntmp, "%s.tmp.%d", dir, (int)getpid()));
     fs_remove_tree(tmp);
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", dir);
+    char parent[FT_PATH_MAX];
+    TRY(ft_path(parent, sizeof parent, "%s", dir));
     char *slash = strrchr(parent, '/');
     if (slash && slash != parent) { *slash = '\0'; TRY(fs_mkdirs(parent)); }
     if (mkdir(tmp, 0755) != 0) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
@@ -374,16 +372,16 @@ static int export_dir_create(const char *dir, char *tmp, size_t ntmp) {
 // Rank 0, the weights written into tmp: config.json (with the dtype) and the tokenizer
 // files, then publish tmp as dir. 0 / -1 (tmp removed unless published).
 static int export_dir_finish(const char *dir, const char *model_dir, const char *tmp, const char *dtype) {
-    char p[4400], src[4400];
-    snprintf(src, sizeof src, "%s/config.json", model_dir);
-    snprintf(p, sizeof p, "%s/config.json", tmp);
+    char p[FT_PATH_MAX], src[FT_PATH_MAX];
+    TRY_GOTO(ft_path(src, sizeof src, "%s/config.json", model_dir), fail);
+    TRY_GOTO(ft_path(p, sizeof p, "%s/config.json", tmp), fail);
     TRY_GOTO(write_config(src, p, dtype), fail);
     static const char *extra[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                   "generation_config.json", "tokenizer.model"};
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
-        snprintf(src, sizeof src, "%s/%s", model_dir, extra[i]);
+        TRY_GOTO(ft_path(src, sizeof src, "%s/%s", model_dir, extra[i]), fail);
         if (access(src, R_OK) != 0) continue;
-        snprintf(p, sizeof p, "%s/%s", tmp, extra[i]);
+        TRY_GOTO(ft_path(p, sizeof p, "%s/%s", tmp, extra[i]), fail);
         TRY_GOTO(fs_copy_file(src, p), fail);
     }
     TRY_GOTO(fs_publish_dir(tmp, dir), fail);
@@ -398,7 +396,7 @@ int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const 
     static const fsdp_buffer which[] = {FSDP_MASTER};
     static const char *const names[] = {"model.safetensors"};
     const param_file file = {prefix, which, 1, strcmp(dtype, "bf16") == 0 ? ST_BF16 : ST_F32};
-    char tmp[4200] = "";
+    char tmp[FT_PATH_MAX] = "";
     int rc = world_rank == 0 ? export_dir_create(dir, tmp, sizeof tmp) : 0;
     const int write = world_rank == 0 && rc == 0;
     if (param_files_stream(s, tmp, &file, names, 1, write) != 0) rc = -1;

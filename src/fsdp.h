@@ -122,7 +122,7 @@ int fsdp_zero_moments(fsdp_state *s);
 
 // Zero the fp32 gradient slices (start of an optimizer step).
 int fsdp_zero_grads(fsdp_state *s);
-// Say which micro-batch of the step comes next (before its model_step).
+// Say which micro-batch of the step comes next (before its model_forward_backward).
 void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
 // After the last micro-batch: sum gradient slices across replicas, and return the global
 // L2 norm of the gradient in *norm (collective over all ranks). 0 / -1.

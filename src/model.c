@@ -182,12 +182,42 @@ static void layer_acts_table(mem_table *t, mem_category cat, const char *what, c
     mem_table_add(t, cat, N * F * esz, what, SLOT(s, act));              // (N, F)
 }
 
+// FT_LMHEAD_CHUNK_ROWS (test-only): the row cap it sets, 0 when unset; -1 when not an integer
+// in [1, LMHEAD_CHUNK_ROWS_MAX]
+static int lmhead_chunk_env(const char **text) {
+    const char *s = getenv("FT_LMHEAD_CHUNK_ROWS");
+    *text = s;
+    if (!s) return 0;
+    char *end;
+    const long v = strtol(s, &end, 10);
+    return end == s || *end || v < 1 || v > LMHEAD_CHUNK_ROWS_MAX ? -1 : (int)v;
+}
+
+int model_lmhead_chunk_env_check(void) {
+    const char *s;
+    if (lmhead_chunk_env(&s) < 0)
+        return ft_error("environment variable FT_LMHEAD_CHUNK_ROWS: '%s' is not a row count in [1, %d] (test-only)", s,
+                        LMHEAD_CHUNK_ROWS_MAX);
+    return 0;
+}
+
+int model_lmhead_chunk_rows(int N, int V) {
+    const char *text;
+    const int cap = lmhead_chunk_env(&text);
+    size_t rows = LMHEAD_CHUNK_BYTES / ((size_t)(V > 0 ? V : 1) * sizeof(float));
+    if (rows > LMHEAD_CHUNK_ROWS_MAX) rows = LMHEAD_CHUNK_ROWS_MAX;
+    if (rows > 128) rows -= rows % 128;   // whole GEMM tiles
+    if (cap > 0 && rows > (size_t)cap) rows = (size_t)cap;
+    if (rows < 1) rows = 1;
+    return N < (int)rows ? (N > 0 ? N : 1) : (int)rows;
+}
+
 void model_buffer_table(mem_table *t, const llama_config *c, int B, int T, int grad_ckpt, size_t esz, model *m) {
     const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size, F = c->intermediate_size;
     const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
     const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
     const size_t rope = (size_t)T * (size_t)(c->head_dim / 2) * sizeof(float);   // (T, D/2)
-    const size_t chunk = N < LMHEAD_CHUNK_ROWS ? N : LMHEAD_CHUNK_ROWS;
+    const size_t chunk = (size_t)model_lmhead_chunk_rows((int)N, (int)V);
     const int L = c->num_hidden_layers;
 
     // activations: what the forward keeps for the backward
@@ -210,8 +240,13 @@ void model_buffer_table(mem_table *t, const llama_config *c, int B, int T, int g
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, tokens));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, targets));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(float), io, SLOT(m, losses));
-    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head chunk (128 rows)",
+    if (m) m->lmhead_rows = (int)chunk;
+    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head row chunk",
                   SLOT(m, logits_ws));
+    // several chunks on a bf16 backend: lm_head's dW summed over them in fp32, rounded once
+    if (N > chunk && esz != sizeof(float))
+        mem_table_add(t, MEM_WORKSPACE, V * C * sizeof(float), "fp32 lm_head weight gradient over the row chunks",
+                      SLOT(m, lmhead_dw_acc));
     const char *bwd = "backward scratch of one layer + branch output";
     mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, proj));
     mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, dresid));
@@ -340,12 +375,13 @@ int model_logits_rows(model *m, const unit_provider *p, const int32_t *tokens, i
         return ft_error("model: logits rows [%d, %d) outside the %d rows of the micro-batch", row0, row0 + nrows, N);
     // logits in row chunks through the workspace (fp32-sized, so a bf16 chunk fits too), in
     // the backend's dtype, widened to fp32 on the host (sampling, golden tests)
+    const int chunk = m->lmhead_rows;
     uint16_t *half = NULL;
-    if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)LMHEAD_CHUNK_ROWS * V * 2), (size_t)LMHEAD_CHUNK_ROWS * V * 2);
+    if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)chunk * V * 2), (size_t)chunk * V * 2);
     void *root;
     int rc = forward_trunk(m, p, tokens, &root);
-    for (int r = 0; rc == 0 && r < nrows; r += LMHEAD_CHUNK_ROWS) {
-        const int rows = nrows - r < LMHEAD_CHUNK_ROWS ? nrows - r : LMHEAD_CHUNK_ROWS;
+    for (int r = 0; rc == 0 && r < nrows; r += chunk) {
+        const int rows = nrows - r < chunk ? nrows - r : chunk;
         const size_t n = (size_t)rows * V;
         float *dst = logits + (size_t)r * V;   // (rows, V)
         rc = m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)(row0 + r) * C), at(m, root, lm_head_offset(m)),
@@ -399,8 +435,8 @@ static int layer_backward(model *m, int l, void *w, void *dw, layer_acts *s) {
     return 0;
 }
 
-int model_step(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
-               int backward, float dloss, double *loss_sum, int *n_valid) {
+int model_forward_backward(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
+                           int backward, float dloss, double *loss_sum, int *n_valid) {
     const backend *be = m->be;
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
@@ -412,10 +448,11 @@ int model_step(model *m, const unit_provider *p, const int32_t *tokens, const in
     if (backward) {
         TRY(p->grad_begin(p->ctx, root_u, &droot));
         TRY(be->lmhead_xent(m->losses, m->dln, at(m, droot, lm_head_offset(m)), m->lnf,
-                            at(m, root, lm_head_offset(m)), m->targets, N, C, V, dloss, m->logits_ws));
+                            at(m, root, lm_head_offset(m)), m->targets, N, C, V, dloss, m->lmhead_rows,
+                            m->logits_ws, m->lmhead_dw_acc));
     } else {
         TRY(be->lmhead_xent(m->losses, NULL, NULL, m->lnf, at(m, root, lm_head_offset(m)),
-                            m->targets, N, C, V, dloss, m->logits_ws));
+                            m->targets, N, C, V, dloss, m->lmhead_rows, m->logits_ws, NULL));
     }
     TRY(be->copy_d2h(m->losses_host, m->losses, (size_t)N * sizeof(float)));
     double sum = 0.0;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "model.h"
 #include "watchdog.h"
 
 // ----------------------------------------------------------------------------
@@ -156,7 +157,7 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
     if (o->no_fsdp && o->dp_shard > 1) return ft_error("flags --no_fsdp and --dp_shard %d contradict each other", o->dp_shard);
     if (o->world_size > 0 && !o->dry_run)
         return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");
-    return 0;
+    return model_lmhead_chunk_env_check();
 }
 
 void options_print(FILE *out, const train_options *o) {

@@ -55,7 +55,7 @@ typedef struct {
 typedef enum {
     PLAN_OP_GEMM,       // tensor cores through cuBLASLt
     PLAN_OP_ATTENTION,  // attention on tensor cores (the native wmma kernel today)
-    PLAN_OP_SIMT,       // fp32 SIMT code (lm_head tiles, attention backward)
+    PLAN_OP_SIMT,       // fp32 SIMT code (the attention backward)
     PLAN_OP_MEMORY,     // bound by HBM bytes
     PLAN_OP_CLASS_COUNT
 } plan_op_class;

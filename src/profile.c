@@ -91,8 +91,8 @@ PROF_WRAP(swiglu_fwd, (void *o, const void *g, const void *u, size_t n), (o, g, 
 PROF_WRAP(swiglu_bwd, (void *dg, void *du, const void *d, const void *g, const void *u, size_t n), (dg, du, d, g, u, n))
 PROF_WRAP(add, (void *o, const void *a, const void *b, size_t n), (o, a, b, n))
 PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, const void *x, const void *w, const int32_t *t, int N, int C,
-                        int V, float dl, float *ws),
-          (l, dx, dw, x, w, t, N, C, V, dl, ws))
+                        int V, float dl, int rows, float *ws, float *acc),
+          (l, dx, dw, x, w, t, N, C, V, dl, rows, ws, acc))
 PROF_WRAP(adamw, (float *m, void *p, const float *g, float *a, float *v, size_t n, const adamw_params *ap),
           (m, p, g, a, v, n, ap))
 PROF_WRAP(sum_squares, (double *o, const float *x, size_t n), (o, x, n))

@@ -129,7 +129,7 @@ static int evaluate(job *j, double *loss_out, double *tokens_out) {
         TRY(model_set_seq_len(&j->m, used));
         double sum;
         int n;
-        TRY(model_step(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 0, 0.0f, &sum, &n));
+        TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 0, 0.0f, &sum, &n));
         acc[0] += sum;
         acc[1] += n;
     }
@@ -158,8 +158,8 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->world = cc->world->size;
     j->be = o->profile ? profile_backend(cc->world->be) : cc->world->be;
     mem_tracker_init(&j->mem, j->be);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    char path[FT_PATH_MAX];
+    TRY(ft_path(path, sizeof path, "%s/config.json", o->model_dir));
     TRY(llama_config_load(&j->cfg, path));
     const plan_request req = train_plan_request(o, j->world, st_dtype_size(j->be->dtype));
     plan pl;   // validates the job, and chooses how gradients travel (what --dry_run plans)
@@ -218,7 +218,7 @@ static void job_teardown(job *j) {
     param_layout_free(&j->layout);
 }
 
-static void print_plan(job *j) {
+static void print_job_summary(job *j) {
     if (!is_main(j)) return;
     const train_options *o = j->o;
     const llama_config *c = &j->cfg;
@@ -285,7 +285,7 @@ static int train_step(job *j, int step, step_stats *st) {
         TRY(model_set_seq_len(&j->m, used));
         double sum;
         int n;
-        TRY(model_step(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 1, dloss, &sum, &n));
+        TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 1, dloss, &sum, &n));
         loss_sum += sum;
         if (is_main(j) && isatty(STDOUT_FILENO)) {
             printf("\rstep %d/%d: micro-batch %d/%d", step + 1, j->total_steps, a + 1, j->accum);
@@ -386,7 +386,7 @@ static int eval_and_log(job *j, int step) {
 // agreed by every rank.
 static int job_load_start(job *j, int *start) {
     const train_options *o = j->o;
-    char dir[4096] = "";
+    char dir[FT_PATH_MAX] = "";
     watchdog_set_phase("loading");
     int rc = o->eval_only ? 0 : fs_mkdirs(o->out_dir);   // fail before any work if unwritable
     if (rc == 0 && o->resume[0]) rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
@@ -404,14 +404,14 @@ static int job_load_start(job *j, int *start) {
 // published dense bf16 peak when known, else this backend's measured dense matmul rate.
 static int job_open_outputs(job *j, int start) {
     const train_options *o = j->o;
-    char path[4200];
+    char path[FT_PATH_MAX];
     int rc = 0;
     if (is_main(j)) {
-        snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
-        j->metrics = fopen(path, start > 0 ? "a" : "w");
-        if (!j->metrics) rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
-        snprintf(path, sizeof path, "%s/samples.jsonl", o->out_dir);
-        if (start == 0) remove(path);
+        rc = ft_path(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
+        if (rc == 0 && !(j->metrics = fopen(path, start > 0 ? "a" : "w")))
+            rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
+        if (rc == 0 && start == 0) rc = ft_path(path, sizeof path, "%s/samples.jsonl", o->out_dir);
+        if (rc == 0 && start == 0) remove(path);
     }
     if ((rc = agree(j, rc)) != 0) return rc;
     const double known = backend_peak_tflops(j->be);
@@ -460,10 +460,10 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
 // After the last step: the final evaluation, the Hugging Face export, samples, the memory report.
 static int job_finish(job *j, int step) {
     const train_options *o = j->o;
-    char path[4200];
+    char path[FT_PATH_MAX];
     int rc;
     TRY(eval_and_log(j, step));
-    snprintf(path, sizeof path, "%s/final", o->out_dir);
+    TRY(ft_path(path, sizeof path, "%s/final", o->out_dir));
     watchdog_set_phase("export");
     if ((rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
     if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
@@ -480,7 +480,7 @@ static int job_finish(job *j, int step) {
 }
 
 static int run(job *j) {
-    print_plan(j);
+    print_job_summary(j);
     int start, step, stopped, rc;
     if ((rc = job_load_start(j, &start)) != 0) return rc;
     if (j->o->eval_only) return eval_and_log(j, start);

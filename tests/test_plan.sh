@@ -24,10 +24,11 @@
 #   4. The step-time estimate (src/plan_time.c), 7B on 4 and 1 H100-class ranks at batch 1 and
 #      16: the per-class rows add up to the total on every device (printed to 0.01 ms: 5
 #      rows each off by at most 0.005 plus the total's 0.005 -> |sum - total| <= 0.03 ms);
-#      the gemm row equals FLOPs / (0.55 x 989e12) computed here from the shapes; GEMM and
-#      SIMT time double with the tokens; attention time doubles when T doubles at the same
-#      tokens per step (quadratic in T per sequence); collective link time = bytes / 450 GB/s
-#      and scales as (W-1)/W from 4 to 8 ranks (ratios within 1e-3: the values are 20+ ms,
+#      the gemm row equals FLOPs / (0.55 x 989e12) computed here from the shapes (the layers'
+#      matmuls and the lm_head's); GEMM and SIMT time double with the tokens; attention
+#      time doubles when T doubles at the same tokens per step (quadratic in T per
+#      sequence); collective link time = bytes / 450 GB/s and scales as (W-1)/W from 4 to 8
+#      ranks (ratios within 1e-3: the values are 20+ ms,
 #      printed to 0.01 ms, so rounding moves a ratio by < 1e-3); MFU and tokens/s printed.
 #   5. Flag handling: --dry_run needs no weights and no data; --world_size without --dry_run,
 #      --device cuda without a GPU (also at 2 ranks: once) and a non-dividing --dp_shard give
@@ -163,10 +164,11 @@ for job in "fsdp4_b1:--world_size 4" "fsdp4_b16:--world_size 4 --batch_size_per_
     awk -v s="$sum" -v t="$tot" 'BEGIN { exit !(t > 0 && (s - t)^2 <= 0.03^2) }' \
       && ok "7B $name device $d: classes sum to the total ($sum ~ $tot ms)" || bad "7B $name device $d: classes $sum != total '$tot'"
   done
-  # derived: 6 FLOPs per layer matmul parameter per token at 0.55 x 989e12 (H100 column)
+  # derived: 6 FLOPs per matmul parameter (the layers' and the lm_head's C x V) per token at
+  # 0.55 x 989e12 (H100 column)
   tokens=$(sed -nE 's/.*per optimizer step: ([0-9]+) tokens.*/\1/p' "$f")
-  want=$(awk -v n="$tokens" -v c=$C -v ff=$F -v l=$L 'BEGIN { printf "%.2f", 1e3 * 6 * n * l * (4 * c * c + 3 * c * ff) / (0.55 * 989e12) }')
-  [ "$(crow "$f" gemm 2)" = "$want" ] && ok "7B $name: H100 gemm = 6 x tokens x layer params / (0.55 x 989e12) = $want ms" \
+  want=$(awk -v n="$tokens" -v c=$C -v ff=$F -v l=$L -v v=$V 'BEGIN { printf "%.2f", 1e3 * 6 * n * (l * (4 * c * c + 3 * c * ff) + c * v) / (0.55 * 989e12) }')
+  [ "$(crow "$f" gemm 2)" = "$want" ] && ok "7B $name: H100 gemm = 6 x tokens x (layer + lm_head) params / (0.55 x 989e12) = $want ms" \
     || bad "7B $name: H100 gemm '$(crow "$f" gemm 2)', derived $want"
   mfu=$(crow "$f" MFU 2); tps=$(crow "$f" tokens/s/GPU 2)
   [ -n "$mfu" ] && [ -n "$tps" ] && ok "7B $name: H100 predicted MFU $mfu%, $tps tokens/s/GPU" || bad "7B $name: no MFU/tokens per s"
