@@ -21,6 +21,15 @@
 #      attn_cudnn_workspace_bound (2 B H T D 4 + B H T 4 + 16 MiB) more bytes than with native,
 #      on a line of its own
 #
+# Each check can fail; mutants run against this test (and test_backend_emu), each caught:
+#   the stand-in's GQA head mapping h % KVH            -> "runs cudnn, no warning" (dq NMSE 1.39)
+#   attention_select keeps cuDNN after a failed check  -> 5 failures (fault runs: no warning,
+#                                                         cudnn in use, plan fault aborts)
+#   --attention without its choices in the flag table  -> the --help check
+#   the planner skips the workspace on bf16            -> the --dry_run check
+#   the startup check's threshold 1e-4 -> 1.0           -> the mismatch fault (no warning)
+#   the plan cache never counts a plan (test_backend_emu) -> "cudnn cache: 0 plans kept"
+#
 # Runtime, measured on the 2-core development machine shared with other jobs (load ~14): 91 s
 # wall, 40 s of CPU (five 3-step emulated runs of ~13-18 s each, one CPU run, three dry runs).
 set -u
