@@ -68,20 +68,20 @@ ifeq ($(PMI2),1)
   LDLIBS += -lpmi2
 endif
 
-# CUDA toolkit: host C files that talk to the CUDA runtime, cuBLASLt and NCCL
+# CUDA toolkit: host C files that talk to the CUDA runtime, cuBLASLt, cuDNN and NCCL
 CUDA_HOME ?= /usr/local/cuda
 # (the CUDA backend links the nvcc-built kernels: $(BUILD)/libftkernels.a, rules in kernels.mk)
 ifeq ($(CUDA),1)
   CFLAGS += -I$(CUDA_HOME)/include -Ikernels -DFT_HAVE_CUDA
   # (NCCL is not linked: src/comm_nccl.c loads it at run time, only for GPU jobs of several ranks)
-  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -ldl -lstdc++
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcudart -ldl -lstdc++
   LDLIBS += $(CUDA_LDLIBS)
   KERNEL_LIB := $(BUILD)/libftkernels.a
 endif
 
 NEEDS_MPI  := src/comm_mpi.c
 NEEDS_PMI2 := src/bootstrap_pmi2.c
-NEEDS_CUDA := src/comm_nccl.c src/backend_cuda.c
+NEEDS_CUDA := src/comm_nccl.c src/backend_cuda.c src/attention_cudnn.c src/attention_cudnn_graph.c
 LIB_SRCS := $(filter-out src/main.c $(if $(filter 1,$(MPI)),,$(NEEDS_MPI)) $(if $(filter 1,$(PMI2)),,$(NEEDS_PMI2)) \
               $(if $(filter 1,$(CUDA)),,$(NEEDS_CUDA)),$(wildcard src/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))

@@ -66,20 +66,27 @@ kernel-emu-vars:
 
 # The whole trainer on the emulated device: src/ compiled exactly as for the CUDA build, linked
 # with the emulated kernels (GPU-like math) and tests/cuda_emu/cuda_emu_host.cpp in place of
-# libcudart, cuBLASLt, NCCL and the nvcc objects. tests/test_cuda_emu_train.sh runs it.
+# libcudart, cuBLASLt, NCCL and the nvcc objects, and tests/cuda_emu/attention_cudnn_emu.cpp (the
+# CPU stand-in of the cuDNN attention engine) in place of src/attention_cudnn_graph.c and
+# libcudnn (it comes before the library, so the library's engine object is not linked).
+# tests/test_cuda_emu_train.sh runs it.
 ifeq ($(CUDA),1)
 $(BUILD)/emu/cuda_emu_host.o: tests/cuda_emu/cuda_emu_host.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) $(if $(filter 1,$(MPI)),$(filter -I%,$(MPI_FLAGS)) -DFT_HAVE_MPI) -c $< -o $@
+$(BUILD)/emu/attention_cudnn_emu.o: tests/cuda_emu/attention_cudnn_emu.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+EMU_HOST_OBJS := $(BUILD)/emu/attention_cudnn_emu.o $(BUILD)/emu/cuda_emu_host.o
 
-$(BUILD)/tests/finetune_emu: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ) \
-                             $(BUILD)/emu/cuda_emu_host.o
+$(BUILD)/tests/finetune_emu: $(BUILD)/obj/main.o $(EMU_HOST_OBJS) $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) \
+                             $(EMU_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
 # tests/gpu/test_backend_gpu.c (every backend op, CUDA vs CPU) on the emulated device
-$(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) \
-                                 $(EMU_OBJ) $(BUILD)/emu/cuda_emu_host.o
+$(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(EMU_HOST_OBJS) $(BUILD)/libfinetune.a \
+                                 $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -c $< -o $@.o
 	$(CXX) $@.o $(filter-out $<,$^) -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
@@ -101,8 +108,8 @@ $(BUILD)/emu/fault_%/comm_nccl.o: src/comm_nccl.c
 	$(CC) $(CFLAGS) $(FAULT_DEFS_$*) -c $< -o $@
 # (the faulted objects come first, so the library's own fsdp.o and comm_nccl.o are not linked)
 $(BUILD)/tests/finetune_emu_fault_%: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o \
-                                    $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) \
-                                    $(EMU_OBJ) $(BUILD)/emu/cuda_emu_host.o
+                                    $(BUILD)/obj/main.o $(EMU_HOST_OBJS) $(BUILD)/libfinetune.a \
+                                    $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 .PRECIOUS: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o

@@ -151,6 +151,9 @@ const backend *backend_cpu(void);
 // The backend called `device`: "cpu" (always built) or "cuda" (built when the CUDA toolkit
 // was found). For cuda, `local_rank` picks the GPU and `arena_bytes` sizes the one device
 // arena (0 = most of the free memory). 0, or -1 with a one-line reason (e.g. no GPU).
+// Attention implementation for the GPU backend's next open (`--attention cudnn|native`, see
+// backend_cuda.h); the CPU backend has one and ignores it. 0 / -1 (ft_error naming the flag).
+int backend_set_attention(const char *mode);
 int backend_open(const char *device, int local_rank, size_t arena_bytes, const backend **out);
 // be->close(), be->describe() and be->peak_tflops(), safe on NULL (a failed open): release
 // what backend_open acquired; one line naming the device ("none" for NULL); the device's

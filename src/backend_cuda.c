@@ -22,6 +22,9 @@
 //     recently used evicted; one workspace from the arena. The row counts are few because
 //     the model runs micro-batches at lengths rounded up to seq_bucket (64).
 //   - lm_head + cross-entropy: per row chunk, cuBLASLt GEMMs around one fused softmax kernel
+//   - attention: cuDNN's fused flash attention (src/attention_cudnn.h) under `--attention cudnn`
+//     (the default) once the startup check agreed with the native kernels, else the native
+//     kernels (kernels/attention.cu); attention_select() below
 //   - everything else: the hand-written kernels (kernels/kernels.h)
 // Every CUDA / cuBLASLt call goes through CHECK_CUDA / CHECK_CUBLAS, naming the call.
 #include <cublasLt.h>
@@ -30,6 +33,7 @@
 #include <string.h>
 
 #include "arena.h"
+#include "attention_cudnn.h"
 #include "backend.h"
 #include "backend_cuda.h"
 #include "cuda_check.h"
@@ -70,7 +74,10 @@ static struct {
     int n_plans;
     uint64_t gemm_clock;                   // lookups so far
     long gemm_evictions;
-    char name[128];
+    int attention_native;                  // --attention native asked (set before open)
+    int attention_cudnn;                   // attention runs through cuDNN now
+    int attention_checked;                 // cuDNN opened and passed the startup check
+    char name[160];
     char device_name[256];
 } G;
 
@@ -325,10 +332,12 @@ static int cu_rope_bwd(void *dinp, const void *dout, const float *cos, const flo
 }
 static int cu_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
                             int KVH, int D) {
+    if (G.attention_cudnn) return attn_cudnn_fwd(out, lse, q, k, v, B, T, H, KVH, D);
     return ftk_attention_fwd(out, lse, q, k, v, B, T, H, KVH, D, G.stream);
 }
 static int cu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
                             const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D) {
+    if (G.attention_cudnn) return attn_cudnn_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D);
     return ftk_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D, G.stream);
 }
 static int cu_swiglu_fwd(void *out, const void *gate, const void *up, size_t n) {
@@ -420,12 +429,15 @@ void *backend_cuda_stream(void) { return (void *)G.stream; }
 void backend_cuda_close(void) {
     if (G.stream) (void)compute_wait("close", 0);
     ftk_set_scratch_allocator(NULL, NULL);
+    attn_cudnn_close();
     for (int i = 0; i < G.n_plans; i++) gemm_plan_destroy(&G.plans[i]);
     arena_destroy(&G.ar);
     if (G.lt) cublasLtDestroy(G.lt);
     if (G.arena_mem) cudaFree(G.arena_mem);
     if (G.stream) cudaStreamDestroy(G.stream);
+    const int native = G.attention_native;   // a setting, not state: kept for the next open
     memset(&G, 0, sizeof G);
+    G.attention_native = native;
 }
 
 // 1 when this build holds code the device can run: a cubin for sm_XY runs on devices X.Z with
@@ -497,12 +509,47 @@ static int open_device(int local_rank, size_t arena_bytes) {
     return 0;
 }
 
+int backend_cuda_set_attention(const char *mode) {
+    if (strcmp(mode, "cudnn") != 0 && strcmp(mode, "native") != 0)
+        return ft_error("flag --attention: '%s' is not one of cudnn|native", mode);
+    G.attention_native = strcmp(mode, "native") == 0;
+    return 0;
+}
+
+const char *backend_cuda_attention(void) { return G.attention_cudnn ? "cudnn" : "native"; }
+
+// --attention cudnn: open cuDNN and run the startup check (attn_cudnn_selfcheck); on any failure
+// ONE warning line names the reason and attention stays on the native kernels.
+static void attention_select(void) {
+    if (G.attention_native) return;
+    int rc = attn_cudnn_open(G.stream, cu_alloc, scratch_release);
+    if (rc == 0) rc = attn_cudnn_selfcheck(&CUDA_BACKEND);
+    if (rc == 0) {
+        G.attention_cudnn = G.attention_checked = 1;
+        return;
+    }
+    fprintf(stderr, "finetune: warning: --attention cudnn: %s; using the native attention kernels\n",
+            ft_error_message());
+    ft_error_clear();
+    attn_cudnn_close();
+}
+
+int backend_cuda_attention_use(int cudnn) {
+    if (cudnn && !G.attention_checked)
+        return ft_error("cuda backend: cuDNN attention is not available (--attention native, or its startup check failed)");
+    G.attention_cudnn = cudnn;
+    return 0;
+}
+
 int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out) {
     if (G.open) return ft_error("cuda backend: already open");
     if (open_device(local_rank, arena_bytes) != 0) {
         backend_cuda_close();
         return -1;
     }
+    attention_select();
+    const size_t len = strlen(G.name);
+    snprintf(G.name + len, sizeof G.name - len, ", attention %s", backend_cuda_attention());
     G.open = 1;
     *out = &CUDA_BACKEND;
     return 0;

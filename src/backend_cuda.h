@@ -26,6 +26,16 @@ double backend_cuda_peak_tflops(void);
 #define BACKEND_CUDA_GEMM_PLANS 256
 // For tests: plans cached now and evictions since open.
 void backend_cuda_gemm_stats(int *cached, long *evictions);
+// Attention implementation of the next open (`--attention`): "cudnn" (cuDNN's flash attention,
+// used when its plan builds and the startup check agrees with the native kernels; otherwise one
+// warning line and native) or "native" (kernels/attention.cu). 0, or -1 with ft_error naming
+// the flag for any other value.
+int backend_cuda_set_attention(const char *mode);
+// What attention runs on now: "cudnn" or "native".
+const char *backend_cuda_attention(void);
+// For tests: switch the open backend's attention to cuDNN (1: only when its startup check
+// passed; else -1 with ft_error) or to the native kernels (0).
+int backend_cuda_attention_use(int cudnn);
 // The compute stream (a cudaStream_t) every op runs on; NULL before open.
 void *backend_cuda_stream(void);
 // Wait on the host until `stream` (a cudaStream_t) has done all its work: without a

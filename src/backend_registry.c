@@ -25,6 +25,15 @@ int backend_open(const char *device, int local_rank, size_t arena_bytes, const b
     return ft_error("flag --device: unknown device '%s' (cpu or cuda)", device);
 }
 
+int backend_set_attention(const char *mode) {
+#ifdef FT_HAVE_CUDA
+    return backend_cuda_set_attention(mode);
+#else
+    (void)mode;   // the CPU backend has one attention
+    return 0;
+#endif
+}
+
 void backend_close(const backend *be) {
     if (be) be->close();
 }

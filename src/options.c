@@ -65,6 +65,7 @@ static const flag_spec flags[] = {
     {"--lora_targets", FLAG_STR, OPT(lora_targets), 0, 0, NULL, "with --lora_rank: comma-separated projections to adapt, of q,k,v,o,gate,up,down"},
     {"--merge_lora", FLAG_BOOL, OPT(merge_lora), 0, 1, NULL, "with --lora_rank: also export OUT/final_merged, the base with the adapters merged (W + alpha/r B A) in the Hugging Face layout"},
     {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda", "backend: cpu (fp32, OpenMP; the reference) or cuda (bf16 storage, fp32 math; one GPU per rank by local rank; unverified on GPU)"},
+    {"--attention", FLAG_STR, OPT(attention), 0, 0, "cudnn|native", "GPU attention: cudnn (cuDNN flash attention, checked against native at startup; on a failure one warning and native) or native (the hand-written kernels); unverified on GPU"},
     {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL, "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit (reads only config.json)"},
     {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL, "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
     {"--collective_timeout", FLAG_FLOAT, OPT(collective_timeout), 0, 1e6, NULL, "seconds a collective or a wait for the GPU may make no progress before the job is aborted with a message naming the rank, step and operation (0 = wait forever)"},
@@ -79,7 +80,8 @@ static train_options options_default(void) {
         .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
         .max_steps = 0, .epochs = 1, .seed = 42, .eval_every = 0, .max_eval_docs = 0, .save_every = 0,
         .save_dtype = "bf16", .sample_tokens = 0, .sample_games = 1, .device = "cpu",
-        .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S, .lora_alpha = 16, .lora_targets = "q,k,v,o",
+        .attention = "cudnn", .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S, .lora_alpha = 16,
+        .lora_targets = "q,k,v,o",
     };
     return o;
 }

@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "attention_cudnn.h"
 #include "common.h"
 #include "fsdp.h"
 #include "mfu.h"
@@ -74,6 +75,13 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
     fsdp_buffer_table(&t, l, r->shard_size, mode, ll ? FSDP_FROZEN : FSDP_TRAINED, r->elem_bytes, NULL);
     if (ll) fsdp_buffer_table(&t, &ll->layout, r->shard_size, mode, FSDP_ADAPTERS, r->elem_bytes, NULL);
     if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
+    // cuDNN attention takes its workspace from the device arena around each call (the largest
+    // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more
+    if (r->attention_cudnn && r->elem_bytes == 2)
+        add_item(p, MEM_WORKSPACE,
+                 attn_cudnn_workspace_bound(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
+                                            c->num_key_value_heads, c->head_dim),
+                 "cuDNN attention workspace (fp32 dQ accumulator, row sums, engine)");
 }
 
 // ----------------------------------------------------------------------------

@@ -9,7 +9,9 @@
 // (src/fsdp.c) and the MFU benchmark (src/mfu.c) allocate from, so on the CPU backend it is
 // exact by construction; tests/test_plan.sh still compares it with the allocator's measured
 // peaks. Every buffer is allocated once at setup and kept to the
-// end of training, so the peak total is the sum of the categories. Not planned: what the
+// end of training, so the peak total is the sum of the categories. One planned workspace line
+// is not a tracked buffer: cuDNN attention's per-call workspace (--attention cudnn on a GPU),
+// which the CUDA backend takes from its arena around each call. Not planned: what the
 // mem_tracker does not see (a CUDA context, cuBLASLt workspace, allocator fragmentation: the
 // fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those; NCCL communicators: counted in the
 // fit check at PLAN_NCCL_COMM_BYTES each) and the inference model that --sample_tokens builds
@@ -41,6 +43,8 @@ typedef struct {
     int gradient_checkpointing;     // 1: keep each layer's input only, recompute in backward
     int accumulate_grads_locally;   // 1: full-size gradients summed locally, reduced once per step
     size_t elem_bytes;              // storage dtype of the backend: 4 (CPU, fp32), 2 (CUDA, bf16)
+    int attention_cudnn;            // 1: GPU attention through cuDNN (--attention cudnn, bf16): its
+                                    // per-call workspace (attn_cudnn_workspace_bound) is planned
     int mfu_benchmark;              // 1: train.c measures the matmul rate (--peak_tflops 0), whose
                                     // buffers (src/mfu.h) are workspace
     lora_config lora;               // rank 0: full fine-tuning; else LoRA: a frozen base (working

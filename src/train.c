@@ -545,6 +545,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .gradient_checkpointing = o->gradient_checkpointing, .accumulate_grads_locally = o->accumulate_grads_locally,
         .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0,
         .lora = {o->lora_rank, (float)o->lora_alpha, o->lora_rank ? o->lora_target_mask : 0},
+        .attention_cudnn = elem_bytes == 2 && strcmp(o->attention, "cudnn") == 0,
     };
 }
 

@@ -7,8 +7,9 @@
 #   build      the trainer and the GPU tests for this GPU's architecture only (BUILD
 #              build/first_light, every nvcc warning and spill an error as in nvcc-check)
 #   fatbin     each kernel object holds SASS for this GPU (kernels/fatbin_check.py)
-#   test-gpu   `make test-gpu`: every backend op vs the CPU (7B shapes included), the
-#              default job on the GPU vs the CPU, FSDP over 2 GPUs when there are 2
+#   test-gpu   `make test-gpu`: every backend op vs the CPU (7B shapes included; attention on
+#              cuDNN and native), the default job on the GPU vs the CPU (cuDNN attention must
+#              pass the startup check; --attention native too), FSDP over 2 GPUs when there are 2
 #   memcheck, racecheck, synccheck   compute-sanitizer over 2 training steps of the bundled
 #              job (seq 128, batch 2, with the evaluations before and after)
 #   soak       the un-truncated job (seq 512, variable lengths, batch 4 and 1, 300 steps, eval,

@@ -20,9 +20,12 @@
 // 65535 blocks: the grid-stride loops turn), for a real GPU (make test-gpu passes it).
 // The GEMM plan cache (bounded, least recently used evicted) is checked with more distinct
 // shapes than it holds: every result correct, a hot shape kept, an evicted shape rebuilt.
+// Attention runs on cuDNN (src/attention_cudnn.h; the emulated build: its CPU stand-in) and on
+// the native kernels, each against the CPU; cuDNN must have passed the backend's startup check.
 #include <stdint.h>
 #include <string.h>
 
+#include "attention_cudnn.h"
 #include "backend.h"
 #include "backend_cuda.h"
 #include "common.h"
@@ -31,6 +34,11 @@
 
 #define THR_BF16 2e-5
 #define THR_F32 1e-9
+// cuDNN attention (src/attention_cudnn.h) also rounds P, dP and dS to bf16 as tensor-core
+// operands: one more rounding, NMSE <= u^2 more than the native kernels' u^2 plus approximate
+// math (2e-5): 2e-5 + 1.5e-5 -> 3.5e-5; ATTN_CUDNN_CHECK_NMSE (1e-4) keeps a factor of about 3
+#define THR_CUDNN ATTN_CUDNN_CHECK_NMSE
+static double thr_bf16 = THR_BF16;   // THR_CUDNN while the attention cases run on cuDNN
 
 static const backend *CPU, *GPU;
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -95,7 +103,7 @@ static double pair_nmse(const pair *p) {
 }
 
 static void report(const char *op, const char *shape, const char *out, const pair *p) {
-    double thr = p->f32 ? THR_F32 : THR_BF16, e = pair_nmse(p);
+    double thr = p->f32 ? THR_F32 : thr_bf16, e = pair_nmse(p);
     printf("%-14s %-28s %-9s %10.3e %8.1e  %s\n", op, shape, out, e, thr, e <= thr ? "pass" : "FAIL");
     EXPECT(e <= thr, "%s %s %s: NMSE %.3e > %.1e", op, shape, out, e, thr);
 }
@@ -174,7 +182,7 @@ static void case_gemm_cache(void) {
 
 static void case_attention(int B, int T, int H, int KVH, int D) {
     char s[64];
-    snprintf(s, sizeof s, "B=%d T=%d H=%d KVH=%d D=%d", B, T, H, KVH, D);
+    snprintf(s, sizeof s, "%s B=%d T=%d H=%d KVH=%d D=%d", backend_cuda_attention(), B, T, H, KVH, D);
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D;
     pair q = pair_new(nq, 0, 1, 0), k = pair_new(nk, 0, 1, 0), v = pair_new(nk, 0, 1, 0);
     pair o = pair_new(nq, 0, 1, 1), lse = pair_new((size_t)B * H * T, 1, 1, 1), dout = pair_new(nq, 0, 1, 0);
@@ -191,6 +199,58 @@ static void case_attention(int B, int T, int H, int KVH, int D) {
     report("attention_bwd", s, "dv", &dv);
     pair *all[] = {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv};
     for (int i = 0; i < 9; i++) pair_free(all[i]);
+}
+
+// Attention on both implementations, cuDNN (--attention cudnn, the default: it must have passed
+// the startup check, or the cases fail naming why) then native, against the CPU. Seq 512: one
+// full row of the bundled job's sequence length, two query-block and many key tiles; T = 257
+// (one past a power of two); odd T and GQA throughout. The backend is left on cuDNN.
+static void cases_attention(void) {
+    const int at[][5] = {{1, 1, 1, 1, 16}, {1, 13, 4, 4, 16}, {2, 64, 8, 2, 64}, {1, 100, 8, 1, 128},
+                         {2, 257, 16, 2, 128}, {1, 512, 2, 1, 64}};
+    for (int cudnn = 1; cudnn >= 0; cudnn--) {
+        const int rc = backend_cuda_attention_use(cudnn);
+        EXPECT(rc == 0, "attention %s: %s", cudnn ? "cudnn" : "native", ft_error_message());
+        if (rc != 0) { ft_error_clear(); continue; }
+        thr_bf16 = cudnn ? THR_CUDNN : THR_BF16;
+        for (int i = 0; i < 6; i++) case_attention(at[i][0], at[i][1], at[i][2], at[i][3], at[i][4]);
+    }
+    thr_bf16 = THR_BF16;
+    (void)backend_cuda_attention_use(1);
+}
+
+// More distinct attention shapes than the cuDNN plan cache holds (T = 1 .. PLANS/2 + 20, a
+// forward and a backward plan each): every output correct against the CPU, evictions counted.
+static void case_attention_cache(void) {
+    if (backend_cuda_attention_use(1) != 0) { ft_error_clear(); return; }   // cases_attention reported it
+    const int shapes = ATTN_CUDNN_PLANS / 2 + 20, B = 1, H = 2, KVH = 1, D = 16;
+    double worst = 0;
+    for (int T = 1; T <= shapes; T++) {
+        const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D;
+        pair q = pair_new(nq, 0, 1, 0), k = pair_new(nk, 0, 1, 0), v = pair_new(nk, 0, 1, 0);
+        pair o = pair_new(nq, 0, 1, 1), lse = pair_new((size_t)B * H * T, 1, 1, 1), dout = pair_new(nq, 0, 1, 0);
+        pair dq = pair_new(nq, 0, 1, 1), dk = pair_new(nk, 0, 1, 1), dv = pair_new(nk, 0, 1, 1);
+        BOTH(CPU->attention_fwd(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
+             GPU->attention_fwd(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
+        BOTH(CPU->attention_bwd(dq.cpu, dk.cpu, dv.cpu, dout.cpu, o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
+             GPU->attention_bwd(dq.gpu, dk.gpu, dv.gpu, dout.gpu, o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
+        pair *all[] = {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv};
+        for (int i = 3; i < 9; i++) {
+            const double e = pair_nmse(all[i]);
+            if (i != 5 && e > worst) worst = e;   // (dout is an input)
+        }
+        for (int i = 0; i < 9; i++) pair_free(all[i]);
+    }
+    int cached = 0;
+    long evictions = 0;
+    attn_cudnn_stats(&cached, &evictions);
+    char s[64];
+    snprintf(s, sizeof s, "T=1..%d H=%d KVH=%d D=%d", shapes, H, KVH, D);
+    printf("%-14s %-28s %-9s %10.3e %8.1e  %s (%d plans kept, %ld evictions)\n", "cudnn cache", s, "all", worst,
+           THR_CUDNN, worst <= THR_CUDNN && evictions > 0 ? "pass" : "FAIL", cached, evictions);
+    EXPECT(worst <= THR_CUDNN, "cudnn attention cache: worst NMSE %.3e over %d shapes", worst, shapes);
+    EXPECT(cached == ATTN_CUDNN_PLANS && evictions > 0, "cudnn attention cache: %d plans kept, %ld evictions", cached,
+           evictions);
 }
 
 static void case_norm_swiglu(int N, int C) {
@@ -392,9 +452,7 @@ int main(int argc, char **argv) {
     case_matmul(64, 128, 256, 1);
     // seq 512: one full row of the bundled job's sequence length, two query-block and many
     // key tiles; T = 257 (one past a power of two)
-    const int at[][5] = {{1, 1, 1, 1, 16}, {1, 13, 4, 4, 16}, {2, 64, 8, 2, 64}, {1, 100, 8, 1, 128},
-                         {2, 257, 16, 2, 128}, {1, 512, 2, 1, 64}};
-    for (int i = 0; i < 6; i++) case_attention(at[i][0], at[i][1], at[i][2], at[i][3], at[i][4]);
+    cases_attention();
     const int nc[][2] = {{1, 8}, {3, 33}, {17, 1000}, {64, 4096}, {5, 1030}};
     for (int i = 0; i < 5; i++) case_norm_swiglu(nc[i][0], nc[i][1]);
     const int rp[][4] = {{1, 1, 1, 2}, {1, 13, 3, 16}, {2, 64, 8, 64}, {1, 33, 2, 128}, {2, 100, 4, 32}};
@@ -411,6 +469,7 @@ int main(int argc, char **argv) {
     cases_default_model();
     if (large) cases_7b();
     case_gemm_cache();   // last: its random inputs do not shift the other cases'
+    case_attention_cache();
     backend_close(GPU);
     TEST_SUMMARY("test_backend_gpu");
 }

@@ -7,7 +7,10 @@
 #      at seq 512 (--large), thresholds derived in the file
 #   2. the default job, 30 steps, --device cuda against --device cpu: per-step losses within
 #      bf16 tolerance (below), and the GPU's loss falls
-#   3. with >= 2 GPUs and mpiexec: FSDP over 2 GPUs against 1 GPU, same global batch
+#   3. attention: the run of 2 uses cuDNN (--attention cudnn, the default): its bootstrap line
+#      says "attention cudnn" and no warning (the startup check against the native kernels
+#      passed); the same job with --attention native also follows the CPU's losses
+#   4. with >= 2 GPUs and mpiexec: FSDP over 2 GPUs against 1 GPU, same global batch
 #
 # Tolerances: the GPU stores weights, activations and gradients in bf16 (unit roundoff
 # u = 2^-8 = 0.4%); one rounding per stored tensor moves the loss by a small multiple of u
@@ -59,6 +62,12 @@ if "$bin" --device cuda "${flags[@]}" --out_dir "$tmp/gpu" >"$tmp/gpu.log" 2>&1;
 else
     bad "GPU run failed: $(tail -1 "$tmp/gpu.log")"
 fi
+
+if grep -q "attention cudnn)" "$tmp/gpu.log" && ! grep -q "warning" "$tmp/gpu.log"; then ok "attention on cuDNN (startup check passed)"
+else bad "attention not on cuDNN: $(grep -E 'warning|bootstrap' "$tmp/gpu.log")"; fi
+if "$bin" --device cuda --attention native "${flags[@]}" --out_dir "$tmp/native" >"$tmp/native.log" 2>&1 &&
+    w=$(compare "$tmp/cpu" "$tmp/native" 3e-2); then ok "--attention native: GPU losses follow the CPU's (worst rel $w)"
+else bad "--attention native: $(tail -1 "$tmp/native.log") $w"; fi
 
 ngpu=$(sed -nE 's/^([0-9]+) device.*/\1/p' <<<"$info")
 if [ "${ngpu:-0}" -ge 2 ] && command -v mpiexec >/dev/null; then

@@ -1,0 +1,85 @@
+// attention_cudnn.h: causal scaled dot-product attention (GQA, bf16 I/O, fp32 logsumexp) through
+// cuDNN's graph API, behind a small C interface used by the CUDA backend (src/backend_cuda.c,
+// `--attention cudnn`). Two layers:
+//   - the front (src/attention_cudnn.c): a bounded cache of built plans per shape, least
+//     recently used evicted, the workspace taken from the caller's allocator around each call,
+//     and the startup check against the native kernels (attn_cudnn_selfcheck);
+//   - the engine (attn_engine_*): src/attention_cudnn_graph.c in the CUDA build (the cuDNN
+//     backend C API: matmul + pointwise + reduction operation graph, UNVERIFIED ON GPU), and
+//     tests/cuda_emu/attention_cudnn_emu.c in the emulated build (a CPU stand-in with the same
+//     signatures and the same layouts, so the front and everything around it run in CI).
+// Layouts are those of backend.h's attention ops: q, out, dq, dout (B, T, H, D); k, v, dk, dv
+// (B, T, KVH, D); lse (B, H, T) fp32, natural-log logsumexp of each query row's scaled scores
+// (scale 1/sqrt(D)); query head h uses kv head h / (H / KVH).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+// ----------------------------------------------------------------------------
+// the engine: one built graph per (shape, direction)
+
+typedef struct {
+    int B, T, H, KVH, D;
+    int bwd;   // 0: forward (out, lse); 1: backward (dq, dk, dv)
+} attn_key;
+
+typedef struct attn_graph attn_graph;   // opaque: the engine's built plan
+
+// Open the engine on `stream` (a cudaStream_t): the cuDNN handle. 0 / -1 (ft_error).
+int attn_engine_open(void *stream);
+// Release what attn_engine_open created (safe after a partial failure, and when not open).
+void attn_engine_close(void);
+// Build the graph of `key`; *workspace = device bytes its execution needs (the engine's own
+// workspace plus the fp32 intermediates the graph keeps in memory). 0, or -1 with ft_error
+// naming the shape and cuDNN's reason (the caller then falls back to the native kernels).
+int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace);
+// Destroy a built graph (NULL is a no-op). Safe while work that used it is still queued.
+void attn_engine_destroy(attn_graph *g);
+// Enqueue the forward: out (B, T, H, D), lse (B, H, T) from q, k, v. 0 / -1.
+int attn_engine_fwd(attn_graph *g, void *out, float *lse, const void *q, const void *k, const void *v,
+                    void *workspace);
+// Enqueue the backward: dq, dk, dv overwritten. 0 / -1.
+int attn_engine_bwd(attn_graph *g, void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
+                    const void *q, const void *k, const void *v, void *workspace);
+
+// ----------------------------------------------------------------------------
+// the front
+
+// Plans the front keeps (forward and backward count separately); a new shape beyond this
+// evicts the least recently used one.
+#define ATTN_CUDNN_PLANS 64
+
+// Workspace the memory plan reserves for one attention call (src/plan.c), in bytes: the fp32
+// dQ accumulator (B, H, T, D) and the fp32 row sums of dO * O (B, H, T) the backward graph keeps
+// in memory, once more the dQ accumulator's size for the engine's own workspace, and 16 MiB of
+// slack. A plan asking for more fails to build (the caller falls back to native) instead of
+// overrunning the arena.
+static inline size_t attn_cudnn_workspace_bound(int B, int T, int H, int KVH, int D) {
+    (void)KVH;
+    const size_t rows = (size_t)B * (size_t)H * (size_t)T;
+    return 2 * rows * (size_t)D * sizeof(float) + rows * sizeof(float) + ((size_t)16 << 20);
+}
+
+// Open the front over an opened engine's stream; alloc / release carve each call's workspace
+// (the backend's arena: stream-ordered reuse is safe on the one compute stream). 0 / -1.
+int attn_cudnn_open(void *stream, void *(*alloc)(size_t), void (*release)(void *));
+// Destroy every cached plan and close the engine.
+void attn_cudnn_close(void);
+// The backend table's attention_fwd / attention_bwd (backend.h) through cached plans. 0 / -1.
+int attn_cudnn_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H, int KVH,
+                   int D);
+int attn_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse, const void *q,
+                   const void *k, const void *v, int B, int T, int H, int KVH, int D);
+// For tests: plans cached now and evictions since open.
+void attn_cudnn_stats(int *cached, long *evictions);
+
+// NMSE threshold of the startup check (see attention_cudnn.c for its derivation).
+#define ATTN_CUDNN_CHECK_NMSE 1e-4
+// The startup check: one small attention (B 2, T 37, H 4, KVH 2, D 64: odd length, GQA)
+// through cuDNN and through `native` (the backend table with its native attention ops; its
+// alloc / copy / free are used for the buffers), comparing out, lse, dq, dk, dv by NMSE.
+// Returns 0 when they agree; -1 with ft_error naming the reason (plan failure, or the tensor
+// and its NMSE) when cuDNN must not be used.
+int attn_cudnn_selfcheck(const backend *native);

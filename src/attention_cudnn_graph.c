@@ -1,0 +1,403 @@
+// attention_cudnn_graph.c: the cuDNN engine of src/attention_cudnn.h, on cuDNN 9's backend C API
+// (cudnn_graph.h). UNVERIFIED ON GPU: it compiles and links in CI (make CUDA=1); it has not run.
+// A GPU run checks it at backend startup (attn_cudnn_selfcheck against the native kernels, with
+// a fall back to native on any failure) and in `make test-gpu` (tests/gpu/test_backend_gpu.c).
+//
+// The graphs are the flash-attention pattern that cuDNN's fused attention engines match (the
+// same operation sequence the cuDNN frontend's sdpa nodes emit; written here from that
+// sequence against the backend API), with every intermediate virtual unless noted:
+//   forward:  S = Q KT; S *= scale; causal mask (GEN_INDEX row >= col, else -inf);
+//             M = max_j S; E = exp(S - M); Z = sum_j E; lse = M + log Z (fp32, (B, H, T, 1));
+//             P = E / Z (bf16); O = P V
+//   backward: Dsum = sum_d dO * O (fp32 in memory, (B, H, T, 1)); S = scale Q KT - lse, causal
+//             mask, P = exp(S); dV = PT dO; dP = dO VT; dS = scale P (dP - Dsum);
+//             dK = dST Q; dQacc = dS K (fp32 in memory, (B, H, T, D)); dQ = dQacc
+//   GQA: the matmuls broadcast KVH kv heads over H query heads; dK and dV are computed per query
+//   head and summed over each group by a reduction.
+// Tensors use cuDNN's (b, h, s, d) dims with our (B, T, H, D) memory through strides; KT and VT
+// are K and V with the last two dims and strides swapped. The two in-memory fp32 intermediates
+// live in the workspace the front hands over, after the engine's own (dQacc first: 256-byte
+// aligned; Dsum after it).
+#include <cudnn_graph.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_cudnn.h"
+#include "common.h"
+#include "cuda_check.h"
+
+// ----------------------------------------------------------------------------
+// the builder: descriptors created for one graph, the first failure recorded
+
+#define MAX_DESC 192   // the backward graph with 8 engine configurations needs about 110
+#define MAX_OPS 48
+
+enum {
+    U_Q = 1, U_KT, U_VT, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV,   // device tensors
+    U_SCALE, U_NEGINF, U_ONE,                                    // host scalars (by value)
+    U_DSUM, U_DQACC,                                             // fp32 intermediates in the workspace
+    U_VIRTUAL = 100                                              // virtual tensors from here on
+};
+
+struct attn_graph {
+    attn_key key;
+    cudnnBackendDescriptor_t desc[MAX_DESC];   // every descriptor, destroyed together
+    int n_desc;
+    cudnnBackendDescriptor_t ops[MAX_OPS];
+    int n_ops;
+    cudnnBackendDescriptor_t plan;
+    size_t engine_ws;                          // the plan's own workspace (before the intermediates)
+    int64_t next_uid;
+    float scale, neginf, one;
+    cudnnStatus_t st;                          // first failure
+    int line;                                  // its source line
+};
+
+static cudnnHandle_t g_handle;
+
+#define GB_OK(g) ((g)->st == CUDNN_STATUS_SUCCESS)
+// record the first failing status (and where) of a builder call
+#define GB(g, call) do { if (GB_OK(g)) { cudnnStatus_t s_ = (call); if (s_ != CUDNN_STATUS_SUCCESS) { \
+    (g)->st = s_; (g)->line = __LINE__; } } } while (0)
+
+static cudnnBackendDescriptor_t gb_new(attn_graph *g, cudnnBackendDescriptorType_t type) {
+    cudnnBackendDescriptor_t d = NULL;
+    if (!GB_OK(g)) return NULL;
+    if (g->n_desc == MAX_DESC) { g->st = CUDNN_STATUS_INTERNAL_ERROR; g->line = __LINE__; return NULL; }
+    GB(g, cudnnBackendCreateDescriptor(type, &d));
+    if (d) g->desc[g->n_desc++] = d;
+    return d;
+}
+
+static void gb_set(attn_graph *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                   cudnnBackendAttributeType_t type, int64_t count, const void *value) {
+    if (d) GB(g, cudnnBackendSetAttribute(d, name, type, count, value));
+}
+
+// A tensor: dims and strides (4-d), its data type; uid 0 = a new virtual tensor.
+static cudnnBackendDescriptor_t gb_tensor(attn_graph *g, int64_t uid, cudnnDataType_t dt, const int64_t dims[4],
+                                          const int64_t strides[4], int by_value) {
+    cudnnBackendDescriptor_t t = gb_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const bool virt = uid == 0, byval = by_value != 0;
+    const int64_t id = virt ? g->next_uid++ : uid, align = 16;
+    gb_set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+    gb_set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+    gb_set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+    gb_set(g, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id);
+    gb_set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+    gb_set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
+    if (byval) gb_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval);
+    if (t) GB(g, cudnnBackendFinalize(t));
+    return t;
+}
+
+static void gb_op(attn_graph *g, cudnnBackendDescriptor_t op) {
+    if (op) GB(g, cudnnBackendFinalize(op));
+    if (GB_OK(g) && g->n_ops == MAX_OPS) { g->st = CUDNN_STATUS_INTERNAL_ERROR; g->line = __LINE__; }
+    if (GB_OK(g)) g->ops[g->n_ops++] = op;
+}
+
+// y = mode(x [, b [, t]]); a new virtual y of (dims, strides, dt) unless `y` is given
+static cudnnBackendDescriptor_t gb_pw(attn_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+                                      cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                                      cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis) {
+    cudnnBackendDescriptor_t pw = gb_new(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    gb_set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    gb_set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    if (axis >= 0) gb_set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    if (pw) GB(g, cudnnBackendFinalize(pw));
+    cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    if (b) gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+    if (t) gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    gb_op(g, op);
+    return y;
+}
+
+static cudnnBackendDescriptor_t gb_matmul(attn_graph *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                                          cudnnBackendDescriptor_t c) {
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t mm = gb_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    gb_set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+    if (mm) GB(g, cudnnBackendFinalize(mm));
+    cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
+    gb_op(g, op);
+    return c;
+}
+
+static cudnnBackendDescriptor_t gb_reduce(attn_graph *g, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+                                          cudnnBackendDescriptor_t y) {
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t rd = gb_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    gb_set(g, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
+    gb_set(g, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+    if (rd) GB(g, cudnnBackendFinalize(rd));
+    cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd);
+    gb_op(g, op);
+    return y;
+}
+
+static cudnnBackendDescriptor_t gb_reshape(attn_graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    gb_op(g, op);
+    return y;
+}
+
+// ----------------------------------------------------------------------------
+// shapes: cuDNN (b, h, s, d) dims over our (B, T, H, D) / (B, T, KVH, D) memory
+
+typedef struct {
+    int64_t q[4], qs[4];         // Q, O, dO, dQ: (B, H, T, D)
+    int64_t kv[4], kvs[4];       // K, V, dK, dV: (B, KVH, T, D)
+    int64_t kt[4], kts[4];       // KT, VT: (B, KVH, D, T)
+    int64_t full[4], fulls[4];   // per-query-head dK / dV before the group sum: (B, H, T, D) packed
+    int64_t st[4], sts[4];       // scores: (B, H, T, T) packed
+    int64_t stt[4], stts[4];     // transposed scores view: (B, H, T(kv), T(q))
+    int64_t row[4], rows[4];     // per row: lse, Dsum (B, H, T, 1)
+    int64_t one[4];              // scalars: (1, 1, 1, 1)
+} attn_shapes;
+
+static void shapes_init(attn_shapes *s, const attn_key *k) {
+    const int64_t B = k->B, T = k->T, H = k->H, G = k->KVH, D = k->D;
+    const int64_t q[4] = {B, H, T, D}, qs[4] = {T * H * D, D, H * D, 1};
+    const int64_t kv[4] = {B, G, T, D}, kvs[4] = {T * G * D, D, G * D, 1};
+    const int64_t kt[4] = {B, G, D, T}, kts[4] = {T * G * D, D, 1, G * D};
+    const int64_t full[4] = {B, H, T, D}, fulls[4] = {H * T * D, T * D, D, 1};
+    const int64_t st[4] = {B, H, T, T}, sts[4] = {H * T * T, T * T, T, 1}, stts[4] = {H * T * T, T * T, 1, T};
+    const int64_t row[4] = {B, H, T, 1}, rows[4] = {H * T, T, 1, 1}, one[4] = {1, 1, 1, 1};
+    memcpy(s->q, q, sizeof q); memcpy(s->qs, qs, sizeof qs);
+    memcpy(s->kv, kv, sizeof kv); memcpy(s->kvs, kvs, sizeof kvs);
+    memcpy(s->kt, kt, sizeof kt); memcpy(s->kts, kts, sizeof kts);
+    memcpy(s->full, full, sizeof full); memcpy(s->fulls, fulls, sizeof fulls);
+    memcpy(s->st, st, sizeof st); memcpy(s->sts, sts, sizeof sts);
+    memcpy(s->stt, st, sizeof st); memcpy(s->stts, stts, sizeof stts);
+    memcpy(s->row, row, sizeof row); memcpy(s->rows, rows, sizeof rows);
+    memcpy(s->one, one, sizeof one);
+}
+
+#define F32 CUDNN_DATA_FLOAT
+#define BF16 CUDNN_DATA_BFLOAT16
+
+// a new virtual fp32 scores tensor
+static cudnnBackendDescriptor_t v_scores(attn_graph *g, const attn_shapes *s, cudnnDataType_t dt) {
+    return gb_tensor(g, 0, dt, s->st, s->sts, 0);
+}
+
+// x with every score of a key after its query replaced by -inf (top-left causal mask)
+static cudnnBackendDescriptor_t gb_causal(attn_graph *g, const attn_shapes *s, cudnnBackendDescriptor_t x,
+                                          cudnnBackendDescriptor_t neginf) {
+    cudnnBackendDescriptor_t row = gb_pw(g, CUDNN_POINTWISE_GEN_INDEX, F32, x, NULL, NULL,
+                                         v_scores(g, s, CUDNN_DATA_INT32), 2);
+    cudnnBackendDescriptor_t col = gb_pw(g, CUDNN_POINTWISE_GEN_INDEX, F32, x, NULL, NULL,
+                                         v_scores(g, s, CUDNN_DATA_INT32), 3);
+    cudnnBackendDescriptor_t keep = gb_pw(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL,
+                                          v_scores(g, s, CUDNN_DATA_BOOLEAN), -1);
+    return gb_pw(g, CUDNN_POINTWISE_BINARY_SELECT, F32, x, neginf, keep, v_scores(g, s, F32), -1);
+}
+
+// S = scale Q KT (fp32, virtual)
+static cudnnBackendDescriptor_t gb_scores(attn_graph *g, const attn_shapes *s, cudnnBackendDescriptor_t q,
+                                          cudnnBackendDescriptor_t kt, cudnnBackendDescriptor_t scale) {
+    cudnnBackendDescriptor_t raw = gb_matmul(g, q, kt, v_scores(g, s, F32));
+    return gb_pw(g, CUDNN_POINTWISE_MUL, F32, raw, scale, NULL, v_scores(g, s, F32), -1);
+}
+
+static void graph_fwd_ops(attn_graph *g, const attn_shapes *s) {
+    cudnnBackendDescriptor_t q = gb_tensor(g, U_Q, BF16, s->q, s->qs, 0);
+    cudnnBackendDescriptor_t kt = gb_tensor(g, U_KT, BF16, s->kt, s->kts, 0);
+    cudnnBackendDescriptor_t v = gb_tensor(g, U_VT, BF16, s->kv, s->kvs, 0);   // V itself (the forward's uid for V)
+    cudnnBackendDescriptor_t o = gb_tensor(g, U_O, BF16, s->q, s->qs, 0);
+    cudnnBackendDescriptor_t lse = gb_tensor(g, U_STATS, F32, s->row, s->rows, 0);
+    cudnnBackendDescriptor_t scale = gb_tensor(g, U_SCALE, F32, s->one, s->one, 1);
+    cudnnBackendDescriptor_t neginf = gb_tensor(g, U_NEGINF, F32, s->one, s->one, 1);
+
+    cudnnBackendDescriptor_t sc = gb_causal(g, s, gb_scores(g, s, q, kt, scale), neginf);
+    cudnnBackendDescriptor_t mx = gb_reduce(g, CUDNN_REDUCE_TENSOR_MAX, sc, gb_tensor(g, 0, F32, s->row, s->rows, 0));
+    cudnnBackendDescriptor_t sub = gb_pw(g, CUDNN_POINTWISE_SUB, F32, sc, mx, NULL, v_scores(g, s, F32), -1);
+    cudnnBackendDescriptor_t e = gb_pw(g, CUDNN_POINTWISE_EXP, F32, sub, NULL, NULL, v_scores(g, s, F32), -1);
+    cudnnBackendDescriptor_t z = gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, e, gb_tensor(g, 0, F32, s->row, s->rows, 0));
+    cudnnBackendDescriptor_t lz = gb_pw(g, CUDNN_POINTWISE_LOG, F32, z, NULL, NULL,
+                                        gb_tensor(g, 0, F32, s->row, s->rows, 0), -1);
+    gb_pw(g, CUDNN_POINTWISE_ADD, F32, mx, lz, NULL, lse, -1);
+    cudnnBackendDescriptor_t p = gb_pw(g, CUDNN_POINTWISE_DIV, F32, e, z, NULL, v_scores(g, s, BF16), -1);
+    gb_matmul(g, p, v, o);
+}
+
+// dX (B, KVH, T, D) = a @ b per query head, summed over each head group when KVH < H
+static void gb_kv_grad(attn_graph *g, const attn_shapes *s, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                       cudnnBackendDescriptor_t dx) {
+    if (g->key.KVH == g->key.H) {
+        gb_matmul(g, a, b, dx);
+        return;
+    }
+    cudnnBackendDescriptor_t full = gb_matmul(g, a, b, gb_tensor(g, 0, BF16, s->full, s->fulls, 0));
+    gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, full, dx);
+}
+
+static void graph_bwd_ops(attn_graph *g, const attn_shapes *s) {
+    cudnnBackendDescriptor_t q = gb_tensor(g, U_Q, BF16, s->q, s->qs, 0);
+    cudnnBackendDescriptor_t kt = gb_tensor(g, U_KT, BF16, s->kt, s->kts, 0);
+    cudnnBackendDescriptor_t vt = gb_tensor(g, U_VT, BF16, s->kt, s->kts, 0);
+    cudnnBackendDescriptor_t o = gb_tensor(g, U_O, BF16, s->q, s->qs, 0);
+    cudnnBackendDescriptor_t lse = gb_tensor(g, U_STATS, F32, s->row, s->rows, 0);
+    cudnnBackendDescriptor_t dout = gb_tensor(g, U_DO, BF16, s->q, s->qs, 0);
+    cudnnBackendDescriptor_t scale = gb_tensor(g, U_SCALE, F32, s->one, s->one, 1);
+    cudnnBackendDescriptor_t neginf = gb_tensor(g, U_NEGINF, F32, s->one, s->one, 1);
+    cudnnBackendDescriptor_t one = gb_tensor(g, U_ONE, F32, s->one, s->one, 1);
+
+    // Dsum = sum_d dO * O, kept in memory
+    cudnnBackendDescriptor_t dod = gb_pw(g, CUDNN_POINTWISE_MUL, F32, dout, o, NULL,
+                                         gb_tensor(g, 0, F32, s->q, s->qs, 0), -1);
+    cudnnBackendDescriptor_t red = gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dod, gb_tensor(g, 0, F32, s->row, s->rows, 0));
+    cudnnBackendDescriptor_t dsum = gb_pw(g, CUDNN_POINTWISE_MUL, F32, red, one, NULL,
+                                          gb_tensor(g, U_DSUM, F32, s->row, s->rows, 0), -1);
+    // P = exp(mask(scale Q KT - lse)); dV = PT dO
+    cudnnBackendDescriptor_t sc = gb_pw(g, CUDNN_POINTWISE_SUB, F32, gb_scores(g, s, q, kt, scale), lse, NULL,
+                                        v_scores(g, s, F32), -1);
+    cudnnBackendDescriptor_t p = gb_pw(g, CUDNN_POINTWISE_EXP, F32, gb_causal(g, s, sc, neginf), NULL, NULL,
+                                       v_scores(g, s, F32), -1);
+    cudnnBackendDescriptor_t pt = gb_reshape(g, p, gb_tensor(g, 0, BF16, s->stt, s->stts, 0));
+    gb_kv_grad(g, s, pt, dout, gb_tensor(g, U_DV, BF16, s->kv, s->kvs, 0));
+    // dS = scale P (dO VT - Dsum); dK = dST Q
+    cudnnBackendDescriptor_t dp = gb_matmul(g, dout, vt, v_scores(g, s, F32));
+    cudnnBackendDescriptor_t d1 = gb_pw(g, CUDNN_POINTWISE_SUB, F32, dp, dsum, NULL, v_scores(g, s, F32), -1);
+    cudnnBackendDescriptor_t d2 = gb_pw(g, CUDNN_POINTWISE_MUL, F32, d1, p, NULL, v_scores(g, s, F32), -1);
+    cudnnBackendDescriptor_t ds = gb_pw(g, CUDNN_POINTWISE_MUL, F32, d2, scale, NULL, v_scores(g, s, F32), -1);
+    cudnnBackendDescriptor_t dst = gb_reshape(g, ds, gb_tensor(g, 0, BF16, s->stt, s->stts, 0));
+    gb_kv_grad(g, s, dst, q, gb_tensor(g, U_DK, BF16, s->kv, s->kvs, 0));
+    // dQacc = dS K (fp32 in memory); dQ = dQacc
+    cudnnBackendDescriptor_t k = gb_reshape(g, kt, gb_tensor(g, 0, BF16, s->kv, s->kvs, 0));
+    cudnnBackendDescriptor_t acc = gb_matmul(g, ds, k, gb_tensor(g, U_DQACC, F32, s->full, s->fulls, 0));
+    gb_pw(g, CUDNN_POINTWISE_IDENTITY, F32, acc, NULL, NULL, gb_tensor(g, U_DQ, BF16, s->q, s->qs, 0), -1);
+}
+
+// ----------------------------------------------------------------------------
+// engine choice: the heuristic's configurations in order, the first that finalizes
+
+static void graph_plan(attn_graph *g) {
+    cudnnBackendDescriptor_t og = gb_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    gb_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g_handle);
+    gb_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops, g->ops);
+    if (og) GB(g, cudnnBackendFinalize(og));
+    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    cudnnBackendDescriptor_t heur = gb_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og);
+    gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    if (heur) GB(g, cudnnBackendFinalize(heur));
+    enum { MAX_CFG = 8 };
+    cudnnBackendDescriptor_t cfg[MAX_CFG];
+    int64_t n_cfg = 0;
+    for (int i = 0; i < MAX_CFG; i++) cfg[i] = gb_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    if (heur) GB(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, MAX_CFG,
+                                             &n_cfg, cfg));
+    if (GB_OK(g) && n_cfg == 0) { g->st = CUDNN_STATUS_NOT_SUPPORTED; g->line = __LINE__; }
+    for (int64_t i = 0; i < n_cfg && GB_OK(g); i++) {
+        cudnnBackendDescriptor_t plan = gb_new(g, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        gb_set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &g_handle);
+        gb_set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
+        const cudnnStatus_t st = GB_OK(g) && plan ? cudnnBackendFinalize(plan) : g->st;
+        if (st == CUDNN_STATUS_SUCCESS) { g->plan = plan; break; }
+        if (i == n_cfg - 1) { g->st = st; g->line = __LINE__; }   // none finalized: the last reason
+    }
+    int64_t ws = 0, got = 0;
+    if (g->plan) GB(g, cudnnBackendGetAttribute(g->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                                &got, &ws));
+    g->engine_ws = (size_t)(ws + 255) / 256 * 256;
+}
+
+// ----------------------------------------------------------------------------
+// the engine interface
+
+int attn_engine_open(void *stream) {
+    CHECK_CUDNN(cudnnCreate(&g_handle));
+    CHECK_CUDNN(cudnnSetStream(g_handle, (cudaStream_t)stream));
+    return 0;
+}
+
+void attn_engine_close(void) {
+    if (g_handle) cudnnDestroy(g_handle);
+    g_handle = NULL;
+}
+
+void attn_engine_destroy(attn_graph *g) {
+    if (!g) return;
+    for (int i = g->n_desc - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(g->desc[i]);
+    free(g);
+}
+
+// the fp32 intermediates after the engine's workspace: dQacc (B, H, T, D), then Dsum (B, H, T)
+static size_t rows_of(const attn_key *k) { return (size_t)k->B * (size_t)k->H * (size_t)k->T; }
+
+int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace) {
+    *out = NULL;
+    if (!g_handle) return ft_error("cudnn attention: engine not open");
+    attn_graph *g = calloc(1, sizeof *g);
+    CHECK_ALLOC(g, sizeof *g);
+    g->key = *key;
+    g->next_uid = U_VIRTUAL;
+    g->scale = 1.0f / sqrtf((float)key->D);
+    g->neginf = -INFINITY;
+    g->one = 1.0f;
+    attn_shapes s;
+    shapes_init(&s, key);
+    if (key->bwd) graph_bwd_ops(g, &s);
+    else graph_fwd_ops(g, &s);
+    graph_plan(g);
+    if (!GB_OK(g)) {
+        const cudnnStatus_t st = g->st;
+        const int line = g->line;
+        attn_engine_destroy(g);
+        return ft_error("cudnn attention: no %s plan for B %d T %d H %d KVH %d D %d (%s at %s:%d)",
+                        key->bwd ? "backward" : "forward", key->B, key->T, key->H, key->KVH, key->D,
+                        cudnnGetErrorString(st), __FILE__, line);
+    }
+    *workspace = g->engine_ws + (key->bwd ? rows_of(key) * ((size_t)key->D + 1) * sizeof(float) : 0);
+    *out = g;
+    return 0;
+}
+
+static int execute(attn_graph *g, int n, const int64_t *uids, void **ptrs, void *workspace) {
+    cudnnBackendDescriptor_t vp = NULL;
+    CHECK_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
+    cudnnStatus_t st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(vp);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(g_handle, g->plan, vp);
+    cudnnBackendDestroyDescriptor(vp);
+    CHECK_CUDNN(st);
+    return 0;
+}
+
+int attn_engine_fwd(attn_graph *g, void *out, float *lse, const void *q, const void *k, const void *v,
+                    void *workspace) {
+    const int64_t uids[] = {U_Q, U_KT, U_VT, U_O, U_STATS, U_SCALE, U_NEGINF};
+    void *ptrs[] = {(void *)q, (void *)k, (void *)v, out, lse, &g->scale, &g->neginf};
+    return execute(g, 7, uids, ptrs, workspace);
+}
+
+int attn_engine_bwd(attn_graph *g, void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
+                    const void *q, const void *k, const void *v, void *workspace) {
+    char *ws = workspace;
+    float *dqacc = (float *)(ws + g->engine_ws), *dsum = dqacc + rows_of(&g->key) * (size_t)g->key.D;
+    const int64_t uids[] = {U_Q, U_KT, U_VT, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV, U_SCALE, U_NEGINF, U_ONE, U_DSUM,
+                            U_DQACC};
+    void *ptrs[] = {(void *)q, (void *)k, (void *)v, (void *)out, (void *)lse, (void *)dout, dq, dk, dv, &g->scale,
+                    &g->neginf, &g->one, dsum, dqacc};
+    return execute(g, 14, uids, ptrs, g->engine_ws ? workspace : NULL);
+}

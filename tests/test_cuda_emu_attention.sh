@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# test_cuda_emu_attention.sh BUILD_DIR: `--attention cudnn|native` on the emulated device
+# (issue 12 item 2). build/tests/finetune_emu links tests/cuda_emu/attention_cudnn_emu.cpp, a CPU
+# stand-in of the cuDNN attention engine (src/attention_cudnn.h) with the real one's signatures
+# and layouts, so everything around it runs here: the flag, the plan cache and per-call
+# workspace (src/attention_cudnn.c), the startup check against the native kernels, the fall
+# back to native with one warning, and the workspace in the memory plan. The real cuDNN graphs
+# (src/attention_cudnn_graph.c) are unverified on GPU: `make test-gpu` checks them there.
+#
+#   1. 3 steps of the default model: --attention cudnn (the default) and --attention native vs
+#      --device cpu: the bootstrap line names the attention in use, no warning; losses within
+#      rel 5e-3 and the step-1 gradient norm within rel 2e-3 of the fp32 CPU run (the bf16
+#      tolerances of tests/test_cuda_emu_train.sh, derived there); cudnn vs native likewise
+#   2. the fallback, forced through the stand-in's TEST-ONLY FT_TEST_CUDNN_FAULT: `plan` (no
+#      engine builds a plan) and `mismatch` (a wrong scale, caught by the startup check): ONE
+#      warning line naming the reason, attention native, and the losses bitwise those of
+#      --attention native
+#   3. --attention bogus: one error line naming the flag, non-zero exit, no output directory;
+#      --help lists the flag with its choices
+#   4. --dry_run of CodeLlama-7b on a GPU: with cudnn the workspace holds exactly
+#      attn_cudnn_workspace_bound (2 B H T D 4 + B H T 4 + 16 MiB) more bytes than with native,
+#      on a line of its own
+#
+# Each check can fail; mutants run against this test (and test_backend_emu), each caught:
+#   the stand-in's GQA head mapping h % KVH            -> "runs cudnn, no warning" (dq NMSE 1.39)
+#   attention_select keeps cuDNN after a failed check  -> 5 failures (fault runs: no warning,
+#                                                         cudnn in use, plan fault aborts)
+#   --attention without its choices in the flag table  -> the --help check
+#   the planner skips the workspace on bf16            -> the --dry_run check
+#   the startup check's threshold 1e-4 -> 1.0           -> the mismatch fault (no warning)
+#   the plan cache never counts a plan (test_backend_emu) -> "cudnn cache: 0 plans kept"
+#
+# Runtime, measured on the 2-core development machine shared with other jobs (load ~14): 91 s
+# wall, 40 s of CPU (five 3-step emulated runs of ~13-18 s each, one CPU run, three dry runs).
+set -u
+build=${1:-build}
+. "$(dirname "$0")/lib.sh" test_cuda_emu_attention
+emu=$build/tests/finetune_emu
+if [ ! -x "$emu" ]; then skip_or_fail "$emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; finish; fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export FT_EMU_SEED=1
+flags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 3 --learning_rate 5e-3
+       --max_eval_docs 8 --warmup_fraction 0)
+
+OMP_NUM_THREADS=2 "$build/finetune" --device cpu "${flags[@]}" --out_dir "$tmp/cpu" >"$tmp/cpu.log" 2>&1 || bad "CPU run: $(tail -1 "$tmp/cpu.log")"
+run() {  # run NAME [ENV=VALUE...] -- FLAGS...: an emulated run into $tmp/NAME
+  local name=$1; shift
+  local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  env "${envs[@]}" "$emu" --device cuda "${flags[@]}" "$@" --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1 \
+    || bad "$name: emulated run failed: $(grep -m1 HAZARD "$tmp/$name.log" || tail -1 "$tmp/$name.log")"
+}
+uses() { grep -q "), attention $2)" "$1"; }   # the bootstrap line
+warnings() { grep -c "warning" "$1"; }
+
+# 1. cudnn (default) and native against the CPU
+run cudnn FT_EMU_SEED=1 --
+run native FT_EMU_SEED=1 -- --attention native
+for a in cudnn native; do
+  uses "$tmp/$a.log" "$a" && [ "$(warnings "$tmp/$a.log")" = 0 ] && ok "--attention $a: runs $a, no warning" \
+    || bad "--attention $a: $(grep -E 'warning|bootstrap' "$tmp/$a.log")"
+  w=$(worst_rel "$(metric "$tmp/cpu" loss)" "$(metric "$tmp/$a" loss)")
+  [ "$(metric "$tmp/$a" loss | wc -l)" = 3 ] && le "$w" 5e-3 && ok "$a: 3 step losses vs fp32 CPU: worst rel $w" || bad "$a losses: worst rel $w"
+  w=$(worst_rel "$(metric "$tmp/cpu" grad_norm | head -1)" "$(metric "$tmp/$a" grad_norm | head -1)")
+  le "$w" 2e-3 && ok "$a: step-1 gradient norm vs CPU: rel $w" || bad "$a step-1 gradient norm: rel $w"
+done
+w=$(worst_rel "$(metric "$tmp/native" loss)" "$(metric "$tmp/cudnn" loss)")
+le "$w" 5e-3 && ok "cudnn vs native: 3 step losses, worst rel $w" || bad "cudnn vs native losses: worst rel $w"
+
+# 2. the fallback: one warning naming the reason, then native (bitwise the native run)
+for fault in plan:"no engine supports the forward graph" mismatch:"disagrees with the native kernels on out"; do
+  f=${fault%%:*}; why=${fault#*:}
+  run "fault_$f" FT_TEST_CUDNN_FAULT="$f" --
+  line=$(grep "warning" "$tmp/fault_$f.log")
+  [ "$(warnings "$tmp/fault_$f.log")" = 1 ] && [[ "$line" == *"--attention cudnn: "*"$why"*"using the native attention kernels" ]] \
+    && ok "fault $f: one warning: $line" || bad "fault $f: warnings '$line'"
+  uses "$tmp/fault_$f.log" native && [ "$(metric "$tmp/fault_$f" loss)" = "$(metric "$tmp/native" loss)" ] \
+    && ok "fault $f: trains with native attention (losses bitwise those of --attention native)" \
+    || bad "fault $f: $(grep bootstrap "$tmp/fault_$f.log"); losses $(metric "$tmp/fault_$f" loss | tr '\n' ' ')"
+done
+
+# 3. flag handling
+err=$("$emu" --device cuda --attention bogus --out_dir "$tmp/bogus" 2>&1 >/dev/null); rc=$?
+[ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" = 1 ] && [[ "$err" == *"flag --attention: 'bogus'"* ]] && [ ! -e "$tmp/bogus" ] \
+  && ok "bad value: $err" || bad "bad value: rc $rc '$err'"
+"$build/finetune" --help | grep -q -- "--attention .*\[cudnn|native\] (default: cudnn)" && ok "--help lists --attention [cudnn|native]" \
+  || bad "--help: $("$build/finetune" --help | grep -- --attention)"
+
+# 4. the workspace in the memory plan (B 1, T 512, H 32, D 128)
+m7=data/configs/codellama-7b
+ws() { "$build/finetune" --dry_run --model_dir $m7 --device cuda --world_size 4 "$@" | awk '$1 == "workspace" { print $2 }'; }
+a=$(ws); b=$(ws --attention native); want=$(( 2 * 32 * 512 * 128 * 4 + 32 * 512 * 4 + 16 * 1048576 ))
+[ -n "$a" ] && [ $((a - b)) = $want ] && "$build/finetune" --dry_run --model_dir $m7 --device cuda --world_size 4 | grep -q "cuDNN attention workspace" \
+  && ok "--dry_run 7B: cuDNN attention workspace planned: $((a - b)) bytes (bound $want)" || bad "--dry_run workspace: cudnn $a, native $b, want +$want"
+finish
