@@ -72,6 +72,10 @@
 //   words) fall in 32 distinct banks. The fragment layout itself is never relied on.
 //   shared memory: dK/dV (2*32 + 2*16) (D + 8) * 2 + 2 * 16 * (20 * 4 + 2 * 24 * 2) + 2 * 16 * 4
 //   bytes (31.9 KB at D = 128); dQ 64 (D + 8) * 2 + 4 * 16 * 20 * 4 (22.5 KB at D = 128).
+//   barrier order: after each tile copy, a warp's first wmma collective reads the tile just
+//   copied. (Free on a GPU; under the emulator, which completes a warp collective as soon as
+//   its 32 lanes arrive, this makes a missing __syncthreads read another warp's unfinished
+//   rows, so tests/mutate_kernels.sh's barrier mutants are caught.)
 //   numerics: S and dP from exact bf16 products summed in fp32 (as the forward), P and dS in
 //   fp32, each rounded to bf16 once as the A operand of its products; dK, dV, dQ fp32 sums,
 //   one bf16 rounding. The SIMT kernels above stay for D % 16 != 0 and as the reference.
@@ -556,8 +560,8 @@ __device__ __forceinline__ void tile_abt(float *wS, const bf16 *a, const bf16 *b
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
     wmma::fill_fragment(acc, 0.0f);
     for (int kk = 0; kk < DT; kk++) {
+        wmma::load_matrix_sync(fb, b + 16 * kk, ld);   // (b first: see "barrier order" above)
         wmma::load_matrix_sync(fa, a + 16 * kk, ld);
-        wmma::load_matrix_sync(fb, b + 16 * kk, ld);
         wmma::mma_sync(acc, fa, fb, acc);
     }
     wmma::store_matrix_sync(wS, acc, ATT_TC_LDS, wmma::mem_row_major);
@@ -706,12 +710,13 @@ attention_bwd_dq_wmma_kernel(bf16 *dq, const bf16 *ds_ws, const bf16 *k, int T, 
         for (int kb = 0; kb < ATT_DQ_BK / 16; kb++) {
             const int tk0 = k0 + 16 * kb;
             if (tk0 > wq0) break;                    // warp-uniform causal bound (tk0 < T too)
-            // dS (16 queries x 16 keys) is the column-major view of the stored dS^T tile
-            wmma::load_matrix_sync(fds, ws + (size_t)tk0 * Tp + wq0, Tp);
 #pragma unroll
             for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
                 if (ds < DT) {
                     wmma::load_matrix_sync(fk, sK + 16 * kb * ld + 16 * ds, ld);
+                    // dS (16 queries x 16 keys): the column-major view of the stored dS^T
+                    // tile, loaded after the first K fragment (see "barrier order" above)
+                    if (ds == 0) wmma::load_matrix_sync(fds, ws + (size_t)tk0 * Tp + wq0, Tp);
                     wmma::mma_sync(adq[ds], fds, fk, adq[ds]);
                 }
             }

@@ -100,6 +100,36 @@ m attention.tc_no_rescale attention.cu attention \
 m attention.tc_no_running_max attention.cu attention \
   'mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));' 'mx = __shfl_xor_sync(0xffffffffu, 0.0f, 1);'
 
+# the tensor-core backward (dK/dV + dS workspace kernel, dQ kernel)
+m attention.tcb_no_sync_tile_end attention.cu attention \
+  '__syncthreads();                         // previous query tile fully used' ';'
+m attention.tcb_no_sync_tile_load attention.cu attention \
+  "__syncthreads();$NL            if (wk0 >= T || wk0 > q0 + 15) continue;" \
+  "if (wk0 >= T || wk0 > q0 + 15) continue;"
+m attention.tcb_causal_diag attention.cu attention \
+  'p[i][e] = tk <= tq && tq < T' 'p[i][e] = tk < tq && tq < T'
+m attention.tcb_skips_diagonal attention.cu attention \
+  'for (int q0 = k0; q0 < T; q0 += ATT_BW_BQ)' 'for (int q0 = k0 + ATT_BW_BQ; q0 < T; q0 += ATT_BW_BQ)'
+m attention.tcb_last_query_row attention.cu attention \
+  'for (int q0 = k0; q0 < T; q0 += ATT_BW_BQ)' 'for (int q0 = k0; q0 + 1 < T; q0 += ATT_BW_BQ)'
+m attention.tcb_dq_causal_bound attention.cu attention \
+  'if (tk0 > wq0) break;' 'if (tk0 >= wq0) break;'
+m attention.tcb_no_delta attention.cu attention \
+  '(wS[j * ATT_TC_LDS + c] - sDelta[c]) * scale;' 'wS[j * ATT_TC_LDS + c] * scale;'
+m attention.tcb_ds_no_scale attention.cu attention \
+  '(wS[j * ATT_TC_LDS + c] - sDelta[c]) * scale;' '(wS[j * ATT_TC_LDS + c] - sDelta[c]);'
+m attention.tcb_s_no_scale attention.cu attention \
+  '__expf(wS[j * ATT_TC_LDS + c] * scale - sLse[c])' '__expf(wS[j * ATT_TC_LDS + c] - sLse[c])'
+m attention.tcb_gqa_first_head attention.cu attention \
+  'const int h = kh * group + hl;' 'const int h = kh * group;'
+m attention.tcb_chunk_head_offset attention.cu attention 'b0, kh0 * group,' 'b0, kh0,'
+m attention.tcb_row_bound attention.cu attention 'if (t0 + r < T) {' 'if (t0 + r <= T) {'
+m attention.tcb_dq_no_sync attention.cu attention \
+  "copy_tile_bf16(sK, ld, k, ATT_DQ_BK, b, k0, T, KVH, kh, D, vec);$NL        __syncthreads();" \
+  'copy_tile_bf16(sK, ld, k, ATT_DQ_BK, b, k0, T, KVH, kh, D, vec);'
+m attention.tcb_dk_uses_p attention.cu attention \
+  "wmma::load_matrix_sync(fa, wdS, ATT_TC_LDP);" "wmma::load_matrix_sync(fa, wP, ATT_TC_LDP);"
+
 m lmhead.mask_value lmhead_xent.cu lmhead_xent \
   'losses[r] = tgt == -100 ? 0.0f' 'losses[r] = tgt == -1 ? 0.0f'
 m lmhead.last_id lmhead_xent.cu lmhead_xent \
