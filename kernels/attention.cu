@@ -568,6 +568,40 @@ __device__ __forceinline__ void tile_abt(float *wS, const bf16 *a, const bf16 *b
     __syncwarp();
 }
 
+// one warp's P^T and dS^T (its 16 keys x 16 query rows) as bf16 into wP and wdS: S^T and dP^T
+// on tensor cores through the fp32 staging tile wS (sKw, sVw: the warp's K and V rows),
+// element-wise in fp32 with lane l on rows l/4 + 8i, columns l%4 + 4e
+__device__ __forceinline__ void warp_p_ds(bf16 *wP, bf16 *wdS, float *wS, const bf16 *sKw,
+                                          const bf16 *sVw, const bf16 *sQ, const bf16 *sdO,
+                                          const float *sLse, const float *sDelta, int ld, int DT,
+                                          int wk0, int q0, int T, float scale) {
+    const int er = (threadIdx.x % 32) >> 2, ec = threadIdx.x & 3;
+    // P^T = exp(S^T * scale - lse), S^T = K_w Q^T
+    tile_abt(wS, sKw, sQ, ld, DT);
+    float p[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = er + 8 * i, c = ec + 4 * e, tk = wk0 + j, tq = q0 + c;
+            p[i][e] = tk <= tq && tq < T
+                          ? __expf(wS[j * ATT_TC_LDS + c] * scale - sLse[c]) : 0.0f;
+        }
+    __syncwarp();                                    // S^T read before dP^T overwrites it
+    // dS^T = P^T (dP^T - delta) * scale, dP^T = V_w dO^T
+    tile_abt(wS, sVw, sdO, ld, DT);
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = er + 8 * i, c = ec + 4 * e;
+            const float dsv = p[i][e] * (wS[j * ATT_TC_LDS + c] - sDelta[c]) * scale;
+            wP[j * ATT_TC_LDP + c] = f2bf(p[i][e]);
+            wdS[j * ATT_TC_LDP + c] = f2bf(dsv);
+        }
+    __syncwarp();
+}
+
 __global__ void __launch_bounds__(ATT_BW_WARPS * 32)
 attention_bwd_dkdv_wmma_kernel(bf16 *dk, bf16 *dv, bf16 *ds_ws, const bf16 *dout,
                                const float *lse, const float *delta, const bf16 *q,
@@ -588,7 +622,6 @@ attention_bwd_dkdv_wmma_kernel(bf16 *dk, bf16 *dv, bf16 *ds_ws, const bf16 *dout
     const int group = H / KVH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wk0 = k0 + 16 * warp;                  // this warp's first key
-    const int er = lane >> 2, ec = lane & 3;         // element map: rows er + 8i, cols ec + 4e
     float *wS = sS + warp * 16 * ATT_TC_LDS;
     bf16 *wP = sP + warp * 2 * 16 * ATT_TC_LDP, *wdS = wP + 16 * ATT_TC_LDP;
     const size_t slab0 = ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * group;
@@ -620,30 +653,8 @@ attention_bwd_dkdv_wmma_kernel(bf16 *dk, bf16 *dv, bf16 *ds_ws, const bf16 *dout
             __syncthreads();
             if (wk0 >= T || wk0 > q0 + 15) continue; // warp-uniform: no visible (key, query)
 
-            // P^T = exp(S^T * scale - lse), S^T = K_w Q^T
-            tile_abt(wS, sK + 16 * warp * ld, sQ, ld, DT);
-            float p[2][4];
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = er + 8 * i, c = ec + 4 * e, tk = wk0 + j, tq = q0 + c;
-                    p[i][e] = tk <= tq && tq < T
-                                  ? __expf(wS[j * ATT_TC_LDS + c] * scale - sLse[c]) : 0.0f;
-                }
-            __syncwarp();                            // S^T read before dP^T overwrites it
-            // dS^T = P^T (dP^T - delta) * scale, dP^T = V_w dO^T
-            tile_abt(wS, sV + 16 * warp * ld, sdO, ld, DT);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = er + 8 * i, c = ec + 4 * e;
-                    const float dsv = p[i][e] * (wS[j * ATT_TC_LDS + c] - sDelta[c]) * scale;
-                    wP[j * ATT_TC_LDP + c] = f2bf(p[i][e]);
-                    wdS[j * ATT_TC_LDP + c] = f2bf(dsv);
-                }
-            __syncwarp();
+            warp_p_ds(wP, wdS, wS, sK + 16 * warp * ld, sV + 16 * warp * ld, sQ, sdO, sLse, sDelta,
+                      ld, DT, wk0, q0, T, scale);
             {   // dS^T rows wk0 .. +15, columns q0 .. +15 to the workspace (one 16-byte copy per lane)
                 const int r = lane >> 1, c0 = (lane & 1) * 8;
                 *reinterpret_cast<uint4 *>(ws + (size_t)(wk0 + r) * Tp + q0 + c0) =
