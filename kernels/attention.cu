@@ -30,16 +30,18 @@
 //   output; lse fp32.
 //
 // tensor-core forward: grid (ceil(T/64), H, B), 128 threads = 4 warps; warp w owns query
-//   rows q0 + 16w .. +15. Per 16-key tile (K, V copied to shared memory as bf16, rows padded
-//   to D + 8): S = Q K^T (D/16 mma_sync, fp32 accumulate) stored to the warp's fp32 score
-//   tile; online softmax in SIMT with 2 lanes per row (8 columns each, one shuffle to
-//   combine); P rounded to bf16 into the warp's P tile; then per 16-column slice of O:
-//   P V (one mma_sync) is stored to the score tile and added, O = O * alpha + PV, into the
-//   lane's own fp32 O entries (row lane/2, columns slice + (lane%2)*8 .. +7, registers).
-//   The fragment element layout is opaque and never relied on: all row-wise work goes
-//   through shared memory in a layout of our own. Warps whose rows all precede a key tile
-//   skip it (warp-uniform, no collective is split).
-//   shared memory: (64 + 2*16) (D + 8) * 2 + 4 * 16 * (20 * 4 + 24 * 2) bytes (34.3 KB at
+//   rows q0 + 16w .. +15. The Q tile is staged through shared memory once (over the K/V
+//   tiles) and each warp keeps its 16 rows as D/16 matrix_a fragments in registers. Per
+//   32-key round (K, V copied to shared memory as bf16, rows padded to D + 8; two barriers
+//   per 32 keys), per 16-key sub-tile: S = Q K^T (D/16 mma_sync, fp32 accumulate) stored to
+//   the warp's fp32 score tile; online softmax in SIMT with 2 lanes per row (8 columns each,
+//   one shuffle to combine); P rounded to bf16 into the warp's P tile; then per 16-column
+//   slice of O: P V (one mma_sync) is stored to the score tile and added,
+//   O = O * alpha + PV, into the lane's own fp32 O entries (row lane/2, columns
+//   slice + (lane%2)*8 .. +7, registers). The fragment element layout is opaque and never
+//   relied on: all row-wise work goes through shared memory in a layout of our own. Warps
+//   whose rows all precede a sub-tile stop there (warp-uniform, no collective is split).
+//   shared memory: 2*32 (D + 8) * 2 + 4 * 16 * (20 * 4 + 24 * 2) bytes (25.6 KB at
 //   D = 128). numerics: S from exact bf16 products summed in fp32; P rounded to bf16 before
 //   P V (as in FlashAttention) while l sums the fp32 P; out = O / l, one bf16 rounding.
 //
@@ -376,10 +378,11 @@ attention_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse, const floa
 
 #define ATT_TC_WARPS 4
 #define ATT_TC_BQ (16 * ATT_TC_WARPS)   // query rows per block (16 per warp)
-#define ATT_TC_BK 16                    // keys per tile
+#define ATT_TC_BK 32                    // keys per K/V copy round (two 16-key sub-tiles)
 #define ATT_TC_PAD 8                    // bf16 row padding of Q/K/V tiles (ldm % 8 == 0)
 #define ATT_TC_LDS 20                   // fp32 score tile row stride (ldm % 4 == 0)
 #define ATT_TC_LDP 24                   // bf16 P tile row stride
+static_assert(ATT_TC_BQ == 2 * ATT_TC_BK, "the forward stages Q over its K and V tiles");
 
 // rows [t0, t0 + rows) of head h of a (B, T, NH, D) tensor into smem as bf16 [rows][ld];
 // rows beyond T are zero. vec: D % 8 == 0 and x 16-byte aligned.
@@ -407,9 +410,9 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
     using namespace nvcuda;
     DYNAMIC_SMEM(unsigned char, smem);
     const int ld = D + ATT_TC_PAD;
-    bf16 *sQ = reinterpret_cast<bf16 *>(smem);                          // [BQ][ld]
-    bf16 *sK = sQ + ATT_TC_BQ * ld;                                     // [BK][ld]
+    bf16 *sK = reinterpret_cast<bf16 *>(smem);                          // [BK][ld]
     bf16 *sV = sK + ATT_TC_BK * ld;                                     // [BK][ld]
+    bf16 *sQ = sK;                                  // [BQ][ld] staged over sK, sV before the loop
     float *sS = reinterpret_cast<float *>(sV + ATT_TC_BK * ld);         // [warps][16][LDS]
     bf16 *sP = reinterpret_cast<bf16 *>(sS + ATT_TC_WARPS * 16 * ATT_TC_LDS);  // [warps][16][LDP]
     const int q0 = blockIdx.x * ATT_TC_BQ, h = blockIdx.y, b = blockIdx.z;
@@ -422,7 +425,12 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
     bf16 *wP = sP + warp * 16 * ATT_TC_LDP;
     const int DT = D / 16;
 
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa, fq[ATT_DMAX / 16];
     copy_tile_bf16(sQ, ld, q, ATT_TC_BQ, b, q0, T, H, h, D, vec);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < ATT_DMAX / 16; kk++)     // the warp's 16 Q rows stay in registers
+        if (kk < DT) wmma::load_matrix_sync(fq[kk], sQ + 16 * warp * ld + 16 * kk, ld);
     float o[ATT_DMAX / 16][8];                       // O[r][ds * 16 + c0 + e]
 #pragma unroll
     for (int ds = 0; ds < ATT_DMAX / 16; ds++)
@@ -431,7 +439,6 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
     float m_run = -INFINITY, l_run = 0.0f;           // statistics of row r (both lanes)
     const int kend = T < q0 + ATT_TC_BQ ? T : q0 + ATT_TC_BQ;
 
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fk;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fv;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
@@ -441,59 +448,65 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
         copy_tile_bf16(sK, ld, k, ATT_TC_BK, b, k0, T, KVH, kh, D, vec);
         copy_tile_bf16(sV, ld, v, ATT_TC_BK, b, k0, T, KVH, kh, D, vec);
         __syncthreads();
-        if (wq0 >= T || k0 > wq0 + 15) continue;     // warp-uniform: nothing visible here
+        for (int sub = 0; sub < ATT_TC_BK; sub += 16) {
+            const int kt = k0 + sub;                 // this 16-key sub-tile's first key
+            if (wq0 >= T || kt > wq0 + 15) break;    // warp-uniform: nothing visible from here
 
-        // S = Q K^T (K^T as a column-major view of the row-major K tile)
-        wmma::fill_fragment(acc, 0.0f);
-        for (int kk = 0; kk < DT; kk++) {
-            wmma::load_matrix_sync(fa, sQ + 16 * warp * ld + 16 * kk, ld);
-            wmma::load_matrix_sync(fk, sK + 16 * kk, ld);
-            wmma::mma_sync(acc, fa, fk, acc);
-        }
-        wmma::store_matrix_sync(wS, acc, ATT_TC_LDS, wmma::mem_row_major);
-        __syncwarp();
-
-        // online softmax of row r over this tile's 16 keys (columns c0..c0+7 here)
-        float s[8], p[8], mx = m_run;
+            // S = Q K^T (K^T as a column-major view of the row-major K tile)
+            wmma::fill_fragment(acc, 0.0f);
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            const int tk = k0 + c0 + e;
-            s[e] = tk <= tq && tq < T ? wS[r * ATT_TC_LDS + c0 + e] * scale : -INFINITY;
-            mx = fmaxf(mx, s[e]);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float alpha = 1.0f, sum = 0.0f;
-        if (mx != -INFINITY) {                       // (a row with no valid key stays empty)
-            alpha = __expf(m_run - mx);
+            for (int kk = 0; kk < ATT_DMAX / 16; kk++) {
+                if (kk < DT) {
+                    wmma::load_matrix_sync(fk, sK + sub * ld + 16 * kk, ld);
+                    wmma::mma_sync(acc, fq[kk], fk, acc);
+                }
+            }
+            __syncwarp();                            // the previous sub-tile's PV slice was read
+            wmma::store_matrix_sync(wS, acc, ATT_TC_LDS, wmma::mem_row_major);
+            __syncwarp();
+
+            // online softmax of row r over this tile's 16 keys (columns c0..c0+7 here)
+            float s[8], p[8], mx = m_run;
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                p[e] = __expf(s[e] - mx);
-                sum += p[e];
+                const int tk = kt + c0 + e;
+                s[e] = tk <= tq && tq < T ? wS[r * ATT_TC_LDS + c0 + e] * scale : -INFINITY;
+                mx = fmaxf(mx, s[e]);
             }
-        } else {
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            float alpha = 1.0f, sum = 0.0f;
+            if (mx != -INFINITY) {                       // (a row with no valid key stays empty)
+                alpha = __expf(m_run - mx);
 #pragma unroll
-            for (int e = 0; e < 8; e++) p[e] = 0.0f;
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l_run = l_run * alpha + sum;
-        m_run = mx;
-        store8(wP + r * ATT_TC_LDP + c0, p);         // P as bf16 (16-byte aligned store)
-        __syncwarp();
-        wmma::load_matrix_sync(fa, wP, ATT_TC_LDP);
+                for (int e = 0; e < 8; e++) {
+                    p[e] = __expf(s[e] - mx);
+                    sum += p[e];
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) p[e] = 0.0f;
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            l_run = l_run * alpha + sum;
+            m_run = mx;
+            store8(wP + r * ATT_TC_LDP + c0, p);         // P as bf16 (16-byte aligned store)
+            __syncwarp();
+            wmma::load_matrix_sync(fa, wP, ATT_TC_LDP);
 
-        // O = O * alpha + P V, one 16-column slice at a time through the score tile
+            // O = O * alpha + P V, one 16-column slice at a time through the score tile
 #pragma unroll
-        for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
-            if (ds < DT) {
-                wmma::fill_fragment(acc, 0.0f);
-                wmma::load_matrix_sync(fv, sV + 16 * ds, ld);
-                wmma::mma_sync(acc, fa, fv, acc);
-                __syncwarp();                        // the previous slice has been read
-                wmma::store_matrix_sync(wS, acc, ATT_TC_LDS, wmma::mem_row_major);
-                __syncwarp();
+            for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
+                if (ds < DT) {
+                    wmma::fill_fragment(acc, 0.0f);
+                    wmma::load_matrix_sync(fv, sV + sub * ld + 16 * ds, ld);
+                    wmma::mma_sync(acc, fa, fv, acc);
+                    __syncwarp();                        // the previous slice has been read
+                    wmma::store_matrix_sync(wS, acc, ATT_TC_LDS, wmma::mem_row_major);
+                    __syncwarp();
 #pragma unroll
-                for (int e = 0; e < 8; e++)
-                    o[ds][e] = o[ds][e] * alpha + wS[r * ATT_TC_LDS + c0 + e];
+                    for (int e = 0; e < 8; e++)
+                        o[ds][e] = o[ds][e] * alpha + wS[r * ATT_TC_LDS + c0 + e];
+                }
             }
         }
     }
@@ -764,7 +777,7 @@ extern "C" int ftk_attention_fwd(void *out, float *lse, const void *q, const voi
     const bool vec = D % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
     const float scale = 1.0f / sqrtf((float)D);
     if (g_attention_tensor_cores && D % 16 == 0) {
-        const size_t smem = (size_t)(ATT_TC_BQ + 2 * ATT_TC_BK) * (D + ATT_TC_PAD) * sizeof(bf16) +
+        const size_t smem = (size_t)2 * ATT_TC_BK * (D + ATT_TC_PAD) * sizeof(bf16) +
                             (size_t)ATT_TC_WARPS * 16 * (ATT_TC_LDS * sizeof(float) + ATT_TC_LDP * sizeof(bf16));
         LAUNCH_KERNEL(dim3(ceil_div(T, ATT_TC_BQ), H, B), dim3(ATT_TC_WARPS * 32), smem, stream,
                       attention_fwd_wmma_kernel)((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,

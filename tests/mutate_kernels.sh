@@ -101,6 +101,15 @@ m attention.tc_no_rescale attention.cu attention \
 m attention.tc_no_running_max attention.cu attention \
   'mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));' 'mx = __shfl_xor_sync(0xffffffffu, 0.0f, 1);'
 
+m attention.tc_no_sync_q attention.cu attention \
+  "copy_tile_bf16(sQ, ld, q, ATT_TC_BQ, b, q0, T, H, h, D, vec);$NL    __syncthreads();" \
+  'copy_tile_bf16(sQ, ld, q, ATT_TC_BQ, b, q0, T, H, h, D, vec);'
+m attention.tc_sub_tile_k attention.cu attention \
+  'wmma::load_matrix_sync(fk, sK + sub * ld + 16 * kk, ld);' 'wmma::load_matrix_sync(fk, sK + 16 * kk, ld);'
+m attention.tc_sub_tile_v attention.cu attention \
+  'wmma::load_matrix_sync(fv, sV + sub * ld + 16 * ds, ld);' 'wmma::load_matrix_sync(fv, sV + 16 * ds, ld);'
+m attention.tc_sub_tile_mask attention.cu attention 'const int tk = kt + c0 + e;' 'const int tk = k0 + c0 + e;'
+
 # the tensor-core backward (dK/dV + dS workspace kernel, dQ kernel)
 m attention.tcb_no_sync_tile_end attention.cu attention \
   '__syncthreads();                         // previous query tile fully used' ';'
