@@ -1,8 +1,9 @@
 // kernels.h: the C entry points of the hand-written CUDA kernels (kernels/*.cu), one per
-// backend.h op. Each takes the op's arguments (same order and meaning as in backend.h;
-// `void *` = bf16 device tensor, `float *` = fp32 device tensor) followed by the stream, and
-// returns 0 or -1 with ft_error() set naming the op. All are asynchronous on `stream` except
-// ftk_sum_squares, which returns its result to the host and so synchronises the stream.
+// backend.h op (for lmhead_xent: the step between its GEMMs). Each takes the op's arguments
+// (same order and meaning as in backend.h; `void *` = bf16 device tensor, `float *` = fp32
+// device tensor) followed by the stream, and returns 0 or -1 with ft_error() set naming the
+// op. All are asynchronous on `stream` except ftk_sum_squares, which returns its result to
+// the host and so synchronises the stream.
 //
 // Status: verified on the CPU by the same-source emulator (tests/cuda_emu), compiled clean
 // for sm_80/sm_90 by `make nvcc-check`; not yet run on a real GPU.
@@ -14,7 +15,7 @@
 extern "C" {
 #endif
 
-#include "backend.h"   // adamw_params, LMHEAD_CHUNK_ROWS
+#include "backend.h"   // adamw_params
 
 struct CUstream_st;                   // cudaStream_t is `struct CUstream_st *`
 typedef struct CUstream_st *ftk_stream;
@@ -48,16 +49,21 @@ int ftk_attention_fwd(void *out, float *lse, const void *q, const void *k, const
 int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out,
                       const float *lse, const void *q, const void *k, const void *v, int B, int T,
                       int H, int KVH, int D, ftk_stream stream);
-// lmhead_xent.cu (workspace: LMHEAD_CHUNK_ROWS * V floats, as in backend.h)
-int ftk_lmhead_xent(float *losses, void *dx, void *dweight, const void *x, const void *weight,
-                    const int32_t *targets, int N, int C, int V, float dloss, float *workspace,
-                    ftk_stream stream);
+// lmhead_xent.cu: the softmax + cross-entropy step of backend.h's lmhead_xent, between the
+// backend's cuBLASLt GEMMs, for one chunk of rows: losses (rows) from logits (rows, V) fp32;
+// when `backward`, the logits are overwritten in place by bf16 softmax - onehot(target)
+// (not scaled by dloss: the GEMMs do that) of row stride 2V elements (row r's values in
+// the first half of its fp32 bytes), 0 on ignored rows.
+int ftk_lmhead_xent_rows(float *losses, float *logits, const int32_t *targets, int rows, int V,
+                         int backward, ftk_stream stream);
 // swiglu.cu
 int ftk_swiglu_fwd(void *out, const void *gate, const void *up, size_t n, ftk_stream stream);
 int ftk_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up,
                    size_t n, ftk_stream stream);
 // add.cu
 int ftk_add(void *out, const void *a, const void *b, size_t n, ftk_stream stream);
+// out (n) = alpha * inp, bf16; out may alias inp
+int ftk_scale(void *out, const void *inp, float alpha, size_t n, ftk_stream stream);
 // adamw.cu
 int ftk_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,
               const adamw_params *p, ftk_stream stream);

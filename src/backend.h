@@ -17,8 +17,11 @@
 
 #include "dtype.h"
 
-// rows of logits the fused lm_head + cross-entropy op materialises at once
-#define LMHEAD_CHUNK_ROWS 128
+// The fused lm_head + cross-entropy op materialises the (N, V) logits `chunk_rows` rows at a
+// time; the memory plan picks the chunk (model_lmhead_chunk_rows, src/model.h): as many rows
+// as fit in LMHEAD_CHUNK_BYTES of fp32 logits, at most LMHEAD_CHUNK_ROWS_MAX.
+#define LMHEAD_CHUNK_ROWS_MAX 2048
+#define LMHEAD_CHUNK_BYTES ((size_t)256 << 20)
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -76,7 +79,7 @@ struct backend {
     // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T      (nn.Linear without bias)
     int (*matmul_fwd)(void *out, const void *inp, const void *weight, int N, int IC, int OC);
     // dinp (N, IC) = (or += when accumulate_dinp) dout (N, OC) @ weight; skipped if dinp NULL
-    // dweight (OC, IC) += dout^T @ inp
+    // dweight (OC, IC) += dout^T @ inp; skipped if dweight NULL (a frozen weight)
     int (*matmul_bwd)(void *dinp, void *dweight, const void *dout, const void *inp,
                       const void *weight, int N, int IC, int OC, int accumulate_dinp);
 
@@ -98,16 +101,24 @@ struct backend {
 
     // out (n) = a + b; out may alias a or b
     int (*add)(void *out, const void *a, const void *b, size_t n);
+    // out (n) = alpha * inp (one rounding to the storage dtype); out may alias inp
+    int (*scale)(void *out, const void *inp, float alpha, size_t n);
 
-    // Fused lm_head + softmax + cross-entropy over row chunks of LMHEAD_CHUNK_ROWS, never
-    // holding more than (LMHEAD_CHUNK_ROWS, V) logits (in `workspace`, fp32).
+    // Fused lm_head + softmax + cross-entropy over row chunks of `chunk_rows`, never holding
+    // more than (chunk_rows, V) logits (in `logits_ws`, fp32).
     // x (N, C), weight (V, C), targets (N) with -100 = ignored.
     // losses (N) fp32 = -log softmax(x W^T)[target], 0 for ignored rows.
     // If dx != NULL (training): with dlogits = dloss * (softmax - onehot(target)) on valid
-    // rows and 0 on ignored rows: dx (N, C) = dlogits @ weight, dweight (V, C) += dlogits^T x.
+    // rows and 0 on ignored rows: dx (N, C) = dlogits @ weight, dweight (V, C) += dlogits^T x,
+    // summed over all chunks in fp32 and added to dweight with ONE rounding to the storage
+    // dtype. dw_acc (V, C) fp32 is the scratch for that sum: required when training with
+    // N > chunk_rows on a backend whose dtype is not fp32 (the CUDA backend), else unused
+    // and may be NULL. A target outside [0, V) other than -100 is an error (CPU) or a NaN
+    // loss (CUDA: the host validates targets). dweight NULL: a frozen lm_head (LoRA), its
+    // gradient skipped (and dw_acc unused).
     int (*lmhead_xent)(float *losses, void *dx, void *dweight, const void *x,
                        const void *weight, const int32_t *targets, int N, int C, int V,
-                       float dloss, float *workspace);
+                       float dloss, int chunk_rows, float *logits_ws, float *dw_acc);
 
     // ---------------------------------------------------------------- optimizer & utils
     // AdamW on an fp32 master slice (n): g = grad * grad_scale; m,v updated; master updated

@@ -205,7 +205,8 @@ static int cpu_matmul_bwd(void *dinp, void *dweight, const void *dout, const voi
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight,
                     IC, accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
     // dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
                 dweight, IC);
     return 0;
 }
@@ -259,6 +260,14 @@ static int cpu_add(void *out_, const void *a_, const void *b_, size_t n) {
     return 0;
 }
 
+static int cpu_scale(void *out_, const void *inp_, float alpha, size_t n) {
+    float *out = out_;
+    const float *inp = inp_;
+#pragma omp parallel for simd if (parallel : n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = alpha * inp[i];
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // fused lm_head + cross-entropy over row chunks
 
@@ -286,18 +295,21 @@ CPU_VECTOR_CLONES static float xent_row(float *l, int tgt, int V, float dloss, i
     return m + (float)log(sum) - target_logit;
 }
 
+// (fp32 storage: dweight accumulates in fp32 directly, dw_acc is not needed)
 static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, const void *x_,
                            const void *weight, const int32_t *targets, int N, int C, int V,
-                           float dloss, float *workspace) {
+                           float dloss, int chunk_rows, float *logits_ws, float *dw_acc) {
+    (void)dw_acc;
     const float *x = x_;           // (N, C)
     float *dx = dx_;               // (N, C) or NULL
+    if (chunk_rows <= 0) return ft_error("lmhead_xent: chunk of %d rows", chunk_rows);
     for (int n = 0; n < N; n++)
         if (targets[n] != -100 && (targets[n] < 0 || targets[n] >= V))
             return ft_error("lmhead_xent: target %d at row %d is outside the vocab (%d)",
                             targets[n], n, V);
-    for (int n0 = 0; n0 < N; n0 += LMHEAD_CHUNK_ROWS) {
-        int rows = N - n0 < LMHEAD_CHUNK_ROWS ? N - n0 : LMHEAD_CHUNK_ROWS;
-        float *logits = workspace; // (rows, V)
+    for (int n0 = 0; n0 < N; n0 += chunk_rows) {
+        int rows = N - n0 < chunk_rows ? N - n0 : chunk_rows;
+        float *logits = logits_ws; // (rows, V)
         cpu_matmul_fwd(logits, x + (size_t)n0 * C, weight, rows, C, V);
 #pragma omp parallel for if ((size_t)rows * V >= PAR_MIN)
         for (int r = 0; r < rows; r++)
@@ -402,6 +414,7 @@ static const backend g_cpu = {
     .swiglu_fwd = cpu_swiglu_fwd,
     .swiglu_bwd = cpu_swiglu_bwd,
     .add = cpu_add,
+    .scale = cpu_scale,
     .lmhead_xent = cpu_lmhead_xent,
     .adamw = cpu_adamw,
     .sum_squares = cpu_sum_squares,

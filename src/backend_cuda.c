@@ -1,8 +1,11 @@
-// backend_cuda.c: the CUDA backend's host side. UNVERIFIED ON GPU: it compiles and links
-// in CI (`make CUDA=1`); no machine here has a GPU, so none of it has run. What the CPU
-// tests do prove: the device arena's bookkeeping (tests/test_arena.c), the kernels' source
-// under the emulator (tests/cuda_emu), and the clear failure of `--device cuda` without a
-// driver or device (tests/test_cli.sh).
+// backend_cuda.c: the CUDA backend's host side (unverified on GPU: README's status table).
+// This same file runs in CI against the CPU emulator of the CUDA runtime, cuBLASLt and NCCL
+// (tests/cuda_emu): every op against the CPU backend (test_backend_emu, built from
+// tests/gpu/test_backend_gpu.c), the trainer on emulated GPUs (tests/test_cuda_emu_train.sh,
+// _soak, _hazards), and the clean failures of `--device cuda`: no driver or device
+// (test_plan.sh; an emulated machine without devices in test_cuda_emu_train.sh), an old
+// compute capability, a full arena, a missing NCCL (test_cuda_bad_input.sh). The arena's
+// bookkeeping: tests/test_arena.c.
 //
 // Layout of the backend:
 //   - storage dtype bf16; every `float *` tensor (statistics, optimizer state) is fp32
@@ -12,11 +15,13 @@
 //   - one compute stream (non-blocking) for kernels, GEMMs, copies and memsets; the NCCL
 //     transport runs collectives on its own comm stream and orders itself against this one
 //     with events (src/comm_nccl.c, backend_cuda_stream())
-//   - GEMMs on cuBLASLt: bf16 inputs/outputs, fp32 accumulation (CUBLAS_COMPUTE_32F),
-//     descriptors and the heuristic's algorithm cached per (m, n, k, transposes, pointer
-//     alignments: the heuristic is told the real ones), at most BACKEND_CUDA_GEMM_PLANS
-//     plans, least recently used evicted; one workspace from the arena. The row counts are
-//     few because the model runs micro-batches at lengths rounded up to seq_bucket (64).
+//   - GEMMs on cuBLASLt: bf16 inputs, bf16 (or, in the lm_head, fp32) outputs, fp32
+//     accumulation (CUBLAS_COMPUTE_32F), descriptors and the heuristic's algorithm cached per
+//     (m, n, k, transposes, leading dimensions, output type, pointer alignments: the
+//     heuristic is told the real ones), at most BACKEND_CUDA_GEMM_PLANS plans, least
+//     recently used evicted; one workspace from the arena. The row counts are few because
+//     the model runs micro-batches at lengths rounded up to seq_bucket (64).
+//   - lm_head + cross-entropy: per row chunk, cuBLASLt GEMMs around one fused softmax kernel
 //   - everything else: the hand-written kernels (kernels/kernels.h)
 // Every CUDA / cuBLASLt call goes through CHECK_CUDA / CHECK_CUBLAS, naming the call.
 #include <cublasLt.h>
@@ -37,9 +42,17 @@
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)   // cuBLASLt workspace (Hopper wants 32 MiB)
 #define ARENA_ALIGN 256
 
+// what a plan is cached by: the column-major view of the product, the leading dimensions, the
+// C/D storage type and the alignment of the A, B, C/D pointers (no padding: memcmp compares)
 typedef struct {
-    int m, n, k, ta, tb;                   // the key (column-major view) ...
-    uint32_t align[3];                     // ... and the alignment of the A, B, C/D pointers
+    int m, n, k, ta, tb;
+    int lda, ldb, ldc;
+    int c_f32;                             // C/D fp32 (else bf16); A, B always bf16
+    uint32_t align[3];
+} gemm_key;
+
+typedef struct {
+    gemm_key key;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -143,18 +156,20 @@ static void gemm_plan_destroy(gemm_plan *p) {
     p->op = NULL;
 }
 
-// Create the descriptors of the plan keyed by p->(m, n, k, ta, tb, align) and ask the
-// heuristic for its algorithm. On failure the caller destroys what was created.
+// Create the descriptors of the plan keyed by p->key and ask the heuristic for its
+// algorithm. On failure the caller destroys what was created.
 static int gemm_plan_build(gemm_plan *p) {
-    const int m = p->m, n = p->n, k = p->k, ta = p->ta, tb = p->tb;
+    const gemm_key *key = &p->key;
+    const int m = key->m, n = key->n, k = key->k, ta = key->ta, tb = key->tb;
+    const uint32_t *align = key->align;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    // stored shapes: op(A) is (m, k), op(B) is (k, n); leading dimension = stored rows
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, ta ? k : m, ta ? m : k, ta ? k : m));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, tb ? n : k, tb ? k : n, tb ? n : k));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, m, n, m));
+    // stored shapes: op(A) is (m, k), op(B) is (k, n)
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, ta ? k : m, ta ? m : k, key->lda));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, tb ? n : k, tb ? k : n, key->ldb));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, key->c_f32 ? CUDA_R_32F : CUDA_R_16BF, m, n, key->ldc));
     cublasLtMatmulPreference_t pref;
     CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = LT_WORKSPACE_BYTES;
@@ -165,14 +180,14 @@ static int gemm_plan_build(gemm_plan *p) {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &p->align[i < 3 ? i : 2], sizeof(uint32_t));
+        st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2], sizeof(uint32_t));
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulAlgoGetHeuristic(G.lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     CHECK_CUBLAS(st);
     if (found < 1)
-        return ft_error("cuda: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d (alignments %u/%u/%u bytes)", m, n,
-                        k, p->align[0], p->align[1], p->align[2]);
+        return ft_error("cuda: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d, %s output (alignments %u/%u/%u bytes)",
+                        m, n, k, key->c_f32 ? "fp32" : "bf16", align[0], align[1], align[2]);
     p->algo = res.algo;
     return 0;
 }
@@ -182,21 +197,19 @@ static int gemm_plan_build(gemm_plan *p) {
 // microseconds), and cuBLASLt takes what it needs from the descriptors during the
 // cublasLtMatmul call, not when the GEMM runs (llm.c creates and destroys them around every
 // call), so destroying them while that GEMM is still queued is safe.
-static int gemm_plan_get(int m, int n, int k, int ta, int tb, const uint32_t align[3], gemm_plan **out) {
+static int gemm_plan_get(const gemm_key *key, gemm_plan **out) {
     gemm_plan *lru = NULL;
     G.gemm_clock++;
     for (int i = 0; i < G.n_plans; i++) {
         gemm_plan *p = &G.plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->align[0] == align[0] &&
-            p->align[1] == align[1] && p->align[2] == align[2]) {
+        if (memcmp(&p->key, key, sizeof *key) == 0) {
             p->last_use = G.gemm_clock;
             *out = p;
             return 0;
         }
         if (!lru || p->last_use < lru->last_use) lru = p;
     }
-    gemm_plan fresh = {.m = m, .n = n, .k = k, .ta = ta, .tb = tb, .last_use = G.gemm_clock};
-    memcpy(fresh.align, align, sizeof fresh.align);
+    gemm_plan fresh = {.key = *key, .last_use = G.gemm_clock};
     if (gemm_plan_build(&fresh) != 0) {
         gemm_plan_destroy(&fresh);
         return -1;
@@ -219,14 +232,21 @@ void backend_cuda_gemm_stats(int *cached, long *evictions) {
     *evictions = G.gemm_evictions;
 }
 
-static int gemm(int ta, int tb, int m, int n, int k, const void *A, const void *B, void *C, float beta) {
+// D = C = alpha op(A) op(B) + beta C with explicit leading dimensions; C fp32 when c_f32
+static int gemm_ld(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb, void *C,
+                   int ldc, int c_f32, float alpha, float beta) {
     gemm_plan *p = NULL;
-    const uint32_t align[3] = {ptr_align(A), ptr_align(B), ptr_align(C)};
-    TRY(gemm_plan_get(m, n, k, ta, tb, align, &p));
-    const float alpha = 1.0f;
+    const gemm_key key = {.m = m, .n = n, .k = k, .ta = ta, .tb = tb, .lda = lda, .ldb = ldb, .ldc = ldc,
+                          .c_f32 = c_f32, .align = {ptr_align(A), ptr_align(B), ptr_align(C)}};
+    TRY(gemm_plan_get(&key, &p));
     CHECK_CUBLAS(cublasLtMatmul(G.lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
                                 G.lt_workspace, LT_WORKSPACE_BYTES, G.stream));
     return 0;
+}
+
+// the same, bf16 C, packed operands (leading dimension = stored rows)
+static int gemm(int ta, int tb, int m, int n, int k, const void *A, const void *B, void *C, float beta) {
+    return gemm_ld(ta, tb, m, n, k, A, ta ? k : m, B, tb ? n : k, C, m, 0, 1.0f, beta);
 }
 
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T  <=>  out^T (OC, N) = W (OC, IC) . inp^T (IC, N)
@@ -239,7 +259,46 @@ static int cu_matmul_bwd(void *dinp, void *dweight, const void *dout, const void
     // dinp^T (IC, N) = W^T (IC, OC) . dout^T (OC, N)
     if (dinp) TRY(gemm(0, 0, IC, N, OC, weight, dout, dinp, accumulate_dinp ? 1.0f : 0.0f));
     // dW^T (IC, OC) += inp^T (IC, N) . dout (N, OC)
+    if (!dweight) return 0;
     return gemm(0, 1, IC, OC, N, inp, dout, dweight, 1.0f);
+}
+
+// ----------------------------------------------------------------------------
+// lm_head + cross-entropy: three cuBLASLt GEMMs per chunk of rows around the softmax kernel
+// (kernels/lmhead_xent.cu). Per chunk of `rows` rows starting at n0, in column-major terms:
+//   logits^T (V, rows) fp32 = W^T-view: op_T(W stored (C, V)) . x_c^T (C, rows)
+//   [kernel: losses; logits -> bf16 g = softmax - onehot in place, row stride 2V elements]
+//   dx_c^T (C, rows)  bf16 = dloss W stored (C, V) . g^T (V, rows, ld 2V)
+//   dW^T (C, V)          += dloss x_c^T (C, rows) . op_T(g^T (V, rows, ld 2V))
+// (dloss as the GEMMs' fp32 alpha, not folded into the bf16 g: see kernels/lmhead_xent.cu)
+// With one chunk dW's GEMM adds into the bf16 dweight directly (one rounding); with several,
+// into the fp32 dw_acc (the first chunk with beta 0), which then takes dweight's old value
+// and is rounded into dweight once.
+
+static int cu_lmhead_xent(float *losses, void *dx, void *dw, const void *x, const void *w, const int32_t *targets,
+                          int N, int C, int V, float dloss, int chunk_rows, float *logits_ws, float *dw_acc) {
+    if (N <= 0) return 0;
+    if (C <= 0 || V <= 0 || chunk_rows <= 0)
+        return ft_error("lmhead_xent: bad shape C=%d V=%d chunk of %d rows", C, V, chunk_rows);
+    const int several = N > chunk_rows;
+    if (dx && dw && several && !dw_acc)
+        return ft_error("lmhead_xent: N=%d rows in chunks of %d need the fp32 dW accumulator", N, chunk_rows);
+    for (int n0 = 0; n0 < N; n0 += chunk_rows) {
+        const int rows = N - n0 < chunk_rows ? N - n0 : chunk_rows;
+        const char *xc = (const char *)x + (size_t)n0 * C * 2;   // (rows, C) bf16
+        TRY(gemm_ld(1, 0, V, rows, C, w, C, xc, C, logits_ws, V, 1, 1.0f, 0.0f));
+        TRY(ftk_lmhead_xent_rows(losses + n0, logits_ws, targets + n0, rows, V, dx != NULL, G.stream));
+        if (!dx) continue;
+        TRY(gemm_ld(0, 0, C, rows, V, w, C, logits_ws, 2 * V, (char *)dx + (size_t)n0 * C * 2, C, 0, dloss, 0.0f));
+        if (!dw) continue;   // a frozen lm_head (LoRA)
+        if (several)
+            TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw_acc, C, 1, dloss, n0 == 0 ? 0.0f : 1.0f));
+        else
+            TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw, C, 0, dloss, 1.0f));
+    }
+    if (!dx || !dw || !several) return 0;
+    TRY(ftk_accumulate(dw_acc, dw, (size_t)V * C, 1.0f, G.stream));   // the sum + dweight's old value
+    return ftk_cast_from_f32(dw, dw_acc, (size_t)V * C, G.stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -279,10 +338,7 @@ static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *g
     return ftk_swiglu_bwd(dgate, dup, dout, gate, up, n, G.stream);
 }
 static int cu_add(void *out, const void *a, const void *b, size_t n) { return ftk_add(out, a, b, n, G.stream); }
-static int cu_lmhead_xent(float *losses, void *dx, void *dw, const void *x, const void *w, const int32_t *targets,
-                          int N, int C, int V, float dloss, float *workspace) {
-    return ftk_lmhead_xent(losses, dx, dw, x, w, targets, N, C, V, dloss, workspace, G.stream);
-}
+static int cu_scale(void *out, const void *inp, float alpha, size_t n) { return ftk_scale(out, inp, alpha, n, G.stream); }
 static int cu_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,
                     const adamw_params *p) {
     return ftk_adamw(master, param, grad, m, v, n, p, G.stream);
@@ -324,6 +380,7 @@ static const backend CUDA_BACKEND = {
     .swiglu_fwd = cu_swiglu_fwd,
     .swiglu_bwd = cu_swiglu_bwd,
     .add = cu_add,
+    .scale = cu_scale,
     .lmhead_xent = cu_lmhead_xent,
     .adamw = cu_adamw,
     .sum_squares = cu_sum_squares,

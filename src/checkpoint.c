@@ -15,7 +15,7 @@
 static char *path_join(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *p = ft_malloc(n, "path");
-    if (p) snprintf(p, n, "%s/%s", dir, name);
+    if (p && ft_path(p, n, "%s/%s", dir, name) != 0) { free(p); return NULL; }   // cannot fail: n fits
     return p;
 }
 

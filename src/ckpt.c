@@ -31,16 +31,19 @@ static const struct {
     size_t offset;           // in trainer_state
     field_kind kind;
     const char *must_match;  // resume refuses another value (it changes the data order): what to name
+    int optional;            // absent in older checkpoints: 0
 } state_fields[] = {
-    {"step", offsetof(trainer_state, step), FIELD_INT, NULL},
-    {"epoch", offsetof(trainer_state, epoch), FIELD_INT, NULL},   // for people: resume derives the
-    {"row", offsetof(trainer_state, row), FIELD_U64, NULL},       // data position from step
-    {"seed", offsetof(trainer_state, seed), FIELD_INT, "--seed"},
-    {"total_batch_size", offsetof(trainer_state, total_batch_size), FIELD_INT, "--total_batch_size"},
-    {"seq_len", offsetof(trainer_state, seq_len), FIELD_INT, "--seq_len"},
-    {"pack", offsetof(trainer_state, pack), FIELD_BOOL, "--pack"},
-    {"total_steps", offsetof(trainer_state, total_steps), FIELD_INT, NULL},
-    {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count"},
+    {"step", offsetof(trainer_state, step), FIELD_INT, NULL, 0},
+    {"epoch", offsetof(trainer_state, epoch), FIELD_INT, NULL, 0},   // for people: resume derives the
+    {"row", offsetof(trainer_state, row), FIELD_U64, NULL, 0},       // data position from step
+    {"seed", offsetof(trainer_state, seed), FIELD_INT, "--seed", 0},
+    {"total_batch_size", offsetof(trainer_state, total_batch_size), FIELD_INT, "--total_batch_size", 0},
+    {"seq_len", offsetof(trainer_state, seq_len), FIELD_INT, "--seq_len", 0},
+    {"pack", offsetof(trainer_state, pack), FIELD_BOOL, "--pack", 0},
+    {"total_steps", offsetof(trainer_state, total_steps), FIELD_INT, NULL, 0},
+    {"lora_rank", offsetof(trainer_state, lora_rank), FIELD_INT, "--lora_rank (0 = full fine-tuning)", 1},
+    {"lora_targets", offsetof(trainer_state, lora_targets), FIELD_INT, "--lora_targets (as a mask)", 1},
+    {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count", 0},
 };
 #define N_STATE_FIELDS (int)(sizeof state_fields / sizeof state_fields[0])
 
@@ -82,8 +85,8 @@ static char *state_to_json(const trainer_state *ts) {
 
 // Parse <dir>/trainer_state.json: every field present, an integer (pack: a boolean), >= 0.
 static int state_read(const char *dir, trainer_state *ts) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/trainer_state.json", dir);
+    char p[FT_PATH_MAX];
+    TRY(ft_path(p, sizeof p, "%s/trainer_state.json", dir));
     json_error_t jerr;
     json_t *root = json_load_file(p, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) return ft_error("%s: not a finetune checkpoint: %s", p, jerr.text);
@@ -94,6 +97,7 @@ static int state_read(const char *dir, trainer_state *ts) {
     memset(ts, 0, sizeof *ts);
     for (int i = 0; rc == 0 && i < N_STATE_FIELDS; i++) {
         json_t *v = json_object_get(root, state_fields[i].name);
+        if (!v && state_fields[i].optional) continue;   // memset: 0
         const int is_bool = state_fields[i].kind == FIELD_BOOL;
         if (is_bool ? !json_is_boolean(v) : !json_is_integer(v))
             rc = ft_error("%s: field '%s' missing or not %s", p, state_fields[i].name, is_bool ? "a boolean" : "an integer");
@@ -156,6 +160,14 @@ static int param_file_open(st_writer *w, const char *path, const param_layout *l
     return rc;
 }
 
+// A host fp32 unit of n elements into pf->dtype, in place (bf16: element i's 2 bytes land at
+// 2i, after 4i.. was read).
+static void unit_to_dtype(const param_file *pf, float *host, size_t n) {
+    if (pf->dtype != ST_BF16) return;
+    uint16_t *h = (uint16_t *)host;
+    for (size_t i = 0; i < n; i++) h[i] = ft_f32_to_bf16(host[i]);
+}
+
 // Put the tensors of unit u, block k, from `unit` (the unit's unit_numel[u] elements in pf->dtype).
 static int param_file_put_unit(st_writer *w, const param_layout *l, const param_file *pf, int k, int u,
                                const void *unit) {
@@ -179,11 +191,7 @@ static int param_file_stream(fsdp_state *s, const char *path, const param_file *
         for (int u = 0; u < l->n_units; u++) {
             if (fsdp_get_unit(s, pf->which[k], u, host) != 0) { st_writer_abort(&w); return -1; }   // unit: (unit_numel[u],)
             if (!writing) continue;
-            if (pf->dtype == ST_BF16) {
-                // in place fp32 -> bf16 (element i's 2 bytes land at 2i, after 4i.. was read)
-                uint16_t *h = (uint16_t *)host;
-                for (size_t i = 0; i < l->unit_numel[u]; i++) h[i] = ft_f32_to_bf16(host[i]);
-            }
+            unit_to_dtype(pf, host, l->unit_numel[u]);
             if (param_file_put_unit(&w, l, pf, k, u, host) != 0) { st_writer_abort(&w); writing = 0; rc = -1; }
         }
     return writing ? st_writer_commit(&w) : rc;
@@ -197,8 +205,8 @@ static int param_files_stream(fsdp_state *s, const char *dir, const param_file *
     if (!host) return -1;
     int rc = 0;
     for (int i = 0; i < n; i++) {
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s", dir, name[i]);
+        char p[FT_PATH_MAX];
+        if (ft_path(p, sizeof p, "%s/%s", dir, name[i]) != 0) rc = -1;
         if (param_file_stream(s, p, &pf[i], write && rc == 0, host) != 0) rc = -1;
     }
     free(host);
@@ -211,9 +219,9 @@ static int param_files_stream(fsdp_state *s, const char *dir, const param_file *
 // Rank 0: create <out_dir>/checkpoints (into root) and a fresh temporary directory for
 // step `step` (into tmp). 0 / -1.
 static int save_dir_create(const char *out_dir, int step, char *root, size_t nroot, char *tmp, size_t ntmp) {
-    snprintf(root, nroot, "%s/checkpoints", out_dir);
+    TRY(ft_path(root, nroot, "%s/checkpoints", out_dir));
     TRY(fs_mkdirs(root));
-    snprintf(tmp, ntmp, "%s/.tmp.step_%08d.%d", root, step, (int)getpid());
+    TRY(ft_path(tmp, ntmp, "%s/.tmp.step_%08d.%d", root, step, (int)getpid()));
     fs_remove_tree(tmp);
     if (mkdir(tmp, 0755) != 0) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
     return 0;
@@ -222,15 +230,15 @@ static int save_dir_create(const char *out_dir, int step, char *root, size_t nro
 // Rank 0, the tensors written into tmp: config.json and trainer_state.json, then publish
 // tmp as <root>/step_%08d and point <root>/latest at it. 0 / -1 (tmp removed unless published).
 static int save_dir_finish(const char *model_dir, const char *root, const char *tmp, int step, const char *state) {
-    char src[4200], dst[4200], p[4400];
-    snprintf(src, sizeof src, "%s/config.json", model_dir);
-    snprintf(p, sizeof p, "%s/config.json", tmp);
+    char src[FT_PATH_MAX], dst[FT_PATH_MAX], p[FT_PATH_MAX];
+    TRY_GOTO(ft_path(src, sizeof src, "%s/config.json", model_dir), fail);
+    TRY_GOTO(ft_path(p, sizeof p, "%s/config.json", tmp), fail);
     TRY_GOTO(fs_copy_file(src, p), fail);
-    snprintf(p, sizeof p, "%s/trainer_state.json", tmp);
+    TRY_GOTO(ft_path(p, sizeof p, "%s/trainer_state.json", tmp), fail);
     TRY_GOTO(fs_write_text_atomic(p, state), fail);
-    snprintf(dst, sizeof dst, "%s/step_%08d", root, step);
+    TRY_GOTO(ft_path(dst, sizeof dst, "%s/step_%08d", root, step), fail);
     TRY_GOTO(fs_publish_dir(tmp, dst), fail);
-    snprintf(p, sizeof p, "%s/latest", root);
+    TRY(ft_path(p, sizeof p, "%s/latest", root));
     char latest[64];
     snprintf(latest, sizeof latest, "step_%08d\n", step);
     return fs_write_text_atomic(p, latest);
@@ -245,7 +253,7 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
     static const fsdp_buffer model_which[] = {FSDP_MASTER}, optim_which[] = {FSDP_EXP_AVG, FSDP_EXP_AVG_SQ};
     static const param_file files[] = {{model_prefix, model_which, 1, ST_F32}, {optim_prefix, optim_which, 2, ST_F32}};
     static const char *const names[] = {"model.safetensors", "optimizer.safetensors"};
-    char root[4096] = "", tmp[4200] = "";
+    char root[FT_PATH_MAX] = "", tmp[FT_PATH_MAX] = "";
     char *state = NULL;
     int rc = 0;
     if (world_rank == 0)
@@ -263,19 +271,17 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
 
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n) {
     if (strcmp(resume, "latest") != 0) {
-        snprintf(dir, n, "%s", resume);
-        return 0;
+        return ft_path(dir, n, "%s", resume);
     }
-    char p[4200], name[256] = "";
-    snprintf(p, sizeof p, "%s/checkpoints/latest", out_dir);
+    char p[FT_PATH_MAX], name[256] = "";
+    TRY(ft_path(p, sizeof p, "%s/checkpoints/latest", out_dir));
     FILE *f = fopen(p, "r");
     if (!f) return ft_error("--resume latest: %s: no checkpoint to resume (%s)", p, strerror(errno));
     int ok = fgets(name, sizeof name, f) != NULL;
     fclose(f);
     name[strcspn(name, "\r\n")] = '\0';
     if (!ok || !name[0] || strchr(name, '/')) return ft_error("%s: does not name a checkpoint directory", p);
-    snprintf(dir, n, "%s/checkpoints/%s", out_dir, name);
-    return 0;
+    return ft_path(dir, n, "%s/checkpoints/%s", out_dir, name);
 }
 
 int ckpt_load_weights(fsdp_state *s, const char *dir) {
@@ -295,8 +301,8 @@ int ckpt_load_weights(fsdp_state *s, const char *dir) {
 
 // The AdamW moments of checkpoint `dir` (optimizer.safetensors: exp_avg.<name>, exp_avg_sq.<name>).
 static int load_moments(fsdp_state *s, const char *dir) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
+    char p[FT_PATH_MAX];
+    TRY(ft_path(p, sizeof p, "%s/optimizer.safetensors", dir));
     st_file f;
     TRY(st_open(&f, p));
     const param_layout *l = s->layout;
@@ -361,10 +367,10 @@ static int write_config(const char *src, const char *dst, const char *dtype) {
 // Rank 0: the export's fresh temporary directory <dir>.tmp.<pid> (into tmp), its parent
 // created. 0 / -1.
 static int export_dir_create(const char *dir, char *tmp, size_t ntmp) {
-    snprintf(tmp, ntmp, "%s.tmp.%d", dir, (int)getpid());
+    TRY(ft_path(tmp, ntmp, "%s.tmp.%d", dir, (int)getpid()));
     fs_remove_tree(tmp);
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", dir);
+    char parent[FT_PATH_MAX];
+    TRY(ft_path(parent, sizeof parent, "%s", dir));
     char *slash = strrchr(parent, '/');
     if (slash && slash != parent) { *slash = '\0'; TRY(fs_mkdirs(parent)); }
     if (mkdir(tmp, 0755) != 0) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
@@ -374,16 +380,16 @@ static int export_dir_create(const char *dir, char *tmp, size_t ntmp) {
 // Rank 0, the weights written into tmp: config.json (with the dtype) and the tokenizer
 // files, then publish tmp as dir. 0 / -1 (tmp removed unless published).
 static int export_dir_finish(const char *dir, const char *model_dir, const char *tmp, const char *dtype) {
-    char p[4400], src[4400];
-    snprintf(src, sizeof src, "%s/config.json", model_dir);
-    snprintf(p, sizeof p, "%s/config.json", tmp);
+    char p[FT_PATH_MAX], src[FT_PATH_MAX];
+    TRY_GOTO(ft_path(src, sizeof src, "%s/config.json", model_dir), fail);
+    TRY_GOTO(ft_path(p, sizeof p, "%s/config.json", tmp), fail);
     TRY_GOTO(write_config(src, p, dtype), fail);
     static const char *extra[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                   "generation_config.json", "tokenizer.model"};
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
-        snprintf(src, sizeof src, "%s/%s", model_dir, extra[i]);
+        TRY_GOTO(ft_path(src, sizeof src, "%s/%s", model_dir, extra[i]), fail);
         if (access(src, R_OK) != 0) continue;
-        snprintf(p, sizeof p, "%s/%s", tmp, extra[i]);
+        TRY_GOTO(ft_path(p, sizeof p, "%s/%s", tmp, extra[i]), fail);
         TRY_GOTO(fs_copy_file(src, p), fail);
     }
     TRY_GOTO(fs_publish_dir(tmp, dir), fail);
@@ -398,11 +404,103 @@ int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const 
     static const fsdp_buffer which[] = {FSDP_MASTER};
     static const char *const names[] = {"model.safetensors"};
     const param_file file = {prefix, which, 1, strcmp(dtype, "bf16") == 0 ? ST_BF16 : ST_F32};
-    char tmp[4200] = "";
+    char tmp[FT_PATH_MAX] = "";
     int rc = world_rank == 0 ? export_dir_create(dir, tmp, sizeof tmp) : 0;
     const int write = world_rank == 0 && rc == 0;
     if (param_files_stream(s, tmp, &file, names, 1, write) != 0) rc = -1;
     if (write && rc == 0) rc = export_dir_finish(dir, model_dir, tmp, dtype);
     else if (write) fs_remove_tree(tmp);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// PEFT adapter export
+
+// Rank 0: <tmp>/adapter_config.json for `ll`. 0 / -1.
+static int write_adapter_config(const char *tmp, const char *model_dir, const lora_layout *ll) {
+    json_t *root = json_object(), *targets = json_array();
+    for (int t = 0; t < LT_COUNT; t++)
+        if (ll->lc.targets & (1u << t)) json_array_append_new(targets, json_string(lora_module_name(t)));
+    json_object_set_new(root, "peft_type", json_string("LORA"));
+    json_object_set_new(root, "task_type", json_string("CAUSAL_LM"));
+    json_object_set_new(root, "base_model_name_or_path", json_string(model_dir));
+    json_object_set_new(root, "r", json_integer(ll->lc.rank));
+    json_object_set_new(root, "lora_alpha", json_real(ll->lc.alpha));
+    json_object_set_new(root, "target_modules", targets);
+    json_object_set_new(root, "lora_dropout", json_real(0.0));
+    json_object_set_new(root, "bias", json_string("none"));
+    json_object_set_new(root, "fan_in_fan_out", json_false());
+    json_object_set_new(root, "use_rslora", json_false());
+    json_object_set_new(root, "use_dora", json_false());
+    json_object_set_new(root, "inference_mode", json_true());
+    json_object_set_new(root, "modules_to_save", json_null());
+    char p[4400];
+    snprintf(p, sizeof p, "%s/adapter_config.json", tmp);
+    const int rc = json_dump_file(root, p, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    return rc == 0 ? 0 : ft_error("%s: cannot write", p);
+}
+
+int ckpt_export_peft(const char *dir, const char *model_dir, fsdp_state *s, const lora_layout *ll, const char *dtype,
+                     int world_rank) {
+    static const char *const prefix[] = {""};
+    static const fsdp_buffer which[] = {FSDP_MASTER};
+    static const char *const names[] = {"adapter_model.safetensors"};
+    const param_file file = {prefix, which, 1, strcmp(dtype, "bf16") == 0 ? ST_BF16 : ST_F32};
+    char tmp[4200] = "";
+    int rc = world_rank == 0 ? export_dir_create(dir, tmp, sizeof tmp) : 0;
+    const int write = world_rank == 0 && rc == 0;
+    if (param_files_stream(s, tmp, &file, names, 1, write) != 0) rc = -1;
+    if (write && rc == 0) rc = write_adapter_config(tmp, model_dir, ll);
+    if (write && rc == 0) rc = fs_publish_dir(tmp, dir);
+    if (write && rc != 0) fs_remove_tree(tmp);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// merged LoRA export
+
+// Rank 0: stream base unit u (from `ck`) with `adapters_unit` merged into it to `w`. 0 / -1.
+static int merged_put_unit(st_writer *w, const param_file *pf, const hf_checkpoint *ck, const param_layout *base,
+                           const lora_layout *ll, int u, const float *adapters_unit, float *host) {
+    TRY(hf_checkpoint_read_unit(ck, base, u, host));   // (unit_numel[u],) fp32
+    lora_merge_unit(ll, base, u, adapters_unit, host);
+    unit_to_dtype(pf, host, base->unit_numel[u]);
+    return param_file_put_unit(w, base, pf, 0, u, host);
+}
+
+int ckpt_export_merged(const char *dir, const char *model_dir, const param_layout *base, fsdp_state *adapters,
+                       const lora_layout *ll, const char *dtype, int world_rank) {
+    static const char *const prefix[] = {""};
+    static const fsdp_buffer which[] = {FSDP_MASTER};
+    const param_file file = {prefix, which, 1, strcmp(dtype, "bf16") == 0 ? ST_BF16 : ST_F32};
+    size_t max_base = 0;
+    for (int u = 0; u < base->n_units; u++) max_base = base->unit_numel[u] > max_base ? base->unit_numel[u] : max_base;
+    float *host = ft_malloc(max_base * sizeof(float), "merge unit buffer");              // (max base unit,)
+    float *a = ft_malloc(adapters->max_unit * sizeof(float), "adapter unit buffer");   // (max adapter unit,)
+    char tmp[4200] = "", path[4400];
+    hf_checkpoint ck;
+    int have_ck = 0, rc = host && a ? 0 : -1;
+    st_writer w = {.fd = -1};
+    if (world_rank == 0 && rc == 0) rc = export_dir_create(dir, tmp, sizeof tmp);
+    if (world_rank == 0 && rc == 0) rc = hf_checkpoint_open(&ck, model_dir);
+    have_ck = world_rank == 0 && rc == 0;
+    if (have_ck) rc = hf_checkpoint_validate(&ck, base);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    if (world_rank == 0 && rc == 0) rc = param_file_open(&w, path, base, &file);
+    int writing = world_rank == 0 && rc == 0;
+    for (int u = 0; u < base->n_units && host && a; u++) {
+        // collective: every rank gathers every adapter unit whatever happens to the writing
+        if (fsdp_get_unit(adapters, FSDP_MASTER, u, a) != 0) { rc = -1; writing = 0; st_writer_abort(&w); break; }
+        if (writing && merged_put_unit(&w, &file, &ck, base, ll, u, a, host) != 0) { rc = -1; writing = 0; st_writer_abort(&w); }
+    }
+    if (writing) rc = st_writer_commit(&w);
+    if (have_ck) hf_checkpoint_close(&ck);
+    free(host);
+    free(a);
+    if (world_rank == 0 && tmp[0]) {
+        if (rc == 0) rc = export_dir_finish(dir, model_dir, tmp, dtype);
+        else fs_remove_tree(tmp);
+    }
     return rc;
 }

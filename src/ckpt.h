@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "fsdp.h"
+#include "lora.h"
 
 // Trainer state saved with every checkpoint (trainer_state.json, one key per field).
 typedef struct {
@@ -18,7 +19,9 @@ typedef struct {
     int epoch;                    // epoch of the next row (for people: resume derives it from step)
     uint64_t row;                 // next row within that epoch (idem)
     int seed, total_batch_size, seq_len, pack, total_steps;
-    long long n_params;
+    long long n_params;           // trained parameters (with LoRA: the adapters')
+    int lora_rank;                // 0: full fine-tuning (absent in older checkpoints: 0)
+    int lora_targets;             // LoRA target mask (lora.h), 0 without LoRA
 } trainer_state;
 
 // Resolve --resume ("latest" or a path) to a checkpoint directory in `dir` (size n). 0 / -1.
@@ -56,3 +59,18 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
 // unit at a time like ckpt_save. 0 / -1.
 int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const char *dtype,
                    int world_rank);
+
+// Export LoRA adapters `s` (over lora layout `ll`) as a PEFT adapter directory <dir>:
+// adapter_config.json (LORA, CAUSAL_LM, r, lora_alpha, target_modules, no dropout/bias) and
+// adapter_model.safetensors (PEFT's tensor names, `dtype` "bf16" or "fp32"), atomically, for
+// peft.PeftModel.from_pretrained(base of model_dir, dir). Collective over the shard group like
+// ckpt_export_hf. 0 / -1.
+int ckpt_export_peft(const char *dir, const char *model_dir, fsdp_state *s, const lora_layout *ll, const char *dtype,
+                     int world_rank);
+
+// Export a merged full checkpoint in the Hugging Face layout to <dir> (as ckpt_export_hf):
+// every base weight from model_dir (read in fp32 on rank 0) with the LoRA adapters `adapters`
+// (over `ll`) merged, W + (alpha / r) B A, in `dtype`. Collective over the shard group (the
+// adapters are gathered one unit at a time); rank 0 writes. 0 / -1 (nothing left behind).
+int ckpt_export_merged(const char *dir, const char *model_dir, const param_layout *base, fsdp_state *adapters,
+                       const lora_layout *ll, const char *dtype, int world_rank);

@@ -11,7 +11,6 @@
 
 static void count(comm *c, comm_kind k, size_t bytes) {
     c->bytes_sent[k] += bytes;
-    c->calls[k]++;
 }
 
 int comm_all_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
@@ -47,12 +46,6 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root) {
 int comm_barrier(comm *c) { return c->barrier(c); }
 void comm_destroy(comm *c) { if (c && c->destroy) c->destroy(c); }
 
-size_t comm_total_bytes(const comm *c) {
-    size_t s = 0;
-    for (int k = 0; k < COMM_KIND_COUNT; k++) s += c->bytes_sent[k];
-    return s;
-}
-
 int comm_agree(comm *c, int rc, int *agreed) {
     const int W = c->size;
     if (W == 1) return rc;
@@ -79,7 +72,7 @@ static int single_copy(comm *c, void *recv, const void *send, size_t n, st_dtype
     if (recv == send) return 0;
     return c->be->copy_d2d(recv, send, n * st_dtype_size(dt));
 }
-static int single_iall_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
+static int single_icopy(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req) {
     *req = NULL;
     return single_copy(c, recv, send, n, dt);
 }
@@ -97,10 +90,10 @@ void comm_init_single(comm *c, const backend *be) {
     c->size = 1;
     c->be = be;
     c->all_gather = single_copy;
-    c->iall_gather = single_iall_gather;
+    c->iall_gather = single_icopy;
     c->wait = single_wait;
     c->reduce_scatter = single_copy;
-    c->ireduce_scatter = single_iall_gather;   // the identity too: a copy, complete at once
+    c->ireduce_scatter = single_icopy;   // the identity too: a copy, complete at once
     c->all_reduce = single_all_reduce;
     c->all_reduce_f64 = single_all_reduce_f64;
     c->broadcast = single_broadcast;

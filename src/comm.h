@@ -28,7 +28,6 @@ struct comm {
     const backend *be;       // where data buffers live
     void *impl;              // transport state
     size_t bytes_sent[COMM_KIND_COUNT];
-    size_t calls[COMM_KIND_COUNT];
 
     // recv (size * count) = concatenation of every rank's send (count), rank order
     int (*all_gather)(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
@@ -64,7 +63,6 @@ int comm_all_reduce_f64(comm *c, double *buf, size_t count);
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
 int comm_barrier(comm *c);
 void comm_destroy(comm *c);
-size_t comm_total_bytes(const comm *c);
 
 // Agree on a status where a failure may hit some ranks only (setup, loading, checkpoint
 // writes); collective over `c`. 0 when every rank's rc is 0. Otherwise the lowest failing rank

@@ -1,4 +1,4 @@
-// common.c: the error record, checked allocation and fp16 conversion (see common.h).
+// common.c: the error record, checked allocation, checked paths and fp16 conversion (see common.h).
 #include "common.h"
 
 #include <math.h>
@@ -49,6 +49,18 @@ char *ft_strdup(const char *s) {
 }
 
 // ----------------------------------------------------------------------------
+// paths
+
+int ft_path(char *buf, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int k = vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+    if (k >= 0 && (size_t)k < n) return 0;
+    return ft_error("path too long (%d bytes, the limit is %zu): %.120s...", k, n ? n - 1 : 0, buf);
+}
+
+// ----------------------------------------------------------------------------
 // IEEE half precision
 
 float ft_f16_to_f32(uint16_t h) {
@@ -58,19 +70,4 @@ float ft_f16_to_f32(uint16_t h) {
     else if (exp == 31) v = man ? NAN : INFINITY;                   // inf / nan
     else v = ldexpf((float)(man | 0x400u), (int)exp - 25);          // normal
     return sign ? -v : v;
-}
-
-uint16_t ft_f32_to_f16(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    float a = fabsf(f);
-    if (isnan(f)) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 65520.0f) return (uint16_t)(sign | 0x7c00u);           // overflow -> inf
-    if (a < 6.103515625e-05f) {                                     // subnormal range
-        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f)); // 2^24, ties-to-even
-    }
-    int e; float m = frexpf(a, &e);                                 // a = m * 2^e, m in [0.5,1)
-    uint32_t mant = (uint32_t)lrintf(m * 2048.0f);                  // 11 bits incl. hidden
-    if (mant == 2048u) { mant = 1024u; e += 1; }
-    return (uint16_t)(sign | ((uint32_t)(e + 14) << 10) | (mant & 0x3ffu));
 }

@@ -6,6 +6,15 @@
 //     just propagate -1 (TRY). Only main() prints it (once, rank 0) and exits non-zero.
 //   - Foreign APIs (libc files, allocation, CUDA, cuBLAS, NCCL, MPI, PMI2) are wrapped by
 //     CHECK_* macros that record the failing expression, file:line and the API's reason.
+//     A failure about a file the user named says so in their terms instead:
+//     ft_error("%s: cannot open: %s", path, strerror(errno)).
+//   - Memory comes from ft_malloc / ft_calloc / ft_strdup (or CHECK_ALLOC), paths from
+//     ft_path: neither an allocation nor a path can fail without its one line.
+//   - Cleanup: a function that owns nothing on failure returns through TRY / CHECK_*. One
+//     that does has ONE label at its end, reached by TRY_GOTO / CHECK_*_GOTO: `done:` when
+//     success and failure both run the cleanup (rc says which), `fail:` when only failure
+//     does (success returns above it). Code that must keep every rank in step carries rc
+//     to the agreement (comm_agree) instead of returning early.
 #pragma once
 #include <errno.h>
 #include <stddef.h>
@@ -44,6 +53,20 @@ void ft_error_clear(void);
 #define CHECK_ALLOC_GOTO(expr, nbytes, label) do { if ((expr) == NULL) { \
     ft_error("out of memory allocating %zu bytes (%s) at %s:%d", (size_t)(nbytes), #expr, FT_WHERE); goto label; } } while (0)
 
+// ----------------------------------------------------------------------------
+// paths
+
+// Every path buffer in src/ is FT_PATH_MAX bytes (Linux's PATH_MAX) and filled by ft_path.
+#define FT_PATH_MAX 4096
+
+// Format a path into buf (n bytes), printf-style. 0, or -1 with ft_error "path too long"
+// (naming the path's start) when it does not fit: a truncated path must never be opened,
+// created or removed.
+int ft_path(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// ----------------------------------------------------------------------------
+// checked allocation
+
 // Checked allocation helpers (record the error themselves; return NULL on failure).
 void *ft_malloc(size_t nbytes, const char *what);
 void *ft_calloc(size_t count, size_t size, const char *what);
@@ -71,4 +94,3 @@ static inline uint16_t ft_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 float ft_f16_to_f32(uint16_t h);
-uint16_t ft_f32_to_f16(float f);

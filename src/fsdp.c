@@ -26,49 +26,77 @@ static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) 
 // address of field f of *s for the table's slot, or NULL when only planning (s NULL)
 #define SLOT(s, f) ((s) ? (void *)&(s)->f : NULL)
 
-void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp_grad_mode mode, size_t esz,
-                       fsdp_state *s) {
+// The --dry_run lines of a state's buffers, per role (the adapters' are told apart from the model's).
+typedef struct {
+    const char *params, *opt, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root;
+} fsdp_lines;
+static const fsdp_lines model_lines = {
+    "working parameters, this rank's slice", "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)",
+    "fp32 gradients of the step (slice)", "root unit (embeddings, norm, lm_head), gathered",
+    "two layer units: in use + prefetched", "reduce-scatter output (largest slice)",
+    "second layer reduce-scatter output (one in flight)", "full-size gradients summed over micro-batches",
+    "one micro-batch's root + two layer gradients (one reducing while the next computes)",
+    "one micro-batch's root + layer gradients", "fp32 unit buffer (checkpoint gathers)",
+    "fp32 unit buffer (checkpoint gathers; during a step the root gradient sum)"};
+static const fsdp_lines adapter_lines = {
+    "LoRA adapters: working parameters (slice)", "LoRA adapters: fp32 master + AdamW moments (slice)",
+    "LoRA adapters: fp32 gradients of the step (slice)", "LoRA adapters: root unit (empty), gathered",
+    "LoRA adapters: two layer units, gathered", "LoRA adapters: reduce-scatter outputs",
+    "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size gradients summed over micro-batches",
+    "LoRA adapters: one micro-batch's gradients", "LoRA adapters: one micro-batch's gradients",
+    "LoRA adapters: fp32 unit buffer (checkpoint gathers)", "LoRA adapters: fp32 unit buffer (checkpoint gathers)"};
+
+void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp_grad_mode mode, fsdp_role role,
+                       size_t esz, fsdp_state *s) {
     const size_t S = (size_t)shard_size, n_local = l->total / S, nf = n_local * sizeof(float);
     const int accumulate_locally = mode == FSDP_GRADS_LOCAL, root_once = mode == FSDP_GRADS_ROOT_ONCE && S > 1;
-    const char *f32 = root_once ? "fp32 unit buffer (checkpoint gathers; during a step the root gradient sum)"
-                                : "fp32 unit buffer (checkpoint gathers)";
+    const fsdp_lines *w = role == FSDP_ADAPTERS ? &adapter_lines : &model_lines;
     const size_t layer = l->unit_numel[0], root = l->unit_numel[l->n_layers];
     size_t max_unit = 0;
     for (int u = 0; u < l->n_units; u++) max_unit = l->unit_numel[u] > max_unit ? l->unit_numel[u] : max_unit;
     const size_t max_slice = max_unit / S;   // S divides every unit
 
-    mem_table_add(t, MEM_PARAMS, n_local * esz, "working parameters, this rank's slice", SLOT(s, params));
-    const char *opt = "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)";
-    mem_table_add(t, MEM_OPTIMIZER, nf, opt, SLOT(s, master));
-    mem_table_add(t, MEM_OPTIMIZER, nf, opt, SLOT(s, exp_avg));
-    mem_table_add(t, MEM_OPTIMIZER, nf, opt, SLOT(s, exp_avg_sq));
-    mem_table_add(t, MEM_GRADS, nf, "fp32 gradients of the step (slice)", SLOT(s, grads));
+    if (role == FSDP_FROZEN) {
+        mem_table_add(t, MEM_PARAMS, n_local * esz, "frozen base (LoRA): working parameters only, this rank's slice",
+                      SLOT(s, params));
+    } else {
+        mem_table_add(t, MEM_PARAMS, n_local * esz, w->params, SLOT(s, params));
+        mem_table_add(t, MEM_OPTIMIZER, nf, w->opt, SLOT(s, master));
+        mem_table_add(t, MEM_OPTIMIZER, nf, w->opt, SLOT(s, exp_avg));
+        mem_table_add(t, MEM_OPTIMIZER, nf, w->opt, SLOT(s, exp_avg_sq));
+        mem_table_add(t, MEM_GRADS, nf, w->grads, SLOT(s, grads));
+    }
     if (S > 1) {
-        mem_table_add(t, MEM_GATHERED, root * esz, "root unit (embeddings, norm, lm_head), gathered", SLOT(s, root_full));
-        const char *two = "two layer units: in use + prefetched";
-        mem_table_add(t, MEM_GATHERED, layer * esz, two, SLOT(s, layer_full[0]));
-        mem_table_add(t, MEM_GATHERED, layer * esz, two, SLOT(s, layer_full[1]));
-        mem_table_add(t, MEM_WORKSPACE, max_slice * esz, "reduce-scatter output (largest slice)", SLOT(s, rs_out[0]));
-        if (!accumulate_locally)
-            mem_table_add(t, MEM_WORKSPACE, layer / S * esz, "second layer reduce-scatter output (one in flight)",
-                          SLOT(s, rs_out[1]));
+        mem_table_add(t, MEM_GATHERED, root * esz, w->root, SLOT(s, root_full));
+        mem_table_add(t, MEM_GATHERED, layer * esz, w->layers, SLOT(s, layer_full[0]));
+        mem_table_add(t, MEM_GATHERED, layer * esz, w->layers, SLOT(s, layer_full[1]));
+    }
+    if (role == FSDP_FROZEN) return;
+    if (S > 1) {
+        mem_table_add(t, MEM_WORKSPACE, max_slice * esz, w->rs, SLOT(s, rs_out[0]));
+        if (!accumulate_locally) mem_table_add(t, MEM_WORKSPACE, layer / S * esz, w->rs2, SLOT(s, rs_out[1]));
     }
     if (accumulate_locally) {
-        mem_table_add(t, MEM_GRADS, l->total * esz, "full-size gradients summed over micro-batches", SLOT(s, grad_full));
+        mem_table_add(t, MEM_GRADS, l->total * esz, w->full, SLOT(s, grad_full));
     } else {
-        const char *g = S > 1 ? "one micro-batch's root + two layer gradients (one reducing while the next computes)"
-                              : "one micro-batch's root + layer gradients";
+        const char *g = S > 1 ? w->micro_s : w->micro_1;
         mem_table_add(t, MEM_GRADS, root * esz, g, SLOT(s, root_grad));
         mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[0]));
         if (S > 1) mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[1]));
     }
-    mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), f32, SLOT(s, unit_f32));
+    mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), root_once ? w->f32_root : w->f32, SLOT(s, unit_f32));
 }
 
 int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem,
               comm *shard, comm *replica, fsdp_grad_mode mode) {
+    return fsdp_init_role(s, l, be, mem, shard, replica, mode, FSDP_TRAINED);
+}
+
+int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem, comm *shard,
+                   comm *replica, fsdp_grad_mode mode, fsdp_role role) {
     memset(s, 0, sizeof *s);
     s->layout = l;
+    s->role = role;
     s->be = be;
     s->mem = mem;
     s->shard = shard;
@@ -95,13 +123,13 @@ int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_track
         if (l->unit_numel[u] > s->max_unit) s->max_unit = l->unit_numel[u];
     }
     mem_table t = mem_table_allocator(mem);
-    fsdp_buffer_table(&t, l, shard->size, s->mode, s->esz, s);
+    fsdp_buffer_table(&t, l, shard->size, s->mode, role, s->esz, s);
     if (t.failed) { fsdp_free(s); return -1; }
     // the checkpoint gather buffer (max_unit >= the root's elements) is idle during a step
     if (s->mode == FSDP_GRADS_ROOT_ONCE) s->root_acc = s->unit_f32;
-    const size_t nf = s->n_local * sizeof(float);
-    if (be->zero(s->params, s->n_local * s->esz) || be->zero(s->master, nf) || be->zero(s->exp_avg, nf) ||
-        be->zero(s->exp_avg_sq, nf) || be->zero(s->grads, nf)) {
+    const size_t nf = role == FSDP_FROZEN ? 0 : s->n_local * sizeof(float);
+    if (be->zero(s->params, s->n_local * s->esz) || (nf && (be->zero(s->master, nf) || be->zero(s->exp_avg, nf) ||
+        be->zero(s->exp_avg_sq, nf) || be->zero(s->grads, nf)))) {
         fsdp_free(s);
         return -1;
     }
@@ -115,7 +143,7 @@ void fsdp_free(fsdp_state *s) {
             if (s->rs_pending[b]) comm_wait(s->shard, s->rs_pending[b]);
         }
         mem_table t = mem_table_releaser(s->mem);
-        fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->esz, s);
+        fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->role, s->esz, s);
     }
     free(s->slice);
     free(s->local_off);
@@ -218,8 +246,12 @@ static int fsdp_flush_grads(fsdp_state *s) {
     return rs_finish(s, 1);
 }
 
+// -1 with ft_error: `what` asked of a frozen state (the LoRA base has no gradients or optimizer state)
+static int frozen_error(const char *what) { return ft_error("fsdp: %s of the frozen base (LoRA)", what); }
+
 static int prov_grad_begin(void *ctx, int u, void **grads) {
     fsdp_state *s = ctx;
+    if (s->role == FSDP_FROZEN) return frozen_error("gradients");
     const int L = s->layout->n_layers;
     if (overlapped(s)) TRY(u == L ? fsdp_flush_grads(s) : rs_finish(s, grad_buffer(s, u)));
     void *g = unit_grad(s, u);
@@ -281,7 +313,24 @@ static float *buffer_of(fsdp_state *s, fsdp_buffer which) {
     return which == FSDP_MASTER ? s->master : which == FSDP_EXP_AVG ? s->exp_avg : s->exp_avg_sq;
 }
 
+// Frozen state: this rank's slice of the host fp32 unit, converted on the host, into the
+// working parameters (there is no fp32 master to cast from).
+static int frozen_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_full) {
+    if (which != FSDP_MASTER) return frozen_error("optimizer state");
+    fsdp_invalidate_gathered(s);
+    const float *src = host_full + (size_t)s->shard->rank * s->slice[u];
+    if (s->be->dtype == ST_F32) return s->be->copy_h2d(local_params(s, u), src, s->slice[u] * sizeof(float));
+    if (s->be->dtype != ST_BF16) return ft_error("fsdp: backend dtype %s is not supported", st_dtype_name(s->be->dtype));
+    uint16_t *h = ft_malloc(s->slice[u] * sizeof(uint16_t), "frozen unit slice");   // (slice,)
+    if (!h) return -1;
+    for (size_t i = 0; i < s->slice[u]; i++) h[i] = ft_f32_to_bf16(src[i]);
+    const int rc = s->be->copy_h2d(local_params(s, u), h, s->slice[u] * sizeof(uint16_t));
+    free(h);
+    return rc;
+}
+
 int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_full) {
+    if (s->role == FSDP_FROZEN) return frozen_set_unit(s, which, u, host_full);
     float *dst = buffer_of(s, which) + s->local_off[u];
     const float *src = host_full + (size_t)s->shard->rank * s->slice[u];
     TRY(s->be->copy_h2d(dst, src, s->slice[u] * sizeof(float)));
@@ -293,6 +342,7 @@ int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_ful
 }
 
 int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
+    if (s->role == FSDP_FROZEN) return frozen_error("fp32 units");
     if (s->root_acc_live)
         return ft_error("fsdp: a unit gathered in the middle of an optimizer step (its buffer holds the root gradient sum)");
     const float *src = buffer_of(s, which) + s->local_off[u];
@@ -302,6 +352,7 @@ int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
 }
 
 int fsdp_zero_moments(fsdp_state *s) {
+    if (s->role == FSDP_FROZEN) return 0;   // none
     const size_t nf = s->n_local * sizeof(float);
     return s->be->zero(s->exp_avg, nf) || s->be->zero(s->exp_avg_sq, nf) ? -1 : 0;
 }
@@ -309,9 +360,13 @@ int fsdp_zero_moments(fsdp_state *s) {
 // ----------------------------------------------------------------------------
 // optimizer step
 
-int fsdp_zero_grads(fsdp_state *s) { return s->be->zero(s->grads, s->n_local * sizeof(float)); }
+int fsdp_zero_grads(fsdp_state *s) {
+    if (s->role == FSDP_FROZEN) return frozen_error("gradients");
+    return s->be->zero(s->grads, s->n_local * sizeof(float));
+}
 
 int fsdp_finish_grads(fsdp_state *s, double *norm) {
+    if (s->role == FSDP_FROZEN) return frozen_error("gradients");
     TRY(fsdp_flush_grads(s));   // nothing is outstanding after a full backward; cheap check
     if (s->replica->size > 1) TRY(comm_all_reduce(s->replica, s->grads, s->n_local, ST_F32));
     double sq = 0;
@@ -322,6 +377,7 @@ int fsdp_finish_grads(fsdp_state *s, double *norm) {
 }
 
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p) {
+    if (s->role == FSDP_FROZEN) return frozen_error("an optimizer step");
     const param_layout *l = s->layout;
     fsdp_invalidate_gathered(s);
     adamw_params nodecay = *p;

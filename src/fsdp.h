@@ -39,8 +39,16 @@ typedef enum {
                                       // fp32 over micro-batches, reduce-scattered once (S > 1)
 } fsdp_grad_mode;
 
+// What a state's parameters are (the buffers it holds, and their --dry_run lines).
+typedef enum {
+    FSDP_TRAINED = 0,             // all of it: working parameters, fp32 master, moments, gradients
+    FSDP_FROZEN = 1,              // the frozen base under LoRA: working parameters (and gathers) only
+    FSDP_ADAPTERS = 2,            // LoRA adapters: like FSDP_TRAINED, named as adapters in the plan
+} fsdp_role;
+
 typedef struct {
     const param_layout *layout;   // padded: shard->size divides every unit_numel
+    fsdp_role role;
     const backend *be;
     mem_tracker *mem;
     comm *shard;                  // S ranks splitting each unit
@@ -89,13 +97,20 @@ typedef struct {
 // already sums into the fp32 slice).
 int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem,
               comm *shard, comm *replica, fsdp_grad_mode mode);
+// The same for a state of `role` (fsdp_init = FSDP_TRAINED). A FSDP_FROZEN state holds the
+// working parameters and the gather buffers only: its provider gives no gradients (grad_begin
+// fails), fsdp_set_unit(FSDP_MASTER) converts on the host straight into the working
+// parameters, fsdp_zero_moments does nothing, and the gradient/optimizer calls and
+// fsdp_get_unit fail.
+int fsdp_init_role(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem, comm *shard,
+                   comm *replica, fsdp_grad_mode mode, fsdp_role role);
 void fsdp_free(fsdp_state *s);
 
-// Every backend buffer fsdp_init allocates for `layout` over a shard group of shard_size
-// ranks (S divides every unit), offered to `t` in allocation order with esz bytes per
-// storage element. `s` NULL: only sizes (the planner); otherwise slots are s's fields.
+// Every backend buffer fsdp_init_role allocates for `layout` in `role` over a shard group of
+// shard_size ranks (S divides every unit), offered to `t` in allocation order with esz bytes
+// per storage element. `s` NULL: only sizes (the planner); otherwise slots are s's fields.
 void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, fsdp_grad_mode mode,
-                       size_t esz, fsdp_state *s);
+                       fsdp_role role, size_t esz, fsdp_state *s);
 
 // The provider the model uses for forward/backward over this state. With S > 1 it gathers a
 // layer while the previous one computes: acquiring layer l (forward) starts the gather of
@@ -122,7 +137,7 @@ int fsdp_zero_moments(fsdp_state *s);
 
 // Zero the fp32 gradient slices (start of an optimizer step).
 int fsdp_zero_grads(fsdp_state *s);
-// Say which micro-batch of the step comes next (before its model_step).
+// Say which micro-batch of the step comes next (before its model_forward_backward).
 void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
 // After the last micro-batch: sum gradient slices across replicas, and return the global
 // L2 norm of the gradient in *norm (collective over all ranks). 0 / -1.

@@ -12,8 +12,8 @@
 #include "safetensors.h"   // st_fsync_parent_dir
 
 int fs_mkdirs(const char *path) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return ft_error("%s: path too long", path);
+    char buf[FT_PATH_MAX];
+    TRY(ft_path(buf, sizeof buf, "%s", path));
     for (char *p = buf + 1;; p++) {
         if (*p == '/' || *p == '\0') {
             char c = *p;
@@ -32,11 +32,10 @@ int fs_remove_tree(const char *path) {
     DIR *d = opendir(path);
     if (!d) return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
     struct dirent *e;
-    char sub[4096];
+    char sub[FT_PATH_MAX];
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        fs_remove_tree(sub);
+        if (ft_path(sub, sizeof sub, "%s/%s", path, e->d_name) == 0) fs_remove_tree(sub);
     }
     closedir(d);
     return rmdir(path);
@@ -68,8 +67,8 @@ int fs_copy_file(const char *src, const char *dst) {
 }
 
 int fs_write_text_atomic(const char *path, const char *text) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    char tmp[FT_PATH_MAX];
+    TRY(ft_path(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()));
     FILE *f = fopen(tmp, "w");
     if (!f) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
     int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
@@ -83,8 +82,8 @@ int fs_write_text_atomic(const char *path, const char *text) {
 
 int fs_publish_dir(const char *tmp, const char *dst) {
     TRY(fs_fsync_path(tmp));
-    char old[4200];
-    snprintf(old, sizeof old, "%s.old.%d", dst, (int)getpid());
+    char old[FT_PATH_MAX];
+    TRY(ft_path(old, sizeof old, "%s.old.%d", dst, (int)getpid()));
     struct stat sb;
     int had = stat(dst, &sb) == 0;
     if (had && rename(dst, old) != 0) return ft_error("%s: cannot move aside: %s", dst, strerror(errno));

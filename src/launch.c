@@ -104,8 +104,8 @@ static int grid_open(launch *L, int S, const char *device) {
 // model of --sample_tokens and a margin of 5% + 512 MiB for what the plan does not see.
 static int device_arena_bytes(const train_options *o, int W, size_t *out) {
     llama_config cfg;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    char path[FT_PATH_MAX];
+    TRY(ft_path(path, sizeof path, "%s/config.json", o->model_dir));
     TRY(llama_config_load(&cfg, path));
     const plan_request req = train_plan_request(o, W, 2);
     plan p;

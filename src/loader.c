@@ -17,8 +17,8 @@ int loader_open(loader *ld, const char *dir, const char *prefix, int model_vocab
     ld->shuffle = shuffle;
     ld->seed = seed;
     ld->epoch = -1;
-    char pattern[4096];
-    snprintf(pattern, sizeof pattern, "%s/%s_*.bin", dir, prefix);
+    char pattern[FT_PATH_MAX];
+    TRY(ft_path(pattern, sizeof pattern, "%s/%s_*.bin", dir, prefix));
     glob_t g;
     int grc = glob(pattern, 0, NULL, &g);
     if (grc != 0 || g.gl_pathc == 0) {

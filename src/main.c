@@ -14,8 +14,8 @@
 // --dry_run: plan the job from config.json alone and print the report (rank 0). 0 / -1.
 static int dry_run(const train_options *o) {
     llama_config cfg;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    char path[FT_PATH_MAX];
+    TRY(ft_path(path, sizeof path, "%s/config.json", o->model_dir));
     TRY(llama_config_load(&cfg, path));
     const int W = o->world_size > 0 ? o->world_size : launch_env_world_size();
     const plan_request req = train_plan_request(o, W, strcmp(o->device, "cuda") == 0 ? 2 : 4);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "lora.h"
 
 // ----------------------------------------------------------------------------
 // parameter layout
@@ -163,8 +164,8 @@ static inline void *at(const model *m, void *base, size_t i) { return (char *)ba
 #define SLOT(obj, f) ((obj) ? (void *)&(obj)->f : NULL)
 
 // One layer_acts set: what a decoder layer's forward keeps for its backward.
-static void layer_acts_table(mem_table *t, mem_category cat, const char *what, const llama_config *c, size_t B,
-                             size_t T, size_t esz, layer_acts *s) {
+static void layer_acts_table(mem_table *t, mem_category cat, const char *what, const llama_config *c,
+                             const lora_config *lc, size_t B, size_t T, size_t esz, layer_acts *s) {
     const size_t N = B * T, C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads;
     const size_t QD = H * c->head_dim, KVD = (size_t)c->num_key_value_heads * c->head_dim;
     mem_table_add(t, cat, N * C * esz, what, SLOT(s, ln1));              // (N, C)
@@ -180,14 +181,48 @@ static void layer_acts_table(mem_table *t, mem_category cat, const char *what, c
     mem_table_add(t, cat, N * F * esz, what, SLOT(s, gate));             // (N, F)
     mem_table_add(t, cat, N * F * esz, what, SLOT(s, up));               // (N, F)
     mem_table_add(t, cat, N * F * esz, what, SLOT(s, act));              // (N, F)
+    for (int k = 0; lc && k < LT_COUNT; k++)
+        if (lc->targets & (1u << k))
+            mem_table_add(t, cat, N * (size_t)lc->rank * esz, what, SLOT(s, lora_u[k]));   // (N, r)
 }
 
-void model_buffer_table(mem_table *t, const llama_config *c, int B, int T, int grad_ckpt, size_t esz, model *m) {
+// FT_LMHEAD_CHUNK_ROWS (test-only): the row cap it sets, 0 when unset; -1 when not an integer
+// in [1, LMHEAD_CHUNK_ROWS_MAX]
+static int lmhead_chunk_env(const char **text) {
+    const char *s = getenv("FT_LMHEAD_CHUNK_ROWS");
+    *text = s;
+    if (!s) return 0;
+    char *end;
+    const long v = strtol(s, &end, 10);
+    return end == s || *end || v < 1 || v > LMHEAD_CHUNK_ROWS_MAX ? -1 : (int)v;
+}
+
+int model_lmhead_chunk_env_check(void) {
+    const char *s;
+    if (lmhead_chunk_env(&s) < 0)
+        return ft_error("environment variable FT_LMHEAD_CHUNK_ROWS: '%s' is not a row count in [1, %d] (test-only)", s,
+                        LMHEAD_CHUNK_ROWS_MAX);
+    return 0;
+}
+
+int model_lmhead_chunk_rows(int N, int V) {
+    const char *text;
+    const int cap = lmhead_chunk_env(&text);
+    size_t rows = LMHEAD_CHUNK_BYTES / ((size_t)(V > 0 ? V : 1) * sizeof(float));
+    if (rows > LMHEAD_CHUNK_ROWS_MAX) rows = LMHEAD_CHUNK_ROWS_MAX;
+    if (rows > 128) rows -= rows % 128;   // whole GEMM tiles
+    if (cap > 0 && rows > (size_t)cap) rows = (size_t)cap;
+    if (rows < 1) rows = 1;
+    return N < (int)rows ? (N > 0 ? N : 1) : (int)rows;
+}
+
+void model_buffer_table(mem_table *t, const llama_config *c, const lora_config *lc, int B, int T, int grad_ckpt,
+                        size_t esz, model *m) {
     const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size, F = c->intermediate_size;
     const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
     const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
     const size_t rope = (size_t)T * (size_t)(c->head_dim / 2) * sizeof(float);   // (T, D/2)
-    const size_t chunk = N < LMHEAD_CHUNK_ROWS ? N : LMHEAD_CHUNK_ROWS;
+    const size_t chunk = (size_t)model_lmhead_chunk_rows((int)N, (int)V);
     const int L = c->num_hidden_layers;
 
     // activations: what the forward keeps for the backward
@@ -196,13 +231,13 @@ void model_buffer_table(mem_table *t, const llama_config *c, int B, int T, int g
                       m ? (void *)&m->resid[l] : NULL);
     for (int l = 0; l < L && !grad_ckpt; l++)
         layer_acts_table(t, MEM_ACTIVATIONS, "every layer's saved activations (norms, q, k, v, attention, MLP)", c,
-                         (size_t)B, (size_t)T, esz, m ? &m->acts[l] : NULL);
+                         lc, (size_t)B, (size_t)T, esz, m ? &m->acts[l] : NULL);
     mem_table_add(t, MEM_ACTIVATIONS, N * C * esz, "final norm output + rstd", SLOT(m, lnf));
     mem_table_add(t, MEM_ACTIVATIONS, N * sizeof(float), "final norm output + rstd", SLOT(m, lnf_rstd));
 
     // workspace: the recompute set (checkpointing), tables, the logits chunk, backward scratch
     if (grad_ckpt)
-        layer_acts_table(t, MEM_WORKSPACE, "one layer's activations, recomputed in backward", c, (size_t)B,
+        layer_acts_table(t, MEM_WORKSPACE, "one layer's activations, recomputed in backward", c, lc, (size_t)B,
                          (size_t)T, esz, m ? &m->acts[0] : NULL);
     const char *io = "RoPE tables, tokens, targets, losses";
     mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_cos));
@@ -210,8 +245,14 @@ void model_buffer_table(mem_table *t, const llama_config *c, int B, int T, int g
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, tokens));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, targets));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(float), io, SLOT(m, losses));
-    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head chunk (128 rows)",
+    if (m) m->lmhead_rows = (int)chunk;
+    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head row chunk",
                   SLOT(m, logits_ws));
+    // several chunks on a bf16 backend: lm_head's dW summed over them in fp32, rounded once
+    // (none for a frozen lm_head: LoRA)
+    if (N > chunk && esz != sizeof(float) && !lc)
+        mem_table_add(t, MEM_WORKSPACE, V * C * sizeof(float), "fp32 lm_head weight gradient over the row chunks",
+                      SLOT(m, lmhead_dw_acc));
     const char *bwd = "backward scratch of one layer + branch output";
     mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, proj));
     mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, dresid));
@@ -223,6 +264,19 @@ void model_buffer_table(mem_table *t, const llama_config *c, int B, int T, int g
     mem_table_add(t, MEM_WORKSPACE, N * F * esz, bwd, SLOT(m, dgate));
     mem_table_add(t, MEM_WORKSPACE, N * F * esz, bwd, SLOT(m, dup));
     mem_table_add(t, MEM_WORKSPACE, N * F * esz, bwd, SLOT(m, dact));
+    if (lc) {
+        const char *lw = "LoRA: one target's adapter output, its (N, r) gradient, the frozen norms' gradient sink";
+        int max_out = 0;
+        for (int k = 0; k < LT_COUNT; k++) {
+            int in, out;
+            if (!(lc->targets & (1u << k))) continue;
+            lora_proj_dims(c, k, &in, &out);
+            max_out = out > max_out ? out : max_out;
+        }
+        mem_table_add(t, MEM_WORKSPACE, N * (size_t)max_out * esz, lw, SLOT(m, lora_y));   // (N, max out)
+        mem_table_add(t, MEM_WORKSPACE, N * (size_t)lc->rank * esz, lw, SLOT(m, lora_du));  // (N, r)
+        mem_table_add(t, MEM_WORKSPACE, C * esz, lw, SLOT(m, norm_sink));                  // (C)
+    }
 }
 
 // RoPE tables computed on the host and copied into the backend's (T, D/2) buffers.
@@ -242,8 +296,15 @@ static int model_upload_rope(model *m) {
 
 int model_init(model *m, const param_layout *layout, const backend *be, mem_tracker *mem, int B, int T,
                int grad_ckpt) {
+    return model_init_lora(m, layout, NULL, NULL, be, mem, B, T, grad_ckpt);
+}
+
+int model_init_lora(model *m, const param_layout *layout, const lora_layout *lora, const unit_provider *adapters,
+                    const backend *be, mem_tracker *mem, int B, int T, int grad_ckpt) {
     memset(m, 0, sizeof *m);
     const llama_config *cfg = &layout->cfg;
+    m->lora = lora;
+    if (lora) m->adapters = *adapters;
     m->cfg = *cfg;
     m->layout = layout;
     m->be = be;
@@ -260,7 +321,7 @@ int model_init(model *m, const param_layout *layout, const backend *be, mem_trac
     m->losses_host = ft_malloc((size_t)B * T * sizeof(float), "host losses");
     if (!m->resid || !m->acts || !m->losses_host) { model_free(m); return -1; }
     mem_table t = mem_table_allocator(mem);
-    model_buffer_table(&t, cfg, B, T, grad_ckpt, m->esz, m);
+    model_buffer_table(&t, cfg, lora ? &lora->lc : NULL, B, T, grad_ckpt, m->esz, m);
     if (t.failed || model_upload_rope(m) != 0) { model_free(m); return -1; }
     return 0;
 }
@@ -268,7 +329,7 @@ int model_init(model *m, const param_layout *layout, const backend *be, mem_trac
 void model_free(model *m) {
     if (m->resid && m->acts) {   // the same table as model_init, so the same sizes
         mem_table t = mem_table_releaser(m->mem);
-        model_buffer_table(&t, &m->cfg, m->B, m->T_alloc, m->grad_ckpt, m->esz, m);
+        model_buffer_table(&t, &m->cfg, m->lora ? &m->lora->lc : NULL, m->B, m->T_alloc, m->grad_ckpt, m->esz, m);
     }
     free(m->resid);
     free(m->acts);
@@ -277,10 +338,39 @@ void model_free(model *m) {
 }
 
 // ----------------------------------------------------------------------------
+// LoRA (lora.h): the adapter path of a targeted projection, after its base GEMM
+
+static int lora_on(const model *m, int t) { return m->lora && (m->lora->lc.targets & (1u << t)); }
+
+// y (N, out) += s B (A x) for projection t, when targeted; aw = the layer's adapter unit
+static int lora_fwd(model *m, int t, void *aw, layer_acts *s, void *y, const void *x) {
+    if (!lora_on(m, t)) return 0;
+    const lora_layout *ll = m->lora;
+    return lora_proj_fwd(m->be, lora_scaling(&ll->lc), y, s->lora_u[t], m->lora_y, x, at(m, aw, ll->a_off[t]),
+                         at(m, aw, ll->b_off[t]), m->B * m->T, ll->in[t], ll->out[t], ll->lc.rank);
+}
+
+// dx (N, in) += the adapter's share of projection t's input gradient; its A and B gradients
+// into the adapter gradient unit daw
+static int lora_bwd(model *m, int t, void *aw, void *daw, layer_acts *s, void *dx, const void *dy, const void *x) {
+    if (!lora_on(m, t)) return 0;
+    const lora_layout *ll = m->lora;
+    return lora_proj_bwd(m->be, lora_scaling(&ll->lc), dx, at(m, daw, ll->a_off[t]), at(m, daw, ll->b_off[t]),
+                         m->lora_du, dy, x, s->lora_u[t], at(m, aw, ll->a_off[t]), at(m, aw, ll->b_off[t]),
+                         m->B * m->T, ll->in[t], ll->out[t], ll->lc.rank);
+}
+
+// A base weight's gradient slot: NULL for a frozen base (LoRA; the matmuls skip it).
+static void *grad_at(const model *m, void *dw, size_t off) { return dw ? at(m, dw, off) : NULL; }
+// A base RMSNorm weight's gradient: the discarded sink for a frozen base.
+static void *norm_grad_at(const model *m, void *dw, size_t off) { return dw ? at(m, dw, off) : m->norm_sink; }
+
+// ----------------------------------------------------------------------------
 // forward
 
-// Decoder layer l: resid[l] -> resid[l + 1], keeping activations in `s`.
-static int layer_forward(model *m, int l, void *w, layer_acts *s) {
+// Decoder layer l: resid[l] -> resid[l + 1], keeping activations in `s`; aw = the layer's
+// adapter unit (NULL without LoRA).
+static int layer_forward(model *m, int l, void *w, void *aw, layer_acts *s) {
     const backend *be = m->be;
     const llama_config *c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size;
@@ -292,35 +382,59 @@ static int layer_forward(model *m, int l, void *w, layer_acts *s) {
     TRY(be->matmul_fwd(s->q, s->ln1, at(m, w, o[LT_WQ]), N, C, H * D));      // (N, H*D)
     TRY(be->matmul_fwd(s->k, s->ln1, at(m, w, o[LT_WK]), N, C, KVH * D));    // (N, KVH*D)
     TRY(be->matmul_fwd(s->v, s->ln1, at(m, w, o[LT_WV]), N, C, KVH * D));    // (N, KVH*D)
+    TRY(lora_fwd(m, LT_WQ, aw, s, s->q, s->ln1));
+    TRY(lora_fwd(m, LT_WK, aw, s, s->k, s->ln1));
+    TRY(lora_fwd(m, LT_WV, aw, s, s->v, s->ln1));
     TRY(be->rope_fwd(s->q, s->q, m->rope_cos, m->rope_sin, B, T, H, D));
     TRY(be->rope_fwd(s->k, s->k, m->rope_cos, m->rope_sin, B, T, KVH, D));
     TRY(be->attention_fwd(s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D));
     TRY(be->matmul_fwd(m->proj, s->att, at(m, w, o[LT_WO]), N, H * D, C));  // (N, C)
+    TRY(lora_fwd(m, LT_WO, aw, s, m->proj, s->att));
     TRY(be->add(s->h, x, m->proj, (size_t)N * C));
 
     TRY(be->rmsnorm_fwd(s->ln2, s->ln2_rstd, s->h, at(m, w, o[LT_MLP_NORM]), N, C, c->rms_norm_eps));
     TRY(be->matmul_fwd(s->gate, s->ln2, at(m, w, o[LT_WGATE]), N, C, F));   // (N, F)
     TRY(be->matmul_fwd(s->up, s->ln2, at(m, w, o[LT_WUP]), N, C, F));       // (N, F)
+    TRY(lora_fwd(m, LT_WGATE, aw, s, s->gate, s->ln2));
+    TRY(lora_fwd(m, LT_WUP, aw, s, s->up, s->ln2));
     TRY(be->swiglu_fwd(s->act, s->gate, s->up, (size_t)N * F));
     TRY(be->matmul_fwd(m->proj, s->act, at(m, w, o[LT_WDOWN]), N, F, C));   // (N, C)
+    TRY(lora_fwd(m, LT_WDOWN, aw, s, m->proj, s->act));
     TRY(be->add(m->resid[l + 1], s->h, m->proj, (size_t)N * C));
     return 0;
 }
 
 static layer_acts *acts_of(model *m, int l) { return &m->acts[m->grad_ckpt ? 0 : l]; }
 
+// The adapters' unit u into *aw (LoRA), or *aw = NULL without LoRA.
+static int adapters_acquire(model *m, int u, int for_backward, void **aw) {
+    *aw = NULL;
+    return m->lora ? m->adapters.acquire(m->adapters.ctx, u, for_backward, aw) : 0;
+}
+static int adapters_release(model *m, int u) { return m->lora ? m->adapters.release(m->adapters.ctx, u) : 0; }
+
+// Release the root units of the base and the adapters (the end of a forward or a step).
+static int roots_release(model *m, const unit_provider *p) {
+    TRY(adapters_release(m, m->cfg.num_hidden_layers));
+    return p->release(p->ctx, m->cfg.num_hidden_layers);
+}
+
 // Embedding and all decoder layers; leaves the root unit acquired in *root.
 static int forward_trunk(model *m, const unit_provider *p, const int32_t *tokens, void **root) {
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size;
     TRY(m->be->copy_h2d(m->tokens, tokens, (size_t)N * sizeof(int32_t)));
+    void *aroot;   // the adapters' root is empty; acquiring it starts their layer 0's gather
     TRY(p->acquire(p->ctx, c->num_hidden_layers, 0, root));
+    TRY(adapters_acquire(m, c->num_hidden_layers, 0, &aroot));
     TRY(m->be->embedding_fwd(m->resid[0], m->tokens, at(m, *root, m->layout->root_off[RT_EMBED]),
                              N, C, c->vocab_size));
     for (int l = 0; l < c->num_hidden_layers; l++) {
-        void *w;
+        void *w, *aw;
         TRY(p->acquire(p->ctx, l, 0, &w));
-        TRY(layer_forward(m, l, w, acts_of(m, l)));
+        TRY(adapters_acquire(m, l, 0, &aw));
+        TRY(layer_forward(m, l, w, aw, acts_of(m, l)));
+        TRY(adapters_release(m, l));
         TRY(p->release(p->ctx, l));
     }
     TRY(m->be->rmsnorm_fwd(m->lnf, m->lnf_rstd, m->resid[c->num_hidden_layers],
@@ -340,12 +454,13 @@ int model_logits_rows(model *m, const unit_provider *p, const int32_t *tokens, i
         return ft_error("model: logits rows [%d, %d) outside the %d rows of the micro-batch", row0, row0 + nrows, N);
     // logits in row chunks through the workspace (fp32-sized, so a bf16 chunk fits too), in
     // the backend's dtype, widened to fp32 on the host (sampling, golden tests)
+    const int chunk = m->lmhead_rows;
     uint16_t *half = NULL;
-    if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)LMHEAD_CHUNK_ROWS * V * 2), (size_t)LMHEAD_CHUNK_ROWS * V * 2);
+    if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)chunk * V * 2), (size_t)chunk * V * 2);
     void *root;
     int rc = forward_trunk(m, p, tokens, &root);
-    for (int r = 0; rc == 0 && r < nrows; r += LMHEAD_CHUNK_ROWS) {
-        const int rows = nrows - r < LMHEAD_CHUNK_ROWS ? nrows - r : LMHEAD_CHUNK_ROWS;
+    for (int r = 0; rc == 0 && r < nrows; r += chunk) {
+        const int rows = nrows - r < chunk ? nrows - r : chunk;
         const size_t n = (size_t)rows * V;
         float *dst = logits + (size_t)r * V;   // (rows, V)
         rc = m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)(row0 + r) * C), at(m, root, lm_head_offset(m)),
@@ -359,7 +474,7 @@ int model_logits_rows(model *m, const unit_provider *p, const int32_t *tokens, i
     }
     free(half);
     TRY(rc);
-    return p->release(p->ctx, c->num_hidden_layers);
+    return roots_release(m, p);
 }
 
 int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float *logits) {
@@ -369,8 +484,10 @@ int model_logits(model *m, const unit_provider *p, const int32_t *tokens, float 
 // ----------------------------------------------------------------------------
 // backward
 
-// Decoder layer l: on entry m->dresid holds dL/d resid[l+1]; on exit dL/d resid[l].
-static int layer_backward(model *m, int l, void *w, void *dw, layer_acts *s) {
+// Decoder layer l: on entry m->dresid holds dL/d resid[l+1]; on exit dL/d resid[l]. dw is
+// the base gradient unit (NULL: frozen base, LoRA), aw / daw the adapter unit and its
+// gradient (NULL without LoRA).
+static int layer_backward(model *m, int l, void *w, void *dw, void *aw, void *daw, layer_acts *s) {
     const backend *be = m->be;
     const llama_config *c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size;
@@ -379,44 +496,87 @@ static int layer_backward(model *m, int l, void *w, void *dw, layer_acts *s) {
     void *x = m->resid[l];
 
     // MLP branch: resid[l+1] = h + down(swiglu(gate(ln2), up(ln2)))
-    TRY(be->matmul_bwd(m->dact, at(m, dw, o[LT_WDOWN]), m->dresid, s->act, at(m, w, o[LT_WDOWN]), N, F, C, 0));
+    TRY(be->matmul_bwd(m->dact, grad_at(m, dw, o[LT_WDOWN]), m->dresid, s->act, at(m, w, o[LT_WDOWN]), N, F, C, 0));
+    TRY(lora_bwd(m, LT_WDOWN, aw, daw, s, m->dact, m->dresid, s->act));
     TRY(be->swiglu_bwd(m->dgate, m->dup, m->dact, s->gate, s->up, (size_t)N * F));
-    TRY(be->matmul_bwd(m->dln, at(m, dw, o[LT_WGATE]), m->dgate, s->ln2, at(m, w, o[LT_WGATE]), N, C, F, 0));
-    TRY(be->matmul_bwd(m->dln, at(m, dw, o[LT_WUP]), m->dup, s->ln2, at(m, w, o[LT_WUP]), N, C, F, 1));
-    TRY(be->rmsnorm_bwd(m->dresid, at(m, dw, o[LT_MLP_NORM]), m->dln, s->h, at(m, w, o[LT_MLP_NORM]),
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->dgate, s->ln2, at(m, w, o[LT_WGATE]), N, C, F, 0));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WUP]), m->dup, s->ln2, at(m, w, o[LT_WUP]), N, C, F, 1));
+    TRY(lora_bwd(m, LT_WGATE, aw, daw, s, m->dln, m->dgate, s->ln2));
+    TRY(lora_bwd(m, LT_WUP, aw, daw, s, m->dln, m->dup, s->ln2));
+    TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, dw, o[LT_MLP_NORM]), m->dln, s->h, at(m, w, o[LT_MLP_NORM]),
                         s->ln2_rstd, N, C));                          // dresid = dL/dh
 
     // attention branch: h = x + o_proj(attention(rope(q(ln1)), rope(k(ln1)), v(ln1)))
-    TRY(be->matmul_bwd(m->datt, at(m, dw, o[LT_WO]), m->dresid, s->att, at(m, w, o[LT_WO]), N, H * D, C, 0));
+    TRY(be->matmul_bwd(m->datt, grad_at(m, dw, o[LT_WO]), m->dresid, s->att, at(m, w, o[LT_WO]), N, H * D, C, 0));
+    TRY(lora_bwd(m, LT_WO, aw, daw, s, m->datt, m->dresid, s->att));
     TRY(be->attention_bwd(m->dq, m->dk, m->dv, m->datt, s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D));
     TRY(be->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, B, T, H, D));
     TRY(be->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, B, T, KVH, D));
-    TRY(be->matmul_bwd(m->dln, at(m, dw, o[LT_WQ]), m->dq, s->ln1, at(m, w, o[LT_WQ]), N, C, H * D, 0));
-    TRY(be->matmul_bwd(m->dln, at(m, dw, o[LT_WK]), m->dk, s->ln1, at(m, w, o[LT_WK]), N, C, KVH * D, 1));
-    TRY(be->matmul_bwd(m->dln, at(m, dw, o[LT_WV]), m->dv, s->ln1, at(m, w, o[LT_WV]), N, C, KVH * D, 1));
-    TRY(be->rmsnorm_bwd(m->dresid, at(m, dw, o[LT_ATTN_NORM]), m->dln, x, at(m, w, o[LT_ATTN_NORM]),
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WQ]), m->dq, s->ln1, at(m, w, o[LT_WQ]), N, C, H * D, 0));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WK]), m->dk, s->ln1, at(m, w, o[LT_WK]), N, C, KVH * D, 1));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WV]), m->dv, s->ln1, at(m, w, o[LT_WV]), N, C, KVH * D, 1));
+    TRY(lora_bwd(m, LT_WQ, aw, daw, s, m->dln, m->dq, s->ln1));
+    TRY(lora_bwd(m, LT_WK, aw, daw, s, m->dln, m->dk, s->ln1));
+    TRY(lora_bwd(m, LT_WV, aw, daw, s, m->dln, m->dv, s->ln1));
+    TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, dw, o[LT_ATTN_NORM]), m->dln, x, at(m, w, o[LT_ATTN_NORM]),
                         s->ln1_rstd, N, C));                          // dresid = dL/dx
     return 0;
 }
 
-int model_step(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
-               int backward, float dloss, double *loss_sum, int *n_valid) {
+// Gradient unit u of the base (NULL for a frozen base: LoRA) and of the adapters (NULL
+// without LoRA), between the providers' grad_begin and grad_end.
+static int grads_begin(model *m, const unit_provider *p, int u, void **dw, void **daw) {
+    *dw = *daw = NULL;
+    if (!m->lora) return p->grad_begin(p->ctx, u, dw);
+    return m->adapters.grad_begin(m->adapters.ctx, u, daw);
+}
+static int grads_end(model *m, const unit_provider *p, int u) {
+    return m->lora ? m->adapters.grad_end(m->adapters.ctx, u) : p->grad_end(p->ctx, u);
+}
+
+// The backward from m->dln = dL/d(final norm output) (lmhead_xent's dx): final norm, the
+// decoder layers last to first, the embedding. root / droot: the base root unit and its
+// gradient (NULL: frozen); with checkpointing each layer's forward is recomputed first from
+// its saved input (the same ops on the same inputs: bitwise the same activations).
+static int model_backward(model *m, const unit_provider *p, void *root, void *droot) {
     const backend *be = m->be;
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
-    const int root_u = L;
+    TRY(be->zero(m->dresid, (size_t)N * C * m->esz));
+    TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, droot, m->layout->root_off[RT_NORM]), m->dln, m->resid[L],
+                        at(m, root, m->layout->root_off[RT_NORM]), m->lnf_rstd, N, C));
+    for (int l = L - 1; l >= 0; l--) {
+        void *w, *aw, *dw, *daw;
+        TRY(p->acquire(p->ctx, l, 1, &w));
+        TRY(adapters_acquire(m, l, 1, &aw));
+        // layer_forward also rewrites resid[l+1]; it recomputes the identical values
+        if (m->grad_ckpt) TRY(layer_forward(m, l, w, aw, acts_of(m, l)));
+        TRY(grads_begin(m, p, l, &dw, &daw));
+        TRY(layer_backward(m, l, w, dw, aw, daw, acts_of(m, l)));
+        TRY(grads_end(m, p, l));
+        TRY(adapters_release(m, l));
+        TRY(p->release(p->ctx, l));
+    }
+    if (droot) TRY(be->embedding_bwd(at(m, droot, m->layout->root_off[RT_EMBED]), m->dresid, m->tokens, N, C, V));
+    return grads_end(m, p, L);
+}
+
+int model_forward_backward(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
+                           int backward, float dloss, double *loss_sum, int *n_valid) {
+    const backend *be = m->be;
+    const llama_config *c = &m->cfg;
+    const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
 
     TRY(be->copy_h2d(m->targets, targets, (size_t)N * sizeof(int32_t)));
-    void *root, *droot = NULL;
+    void *root, *droot = NULL, *daroot = NULL;
     TRY(forward_trunk(m, p, tokens, &root));
     if (backward) {
-        TRY(p->grad_begin(p->ctx, root_u, &droot));
-        TRY(be->lmhead_xent(m->losses, m->dln, at(m, droot, lm_head_offset(m)), m->lnf,
-                            at(m, root, lm_head_offset(m)), m->targets, N, C, V, dloss, m->logits_ws));
-    } else {
-        TRY(be->lmhead_xent(m->losses, NULL, NULL, m->lnf, at(m, root, lm_head_offset(m)),
-                            m->targets, N, C, V, dloss, m->logits_ws));
+        TRY(grads_begin(m, p, L, &droot, &daroot));   // the adapters' root gradient is empty
+        if (m->lora) TRY(be->zero(m->norm_sink, (size_t)C * m->esz));
     }
+    TRY(be->lmhead_xent(m->losses, backward ? m->dln : NULL, grad_at(m, droot, lm_head_offset(m)), m->lnf,
+                        at(m, root, lm_head_offset(m)), m->targets, N, C, V, dloss, m->lmhead_rows, m->logits_ws,
+                        backward && droot ? m->lmhead_dw_acc : NULL));
     TRY(be->copy_d2h(m->losses_host, m->losses, (size_t)N * sizeof(float)));
     double sum = 0.0;
     int count = 0;
@@ -424,29 +584,8 @@ int model_step(model *m, const unit_provider *p, const int32_t *tokens, const in
         if (targets[i] != -100) { sum += m->losses_host[i]; count++; }
     *loss_sum = sum;
     *n_valid = count;
-    if (!backward) return p->release(p->ctx, root_u);
-
-    // final norm
-    TRY(be->zero(m->dresid, (size_t)N * C * m->esz));
-    TRY(be->rmsnorm_bwd(m->dresid, at(m, droot, m->layout->root_off[RT_NORM]), m->dln, m->resid[L],
-                        at(m, root, m->layout->root_off[RT_NORM]), m->lnf_rstd, N, C));
-    // decoder layers, last to first; with checkpointing, recompute the layer's forward first
-    // from its saved input (the same ops on the same inputs: bitwise the same activations)
-    for (int l = L - 1; l >= 0; l--) {
-        void *w, *dw;
-        TRY(p->acquire(p->ctx, l, 1, &w));
-        if (m->grad_ckpt) {
-            // layer_forward also rewrites resid[l+1]; it recomputes the identical values
-            TRY(layer_forward(m, l, w, acts_of(m, l)));
-        }
-        TRY(p->grad_begin(p->ctx, l, &dw));
-        TRY(layer_backward(m, l, w, dw, acts_of(m, l)));
-        TRY(p->grad_end(p->ctx, l));
-        TRY(p->release(p->ctx, l));
-    }
-    TRY(be->embedding_bwd(at(m, droot, m->layout->root_off[RT_EMBED]), m->dresid, m->tokens, N, C, V));
-    TRY(p->grad_end(p->ctx, root_u));
-    return p->release(p->ctx, root_u);
+    if (backward) TRY(model_backward(m, p, root, droot));
+    return roots_release(m, p);
 }
 
 int model_set_seq_len(model *m, int T) {

@@ -16,6 +16,9 @@
 #include "config.h"
 #include "memory.h"
 
+typedef struct lora_config lora_config;   // lora.h
+typedef struct lora_layout lora_layout;   // lora.h
+
 // ----------------------------------------------------------------------------
 // parameter layout (the size table)
 
@@ -102,6 +105,7 @@ typedef struct {
     void *h;                        // (N, C) residual stream after attention
     void *ln2; float *ln2_rstd;     // (N, C), (N)
     void *gate, *up, *act;          // (N, F)
+    void *lora_u[LT_COUNT];         // (N, r) s x A^T of each LoRA target (lora.h), else NULL
 } layer_acts;
 
 typedef struct {
@@ -122,21 +126,46 @@ typedef struct {
     void *lnf; float *lnf_rstd;     // (N, C), (N)
     float *losses;                  // (N) backend memory
     float *losses_host;             // (N)
-    float *logits_ws;               // (LMHEAD_CHUNK_ROWS, V) fp32 workspace
+    int lmhead_rows;                // rows per lm_head chunk (model_lmhead_chunk_rows of B*T_alloc)
+    float *logits_ws;               // (lmhead_rows, V) fp32 workspace
+    float *lmhead_dw_acc;           // (V, C) fp32, bf16 backends with B*T_alloc > lmhead_rows; else NULL
     void *proj;                     // (N, C) branch output before the residual add
     // backward scratch, one set
     void *dresid, *dln;             // (N, C)
     void *dq, *datt;                // (N, H*D)
     void *dk, *dv;                  // (N, KVH*D)
     void *dgate, *dup, *dact;       // (N, F)
+    // LoRA (lora != NULL): the base is frozen (no gradients asked of the base provider), the
+    // adapters come from their own provider over lora->layout
+    const lora_layout *lora;
+    unit_provider adapters;
+    void *lora_y;                   // (N, max out) one target's adapter output
+    void *lora_du;                  // (N, r) backward scratch
+    void *norm_sink;                // (C) the frozen RMSNorm weights' gradient, discarded
 } model;
+
+// Rows of logits the lm_head materialises at once for N = B*T rows and vocab V: as many as
+// fit in LMHEAD_CHUNK_BYTES of fp32 (a multiple of 128 when over 128), at most
+// LMHEAD_CHUNK_ROWS_MAX and at most N (at least 1). The memory plan and the model both take
+// it through model_buffer_table (the logits chunk, and with several chunks on a bf16 backend
+// the (V, C) fp32 dW accumulator).
+// TEST-ONLY: the environment variable FT_LMHEAD_CHUNK_ROWS=R (1 <= R <= LMHEAD_CHUNK_ROWS_MAX)
+// lowers the cap to R rows, so a small test job crosses chunk boundaries (several chunks per
+// micro-batch, as a 7B job with over 2048 rows per micro-batch does); --dry_run and the
+// trainer both see it. Not for production use.
+int model_lmhead_chunk_rows(int N, int V);
+
+// 0 when FT_LMHEAD_CHUNK_ROWS is unset or a valid row count; -1 with one error naming it
+// otherwise (options_parse calls it; model_lmhead_chunk_rows ignores an invalid value).
+int model_lmhead_chunk_env_check(void);
 
 // Every backend buffer model_init allocates for a (B, T) micro-batch (the activations kept
 // for the backward, the recompute set with grad_ckpt, and the scratch), offered to `t` in
 // allocation order with esz bytes per storage element. `m` NULL: only sizes (the planner);
 // otherwise slots are m's fields (m->resid and m->acts must be allocated).
-void model_buffer_table(mem_table *t, const llama_config *cfg, int B, int T, int grad_ckpt, size_t esz,
-                        model *m);
+// `lc` NULL: no LoRA; else its per-target (N, r) activations and scratch are listed too.
+void model_buffer_table(mem_table *t, const llama_config *cfg, const lora_config *lc, int B, int T, int grad_ckpt,
+                        size_t esz, model *m);
 
 // Allocate everything a (B, T) micro-batch needs (model_buffer_table) for the model of
 // `layout` (its config, its tensor offsets). Parameters are NOT allocated here: they, and
@@ -144,18 +173,25 @@ void model_buffer_table(mem_table *t, const llama_config *cfg, int B, int T, int
 // state's, the flat provider's); it must outlive the model.
 int model_init(model *m, const param_layout *layout, const backend *be, mem_tracker *mem, int B, int T,
                int grad_ckpt);
+// The same with LoRA adapters over `lora` (borrowed, must outlive the model) served by
+// `adapters` (its layout must be lora->layout): the base provider is then asked for
+// parameters only, never for gradients (a frozen base), and the adapters' gradients go to
+// `adapters`. lora NULL = model_init. 0 / -1.
+int model_init_lora(model *m, const param_layout *layout, const lora_layout *lora, const unit_provider *adapters,
+                    const backend *be, mem_tracker *mem, int B, int T, int grad_ckpt);
 void model_free(model *m);
 
 // One micro-batch. tokens, targets: host (B, T) int32; targets[b, t] is the id to predict
 // after position t (already shifted), or -100 to ignore. Always runs the forward; if
 // `backward`, runs the backward too, adding d(sum of valid token losses * dloss)/dparam into
 // the provider's gradient buffers. Outputs the sum of valid token losses and their count.
-int model_step(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
-               int backward, float dloss, double *loss_sum, int *n_valid);
+int model_forward_backward(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
+                           int backward, float dloss, double *loss_sum, int *n_valid);
 
 // Run the next micro-batches with sequence length T <= the allocated one (a batch whose
 // rows all end early needs no compute on the padding: causal attention makes the result
-// on real tokens the same). tokens/targets passed to model_step are then (B, T). 0 / -1.
+// on real tokens the same). tokens/targets passed to model_forward_backward are then
+// (B, T). 0 / -1.
 int model_set_seq_len(model *m, int T);
 
 // Forward only, writing logits (B, T, V) fp32 to host memory `logits`.

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "common.h"
+#include "lora.h"
+#include "model.h"
 #include "watchdog.h"
 
 // ----------------------------------------------------------------------------
@@ -58,6 +60,10 @@ static const flag_spec flags[] = {
     {"--no_fsdp", FLAG_BOOL, OPT(no_fsdp), 0, 1, NULL, "replicate the model on every rank (DDP); with one rank: the single-device mode"},
     {"--accumulate_grads_locally", FLAG_BOOL, OPT(accumulate_grads_locally), 0, 1, NULL, "sum gradients of all micro-batches locally and reduce once per step (more memory, less traffic)"},
     {"--dp_shard", FLAG_INT, OPT(dp_shard), 0, 1 << 20, NULL, "HSDP: shard within groups of this many ranks, replicate across groups (0 = all ranks)"},
+    {"--lora_rank", FLAG_INT, OPT(lora_rank), 1, 65536, NULL, "train LoRA adapters of this rank on a frozen base instead of every weight; the final export is a PEFT adapter (0 = full fine-tuning)"},
+    {"--lora_alpha", FLAG_FLOAT, OPT(lora_alpha), 1e-6, 1e6, NULL, "with --lora_rank: LoRA alpha; the adapter output is scaled by alpha / rank"},
+    {"--lora_targets", FLAG_STR, OPT(lora_targets), 0, 0, NULL, "with --lora_rank: comma-separated projections to adapt, of q,k,v,o,gate,up,down"},
+    {"--merge_lora", FLAG_BOOL, OPT(merge_lora), 0, 1, NULL, "with --lora_rank: also export OUT/final_merged, the base with the adapters merged (W + alpha/r B A) in the Hugging Face layout"},
     {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda", "backend: cpu (fp32, OpenMP; the reference) or cuda (bf16 storage, fp32 math; one GPU per rank by local rank; unverified on GPU)"},
     {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL, "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit (reads only config.json)"},
     {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL, "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
@@ -73,7 +79,7 @@ static train_options options_default(void) {
         .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
         .max_steps = 0, .epochs = 1, .seed = 42, .eval_every = 0, .max_eval_docs = 0, .save_every = 0,
         .save_dtype = "bf16", .sample_tokens = 0, .sample_games = 1, .device = "cpu",
-        .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S,
+        .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S, .lora_alpha = 16, .lora_targets = "q,k,v,o",
     };
     return o;
 }
@@ -110,6 +116,21 @@ static int choice_ok(const char *choices, const char *v) {
         if (len == n && strncmp(p, v, n) == 0) return 1;
         p += len + (bar ? 1 : 0);
     }
+    return 0;
+}
+
+// The LoRA flags: targets parsed; --lora_alpha / --lora_targets only with --lora_rank; what
+// LoRA does not do yet refused. 0 / -1 naming the flag.
+static int options_check_lora(train_options *o) {
+    const train_options d = options_default();
+    TRY(lora_parse_targets(o->lora_targets, &o->lora_target_mask));
+    if (!o->lora_rank && (o->lora_alpha != d.lora_alpha || strcmp(o->lora_targets, d.lora_targets) != 0 || o->merge_lora))
+        return ft_error("flag %s needs --lora_rank", o->merge_lora                   ? "--merge_lora"
+                                                     : o->lora_alpha != d.lora_alpha ? "--lora_alpha"
+                                                                                     : "--lora_targets");
+    if (o->lora_rank && o->sample_tokens > 0)
+        return ft_error("flag --sample_tokens: sampling with LoRA adapters is not supported yet (sample from the "
+                        "exported adapter with peft)");
     return 0;
 }
 
@@ -155,7 +176,8 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
     if (o->no_fsdp && o->dp_shard > 1) return ft_error("flags --no_fsdp and --dp_shard %d contradict each other", o->dp_shard);
     if (o->world_size > 0 && !o->dry_run)
         return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");
-    return 0;
+    TRY(model_lmhead_chunk_env_check());
+    return options_check_lora(o);
 }
 
 void options_print(FILE *out, const train_options *o) {

@@ -63,12 +63,16 @@ static int plan_table_add(mem_table *t, const mem_buffer *b) {
 }
 
 // The buffers of job_setup in its allocation order: model_init, then fsdp_init (in
-// p->grad_mode, which names the fp32 unit buffer's second use), then the MFU benchmark.
-static void plan_memory(plan *p, const llama_config *c, const param_layout *l) {
+// p->grad_mode, which names the fp32 unit buffer's second use), with LoRA (ll not NULL) the
+// frozen base's state and then the adapters' state, then the MFU benchmark.
+static void plan_memory(plan *p, const llama_config *c, const param_layout *l, const lora_layout *ll) {
     const plan_request *r = &p->req;
     mem_table t = {plan_table_add, p, 0};
-    model_buffer_table(&t, c, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing, r->elem_bytes, NULL);
-    fsdp_buffer_table(&t, l, r->shard_size, (fsdp_grad_mode)p->grad_mode, r->elem_bytes, NULL);
+    const fsdp_grad_mode mode = (fsdp_grad_mode)p->grad_mode;
+    model_buffer_table(&t, c, ll ? &r->lora : NULL, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing,
+                       r->elem_bytes, NULL);
+    fsdp_buffer_table(&t, l, r->shard_size, mode, ll ? FSDP_FROZEN : FSDP_TRAINED, r->elem_bytes, NULL);
+    if (ll) fsdp_buffer_table(&t, &ll->layout, r->shard_size, mode, FSDP_ADAPTERS, r->elem_bytes, NULL);
     if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
 }
 
@@ -88,29 +92,33 @@ static void plan_step_work(plan *p, const llama_config *c) {
         // optimizer step changes it); the first forward gathers every layer; a backward
         // starts with the last two forward layers still gathered, and the next micro-batch's
         // forward starts with layers 0 and 1 still gathered from the backward; the optimizer
-        // step invalidates them
+        // step invalidates them. A frozen LoRA base is never invalidated: in a steady step
+        // its root and layers 0 and 1 are still gathered from the step before.
         const size_t reuse = Lu > 2 ? Lu - 2 : 0;
         const size_t layer_gathers = Lu + reuse + (A - 1) * 2 * reuse;
-        p->all_gather_bytes = (S - 1) * (p->root_numel / S + layer_gathers * (p->layer_numel / S)) * esz;
-        p->root_all_gather_bytes = (S - 1) * (p->root_numel / S) * esz;
-        // gradients: every unit per micro-batch, or once per step (locally accumulated); the
-        // root once per step in fp32 when FSDP_GRADS_ROOT_ONCE
-        const size_t layers = p->padded_total - p->root_numel;
+        const size_t tl = p->trained_layer_numel, tr = p->trained_root_numel, tt = p->trained_padded_total;
+        p->root_all_gather_bytes = (S - 1) * (tr / S) * esz;
+        p->all_gather_bytes = (S - 1) * (tr / S + layer_gathers * (tl / S)) * esz;
+        if (r->lora.rank) p->all_gather_bytes += (S - 1) * (A * 2 * reuse * (p->layer_numel / S)) * esz;
+        // gradients of the trained state: every unit per micro-batch, or once per step
+        // (locally accumulated); the root once per step in fp32 when FSDP_GRADS_ROOT_ONCE
+        const size_t layers = tt - tr;
         if (p->grad_mode == FSDP_GRADS_LOCAL) {
-            p->reduce_scatter_bytes = (S - 1) * (p->padded_total / S) * esz;
-            p->root_reduce_scatter_bytes = (S - 1) * (p->root_numel / S) * esz;
+            p->reduce_scatter_bytes = (S - 1) * (tt / S) * esz;
+            p->root_reduce_scatter_bytes = (S - 1) * (tr / S) * esz;
         } else if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
-            p->root_reduce_scatter_bytes = (S - 1) * (p->root_numel / S) * sizeof(float);
+            p->root_reduce_scatter_bytes = (S - 1) * (tr / S) * sizeof(float);
             p->reduce_scatter_bytes = (S - 1) * A * (layers / S) * esz + p->root_reduce_scatter_bytes;
         } else {
-            p->reduce_scatter_bytes = A * (S - 1) * (p->padded_total / S) * esz;
-            p->root_reduce_scatter_bytes = A * (S - 1) * (p->root_numel / S) * esz;
+            p->reduce_scatter_bytes = A * (S - 1) * (tt / S) * esz;
+            p->root_reduce_scatter_bytes = A * (S - 1) * (tr / S) * esz;
         }
     }
-    if (R > 1) p->all_reduce_bytes = 2 * (R - 1) * (p->n_local / R) * sizeof(float);   // fp32 slices
+    const size_t n_trained_local = p->trained_padded_total / S;
+    if (R > 1) p->all_reduce_bytes = 2 * (R - 1) * (n_trained_local / R) * sizeof(float);   // fp32 slices
     // per slice element: zero the gradient (4), its norm (4), AdamW reads master, grad, m, v
     // (16) and writes master, m, v (12) and the working parameter (esz)
-    p->optimizer_hbm_bytes = (double)p->n_local * (36.0 + (double)esz);
+    p->optimizer_hbm_bytes = (double)n_trained_local * (36.0 + (double)esz);
 }
 
 // ----------------------------------------------------------------------------
@@ -135,7 +143,7 @@ int plan_validate(const llama_config *c, const plan_request *r) {
         return ft_error("flag --total_batch_size: %d is not a multiple of --batch_size_per_device %d x %d ranks = %d",
                         r->total_batch_size, r->batch_size_per_device, r->world_size, per_step);
     if (r->elem_bytes != 2 && r->elem_bytes != 4) return ft_error("plan: element size %zu is not 2 or 4", r->elem_bytes);
-    return 0;
+    return r->lora.rank ? lora_validate(&r->lora, c) : 0;
 }
 
 int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
@@ -159,7 +167,20 @@ int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
     p->nccl_bytes = (size_t)p->nccl_comms * PLAN_NCCL_COMM_BYTES;
     p->grad_mode = r->accumulate_grads_locally ? FSDP_GRADS_LOCAL : FSDP_GRADS_PER_MICRO_BATCH;
     if (!r->accumulate_grads_locally && r->shard_size > 1 && p->accum > 1) p->grad_mode = FSDP_GRADS_ROOT_ONCE;
-    plan_memory(p, c, &l);
+    lora_layout ll;
+    p->n_trainable = p->n_params;
+    p->trained_layer_numel = p->layer_numel;
+    p->trained_root_numel = p->root_numel;
+    p->trained_padded_total = p->padded_total;
+    if (r->lora.rank) {
+        if (lora_layout_init(&ll, c, &r->lora, fsdp_pad_multiple(r->shard_size)) != 0) { param_layout_free(&l); return -1; }
+        p->n_trainable = ll.layout.n_params;
+        p->trained_layer_numel = ll.layout.unit_numel[0];
+        p->trained_root_numel = ll.layout.unit_numel[ll.layout.n_layers];
+        p->trained_padded_total = ll.layout.total;
+    }
+    plan_memory(p, c, &l, r->lora.rank ? &ll : NULL);
+    if (r->lora.rank) lora_layout_free(&ll);
     param_layout_free(&l);
     plan_step_work(p, c);
     plan_ops_compute(p, c);
@@ -232,6 +253,14 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             p->grad_mode == FSDP_GRADS_LOCAL       ? ", gradients accumulated locally"
             : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? ", root gradient summed over micro-batches in fp32, reduced once per step"
                                                    : "", dtype, device);
+    if (r->lora.rank) {
+        char targets[64];
+        lora_targets_string(r->lora.targets, targets, sizeof targets);
+        fprintf(out, "LoRA: rank %d, alpha %g, targets %s: %zu trainable parameters (%.3f%% of the model); the base is "
+                "frozen (working parameters only, no gradients or optimizer state); the step-time estimate below "
+                "prices full fine-tuning (an upper bound)\n", r->lora.rank, (double)r->lora.alpha, targets,
+                p->n_trainable, 100.0 * (double)p->n_trainable / (double)p->n_params);
+    }
 
     fprintf(out, "\nmemory per rank (what the allocator's tracker records; exact for this build):\n");
     fprintf(out, "  %-12s %15s %9s\n", "category", "bytes", "GiB");

@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "lora.h"
 #include "memory.h"
 
 // ----------------------------------------------------------------------------
@@ -42,6 +43,8 @@ typedef struct {
     size_t elem_bytes;              // storage dtype of the backend: 4 (CPU, fp32), 2 (CUDA, bf16)
     int mfu_benchmark;              // 1: train.c measures the matmul rate (--peak_tflops 0), whose
                                     // buffers (src/mfu.h) are workspace
+    lora_config lora;               // rank 0: full fine-tuning; else LoRA: a frozen base (working
+                                    // parameters only) and the adapters' own sharded state
 } plan_request;
 
 // ----------------------------------------------------------------------------
@@ -51,7 +54,7 @@ typedef struct {
 typedef enum {
     PLAN_OP_GEMM,       // tensor cores through cuBLASLt
     PLAN_OP_ATTENTION,  // attention on tensor cores (the native wmma kernel today)
-    PLAN_OP_SIMT,       // fp32 SIMT code (lm_head tiles, attention backward)
+    PLAN_OP_SIMT,       // fp32 SIMT code (the attention backward)
     PLAN_OP_MEMORY,     // bound by HBM bytes
     PLAN_OP_CLASS_COUNT
 } plan_op_class;
@@ -69,7 +72,7 @@ typedef struct {
 #define PLAN_MAX_OPS 16
 
 // one line of the memory table: a buffer (or a group of equal buffers) of one category
-#define PLAN_MAX_ITEMS 32
+#define PLAN_MAX_ITEMS 48
 typedef struct {
     mem_category cat;
     size_t bytes;
@@ -82,6 +85,10 @@ typedef struct {
     int accum;                      // micro-batches per rank per optimizer step
     // parameter layout, as param_layout_init pads it (fsdp_pad_multiple: 16 S)
     size_t n_params;                // real parameters
+    size_t n_trainable;             // = n_params, or the LoRA adapters' parameter count
+    size_t trained_layer_numel, trained_root_numel, trained_padded_total;   // the trained state's
+                                    // padded units: the model's, or with LoRA the adapters'
+                                    // (gradients, reduce-scatters, the optimizer)
     size_t layer_numel, root_numel; // padded unit sizes
     size_t padded_total;            // L x layer + root
     size_t n_local;                 // elements of this rank's slice of all units
@@ -117,7 +124,7 @@ typedef struct {
 // Check the process grid: W >= 1 and S divides W. 0, or -1 with ft_error naming --dp_shard.
 int plan_validate_grid(int world_size, int shard_size);
 // Check the whole request: the grid, positive sizes, B x W divides the total batch, seq_len
-// within max_position_embeddings, element size 2 or 4. 0, or -1 with ft_error naming the
+// within max_position_embeddings, element size 2 or 4, the LoRA rank and targets (lora.h). 0, or -1 with ft_error naming the
 // flag: the one set of job checks (and messages) of both training and --dry_run.
 int plan_validate(const llama_config *cfg, const plan_request *req);
 

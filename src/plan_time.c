@@ -6,6 +6,7 @@
 // a GPU: every rate is a published peak times a fraction, each fraction with its source.
 #include "plan.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "fsdp.h"
@@ -29,11 +30,9 @@
 // not faster than a copy, so this part is optimistic.
 #define PLAN_HBM_FRACTION 0.9
 // The fp32 SIMT kernels are bound by shared-memory loads per SM per clock (review H1, H2), so
-// their rate is FLOP per SM-clock x SMs x boost clock (at most the fp32 peak). lm_head's
-// 32 x 32 tiles: bound 16 FMA/clk/SM, "realistically 5-7 TF" on an H100 (132 SMs x 1.98
-// GHz): 24 FLOP/clk/SM = 6.3 TFLOP/s. The attention backward's 16 x 16 fp32 tiles with bank
-// conflicts: "about 3-5 TF": 15 FLOP/clk/SM = 3.9 TFLOP/s.
-#define PLAN_SIMT_LMHEAD_FLOP_PER_SM_CLK 24.0
+// their rate is FLOP per SM-clock x SMs x boost clock (at most the fp32 peak). The attention
+// backward's 16 x 16 fp32 tiles with bank conflicts: "about 3-5 TF" on an H100 (132 SMs x
+// 1.98 GHz): 15 FLOP/clk/SM = 3.9 TFLOP/s. (The lm_head's products are cuBLASLt GEMMs.)
 #define PLAN_SIMT_ATTN_BWD_FLOP_PER_SM_CLK 15.0
 // Collectives at the link's peak per direction (no derating: no measured NCCL figure for
 // these links at hand), so exposed collective time is a lower bound too.
@@ -62,8 +61,10 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     const double gemm = 2 * AN * L * model_layer_matmul_params(c), att = AN * L * model_attention_fwd_flops(c, r->seq_len);
     p->n_ops = 0;
 
-    // FLOP-heavy: (class, phase) as this build runs them. lm_head moves onto cuBLASLt with the
-    // `lmhead` branch (issue 12 item 1): its class becomes PLAN_OP_GEMM.
+    // FLOP-heavy: (class, phase) as this build runs them. The lm_head's logits, dX and dW are
+    // cuBLASLt GEMMs per row chunk (src/backend_cuda.c, cu_lmhead_xent): 2 N C V FLOPs each,
+    // at the GEMM rate (K = C or the chunk's rows, both >= 2048 for 7B at seq 512: large
+    // enough for the same fraction of peak as the layers' GEMMs, an assumption)
     op_add(p, "layer GEMMs forward (q k v o gate up down)", PLAN_OP_GEMM, PLAN_PHASE_FWD, gemm, 0, 0);
     op_add(p, "layer GEMMs backward (dX, dW)", PLAN_OP_GEMM, PLAN_PHASE_BWD, 2 * gemm, 0, 0);
     op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, ck * gemm, 0, 0);
@@ -71,8 +72,7 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     op_add(p, "attention forward recomputed", PLAN_OP_ATTENTION, PLAN_PHASE_BWD, ck * att, 0, 0);
     op_add(p, "attention backward (fp32, 7 TxTxD products)", PLAN_OP_SIMT, PLAN_PHASE_BWD, 3.5 * att, 0,
            PLAN_SIMT_ATTN_BWD_FLOP_PER_SM_CLK);
-    op_add(p, "lm_head logits, dX, dW (fp32 tiles)", PLAN_OP_SIMT, PLAN_PHASE_ROOT, 6 * AN * C * V, 0,
-           PLAN_SIMT_LMHEAD_FLOP_PER_SM_CLK);
+    op_add(p, "lm_head GEMMs: logits, dX, dW", PLAN_OP_GEMM, PLAN_PHASE_ROOT, 6 * AN * C * V, 0, 0);
 
     // memory-bound: every kernel reads each input and writes each output once from HBM (a
     // row re-read inside a kernel is assumed to hit the cache); fp32 rstd/lse/delta 4 bytes
@@ -82,9 +82,13 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     op_add(p, "layer norms, RoPE, SwiGLU, delta backward", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, A * L * bwd, 0);
     op_add(p, "layer memory-bound forward recomputed", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, ck * A * L * fwd, 0);
     // embedding fwd 2 + bwd 3, final norm fwd 2 + bwd 6, zeroed dresid 1 (x N C e); the
-    // softmax/cross-entropy rows read the fp32 logits and write dlogits in place
+    // softmax/cross-entropy rows read the fp32 logits (4 N V) and write bf16 dlogits in place
+    // (2 N V); with several chunks the fp32 (V, C) dW sum is read and written once more and
+    // rounded into the bf16 gradient (4 + 4 + e) x V C
+    const double chunks = ceil(N / model_lmhead_chunk_rows((int)N, (int)V));
+    const double lm_dw = chunks > 1 ? (8 + e) * V * C : 0;
     op_add(p, "embedding, final norm, softmax/xent rows", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
-           A * (N * e * 14 * C + 2 * N * V * 4 + 20 * N), 0);
+           A * (N * e * 14 * C + 6 * N * V + 20 * N + lm_dw), 0);
     // every unit's gradient zeroed (grad_begin) and added into the fp32 slice (grad_end), on the
     // compute stream during the backward; with FSDP_GRADS_ROOT_ONCE the root's is added into
     // its full fp32 sum instead (zeroed once per step) and the step's one fp32 reduce-scatter
@@ -181,7 +185,7 @@ void plan_print_step_time(FILE *out, const plan *p) {
     static const char *what[PLAN_OP_CLASS_COUNT] = {
         "tensor-core GEMMs (cuBLASLt) at 0.55 of peak bf16",
         "attention on tensor cores (native wmma) at 0.05 of peak bf16",
-        "fp32 SIMT kernels: FLOP/SM-clock (lm_head 24, attention bwd 15)",
+        "fp32 SIMT kernels: FLOP/SM-clock (attention bwd 15)",
         "memory-bound kernels at 0.9 of HBM bandwidth",
     };
     fprintf(out, "  per class, ms per step (the rows down to total add up):\n  %-13s", "class");

@@ -11,8 +11,8 @@
 #define PROF_OPS(X)                                                                            \
     X(copy_h2d) X(copy_d2h) X(copy_d2d) X(zero) X(embedding_fwd) X(embedding_bwd)              \
     X(rmsnorm_fwd) X(rmsnorm_bwd) X(rope_fwd) X(rope_bwd) X(matmul_fwd) X(matmul_bwd)          \
-    X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add) X(lmhead_xent)        \
-    X(adamw) X(sum_squares) X(accumulate) X(cast_from_f32)
+    X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add) X(scale)              \
+    X(lmhead_xent) X(adamw) X(sum_squares) X(accumulate) X(cast_from_f32)
 
 #define PROF_ENUM(op) OP_##op,
 #define PROF_NAME(op) #op,
@@ -90,9 +90,10 @@ PROF_WRAP(attention_bwd, (void *dq, void *dk, void *dv, const void *d, const voi
 PROF_WRAP(swiglu_fwd, (void *o, const void *g, const void *u, size_t n), (o, g, u, n))
 PROF_WRAP(swiglu_bwd, (void *dg, void *du, const void *d, const void *g, const void *u, size_t n), (dg, du, d, g, u, n))
 PROF_WRAP(add, (void *o, const void *a, const void *b, size_t n), (o, a, b, n))
+PROF_WRAP(scale, (void *o, const void *a, float s, size_t n), (o, a, s, n))
 PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, const void *x, const void *w, const int32_t *t, int N, int C,
-                        int V, float dl, float *ws),
-          (l, dx, dw, x, w, t, N, C, V, dl, ws))
+                        int V, float dl, int rows, float *ws, float *acc),
+          (l, dx, dw, x, w, t, N, C, V, dl, rows, ws, acc))
 PROF_WRAP(adamw, (float *m, void *p, const float *g, float *a, float *v, size_t n, const adamw_params *ap),
           (m, p, g, a, v, n, ap))
 PROF_WRAP(sum_squares, (double *o, const float *x, size_t n), (o, x, n))
@@ -124,6 +125,7 @@ void profile_comm_end(void) {
 static int prof_acquire(void *ctx, int u, int for_backward, void **params) {
     (void)ctx;
     if (!for_backward && g_phase != PROF_FORWARD) g_phase = PROF_FORWARD;
+    if (for_backward) g_phase = PROF_BACKWARD;   // a frozen LoRA base asks for no gradients
     profile_comm_begin();
     int rc = g_inner_provider.acquire(g_inner_provider.ctx, u, for_backward, params);
     profile_comm_end();

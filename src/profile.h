@@ -27,8 +27,8 @@ typedef enum { PROF_FORWARD, PROF_BACKWARD, PROF_OPTIMIZER, PROF_COMM, PROF_PHAS
 const backend *profile_backend(const backend *inner);
 
 // A provider forwarding to `inner` (copied; it must outlive the result's use) whose calls
-// count as comm and move the phase: acquire for the forward -> forward, grad_begin ->
-// backward.
+// count as comm and move the phase: acquire for the forward -> forward, acquire for the
+// backward or grad_begin -> backward.
 unit_provider profile_provider(const unit_provider *inner);
 
 // Set the phase that following ops are charged to.

@@ -310,7 +310,7 @@ int st_writer_open(st_writer *w, const char *path, const st_write_tensor *tensor
     for (int i = 0; i < n_tensors; i++)
         if (!(w->names[i] = ft_strdup(tensors[i].name))) goto fail;
     TRY_GOTO(header_build(w, tensors, n_tensors, metadata, &hdr, &hbytes), fail);
-    snprintf(tmp, tmplen, "%s.tmp.%d", path, (int)getpid());
+    TRY_GOTO(ft_path(tmp, tmplen, "%s.tmp.%d", path, (int)getpid()), fail);
     w->fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) { ft_error("%s: cannot create: %s", tmp, strerror(errno)); goto fail; }
     w->tmp = tmp;   // created: from here on, abort unlinks it

@@ -91,8 +91,8 @@ static int sample_logits(const float *logits, int V, uint64_t *rng) {
 
 // Append {"game":g,"prompt":...,"continuation":...,"eos":0|1} to OUT/samples.jsonl. 0 / -1.
 static int sample_write_jsonl(const char *out_dir, int game, const char *prompt, const char *cont, int eos) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/samples.jsonl", out_dir);
+    char path[FT_PATH_MAX];
+    TRY(ft_path(path, sizeof path, "%s/samples.jsonl", out_dir));
     json_t *o = json_pack("{s:i, s:s, s:s, s:b}", "game", game, "prompt", prompt, "continuation", cont, "eos", eos);
     char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -121,8 +121,8 @@ int sampler_open(sampler *sp, fsdp_state *s, mem_tracker *mem, const loader *val
     // The context runs padded to the backend's bucket (causal attention: the padding does
     // not change the real positions), so decoding adds no GEMM shape per token.
     sp->T_alloc = backend_seq_len(s->be, sp->T, cfg->max_position_embeddings);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    char path[FT_PATH_MAX];
+    TRY(ft_path(path, sizeof path, "%s/tokenizer.json", model_dir));
     TRY(vocab_load(&sp->vocab, path, cfg->vocab_size));
     sp->tokens = ft_calloc((size_t)sp->T_alloc, sizeof(int32_t), "sample tokens");   // padding: any valid id
     sp->logits = ft_malloc((size_t)cfg->vocab_size * sizeof(float), "sample logits");   // (V) one row

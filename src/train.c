@@ -68,8 +68,13 @@ typedef struct {
     mem_tracker mem;
     param_layout layout;
     model m;
-    fsdp_state fs;
+    fsdp_state fs;                // the model's parameters (with LoRA: the frozen base)
     unit_provider prov;
+    int lora;                     // --lora_rank > 0
+    lora_layout ll;               // LoRA: the adapters' layout
+    fsdp_state afs;               // LoRA: the adapters' sharded state
+    unit_provider aprov;          // LoRA: its provider
+    fsdp_state *opt;              // the trained state: &fs, or &afs with LoRA
     loader train, val;
     sampler sampler;              // --sample_tokens: continues validation games after training
     schedule sched;               // learning rate and AdamW parameters per step
@@ -129,7 +134,7 @@ static int evaluate(job *j, double *loss_out, double *tokens_out) {
         TRY(model_set_seq_len(&j->m, used));
         double sum;
         int n;
-        TRY(model_step(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 0, 0.0f, &sum, &n));
+        TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 0, 0.0f, &sum, &n));
         acc[0] += sum;
         acc[1] += n;
     }
@@ -158,8 +163,8 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->world = cc->world->size;
     j->be = o->profile ? profile_backend(cc->world->be) : cc->world->be;
     mem_tracker_init(&j->mem, j->be);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    char path[FT_PATH_MAX];
+    TRY(ft_path(path, sizeof path, "%s/config.json", o->model_dir));
     TRY(llama_config_load(&j->cfg, path));
     const plan_request req = train_plan_request(o, j->world, st_dtype_size(j->be->dtype));
     plan pl;   // validates the job, and chooses how gradients travel (what --dry_run plans)
@@ -167,9 +172,16 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 
     TRY(param_layout_init(&j->layout, &j->cfg, fsdp_pad_multiple(cc->shard->size)));
-    TRY(model_init(&j->m, &j->layout, j->be, &j->mem, o->batch_size_per_device, o->seq_len,
-                   o->gradient_checkpointing));
-    TRY(fsdp_init(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, (fsdp_grad_mode)pl.grad_mode));
+    j->lora = req.lora.rank > 0;
+    j->opt = j->lora ? &j->afs : &j->fs;
+    if (j->lora) TRY(lora_layout_init(&j->ll, &j->cfg, &req.lora, fsdp_pad_multiple(cc->shard->size)));
+    j->aprov = fsdp_provider(&j->afs);   // (initialised below, after the model: the plan's order)
+    TRY(model_init_lora(&j->m, &j->layout, j->lora ? &j->ll : NULL, &j->aprov, j->be, &j->mem,
+                        o->batch_size_per_device, o->seq_len, o->gradient_checkpointing));
+    const fsdp_grad_mode gm = (fsdp_grad_mode)pl.grad_mode;
+    TRY(fsdp_init_role(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, gm,
+                       j->lora ? FSDP_FROZEN : FSDP_TRAINED));
+    if (j->lora) TRY(fsdp_init_role(&j->afs, &j->ll.layout, j->be, &j->mem, cc->shard, cc->replica, gm, FSDP_ADAPTERS));
     j->prov = fsdp_provider(&j->fs);
     if (o->profile) j->prov = profile_provider(&j->prov);
 
@@ -213,12 +225,14 @@ static void job_teardown(job *j) {
     sampler_close(&j->sampler);
     loader_close(&j->train);
     loader_close(&j->val);
+    fsdp_free(&j->afs);
     fsdp_free(&j->fs);
     model_free(&j->m);
+    lora_layout_free(&j->ll);
     param_layout_free(&j->layout);
 }
 
-static void print_plan(job *j) {
+static void print_job_summary(job *j) {
     if (!is_main(j)) return;
     const train_options *o = j->o;
     const llama_config *c = &j->cfg;
@@ -237,6 +251,9 @@ static void print_plan(job *j) {
     printf("finetune: AdamW lr %g (%s, warmup %.0f%%), betas %g/%g, eps %g, weight decay %g on matrices and "
            "embeddings (not RMSNorm weights), grad clip %g\n", o->learning_rate, o->lr_schedule,
            100 * o->warmup_fraction, o->beta1, o->beta2, o->adam_eps, o->weight_decay, o->max_grad_norm);
+    if (j->lora)
+        printf("finetune: LoRA rank %d, alpha %g, targets %s: %lld trainable parameters; the base is frozen\n",
+               o->lora_rank, o->lora_alpha, o->lora_targets, (long long)j->ll.layout.n_params);
 }
 
 // ----------------------------------------------------------------------------
@@ -276,16 +293,16 @@ static int train_step(job *j, int step, step_stats *st) {
     if (counts[0] <= 0) return ft_error("step %d: the batch has no target tokens", step + 1);
     const float dloss = (float)(1.0 / counts[0]);
 
-    TRY(fsdp_zero_grads(&j->fs));
+    TRY(fsdp_zero_grads(j->opt));
     double loss_sum = 0, used_sum = 0;
     for (int a = 0; a < j->accum; a++) {
         int used = micro_batch(j, a);
         used_sum += used;
-        fsdp_set_micro_batch(&j->fs, a == 0, a == j->accum - 1);
+        fsdp_set_micro_batch(j->opt, a == 0, a == j->accum - 1);
         TRY(model_set_seq_len(&j->m, used));
         double sum;
         int n;
-        TRY(model_step(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 1, dloss, &sum, &n));
+        TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 1, dloss, &sum, &n));
         loss_sum += sum;
         if (is_main(j) && isatty(STDOUT_FILENO)) {
             printf("\rstep %d/%d: micro-batch %d/%d", step + 1, j->total_steps, a + 1, j->accum);
@@ -295,11 +312,11 @@ static int train_step(job *j, int step, step_stats *st) {
     double norm;
     profile_set_phase(PROF_OPTIMIZER);
     profile_comm_begin();
-    TRY(fsdp_finish_grads(&j->fs, &norm));
+    TRY(fsdp_finish_grads(j->opt, &norm));
     profile_comm_end();
     if (!isfinite(norm)) return ft_error("step %d: gradient norm is %g (diverged); lower --learning_rate", step + 1, norm);
     const adamw_params ap = schedule_adamw(&j->sched, step, norm);
-    TRY(fsdp_optimizer_step(&j->fs, &ap));
+    TRY(fsdp_optimizer_step(j->opt, &ap));
     TRY(j->be->synchronize());
 
     double sums[2] = {loss_sum, used_sum};
@@ -361,14 +378,15 @@ static trainer_state job_state(const job *j, int step) {
         .step = step, .epoch = step / j->steps_per_epoch,
         .row = (uint64_t)(step % j->steps_per_epoch) * (uint64_t)o->total_batch_size, .seed = o->seed,
         .total_batch_size = o->total_batch_size, .seq_len = o->seq_len, .pack = o->pack,
-        .total_steps = j->total_steps, .n_params = (long long)j->layout.n_params,
+        .total_steps = j->total_steps, .n_params = (long long)j->opt->layout->n_params,
+        .lora_rank = o->lora_rank, .lora_targets = o->lora_rank ? (int)o->lora_target_mask : 0,
     };
 }
 
 static int save_checkpoint(job *j, int step) {
     watchdog_set_phase("checkpoint at step %d", step);
     const trainer_state ts = job_state(j, step);
-    int rc = agree(j, ckpt_save(j->o->out_dir, j->o->model_dir, &j->fs, &ts, j->rank));
+    int rc = agree(j, ckpt_save(j->o->out_dir, j->o->model_dir, j->opt, &ts, j->rank));
     if (rc != 0) return rc;
     if (is_main(j)) printf("checkpoint: %s/checkpoints/step_%08d\n", j->o->out_dir, step);
     return 0;
@@ -382,17 +400,34 @@ static int eval_and_log(job *j, int step) {
     return 0;
 }
 
+// LoRA: the frozen base from model_dir; the adapters from checkpoint `dir`, or (dir "") PEFT's
+// initialisation (lora_init_unit, seeded by --seed) with zero moments. 0 / -1.
+static int lora_load_start(job *j, const char *dir, const trainer_state *expect, trainer_state *got) {
+    TRY(ckpt_load_weights(&j->fs, j->o->model_dir));
+    if (dir[0]) return ckpt_load_start(&j->afs, j->o->model_dir, dir, expect, got);
+    *got = *expect;
+    float *unit = ft_malloc(j->afs.max_unit * sizeof(float), "adapter unit");   // (max_unit,)
+    if (!unit) return -1;
+    int rc = 0;
+    for (int u = 0; u < j->ll.layout.n_units && rc == 0; u++) {
+        lora_init_unit(&j->ll, u, (uint64_t)j->o->seed, unit);
+        rc = fsdp_set_unit(&j->afs, FSDP_MASTER, u, unit);
+    }
+    free(unit);
+    return rc == 0 ? fsdp_zero_moments(&j->afs) : -1;
+}
+
 // The weights to start from (pretrained, or --resume's checkpoint) and the first step;
 // agreed by every rank.
 static int job_load_start(job *j, int *start) {
     const train_options *o = j->o;
-    char dir[4096] = "";
+    char dir[FT_PATH_MAX] = "";
     watchdog_set_phase("loading");
     int rc = o->eval_only ? 0 : fs_mkdirs(o->out_dir);   // fail before any work if unwritable
     if (rc == 0 && o->resume[0]) rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
     const trainer_state expect = job_state(j, 0);
     trainer_state got = expect;
-    if (rc == 0) rc = ckpt_load_start(&j->fs, o->model_dir, dir, &expect, &got);
+    if (rc == 0) rc = j->lora ? lora_load_start(j, dir, &expect, &got) : ckpt_load_start(&j->fs, o->model_dir, dir, &expect, &got);
     if ((rc = agree(j, rc)) != 0) return rc;
     *start = got.step;
     if (*start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, *start);
@@ -404,14 +439,14 @@ static int job_load_start(job *j, int *start) {
 // published dense bf16 peak when known, else this backend's measured dense matmul rate.
 static int job_open_outputs(job *j, int start) {
     const train_options *o = j->o;
-    char path[4200];
+    char path[FT_PATH_MAX];
     int rc = 0;
     if (is_main(j)) {
-        snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
-        j->metrics = fopen(path, start > 0 ? "a" : "w");
-        if (!j->metrics) rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
-        snprintf(path, sizeof path, "%s/samples.jsonl", o->out_dir);
-        if (start == 0) remove(path);
+        rc = ft_path(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
+        if (rc == 0 && !(j->metrics = fopen(path, start > 0 ? "a" : "w")))
+            rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
+        if (rc == 0 && start == 0) rc = ft_path(path, sizeof path, "%s/samples.jsonl", o->out_dir);
+        if (rc == 0 && start == 0) remove(path);
     }
     if ((rc = agree(j, rc)) != 0) return rc;
     const double known = backend_peak_tflops(j->be);
@@ -460,13 +495,24 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
 // After the last step: the final evaluation, the Hugging Face export, samples, the memory report.
 static int job_finish(job *j, int step) {
     const train_options *o = j->o;
-    char path[4200];
+    char path[FT_PATH_MAX];
     int rc;
     TRY(eval_and_log(j, step));
-    snprintf(path, sizeof path, "%s/final", o->out_dir);
+    TRY(ft_path(path, sizeof path, "%s/final", o->out_dir));
     watchdog_set_phase("export");
-    if ((rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank))) != 0) return rc;
-    if (is_main(j)) printf("finetune: exported %s (Hugging Face layout, %s)\n", path, o->save_dtype);
+    if (j->lora) rc = agree(j, ckpt_export_peft(path, o->model_dir, &j->afs, &j->ll, o->save_dtype, j->rank));
+    else rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank));
+    if (rc != 0) return rc;
+    if (is_main(j))
+        printf("finetune: exported %s (%s, %s)\n", path, j->lora ? "PEFT LoRA adapter" : "Hugging Face layout",
+               o->save_dtype);
+    if (o->merge_lora) {
+        snprintf(path, sizeof path, "%s/final_merged", o->out_dir);
+        if ((rc = agree(j, ckpt_export_merged(path, o->model_dir, &j->layout, &j->afs, &j->ll, o->save_dtype, j->rank))))
+            return rc;
+        if (is_main(j)) printf("finetune: exported %s (the base with the adapters merged, Hugging Face layout, %s)\n",
+                               path, o->save_dtype);
+    }
     watchdog_set_phase("sampling");
     for (int g = 0; o->sample_tokens > 0 && g < o->sample_games; g++)
         TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
@@ -480,7 +526,7 @@ static int job_finish(job *j, int step) {
 }
 
 static int run(job *j) {
-    print_plan(j);
+    print_job_summary(j);
     int start, step, stopped, rc;
     if ((rc = job_load_start(j, &start)) != 0) return rc;
     if (j->o->eval_only) return eval_and_log(j, start);
@@ -498,6 +544,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .seq_len = o->seq_len, .total_batch_size = o->total_batch_size,
         .gradient_checkpointing = o->gradient_checkpointing, .accumulate_grads_locally = o->accumulate_grads_locally,
         .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0,
+        .lora = {o->lora_rank, (float)o->lora_alpha, o->lora_rank ? o->lora_target_mask : 0},
     };
 }
 

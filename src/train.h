@@ -43,6 +43,12 @@ typedef struct {
     int no_fsdp;
     int dp_shard;                 // HSDP shard group size (0 = all ranks)
     int accumulate_grads_locally; // reduce gradients once per step instead of per micro-batch
+    // LoRA (src/lora.h): rank 0 = full fine-tuning
+    int lora_rank;
+    double lora_alpha;
+    const char *lora_targets;     // "q,k,v,o,gate,up,down" subset
+    unsigned lora_target_mask;    // parsed from lora_targets by options_parse
+    int merge_lora;               // also export <out_dir>/final_merged: the base with the adapters merged
     // planning (src/plan.h): print the memory / step-time plan and exit, without training
     int dry_run;
     int world_size;               // --dry_run: ranks to plan for (0 = the launcher's)

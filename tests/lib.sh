@@ -2,11 +2,15 @@
 #     . "$(dirname "$0")/lib.sh" test_name     (test_name: the summary line's name)
 # then use $build (first argument, default "build") and $bin ($build/finetune).
 #   ok MSG / bad MSG         count a pass ("ok   MSG") or a failure ("FAIL MSG"), on stdout
-#   finish                   print "test_name: N passed, M failed" and exit non-zero on failures
+#   check MSG CMD ARGS..     ok MSG when CMD ARGS succeeds, else bad MSG
+#   finish                   run the suite's finish_hook if it defines one (cleanup, notes),
+#                            print "test_name: N passed, M failed", exit non-zero on failures
 #   skip_or_fail WHY         a missing prerequisite: a failure when CI=true, else "skip: WHY"
 #   expect_error SUB ARGS..  $bin ARGS must exit non-zero with exactly one stderr line containing SUB
 #   train_field FILE STEP F  numeric field F of the train line of step STEP in metrics.jsonl FILE
 #   metric DIR FIELD         numeric field FIELD of every train line of DIR/metrics.jsonl, one a line
+#   step_logs DIR            the train lines of DIR/metrics.jsonl up to their timing fields
+#                            (what two runs of the same job must reproduce exactly)
 #   worst_rel REF GOT        worst |ref - got| / |ref| over two lists of numbers (one a line),
 #                            printed as %.2e ("none" when empty)
 #   le A B                   A is a number and A <= B
@@ -20,7 +24,11 @@ pass=0; fail=0
 
 ok()  { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() { echo "$test_name: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+finish() {
+  [ "$(type -t finish_hook)" = function ] && finish_hook
+  echo "$test_name: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit
+}
 skip_or_fail() { if [ "${CI:-}" = true ]; then bad "$* (a prerequisite; CI=true)"; else echo "skip: $*"; fi; }
 
 expect_error() {
@@ -35,6 +43,7 @@ expect_error() {
 train_field() { grep "\"type\":\"train\",\"step\":$2," "$1" | sed -nE "s/.*\"$3\":([0-9.e+-]+).*/\1/p"; }
 
 metric() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/"; }
+step_logs() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E 's/,"tokens_per_s".*//'; }
 worst_rel() {
   paste <(printf '%s\n' "$1") <(printf '%s\n' "$2") | awk '
     { r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > w) w = r; n++ } END { if (n < 1) print "none"; else printf "%.2e", w }'

@@ -25,10 +25,7 @@ build=${1:-build}
 filter=${2:-}
 jobs=${MUTATE_JOBS:-2}
 cd "$(dirname "$0")/.."
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() { echo "mutate_kernels: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
+. tests/lib.sh mutate_kernels
 
 ids=() files=() ops=() froms=() tos=()
 m() { ids+=("$1"); files+=("$2"); ops+=("$3"); froms+=("$4"); tos+=("$5"); }
@@ -140,24 +137,37 @@ m attention.tcb_dq_no_sync attention.cu attention \
 m attention.tcb_dk_uses_p attention.cu attention \
   "wmma::load_matrix_sync(fa, wdS, ATT_TC_LDP);" "wmma::load_matrix_sync(fa, wP, ATT_TC_LDP);"
 
+# lm_head: the fused softmax step between the backend's GEMMs (lmhead_xent_rows). The dx/dW
+# GEMMs and the fp32 dW sum over chunks are host code (src/backend_cuda.c): test_backend_emu
+# and test_cuda_emu_train's forced-chunk case cover them (no mutant of kernels/ reaches them).
+# Not here: block_max without its trailing barrier (block_sum then reuses the scratch while a
+# slow warp may still read the max). It survives: the emulator's warp collectives are
+# rendezvous, and in none of its three orders does warp 0 pass ten of them before warp 1
+# reads the scratch (tests/cuda_emu/README.md, "What it cannot catch"); a GPU run can.
 m lmhead.mask_value lmhead_xent.cu lmhead_xent \
   'losses[r] = tgt == -100 ? 0.0f' 'losses[r] = tgt == -1 ? 0.0f'
 m lmhead.last_id lmhead_xent.cu lmhead_xent \
   'if (tgt == -100 || tgt < 0 || tgt >= V) {' 'if (tgt == -100 || tgt < 0 || tgt >= V - 1) {'
 m lmhead.no_max lmhead_xent.cu lmhead_xent \
   'm = block_max(m, scratch);' 'm = block_max(m, scratch) * 0.0f;'
-m lmhead.dloss_on_target lmhead_xent.cu lmhead_xent \
-  '(j == tgt ? dloss : 0.0f)' '(j == tgt ? 1.0f : 0.0f)'
-m lmhead.logits_bound lmhead_xent.cu lmhead_xent \
-  'if (i0 + i < rows && j0 + j < V) logits' 'if (i0 + i < rows && j0 + j <= V) logits'
-m lmhead.gemm_last_k_tile lmhead_xent.cu lmhead_xent \
-  'for (int k0 = 0; k0 < K; k0 += GT) {' 'for (int k0 = 0; k0 < K - 1; k0 += GT) {'
-m lmhead.gemm_no_sync lmhead_xent.cu lmhead_xent \
-  '__syncthreads();                                   // previous tiles fully used' ';'
-m lmhead.target_read_race lmhead_xent.cu lmhead_xent \
-  '__syncthreads();                                       // everyone has read l[tgt]' ';'
-m lmhead.dweight_overwrites lmhead_xent.cu lmhead_xent \
-  '*p = f2bf(bf2f(*p) + v);' '*p = f2bf(v);'
+m lmhead.lse_without_max lmhead_xent.cu lmhead_xent \
+  'const float lse = m + logf(s);' 'const float lse = logf(s);'
+m lmhead.onehot_sign lmhead_xent.cu lmhead_xent \
+  '(j == tgt ? 1.0f : 0.0f)' '(j == tgt ? -1.0f : 0.0f)'
+m lmhead.onehot_off_by_one lmhead_xent.cu lmhead_xent \
+  '(j == tgt ? 1.0f : 0.0f)' '(j == tgt + 1 ? 1.0f : 0.0f)'
+m lmhead.sum_without_max lmhead_xent.cu lmhead_xent \
+  's += __expf(l[j] - m);' 's += __expf(l[j]);'
+m lmhead.stride_no_sync lmhead_xent.cu lmhead_xent \
+  '__syncthreads();                                   // the stride is read by everyone' ';'
+m lmhead.stride_last_values lmhead_xent.cu lmhead_xent \
+  'if (j < V) d[j] = f2bf(g[q]);' 'if (j < V - 1) d[j] = f2bf(g[q]);'
+m lmhead.target_read_after_write lmhead_xent.cu lmhead_xent \
+  "    if (threadIdx.x == 0) losses[r] = lse - l[tgt];$NL    if (backward) xent_write_dlogits(l, V, tgt, lse);" \
+  "    if (backward) xent_write_dlogits(l, V, tgt, lse);$NL    if (threadIdx.x == 0) losses[r] = lse - l[tgt];"
+m lmhead.masked_not_zeroed lmhead_xent.cu lmhead_xent \
+  'for (int j = threadIdx.x; j < V; j += blockDim.x) d[j] = f2bf(0.0f);' \
+  'for (int j = threadIdx.x; j < V - 1; j += blockDim.x) d[j] = f2bf(0.0f);'
 
 m swiglu.sigmoid_overflow swiglu.cu swiglu \
   'return 1.0f / (1.0f + __expf(-g));' 'return __expf(g) / (1.0f + __expf(g));'
@@ -171,6 +181,10 @@ m add.last_element add.cu add \
   'const size_t items = nvec + (n - nvec * 8);' 'const size_t items = nvec + (n - nvec * 8) - 1;'
 m add.tail_operand add.cu add \
   'out[i] = f2bf(bf2f(a[i]) + bf2f(b[i]));' 'out[i] = f2bf(bf2f(a[i]) + bf2f(a[i]));'
+
+m scale.no_alpha add.cu scale 'out[i] = f2bf(alpha * bf2f(inp[i]));' 'out[i] = inp[i];'
+m scale.first_skipped add.cu scale 'i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;' \
+  'i = (size_t)blockIdx.x * blockDim.x + threadIdx.x + 1; i < n;'
 
 m accumulate.vec_no_alpha accumulate.cu accumulate 'd[k] += alpha * s[k];' 'd[k] += s[k];'
 m accumulate.tail_overwrites accumulate.cu accumulate \

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Run each test command given as an argument, echo its output, and print the grand total
-# "all tests: N passed, N failed" from the per-binary "name: N passed, N failed" lines.
-# Exits non-zero if any test command failed or printed a failure.
+# tests/run_all.sh CMD...: run each test command, echo its output, and add up the per-suite
+# summary lines "name: N passed, M failed" (the last such line a command prints) into
+#     all tests: N passed, M failed
+# A command counts one extra failure when it prints no summary line, when it exits non-zero
+# with no failure counted, or when it ran nothing (0 passed, 0 failed) without saying why on
+# a "skip..." line. Suites that skipped something (a missing prerequisite, skip_or_fail in
+# tests/lib.sh; under CI=true that is a failure already) are listed on one line before the
+# total. Exits non-zero if any command failed or printed a failure.
 set -u
-total_p=0; total_f=0; rc_all=0
+total_p=0; total_f=0; rc_all=0; skipped=()
 for cmd in "$@"; do
   out=$(eval "$cmd" 2>&1); rc=$?
   printf '%s\n' "$out"
@@ -11,11 +16,17 @@ for cmd in "$@"; do
   if [ -z "$line" ]; then
     echo "run_all: '$cmd' printed no summary line (rc=$rc)"; total_f=$((total_f+1)); rc_all=1; continue
   fi
+  name=${line%%:*}
   p=$(printf '%s' "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
   f=$(printf '%s' "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
   total_p=$((total_p+p)); total_f=$((total_f+f))
   if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then total_f=$((total_f+1)); echo "run_all: '$cmd' exited $rc"; fi
+  if printf '%s\n' "$out" | grep -q '^skip'; then skipped+=("$name")
+  elif [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then
+    total_f=$((total_f+1)); echo "run_all: '$cmd' ran no checks and printed no skip line"
+  fi
   [ $rc -ne 0 ] && rc_all=1
 done
+[ ${#skipped[@]} -eq 0 ] || echo "run_all: skipped something (see their skip lines): ${skipped[*]}"
 echo "all tests: $total_p passed, $total_f failed"
 [ $total_f -eq 0 ] && [ $rc_all -eq 0 ]

@@ -2,6 +2,7 @@
 // prints "<name>: N passed, N failed" and returns non-zero when anything failed.
 #pragma once
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,32 @@ static int t_passed __attribute__((unused)), t_failed __attribute__((unused));
 
 #define TEST_SUMMARY(name) do { printf("%s: %d passed, %d failed\n", name, t_passed, t_failed); \
     return t_failed ? 1 : 0; } while (0)
+
+// ----------------------------------------------------------------------------
+// deterministic test data: xorshift64 (Marsaglia 13/7/17). The state is the caller's (never 0),
+// so every test keeps its own seed and the same sequence run after run. Not src/rng.h's
+// splitmix64: that one is the trainer's (data order, sampling), these are the tests' inputs.
+
+// Next 64 bits; advances *s.
+static inline uint64_t test_rand(uint64_t *s) {
+    *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
+    return *s;
+}
+// 32 bits from the middle of the word.
+static inline uint32_t test_rand_u32(uint64_t *s) { return (uint32_t)(test_rand(s) >> 16); }
+// Approximately standard normal: Irwin-Hall, 12 uniforms of 24 bits minus 6 (|x| <= 6).
+static inline float test_rand_normal(uint64_t *s) {
+    float sum = 0;
+    for (int i = 0; i < 12; i++) sum += (float)(test_rand_u32(s) & 0xffffff) / 16777216.0f;
+    return sum - 6.0f;
+}
+// Uniform in [-1, 1) from the top 24 bits.
+static inline float test_rand_pm1(uint64_t *s) {
+    return (float)((test_rand(s) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+// ----------------------------------------------------------------------------
+// comparisons
 
 // Normalized mean squared error sum((a-b)^2) / sum(b^2), b the reference. Returns INFINITY
 // if either side has a NaN/inf (checked first, as ggml does).

@@ -82,10 +82,7 @@ static int run_case(const arena_case *c) {
 // random alloc/free against an ownership map
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t next_rand(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return rng;
-}
+static uint64_t next_rand(void) { return test_rand(&rng); }
 
 static int random_run(size_t capacity, size_t align, int ops) {
     char *mem = malloc(capacity);

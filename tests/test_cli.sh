@@ -27,6 +27,11 @@ expect_error "$tmp/m/config.json" --eval_only --model_dir "$tmp/m"
 cp tests/golden/mha/config.json "$tmp/m/config.json" || bad "cannot copy tests/golden/mha/config.json"
 expect_error "no val shards" --eval_only --model_dir "$tmp/m" --data_dir "$tmp" --seq_len 32
 expect_error "exceeds the model's max_position_embeddings" --eval_only --model_dir tests/golden/mha --seq_len 100000
+# a path past PATH_MAX: one line saying so (ft_path), never a truncated path created
+long="$tmp/$(printf 'x%.0s' $(seq 1 4200))"
+err=$("$bin" --max_steps 1 --out_dir "$long" 2>&1 >/dev/null); rc=$?
+if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [[ $err == *"path too long (4"* ]] && [ ! -e "$long" ]
+then ok "--out_dir past PATH_MAX -> ${err:0:80}..."; else bad "--out_dir past PATH_MAX -> rc=$rc, stderr: ${err:0:200}"; fi
 
 # --profile: per step, the phase totals and each phase's ops (about 1 s)
 prof=$("$bin" --profile --max_steps 2 --seq_len 32 --batch_size_per_device 2 --total_batch_size 2 --max_eval_docs 2 \

@@ -28,20 +28,20 @@ export OMP_NUM_THREADS=1
 common=(--seq_len 64 --total_batch_size 8 --max_eval_docs 16 --learning_rate 3e-3 --max_steps 20)
 mpirun_() { local n="$1"; shift; timeout 300 mpiexec -n "$n" "$bin" "$@"; }
 
-train_losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E 's/.*"step":([0-9]+),"loss":([0-9.]+).*/\1 \2/'; }
-# field FIELD of step 2's train line: steady state (step 1 follows the evaluation at step 0,
+# field DIR FIELD of step 2's train line: steady state (step 1 follows the evaluation at step 0,
 # which already gathered the root unit of those parameters)
-field() { grep '"type":"train","step":2,' "$1/metrics.jsonl" | sed -E "s/.*\"$2\":([0-9]+).*/\1/"; }
+field() { train_field "$1/metrics.jsonl" 2 "$2"; }
 
 # ---------------------------------------------------------------- 1. equality across splits
 "$bin" "${common[@]}" --batch_size_per_device 2 --out_dir "$tmp/ref" > "$tmp/ref.log" 2>&1 || bad "single-process run: $(tail -1 "$tmp/ref.log")"
 compare() {  # compare NAME DIR
   local name="$1" d="$2"
-  local worst
-  worst=$(paste <(train_losses "$tmp/ref") <(train_losses "$d") | awk '
-    { if ($1 != $3) { print "step mismatch"; exit } r = ($2 - $4) / $2; if (r < 0) r = -r; if (r > w) w = r; n++ }
-    END { if (n != 20) print "steps " n; else printf "%.1e", w }')
-  awk -v w="$worst" 'BEGIN { exit !(w + 0 == w && w <= 1e-5) }' \
+  local worst n
+  n=$(metric "$d" loss | grep -c .)
+  if [ "$(metric "$tmp/ref" step)" != "$(metric "$d" step)" ]; then worst="step mismatch"
+  elif [ "$n" != 20 ]; then worst="steps $n"
+  else worst=$(worst_rel "$(metric "$tmp/ref" loss)" "$(metric "$d" loss)"); fi
+  le "$worst" 1e-5 \
     && ok "$name: 20 step losses match the single process (worst rel $worst)" || bad "$name: losses differ: $worst"
   local e
   e=$("$nmse" "$d/checkpoints/step_00000020/model.safetensors" "$tmp/ref/checkpoints/step_00000020/model.safetensors")

@@ -3,12 +3,11 @@
 # CI is: it must still run, exit 3 ("nothing failed, something not run"), touch nothing but
 # its report folder, and write a markdown and a JSON report that list every check as not
 # run with the reason (no GPU). Both report locations: $OUT when set, else the argument.
+# Also scripts/bench_gpu.py's no-GPU refusal and its --plan_only arithmetic.
 # ~1 s. Where a GPU is present it skips: first_light.sh itself is the test there (~8 min).
 set -u
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() { echo "test_first_light: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
+build="${1:-build}"
+. "$(dirname "$0")/lib.sh" test_first_light
 cd "$(dirname "$0")/.." || exit 2
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "skip: this machine has a GPU (run tests/gpu/first_light.sh itself)"; finish
@@ -54,6 +53,15 @@ grep -q "7 not run" <<<"$out" && ok "summary line: $(tail -1 <<<"$out")" || bad 
 out=$(OUT="$tmp/out" bash tests/gpu/first_light.sh "$tmp/ignored" 2>&1); rc=$?
 report_ok "$tmp/out" $rc
 [ ! -e "$tmp/ignored" ] && ok "\$OUT wins over the argument" || bad "wrote to the argument although \$OUT was set"
+# scripts/bench_gpu.py (the GPU benchmark, unverified on GPU) without a GPU: one line naming
+# the reason, exit 1, no JSON written (the listing below); --plan_only plans the 7B-width job
+# for an H100 80GB without one (15 layers by its fit estimate; 3.298B parameters)
+err=$(python3 scripts/bench_gpu.py 2>&1 >/dev/null); rc=$?
+[ $rc = 1 ] && [ "$(grep -c . <<<"$err")" = 1 ] && [[ "$err" == *"no usable GPU"* ]] \
+  && ok "bench_gpu.py without a GPU: $err" || bad "bench_gpu.py without a GPU: rc $rc '$err'"
+out=$(python3 scripts/bench_gpu.py --plan_only --jobs 7b --gpu_name "NVIDIA H100 80GB HBM3" --gpu_mem_gib 79.6 2>&1)
+grep -q "job 7b: 15 layers .*3.298B parameters, batch 4 x 512" <<<"$out" \
+  && ok "bench_gpu.py --plan_only: $(grep 'job 7b' <<<"$out" | cut -c1-90)" || bad "bench_gpu.py --plan_only: $out"
 [ "$(listing)" = "$before" ] && ok "nothing created outside the report folder" \
   || bad "the repository changed (., build/ or .deps/)"
 finish

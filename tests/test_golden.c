@@ -87,7 +87,7 @@ static int run(golden_case *g, const param_layout *layout, const backend *be, in
     memset(grads, 0, layout->total * sizeof(float));
     double sum;
     int n_valid;
-    int rc = model_step(&m, &p, g->tokens, g->targets, 1, 1.0f / g->n_valid, &sum, &n_valid);
+    int rc = model_forward_backward(&m, &p, g->tokens, g->targets, 1, 1.0f / g->n_valid, &sum, &n_valid);
     if (rc == 0 && logits) rc = model_logits(&m, &p, g->tokens, logits);
     *loss = sum / n_valid;
     *act_bytes = mem.peak[MEM_ACTIVATIONS];

@@ -24,14 +24,8 @@
 // deterministic random numbers
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rng_u32(void) {
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rng_normal(void) {  // Irwin-Hall approximation is enough here
-    float s = 0; for (int i = 0; i < 12; i++) s += (rng_u32() & 0xffffff) / 16777216.0f;
-    return s - 6.0f;
-}
+static uint32_t rng_u32(void) { return test_rand_u32(&rng_state); }
+static float rng_normal(void) { return test_rand_normal(&rng_state); }   // Irwin-Hall is enough here
 static float *randn(size_t n, float scale) {
     float *p = malloc(sizeof(float) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) p[i] = scale * rng_normal();
@@ -50,6 +44,8 @@ static float *copy_of(const float *src, size_t n) {
 
 // ----------------------------------------------------------------------------
 // cases
+
+#define OPS_LMHEAD_CHUNK 128   // lm_head rows per chunk in these tests (131 rows: 2 chunks)
 
 typedef enum { OP_EMBEDDING, OP_RMSNORM, OP_ROPE, OP_MATMUL, OP_ATTENTION, OP_SWIGLU, OP_LMHEAD } op_kind;
 
@@ -119,8 +115,9 @@ static double objective(state *s) {
     }
     case OP_SWIGLU: be->swiglu_fwd(out, s->in[0], s->in[1], c->N); break;
     case OP_LMHEAD: {
-        float *ws = malloc(sizeof(float) * LMHEAD_CHUNK_ROWS * c->V);
-        be->lmhead_xent(out, NULL, NULL, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, ws);
+        float *ws = malloc(sizeof(float) * OPS_LMHEAD_CHUNK * c->V);
+        be->lmhead_xent(out, NULL, NULL, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, OPS_LMHEAD_CHUNK,
+                        ws, NULL);
         free(ws);
         break;
     }
@@ -188,12 +185,12 @@ static void analytic(state *s, int *contract_ok) {
     case OP_LMHEAD: {
         // J = sum(losses * R) is only linear in the losses when R is constant per row;
         // the op takes one scalar dloss, so R is set to that constant in setup()
-        float *ws = malloc(sizeof(float) * LMHEAD_CHUNK_ROWS * c->V), *losses = malloc(sizeof(float) * c->N);
+        float *ws = malloc(sizeof(float) * OPS_LMHEAD_CHUNK * c->V), *losses = malloc(sizeof(float) * c->N);
         s->grad[0] = filled(s->in_n[0], NAN);
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[1] = copy_of(base[1], s->in_n[1]);
         be->lmhead_xent(losses, s->grad[0], s->grad[1], s->in[0], s->in[1], s->tokens, c->N, c->C,
-                        c->V, s->R[0], ws);
+                        c->V, s->R[0], OPS_LMHEAD_CHUNK, ws, NULL);
         free(ws); free(losses);
         break;
     }

@@ -13,6 +13,8 @@
 #      With several ranks the collective bytes of a steady-state step (step 2) must match too:
 #      all-gather and reduce-scatter exactly, all-reduce within 16 bytes (the plan counts the
 #      gradient all-reduce, not the one-double norm all-reduce over the shard group).
+#      LoRA (--lora_rank, one process and FSDP 2): the frozen base has no gradient or optimizer
+#      buffers, the adapters' state and activations are planned from the same tables.
 #   2. The comparison can fail: a plan for another job (checkpointing off vs on) is rejected.
 #   3. CodeLlama-7b (data/configs/codellama-7b, bf16 with --device cuda): the bytes follow
 #      from the parameter count (P = 6,738,546,688; 2 + 12 + 4 bytes per parameter sharded, plus
@@ -24,10 +26,11 @@
 #   4. The step-time estimate (src/plan_time.c), 7B on 4 and 1 H100-class ranks at batch 1 and
 #      16: the per-class rows add up to the total on every device (printed to 0.01 ms: 5
 #      rows each off by at most 0.005 plus the total's 0.005 -> |sum - total| <= 0.03 ms);
-#      the gemm row equals FLOPs / (0.55 x 989e12) computed here from the shapes; GEMM and
-#      SIMT time double with the tokens; attention time doubles when T doubles at the same
-#      tokens per step (quadratic in T per sequence); collective link time = bytes / 450 GB/s
-#      and scales as (W-1)/W from 4 to 8 ranks (ratios within 1e-3: the values are 20+ ms,
+#      the gemm row equals FLOPs / (0.55 x 989e12) computed here from the shapes (the layers'
+#      matmuls and the lm_head's); GEMM and SIMT time double with the tokens; attention
+#      time doubles when T doubles at the same tokens per step (quadratic in T per
+#      sequence); collective link time = bytes / 450 GB/s and scales as (W-1)/W from 4 to 8
+#      ranks (ratios within 1e-3: the values are 20+ ms,
 #      printed to 0.01 ms, so rounding moves a ratio by < 1e-3); MFU and tokens/s printed.
 #   5. Flag handling: --dry_run needs no weights and no data; --world_size without --dry_run,
 #      --device cuda without a GPU (also at 2 ranks: once) and a non-dividing --dp_shard give
@@ -91,11 +94,15 @@ case_run b1_s64          1 --batch_size_per_device 1 --seq_len 64 --total_batch_
 case_run b2_s128_ckpt    1 --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --gradient_checkpointing --peak_tflops 1
 case_run b4_s512_bench   1 --batch_size_per_device 4 --seq_len 512 --total_batch_size 4
 case_run b2_s128_local   1 --batch_size_per_device 2 --seq_len 128 --total_batch_size 8 --accumulate_grads_locally --peak_tflops 1
+# LoRA: a frozen base (working parameters only) + the adapters' state, the per-target (N, r) activations
+case_run lora_b2_s64_ckpt 1 --batch_size_per_device 2 --seq_len 64 --total_batch_size 4 --gradient_checkpointing --peak_tflops 1 \
+  --lora_rank 8 --lora_targets q,k,v,o,gate,up,down
 if have_mpi; then
   case_run fsdp2_b2_s128      2 --batch_size_per_device 2 --seq_len 128 --total_batch_size 8 --peak_tflops 1
   case_run fsdp2_b1_ckpt_local 2 --batch_size_per_device 1 --seq_len 64 --total_batch_size 4 --gradient_checkpointing --accumulate_grads_locally
   case_run ddp2_b2_s128       2 --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --no_fsdp --peak_tflops 1
   case_run hsdp4_b1_s64       4 --batch_size_per_device 1 --seq_len 64 --total_batch_size 8 --dp_shard 2 --peak_tflops 1
+  case_run lora_fsdp2_b2_s64  2 --batch_size_per_device 2 --seq_len 64 --total_batch_size 8 --peak_tflops 1 --lora_rank 4
 else skip_or_fail "multi-rank cases (no mpiexec, or $bin built without MPI)"; fi
 
 # ---------------------------------------------------------------- 2. the comparison can fail
@@ -163,10 +170,11 @@ for job in "fsdp4_b1:--world_size 4" "fsdp4_b16:--world_size 4 --batch_size_per_
     awk -v s="$sum" -v t="$tot" 'BEGIN { exit !(t > 0 && (s - t)^2 <= 0.03^2) }' \
       && ok "7B $name device $d: classes sum to the total ($sum ~ $tot ms)" || bad "7B $name device $d: classes $sum != total '$tot'"
   done
-  # derived: 6 FLOPs per layer matmul parameter per token at 0.55 x 989e12 (H100 column)
+  # derived: 6 FLOPs per matmul parameter (the layers' and the lm_head's C x V) per token at
+  # 0.55 x 989e12 (H100 column)
   tokens=$(sed -nE 's/.*per optimizer step: ([0-9]+) tokens.*/\1/p' "$f")
-  want=$(awk -v n="$tokens" -v c=$C -v ff=$F -v l=$L 'BEGIN { printf "%.2f", 1e3 * 6 * n * l * (4 * c * c + 3 * c * ff) / (0.55 * 989e12) }')
-  [ "$(crow "$f" gemm 2)" = "$want" ] && ok "7B $name: H100 gemm = 6 x tokens x layer params / (0.55 x 989e12) = $want ms" \
+  want=$(awk -v n="$tokens" -v c=$C -v ff=$F -v l=$L -v v=$V 'BEGIN { printf "%.2f", 1e3 * 6 * n * (l * (4 * c * c + 3 * c * ff) + c * v) / (0.55 * 989e12) }')
+  [ "$(crow "$f" gemm 2)" = "$want" ] && ok "7B $name: H100 gemm = 6 x tokens x (layer + lm_head) params / (0.55 x 989e12) = $want ms" \
     || bad "7B $name: H100 gemm '$(crow "$f" gemm 2)', derived $want"
   mfu=$(crow "$f" MFU 2); tps=$(crow "$f" tokens/s/GPU 2)
   [ -n "$mfu" ] && [ -n "$tps" ] && ok "7B $name: H100 predicted MFU $mfu%, $tps tokens/s/GPU" || bad "7B $name: no MFU/tokens per s"

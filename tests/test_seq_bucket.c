@@ -51,8 +51,7 @@ typedef struct {
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static int32_t rand_token(int V) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (int32_t)(4 + rng % (uint64_t)(V - 4));   // past the special ids
+    return (int32_t)(4 + test_rand(&rng) % (uint64_t)(V - 4));   // past the special ids
 }
 
 // Rows as the loader fills them: tokens of the game, then EOS (id 2); targets shifted by one
@@ -74,7 +73,8 @@ static int run_rows(model *m, fsdp_state *s, const int32_t *tok, const int32_t *
     unit_provider prov = fsdp_provider(s);
     double norm;
     if (model_set_seq_len(m, used) || fsdp_zero_grads(s) ||
-        model_step(m, &prov, tok, tgt, 1, 1.0f / (float)valid, &o->sum, &o->n) || fsdp_finish_grads(s, &norm))
+        model_forward_backward(m, &prov, tok, tgt, 1, 1.0f / (float)valid, &o->sum, &o->n) ||
+        fsdp_finish_grads(s, &norm))
         return -1;
     o->losses = malloc((size_t)B * used * sizeof(float));
     o->grads = malloc(s->n_local * sizeof(float));

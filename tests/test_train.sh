@@ -16,7 +16,6 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 small=(--seq_len 64 --batch_size_per_device 4 --total_batch_size 8 --max_eval_docs 16 --learning_rate 3e-3)
 
 # train lines of metrics.jsonl without the timing fields
-losses() { grep '"type":"train"' "$1" | sed -E 's/,"tokens_per_s".*//'; }
 
 # ---------------------------------------------------------------- 1. resume equivalence
 resume_case() {
@@ -33,9 +32,9 @@ resume_case() {
       && ok "$name: $f after 6 steps bitwise equal (straight vs 3 + resume + 3)" \
       || bad "$name: $f differs between straight and resumed runs"
   done
-  if [ "$(losses "$a/metrics.jsonl")" = "$(losses "$b/metrics.jsonl")" ] && [ "$(losses "$a/metrics.jsonl" | wc -l)" -eq 6 ]; then
+  if [ "$(step_logs "$a")" = "$(step_logs "$b")" ] && [ "$(step_logs "$a" | wc -l)" -eq 6 ]; then
     ok "$name: the 6 step losses, lrs and grad norms are identical"
-  else bad "$name: step logs differ"; diff <(losses "$a/metrics.jsonl") <(losses "$b/metrics.jsonl") >&2; fi
+  else bad "$name: step logs differ"; diff <(step_logs "$a") <(step_logs "$b") >&2; fi
 }
 resume_case games
 resume_case packed --pack --gradient_checkpointing --batch_size_per_device 2

@@ -99,7 +99,7 @@ int main(void) {
             }
         double sum, norm;
         int n;
-        ok = fsdp_zero_grads(&s) == 0 && model_step(&m, &prov, tok, tgt, 1, 1.0f / valid, &sum, &n) == 0 &&
+        ok = fsdp_zero_grads(&s) == 0 && model_forward_backward(&m, &prov, tok, tgt, 1, 1.0f / valid, &sum, &n) == 0 &&
              fsdp_finish_grads(&s, &norm) == 0;
         EXPECT(ok, "step %d: %s", k, ft_error_message());
         snprintf(name, sizeof name, "loss_step%d", k);

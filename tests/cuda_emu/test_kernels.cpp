@@ -112,15 +112,8 @@ static const backend *CPU;
 // random inputs
 
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
-static uint32_t rng_u32() {
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
-static float rng_normal() {
-    float s = 0;
-    for (int i = 0; i < 12; i++) s += (rng_u32() & 0xffffff) / 16777216.0f;
-    return s - 6.0f;
-}
+static uint32_t rng_u32() { return test_rand_u32(&g_rng); }
+static float rng_normal() { return test_rand_normal(&g_rng); }
 static float bfround(float x) { return ft_bf16_to_f32(ft_f32_to_bf16(x)); }
 // bf16-representable normal values (what both sides see)
 static std::vector<float> randn_bf(size_t n, float scale) {
@@ -546,56 +539,64 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
 }
 
 // ----------------------------------------------------------------------------
-// lm_head + cross-entropy
+// lm_head + cross-entropy: the fused softmax step between the backend's GEMMs
+//
+// The reference is the CPU backend's whole lmhead_xent op on x = the logits (rows, V) and
+// weight = the identity (V, V): its logits x I^T are the logits exactly (each a sum of one
+// product by 1 and zeros), its dx = dlogits I is the fp32 dlogits, its losses the losses;
+// with dloss = 1, as the kernel leaves the dloss scaling to the GEMMs.
 
-// targets: random with 1 in 5 ignored (-100); every row ignored; cycling through the first
-// id, the last id, -100 and a random id. `lscale`: logits ~ N(0, lscale^2) (50: logits up to
-// ~150, where exp without the max subtracted overflows fp32). `mean`: dloss = 1/N (the
-// mean over tokens, what training passes) instead of 1.
-enum { TGT_RANDOM, TGT_MASKED, TGT_EDGES };
-struct LmCase { int N, C, V, train, targets; float lscale; int mean; };
+// kinds: random targets with 1 in 5 ignored (-100); large logits (N(0, 40^2), ~120 and
+// beyond, where exp without the max subtracted overflows fp32, and one 300 per row for the
+// first two rows); every row ignored; targets cycling through the first id, the last id,
+// -100 and a random id; every logit negative (N(-8, 1): a trained model's usual rows, the
+// max below the partial sums of exp(l - max))
+enum { LMH_NORMAL, LMH_LARGE, LMH_MASKED, LMH_EDGES, LMH_NEGATIVE };
 
-static void test_lmhead(const LmCase &c) {
-    const int N = c.N, C = c.C, V = c.V;
-    const bool train = c.train != 0;
-    std::vector<float> x = randn_bf((size_t)N * C, 1.0f);
-    std::vector<float> w = randn_bf((size_t)V * C, c.lscale / sqrtf((float)C));   // logits ~ N(0, lscale^2)
-    std::vector<float> dw0 = randn_bf((size_t)V * C, 1e-3f);   // small next to the gradient
-    std::vector<int32_t> tgt(N);
-    for (int i = 0; i < N; i++) {
-        int32_t r = (int32_t)(rng_u32() % V);
-        if (c.targets == TGT_MASKED) tgt[i] = -100;
-        else if (c.targets == TGT_EDGES) tgt[i] = i % 4 == 0 ? 0 : i % 4 == 1 ? V - 1 : i % 4 == 2 ? -100 : r;
+static void test_lmhead_rows(int rows, int V, bool train, int kind) {
+    const float scale = kind == LMH_LARGE ? 40.0f : kind == LMH_NEGATIVE ? 1.0f : 2.0f;   // LARGE: peaky rows
+    std::vector<float> logits = randn_f((size_t)rows * V, scale);
+    if (kind == LMH_NEGATIVE)
+        for (float &v : logits) v -= 8.0f;
+    std::vector<int32_t> tgt(rows);
+    for (int i = 0; i < rows; i++) {
+        const int32_t r = (int32_t)(rng_u32() % V);
+        if (kind == LMH_MASKED) tgt[i] = -100;
+        else if (kind == LMH_EDGES) tgt[i] = i % 4 == 0 ? 0 : i % 4 == 1 ? V - 1 : i % 4 == 2 ? -100 : r;
         else tgt[i] = rng_u32() % 5 == 0 ? -100 : r;
     }
-    const float dloss = c.mean ? 1.0f / N : 1.0f;
-    const int chunks = (N + LMHEAD_CHUNK_ROWS - 1) / LMHEAD_CHUNK_ROWS;
-    static const char *tname[] = {"", " all -100", " targets 0/V-1/-100"};
-    std::string shape = fmt("N=%d C=%d V=%d%s%s%s%s", N, C, V, train ? "" : " eval", tname[c.targets],
-                            c.lscale > 1 ? " logits~50" : "", c.mean ? " dloss=1/N" : "");
-    std::vector<float> loss_ref(N), dx_ref((size_t)N * C), dw_ref = dw0;
-    std::vector<float> ws((size_t)LMHEAD_CHUNK_ROWS * V);
-    CPU->lmhead_xent(loss_ref.data(), train ? dx_ref.data() : nullptr, dw_ref.data(), x.data(),
-                     w.data(), tgt.data(), N, C, V, dloss, ws.data());
-    std::vector<Ref> refs = {nmse_ref("losses", loss_ref, THR_F32)};
-    if (train) {
-        refs.push_back(nmse_ref("dx", dx_ref, THR_BF16));
-        // dweight is rounded to bf16 once per chunk of 128 rows: one rounding bound each
-        refs.push_back(nmse_ref("dweight", dw_ref, THR_BF16 * chunks));
-    } else {
-        refs.push_back(nmse_ref("dweight", dw0, THR_EXACT));   // untouched in evaluation
+    if (kind == LMH_LARGE && rows > 1) {   // a row dominated by its target, one by another id
+        logits[tgt[0] >= 0 ? (size_t)tgt[0] : 0] = 300.0f;
+        logits[(size_t)V + (tgt[1] >= 0 ? (size_t)(tgt[1] + 1) % V : 0)] = 300.0f;
     }
-    run_case("lmhead_xent", shape, refs, [&](Run &r) {
+    const float dloss = 1.0f;
+    static const char *kinds[] = {"", " large logits", " all masked", " targets 0/V-1/-100", " logits < 0"};
+    std::string shape = fmt("rows=%d V=%d%s%s", rows, V, kinds[kind], train ? "" : " eval");
+    std::vector<float> eye((size_t)V * V, 0.0f);
+    for (int j = 0; j < V; j++) eye[(size_t)j * V + j] = 1.0f;
+    std::vector<float> loss_ref(rows), dl_ref((size_t)rows * V), dw_ref((size_t)V * V, 0.0f), ws((size_t)rows * V);
+    EXPECT(CPU->lmhead_xent(loss_ref.data(), train ? dl_ref.data() : nullptr, dw_ref.data(), logits.data(),
+                            eye.data(), tgt.data(), rows, V, V, dloss, rows, ws.data(), nullptr) == 0,
+           "cpu lmhead_xent: %s", ft_error_message());
+    const double thr_loss = kind == LMH_MASKED ? THR_EXACT : THR_F32;   // all zero: exactly
+    std::vector<Ref> refs = {nmse_ref("losses", loss_ref, thr_loss)};
+    if (train) refs.push_back(nmse_ref("dlogits", dl_ref, kind == LMH_MASKED ? THR_EXACT : THR_BF16));
+    else refs.push_back(nmse_ref("logits", logits, THR_EXACT));   // untouched in evaluation
+    run_case("lmhead_xent_rows", shape, refs, [&](Run &r) {
         Dev d;
-        float *loss = (float *)d.alloc((size_t)N * 4);
-        void *dx = train ? d.alloc((size_t)N * C * 2) : nullptr;
-        void *dw = d.bf16(dw0);
-        float *wsp = (float *)d.alloc((size_t)LMHEAD_CHUNK_ROWS * V * 4);
-        r.rc = ftk_lmhead_xent(loss, dx, dw, d.bf16(x), d.bf16(w), d.i32(tgt), N, C, V, dloss, wsp, 0);
+        float *loss = (float *)d.alloc((size_t)rows * 4);
+        float *l = d.f32(logits);
+        r.rc = ftk_lmhead_xent_rows(loss, l, d.i32(tgt), rows, V, train, 0);
         r.guards = d.guards_ok();
-        r.outs = {read_f32(loss, N)};
-        if (train) r.outs.push_back(read_bf16(dx, (size_t)N * C));
-        r.outs.push_back(read_bf16(dw, (size_t)V * C));
+        r.outs = {read_f32(loss, rows)};
+        if (!train) {
+            r.outs.push_back(read_f32(l, (size_t)rows * V));
+            return;
+        }
+        // bf16 dlogits: row i's V values at the start of its own fp32 row (stride 2V bf16)
+        std::vector<uint16_t> packed((size_t)rows * V);
+        for (int i = 0; i < rows; i++) memcpy(&packed[(size_t)i * V], l + (size_t)i * V, (size_t)V * 2);
+        r.outs.push_back(read_bf16(packed.data(), packed.size()));
     });
 }
 
@@ -638,6 +639,21 @@ static void test_add(size_t n, size_t mis, bool alias) {
         void *ap = d.bf16(a, mis), *bp = d.bf16(b);
         void *out = alias ? ap : d.alloc(n * 2);
         r.rc = ftk_add(out, ap, bp, n, 0);
+        r.guards = d.guards_ok();
+        r.outs = {read_bf16(out, n)};
+    });
+}
+
+static void test_scale(size_t n, size_t mis, bool alias) {
+    const float alpha = 2.5f;   // the LoRA scaling alpha / r (e.g. 16 / 8 = 2, 20 / 8 = 2.5)
+    std::vector<float> a = randn_bf(n, 1.0f), ref(n);
+    CPU->scale(ref.data(), a.data(), alpha, n);
+    std::string shape = fmt("n=%zu%s%s", n, mis ? " misaligned" : "", alias ? " out=inp" : "");
+    run_case("scale", shape, {nmse_ref("out", ref, THR_BF16)}, [&](Run &r) {
+        Dev d;
+        void *ap = d.bf16(a, mis);
+        void *out = alias ? ap : d.alloc(n * 2);
+        r.rc = ftk_scale(out, ap, alpha, n, 0);
         r.guards = d.guards_ok();
         r.outs = {read_bf16(out, n)};
     });
@@ -828,18 +844,18 @@ static void cases_attention() {
 }
 
 static void cases_lmhead_xent() {
-    // {N, C, V, train, targets, logit scale, dloss 1/N}: odd sizes against the 32x32 GEMM
-    // tiles, C = 1, V = 1; N = 128 (one chunk), 129 and 150 (a second chunk of 1 and 22
-    // rows); a vocab of 1000 (32 tiles); every row ignored; the first
-    // and last ids as targets; large logits; evaluation only (dx = NULL)
-    const LmCase lmh[] = {{1, 8, 5, 1, TGT_RANDOM, 1, 0},      {7, 33, 50, 1, TGT_RANDOM, 1, 0},
-                          {40, 64, 300, 1, TGT_RANDOM, 1, 0},  {150, 40, 97, 1, TGT_RANDOM, 1, 1},
-                          {5, 100, 1000, 1, TGT_RANDOM, 1, 0}, {33, 48, 77, 0, TGT_RANDOM, 1, 0},
-                          {128, 16, 33, 1, TGT_EDGES, 1, 1},   {129, 24, 40, 1, TGT_EDGES, 1, 1},
-                          {70, 32, 300, 1, TGT_MASKED, 1, 1},  {20, 16, 30, 0, TGT_MASKED, 1, 0},
-                          {40, 64, 300, 1, TGT_RANDOM, 50, 1}, {20, 64, 300, 0, TGT_EDGES, 50, 0},
-                          {3, 1, 7, 1, TGT_EDGES, 1, 1},       {6, 16, 1, 1, TGT_EDGES, 1, 1}};
-    for (auto &c : lmh) test_lmhead(c);
+    // (rows, V, kind, train): V = 1, odd sizes, V < and > one in-place stride (256 threads x 4
+    // = 1024 values: 1023, 1024, 1025, 2051 = three strides), rows with large logits (peaky,
+    // exp underflowing, one row's target dominant), the first and last ids as targets (V = 1:
+    // both 0), a chunk with every row masked, evaluation (logits untouched), rows of negative
+    // logits
+    const int lmh[][4] = {{1, 1, LMH_NORMAL, 1},    {3, 5, LMH_NORMAL, 1},    {7, 97, LMH_NORMAL, 1},
+                          {5, 1023, LMH_NORMAL, 1}, {4, 1024, LMH_NORMAL, 1}, {6, 1025, LMH_NORMAL, 1},
+                          {9, 2051, LMH_NORMAL, 1}, {5, 300, LMH_LARGE, 1},   {3, 1031, LMH_LARGE, 1},
+                          {4, 77, LMH_MASKED, 1},   {33, 77, LMH_NORMAL, 0},  {5, 1031, LMH_LARGE, 0},
+                          {8, 1, LMH_EDGES, 1},     {8, 1025, LMH_EDGES, 1},  {6, 40, LMH_EDGES, 0},
+                          {4, 30, LMH_MASKED, 0},   {5, 300, LMH_NEGATIVE, 1}, {3, 1031, LMH_NEGATIVE, 0}};
+    for (auto &s : lmh) test_lmhead_rows(s[0], s[1], s[3] != 0, s[2]);
 }
 
 // element-wise sizes: 1, below and at one 8-element group, one group + 1, large
@@ -859,6 +875,11 @@ static void cases_add() {
     test_add(1001, 2, false);
     test_add(777, 0, true);
     test_add(9, 2, true);
+}
+
+static void cases_scale() {
+    for (size_t n : EW_SIZES) test_scale(ew_size(n), 0, false);
+    test_scale(1001, 2, true);
 }
 
 static void cases_accumulate() {
@@ -898,7 +919,8 @@ static const Group GROUPS[] = {
     {"embedding", cases_embedding},     {"rmsnorm", cases_rmsnorm}, {"rope", cases_rope},
     {"attention", cases_attention},     {"lmhead_xent", cases_lmhead_xent},
     {"swiglu", cases_swiglu},           {"add", cases_add},         {"accumulate", cases_accumulate},
-    {"cast", cases_cast},               {"adamw", cases_adamw},     {"sum_squares", cases_sum_squares}};
+    {"cast", cases_cast},               {"adamw", cases_adamw},     {"sum_squares", cases_sum_squares},
+    {"scale", cases_scale}};
 
 // ----------------------------------------------------------------------------
 

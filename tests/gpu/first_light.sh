@@ -207,7 +207,7 @@ md=$report/first_light.md
   any=0
   for i in "${!ids[@]}"; do
     [ "${sts[$i]}" = not_run ] && { echo "- ${ids[$i]}: ${details[$i]}"; any=1; }
-    while IFS= read -r l; do [[ $l == skip* ]] && { echo "- ${ids[$i]}: ${l#skip }"; any=1; }; done <<<"${subs[$i]}"
+    while IFS= read -r l; do [[ $l == skip* ]] && { l=${l#skip}; l=${l#:}; l=${l# - }; echo "- ${ids[$i]}: ${l# }"; any=1; }; done <<<"${subs[$i]}"
   done
   [ $any = 0 ] && echo "(everything ran)"
   for i in "${!ids[@]}"; do

@@ -24,19 +24,14 @@
 # Output: ok/FAIL lines and "soak_gpu: N passed, M failed". Exit 0 when all passed.
 # Time on an H100 (tiny model): unmeasured; the CPU reference ~1 min on 16 cores.
 set -u
+. "$(dirname "$0")/../lib.sh" soak_gpu
 bin=${1:?usage: soak_gpu.sh BIN [DEVICE] [KEEP_DIR]}
 dev=${2:-cuda}
 keep=${3:-}
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 tmp=$(mktemp -d /tmp/ft-soak.XXXXXX)
-finish() {
+finish_hook() {
   [ -n "$keep" ] && mkdir -p "$keep" && cp "$tmp"/*.log "$keep"/ 2>/dev/null
   rm -rf "$tmp"
-  echo "soak_gpu: $pass passed, $fail failed"
-  [ "$fail" -eq 0 ]
-  exit
 }
 steps=${SOAK_STEPS:-100}                  # per run (a shorter soak checks this script)
 half=$((steps / 2)) stop=$(printf '%08d' $((steps / 2))) end=$(printf '%08d' "$steps")
@@ -44,8 +39,7 @@ job=(--model_dir data/model --data_dir data/chess --seq_len 512 --learning_rate 
      --max_eval_docs 64 --eval_every "$half" --save_every "$half" --max_steps "$steps")
 b4=(--batch_size_per_device 4 --total_batch_size 4)
 b1=(--batch_size_per_device 1 --total_batch_size 1 --sample_tokens 40 --sample_games 4)
-train() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E 's/,"tokens_per_s".*//'; }
-loss() { grep '"type":"train"' "$1/metrics.jsonl" | sed -E 's/.*"loss":([0-9.eE+-]+).*/\1/'; }
+loss() { metric "$1" loss; }
 val() { grep '"type":"eval"' "$1/metrics.jsonl" | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/'; }
 # run LOG DIR ARGS...: BIN ARGS --out_dir $tmp/DIR, output in $tmp/LOG.log; 0, or 1 with a FAIL line
 run() {
@@ -78,7 +72,7 @@ if run b4 b4 --device "$dev" "${job[@]}" "${b4[@]}"; then
   if run b4r b4r --device "$dev" "${job[@]}" "${b4[@]}" --stop_at_step "$half" &&
      run b4r2 b4r --device "$dev" "${job[@]}" "${b4[@]}" --resume latest; then
     grep -q "resumed from .*step_$stop at step $half" "$tmp/b4r2.log" && ok "resumed at step $half" || bad "no resume message at step $half"
-    [ "$(train "$tmp/b4")" = "$(train "$tmp/b4r")" ] && ok "stop at $half + resume: the $steps step logs equal the straight run's" \
+    [ "$(step_logs "$tmp/b4")" = "$(step_logs "$tmp/b4r")" ] && ok "stop at $half + resume: the $steps step logs equal the straight run's" \
       || bad "stop + resume: step logs differ from the straight run"
     for f in model.safetensors optimizer.safetensors; do
       cmp -s "$tmp/b4/checkpoints/step_$end/$f" "$tmp/b4r/checkpoints/step_$end/$f" \

@@ -29,15 +29,12 @@ export FT_SLURM_DIR=${FT_SLURM_DIR:-/tmp/ft-slurm}
 export FT_DEVICE=${FT_DEVICE:-cpu}   # the sbatch scripts default to --device cuda; these are CPU ranks
 export SLURM_CONF=$FT_SLURM_DIR/etc/slurm.conf
 
-pass=0 fail=0 t_start=$SECONDS TMP=""
-ok() { echo "ok   - $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL - $*"; fail=$((fail + 1)); }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-finish() {
+build=$BUILD
+. "$ROOT/tests/lib.sh" test_slurm
+t_start=$SECONDS TMP=""
+finish_hook() {
     [ "$fail" -eq 0 ] || [ -z "${TMP:-}" ] || echo "test_slurm: outputs kept in $TMP"
-    echo "test_slurm: $pass passed, $fail failed ($((SECONDS - t_start)) s)"
-    [ "$fail" -eq 0 ]
-    exit
+    echo "test_slurm: $((SECONDS - t_start)) s"
 }
 
 # --- prerequisites: a missing Slurm is a skip on a developer machine, a failure in CI ------
@@ -47,8 +44,7 @@ for b in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged /usr/bin/sbatch /
 done
 [ "$(id -u)" = 0 ] || missing="$missing (root)"
 if [ -n "$missing" ]; then
-    if [ "${CI:-}" = true ]; then bad "prerequisites missing:$missing"; finish; fi
-    echo "skip - Slurm test: missing$missing (apt-get install slurm-wlm munge libpmi2-0-dev; run as root)"
+    skip_or_fail "Slurm test: missing$missing (apt-get install slurm-wlm munge libpmi2-0-dev; run as root)"
     finish
 fi
 
@@ -150,10 +146,8 @@ if [ -x "$NX" ]; then
     else
         bad "nccl_id_exchange under srun --mpi=pmi2 (rc $rc)"; show "$TMP/nx.out"; show "$TMP/nx.err"
     fi
-elif [ "${CI:-}" = true ]; then
-    bad "$NX not built (needs CUDA=1 PMI2=1 MPI=1)"
 else
-    echo "skip - nccl_id_exchange not built (needs the CUDA toolkit, libpmi2 and MPICH)"
+    skip_or_fail "$NX not built (needs the CUDA toolkit, libpmi2 and MPICH: CUDA=1 PMI2=1 MPI=1)"
 fi
 
 # --- 3. finetune through the shipped scripts -------------------------------------------------
@@ -163,8 +157,7 @@ if [ "$train" = auto ]; then
     if [ -x "$FT" ] && ldd "$FT" 2>/dev/null | grep -c 'libmpi' >/dev/null; then train=1; else train=0; fi   # not grep -q: SIGPIPE under pipefail
 fi
 if [ "$train" != 1 ]; then
-    if [ "${CI:-}" = true ]; then bad "finetune under Slurm: $FT missing or not built with MPI"; finish; fi
-    echo "skip - finetune under Slurm: $FT is missing or not built with MPI (make with libmpich-dev installed, or FT_SLURM_TRAIN=1)"
+    skip_or_fail "finetune under Slurm: $FT is missing or not built with MPI (make with libmpich-dev installed, or FT_SLURM_TRAIN=1)"
     finish
 fi
 export FT_BIN=$FT FT_ROOT=$ROOT

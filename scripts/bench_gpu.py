@@ -1,0 +1,500 @@
+#!/usr/bin/env python3
+"""GPU training throughput, MFU and peak memory of finetune against PyTorch on the same job,
+measured in one run on one GPU (issue 12 item 8).
+
+UNVERIFIED ON GPU: this script was written and its argument handling and planning checked on
+a machine without a GPU; it has never run on one, so no figure it prints has been seen yet.
+
+    python scripts/bench_gpu.py [--jobs bundled,7b] [--programs finetune,torch,torch_fsdp]
+                                [--steps 10] [--layers auto|N] [--batch_7b 4] [--seq 512]
+                                [--bin build/finetune] [--json build/bench_gpu.json]
+    python scripts/bench_gpu.py --plan_only [--gpu_name NAME --gpu_mem_gib GIB]
+
+Jobs (each trained by every program in turn, each program in its own process):
+  bundled  data/model (the tiny chess Llama), batch 16 x 512
+  7b       CodeLlama-7b's width (data/configs/codellama-7b: hidden 4096, intermediate 11008,
+           32 heads of 128, vocab 32016) with as many layers as fit next to PyTorch's 18 bytes
+           per parameter (--layers auto: the estimate below; --layers N to override), random
+           weights (transformers, seed 0) written once in bf16 to a temporary directory;
+           batch --batch_7b x --seq
+Programs:
+  finetune    build/finetune --device cuda (bf16 storage, fp32 master weights and AdamW), one
+              rank, on packed rows of the bundled chess shards
+  torch       transformers' LlamaForCausalLM, attn_implementation "sdpa", fp32 weights with
+              torch.autocast(bfloat16), torch.optim.AdamW(fused=True): the seed tutorial's setup
+  torch_fsdp  the same model wrapped in PyTorch FSDP (one rank; each decoder layer a unit,
+              MixedPrecision bf16 parameters and reductions over fp32 shards), fused AdamW
+All: the same batch of full rows, lr 1e-4, weight decay 0.01, gradient clipping at 1.0. PyTorch
+trains on random token ids of the same shape (a step's cost does not depend on the values).
+The first step is a warm-up and not timed; the median of the timed steps is reported.
+
+Figures, per job and program: ms per step, tokens/s, MFU = model FLOPs per step / (step time x
+the GPU's dense bf16 peak), with the SAME numerator for every program (6 x matmul parameters,
+lm_head included, + 6 x layers x seq x hidden for causal attention, per token; no recompute
+counted); peak device memory of the process as nvidia-smi reports it (sampled every 0.2 s:
+context, allocator cache and workspaces included, the same measure for every program), plus
+each program's own figure (finetune: its tracked peak; PyTorch: max_memory_reserved). Ratios
+finetune / PyTorch from the same run. finetune is stopped (SIGKILL) once its timed steps are
+logged, so it writes no checkpoint (16 bytes per parameter of disk, not part of the benchmark).
+
+The issue's goal on an H100: finetune >= 1.2 x PyTorch's tokens/s, >= 50% MFU at 7B width,
+peak memory <= PyTorch's. The report says met / not met for each; nothing is claimed before a
+GPU run. Writes the figures with the date, the device, the driver, the versions and the
+commit as JSON (--json). Needs torch and transformers (tests/oracle/requirements.txt) with
+CUDA, and nvidia-smi.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS = ("finetune", "torch", "torch_fsdp")
+JOBS = ("bundled", "7b")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "generation_config.json")
+# dense bf16 peaks (TFLOP/s) by a substring of the device name, most specific first
+PEAKS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("GH200", 989.0), ("A100", 312.0))
+GOAL_SPEEDUP, GOAL_MFU = 1.2, 0.50
+
+
+# ----------------------------------------------------------------------------
+# the jobs: shapes, FLOPs, the layer count that fits
+
+def config_shapes(cfg):
+    """(L, C, F, V, QD, KVD) of an HF Llama config dict."""
+    L, C, F, V = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    H = cfg["num_attention_heads"]
+    D = cfg.get("head_dim") or C // H
+    return L, C, F, V, H * D, cfg.get("num_key_value_heads", H) * D
+
+
+def layer_params(cfg):
+    _, C, F, _, QD, KVD = config_shapes(cfg)
+    return C * (QD + 2 * KVD) + QD * C + 3 * C * F + 2 * C   # projections + the two norms
+
+
+def flops_per_token(cfg, seq):
+    """Model FLOPs per token of a training step: 6 x matmul params (lm_head included) + causal
+    attention 6 x L x T x (heads x head dim) (QK^T and PV, halved by the mask, x3 for backward)."""
+    L, C, F, V, QD, KVD = config_shapes(cfg)
+    matmul = L * (C * (QD + 2 * KVD) + QD * C + 3 * C * F) + V * C
+    return 6 * matmul + 6 * L * seq * QD
+
+
+def auto_layers(cfg, mem_bytes, tokens):
+    """Layers of the 7B-width model that fit PyTorch's autocast training (the heavier side) in
+    0.85 of the device memory. An ESTIMATE: per parameter 4 (fp32 weight) + 4 (grad) + 8 (AdamW)
+    + 2 (autocast's bf16 weight copy) bytes; activations per token per layer 2 x (12 C + 6 F)
+    bytes (bf16 saved tensors, RMSNorm's fp32 upcasts); the root: embeddings and lm_head at 18
+    bytes per parameter and (N, V) logits at 10 bytes (bf16, fp32 upcast, fp32 grad); 1.5 GiB
+    for the context and workspaces. --layers N overrides it when it is wrong."""
+    _, C, F, V, _, _ = config_shapes(cfg)
+    per_layer = 18 * layer_params(cfg) + tokens * 2 * (12 * C + 6 * F)
+    root = 18 * (2 * V * C + C) + tokens * V * 10 + 1.5 * 2**30
+    return max(1, min(cfg["num_hidden_layers"], int((0.85 * mem_bytes - root) // per_layer)))
+
+
+def plan_jobs(a, gpu_mem_bytes):
+    """The jobs to run: name -> {config, batch, seq, layers note}."""
+    jobs = {}
+    seq = a.seq
+    for name in a.jobs:
+        if name == "bundled":
+            cfg = json.load(open(os.path.join(a.model_dir, "config.json")))
+            jobs[name] = {"config": cfg, "batch": 16, "seq": min(seq, cfg.get("max_position_embeddings", seq)),
+                          "model_dir": a.model_dir, "layers_from": "the bundled model"}
+        else:
+            cfg = json.load(open(os.path.join(REPO, "data", "configs", "codellama-7b", "config.json")))
+            tokens = a.batch_7b * seq
+            if a.layers == "auto":
+                layers, how = auto_layers(cfg, gpu_mem_bytes, tokens), "auto (estimate, see --help)"
+            else:
+                layers, how = int(a.layers), "--layers"
+            cfg = dict(cfg, num_hidden_layers=layers, max_position_embeddings=max(seq, 512), torch_dtype="bfloat16")
+            cfg.pop("transformers_version", None)
+            jobs[name] = {"config": cfg, "batch": a.batch_7b, "seq": seq, "model_dir": None, "layers_from": how}
+    for j in jobs.values():
+        j["params"] = (j["config"]["num_hidden_layers"] * layer_params(j["config"])
+                       + (1 if j["config"].get("tie_word_embeddings") else 2) * j["config"]["vocab_size"]
+                       * j["config"]["hidden_size"] + j["config"]["hidden_size"])
+        j["flops_per_step"] = flops_per_token(j["config"], j["seq"]) * j["batch"] * j["seq"]
+    return jobs
+
+
+# ----------------------------------------------------------------------------
+# the device
+
+def gpu_info():
+    """{name, mem_bytes, driver} of GPU 0 from nvidia-smi, or raises RuntimeError saying why not."""
+    if not shutil.which("nvidia-smi"):
+        raise RuntimeError("nvidia-smi not found")
+    r = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits",
+                        "-i", "0"], capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        raise RuntimeError("nvidia-smi: " + (r.stderr.strip() or r.stdout.strip() or f"exit {r.returncode}"))
+    name, mem_mib, driver = [x.strip() for x in r.stdout.strip().splitlines()[0].split(",")]
+    return {"name": name, "mem_bytes": int(float(mem_mib)) * 2**20, "driver": driver}
+
+
+def peak_tflops(name, override):
+    if override:
+        return override
+    for key, tf in PEAKS:
+        if key in name:
+            return tf
+    return None
+
+
+class MemSampler:
+    """The largest device memory nvidia-smi reports for one process id, sampled every 0.2 s."""
+
+    def __init__(self, pid):
+        self.pid, self.peak_mib, self._stop = pid, 0, threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                r = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                                    "--format=csv,noheader,nounits"], capture_output=True, text=True)
+            except OSError:   # no nvidia-smi: the peak stays 0 (reported as unmeasured)
+                return
+            for line in r.stdout.splitlines():
+                parts = [x.strip() for x in line.split(",")]
+                if len(parts) == 2 and parts[0] == str(self.pid) and parts[1].isdigit():
+                    self.peak_mib = max(self.peak_mib, int(parts[1]))
+            self._stop.wait(0.2)
+
+    def stop(self):
+        self._stop.set()
+        self._t.join()
+        return self.peak_mib
+
+
+# ----------------------------------------------------------------------------
+# the programs (each in its own process)
+
+def run_finetune(a, job, model_dir, tmp):
+    out = os.path.join(tmp, "ft_out")
+    shutil.rmtree(out, ignore_errors=True)
+    b, s = job["batch"], job["seq"]
+    cmd = [a.bin, "--device", "cuda", "--model_dir", model_dir, "--data_dir", a.data_dir, "--pack",
+           "--batch_size_per_device", str(b), "--total_batch_size", str(b), "--seq_len", str(s),
+           "--max_steps", str(a.steps + 3), "--learning_rate", "1e-4", "--weight_decay", "0.01",
+           "--max_grad_norm", "1.0", "--max_eval_docs", "1", "--eval_every", "0", "--save_every", "0",
+           "--out_dir", out]
+    metrics = os.path.join(out, "metrics.jsonl")
+    with open(os.path.join(tmp, "ft.log"), "w") as log:
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        mem = MemSampler(p.pid)
+        train, deadline = [], time.time() + a.timeout
+        while p.poll() is None and time.time() < deadline:
+            time.sleep(0.5)
+            if os.path.exists(metrics):
+                train = [json.loads(l) for l in open(metrics) if '"type":"train"' in l]
+                if len(train) >= a.steps + 1:
+                    break
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)   # no checkpoint: SIGTERM would save one
+            p.wait()
+        peak = mem.stop()
+    if os.path.exists(metrics):   # (again: it may have ended between two polls)
+        train = [json.loads(l) for l in open(metrics) if '"type":"train"' in l]
+    if len(train) < a.steps + 1:
+        tail = open(os.path.join(tmp, "ft.log")).read()[-1500:]
+        raise RuntimeError(f"finetune logged {len(train)} of {a.steps + 1} steps (rc {p.returncode}):\n{tail}")
+    train = train[:a.steps + 1]
+    return {"ms": [r["ms"] for r in train[1:]], "device_peak_mib": peak,
+            "own_peak_mib": max(r["peak_mem_bytes"] for r in train) / 2**20, "own_peak_what": "tracked arena peak"}
+
+
+def run_torch(a, job, model_dir, tmp, program):
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch_worker", program, "--worker_model", model_dir,
+           "--worker_batch", str(job["batch"]), "--worker_seq", str(job["seq"]), "--steps", str(a.steps)]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000),
+               RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    with tempfile.TemporaryFile("w+") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        mem = MemSampler(p.pid)
+        try:
+            p.wait(timeout=a.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        peak = mem.stop()
+        out.seek(0)
+        text = out.read()
+    if p.returncode != 0:
+        raise RuntimeError(f"{program} failed (rc {p.returncode}):\n{text[-1500:]}")
+    r = json.loads(text.strip().splitlines()[-1])
+    return {"ms": r["ms"], "device_peak_mib": peak, "own_peak_mib": r["reserved_mib"],
+            "own_peak_what": "torch.cuda.max_memory_reserved", "torch": r["torch"], "transformers": r["transformers"]}
+
+
+def torch_worker(a):
+    """Child: train a.worker_model with PyTorch (plain autocast or FSDP), print the step times."""
+    import torch
+    import transformers
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    model = LlamaForCausalLM.from_pretrained(a.worker_model, torch_dtype=torch.float32, attn_implementation="sdpa")
+    model.config.use_cache = False
+    if a.torch_worker == "torch_fsdp":
+        import functools
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+        dist.init_process_group("nccl", rank=0, world_size=1)
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={LlamaDecoderLayer})
+        mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16)
+        model = FSDP(model, auto_wrap_policy=policy, mixed_precision=mp, device_id=dev, use_orig_params=True)
+    else:
+        model.to(dev)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+    V = model.config.vocab_size
+    times = []
+    for step in range(a.steps + 1):
+        ids = torch.randint(0, V, (a.worker_batch, a.worker_seq), device=dev)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        if a.torch_worker == "torch_fsdp":
+            model.clip_grad_norm_(1.0)
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if step > 0:
+            times.append(1000 * (time.perf_counter() - t0))
+    print(json.dumps({"ms": times, "reserved_mib": torch.cuda.max_memory_reserved(dev) / 2**20,
+                      "torch": torch.__version__, "transformers": transformers.__version__}))
+    return 0
+
+
+def make_model_worker(a):
+    """Child: write the 7B-width model (random init, seed 0, bf16) described by a.make_model's
+    config.json to that directory, with the bundled tokenizer files."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    cfg = LlamaConfig(**json.load(open(os.path.join(a.make_model, "config.json"))))
+    LlamaForCausalLM(cfg).save_pretrained(a.make_model, safe_serialization=True)
+    for f in TOKENIZER_FILES:
+        if os.path.exists(os.path.join(a.model_dir, f)):
+            shutil.copy(os.path.join(a.model_dir, f), a.make_model)
+    return 0
+
+
+# ----------------------------------------------------------------------------
+# report
+
+def summarise(job, r, peak_flops):
+    med = statistics.median(r["ms"])
+    tokens = job["batch"] * job["seq"]
+    out = {"ms_per_step": round(med, 2), "ms_all": [round(x, 2) for x in r["ms"]],
+           "tokens_per_s": round(1000 * tokens / med, 1), "device_peak_mib": r["device_peak_mib"],
+           "own_peak_mib": round(r["own_peak_mib"], 1), "own_peak_what": r["own_peak_what"]}
+    if peak_flops:
+        out["mfu"] = round(job["flops_per_step"] / (med / 1000 * peak_flops), 4)
+    return out
+
+
+def compare(res):
+    """finetune / PyTorch ratios of one job (same run) and the goal verdicts."""
+    ft = res.get("finetune")
+    ratios = {}
+    if not ft or "error" in ft:
+        return ratios
+    for prog in ("torch", "torch_fsdp"):
+        t = res.get(prog)
+        if t and "error" not in t:
+            ratios["speedup_vs_" + prog] = round(ft["tokens_per_s"] / t["tokens_per_s"], 3)
+            if t["device_peak_mib"]:
+                ratios["memory_ratio_vs_" + prog] = round(ft["device_peak_mib"] / t["device_peak_mib"], 3)
+    return ratios
+
+
+def print_plan(gpu, jobs, a):
+    print(f"bench_gpu: {gpu['name']}, {gpu['mem_bytes'] / 2**30:.1f} GiB, peak "
+          f"{peak_tflops(gpu['name'], a.peak_tflops) or 'unknown (--peak_tflops)'} TFLOP/s bf16")
+    for name, j in jobs.items():
+        c = j["config"]
+        print(f"  job {name}: {c['num_hidden_layers']} layers ({j['layers_from']}), hidden {c['hidden_size']}, "
+              f"vocab {c['vocab_size']}, {j['params'] / 1e9:.3f}B parameters, batch {j['batch']} x {j['seq']}, "
+              f"{j['flops_per_step'] / 1e12:.2f} TFLOP per step; programs {', '.join(a.programs)}")
+
+
+def print_report(report):
+    print(f"\nbench_gpu: {report['date']}, {report['device']['name']} (driver {report['device']['driver']}), "
+          f"commit {report['commit']}, {report['timed_steps']} timed steps. UNVERIFIED until a person has "
+          f"checked this first GPU run.")
+    print(f"{'job':<28} {'program':<11} {'ms/step':>9} {'tokens/s':>10} {'MFU':>7} {'dev MiB':>9} {'own MiB':>9}")
+    for name, res in report["jobs"].items():
+        label = f"{name} ({res['params'] / 1e9:.2f}B, {res['batch']}x{res['seq']})"
+        for prog in report["programs"]:
+            r = res.get(prog, {})
+            if "error" in r:
+                print(f"{label:<28} {prog:<11} FAILED: {r['error'].splitlines()[0]}")
+            elif r:
+                mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
+                print(f"{label:<28} {prog:<11} {r['ms_per_step']:>9.1f} {r['tokens_per_s']:>10.0f} {mfu:>7} "
+                      f"{r['device_peak_mib']:>9} {r['own_peak_mib']:>9.0f}")
+            label = ""
+        for k, v in res["ratios"].items():
+            print(f"  {k}: {v:.3f}")
+    for line in report["goals"]:
+        print("goal " + line)
+
+
+def goals(report):
+    """The issue's goals, judged on the 7b job (else the first job)."""
+    res = report["jobs"].get("7b") or next(iter(report["jobs"].values()), None)
+    if not res or "error" in res.get("finetune", {"error": 1}):
+        return ["not judged: finetune did not run"]
+    ft, r, out = res["finetune"], res["ratios"], []
+    if "speedup_vs_torch" in r:
+        out.append(f"tokens/s >= {GOAL_SPEEDUP}x PyTorch: {r['speedup_vs_torch']:.2f}x, "
+                   f"{'met' if r['speedup_vs_torch'] >= GOAL_SPEEDUP else 'NOT met'}")
+    if "mfu" in ft:
+        out.append(f"MFU >= {100 * GOAL_MFU:.0f}%: {100 * ft['mfu']:.1f}%, {'met' if ft['mfu'] >= GOAL_MFU else 'NOT met'}")
+    if "memory_ratio_vs_torch" in r:
+        out.append(f"peak memory <= PyTorch's: {r['memory_ratio_vs_torch']:.2f}x, "
+                   f"{'met' if r['memory_ratio_vs_torch'] <= 1 else 'NOT met'}")
+    return out
+
+
+def git_commit():
+    r = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", default="bundled,7b", help="comma-separated subset of: " + ",".join(JOBS))
+    ap.add_argument("--programs", default=",".join(PROGRAMS), help="comma-separated subset of: " + ",".join(PROGRAMS))
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per program (plus one warm-up)")
+    ap.add_argument("--layers", default="auto", help="layers of the 7b job: auto (fit estimate) or a number")
+    ap.add_argument("--batch_7b", type=int, default=4, help="sequences per step of the 7b job")
+    ap.add_argument("--seq", type=int, default=512, help="tokens per sequence")
+    ap.add_argument("--peak_tflops", type=float, default=0, help="the GPU's dense bf16 peak (0: by device name)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per program before it is killed")
+    ap.add_argument("--model_dir", default=os.path.join(REPO, "data", "model"))
+    ap.add_argument("--data_dir", default=os.path.join(REPO, "data", "chess"))
+    ap.add_argument("--bin", default=os.path.join(REPO, "build", "finetune"))
+    ap.add_argument("--json", default=os.path.join(REPO, "build", "bench_gpu.json"))
+    ap.add_argument("--plan_only", action="store_true", help="print the jobs and layer counts, run nothing "
+                    "(no GPU needed with --gpu_name and --gpu_mem_gib)")
+    ap.add_argument("--gpu_name", help="with --plan_only: the device name to plan for")
+    ap.add_argument("--gpu_mem_gib", type=float, help="with --plan_only: the device memory to plan for")
+    for hidden in ("--torch_worker", "--worker_model", "--make_model"):
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
+    ap.add_argument("--worker_batch", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--worker_seq", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.torch_worker or a.make_model:
+        return ap, a
+    a.jobs = [j for j in a.jobs.split(",") if j]
+    a.programs = [p for p in a.programs.split(",") if p]
+    for j in a.jobs:
+        if j not in JOBS:
+            ap.error(f"--jobs: unknown job '{j}' (one of {', '.join(JOBS)})")
+    for p in a.programs:
+        if p not in PROGRAMS:
+            ap.error(f"--programs: unknown program '{p}' (one of {', '.join(PROGRAMS)})")
+    if not a.jobs or not a.programs:
+        ap.error("--jobs and --programs need at least one entry each")
+    if a.steps < 1 or a.batch_7b < 1 or a.seq < 2:
+        ap.error("--steps, --batch_7b must be >= 1 and --seq >= 2")
+    if a.layers != "auto" and not (a.layers.isdigit() and 1 <= int(a.layers) <= 32):
+        ap.error(f"--layers: '{a.layers}' is not auto or a number in [1, 32]")
+    if (a.gpu_name is None) != (a.gpu_mem_gib is None):
+        ap.error("--gpu_name and --gpu_mem_gib go together (with --plan_only)")
+    if a.gpu_name is not None and not a.plan_only:
+        ap.error("--gpu_name/--gpu_mem_gib are for --plan_only (a run measures the GPU it finds)")
+    return ap, a
+
+
+def main():
+    ap, a = parse_args()
+    if a.torch_worker:
+        return torch_worker(a)
+    if a.make_model:
+        return make_model_worker(a)
+    if a.gpu_name is not None:
+        gpu = {"name": a.gpu_name, "mem_bytes": int(a.gpu_mem_gib * 2**30), "driver": "none (planned)"}
+    else:
+        try:
+            gpu = gpu_info()
+        except RuntimeError as e:
+            print(f"bench_gpu: no usable GPU on this machine ({e}); this benchmark needs an NVIDIA GPU "
+                  f"(--plan_only --gpu_name NAME --gpu_mem_gib GIB plans without one)", file=sys.stderr)
+            return 1
+    jobs = plan_jobs(a, gpu["mem_bytes"])
+    print_plan(gpu, jobs, a)
+    if a.plan_only:
+        return 0
+    if "finetune" in a.programs and not os.access(a.bin, os.X_OK):
+        ap.error(f"--bin: {a.bin} is not an executable (make first)")
+    peak = peak_tflops(gpu["name"], a.peak_tflops)
+    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": gpu,
+              "peak_tflops_bf16": peak, "commit": git_commit(), "timed_steps": a.steps, "programs": a.programs,
+              "note": "first GPU run of an unverified script: check before quoting", "jobs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, job in jobs.items():
+            model_dir = job["model_dir"]
+            if model_dir is None:
+                model_dir = os.path.join(tmp, "model_" + name)
+                os.makedirs(model_dir)
+                json.dump(job["config"], open(os.path.join(model_dir, "config.json"), "w"), indent=1)
+                subprocess.run([sys.executable, os.path.abspath(__file__), "--make_model", model_dir,
+                                "--model_dir", a.model_dir], check=True)
+            res = {"params": job["params"], "batch": job["batch"], "seq": job["seq"],
+                   "layers": job["config"]["num_hidden_layers"], "flops_per_step": job["flops_per_step"]}
+            for prog in a.programs:
+                print(f"bench_gpu: {name}: {prog} ...", flush=True)
+                try:
+                    r = run_finetune(a, job, model_dir, tmp) if prog == "finetune" else run_torch(a, job, model_dir, tmp, prog)
+                    res[prog] = summarise(job, r, peak * 1e12 if peak else None)
+                    for k in ("torch", "transformers"):
+                        if k in r:
+                            report[k] = r[k]
+                except (RuntimeError, OSError, ValueError, KeyError) as e:
+                    res[prog] = {"error": str(e)}
+            res["ratios"] = compare(res)
+            report["jobs"][name] = res
+            if model_dir != job["model_dir"]:
+                shutil.rmtree(model_dir, ignore_errors=True)
+    report["goals"] = goals(report)
+    print_report(report)
+    if os.path.dirname(a.json):
+        os.makedirs(os.path.dirname(a.json), exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

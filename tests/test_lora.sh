@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# test_lora.sh BUILD_DIR: LoRA training end to end (--lora_rank) on the bundled model and chess
+# shards, CPU backend, small settings (seq 64, 8 sequences per step, rank 8 on all seven
+# projections):
+#   1. resume equivalence: 6 steps straight == 3 steps + stop + resume + 3 steps, bitwise
+#      (adapters, AdamW moments, step logs), with --gradient_checkpointing and accumulation;
+#      the validation loss falls; the base in the checkpoint is not saved (adapters only)
+#   2. the exports: with --merge_lora, final_merged (the base with W + alpha/r B A, HF layout,
+#      fp32) gives our final validation loss in transformers (rel 1e-4; merging rounds once more
+#      in fp32); the PEFT adapter: adapter_config.json (r, lora_alpha, target_modules) and
+#      adapter_model.safetensors with PEFT's names and shapes; when a Python with peft is
+#      available (FT_ORACLE_PYTHON), peft.PeftModel.from_pretrained(base, export) computes our
+#      final validation loss (rel 1e-4, tests/oracle/check_export.py; fp32 export, measured
+#      ~1e-7); without one: skip locally, FAIL under CI=true
+#   3. with MPI: FSDP over 2 ranks (per micro-batch and --accumulate_grads_locally), DDP over 2
+#      and HSDP 2 x 2 give the single process's step losses (rel 1e-5, as tests/test_dist.sh)
+#   4. the emulated GPU (build/tests/finetune_emu) against the CPU, and FSDP 2 on it
+#   5. bad input: one clear line, non-zero exit, nothing left behind: rank 0, negative, larger
+#      than a target's min(in, out), an unknown target, --lora_alpha without --lora_rank,
+#      resume of a full fine-tune checkpoint with LoRA flags, of a LoRA checkpoint without them
+#      or with another rank or other targets
+# The golden comparison against PEFT (loss, every adapter gradient, 3 AdamW steps) is
+# tests/test_lora_golden.c. Runtime on the 2-core machine: 48-91 s wall (about 60 s of CPU)
+# with the emulated runs and 4 MPI layouts; 3m43 wall when it shared the machine at load ~10.
+set -u
+build="${1:-build}"
+. "$(dirname "$0")/lib.sh" test_lora
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1
+small=(--seq_len 64 --batch_size_per_device 4 --total_batch_size 8 --max_eval_docs 16 --learning_rate 3e-3)
+lora=(--lora_rank 8 --lora_alpha 16 --lora_targets q,k,v,o,gate,up,down)
+losses() { grep '"type":"train"' "$1" | sed -E 's/,"tokens_per_s".*//'; }
+
+# ---------------------------------------------------------------- 1. resume equivalence
+a="$tmp/a" b="$tmp/b"
+flags=("${small[@]}" "${lora[@]}" --gradient_checkpointing --batch_size_per_device 2 --save_dtype fp32 --max_steps 6)
+"$bin" "${flags[@]}" --merge_lora --out_dir "$a" > "$a.log" 2>&1 || bad "straight LoRA run failed: $(tail -1 "$a.log")"
+"$bin" "${flags[@]}" --stop_at_step 3 --out_dir "$b" > "$b.log" 2>&1 || bad "first half failed: $(tail -1 "$b.log")"
+"$bin" "${flags[@]}" --resume latest --out_dir "$b" > "$b.log2" 2>&1 || bad "resume failed: $(tail -1 "$b.log2")"
+grep -q "resumed from .*step_00000003 at step 3" "$b.log2" && ok "resumed at step 3" || bad "resume message missing"
+for f in model.safetensors optimizer.safetensors; do
+  cmp -s "$a/checkpoints/step_00000006/$f" "$b/checkpoints/step_00000006/$f" \
+    && ok "$f after 6 steps bitwise equal (straight vs 3 + resume + 3)" || bad "$f differs between straight and resumed runs"
+done
+[ "$(losses "$a/metrics.jsonl")" = "$(losses "$b/metrics.jsonl")" ] && [ "$(losses "$a/metrics.jsonl" | wc -l)" -eq 6 ] \
+  && ok "the 6 step losses, lrs and grad norms are identical" || bad "step logs differ"
+# per layer r (in + out) per target: q 8 (128 + 128), k and v 8 (128 + 64), o 8 (128 + 128),
+# gate, up, down 8 (128 + 352) each: 18,688; 4 layers
+grep -q "LoRA rank 8, alpha 16, targets q,k,v,o,gate,up,down: 74752 trainable parameters" "$a.log" \
+  && ok "74,752 trainable parameters (4 layers x 18,688)" \
+  || bad "trainable parameter count line: $(grep LoRA "$a.log")"
+ck=$(stat -c %s "$a/checkpoints/step_00000006/model.safetensors")
+[ "$ck" -lt 1000000 ] && ok "the checkpoint holds the adapters only ($ck bytes; the base is 5 MB)" || bad "checkpoint is $ck bytes"
+v0=$(sed -nE 's/^eval  step 0 \| val loss ([0-9.]+) .*/\1/p' "$a.log")
+v6=$(sed -nE 's/^eval  step 6 \| val loss ([0-9.]+) .*/\1/p' "$a.log")
+awk -v a="$v0" -v b="$v6" 'BEGIN { exit !(b < a - 0.01) }' && ok "validation loss fell: $v0 -> $v6" || bad "validation loss did not fall: $v0 -> $v6"
+
+# ---------------------------------------------------------------- 2. the PEFT export
+f="$a/final"
+if [ -f "$f/adapter_config.json" ] && [ -f "$f/adapter_model.safetensors" ] && [ ! -e "$f/model.safetensors" ]; then
+  ok "export: adapter_config.json + adapter_model.safetensors, no full model"
+else bad "export files: $(ls "$f" 2>&1 | tr '\n' ' ')"; fi
+grep -q '"r": 8' "$f/adapter_config.json" && grep -q '"lora_alpha": 16' "$f/adapter_config.json" \
+  && grep -q '"down_proj"' "$f/adapter_config.json" && grep -q '"peft_type": "LORA"' "$f/adapter_config.json" \
+  && ok "adapter_config.json: LORA, r 8, lora_alpha 16, targets include down_proj" || bad "adapter_config.json: $(tr -d '\n' < "$f/adapter_config.json")"
+hdr=$(head -c 200000 "$f/adapter_model.safetensors" | strings | head -1)
+grep -q '"base_model.model.model.layers.3.mlp.down_proj.lora_A.weight":{"dtype":"F32","shape":\[8,352\]' <<<"$hdr" \
+  && grep -q '"base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight":{"dtype":"F32","shape":\[64,8\]' <<<"$hdr" \
+  && ok "PEFT tensor names and shapes: down_proj.lora_A (8, 352), k_proj.lora_B (64, 8)" || bad "adapter tensor header: ${hdr:0:300}"
+py="${FT_ORACLE_PYTHON:-/opt/oracle-venv/bin/python}"
+if [ -x "$py" ] && "$py" -c "import peft, transformers, torch" 2>/dev/null; then
+  out=$(HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error "$py" tests/oracle/check_export.py data/model \
+        data/chess/val_000.bin 64 16 "$v6" "$f" 2>&1) \
+    && ok "peft.PeftModel.from_pretrained(base, export) gives our loss: $out" || bad "peft check: $out"
+  out=$(HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error "$py" tests/oracle/check_export.py "$a/final_merged" \
+        data/chess/val_000.bin 64 16 "$v6" 2>&1) \
+    && ok "--merge_lora: transformers on final_merged (W + alpha/r B A) gives our loss: $out" || bad "merged check: $out"
+elif [ -n "${FT_ORACLE_PYTHON:-}" ]; then bad "FT_ORACLE_PYTHON cannot import peft"
+else skip_or_fail "peft check of the adapter export (no Python with peft; set FT_ORACLE_PYTHON)"; fi
+
+# ---------------------------------------------------------------- 3. FSDP and DDP
+if have_mpi; then
+  common=("${small[@]}" "${lora[@]}" --batch_size_per_device 2 --max_steps 4)
+  "$bin" "${common[@]}" --out_dir "$tmp/one" > "$tmp/one.log" 2>&1 || bad "single LoRA run: $(tail -1 "$tmp/one.log")"
+  for c in "fsdp2 2" "ddp2 2 --no_fsdp" "fsdp2_local 2 --accumulate_grads_locally --batch_size_per_device 1" \
+           "hsdp4 4 --dp_shard 2 --batch_size_per_device 1"; do
+    set -- $c
+    name=$1 n=$2; shift 2
+    if timeout 300 mpiexec -n "$n" "$bin" "${common[@]}" "$@" --out_dir "$tmp/$name" > "$tmp/$name.log" 2>&1; then
+      w=$(worst_rel "$(metric "$tmp/one" loss)" "$(metric "$tmp/$name" loss)")
+      [ "$(metric "$tmp/$name" loss | wc -l)" -eq 4 ] && awk -v w="$w" 'BEGIN { exit !(w + 0 == w && w <= 1e-5) }' \
+        && ok "$name: 4 LoRA step losses match the single process (worst rel $w)" || bad "$name: losses differ: $w"
+    else bad "$name: run failed: $(grep -m1 -i error "$tmp/$name.log")"; fi
+  done
+else skip_or_fail "LoRA over MPI ranks (no mpiexec, or $bin built without MPI)"; fi
+
+# ---------------------------------------------------------------- 4. the emulated GPU
+# build/tests/finetune_emu (tests/test_cuda_emu_train.sh): the CUDA backend's host code and
+# kernels (bf16 storage; the adapter path's GEMMs through the emulated cuBLASLt, the scale
+# kernel) against the fp32 CPU run, with test_cuda_emu_train.sh's bf16 tolerances and their
+# derivation: step losses and the final validation loss rel 5e-3, step-1 gradient norm rel
+# 2e-3, final fp32 adapters NMSE 1e-2 (measured: 7.6e-5, 8.1e-4, 7e-6 and 8.4e-3, the last on
+# a lora_B: B starts at 0, so all of it is AdamW's sign-like updates, where bf16 gradient
+# noise on near-zero gradients moves lr-sized steps); then FSDP over 2 emulated GPUs (NCCL
+# emulated over MPI: the frozen base all-gathered in bf16, the adapters reduce-scattered)
+# against the single emulated device, same tolerances. No ordering hazard (exit 86) in any.
+emu=$build/tests/finetune_emu
+eflags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3 --max_eval_docs 8
+        --warmup_fraction 0 --peak_tflops 1 "${lora[@]}")
+val() { grep '"type":"eval"' "$1/metrics.jsonl" | tail -1 | sed -E 's/.*"val_loss":([0-9.]+).*/\1/'; }
+if [ -x "$emu" ]; then
+  export FT_EMU_SEED=1
+  OMP_NUM_THREADS=2 "$bin" --device cpu "${eflags[@]}" --out_dir "$tmp/ecpu" > "$tmp/ecpu.log" 2>&1 || bad "CPU run: $(tail -1 "$tmp/ecpu.log")"
+  if "$emu" --device cuda "${eflags[@]}" --out_dir "$tmp/emu" > "$tmp/emu.log" 2>&1; then
+    w=$(worst_rel "$(metric "$tmp/ecpu" loss)" "$(metric "$tmp/emu" loss)")
+    [ "$(metric "$tmp/emu" loss | wc -l)" = 8 ] && le "$w" 5e-3 && ok "emulated GPU: 8 LoRA step losses vs CPU: worst rel $w" || bad "emulated GPU losses: worst rel $w"
+    w=$(worst_rel "$(metric "$tmp/ecpu" grad_norm | head -1)" "$(metric "$tmp/emu" grad_norm | head -1)")
+    le "$w" 2e-3 && ok "emulated GPU: step-1 adapter gradient norm rel $w" || bad "emulated GPU step-1 gradient norm: rel $w"
+    w=$(worst_rel "$(val "$tmp/ecpu")" "$(val "$tmp/emu")")
+    le "$w" 5e-3 && ok "emulated GPU: final validation loss rel $w" || bad "emulated GPU final val loss: rel $w"
+    e=$("$build/tests/st_nmse" "$tmp/emu/checkpoints/step_00000008/model.safetensors" "$tmp/ecpu/checkpoints/step_00000008/model.safetensors")
+    le "${e##* }" 1e-2 && ok "emulated GPU: final fp32 adapters: $e" || bad "emulated GPU final adapters: $e"
+    if have_mpi; then
+      if timeout 600 mpiexec -n 2 "$emu" --device cuda "${eflags[@]}" --out_dir "$tmp/emu2" > "$tmp/emu2.log" 2>&1; then
+        w=$(worst_rel "$(metric "$tmp/emu" loss)" "$(metric "$tmp/emu2" loss)")
+        [ "$(metric "$tmp/emu2" loss | wc -l)" = 8 ] && le "$w" 5e-3 && ok "emulated FSDP 2: LoRA step losses vs one emulated device: worst rel $w" \
+          || bad "emulated FSDP 2 losses: worst rel $w"
+      else bad "emulated FSDP 2 LoRA run: $(grep -m1 HAZARD "$tmp/emu2.log" || tail -1 "$tmp/emu2.log")"; fi
+    fi
+  else bad "emulated LoRA run failed: $(grep -m1 HAZARD "$tmp/emu.log" || tail -1 "$tmp/emu.log")"; fi
+else skip_or_fail "$emu not built (needs the CUDA toolkit's headers)"; fi
+
+# ---------------------------------------------------------------- 5. bad input
+expect_error "--lora_rank: 0 is out of range" "${small[@]}" --lora_rank 0 --out_dir "$tmp/bad0"
+expect_error "--lora_rank: -4 is out of range" "${small[@]}" --lora_rank -4 --out_dir "$tmp/bad0"
+expect_error "--lora_rank: 65 is larger than k_proj's min(in 128, out 64) = 64" "${small[@]}" --lora_rank 65 --out_dir "$tmp/bad0"
+expect_error "--lora_targets: unknown target 'lm_head'" "${small[@]}" --lora_rank 4 --lora_targets q,lm_head --out_dir "$tmp/bad0"
+expect_error "flag --lora_alpha needs --lora_rank" "${small[@]}" --lora_alpha 8 --out_dir "$tmp/bad0"
+expect_error "flag --merge_lora needs --lora_rank" "${small[@]}" --merge_lora --out_dir "$tmp/bad0"
+[ ! -e "$tmp/bad0" ] && ok "nothing left behind by the flag errors" || bad "$tmp/bad0 was created"
+"$bin" "${small[@]}" --max_steps 1 --out_dir "$tmp/full" > "$tmp/full.log" 2>&1 || bad "full fine-tune run failed"
+expect_error "incompatible checkpoint: it was trained with --lora_rank (0 = full fine-tuning) 0, this run has 8" \
+  "${small[@]}" "${lora[@]}" --max_steps 2 --resume latest --out_dir "$tmp/full"
+expect_error "incompatible checkpoint: it was trained with --lora_rank (0 = full fine-tuning) 8, this run has 0" \
+  "${small[@]}" --max_steps 7 --resume latest --out_dir "$a"
+expect_error "incompatible checkpoint: it was trained with --lora_rank (0 = full fine-tuning) 8, this run has 4" \
+  "${small[@]}" --lora_rank 4 --lora_targets q,k,v,o,gate,up,down --max_steps 7 --resume latest --out_dir "$a"
+expect_error "incompatible checkpoint: it was trained with --lora_targets (as a mask)" \
+  "${small[@]}" --lora_rank 8 --lora_alpha 16 --max_steps 7 --resume latest --out_dir "$a"
+[ "$(cat "$tmp/full/checkpoints/latest")" = step_00000001 ] && [ "$(ls "$a/checkpoints" | tr '\n' ' ')" = "latest step_00000006 " ] \
+  && ok "refused resumes left the checkpoints as they were" || bad "checkpoints changed: $(ls "$a/checkpoints" | tr '\n' ' ')"
+finish
