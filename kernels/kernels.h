@@ -35,10 +35,15 @@ int ftk_rope_fwd(void *out, const void *inp, const float *cos, const float *sin,
                  int NH, int D, ftk_stream stream);
 int ftk_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T,
                  int NH, int D, ftk_stream stream);
-// attention.cu (head dim D <= 128). The forward uses tensor cores (wmma) when D % 16 == 0,
-// the SIMT kernels otherwise; ftk_attention_set_tensor_cores(0) forces SIMT (tests,
-// comparisons), (1) restores the default. Process-wide, not thread-safe.
+// attention.cu (head dim D <= 128). Forward and backward use tensor cores (wmma) when
+// D % 16 == 0, the SIMT kernels otherwise; ftk_attention_set_tensor_cores(0) forces SIMT
+// (tests, comparisons), (1) restores the default. The tensor-core backward takes a bf16 dS
+// workspace of up to 32 MiB from ftk_scratch_get (more when one kv head of one sequence
+// needs more: group * ceil16(T)^2 * 2 bytes); ftk_attention_set_ds_cap(bytes) changes that
+// cap (tests: 1 = one kv head of one sequence per launch), 0 restores it. Process-wide, not
+// thread-safe.
 void ftk_attention_set_tensor_cores(int on);
+void ftk_attention_set_ds_cap(size_t bytes);
 int ftk_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                       int T, int H, int KVH, int D, ftk_stream stream);
 int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out,
