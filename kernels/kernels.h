@@ -56,10 +56,11 @@ int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void
 // the first half of its fp32 bytes), 0 on ignored rows.
 int ftk_lmhead_xent_rows(float *losses, float *logits, const int32_t *targets, int rows, int V,
                          int backward, ftk_stream stream);
-// swiglu.cu
-int ftk_swiglu_fwd(void *out, const void *gate, const void *up, size_t n, ftk_stream stream);
+// swiglu.cu: gate/up (and dgate/dup) (N, F) at row stride ld, out/dout (N, F) contiguous
+int ftk_swiglu_fwd(void *out, const void *gate, const void *up, int N, int F, int ld,
+                   ftk_stream stream);
 int ftk_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up,
-                   size_t n, ftk_stream stream);
+                   int N, int F, int ld, ftk_stream stream);
 // add.cu
 int ftk_add(void *out, const void *a, const void *b, size_t n, ftk_stream stream);
 // out (n) = alpha * inp, bf16; out may alias inp

@@ -175,7 +175,9 @@ m swiglu.fwd_overflow swiglu.cu swiglu \
   'y[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];' 'y[k] = g[k] * __expf(g[k]) / (1.0f + __expf(g[k])) * u[k];'
 m swiglu.bwd_derivative swiglu.cu swiglu \
   '(1.0f + g[k] * (1.0f - s))' '(1.0f + g[k] * s)'
-m swiglu.tail_dup swiglu.cu swiglu 'dup[i] = f2bf(dy * (g * s));' 'dup[i] = f2bf(dy * g);'
+m swiglu.scalar_dup swiglu.cu swiglu 'dup[os] = f2bf(dy * (g * s));' 'dup[os] = f2bf(dy * g);'
+m swiglu.row_stride swiglu.cu swiglu '*os = r * (size_t)ld + j;' '*os = r * (size_t)F + j;'
+m swiglu.out_stride swiglu.cu swiglu '*oc = r * (size_t)F + j;' '*oc = r * (size_t)ld + j;'
 
 m add.last_element add.cu add \
   'const size_t items = nvec + (n - nvec * 8);' 'const size_t items = nvec + (n - nvec * 8) - 1;'

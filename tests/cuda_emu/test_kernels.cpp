@@ -603,19 +603,50 @@ static void test_lmhead_rows(int rows, int V, bool train, int kind) {
 // ----------------------------------------------------------------------------
 // element-wise ops
 
-// `wide`: gate ~ N(0, 40^2), so that exp(-gate) overflows fp32 (|gate| > 88) on some elements
-static void test_swiglu(size_t n, size_t mis, bool alias, bool wide = false) {
+// `wide`: gate ~ N(0, 40^2), so that exp(-gate) overflows fp32 (|gate| > 88) on some elements.
+// `fused`: the kernel reads gate and up as the two halves of one (N, 2F) buffer (ld = 2F, the
+// fused gate|up GEMM output) and writes dgate|dup likewise; the reference is the CPU op on
+// separate contiguous (N, F) buffers (ld = F), so a stride bug on either side shows.
+static std::vector<float> rows_interleave(const std::vector<float> &a, const std::vector<float> &b, int N, int F) {
+    std::vector<float> ab((size_t)N * 2 * F);
+    for (size_t r = 0; r < (size_t)N; r++)
+        for (size_t j = 0; j < (size_t)F; j++) {
+            ab[r * 2 * F + j] = a[r * F + j];
+            ab[r * 2 * F + F + j] = b[r * F + j];
+        }
+    return ab;
+}
+// the gate (half 0) or up (half 1) columns of a read-back bf16 (N, 2F) buffer
+static Output rows_half(const Output &ab, int N, int F, int half) {
+    Output h;
+    h.vals.resize((size_t)N * F);
+    h.raw.resize((size_t)N * F * 2);
+    for (size_t r = 0; r < (size_t)N; r++)
+        for (size_t j = 0; j < (size_t)F; j++) {
+            const size_t src = r * 2 * F + (size_t)half * F + j, dst = r * F + j;
+            h.vals[dst] = ab.vals[src];
+            memcpy(&h.raw[dst * 2], &ab.raw[src * 2], 2);
+        }
+    return h;
+}
+
+static void test_swiglu(int N, int F, size_t mis, bool alias, bool wide = false, bool fused = false) {
+    const size_t n = (size_t)N * F;
     std::vector<float> g = randn_bf(n, wide ? 40.0f : 2.0f), u = randn_bf(n, 1.0f), dy = randn_bf(n, 1.0f);
-    std::string shape = fmt("n=%zu%s%s%s", n, mis ? " misaligned" : "", alias ? " dgate=dout" : "",
-                            wide ? " |gate|>88" : "");
+    std::string shape = fmt("N=%d F=%d%s%s%s%s", N, F, fused ? " fused (N,2F)" : "", mis ? " misaligned" : "",
+                            alias ? " dgate=dout" : "", wide ? " |gate|>88" : "");
     std::vector<float> y_ref(n), dg_ref(n), du_ref(n);
-    CPU->swiglu_fwd(y_ref.data(), g.data(), u.data(), n);
-    CPU->swiglu_bwd(dg_ref.data(), du_ref.data(), dy.data(), g.data(), u.data(), n);
+    CPU->swiglu_fwd(y_ref.data(), g.data(), u.data(), N, F, F);
+    CPU->swiglu_bwd(dg_ref.data(), du_ref.data(), dy.data(), g.data(), u.data(), N, F, F);
+    const std::vector<float> gu = fused ? rows_interleave(g, u, N, F) : std::vector<float>();
+    const int ld = fused ? 2 * F : F;
     if (!alias)
         run_case("swiglu_fwd", shape, {nmse_ref("out", y_ref, THR_BF16)}, [&](Run &r) {
             Dev d;
             void *y = d.alloc(n * 2, mis);
-            r.rc = ftk_swiglu_fwd(y, d.bf16(g), d.bf16(u, mis), n, 0);
+            const uint16_t *gp = (const uint16_t *)(fused ? d.bf16(gu, mis) : d.bf16(g));
+            const void *up = fused ? (const void *)(gp + F) : d.bf16(u, mis);
+            r.rc = ftk_swiglu_fwd(y, gp, up, N, F, ld, 0);
             r.guards = d.guards_ok();
             r.outs = {read_bf16(y, n)};
         });
@@ -623,8 +654,17 @@ static void test_swiglu(size_t n, size_t mis, bool alias, bool wide = false) {
              [&](Run &r) {
                  Dev d;
                  void *dyp = d.bf16(dy, mis);
+                 if (fused) {
+                     uint16_t *dgu = (uint16_t *)d.alloc(2 * n * 2, mis);
+                     const uint16_t *gp = (const uint16_t *)d.bf16(gu);
+                     r.rc = ftk_swiglu_bwd(dgu, dgu + F, dyp, gp, gp + F, N, F, ld, 0);
+                     r.guards = d.guards_ok();
+                     const Output both = read_bf16(dgu, 2 * n);
+                     r.outs = {rows_half(both, N, F, 0), rows_half(both, N, F, 1)};
+                     return;
+                 }
                  void *dg = alias ? dyp : d.alloc(n * 2, mis), *du = d.alloc(n * 2);
-                 r.rc = ftk_swiglu_bwd(dg, du, dyp, d.bf16(g), d.bf16(u), n, 0);
+                 r.rc = ftk_swiglu_bwd(dg, du, dyp, d.bf16(g), d.bf16(u), N, F, F, 0);
                  r.guards = d.guards_ok();
                  r.outs = {read_bf16(dg, n), read_bf16(du, n)};
              });
@@ -863,11 +903,20 @@ static const size_t EW_SIZES[] = {1, 7, 8, 9, 1000, 4099, 100000};
 static size_t ew_size(size_t n) { return g_san && n > 20000 ? 20000 : n; }
 
 static void cases_swiglu() {
-    for (size_t n : EW_SIZES) test_swiglu(ew_size(n), 0, false);
-    test_swiglu(1001, 2, false);
-    test_swiglu(999, 0, true);
-    test_swiglu(1003, 0, false, true);
-    test_swiglu(517, 2, true, true);
+    for (size_t n : EW_SIZES) test_swiglu(1, (int)ew_size(n), 0, false);
+    test_swiglu(1, 1001, 2, false);
+    test_swiglu(1, 999, 0, true);
+    test_swiglu(1, 1003, 0, false, true);
+    test_swiglu(1, 1000, 0, false, true);   // |gate| > 88 on the 16-byte path
+    test_swiglu(1, 517, 2, true, true);
+    // the fused (N, 2F) gate|up layout: 16-byte groups (F % 8 == 0), single elements (F odd,
+    // or a misaligned buffer), several rows so that the row stride matters
+    test_swiglu(7, 64, 0, false, false, true);
+    test_swiglu(5, 13, 0, false, false, true);
+    test_swiglu(9, 40, 2, false, true, true);
+    test_swiglu(9, 40, 0, false, true, true);
+    test_swiglu(300, 24, 0, false, false, true);
+    test_swiglu(13, 16, 0, false, false, false);
 }
 
 static void cases_add() {

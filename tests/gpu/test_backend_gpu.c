@@ -291,9 +291,10 @@ static void case_norm_swiglu(int N, int C) {
     report("rmsnorm_bwd", s, "dweight", &dw);
     // swiglu and add on the same sizes: gate = x, up = dy
     pair g = pair_new(n, 0, 1, 1), u = pair_new(n, 0, 1, 1);
-    BOTH(CPU->swiglu_fwd(y.cpu, x.cpu, dy.cpu, n), GPU->swiglu_fwd(y.gpu, x.gpu, dy.gpu, n));
+    BOTH(CPU->swiglu_fwd(y.cpu, x.cpu, dy.cpu, N, C, C), GPU->swiglu_fwd(y.gpu, x.gpu, dy.gpu, N, C, C));
     report("swiglu_fwd", s, "out", &y);
-    BOTH(CPU->swiglu_bwd(g.cpu, u.cpu, dx.cpu, x.cpu, dy.cpu, n), GPU->swiglu_bwd(g.gpu, u.gpu, dx.gpu, x.gpu, dy.gpu, n));
+    BOTH(CPU->swiglu_bwd(g.cpu, u.cpu, dx.cpu, x.cpu, dy.cpu, N, C, C),
+         GPU->swiglu_bwd(g.gpu, u.gpu, dx.gpu, x.gpu, dy.gpu, N, C, C));
     report("swiglu_bwd", s, "dgate", &g);
     report("swiglu_bwd", s, "dup", &u);
     BOTH(CPU->add(y.cpu, x.cpu, dy.cpu, n), GPU->add(y.gpu, x.gpu, dy.gpu, n));
