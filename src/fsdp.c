@@ -28,10 +28,11 @@ static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) 
 
 // The --dry_run lines of a state's buffers, per role (the adapters' are told apart from the model's).
 typedef struct {
-    const char *params, *opt, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root;
+    const char *params, *opt, *opt_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root;
 } fsdp_lines;
 static const fsdp_lines model_lines = {
     "working parameters, this rank's slice", "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)",
+    "offloaded optimizer: fp32 master weights + AdamW exp_avg, exp_avg_sq (slice), host memory",
     "fp32 gradients of the step (slice)", "root unit (embeddings, norm, lm_head), gathered",
     "two layer units: in use + prefetched", "reduce-scatter output (largest slice)",
     "second layer reduce-scatter output (one in flight)", "full-size gradients summed over micro-batches",
@@ -40,6 +41,7 @@ static const fsdp_lines model_lines = {
     "fp32 unit buffer (checkpoint gathers; during a step the root gradient sum)"};
 static const fsdp_lines adapter_lines = {
     "LoRA adapters: working parameters (slice)", "LoRA adapters: fp32 master + AdamW moments (slice)",
+    "LoRA adapters: offloaded fp32 master + AdamW moments (slice), host memory",
     "LoRA adapters: fp32 gradients of the step (slice)", "LoRA adapters: root unit (empty), gathered",
     "LoRA adapters: two layer units, gathered", "LoRA adapters: reduce-scatter outputs",
     "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size gradients summed over micro-batches",
@@ -47,7 +49,7 @@ static const fsdp_lines adapter_lines = {
     "LoRA adapters: fp32 unit buffer (checkpoint gathers)", "LoRA adapters: fp32 unit buffer (checkpoint gathers)"};
 
 void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp_grad_mode mode, fsdp_role role,
-                       size_t esz, fsdp_state *s) {
+                       int offload, size_t esz, fsdp_state *s) {
     const size_t S = (size_t)shard_size, n_local = l->total / S, nf = n_local * sizeof(float);
     const int accumulate_locally = mode == FSDP_GRADS_LOCAL, root_once = mode == FSDP_GRADS_ROOT_ONCE && S > 1;
     const fsdp_lines *w = role == FSDP_ADAPTERS ? &adapter_lines : &model_lines;
@@ -60,10 +62,13 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
         mem_table_add(t, MEM_PARAMS, n_local * esz, "frozen base (LoRA): working parameters only, this rank's slice",
                       SLOT(s, params));
     } else {
+        // --offload_optimizer: the optimizer state lives in host memory, the rest stays put
+        const mem_category oc = offload ? MEM_HOST : MEM_OPTIMIZER;
+        const char *opt = offload ? w->opt_host : w->opt;
         mem_table_add(t, MEM_PARAMS, n_local * esz, w->params, SLOT(s, params));
-        mem_table_add(t, MEM_OPTIMIZER, nf, w->opt, SLOT(s, master));
-        mem_table_add(t, MEM_OPTIMIZER, nf, w->opt, SLOT(s, exp_avg));
-        mem_table_add(t, MEM_OPTIMIZER, nf, w->opt, SLOT(s, exp_avg_sq));
+        mem_table_add(t, oc, nf, opt, SLOT(s, master));
+        mem_table_add(t, oc, nf, opt, SLOT(s, exp_avg));
+        mem_table_add(t, oc, nf, opt, SLOT(s, exp_avg_sq));
         mem_table_add(t, MEM_GRADS, nf, w->grads, SLOT(s, grads));
     }
     if (S > 1) {
@@ -89,14 +94,15 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
 
 int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem,
               comm *shard, comm *replica, fsdp_grad_mode mode) {
-    return fsdp_init_role(s, l, be, mem, shard, replica, mode, FSDP_TRAINED);
+    return fsdp_init_role(s, l, be, mem, shard, replica, mode, FSDP_TRAINED, 0);
 }
 
 int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem, comm *shard,
-                   comm *replica, fsdp_grad_mode mode, fsdp_role role) {
+                   comm *replica, fsdp_grad_mode mode, fsdp_role role, int offload) {
     memset(s, 0, sizeof *s);
     s->layout = l;
     s->role = role;
+    s->offload = role != FSDP_FROZEN && offload;
     s->be = be;
     s->mem = mem;
     s->shard = shard;
@@ -123,7 +129,7 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
         if (l->unit_numel[u] > s->max_unit) s->max_unit = l->unit_numel[u];
     }
     mem_table t = mem_table_allocator(mem);
-    fsdp_buffer_table(&t, l, shard->size, s->mode, role, s->esz, s);
+    fsdp_buffer_table(&t, l, shard->size, s->mode, role, s->offload, s->esz, s);
     if (t.failed) { fsdp_free(s); return -1; }
     // the checkpoint gather buffer (max_unit >= the root's elements) is idle during a step
     if (s->mode == FSDP_GRADS_ROOT_ONCE) s->root_acc = s->unit_f32;
@@ -143,7 +149,7 @@ void fsdp_free(fsdp_state *s) {
             if (s->rs_pending[b]) comm_wait(s->shard, s->rs_pending[b]);
         }
         mem_table t = mem_table_releaser(s->mem);
-        fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->role, s->esz, s);
+        fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->role, s->offload, s->esz, s);
     }
     free(s->slice);
     free(s->local_off);

@@ -180,8 +180,10 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
                         o->batch_size_per_device, o->seq_len, o->gradient_checkpointing));
     const fsdp_grad_mode gm = (fsdp_grad_mode)pl.grad_mode;
     TRY(fsdp_init_role(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, gm,
-                       j->lora ? FSDP_FROZEN : FSDP_TRAINED));
-    if (j->lora) TRY(fsdp_init_role(&j->afs, &j->ll.layout, j->be, &j->mem, cc->shard, cc->replica, gm, FSDP_ADAPTERS));
+                       j->lora ? FSDP_FROZEN : FSDP_TRAINED, o->offload_optimizer));
+    if (j->lora)
+        TRY(fsdp_init_role(&j->afs, &j->ll.layout, j->be, &j->mem, cc->shard, cc->replica, gm, FSDP_ADAPTERS,
+                           o->offload_optimizer));
     j->prov = fsdp_provider(&j->fs);
     if (o->profile) j->prov = profile_provider(&j->prov);
 
@@ -545,6 +547,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .gradient_checkpointing = o->gradient_checkpointing, .accumulate_grads_locally = o->accumulate_grads_locally,
         .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0,
         .lora = {o->lora_rank, (float)o->lora_alpha, o->lora_rank ? o->lora_target_mask : 0},
+        .offload_optimizer = o->offload_optimizer,
         .attention_cudnn = elem_bytes == 2 && strcmp(o->attention, "cudnn") == 0,
     };
 }

@@ -147,9 +147,9 @@ int main(void) {
     memset(m, 0, sizeof m);
     int ok = param_layout_init(&layout, &cfg, fsdp_pad_multiple(1)) == 0 &&
              lora_layout_init(&ll, &cfg, &lc, fsdp_pad_multiple(1)) == 0 &&
-             fsdp_init_role(&bs, &layout, be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_FROZEN) == 0 &&
+             fsdp_init_role(&bs, &layout, be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_FROZEN, 0) == 0 &&
              ckpt_load_weights(&bs, DIR) == 0 &&
-             fsdp_init_role(&s, &ll.layout, be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_ADAPTERS) == 0 &&
+             fsdp_init_role(&s, &ll.layout, be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_ADAPTERS, 0) == 0 &&
              load_adapter(&s, &ll, &adapter) == 0;
     EXPECT(ok && ll.layout.n_entries == 28, "setup: %s (%d adapter tensors)", ft_error_message(), ll.layout.n_entries);
     EXPECT(bs.master == NULL && bs.grads == NULL && bs.exp_avg == NULL, "the frozen base holds fp32 or gradient buffers");
