@@ -28,11 +28,12 @@ static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) 
 
 // The --dry_run lines of a state's buffers, per role (the adapters' are told apart from the model's).
 typedef struct {
-    const char *params, *opt, *opt_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root;
+    const char *params, *opt, *opt_host, *grad_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root;
 } fsdp_lines;
 static const fsdp_lines model_lines = {
     "working parameters, this rank's slice", "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)",
     "offloaded optimizer: fp32 master weights + AdamW exp_avg, exp_avg_sq (slice), host memory",
+    "offloaded optimizer: one unit's fp32 gradient slice, host memory (largest slice)",
     "fp32 gradients of the step (slice)", "root unit (embeddings, norm, lm_head), gathered",
     "two layer units: in use + prefetched", "reduce-scatter output (largest slice)",
     "second layer reduce-scatter output (one in flight)", "full-size gradients summed over micro-batches",
@@ -42,6 +43,7 @@ static const fsdp_lines model_lines = {
 static const fsdp_lines adapter_lines = {
     "LoRA adapters: working parameters (slice)", "LoRA adapters: fp32 master + AdamW moments (slice)",
     "LoRA adapters: offloaded fp32 master + AdamW moments (slice), host memory",
+    "LoRA adapters: one unit's fp32 gradient slice, host memory (largest slice)",
     "LoRA adapters: fp32 gradients of the step (slice)", "LoRA adapters: root unit (empty), gathered",
     "LoRA adapters: two layer units, gathered", "LoRA adapters: reduce-scatter outputs",
     "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size gradients summed over micro-batches",
@@ -90,6 +92,7 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
         if (S > 1) mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[1]));
     }
     mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), root_once ? w->f32_root : w->f32, SLOT(s, unit_f32));
+    if (offload) mem_table_add(t, MEM_HOST, max_slice * sizeof(float), w->grad_host, SLOT(s, grad_host));
 }
 
 int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem,
@@ -103,6 +106,12 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->layout = l;
     s->role = role;
     s->offload = role != FSDP_FROZEN && offload;
+    // the host AdamW writes fp32 weights; a bf16 device needs a host cast + H2D (not yet)
+    if (s->offload && st_dtype_size(be->dtype) != sizeof(float)) {
+        memset(s, 0, sizeof *s);
+        return ft_error("flag --offload_optimizer: needs fp32 working parameters (the CPU backend); the %s "
+                        "backend's path is not implemented yet", be->name);
+    }
     s->be = be;
     s->mem = mem;
     s->shard = shard;
@@ -382,21 +391,50 @@ int fsdp_finish_grads(fsdp_state *s, double *norm) {
     return 0;
 }
 
+// The part of entry e in this rank's slice: local index *k and length (0: none).
+static size_t entry_local_range(const fsdp_state *s, const param_entry *e, size_t *k) {
+    size_t lo, hi;
+    fsdp_unit_range(s, e->unit, &lo, &hi);
+    size_t a = e->offset > lo ? e->offset : lo, b = e->offset + e->numel < hi ? e->offset + e->numel : hi;
+    if (a >= b) return 0;
+    *k = s->local_off[e->unit] + (a - lo);   // local index of global element a
+    return b - a;
+}
+
+// --offload_optimizer, one unit: its fp32 gradient slice comes to the host (grad_host), AdamW
+// runs there (the CPU backend's kernel, OpenMP) on the host master and moments, and the
+// updated weights go back as the working parameters (fp32: checked at init). The same
+// arithmetic, element for element, as the device path: bitwise the same result.
+static int offload_step_unit(fsdp_state *s, int u, const adamw_params *p, const adamw_params *nodecay) {
+    const param_layout *l = s->layout;
+    const size_t u0 = s->local_off[u], n = s->slice[u];
+    TRY(s->be->copy_d2h(s->grad_host, s->grads + u0, n * sizeof(float)));
+    for (int i = 0; i < l->n_entries; i++) {
+        const param_entry *e = &l->entries[i];
+        size_t k, m;
+        if (e->unit != u || (m = entry_local_range(s, e, &k)) == 0) continue;
+        TRY(backend_cpu()->adamw(s->master + k, NULL, s->grad_host + (k - u0), s->exp_avg + k, s->exp_avg_sq + k, m,
+                                 e->decay ? p : nodecay));
+    }
+    return s->be->copy_h2d(local_params(s, u), s->master + u0, n * sizeof(float));
+}
+
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p) {
     if (s->role == FSDP_FROZEN) return frozen_error("an optimizer step");
     const param_layout *l = s->layout;
     fsdp_invalidate_gathered(s);
     adamw_params nodecay = *p;
     nodecay.weight_decay = 0.0f;
+    if (s->offload) {
+        for (int u = 0; u < l->n_units; u++) TRY(offload_step_unit(s, u, p, &nodecay));
+        return 0;
+    }
     for (int i = 0; i < l->n_entries; i++) {
         const param_entry *e = &l->entries[i];
-        size_t lo, hi;
-        fsdp_unit_range(s, e->unit, &lo, &hi);
-        size_t a = e->offset > lo ? e->offset : lo, b = e->offset + e->numel < hi ? e->offset + e->numel : hi;
-        if (a >= b) continue;
-        size_t k = s->local_off[e->unit] + (a - lo);   // local index of global element a
+        size_t k, m;
+        if ((m = entry_local_range(s, e, &k)) == 0) continue;
         TRY(s->be->adamw(s->master + k, (char *)s->params + k * s->esz, s->grads + k, s->exp_avg + k,
-                         s->exp_avg_sq + k, b - a, e->decay ? p : &nodecay));
+                         s->exp_avg_sq + k, m, e->decay ? p : &nodecay));
     }
     return 0;
 }

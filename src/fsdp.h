@@ -87,6 +87,8 @@ typedef struct {
     void *rs_out[2];              // reduce-scatter outputs (S > 1), backend dtype: [0] max slice
                                   // (root, or layers with even index), [1] a layer slice
     float *unit_f32;              // (max_unit) fp32 gather buffer for checkpoints
+    float *grad_host;             // (largest slice) --offload_optimizer: host copy of one unit's
+                                  // fp32 gradient slice for the host AdamW (MEM_HOST)
 } fsdp_state;
 
 // Allocate this rank's state for `layout` (which must be padded to a multiple of
@@ -148,5 +150,6 @@ void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
 int fsdp_finish_grads(fsdp_state *s, double *norm);
 // AdamW on this rank's slices; weight decay only on entries with decay = 1 (matrices and
 // embeddings, not RMSNorm weights); padding is never touched. `p->weight_decay` is the
-// decay for decaying entries. 0 / -1.
+// decay for decaying entries. With offload: unit by unit on the host (see fsdp_init_role),
+// bitwise the same result. 0 / -1.
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p);
