@@ -156,6 +156,22 @@ static void log_eval(job *j, int step, double loss, double ntok, double secs) {
 // ----------------------------------------------------------------------------
 // setup and teardown
 
+// --offload_optimizer: the planned host bytes of the ranks on this node must fit the node's
+// physical memory (FT_HOST_MEMORY_BYTES overrides what sysconf reports: a cap, and the
+// tests' way to plan a small host). Checked before anything is allocated. 0 / -1.
+static int check_host_memory(const plan *p, int ranks_on_node) {
+    const size_t need = p->bytes[MEM_HOST] * (size_t)ranks_on_node;
+    if (need == 0) return 0;
+    const char *env = getenv("FT_HOST_MEMORY_BYTES");
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double have = env ? strtod(env, NULL) : (double)pages * (double)page;
+    if (pages > 0 && page > 0 && (double)need > have)
+        return ft_error("flag --offload_optimizer: the optimizer state needs %.2f GiB of host memory on this node "
+                        "(%.2f GiB per rank x %d rank(s)), the node has %.2f GiB", need / 1073741824.0,
+                        p->bytes[MEM_HOST] / 1073741824.0, ranks_on_node, have / 1073741824.0);
+    return 0;
+}
+
 static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->o = o;
     j->cc = cc;
@@ -169,6 +185,7 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     const plan_request req = train_plan_request(o, j->world, st_dtype_size(j->be->dtype));
     plan pl;   // validates the job, and chooses how gradients travel (what --dry_run plans)
     TRY(plan_compute(&pl, &j->cfg, &req));
+    TRY(check_host_memory(&pl, cc->local_size > 0 ? cc->local_size : 1));
     j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 
     TRY(param_layout_init(&j->layout, &j->cfg, fsdp_pad_multiple(cc->shard->size)));

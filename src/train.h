@@ -70,6 +70,7 @@ typedef struct {
     comm *world;                  // all ranks
     comm *shard;                  // the FSDP shard group of this rank
     comm *replica;                // the replica group of this rank
+    int local_size;               // ranks on this rank's node (the host memory check; 0 = 1)
 } train_comms;
 
 // Run the job described by `o` (already validated by the CLI). Returns 0 on success (also

@@ -14,9 +14,12 @@
 #      bytes as the straight run without the flag.
 #   3. One process with gradient checkpointing, and LoRA (the adapters' state offloaded): the
 #      same bitwise check.
+#   4. Not enough host memory for the planned optimizer state of this node's ranks: one line
+#      naming the flag, non-zero exit, nothing written (7B on a 64 GB host; the tiny model on
+#      a 1000-byte host; 2 ranks: both counted, reported once).
 #   A unit whose update is skipped on the offload path (a mutant in fsdp.c) fails 1-3.
-# Runtime on the 2-core machine: about 3 s wall (7 short runs of the bundled model; measured
-# 2.9 s at load 1.3).
+# Runtime on the 2-core machine: about 10 s wall (7 short runs of the bundled model, 3 refused
+# ones; measured 10.5 s at load ~2).
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_offload
@@ -72,5 +75,18 @@ run 1 "$tmp/lora_ref" "${lora[@]}"; run 1 "$tmp/lora_off" "${lora[@]}" --offload
   && cmp -s "$tmp/lora_ref/final/adapter_model.safetensors" "$tmp/lora_off/final/adapter_model.safetensors" \
   && ok "LoRA, with vs without --offload_optimizer: step logs, step-4 adapters and the PEFT export byte-identical" \
   || bad "LoRA with --offload_optimizer differs"
+
+# ---------------------------------------------------------------- 4. not enough host memory
+# planned and checked before anything is allocated or written (FT_HOST_MEMORY_BYTES stands in
+# for the node's memory): one line, non-zero exit, no output directory
+FT_HOST_MEMORY_BYTES=64e9 expect_error "flag --offload_optimizer: the optimizer state needs 76.29 GiB of host memory" \
+  --model_dir data/configs/codellama-7b --offload_optimizer --out_dir "$tmp/nomem7b"
+FT_HOST_MEMORY_BYTES=1000 expect_error "flag --offload_optimizer: the optimizer state needs" --offload_optimizer --out_dir "$tmp/nomem"
+[ ! -e "$tmp/nomem" ] && [ ! -e "$tmp/nomem7b" ] && ok "no output directory left behind" || bad "an output directory was created"
+if have_mpi; then
+  err=$(FT_HOST_MEMORY_BYTES=1000 timeout 120 mpiexec -n 2 "$bin" --offload_optimizer --out_dir "$tmp/nomem2" 2>&1 >/dev/null); rc=$?
+  [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c 'the optimizer state needs')" -eq 1 ] && printf '%s' "$err" | grep -q "x 2 rank(s)" \
+    && ok "2 ranks on one node: both ranks' host bytes counted, reported once (rc $rc)" || bad "2 ranks, no host memory: rc $rc '$err'"
+fi
 
 finish
