@@ -537,8 +537,9 @@ static int job_finish(job *j, int step) {
         TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
     if (is_main(j)) {
         printf("finetune: peak memory %.1f MiB:", j->mem.peak_total / 1048576.0);
-        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-            printf(" %s %.1f", mem_category_name((mem_category)c), j->mem.peak[c] / 1048576.0);
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)   // host (--offload_optimizer): not in the total
+            if (c != MEM_HOST || j->mem.peak[c])
+                printf("%s %s %.1f", c == MEM_HOST ? ";" : "", mem_category_name((mem_category)c), j->mem.peak[c] / 1048576.0);
         printf("\n");
     }
     return 0;
