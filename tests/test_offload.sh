@@ -17,6 +17,7 @@
 #   4. Not enough host memory for the planned optimizer state of this node's ranks: one line
 #      naming the flag, non-zero exit, nothing written (7B on a 64 GB host; the tiny model on
 #      a 1000-byte host; 2 ranks: both counted, reported once).
+#   5. The GPU path is not written yet: the emulated GPU trainer refuses the flag in one line.
 #   A unit whose update is skipped on the offload path (a mutant in fsdp.c) fails 1-3.
 # Runtime on the 2-core machine: about 10 s wall (7 short runs of the bundled model, 3 refused
 # ones; measured 10.5 s at load ~2).
@@ -88,5 +89,14 @@ if have_mpi; then
   [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c 'the optimizer state needs')" -eq 1 ] && printf '%s' "$err" | grep -q "x 2 rank(s)" \
     && ok "2 ranks on one node: both ranks' host bytes counted, reported once (rc $rc)" || bad "2 ranks, no host memory: rc $rc '$err'"
 fi
+
+# ---------------------------------------------------------------- 5. the GPU path is not written yet
+# the emulated GPU trainer (a real --device cuda) refuses the flag in one line, writing nothing
+emu="$build/tests/finetune_emu"
+if [ -x "$emu" ]; then
+  err=$("$emu" --device cuda --offload_optimizer --out_dir "$tmp/emu" 2>&1 >/dev/null); rc=$?
+  [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] && [[ "$err" == *"--offload_optimizer: training with --device cuda is not implemented yet"* ]] \
+    && [ ! -e "$tmp/emu" ] && ok "emulated GPU: --offload_optimizer refused in one line: $err" || bad "emulated GPU with --offload_optimizer: rc $rc '$err'"
+else skip_or_fail "$emu not built (make test-bins)"; fi
 
 finish
