@@ -3,7 +3,7 @@
 //   - SIMT (any D <= 128): fp32 math on fp32 tiles in shared memory;
 //   - tensor cores (D % 16 == 0, chosen at run time; ftk_attention_set_tensor_cores(0) forces
 //     SIMT): nvcuda::wmma bf16 16x16x16 fragments with fp32 accumulation, see "tensor-core
-//     forward" below. The backward is SIMT only.
+//     forward" below; the backward likewise, see "tensor-core backward".
 // Global tiles are read with 16-byte loads (8 bf16) when D % 8 == 0 and the tensors are
 // 16-byte aligned, element by element otherwise.
 //
@@ -30,18 +30,57 @@
 //   output; lse fp32.
 //
 // tensor-core forward: grid (ceil(T/64), H, B), 128 threads = 4 warps; warp w owns query
-//   rows q0 + 16w .. +15. Per 16-key tile (K, V copied to shared memory as bf16, rows padded
-//   to D + 8): S = Q K^T (D/16 mma_sync, fp32 accumulate) stored to the warp's fp32 score
-//   tile; online softmax in SIMT with 2 lanes per row (8 columns each, one shuffle to
-//   combine); P rounded to bf16 into the warp's P tile; then per 16-column slice of O:
-//   P V (one mma_sync) is stored to the score tile and added, O = O * alpha + PV, into the
-//   lane's own fp32 O entries (row lane/2, columns slice + (lane%2)*8 .. +7, registers).
-//   The fragment element layout is opaque and never relied on: all row-wise work goes
-//   through shared memory in a layout of our own. Warps whose rows all precede a key tile
-//   skip it (warp-uniform, no collective is split).
-//   shared memory: (64 + 2*16) (D + 8) * 2 + 4 * 16 * (20 * 4 + 24 * 2) bytes (34.3 KB at
+//   rows q0 + 16w .. +15. The Q tile is staged through shared memory once (over the K/V
+//   tiles) and each warp keeps its 16 rows as D/16 matrix_a fragments in registers. Per
+//   32-key round (K, V copied to shared memory as bf16, rows padded to D + 8; two barriers
+//   per 32 keys), per 16-key sub-tile: S = Q K^T (D/16 mma_sync, fp32 accumulate) stored to
+//   the warp's fp32 score tile; online softmax in SIMT with 2 lanes per row (8 columns each,
+//   one shuffle to combine); P rounded to bf16 into the warp's P tile; then per 16-column
+//   slice of O: P V (one mma_sync) is stored to the score tile and added,
+//   O = O * alpha + PV, into the lane's own fp32 O entries (row lane/2, columns
+//   slice + (lane%2)*8 .. +7, registers). The fragment element layout is opaque and never
+//   relied on: all row-wise work goes through shared memory in a layout of our own. Warps
+//   whose rows all precede a sub-tile stop there (warp-uniform, no collective is split).
+//   shared memory: 2*32 (D + 8) * 2 + 4 * 16 * (20 * 4 + 24 * 2) bytes (25.6 KB at
 //   D = 128). numerics: S from exact bf16 products summed in fp32; P rounded to bf16 before
 //   P V (as in FlashAttention) while l sums the fp32 P; out = O / l, one bf16 rounding.
+//
+// tensor-core backward (FlashAttention-2's five products S, dP, dV, dK, dQ; no atomics,
+// bitwise deterministic): after the delta kernel,
+//   1. dK, dV: grid (ceil(T/32), kv heads of the chunk, sequences of the chunk), 64 threads =
+//      2 warps; warp w owns keys k0 + 16w .. +15 (its K and V rows stay in shared memory).
+//      Loop over the heads of the GQA group and 16-row query tiles from k0 on (Q, dout as
+//      bf16 rows padded to D + 8, lse and delta): S^T = K_w Q^T and dP^T = V_w dO^T
+//      (D/16 mma_sync each, through the warp's fp32 staging tile); per element
+//      P^T = exp(S^T scale - lse) (0 outside the causal triangle / the sequence) and
+//      dS^T = P^T (dP^T - delta) scale, both rounded to bf16 into the warp's two P tiles;
+//      dV += P^T dO and dK += dS^T Q (D/16 mma_sync each) into accumulator fragments held
+//      for the whole loop (2 D/16 fragments), written once. The bf16 dS^T tile also goes to
+//      the workspace (one 16-byte store per lane).
+//   2. dQ: grid (ceil(T/64), query heads of the chunk, sequences), 128 threads = 4 warps;
+//      warp w owns query rows q0 + 16w .. +15. Loop over 64-key tiles (K copied to shared
+//      memory, zero rows past T): dQ += dS K, dS loaded straight from the workspace as the
+//      column-major view of dS^T (ldm = Tp) for every 16-key block at or before the warp's
+//      rows; written once.
+//   Workspace: bf16 dS^T per (sequence, query head), [Tp][Tp], Tp = T rounded up to 16;
+//   only the causal 16x16 blocks are written and read. Per launch pair it is capped at 32
+//   MiB (ftk_attention_set_ds_cap): whole sequences while they fit, else chunks of kv heads
+//   of one sequence (at least one: group * Tp^2 * 2 bytes, 0.5 MiB for a 7B layer at
+//   T = 512). Chunks are independent, so the result does not depend on the cap.
+//   Staging layouts: fp32 tiles [16][20], bf16 P tiles [16][24] (wmma ldm multiples of 16
+//   bytes; 48-byte bf16 rows make ldmatrix's 8-row phases hit 8 distinct 4-bank groups).
+//   The element-wise pass maps lane l to rows l/4 + 8i (i < 2) and columns l%4 + 4e (e < 4):
+//   for each (i, e) the 32 fp32 reads (row stride 20 words) and bf16 writes (row stride 12
+//   words) fall in 32 distinct banks. The fragment layout itself is never relied on.
+//   shared memory: dK/dV (2*32 + 2*16) (D + 8) * 2 + 2 * 16 * (20 * 4 + 2 * 24 * 2) + 2 * 16 * 4
+//   bytes (31.9 KB at D = 128); dQ 64 (D + 8) * 2 + 4 * 16 * 20 * 4 (22.5 KB at D = 128).
+//   barrier order: after each tile copy, a warp's first wmma collective reads the tile just
+//   copied. (Free on a GPU; under the emulator, which completes a warp collective as soon as
+//   its 32 lanes arrive, this makes a missing __syncthreads read another warp's unfinished
+//   rows, so tests/mutate_kernels.sh's barrier mutants are caught.)
+//   numerics: S and dP from exact bf16 products summed in fp32 (as the forward), P and dS in
+//   fp32, each rounded to bf16 once as the A operand of its products; dK, dV, dQ fp32 sums,
+//   one bf16 rounding. The SIMT kernels above stay for D % 16 != 0 and as the reference.
 #include "common.cuh"
 
 #define ATT_BQ 16
@@ -339,10 +378,11 @@ attention_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse, const floa
 
 #define ATT_TC_WARPS 4
 #define ATT_TC_BQ (16 * ATT_TC_WARPS)   // query rows per block (16 per warp)
-#define ATT_TC_BK 16                    // keys per tile
+#define ATT_TC_BK 32                    // keys per K/V copy round (two 16-key sub-tiles)
 #define ATT_TC_PAD 8                    // bf16 row padding of Q/K/V tiles (ldm % 8 == 0)
 #define ATT_TC_LDS 20                   // fp32 score tile row stride (ldm % 4 == 0)
 #define ATT_TC_LDP 24                   // bf16 P tile row stride
+static_assert(ATT_TC_BQ == 2 * ATT_TC_BK, "the forward stages Q over its K and V tiles");
 
 // rows [t0, t0 + rows) of head h of a (B, T, NH, D) tensor into smem as bf16 [rows][ld];
 // rows beyond T are zero. vec: D % 8 == 0 and x 16-byte aligned.
@@ -370,9 +410,9 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
     using namespace nvcuda;
     DYNAMIC_SMEM(unsigned char, smem);
     const int ld = D + ATT_TC_PAD;
-    bf16 *sQ = reinterpret_cast<bf16 *>(smem);                          // [BQ][ld]
-    bf16 *sK = sQ + ATT_TC_BQ * ld;                                     // [BK][ld]
+    bf16 *sK = reinterpret_cast<bf16 *>(smem);                          // [BK][ld]
     bf16 *sV = sK + ATT_TC_BK * ld;                                     // [BK][ld]
+    bf16 *sQ = sK;                                  // [BQ][ld] staged over sK, sV before the loop
     float *sS = reinterpret_cast<float *>(sV + ATT_TC_BK * ld);         // [warps][16][LDS]
     bf16 *sP = reinterpret_cast<bf16 *>(sS + ATT_TC_WARPS * 16 * ATT_TC_LDS);  // [warps][16][LDP]
     const int q0 = blockIdx.x * ATT_TC_BQ, h = blockIdx.y, b = blockIdx.z;
@@ -385,7 +425,12 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
     bf16 *wP = sP + warp * 16 * ATT_TC_LDP;
     const int DT = D / 16;
 
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa, fq[ATT_DMAX / 16];
     copy_tile_bf16(sQ, ld, q, ATT_TC_BQ, b, q0, T, H, h, D, vec);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < ATT_DMAX / 16; kk++)     // the warp's 16 Q rows stay in registers
+        if (kk < DT) wmma::load_matrix_sync(fq[kk], sQ + 16 * warp * ld + 16 * kk, ld);
     float o[ATT_DMAX / 16][8];                       // O[r][ds * 16 + c0 + e]
 #pragma unroll
     for (int ds = 0; ds < ATT_DMAX / 16; ds++)
@@ -394,7 +439,6 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
     float m_run = -INFINITY, l_run = 0.0f;           // statistics of row r (both lanes)
     const int kend = T < q0 + ATT_TC_BQ ? T : q0 + ATT_TC_BQ;
 
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fk;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fv;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
@@ -404,59 +448,65 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
         copy_tile_bf16(sK, ld, k, ATT_TC_BK, b, k0, T, KVH, kh, D, vec);
         copy_tile_bf16(sV, ld, v, ATT_TC_BK, b, k0, T, KVH, kh, D, vec);
         __syncthreads();
-        if (wq0 >= T || k0 > wq0 + 15) continue;     // warp-uniform: nothing visible here
+        for (int sub = 0; sub < ATT_TC_BK; sub += 16) {
+            const int kt = k0 + sub;                 // this 16-key sub-tile's first key
+            if (wq0 >= T || kt > wq0 + 15) break;    // warp-uniform: nothing visible from here
 
-        // S = Q K^T (K^T as a column-major view of the row-major K tile)
-        wmma::fill_fragment(acc, 0.0f);
-        for (int kk = 0; kk < DT; kk++) {
-            wmma::load_matrix_sync(fa, sQ + 16 * warp * ld + 16 * kk, ld);
-            wmma::load_matrix_sync(fk, sK + 16 * kk, ld);
-            wmma::mma_sync(acc, fa, fk, acc);
-        }
-        wmma::store_matrix_sync(wS, acc, ATT_TC_LDS, wmma::mem_row_major);
-        __syncwarp();
-
-        // online softmax of row r over this tile's 16 keys (columns c0..c0+7 here)
-        float s[8], p[8], mx = m_run;
+            // S = Q K^T (K^T as a column-major view of the row-major K tile)
+            wmma::fill_fragment(acc, 0.0f);
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            const int tk = k0 + c0 + e;
-            s[e] = tk <= tq && tq < T ? wS[r * ATT_TC_LDS + c0 + e] * scale : -INFINITY;
-            mx = fmaxf(mx, s[e]);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float alpha = 1.0f, sum = 0.0f;
-        if (mx != -INFINITY) {                       // (a row with no valid key stays empty)
-            alpha = __expf(m_run - mx);
+            for (int kk = 0; kk < ATT_DMAX / 16; kk++) {
+                if (kk < DT) {
+                    wmma::load_matrix_sync(fk, sK + sub * ld + 16 * kk, ld);
+                    wmma::mma_sync(acc, fq[kk], fk, acc);
+                }
+            }
+            __syncwarp();                            // the previous sub-tile's PV slice was read
+            wmma::store_matrix_sync(wS, acc, ATT_TC_LDS, wmma::mem_row_major);
+            __syncwarp();
+
+            // online softmax of row r over this tile's 16 keys (columns c0..c0+7 here)
+            float s[8], p[8], mx = m_run;
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                p[e] = __expf(s[e] - mx);
-                sum += p[e];
+                const int tk = kt + c0 + e;
+                s[e] = tk <= tq && tq < T ? wS[r * ATT_TC_LDS + c0 + e] * scale : -INFINITY;
+                mx = fmaxf(mx, s[e]);
             }
-        } else {
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            float alpha = 1.0f, sum = 0.0f;
+            if (mx != -INFINITY) {                       // (a row with no valid key stays empty)
+                alpha = __expf(m_run - mx);
 #pragma unroll
-            for (int e = 0; e < 8; e++) p[e] = 0.0f;
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l_run = l_run * alpha + sum;
-        m_run = mx;
-        store8(wP + r * ATT_TC_LDP + c0, p);         // P as bf16 (16-byte aligned store)
-        __syncwarp();
-        wmma::load_matrix_sync(fa, wP, ATT_TC_LDP);
+                for (int e = 0; e < 8; e++) {
+                    p[e] = __expf(s[e] - mx);
+                    sum += p[e];
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) p[e] = 0.0f;
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            l_run = l_run * alpha + sum;
+            m_run = mx;
+            store8(wP + r * ATT_TC_LDP + c0, p);         // P as bf16 (16-byte aligned store)
+            __syncwarp();
+            wmma::load_matrix_sync(fa, wP, ATT_TC_LDP);
 
-        // O = O * alpha + P V, one 16-column slice at a time through the score tile
+            // O = O * alpha + P V, one 16-column slice at a time through the score tile
 #pragma unroll
-        for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
-            if (ds < DT) {
-                wmma::fill_fragment(acc, 0.0f);
-                wmma::load_matrix_sync(fv, sV + 16 * ds, ld);
-                wmma::mma_sync(acc, fa, fv, acc);
-                __syncwarp();                        // the previous slice has been read
-                wmma::store_matrix_sync(wS, acc, ATT_TC_LDS, wmma::mem_row_major);
-                __syncwarp();
+            for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
+                if (ds < DT) {
+                    wmma::fill_fragment(acc, 0.0f);
+                    wmma::load_matrix_sync(fv, sV + sub * ld + 16 * ds, ld);
+                    wmma::mma_sync(acc, fa, fv, acc);
+                    __syncwarp();                        // the previous slice has been read
+                    wmma::store_matrix_sync(wS, acc, ATT_TC_LDS, wmma::mem_row_major);
+                    __syncwarp();
 #pragma unroll
-                for (int e = 0; e < 8; e++)
-                    o[ds][e] = o[ds][e] * alpha + wS[r * ATT_TC_LDS + c0 + e];
+                    for (int e = 0; e < 8; e++)
+                        o[ds][e] = o[ds][e] * alpha + wS[r * ATT_TC_LDS + c0 + e];
+                }
             }
         }
     }
@@ -480,11 +530,237 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
     }
 }
 
+// ---------------------------------------------------------------- tensor-core backward
+
+#define ATT_BW_WARPS 2                  // dK/dV kernel: warps per block, 16 keys each
+#define ATT_BW_BK (16 * ATT_BW_WARPS)   // keys per dK/dV block
+#define ATT_BW_BQ 16                    // query rows per step of the dK/dV loop
+#define ATT_DQ_WARPS 4                  // dQ kernel: warps per block, 16 query rows each
+#define ATT_DQ_BQ (16 * ATT_DQ_WARPS)   // query rows per dQ block
+#define ATT_DQ_BK 64                    // keys per shared K tile of the dQ loop
+#define ATT_DS_CAP ((size_t)32 << 20)   // default bytes of dS workspace (see header)
+
+// the warp's 16x16 accumulator `f` to rows t0 .. t0+15 (those < T), columns col0 .. col0+15
+// of the bf16 matrix x (row stride `stride`), through the warp's fp32 staging tile wS.
+// vec: x, stride and col0 allow 16-byte stores.
+__device__ __forceinline__ void
+store_acc_rows(bf16 *x, size_t stride, int t0, int T, int col0, float *wS, bool vec,
+               const nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> &f) {
+    const int lane = threadIdx.x % 32, r = lane >> 1, c0 = (lane & 1) * 8;
+    nvcuda::wmma::store_matrix_sync(wS, f, ATT_TC_LDS, nvcuda::wmma::mem_row_major);
+    __syncwarp();
+    float y[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) y[e] = wS[r * ATT_TC_LDS + c0 + e];
+    if (t0 + r < T) {
+        bf16 *p = x + (size_t)(t0 + r) * stride + col0 + c0;
+        if (vec) {
+            store8(p, y);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) p[e] = f2bf(y[e]);
+        }
+    }
+    __syncwarp();                                    // wS is reused by the next call
+}
+
+// S^T (or dP^T) of one warp: the 16 rows of `a` (row-major, ld) times the 16 rows of `b`
+// transposed (b read as a column-major view), D/16 steps of 16, fp32 accumulate, into wS
+__device__ __forceinline__ void tile_abt(float *wS, const bf16 *a, const bf16 *b, int ld, int DT) {
+    using namespace nvcuda;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < DT; kk++) {
+        wmma::load_matrix_sync(fb, b + 16 * kk, ld);   // (b first: see "barrier order" above)
+        wmma::load_matrix_sync(fa, a + 16 * kk, ld);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(wS, acc, ATT_TC_LDS, wmma::mem_row_major);
+    __syncwarp();
+}
+
+// one warp's P^T and dS^T (its 16 keys x 16 query rows) as bf16 into wP and wdS: S^T and dP^T
+// on tensor cores through the fp32 staging tile wS (sKw, sVw: the warp's K and V rows),
+// element-wise in fp32 with lane l on rows l/4 + 8i, columns l%4 + 4e
+__device__ __forceinline__ void warp_p_ds(bf16 *wP, bf16 *wdS, float *wS, const bf16 *sKw,
+                                          const bf16 *sVw, const bf16 *sQ, const bf16 *sdO,
+                                          const float *sLse, const float *sDelta, int ld, int DT,
+                                          int wk0, int q0, int T, float scale) {
+    const int er = (threadIdx.x % 32) >> 2, ec = threadIdx.x & 3;
+    // P^T = exp(S^T * scale - lse), S^T = K_w Q^T
+    tile_abt(wS, sKw, sQ, ld, DT);
+    float p[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = er + 8 * i, c = ec + 4 * e, tk = wk0 + j, tq = q0 + c;
+            p[i][e] = tk <= tq && tq < T
+                          ? __expf(wS[j * ATT_TC_LDS + c] * scale - sLse[c]) : 0.0f;
+        }
+    __syncwarp();                                    // S^T read before dP^T overwrites it
+    // dS^T = P^T (dP^T - delta) * scale, dP^T = V_w dO^T
+    tile_abt(wS, sVw, sdO, ld, DT);
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = er + 8 * i, c = ec + 4 * e;
+            const float dsv = p[i][e] * (wS[j * ATT_TC_LDS + c] - sDelta[c]) * scale;
+            wP[j * ATT_TC_LDP + c] = f2bf(p[i][e]);
+            wdS[j * ATT_TC_LDP + c] = f2bf(dsv);
+        }
+    __syncwarp();
+}
+
+__global__ void __launch_bounds__(ATT_BW_WARPS * 32)
+attention_bwd_dkdv_wmma_kernel(bf16 *dk, bf16 *dv, bf16 *ds_ws, const bf16 *dout,
+                               const float *lse, const float *delta, const bf16 *q,
+                               const bf16 *k, const bf16 *v, int T, int Tp, int H, int KVH,
+                               int D, float scale, int b0, int kh0, bool vec, bool vec_out) {
+    using namespace nvcuda;
+    DYNAMIC_SMEM(unsigned char, smem);
+    const int ld = D + ATT_TC_PAD;
+    bf16 *sK = reinterpret_cast<bf16 *>(smem);                          // [BK][ld]
+    bf16 *sV = sK + ATT_BW_BK * ld;                                     // [BK][ld]
+    bf16 *sQ = sV + ATT_BW_BK * ld;                                     // [BQ][ld]
+    bf16 *sdO = sQ + ATT_BW_BQ * ld;                                    // [BQ][ld]
+    float *sS = reinterpret_cast<float *>(sdO + ATT_BW_BQ * ld);        // [warps][16][LDS]
+    bf16 *sP = reinterpret_cast<bf16 *>(sS + ATT_BW_WARPS * 16 * ATT_TC_LDS);  // [warps][2][16][LDP]
+    float *sLse = reinterpret_cast<float *>(sP + ATT_BW_WARPS * 2 * 16 * ATT_TC_LDP);  // [BQ]
+    float *sDelta = sLse + ATT_BW_BQ;                                   // [BQ]
+    const int k0 = blockIdx.x * ATT_BW_BK, kh = kh0 + blockIdx.y, b = b0 + blockIdx.z;
+    const int group = H / KVH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wk0 = k0 + 16 * warp;                  // this warp's first key
+    float *wS = sS + warp * 16 * ATT_TC_LDS;
+    bf16 *wP = sP + warp * 2 * 16 * ATT_TC_LDP, *wdS = wP + 16 * ATT_TC_LDP;
+    const size_t slab0 = ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * group;
+    const int DT = D / 16;
+
+    copy_tile_bf16(sK, ld, k, ATT_BW_BK, b, k0, T, KVH, kh, D, vec);
+    copy_tile_bf16(sV, ld, v, ATT_BW_BK, b, k0, T, KVH, kh, D, vec);
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> adk[ATT_DMAX / 16], adv[ATT_DMAX / 16];
+#pragma unroll
+    for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
+        wmma::fill_fragment(adk[ds], 0.0f);
+        wmma::fill_fragment(adv[ds], 0.0f);
+    }
+
+    for (int hl = 0; hl < group; hl++) {
+        const int h = kh * group + hl;
+        bf16 *ws = ds_ws + (slab0 + hl) * Tp * Tp;   // dS^T of (b, h): [Tp keys][Tp queries]
+        for (int q0 = k0; q0 < T; q0 += ATT_BW_BQ) {
+            __syncthreads();                         // previous query tile fully used
+            copy_tile_bf16(sQ, ld, q, ATT_BW_BQ, b, q0, T, H, h, D, vec);
+            copy_tile_bf16(sdO, ld, dout, ATT_BW_BQ, b, q0, T, H, h, D, vec);
+            if (threadIdx.x < ATT_BW_BQ) {
+                const int t = q0 + threadIdx.x;
+                sLse[threadIdx.x] = t < T ? lse[((size_t)b * H + h) * T + t] : 0.0f;
+                sDelta[threadIdx.x] = t < T ? delta[((size_t)b * H + h) * T + t] : 0.0f;
+            }
+            __syncthreads();
+            if (wk0 >= T || wk0 > q0 + 15) continue; // warp-uniform: no visible (key, query)
+
+            warp_p_ds(wP, wdS, wS, sK + 16 * warp * ld, sV + 16 * warp * ld, sQ, sdO, sLse, sDelta,
+                      ld, DT, wk0, q0, T, scale);
+            {   // dS^T rows wk0 .. +15, columns q0 .. +15 to the workspace (one 16-byte copy per lane)
+                const int r = lane >> 1, c0 = (lane & 1) * 8;
+                *reinterpret_cast<uint4 *>(ws + (size_t)(wk0 + r) * Tp + q0 + c0) =
+                    *reinterpret_cast<const uint4 *>(wdS + r * ATT_TC_LDP + c0);
+            }
+            // dV += P^T dO, dK += dS^T Q
+            wmma::load_matrix_sync(fa, wP, ATT_TC_LDP);
+#pragma unroll
+            for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
+                if (ds < DT) {
+                    wmma::load_matrix_sync(fb, sdO + 16 * ds, ld);
+                    wmma::mma_sync(adv[ds], fa, fb, adv[ds]);
+                }
+            }
+            wmma::load_matrix_sync(fa, wdS, ATT_TC_LDP);
+#pragma unroll
+            for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
+                if (ds < DT) {
+                    wmma::load_matrix_sync(fb, sQ + 16 * ds, ld);
+                    wmma::mma_sync(adk[ds], fa, fb, adk[ds]);
+                }
+            }
+        }
+    }
+    if (wk0 >= T) return;                            // warp-uniform, after the last barrier
+    const size_t base = ((size_t)b * T * KVH + kh) * D, stride = (size_t)KVH * D;
+#pragma unroll
+    for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
+        if (ds < DT) {
+            store_acc_rows(dv + base, stride, wk0, T, 16 * ds, wS, vec_out, adv[ds]);
+            store_acc_rows(dk + base, stride, wk0, T, 16 * ds, wS, vec_out, adk[ds]);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(ATT_DQ_WARPS * 32)
+attention_bwd_dq_wmma_kernel(bf16 *dq, const bf16 *ds_ws, const bf16 *k, int T, int Tp, int H,
+                             int KVH, int D, int b0, int h0, bool vec, bool vec_out) {
+    using namespace nvcuda;
+    DYNAMIC_SMEM(unsigned char, smem);
+    const int ld = D + ATT_TC_PAD;
+    bf16 *sK = reinterpret_cast<bf16 *>(smem);                          // [BK][ld]
+    float *sS = reinterpret_cast<float *>(sK + ATT_DQ_BK * ld);         // [warps][16][LDS]
+    const int q0 = blockIdx.x * ATT_DQ_BQ, h = h0 + blockIdx.y, b = b0 + blockIdx.z;
+    const int kh = h / (H / KVH);
+    const int warp = threadIdx.x / 32;
+    const int wq0 = q0 + 16 * warp;                  // this warp's first query row
+    float *wS = sS + warp * 16 * ATT_TC_LDS;
+    const bf16 *ws = ds_ws + ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * Tp * Tp;
+    const int DT = D / 16;
+
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> fds;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fk;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> adq[ATT_DMAX / 16];
+#pragma unroll
+    for (int ds = 0; ds < ATT_DMAX / 16; ds++) wmma::fill_fragment(adq[ds], 0.0f);
+    const int kend = T < q0 + ATT_DQ_BQ ? T : q0 + ATT_DQ_BQ;
+
+    for (int k0 = 0; k0 < kend; k0 += ATT_DQ_BK) {
+        __syncthreads();                             // previous K tile fully used
+        copy_tile_bf16(sK, ld, k, ATT_DQ_BK, b, k0, T, KVH, kh, D, vec);
+        __syncthreads();
+        if (wq0 >= T) continue;                      // warp-uniform
+        for (int kb = 0; kb < ATT_DQ_BK / 16; kb++) {
+            const int tk0 = k0 + 16 * kb;
+            if (tk0 > wq0) break;                    // warp-uniform causal bound (tk0 < T too)
+#pragma unroll
+            for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
+                if (ds < DT) {
+                    wmma::load_matrix_sync(fk, sK + 16 * kb * ld + 16 * ds, ld);
+                    // dS (16 queries x 16 keys): the column-major view of the stored dS^T
+                    // tile, loaded after the first K fragment (see "barrier order" above)
+                    if (ds == 0) wmma::load_matrix_sync(fds, ws + (size_t)tk0 * Tp + wq0, Tp);
+                    wmma::mma_sync(adq[ds], fds, fk, adq[ds]);
+                }
+            }
+        }
+    }
+    if (wq0 >= T) return;
+    const size_t base = ((size_t)b * T * H + h) * D, stride = (size_t)H * D;
+#pragma unroll
+    for (int ds = 0; ds < ATT_DMAX / 16; ds++)
+        if (ds < DT) store_acc_rows(dq + base, stride, wq0, T, 16 * ds, wS, vec_out, adq[ds]);
+}
+
 // ---------------------------------------------------------------- launchers
 
 static int g_attention_tensor_cores = 1;
 
+static size_t g_attention_ds_cap = ATT_DS_CAP;
+
 extern "C" void ftk_attention_set_tensor_cores(int on) { g_attention_tensor_cores = on != 0; }
+extern "C" void ftk_attention_set_ds_cap(size_t bytes) { g_attention_ds_cap = bytes ? bytes : ATT_DS_CAP; }
 
 static int attention_check(const char *op, int B, int H, int KVH, int D) {
     if (D > ATT_DMAX) return ft_error("%s: head dim %d > %d is not supported", op, D, ATT_DMAX);
@@ -501,7 +777,7 @@ extern "C" int ftk_attention_fwd(void *out, float *lse, const void *q, const voi
     const bool vec = D % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
     const float scale = 1.0f / sqrtf((float)D);
     if (g_attention_tensor_cores && D % 16 == 0) {
-        const size_t smem = (size_t)(ATT_TC_BQ + 2 * ATT_TC_BK) * (D + ATT_TC_PAD) * sizeof(bf16) +
+        const size_t smem = (size_t)2 * ATT_TC_BK * (D + ATT_TC_PAD) * sizeof(bf16) +
                             (size_t)ATT_TC_WARPS * 16 * (ATT_TC_LDS * sizeof(float) + ATT_TC_LDP * sizeof(bf16));
         LAUNCH_KERNEL(dim3(ceil_div(T, ATT_TC_BQ), H, B), dim3(ATT_TC_WARPS * 32), smem, stream,
                       attention_fwd_wmma_kernel)((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
@@ -517,6 +793,52 @@ extern "C" int ftk_attention_fwd(void *out, float *lse, const void *q, const voi
     return launch_check("attention_fwd");
 }
 
+// the tensor-core backward after the delta kernel: dK/dV (and dS^T into the workspace),
+// then dQ, over chunks of sequences / kv heads whose dS^T fits ATT_DS_CAP (at least one
+// kv head of one sequence per chunk; g_attention_ds_cap)
+static int attention_bwd_wmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
+                              const float *delta, const bf16 *q, const bf16 *k, const bf16 *v,
+                              int B, int T, int H, int KVH, int D, float scale, bool vec,
+                              ftk_stream stream) {
+    const int group = H / KVH, Tp = (int)ceil_div(T, 16) * 16;
+    const size_t per_kv = (size_t)group * Tp * Tp * sizeof(bf16);   // dS^T of one kv head
+    int nkv = KVH, nb = 1;
+    const size_t cap = g_attention_ds_cap;
+    if (per_kv * KVH <= cap) {
+        const size_t fit = cap / (per_kv * KVH);
+        nb = fit < (size_t)B ? (int)fit : B;
+    } else {
+        nkv = cap / per_kv > 0 ? (int)(cap / per_kv) : 1;
+    }
+    bf16 *ws = NULL;
+    if (ftk_scratch_get((void **)&ws, per_kv * nkv * nb, stream, "attention_bwd (dS workspace)") != 0)
+        return -1;
+    const int ld = D + ATT_TC_PAD;
+    const size_t smem_kv = (size_t)(2 * ATT_BW_BK + 2 * ATT_BW_BQ) * ld * sizeof(bf16) +
+                           (size_t)ATT_BW_WARPS * 16 * (ATT_TC_LDS * sizeof(float) + 2 * ATT_TC_LDP * sizeof(bf16)) +
+                           2 * ATT_BW_BQ * sizeof(float);
+    const size_t smem_q = (size_t)ATT_DQ_BK * ld * sizeof(bf16) + (size_t)ATT_DQ_WARPS * 16 * ATT_TC_LDS * sizeof(float);
+    int rc = 0;
+    for (int b0 = 0; b0 < B && rc == 0; b0 += nb) {
+        const int nbc = B - b0 < nb ? B - b0 : nb;
+        for (int kh0 = 0; kh0 < KVH && rc == 0; kh0 += nkv) {
+            const int nkc = KVH - kh0 < nkv ? KVH - kh0 : nkv;
+            LAUNCH_KERNEL(dim3(ceil_div(T, ATT_BW_BK), nkc, nbc), dim3(ATT_BW_WARPS * 32), smem_kv, stream,
+                          attention_bwd_dkdv_wmma_kernel)(dk, dv, ws, dout, lse, delta, q, k, v, T, Tp, H,
+                                                          KVH, D, scale, b0, kh0, vec,
+                                                          aligned16(dk) && aligned16(dv));
+            rc = launch_check("attention_bwd (dk, dv; tensor cores)");
+            if (rc != 0) break;
+            LAUNCH_KERNEL(dim3(ceil_div(T, ATT_DQ_BQ), nkc * group, nbc), dim3(ATT_DQ_WARPS * 32), smem_q,
+                          stream, attention_bwd_dq_wmma_kernel)(dq, ws, k, T, Tp, H, KVH, D, b0, kh0 * group,
+                                                                vec, aligned16(dq));
+            rc = launch_check("attention_bwd (dq; tensor cores)");
+        }
+    }
+    ftk_scratch_put(ws, stream);
+    return rc;
+}
+
 extern "C" int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out,
                                  const float *lse, const void *q, const void *k, const void *v,
                                  int B, int T, int H, int KVH, int D, ftk_stream stream) {
@@ -530,6 +852,13 @@ extern "C" int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout,
     LAUNCH_KERNEL(dim3(elementwise_blocks(rows, 256)), dim3(256), 0, stream,
                   attention_delta_kernel)(delta, (const bf16 *)dout, (const bf16 *)out, B, T, H, D);
     int rc = launch_check("attention_bwd (delta)");
+    if (rc == 0 && g_attention_tensor_cores && D % 16 == 0) {
+        rc = attention_bwd_wmma((bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, lse, delta,
+                                (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, B, T, H, KVH, D,
+                                scale, vec, stream);
+        ftk_scratch_put(delta, stream);
+        return rc;
+    }
     const size_t smem = sizeof(float) * (size_t)(2 * ATT_BK * (D + 1) + 2 * ATT_BQ * D +
                                                  2 * ATT_BQ * ATT_BK + 2 * ATT_BQ);
     if (rc == 0) {

@@ -35,10 +35,15 @@ int ftk_rope_fwd(void *out, const void *inp, const float *cos, const float *sin,
                  int NH, int D, ftk_stream stream);
 int ftk_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T,
                  int NH, int D, ftk_stream stream);
-// attention.cu (head dim D <= 128). The forward uses tensor cores (wmma) when D % 16 == 0,
-// the SIMT kernels otherwise; ftk_attention_set_tensor_cores(0) forces SIMT (tests,
-// comparisons), (1) restores the default. Process-wide, not thread-safe.
+// attention.cu (head dim D <= 128). Forward and backward use tensor cores (wmma) when
+// D % 16 == 0, the SIMT kernels otherwise; ftk_attention_set_tensor_cores(0) forces SIMT
+// (tests, comparisons), (1) restores the default. The tensor-core backward takes a bf16 dS
+// workspace of up to 32 MiB from ftk_scratch_get (more when one kv head of one sequence
+// needs more: group * ceil16(T)^2 * 2 bytes); ftk_attention_set_ds_cap(bytes) changes that
+// cap (tests: 1 = one kv head of one sequence per launch), 0 restores it. Process-wide, not
+// thread-safe.
 void ftk_attention_set_tensor_cores(int on);
+void ftk_attention_set_ds_cap(size_t bytes);
 int ftk_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                       int T, int H, int KVH, int D, ftk_stream stream);
 int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out,
@@ -51,10 +56,11 @@ int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void
 // the first half of its fp32 bytes), 0 on ignored rows.
 int ftk_lmhead_xent_rows(float *losses, float *logits, const int32_t *targets, int rows, int V,
                          int backward, ftk_stream stream);
-// swiglu.cu
-int ftk_swiglu_fwd(void *out, const void *gate, const void *up, size_t n, ftk_stream stream);
+// swiglu.cu: gate/up (and dgate/dup) (N, F) at row stride ld, out/dout (N, F) contiguous
+int ftk_swiglu_fwd(void *out, const void *gate, const void *up, int N, int F, int ld,
+                   ftk_stream stream);
 int ftk_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up,
-                   size_t n, ftk_stream stream);
+                   int N, int F, int ld, ftk_stream stream);
 // add.cu
 int ftk_add(void *out, const void *a, const void *b, size_t n, ftk_stream stream);
 // out (n) = alpha * inp, bf16; out may alias inp

@@ -93,11 +93,14 @@ struct backend {
                          const float *lse, const void *q, const void *k, const void *v,
                          int B, int T, int H, int KVH, int D);
 
-    // out (n) = silu(gate) * up
-    int (*swiglu_fwd)(void *out, const void *gate, const void *up, size_t n);
-    // dgate (n), dup (n) overwritten from dout (n)
+    // out (N, F) = silu(gate) * up. gate and up are (N, F) with row stride ld (>= F), so
+    // they may be the two halves of the fused (N, 2F) gate|up GEMM output (gate = gu,
+    // up = gu + F, ld = 2F) or two separate (N, F) buffers (ld = F).
+    int (*swiglu_fwd)(void *out, const void *gate, const void *up, int N, int F, int ld);
+    // dgate, dup (N, F) with row stride ld, overwritten from dout (N, F) (contiguous);
+    // dgate may alias dout when ld == F
     int (*swiglu_bwd)(void *dgate, void *dup, const void *dout, const void *gate,
-                      const void *up, size_t n);
+                      const void *up, int N, int F, int ld);
 
     // out (n) = a + b; out may alias a or b
     int (*add)(void *out, const void *a, const void *b, size_t n);

@@ -222,11 +222,15 @@ CPU_VECTOR_CLONES static void swiglu_fwd_span(float *out, const float *g, const 
     for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
 }
 
-static int cpu_swiglu_fwd(void *out_, const void *gate_, const void *up_, size_t n) {
+// rows of gate/up at stride ld (the fused (N, 2F) layout or separate (N, F) buffers)
+static int cpu_swiglu_fwd(void *out_, const void *gate_, const void *up_, int N, int F, int ld) {
     float *out = out_;
     const float *g = gate_, *u = up_;
-#pragma omp parallel for if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i += SPAN) swiglu_fwd_span(out + i, g + i, u + i, n - i < SPAN ? n - i : SPAN);
+#pragma omp parallel for if ((size_t)N * F >= PAR_MIN)
+    for (int r = 0; r < N; r++)
+        for (int j = 0; j < F; j += SPAN)
+            swiglu_fwd_span(out + (size_t)r * F + j, g + (size_t)r * ld + j, u + (size_t)r * ld + j,
+                            F - j < SPAN ? (size_t)(F - j) : SPAN);
     return 0;
 }
 
@@ -243,12 +247,16 @@ CPU_VECTOR_CLONES static void swiglu_bwd_span(float *dg, float *du, const float 
 }
 
 static int cpu_swiglu_bwd(void *dgate_, void *dup_, const void *dout_, const void *gate_,
-                          const void *up_, size_t n) {
+                          const void *up_, int N, int F, int ld) {
     float *dg = dgate_, *du = dup_;
     const float *dy = dout_, *g = gate_, *u = up_;
-#pragma omp parallel for if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i += SPAN)
-        swiglu_bwd_span(dg + i, du + i, dy + i, g + i, u + i, n - i < SPAN ? n - i : SPAN);
+#pragma omp parallel for if ((size_t)N * F >= PAR_MIN)
+    for (int r = 0; r < N; r++)
+        for (int j = 0; j < F; j += SPAN) {
+            const size_t o = (size_t)r * ld + j;
+            swiglu_bwd_span(dg + o, du + o, dy + (size_t)r * F + j, g + o, u + o,
+                            F - j < SPAN ? (size_t)(F - j) : SPAN);
+        }
     return 0;
 }
 

@@ -340,11 +340,12 @@ static int cu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, cons
     if (G.attention_cudnn) return attn_cudnn_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D);
     return ftk_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D, G.stream);
 }
-static int cu_swiglu_fwd(void *out, const void *gate, const void *up, size_t n) {
-    return ftk_swiglu_fwd(out, gate, up, n, G.stream);
+static int cu_swiglu_fwd(void *out, const void *gate, const void *up, int N, int F, int ld) {
+    return ftk_swiglu_fwd(out, gate, up, N, F, ld, G.stream);
 }
-static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n) {
-    return ftk_swiglu_bwd(dgate, dup, dout, gate, up, n, G.stream);
+static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up, int N, int F,
+                         int ld) {
+    return ftk_swiglu_bwd(dgate, dup, dout, gate, up, N, F, ld, G.stream);
 }
 static int cu_add(void *out, const void *a, const void *b, size_t n) { return ftk_add(out, a, b, n, G.stream); }
 static int cu_scale(void *out, const void *inp, float alpha, size_t n) { return ftk_scale(out, inp, alpha, n, G.stream); }

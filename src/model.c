@@ -178,8 +178,7 @@ static void layer_acts_table(mem_table *t, mem_category cat, const char *what, c
     mem_table_add(t, cat, N * C * esz, what, SLOT(s, h));                // (N, C)
     mem_table_add(t, cat, N * C * esz, what, SLOT(s, ln2));              // (N, C)
     mem_table_add(t, cat, N * sizeof(float), what, SLOT(s, ln2_rstd));  // (N)
-    mem_table_add(t, cat, N * F * esz, what, SLOT(s, gate));             // (N, F)
-    mem_table_add(t, cat, N * F * esz, what, SLOT(s, up));               // (N, F)
+    mem_table_add(t, cat, N * 2 * F * esz, what, SLOT(s, gu));           // (N, 2F) gate | up
     mem_table_add(t, cat, N * F * esz, what, SLOT(s, act));              // (N, F)
     for (int k = 0; lc && k < LT_COUNT; k++)
         if (lc->targets & (1u << k))
@@ -261,8 +260,7 @@ void model_buffer_table(mem_table *t, const llama_config *c, const lora_config *
     mem_table_add(t, MEM_WORKSPACE, N * QD * esz, bwd, SLOT(m, datt));
     mem_table_add(t, MEM_WORKSPACE, N * KVD * esz, bwd, SLOT(m, dk));
     mem_table_add(t, MEM_WORKSPACE, N * KVD * esz, bwd, SLOT(m, dv));
-    mem_table_add(t, MEM_WORKSPACE, N * F * esz, bwd, SLOT(m, dgate));
-    mem_table_add(t, MEM_WORKSPACE, N * F * esz, bwd, SLOT(m, dup));
+    mem_table_add(t, MEM_WORKSPACE, N * 2 * F * esz, bwd, SLOT(m, dgu));   // (N, 2F) dgate | dup
     mem_table_add(t, MEM_WORKSPACE, N * F * esz, bwd, SLOT(m, dact));
     if (lc) {
         const char *lw = "LoRA: one target's adapter output, its (N, r) gradient, the frozen norms' gradient sink";
@@ -366,6 +364,49 @@ static void *grad_at(const model *m, void *dw, size_t off) { return dw ? at(m, d
 static void *norm_grad_at(const model *m, void *dw, size_t off) { return dw ? at(m, dw, off) : m->norm_sink; }
 
 // ----------------------------------------------------------------------------
+// gate and up: one GEMM
+
+// gate_proj (F, C) and up_proj (F, C) are adjacent in a layer unit, so together they are one
+// (2F, C) weight and one GEMM gives gu (N, 2F) = [gate | up] per row, which the SwiGLU kernel
+// reads at row stride 2F; backward is one dX and one dW GEMM over dgu (N, 2F) likewise.
+// With a LoRA adapter on gate or up the two GEMMs stay separate (gu = [gate (N, F); up (N, F)],
+// row stride F): the adapter path adds its (N, F) output into, and reads its gradient from,
+// contiguous rows (lora_proj_fwd/bwd), which the strided halves are not. The base is frozen
+// there, so only the dX GEMM is given up.
+static int mlp_fused(const model *m) { return !lora_on(m, LT_WGATE) && !lora_on(m, LT_WUP); }
+
+// s->gu from s->ln2 (+ the adapters' share when unfused)
+static int mlp_gate_up_fwd(model *m, void *w, void *aw, layer_acts *s) {
+    const int N = m->B * m->T, C = m->cfg.hidden_size, F = m->cfg.intermediate_size;
+    const size_t *o = m->layout->layer_off;
+    if (mlp_fused(m)) return m->be->matmul_fwd(s->gu, s->ln2, at(m, w, o[LT_WGATE]), N, C, 2 * F);   // (N, 2F)
+    void *up = at(m, s->gu, (size_t)N * F);
+    TRY(m->be->matmul_fwd(s->gu, s->ln2, at(m, w, o[LT_WGATE]), N, C, F));   // (N, F)
+    TRY(m->be->matmul_fwd(up, s->ln2, at(m, w, o[LT_WUP]), N, C, F));        // (N, F)
+    TRY(lora_fwd(m, LT_WGATE, aw, s, s->gu, s->ln2));
+    return lora_fwd(m, LT_WUP, aw, s, up, s->ln2);
+}
+
+// SwiGLU backward from m->dact into m->dgu (gu's layout), then m->dln = dL/d ln2 and the
+// gate/up weight (or adapter) gradients
+static int mlp_gate_up_bwd(model *m, void *w, void *dw, void *aw, void *daw, layer_acts *s) {
+    const backend *be = m->be;
+    const int N = m->B * m->T, C = m->cfg.hidden_size, F = m->cfg.intermediate_size;
+    const size_t *o = m->layout->layer_off;
+    if (mlp_fused(m)) {
+        TRY(be->swiglu_bwd(m->dgu, at(m, m->dgu, F), m->dact, s->gu, at(m, s->gu, F), N, F, 2 * F));
+        return be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->dgu, s->ln2, at(m, w, o[LT_WGATE]), N, C,
+                              2 * F, 0);
+    }
+    void *dup = at(m, m->dgu, (size_t)N * F);
+    TRY(be->swiglu_bwd(m->dgu, dup, m->dact, s->gu, at(m, s->gu, (size_t)N * F), N, F, F));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->dgu, s->ln2, at(m, w, o[LT_WGATE]), N, C, F, 0));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WUP]), dup, s->ln2, at(m, w, o[LT_WUP]), N, C, F, 1));
+    TRY(lora_bwd(m, LT_WGATE, aw, daw, s, m->dln, m->dgu, s->ln2));
+    return lora_bwd(m, LT_WUP, aw, daw, s, m->dln, dup, s->ln2);
+}
+
+// ----------------------------------------------------------------------------
 // forward
 
 // Decoder layer l: resid[l] -> resid[l + 1], keeping activations in `s`; aw = the layer's
@@ -393,11 +434,9 @@ static int layer_forward(model *m, int l, void *w, void *aw, layer_acts *s) {
     TRY(be->add(s->h, x, m->proj, (size_t)N * C));
 
     TRY(be->rmsnorm_fwd(s->ln2, s->ln2_rstd, s->h, at(m, w, o[LT_MLP_NORM]), N, C, c->rms_norm_eps));
-    TRY(be->matmul_fwd(s->gate, s->ln2, at(m, w, o[LT_WGATE]), N, C, F));   // (N, F)
-    TRY(be->matmul_fwd(s->up, s->ln2, at(m, w, o[LT_WUP]), N, C, F));       // (N, F)
-    TRY(lora_fwd(m, LT_WGATE, aw, s, s->gate, s->ln2));
-    TRY(lora_fwd(m, LT_WUP, aw, s, s->up, s->ln2));
-    TRY(be->swiglu_fwd(s->act, s->gate, s->up, (size_t)N * F));
+    TRY(mlp_gate_up_fwd(m, w, aw, s));
+    if (mlp_fused(m)) TRY(be->swiglu_fwd(s->act, s->gu, at(m, s->gu, F), N, F, 2 * F));
+    else TRY(be->swiglu_fwd(s->act, s->gu, at(m, s->gu, (size_t)N * F), N, F, F));
     TRY(be->matmul_fwd(m->proj, s->act, at(m, w, o[LT_WDOWN]), N, F, C));   // (N, C)
     TRY(lora_fwd(m, LT_WDOWN, aw, s, m->proj, s->act));
     TRY(be->add(m->resid[l + 1], s->h, m->proj, (size_t)N * C));
@@ -495,14 +534,10 @@ static int layer_backward(model *m, int l, void *w, void *dw, void *aw, void *da
     const size_t *o = m->layout->layer_off;
     void *x = m->resid[l];
 
-    // MLP branch: resid[l+1] = h + down(swiglu(gate(ln2), up(ln2)))
+    // MLP branch: resid[l+1] = h + down(swiglu(gate|up(ln2)))
     TRY(be->matmul_bwd(m->dact, grad_at(m, dw, o[LT_WDOWN]), m->dresid, s->act, at(m, w, o[LT_WDOWN]), N, F, C, 0));
     TRY(lora_bwd(m, LT_WDOWN, aw, daw, s, m->dact, m->dresid, s->act));
-    TRY(be->swiglu_bwd(m->dgate, m->dup, m->dact, s->gate, s->up, (size_t)N * F));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->dgate, s->ln2, at(m, w, o[LT_WGATE]), N, C, F, 0));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WUP]), m->dup, s->ln2, at(m, w, o[LT_WUP]), N, C, F, 1));
-    TRY(lora_bwd(m, LT_WGATE, aw, daw, s, m->dln, m->dgate, s->ln2));
-    TRY(lora_bwd(m, LT_WUP, aw, daw, s, m->dln, m->dup, s->ln2));
+    TRY(mlp_gate_up_bwd(m, w, dw, aw, daw, s));
     TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, dw, o[LT_MLP_NORM]), m->dln, s->h, at(m, w, o[LT_MLP_NORM]),
                         s->ln2_rstd, N, C));                          // dresid = dL/dh
 

@@ -104,7 +104,8 @@ typedef struct {
     void *att; float *lse;          // (N, H*D), (B, H, T)
     void *h;                        // (N, C) residual stream after attention
     void *ln2; float *ln2_rstd;     // (N, C), (N)
-    void *gate, *up, *act;          // (N, F)
+    void *gu;                       // (N, 2F): gate | up per row (one fused GEMM; see layer_forward)
+    void *act;                      // (N, F)
     void *lora_u[LT_COUNT];         // (N, r) s x A^T of each LoRA target (lora.h), else NULL
 } layer_acts;
 
@@ -134,7 +135,8 @@ typedef struct {
     void *dresid, *dln;             // (N, C)
     void *dq, *datt;                // (N, H*D)
     void *dk, *dv;                  // (N, KVH*D)
-    void *dgate, *dup, *dact;       // (N, F)
+    void *dgu;                      // (N, 2F): dgate | dup, the layout of gu
+    void *dact;                     // (N, F)
     // LoRA (lora != NULL): the base is frozen (no gradients asked of the base provider), the
     // adapters come from their own provider over lora->layout
     const lora_layout *lora;

@@ -65,7 +65,7 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     // cuBLASLt GEMMs per row chunk (src/backend_cuda.c, cu_lmhead_xent): 2 N C V FLOPs each,
     // at the GEMM rate (K = C or the chunk's rows, both >= 2048 for 7B at seq 512: large
     // enough for the same fraction of peak as the layers' GEMMs, an assumption)
-    op_add(p, "layer GEMMs forward (q k v o gate up down)", PLAN_OP_GEMM, PLAN_PHASE_FWD, gemm, 0, 0);
+    op_add(p, "layer GEMMs forward (q k v o gate|up down)", PLAN_OP_GEMM, PLAN_PHASE_FWD, gemm, 0, 0);
     op_add(p, "layer GEMMs backward (dX, dW)", PLAN_OP_GEMM, PLAN_PHASE_BWD, 2 * gemm, 0, 0);
     op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, ck * gemm, 0, 0);
     op_add(p, "attention forward (wmma tiles)", PLAN_OP_ATTENTION, PLAN_PHASE_FWD, att, 0, 0);

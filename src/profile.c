@@ -87,8 +87,9 @@ PROF_WRAP(attention_fwd, (void *o, float *l, const void *q, const void *k, const
 PROF_WRAP(attention_bwd, (void *dq, void *dk, void *dv, const void *d, const void *o, const float *l, const void *q,
                           const void *k, const void *v, int B, int T, int H, int KVH, int D),
           (dq, dk, dv, d, o, l, q, k, v, B, T, H, KVH, D))
-PROF_WRAP(swiglu_fwd, (void *o, const void *g, const void *u, size_t n), (o, g, u, n))
-PROF_WRAP(swiglu_bwd, (void *dg, void *du, const void *d, const void *g, const void *u, size_t n), (dg, du, d, g, u, n))
+PROF_WRAP(swiglu_fwd, (void *o, const void *g, const void *u, int N, int F, int ld), (o, g, u, N, F, ld))
+PROF_WRAP(swiglu_bwd, (void *dg, void *du, const void *d, const void *g, const void *u, int N, int F, int ld),
+          (dg, du, d, g, u, N, F, ld))
 PROF_WRAP(add, (void *o, const void *a, const void *b, size_t n), (o, a, b, n))
 PROF_WRAP(scale, (void *o, const void *a, float s, size_t n), (o, a, s, n))
 PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, const void *x, const void *w, const int32_t *t, int N, int C,

@@ -9,9 +9,10 @@
 #
 # Brings $BUILD/tests/test_kernels up to date (make) first; MUTATE_JOBS mutants at a time
 # (default 2, one emulator worker each). Part of `make test` (kernels/kernels.mk). Time:
-# ~175 s of CPU time (measured: user + sys, the attention mutants about half), so ~1.5 min
-# of wall time on an idle 2-core machine (estimated; 7-23 min measured on this shared one
-# under other jobs' load). Last result: tests/cuda_emu/README.md.
+# ~300 s of CPU time (measured: 175 s user + sys before the 18 tensor-core attention
+# mutants, 98 s for the 14 backward ones; the attention mutants about two thirds), so ~2.5
+# min of wall time on an idle 2-core machine (estimated; 7-23 min measured on this shared
+# one under other jobs' load). Last result: tests/cuda_emu/README.md.
 #
 # Adding a mutant: `m ID FILE OPS FROM TO`, FROM a literal string (newlines allowed) that
 # occurs exactly once in kernels/FILE, OPS the test_kernels groups to run. A mutant that
@@ -97,6 +98,45 @@ m attention.tc_no_rescale attention.cu attention \
 m attention.tc_no_running_max attention.cu attention \
   'mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));' 'mx = __shfl_xor_sync(0xffffffffu, 0.0f, 1);'
 
+m attention.tc_no_sync_q attention.cu attention \
+  "copy_tile_bf16(sQ, ld, q, ATT_TC_BQ, b, q0, T, H, h, D, vec);$NL    __syncthreads();" \
+  'copy_tile_bf16(sQ, ld, q, ATT_TC_BQ, b, q0, T, H, h, D, vec);'
+m attention.tc_sub_tile_k attention.cu attention \
+  'wmma::load_matrix_sync(fk, sK + sub * ld + 16 * kk, ld);' 'wmma::load_matrix_sync(fk, sK + 16 * kk, ld);'
+m attention.tc_sub_tile_v attention.cu attention \
+  'wmma::load_matrix_sync(fv, sV + sub * ld + 16 * ds, ld);' 'wmma::load_matrix_sync(fv, sV + 16 * ds, ld);'
+m attention.tc_sub_tile_mask attention.cu attention 'const int tk = kt + c0 + e;' 'const int tk = k0 + c0 + e;'
+
+# the tensor-core backward (dK/dV + dS workspace kernel, dQ kernel)
+m attention.tcb_no_sync_tile_end attention.cu attention \
+  '__syncthreads();                         // previous query tile fully used' ';'
+m attention.tcb_no_sync_tile_load attention.cu attention \
+  "__syncthreads();$NL            if (wk0 >= T || wk0 > q0 + 15) continue;" \
+  "if (wk0 >= T || wk0 > q0 + 15) continue;"
+m attention.tcb_causal_diag attention.cu attention \
+  'p[i][e] = tk <= tq && tq < T' 'p[i][e] = tk < tq && tq < T'
+m attention.tcb_skips_diagonal attention.cu attention \
+  'for (int q0 = k0; q0 < T; q0 += ATT_BW_BQ)' 'for (int q0 = k0 + ATT_BW_BQ; q0 < T; q0 += ATT_BW_BQ)'
+m attention.tcb_last_query_row attention.cu attention \
+  'for (int q0 = k0; q0 < T; q0 += ATT_BW_BQ)' 'for (int q0 = k0; q0 + 1 < T; q0 += ATT_BW_BQ)'
+m attention.tcb_dq_causal_bound attention.cu attention \
+  'if (tk0 > wq0) break;' 'if (tk0 >= wq0) break;'
+m attention.tcb_no_delta attention.cu attention \
+  '(wS[j * ATT_TC_LDS + c] - sDelta[c]) * scale;' 'wS[j * ATT_TC_LDS + c] * scale;'
+m attention.tcb_ds_no_scale attention.cu attention \
+  '(wS[j * ATT_TC_LDS + c] - sDelta[c]) * scale;' '(wS[j * ATT_TC_LDS + c] - sDelta[c]);'
+m attention.tcb_s_no_scale attention.cu attention \
+  '__expf(wS[j * ATT_TC_LDS + c] * scale - sLse[c])' '__expf(wS[j * ATT_TC_LDS + c] - sLse[c])'
+m attention.tcb_gqa_first_head attention.cu attention \
+  'const int h = kh * group + hl;' 'const int h = kh * group;'
+m attention.tcb_chunk_head_offset attention.cu attention 'b0, kh0 * group,' 'b0, kh0,'
+m attention.tcb_row_bound attention.cu attention 'if (t0 + r < T) {' 'if (t0 + r <= T) {'
+m attention.tcb_dq_no_sync attention.cu attention \
+  "copy_tile_bf16(sK, ld, k, ATT_DQ_BK, b, k0, T, KVH, kh, D, vec);$NL        __syncthreads();" \
+  'copy_tile_bf16(sK, ld, k, ATT_DQ_BK, b, k0, T, KVH, kh, D, vec);'
+m attention.tcb_dk_uses_p attention.cu attention \
+  "wmma::load_matrix_sync(fa, wdS, ATT_TC_LDP);" "wmma::load_matrix_sync(fa, wP, ATT_TC_LDP);"
+
 # lm_head: the fused softmax step between the backend's GEMMs (lmhead_xent_rows). The dx/dW
 # GEMMs and the fp32 dW sum over chunks are host code (src/backend_cuda.c): test_backend_emu
 # and test_cuda_emu_train's forced-chunk case cover them (no mutant of kernels/ reaches them).
@@ -135,7 +175,9 @@ m swiglu.fwd_overflow swiglu.cu swiglu \
   'y[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];' 'y[k] = g[k] * __expf(g[k]) / (1.0f + __expf(g[k])) * u[k];'
 m swiglu.bwd_derivative swiglu.cu swiglu \
   '(1.0f + g[k] * (1.0f - s))' '(1.0f + g[k] * s)'
-m swiglu.tail_dup swiglu.cu swiglu 'dup[i] = f2bf(dy * (g * s));' 'dup[i] = f2bf(dy * g);'
+m swiglu.scalar_dup swiglu.cu swiglu 'dup[os] = f2bf(dy * (g * s));' 'dup[os] = f2bf(dy * g);'
+m swiglu.row_stride swiglu.cu swiglu '*os = r * (size_t)ld + j;' '*os = r * (size_t)F + j;'
+m swiglu.out_stride swiglu.cu swiglu '*oc = r * (size_t)F + j;' '*oc = r * (size_t)ld + j;'
 
 m add.last_element add.cu add \
   'const size_t items = nvec + (n - nvec * 8);' 'const size_t items = nvec + (n - nvec * 8) - 1;'

@@ -72,7 +72,10 @@ static const op_case cases[] = {
     // longer than one CPU tile of 64 query rows: off-diagonal key blocks, a partial last tile
     {OP_ATTENTION, "attention tiles B1 T130 H2 KV1 D4", .B = 1, .T = 130, .H = 2, .KVH = 1, .D = 4},
     {OP_ATTENTION, "attention tiles MHA B2 T70 H2 KV2 D6", .B = 2, .T = 70, .H = 2, .KVH = 2, .D = 6},
-    {OP_SWIGLU, "swiglu 37", .N = 37},
+    {OP_SWIGLU, "swiglu 37", .N = 37, .F = 1},
+    {OP_SWIGLU, "swiglu 4x9 separate", .N = 4, .F = 9},
+    // .C = 1: gate and up are the halves of one (N, 2F) buffer (the fused gate|up GEMM output)
+    {OP_SWIGLU, "swiglu 5x6 fused (N,2F)", .N = 5, .F = 6, .C = 1},
     {OP_LMHEAD, "lmhead_xent 5x7 V11", .N = 5, .C = 7, .V = 11},
     {OP_LMHEAD, "lmhead_xent 131x6 V5 (2 chunks)", .N = 131, .C = 6, .V = 5},
 };
@@ -113,7 +116,10 @@ static double objective(state *s) {
         free(lse);
         break;
     }
-    case OP_SWIGLU: be->swiglu_fwd(out, s->in[0], s->in[1], c->N); break;
+    case OP_SWIGLU:
+        if (c->C) be->swiglu_fwd(out, s->in[0], s->in[0] + c->F, c->N, c->F, 2 * c->F);
+        else be->swiglu_fwd(out, s->in[0], s->in[1], c->N, c->F, c->F);
+        break;
     case OP_LMHEAD: {
         float *ws = malloc(sizeof(float) * OPS_LMHEAD_CHUNK * c->V);
         be->lmhead_xent(out, NULL, NULL, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, OPS_LMHEAD_CHUNK,
@@ -178,9 +184,11 @@ static void analytic(state *s, int *contract_ok) {
         break;
     }
     case OP_SWIGLU:
-        s->grad[0] = filled(s->in_n[0], NAN);
-        s->grad[1] = filled(s->in_n[1], NAN);
-        be->swiglu_bwd(s->grad[0], s->grad[1], s->R, s->in[0], s->in[1], c->N);
+        for (int i = 0; i < s->n_in; i++) s->grad[i] = filled(s->in_n[i], NAN);
+        if (c->C)
+            be->swiglu_bwd(s->grad[0], s->grad[0] + c->F, s->R, s->in[0], s->in[0] + c->F, c->N, c->F, 2 * c->F);
+        else
+            be->swiglu_bwd(s->grad[0], s->grad[1], s->R, s->in[0], s->in[1], c->N, c->F, c->F);
         break;
     case OP_LMHEAD: {
         // J = sum(losses * R) is only linear in the losses when R is constant per row;
@@ -244,8 +252,9 @@ static void setup(state *s, const op_case *c, const backend *be) {
         break;
     }
     case OP_SWIGLU:
-        s->n_in = 2; s->in_n[0] = N; s->in_n[1] = N; s->in_name[0] = "gate"; s->in_name[1] = "up";
-        s->out_n = N;
+        if (c->C) { s->n_in = 1; s->in_n[0] = 2 * N * c->F; s->in_name[0] = "gate|up"; }
+        else { s->n_in = 2; s->in_n[0] = s->in_n[1] = N * c->F; s->in_name[0] = "gate"; s->in_name[1] = "up"; }
+        s->out_n = N * c->F;
         break;
     case OP_LMHEAD:
         s->n_in = 2; s->in_n[0] = N * c->C; s->in_n[1] = (size_t)c->V * c->C;

@@ -43,6 +43,14 @@
 //   of the output rounding (u^2/6 .. u^2). THR_ATT_TC = 2.6 u^2 = 4e-5. S = Q K^T is a sum
 //   of exact bf16 products in fp32 (tensor cores may add in another order or truncate
 //   inside the adder tree: a few fp32 ulp), so lse keeps THR_F32.
+//   Attention backward on tensor cores (THR_ATT_TC as well): P and dS are computed in fp32
+//   as on the SIMT path (S and dP from exact bf16 products summed in fp32) and each is
+//   rounded to bf16 once, as the A operand of its product: dV = P^T dout with P (1 + d),
+//   dK = dS^T Q and dQ = dS K with dS (1 + d'), |d|, |d'| <= u, independent per element.
+//   Each output therefore carries exactly the forward's extra term (sum_j d_j a_j x_j with
+//   a = P or dS, x = dout, Q or K, the two factors uncorrelated in sign): NMSE u^2/3 .. u^2
+//   on top of the output rounding, the same bound 2.6 u^2. Measured: worst 9.6e-6 (dq at
+//   T = 16, H = 4) over the table, 4x below it.
 //
 // Edge inputs: every op also runs in the regimes where one of its constants or bounds
 // decides the result (the case tables in cases_*(); tests/mutate_kernels.sh checks that a
@@ -501,14 +509,33 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
         refs[i].metric = M_RMS;
         refs[i].thr = THR_T1_RMS;
     }
-    run_case("attention_bwd", shape, refs, [&](Run &r) {
-                 Dev d;
-                 void *dq = d.alloc(nq * 2), *dk = d.alloc(nk * 2), *dv = d.alloc(nk * 2);
-                 r.rc = ftk_attention_bwd(dq, dk, dv, d.bf16(dout, mis), d.bf16(out_bf), d.f32(lse_ref),
-                                          d.bf16(q), d.bf16(k), d.bf16(v), B, T, H, KVH, D, 0);
-                 r.guards = d.guards_ok();
-                 r.outs = {read_bf16(dq, nq), read_bf16(dk, nk), read_bf16(dv, nk)};
-             });
+    // the tensor-core backward (D % 16 == 0): THR_ATT_TC (see the top); also with a dS
+    // workspace cap of one kv head of one sequence (cap 1: B * KVH launch pairs) and, for
+    // B > 2, of two sequences (chunks of 2 and B - 2)
+    const size_t Tp = (size_t)(T + 15) / 16 * 16, per_seq = (size_t)H * Tp * Tp * 2;
+    const size_t caps[3] = {0, 1, 2 * per_seq};
+    for (int run = 0; run < (D % 16 == 0 ? 4 : 1); run++) {
+        const int tc = run > 0;
+        if (run == 2 && B * KVH == 1) continue;
+        if (run == 3 && B <= 2) continue;
+        ftk_attention_set_tensor_cores(tc);
+        ftk_attention_set_ds_cap(tc ? caps[run - 1] : 0);
+        for (int i = 0; i < 3 && tc; i++)
+            if (refs[i].metric != M_RMS) refs[i].thr = THR_ATT_TC;
+        const char *name = run == 0 ? "attention_bwd" : run == 1 ? "attention_bwd_tc"
+                         : run == 2 ? "attention_bwd_tc_cap1" : "attention_bwd_tc_cap2seq";
+        run_case(name, shape, refs, [&](Run &r) {
+                     Dev d;
+                     void *dq = d.alloc(nq * 2), *dk = d.alloc(nk * 2), *dv = d.alloc(nk * 2);
+                     r.rc = ftk_attention_bwd(dq, dk, dv, d.bf16(dout, mis), d.bf16(out_bf),
+                                              d.f32(lse_ref), d.bf16(q), d.bf16(k), d.bf16(v), B,
+                                              T, H, KVH, D, 0);
+                     r.guards = d.guards_ok();
+                     r.outs = {read_bf16(dq, nq), read_bf16(dk, nk), read_bf16(dv, nk)};
+                 });
+    }
+    ftk_attention_set_tensor_cores(1);
+    ftk_attention_set_ds_cap(0);
 }
 
 // ----------------------------------------------------------------------------
@@ -576,19 +603,50 @@ static void test_lmhead_rows(int rows, int V, bool train, int kind) {
 // ----------------------------------------------------------------------------
 // element-wise ops
 
-// `wide`: gate ~ N(0, 40^2), so that exp(-gate) overflows fp32 (|gate| > 88) on some elements
-static void test_swiglu(size_t n, size_t mis, bool alias, bool wide = false) {
+// `wide`: gate ~ N(0, 40^2), so that exp(-gate) overflows fp32 (|gate| > 88) on some elements.
+// `fused`: the kernel reads gate and up as the two halves of one (N, 2F) buffer (ld = 2F, the
+// fused gate|up GEMM output) and writes dgate|dup likewise; the reference is the CPU op on
+// separate contiguous (N, F) buffers (ld = F), so a stride bug on either side shows.
+static std::vector<float> rows_interleave(const std::vector<float> &a, const std::vector<float> &b, int N, int F) {
+    std::vector<float> ab((size_t)N * 2 * F);
+    for (size_t r = 0; r < (size_t)N; r++)
+        for (size_t j = 0; j < (size_t)F; j++) {
+            ab[r * 2 * F + j] = a[r * F + j];
+            ab[r * 2 * F + F + j] = b[r * F + j];
+        }
+    return ab;
+}
+// the gate (half 0) or up (half 1) columns of a read-back bf16 (N, 2F) buffer
+static Output rows_half(const Output &ab, int N, int F, int half) {
+    Output h;
+    h.vals.resize((size_t)N * F);
+    h.raw.resize((size_t)N * F * 2);
+    for (size_t r = 0; r < (size_t)N; r++)
+        for (size_t j = 0; j < (size_t)F; j++) {
+            const size_t src = r * 2 * F + (size_t)half * F + j, dst = r * F + j;
+            h.vals[dst] = ab.vals[src];
+            memcpy(&h.raw[dst * 2], &ab.raw[src * 2], 2);
+        }
+    return h;
+}
+
+static void test_swiglu(int N, int F, size_t mis, bool alias, bool wide = false, bool fused = false) {
+    const size_t n = (size_t)N * F;
     std::vector<float> g = randn_bf(n, wide ? 40.0f : 2.0f), u = randn_bf(n, 1.0f), dy = randn_bf(n, 1.0f);
-    std::string shape = fmt("n=%zu%s%s%s", n, mis ? " misaligned" : "", alias ? " dgate=dout" : "",
-                            wide ? " |gate|>88" : "");
+    std::string shape = fmt("N=%d F=%d%s%s%s%s", N, F, fused ? " fused (N,2F)" : "", mis ? " misaligned" : "",
+                            alias ? " dgate=dout" : "", wide ? " |gate|>88" : "");
     std::vector<float> y_ref(n), dg_ref(n), du_ref(n);
-    CPU->swiglu_fwd(y_ref.data(), g.data(), u.data(), n);
-    CPU->swiglu_bwd(dg_ref.data(), du_ref.data(), dy.data(), g.data(), u.data(), n);
+    CPU->swiglu_fwd(y_ref.data(), g.data(), u.data(), N, F, F);
+    CPU->swiglu_bwd(dg_ref.data(), du_ref.data(), dy.data(), g.data(), u.data(), N, F, F);
+    const std::vector<float> gu = fused ? rows_interleave(g, u, N, F) : std::vector<float>();
+    const int ld = fused ? 2 * F : F;
     if (!alias)
         run_case("swiglu_fwd", shape, {nmse_ref("out", y_ref, THR_BF16)}, [&](Run &r) {
             Dev d;
             void *y = d.alloc(n * 2, mis);
-            r.rc = ftk_swiglu_fwd(y, d.bf16(g), d.bf16(u, mis), n, 0);
+            const uint16_t *gp = (const uint16_t *)(fused ? d.bf16(gu, mis) : d.bf16(g));
+            const void *up = fused ? (const void *)(gp + F) : d.bf16(u, mis);
+            r.rc = ftk_swiglu_fwd(y, gp, up, N, F, ld, 0);
             r.guards = d.guards_ok();
             r.outs = {read_bf16(y, n)};
         });
@@ -596,8 +654,17 @@ static void test_swiglu(size_t n, size_t mis, bool alias, bool wide = false) {
              [&](Run &r) {
                  Dev d;
                  void *dyp = d.bf16(dy, mis);
+                 if (fused) {
+                     uint16_t *dgu = (uint16_t *)d.alloc(2 * n * 2, mis);
+                     const uint16_t *gp = (const uint16_t *)d.bf16(gu);
+                     r.rc = ftk_swiglu_bwd(dgu, dgu + F, dyp, gp, gp + F, N, F, ld, 0);
+                     r.guards = d.guards_ok();
+                     const Output both = read_bf16(dgu, 2 * n);
+                     r.outs = {rows_half(both, N, F, 0), rows_half(both, N, F, 1)};
+                     return;
+                 }
                  void *dg = alias ? dyp : d.alloc(n * 2, mis), *du = d.alloc(n * 2);
-                 r.rc = ftk_swiglu_bwd(dg, du, dyp, d.bf16(g), d.bf16(u), n, 0);
+                 r.rc = ftk_swiglu_bwd(dg, du, dyp, d.bf16(g), d.bf16(u), N, F, F, 0);
                  r.guards = d.guards_ok();
                  r.outs = {read_bf16(dg, n), read_bf16(du, n)};
              });
@@ -799,7 +866,10 @@ static void cases_attention() {
     // maximum); D % 16 == 0 also runs the tensor-core forward; "peaky": q scaled by 4 so that
     // softmax rows are dominated by few keys and the running max moves; qscale 40: scores up
     // to ~150, where exp without the running max subtracted overflows fp32; misaligned
-    // q/out/dout (element-wise loads on both paths)
+    // q/out/dout (element-wise loads on both paths). The tensor-core backward's tiles
+    // (32-key dK/dV blocks, 16-query steps, 64-query dQ blocks): T = 1, 17, 63, 130 against
+    // them, GQA 2 and 4 at D = 64 and 128, scores ~100 at D = 128, B = 3 for the chunked
+    // workspace, misaligned dout (element-wise tile loads)
     const int att[][7] = {{1, 1, 1, 1, 8, 1, 0},    {2, 37, 4, 4, 16, 1, 0},  {1, 50, 8, 2, 24, 1, 0},
                           {1, 33, 8, 1, 64, 1, 0},  {2, 17, 4, 1, 40, 1, 0},  {1, 20, 2, 2, 128, 1, 0},
                           {1, 64, 8, 1, 7, 1, 0},   {1, 45, 4, 1, 32, 4, 0},  {1, 100, 4, 1, 48, 1, 0},
@@ -807,7 +877,9 @@ static void cases_attention() {
                           {1, 1, 2, 1, 16, 1, 0},   {3, 1, 8, 1, 128, 1, 0},  {1, 64, 2, 1, 32, 1, 0},
                           {1, 65, 2, 2, 16, 1, 0},  {1, 16, 4, 2, 16, 1, 0},  {1, 5, 2, 1, 1, 1, 0},
                           {1, 19, 2, 1, 2, 1, 0},   {1, 23, 2, 1, 127, 1, 0}, {1, 48, 4, 2, 64, 40, 0},
-                          {2, 31, 2, 1, 16, 40, 0}};
+                          {2, 31, 2, 1, 16, 40, 0},  {1, 63, 4, 2, 64, 1, 0},  {2, 17, 8, 2, 128, 1, 0},
+                          {1, 130, 4, 1, 64, 4, 0},  {3, 63, 4, 4, 16, 1, 0},  {1, 1, 4, 4, 64, 1, 0},
+                          {1, 17, 2, 1, 128, 40, 0}, {1, 47, 2, 1, 64, 1, 2}};
     for (auto &s : att) test_attention(s[0], s[1], s[2], s[3], s[4], (float)s[5], (size_t)s[6]);
 }
 
@@ -831,11 +903,20 @@ static const size_t EW_SIZES[] = {1, 7, 8, 9, 1000, 4099, 100000};
 static size_t ew_size(size_t n) { return g_san && n > 20000 ? 20000 : n; }
 
 static void cases_swiglu() {
-    for (size_t n : EW_SIZES) test_swiglu(ew_size(n), 0, false);
-    test_swiglu(1001, 2, false);
-    test_swiglu(999, 0, true);
-    test_swiglu(1003, 0, false, true);
-    test_swiglu(517, 2, true, true);
+    for (size_t n : EW_SIZES) test_swiglu(1, (int)ew_size(n), 0, false);
+    test_swiglu(1, 1001, 2, false);
+    test_swiglu(1, 999, 0, true);
+    test_swiglu(1, 1003, 0, false, true);
+    test_swiglu(1, 1000, 0, false, true);   // |gate| > 88 on the 16-byte path
+    test_swiglu(1, 517, 2, true, true);
+    // the fused (N, 2F) gate|up layout: 16-byte groups (F % 8 == 0), single elements (F odd,
+    // or a misaligned buffer), several rows so that the row stride matters
+    test_swiglu(7, 64, 0, false, false, true);
+    test_swiglu(5, 13, 0, false, false, true);
+    test_swiglu(9, 40, 2, false, true, true);
+    test_swiglu(9, 40, 0, false, true, true);
+    test_swiglu(300, 24, 0, false, false, true);
+    test_swiglu(13, 16, 0, false, false, false);
 }
 
 static void cases_add() {

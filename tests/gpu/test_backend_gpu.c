@@ -22,6 +22,7 @@
 // shapes than it holds: every result correct, a hot shape kept, an evicted shape rebuilt.
 // Attention runs on cuDNN (src/attention_cudnn.h; the emulated build: its CPU stand-in) and on
 // the native kernels, each against the CPU; cuDNN must have passed the backend's startup check.
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -29,6 +30,7 @@
 #include "backend.h"
 #include "backend_cuda.h"
 #include "common.h"
+#include "kernels.h"   // ftk_attention_set_tensor_cores, ftk_attention_set_ds_cap
 #include "model.h"
 #include "test.h"
 
@@ -39,6 +41,10 @@
 // math (2e-5): 2e-5 + 1.5e-5 -> 3.5e-5; ATTN_CUDNN_CHECK_NMSE (1e-4) keeps a factor of about 3
 #define THR_CUDNN ATTN_CUDNN_CHECK_NMSE
 static double thr_bf16 = THR_BF16;   // THR_CUDNN while the attention cases run on cuDNN
+// attention on tensor cores (D % 16 == 0): P (and in the backward dS) rounded to bf16 as a
+// product operand, an extra NMSE of at most u^2 on top of the output rounding; derivation in
+// tests/cuda_emu/test_kernels.cpp (THR_ATT_TC)
+#define THR_ATT_TC 4e-5
 
 static const backend *CPU, *GPU;
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -102,10 +108,13 @@ static double pair_nmse(const pair *p) {
     return e;
 }
 
-static void report(const char *op, const char *shape, const char *out, const pair *p) {
-    double thr = p->f32 ? THR_F32 : thr_bf16, e = pair_nmse(p);
+static void report_thr(const char *op, const char *shape, const char *out, const pair *p, double thr) {
+    double e = pair_nmse(p);
     printf("%-14s %-28s %-9s %10.3e %8.1e  %s\n", op, shape, out, e, thr, e <= thr ? "pass" : "FAIL");
     EXPECT(e <= thr, "%s %s %s: NMSE %.3e > %.1e", op, shape, out, e, thr);
+}
+static void report(const char *op, const char *shape, const char *out, const pair *p) {
+    report_thr(op, shape, out, p, p->f32 ? THR_F32 : thr_bf16);
 }
 
 #define BOTH(call_cpu, call_gpu) do { \
@@ -189,14 +198,27 @@ static void case_attention(int B, int T, int H, int KVH, int D) {
     pair dq = pair_new(nq, 0, 1, 1), dk = pair_new(nk, 0, 1, 1), dv = pair_new(nk, 0, 1, 1);
     BOTH(CPU->attention_fwd(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
          GPU->attention_fwd(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
-    report("attention_fwd", s, "out", &o);
+    // native on tensor cores when D % 16 == 0; on cuDNN thr_bf16 is THR_CUDNN, the larger
+    const double thr = fmax(thr_bf16, D % 16 == 0 ? THR_ATT_TC : THR_BF16);
+    report_thr("attention_fwd", s, "out", &o, thr);
     report("attention_fwd", s, "lse", &lse);
-    // backward from the GPU's own forward output on both sides (bf16 `out` is an input)
-    BOTH(CPU->attention_bwd(dq.cpu, dk.cpu, dv.cpu, dout.cpu, o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
-         GPU->attention_bwd(dq.gpu, dk.gpu, dv.gpu, dout.gpu, o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
-    report("attention_bwd", s, "dq", &dq);
-    report("attention_bwd", s, "dk", &dk);
-    report("attention_bwd", s, "dv", &dv);
+    // backward from the GPU's own forward output on both sides (bf16 `out` is an input): the
+    // default path (tensor cores when D % 16 == 0), then for D % 16 == 0 the SIMT kernels
+    // (ftk_attention_set_tensor_cores(0)) and the tensor-core path with its dS workspace
+    // capped to one kv head of one sequence per launch (ftk_attention_set_ds_cap(1))
+    static const char *names[3] = {"attention_bwd", "attention_bwd_simt", "attention_bwd_cap1"};
+    for (int run = 0; run < (D % 16 == 0 ? 3 : 1); run++) {
+        ftk_attention_set_tensor_cores(run != 1);
+        ftk_attention_set_ds_cap(run == 2 ? 1 : 0);
+        BOTH(CPU->attention_bwd(dq.cpu, dk.cpu, dv.cpu, dout.cpu, o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
+             GPU->attention_bwd(dq.gpu, dk.gpu, dv.gpu, dout.gpu, o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
+        const double t = run == 1 ? thr_bf16 : thr;
+        report_thr(names[run], s, "dq", &dq, t);
+        report_thr(names[run], s, "dk", &dk, t);
+        report_thr(names[run], s, "dv", &dv, t);
+    }
+    ftk_attention_set_tensor_cores(1);
+    ftk_attention_set_ds_cap(0);
     pair *all[] = {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv};
     for (int i = 0; i < 9; i++) pair_free(all[i]);
 }
@@ -269,9 +291,10 @@ static void case_norm_swiglu(int N, int C) {
     report("rmsnorm_bwd", s, "dweight", &dw);
     // swiglu and add on the same sizes: gate = x, up = dy
     pair g = pair_new(n, 0, 1, 1), u = pair_new(n, 0, 1, 1);
-    BOTH(CPU->swiglu_fwd(y.cpu, x.cpu, dy.cpu, n), GPU->swiglu_fwd(y.gpu, x.gpu, dy.gpu, n));
+    BOTH(CPU->swiglu_fwd(y.cpu, x.cpu, dy.cpu, N, C, C), GPU->swiglu_fwd(y.gpu, x.gpu, dy.gpu, N, C, C));
     report("swiglu_fwd", s, "out", &y);
-    BOTH(CPU->swiglu_bwd(g.cpu, u.cpu, dx.cpu, x.cpu, dy.cpu, n), GPU->swiglu_bwd(g.gpu, u.gpu, dx.gpu, x.gpu, dy.gpu, n));
+    BOTH(CPU->swiglu_bwd(g.cpu, u.cpu, dx.cpu, x.cpu, dy.cpu, N, C, C),
+         GPU->swiglu_bwd(g.gpu, u.gpu, dx.gpu, x.gpu, dy.gpu, N, C, C));
     report("swiglu_bwd", s, "dgate", &g);
     report("swiglu_bwd", s, "dup", &u);
     BOTH(CPU->add(y.cpu, x.cpu, dy.cpu, n), GPU->add(y.gpu, x.gpu, dy.gpu, n));
