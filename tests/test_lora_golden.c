@@ -145,7 +145,7 @@ static void check_fused_mlp(model *m, const unit_provider *base, fsdp_state *s, 
         if (ok) ok = fsdp_set_unit(s, FSDP_MASTER, u, unit) == 0;
     }
     ok = ok && lora_layout_init(&ll2, cfg, &lc2, fsdp_pad_multiple(1)) == 0 &&
-         fsdp_init_role(&s2, &ll2.layout, s->be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_ADAPTERS) == 0 &&
+         fsdp_init_role(&s2, &ll2.layout, s->be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_ADAPTERS, 0) == 0 &&
          load_adapter(&s2, &ll2, adapter) == 0;
     unit_provider ad2 = fsdp_provider(&s2);
     ok = ok && model_init_lora(&m2, m->layout, &ll2, &ad2, s->be, &mem, m->B, m->T_alloc, 0) == 0 &&
