@@ -28,10 +28,12 @@ static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) 
 
 // The --dry_run lines of a state's buffers, per role (the adapters' are told apart from the model's).
 typedef struct {
-    const char *params, *opt, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root;
+    const char *params, *opt, *opt_host, *grad_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root;
 } fsdp_lines;
 static const fsdp_lines model_lines = {
     "working parameters, this rank's slice", "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)",
+    "offloaded optimizer: fp32 master weights + AdamW exp_avg, exp_avg_sq (slice), host memory",
+    "offloaded optimizer: one unit's fp32 gradient slice, host memory (largest slice)",
     "fp32 gradients of the step (slice)", "root unit (embeddings, norm, lm_head), gathered",
     "two layer units: in use + prefetched", "reduce-scatter output (largest slice)",
     "second layer reduce-scatter output (one in flight)", "full-size gradients summed over micro-batches",
@@ -40,6 +42,8 @@ static const fsdp_lines model_lines = {
     "fp32 unit buffer (checkpoint gathers; during a step the root gradient sum)"};
 static const fsdp_lines adapter_lines = {
     "LoRA adapters: working parameters (slice)", "LoRA adapters: fp32 master + AdamW moments (slice)",
+    "LoRA adapters: offloaded fp32 master + AdamW moments (slice), host memory",
+    "LoRA adapters: one unit's fp32 gradient slice, host memory (largest slice)",
     "LoRA adapters: fp32 gradients of the step (slice)", "LoRA adapters: root unit (empty), gathered",
     "LoRA adapters: two layer units, gathered", "LoRA adapters: reduce-scatter outputs",
     "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size gradients summed over micro-batches",
@@ -47,7 +51,7 @@ static const fsdp_lines adapter_lines = {
     "LoRA adapters: fp32 unit buffer (checkpoint gathers)", "LoRA adapters: fp32 unit buffer (checkpoint gathers)"};
 
 void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp_grad_mode mode, fsdp_role role,
-                       size_t esz, fsdp_state *s) {
+                       int offload, size_t esz, fsdp_state *s) {
     const size_t S = (size_t)shard_size, n_local = l->total / S, nf = n_local * sizeof(float);
     const int accumulate_locally = mode == FSDP_GRADS_LOCAL, root_once = mode == FSDP_GRADS_ROOT_ONCE && S > 1;
     const fsdp_lines *w = role == FSDP_ADAPTERS ? &adapter_lines : &model_lines;
@@ -60,10 +64,13 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
         mem_table_add(t, MEM_PARAMS, n_local * esz, "frozen base (LoRA): working parameters only, this rank's slice",
                       SLOT(s, params));
     } else {
+        // --offload_optimizer: the optimizer state lives in host memory, the rest stays put
+        const mem_category oc = offload ? MEM_HOST : MEM_OPTIMIZER;
+        const char *opt = offload ? w->opt_host : w->opt;
         mem_table_add(t, MEM_PARAMS, n_local * esz, w->params, SLOT(s, params));
-        mem_table_add(t, MEM_OPTIMIZER, nf, w->opt, SLOT(s, master));
-        mem_table_add(t, MEM_OPTIMIZER, nf, w->opt, SLOT(s, exp_avg));
-        mem_table_add(t, MEM_OPTIMIZER, nf, w->opt, SLOT(s, exp_avg_sq));
+        mem_table_add(t, oc, nf, opt, SLOT(s, master));
+        mem_table_add(t, oc, nf, opt, SLOT(s, exp_avg));
+        mem_table_add(t, oc, nf, opt, SLOT(s, exp_avg_sq));
         mem_table_add(t, MEM_GRADS, nf, w->grads, SLOT(s, grads));
     }
     if (S > 1) {
@@ -85,18 +92,26 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
         if (S > 1) mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[1]));
     }
     mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), root_once ? w->f32_root : w->f32, SLOT(s, unit_f32));
+    if (offload) mem_table_add(t, MEM_HOST, max_slice * sizeof(float), w->grad_host, SLOT(s, grad_host));
 }
 
 int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem,
               comm *shard, comm *replica, fsdp_grad_mode mode) {
-    return fsdp_init_role(s, l, be, mem, shard, replica, mode, FSDP_TRAINED);
+    return fsdp_init_role(s, l, be, mem, shard, replica, mode, FSDP_TRAINED, 0);
 }
 
 int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem, comm *shard,
-                   comm *replica, fsdp_grad_mode mode, fsdp_role role) {
+                   comm *replica, fsdp_grad_mode mode, fsdp_role role, int offload) {
     memset(s, 0, sizeof *s);
     s->layout = l;
     s->role = role;
+    s->offload = role != FSDP_FROZEN && offload;
+    // the host AdamW writes fp32 weights; a bf16 device needs a host cast + H2D (not yet)
+    if (s->offload && st_dtype_size(be->dtype) != sizeof(float)) {
+        memset(s, 0, sizeof *s);
+        return ft_error("flag --offload_optimizer: needs fp32 working parameters (the CPU backend); the %s "
+                        "backend's path is not implemented yet", be->name);
+    }
     s->be = be;
     s->mem = mem;
     s->shard = shard;
@@ -123,7 +138,7 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
         if (l->unit_numel[u] > s->max_unit) s->max_unit = l->unit_numel[u];
     }
     mem_table t = mem_table_allocator(mem);
-    fsdp_buffer_table(&t, l, shard->size, s->mode, role, s->esz, s);
+    fsdp_buffer_table(&t, l, shard->size, s->mode, role, s->offload, s->esz, s);
     if (t.failed) { fsdp_free(s); return -1; }
     // the checkpoint gather buffer (max_unit >= the root's elements) is idle during a step
     if (s->mode == FSDP_GRADS_ROOT_ONCE) s->root_acc = s->unit_f32;
@@ -143,7 +158,7 @@ void fsdp_free(fsdp_state *s) {
             if (s->rs_pending[b]) comm_wait(s->shard, s->rs_pending[b]);
         }
         mem_table t = mem_table_releaser(s->mem);
-        fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->role, s->esz, s);
+        fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->role, s->offload, s->esz, s);
     }
     free(s->slice);
     free(s->local_off);
@@ -376,21 +391,50 @@ int fsdp_finish_grads(fsdp_state *s, double *norm) {
     return 0;
 }
 
+// The part of entry e in this rank's slice: local index *k and length (0: none).
+static size_t entry_local_range(const fsdp_state *s, const param_entry *e, size_t *k) {
+    size_t lo, hi;
+    fsdp_unit_range(s, e->unit, &lo, &hi);
+    size_t a = e->offset > lo ? e->offset : lo, b = e->offset + e->numel < hi ? e->offset + e->numel : hi;
+    if (a >= b) return 0;
+    *k = s->local_off[e->unit] + (a - lo);   // local index of global element a
+    return b - a;
+}
+
+// --offload_optimizer, one unit: its fp32 gradient slice comes to the host (grad_host), AdamW
+// runs there (the CPU backend's kernel, OpenMP) on the host master and moments, and the
+// updated weights go back as the working parameters (fp32: checked at init). The same
+// arithmetic, element for element, as the device path: bitwise the same result.
+static int offload_step_unit(fsdp_state *s, int u, const adamw_params *p, const adamw_params *nodecay) {
+    const param_layout *l = s->layout;
+    const size_t u0 = s->local_off[u], n = s->slice[u];
+    TRY(s->be->copy_d2h(s->grad_host, s->grads + u0, n * sizeof(float)));
+    for (int i = 0; i < l->n_entries; i++) {
+        const param_entry *e = &l->entries[i];
+        size_t k, m;
+        if (e->unit != u || (m = entry_local_range(s, e, &k)) == 0) continue;
+        TRY(backend_cpu()->adamw(s->master + k, NULL, s->grad_host + (k - u0), s->exp_avg + k, s->exp_avg_sq + k, m,
+                                 e->decay ? p : nodecay));
+    }
+    return s->be->copy_h2d(local_params(s, u), s->master + u0, n * sizeof(float));
+}
+
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p) {
     if (s->role == FSDP_FROZEN) return frozen_error("an optimizer step");
     const param_layout *l = s->layout;
     fsdp_invalidate_gathered(s);
     adamw_params nodecay = *p;
     nodecay.weight_decay = 0.0f;
+    if (s->offload) {
+        for (int u = 0; u < l->n_units; u++) TRY(offload_step_unit(s, u, p, &nodecay));
+        return 0;
+    }
     for (int i = 0; i < l->n_entries; i++) {
         const param_entry *e = &l->entries[i];
-        size_t lo, hi;
-        fsdp_unit_range(s, e->unit, &lo, &hi);
-        size_t a = e->offset > lo ? e->offset : lo, b = e->offset + e->numel < hi ? e->offset + e->numel : hi;
-        if (a >= b) continue;
-        size_t k = s->local_off[e->unit] + (a - lo);   // local index of global element a
+        size_t k, m;
+        if ((m = entry_local_range(s, e, &k)) == 0) continue;
         TRY(s->be->adamw(s->master + k, (char *)s->params + k * s->esz, s->grads + k, s->exp_avg + k,
-                         s->exp_avg_sq + k, b - a, e->decay ? p : &nodecay));
+                         s->exp_avg_sq + k, m, e->decay ? p : &nodecay));
     }
     return 0;
 }

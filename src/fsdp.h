@@ -49,6 +49,8 @@ typedef enum {
 typedef struct {
     const param_layout *layout;   // padded: shard->size divides every unit_numel
     fsdp_role role;
+    int offload;                  // --offload_optimizer: master + moments in host memory (MEM_HOST),
+                                  // AdamW on the host, unit by unit (fsdp_optimizer_step)
     const backend *be;
     mem_tracker *mem;
     comm *shard;                  // S ranks splitting each unit
@@ -85,6 +87,8 @@ typedef struct {
     void *rs_out[2];              // reduce-scatter outputs (S > 1), backend dtype: [0] max slice
                                   // (root, or layers with even index), [1] a layer slice
     float *unit_f32;              // (max_unit) fp32 gather buffer for checkpoints
+    float *grad_host;             // (largest slice) --offload_optimizer: host copy of one unit's
+                                  // fp32 gradient slice for the host AdamW (MEM_HOST)
 } fsdp_state;
 
 // Allocate this rank's state for `layout` (which must be padded to a multiple of
@@ -101,16 +105,18 @@ int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_
 // working parameters and the gather buffers only: its provider gives no gradients (grad_begin
 // fails), fsdp_set_unit(FSDP_MASTER) converts on the host straight into the working
 // parameters, fsdp_zero_moments does nothing, and the gradient/optimizer calls and
-// fsdp_get_unit fail.
+// fsdp_get_unit fail. offload 1 (--offload_optimizer; ignored for FSDP_FROZEN): the fp32
+// master weights and AdamW moments are host memory (MEM_HOST), updated there unit by unit.
 int fsdp_init_role(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem, comm *shard,
-                   comm *replica, fsdp_grad_mode mode, fsdp_role role);
+                   comm *replica, fsdp_grad_mode mode, fsdp_role role, int offload);
 void fsdp_free(fsdp_state *s);
 
 // Every backend buffer fsdp_init_role allocates for `layout` in `role` over a shard group of
 // shard_size ranks (S divides every unit), offered to `t` in allocation order with esz bytes
-// per storage element. `s` NULL: only sizes (the planner); otherwise slots are s's fields.
+// per storage element; offload 1 moves master + moments to MEM_HOST. `s` NULL: only sizes
+// (the planner); otherwise slots are s's fields.
 void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, fsdp_grad_mode mode,
-                       fsdp_role role, size_t esz, fsdp_state *s);
+                       fsdp_role role, int offload, size_t esz, fsdp_state *s);
 
 // The provider the model uses for forward/backward over this state. With S > 1 it gathers a
 // layer while the previous one computes: acquiring layer l (forward) starts the gather of
@@ -144,5 +150,6 @@ void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
 int fsdp_finish_grads(fsdp_state *s, double *norm);
 // AdamW on this rank's slices; weight decay only on entries with decay = 1 (matrices and
 // embeddings, not RMSNorm weights); padding is never touched. `p->weight_decay` is the
-// decay for decaying entries. 0 / -1.
+// decay for decaying entries. With offload: unit by unit on the host (see fsdp_init_role),
+// bitwise the same result. 0 / -1.
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p);

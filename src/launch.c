@@ -71,7 +71,7 @@ static int grid_open(launch *L, int S, const char *device) {
     if (L->pmi2_ranks && strcmp(device, "cuda") != 0)
         return ft_error("launcher: %d ranks under srun but this build has no MPI for CPU ranks (rebuild with MPICH, "
                         "or use --device cuda)", L->W);
-    L->cc = (train_comms){&L->world, &L->world, &L->world};
+    L->cc = (train_comms){&L->world, &L->world, &L->world, 0};
 #ifdef FT_HAVE_MPI
     if (L->mpi) {
         // a deadline-bound barrier first: the blocking calls below start once every rank is
@@ -185,7 +185,7 @@ static int data_plane_open(launch *L, int S) {
         TRY(comm_nccl_add_reduce_scatter_lane(shard));
         L->n_nccl++;
     }
-    L->cc = (train_comms){&L->dworld, shard, replica};
+    L->cc = (train_comms){&L->dworld, shard, replica, 0};
     return 0;
 #else
     (void)S;
@@ -198,7 +198,7 @@ static int data_plane_open(launch *L, int S) {
 static void data_plane_bind(launch *L) {
     if (!L->nccl) {
         comm_init_single(&L->dworld, L->be);
-        L->cc = (train_comms){&L->dworld, &L->dworld, &L->dworld};
+        L->cc = (train_comms){&L->dworld, &L->dworld, &L->dworld, 0};
     }
     L->dworld.be = L->dshard.be = L->dreplica.be = L->be;
 }
@@ -239,6 +239,7 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     if (rc == 0) rc = backend_open(o->device, L->local_rank, arena_bytes, &L->be);
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
     if (L->be != L->cpu) data_plane_bind(L);
+    L->cc.local_size = L->local_size;
     L->ready = 1;
     return 0;
 }

@@ -13,6 +13,7 @@ void *mem_alloc(mem_tracker *t, mem_category cat, size_t nbytes) {
     if (!p) return NULL;
     t->current[cat] += nbytes;
     if (t->current[cat] > t->peak[cat]) t->peak[cat] = t->current[cat];
+    if (cat == MEM_HOST) return p;   // not device memory
     t->current_total += nbytes;
     if (t->current_total > t->peak_total) t->peak_total = t->current_total;
     return p;
@@ -22,12 +23,12 @@ void mem_free(mem_tracker *t, mem_category cat, void *p, size_t nbytes) {
     if (!p) return;
     t->be->free(p);
     t->current[cat] -= nbytes;
-    t->current_total -= nbytes;
+    if (cat != MEM_HOST) t->current_total -= nbytes;
 }
 
 const char *mem_category_name(mem_category cat) {
     static const char *names[MEM_CATEGORY_COUNT] = {
-        "params", "gathered", "grads", "optimizer", "activations", "workspace"};
+        "params", "gathered", "grads", "optimizer", "activations", "workspace", "host"};
     return cat < MEM_CATEGORY_COUNT ? names[cat] : "?";
 }
 

@@ -12,6 +12,8 @@ typedef enum {
     MEM_OPTIMIZER,   // fp32 master weights and AdamW moments
     MEM_ACTIVATIONS, // forward activations kept for backward
     MEM_WORKSPACE,   // scratch: activation grads, recompute buffers, logits chunk, comm
+    MEM_HOST,        // host memory (--offload_optimizer: fp32 master weights and AdamW moments);
+                     // not device memory: left out of current_total / peak_total
     MEM_CATEGORY_COUNT
 } mem_category;
 
@@ -19,7 +21,7 @@ typedef struct {
     const backend *be;
     size_t current[MEM_CATEGORY_COUNT];
     size_t peak[MEM_CATEGORY_COUNT];
-    size_t current_total, peak_total;
+    size_t current_total, peak_total;   // device memory: every category but MEM_HOST
 } mem_tracker;
 
 void mem_tracker_init(mem_tracker *t, const backend *be);

@@ -52,7 +52,7 @@ static int plan_nccl_comms(const plan_request *r) {
 // even if the line table is full.
 static void add_item(plan *p, mem_category cat, size_t bytes, const char *what) {
     p->bytes[cat] += bytes;
-    p->total += bytes;
+    if (cat != MEM_HOST) p->total += bytes;   // total: device memory, as the tracker counts it
     plan_item *last = p->n_items ? &p->items[p->n_items - 1] : NULL;
     if (last && last->cat == cat && strcmp(last->what, what) == 0) last->bytes += bytes;
     else if (p->n_items < PLAN_MAX_ITEMS) p->items[p->n_items++] = (plan_item){cat, bytes, what};
@@ -72,8 +72,9 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
     const fsdp_grad_mode mode = (fsdp_grad_mode)p->grad_mode;
     model_buffer_table(&t, c, ll ? &r->lora : NULL, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing,
                        r->elem_bytes, NULL);
-    fsdp_buffer_table(&t, l, r->shard_size, mode, ll ? FSDP_FROZEN : FSDP_TRAINED, r->elem_bytes, NULL);
-    if (ll) fsdp_buffer_table(&t, &ll->layout, r->shard_size, mode, FSDP_ADAPTERS, r->elem_bytes, NULL);
+    fsdp_buffer_table(&t, l, r->shard_size, mode, ll ? FSDP_FROZEN : FSDP_TRAINED, r->offload_optimizer,
+                      r->elem_bytes, NULL);
+    if (ll) fsdp_buffer_table(&t, &ll->layout, r->shard_size, mode, FSDP_ADAPTERS, r->offload_optimizer, r->elem_bytes, NULL);
     if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
     // cuDNN attention takes its workspace from the device arena around each call (the largest
     // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more
@@ -245,6 +246,20 @@ static void print_max_batch(FILE *out, const plan *p, const llama_config *c, siz
     }
 }
 
+// The host memory of --offload_optimizer: per rank (the category line, for scripts) and per node.
+static void print_host_memory(FILE *out, const plan *p) {
+    const size_t h = p->bytes[MEM_HOST];
+    const int W = p->req.world_size, per_node = W < plan_devices[0].gpus_per_node ? W : plan_devices[0].gpus_per_node;
+    fprintf(out, "  %-12s %15zu %9.3f   %s\n", mem_category_name(MEM_HOST), h, gib(h),
+            h ? "host memory per rank, not device (pinned on a GPU): --offload_optimizer" : "(none: no --offload_optimizer)");
+    if (h)
+        fprintf(out, "  host memory per node: %zu bytes (%.3f GiB) for %d rank(s) per node (up to %d GPUs per node); "
+                "the step-time estimate below still prices AdamW on the device (host AdamW and PCIe copies not "
+                "priced)%s\n", h * (size_t)per_node, gib((double)(h * (size_t)per_node)), per_node,
+                plan_devices[0].gpus_per_node,
+                p->req.elem_bytes == 2 ? "; a plan only: training with --offload_optimizer on a GPU is not implemented yet" : "");
+}
+
 void plan_print_report(FILE *out, const plan *p, const llama_config *c, const char *model_dir, const char *device,
                        int max_batch) {
     const plan_request *r = &p->req;
@@ -273,6 +288,7 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     fprintf(out, "\nmemory per rank (what the allocator's tracker records; exact for this build):\n");
     fprintf(out, "  %-12s %15s %9s\n", "category", "bytes", "GiB");
     for (int cat = 0; cat < MEM_CATEGORY_COUNT; cat++) {
+        if (cat == MEM_HOST) continue;   // after the device total
         int n = 0, last = -1;
         for (int i = 0; i < p->n_items; i++)
             if (p->items[i].cat == (mem_category)cat) { n++; last = i; }
@@ -286,6 +302,7 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     }
     fprintf(out, "  %-12s %15zu %9.3f   peak: every buffer lives from setup to the end of training\n", "total",
             p->total, gib(p->total));
+    print_host_memory(out, p);
     const double state = (double)(p->bytes[MEM_PARAMS] + p->bytes[MEM_GRADS] + p->bytes[MEM_OPTIMIZER]);
     fprintf(out, "  model state (params + grads + optimizer): %.2f bytes per parameter over all %d rank(s), %.2f per rank\n",
             state * r->world_size / (double)p->n_params, r->world_size, state / (double)p->n_params);

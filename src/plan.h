@@ -47,6 +47,8 @@ typedef struct {
                                     // per-call workspace (attn_cudnn_workspace_bound) is planned
     int mfu_benchmark;              // 1: train.c measures the matmul rate (--peak_tflops 0), whose
                                     // buffers (src/mfu.h) are workspace
+    int offload_optimizer;          // 1: fp32 master + AdamW moments in host memory (MEM_HOST, not
+                                    // in `total`), AdamW on the host
     lora_config lora;               // rank 0: full fine-tuning; else LoRA: a frozen base (working
                                     // parameters only) and the adapters' own sharded state
 } plan_request;
@@ -106,7 +108,8 @@ typedef struct {
 
     // memory per rank (bytes)
     size_t bytes[MEM_CATEGORY_COUNT];
-    size_t total;                   // peak of the sum (= the sum: nothing is freed early)
+    size_t total;                   // device bytes: peak of the sum (= the sum: nothing is freed
+                                    // early) of every category but MEM_HOST (bytes[MEM_HOST])
     plan_item items[PLAN_MAX_ITEMS];
     int n_items;
 

@@ -156,6 +156,22 @@ static void log_eval(job *j, int step, double loss, double ntok, double secs) {
 // ----------------------------------------------------------------------------
 // setup and teardown
 
+// --offload_optimizer: the planned host bytes of the ranks on this node must fit the node's
+// physical memory (FT_HOST_MEMORY_BYTES overrides what sysconf reports: a cap, and the
+// tests' way to plan a small host). Checked before anything is allocated. 0 / -1.
+static int check_host_memory(const plan *p, int ranks_on_node) {
+    const size_t need = p->bytes[MEM_HOST] * (size_t)ranks_on_node;
+    if (need == 0) return 0;
+    const char *env = getenv("FT_HOST_MEMORY_BYTES");
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double have = env ? strtod(env, NULL) : (double)pages * (double)page;
+    if (pages > 0 && page > 0 && (double)need > have)
+        return ft_error("flag --offload_optimizer: the optimizer state needs %.2f GiB of host memory on this node "
+                        "(%.2f GiB per rank x %d rank(s)), the node has %.2f GiB", need / 1073741824.0,
+                        p->bytes[MEM_HOST] / 1073741824.0, ranks_on_node, have / 1073741824.0);
+    return 0;
+}
+
 static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->o = o;
     j->cc = cc;
@@ -169,6 +185,7 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     const plan_request req = train_plan_request(o, j->world, st_dtype_size(j->be->dtype));
     plan pl;   // validates the job, and chooses how gradients travel (what --dry_run plans)
     TRY(plan_compute(&pl, &j->cfg, &req));
+    TRY(check_host_memory(&pl, cc->local_size > 0 ? cc->local_size : 1));
     j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 
     TRY(param_layout_init(&j->layout, &j->cfg, fsdp_pad_multiple(cc->shard->size)));
@@ -180,8 +197,10 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
                         o->batch_size_per_device, o->seq_len, o->gradient_checkpointing));
     const fsdp_grad_mode gm = (fsdp_grad_mode)pl.grad_mode;
     TRY(fsdp_init_role(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, gm,
-                       j->lora ? FSDP_FROZEN : FSDP_TRAINED));
-    if (j->lora) TRY(fsdp_init_role(&j->afs, &j->ll.layout, j->be, &j->mem, cc->shard, cc->replica, gm, FSDP_ADAPTERS));
+                       j->lora ? FSDP_FROZEN : FSDP_TRAINED, o->offload_optimizer));
+    if (j->lora)
+        TRY(fsdp_init_role(&j->afs, &j->ll.layout, j->be, &j->mem, cc->shard, cc->replica, gm, FSDP_ADAPTERS,
+                           o->offload_optimizer));
     j->prov = fsdp_provider(&j->fs);
     if (o->profile) j->prov = profile_provider(&j->prov);
 
@@ -518,8 +537,9 @@ static int job_finish(job *j, int step) {
         TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
     if (is_main(j)) {
         printf("finetune: peak memory %.1f MiB:", j->mem.peak_total / 1048576.0);
-        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-            printf(" %s %.1f", mem_category_name((mem_category)c), j->mem.peak[c] / 1048576.0);
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)   // host (--offload_optimizer): not in the total
+            if (c != MEM_HOST || j->mem.peak[c])
+                printf("%s %s %.1f", c == MEM_HOST ? ";" : "", mem_category_name((mem_category)c), j->mem.peak[c] / 1048576.0);
         printf("\n");
     }
     return 0;
@@ -545,6 +565,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .gradient_checkpointing = o->gradient_checkpointing, .accumulate_grads_locally = o->accumulate_grads_locally,
         .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0,
         .lora = {o->lora_rank, (float)o->lora_alpha, o->lora_rank ? o->lora_target_mask : 0},
+        .offload_optimizer = o->offload_optimizer,
         .attention_cudnn = elem_bytes == 2 && strcmp(o->attention, "cudnn") == 0,
     };
 }

@@ -49,6 +49,7 @@ typedef struct {
     const char *lora_targets;     // "q,k,v,o,gate,up,down" subset
     unsigned lora_target_mask;    // parsed from lora_targets by options_parse
     int merge_lora;               // also export <out_dir>/final_merged: the base with the adapters merged
+    int offload_optimizer;        // fp32 master + AdamW moments in host memory, AdamW on the host
     // planning (src/plan.h): print the memory / step-time plan and exit, without training
     int dry_run;
     int world_size;               // --dry_run: ranks to plan for (0 = the launcher's)
@@ -69,6 +70,7 @@ typedef struct {
     comm *world;                  // all ranks
     comm *shard;                  // the FSDP shard group of this rank
     comm *replica;                // the replica group of this rank
+    int local_size;               // ranks on this rank's node (the host memory check; 0 = 1)
 } train_comms;
 
 // Run the job described by `o` (already validated by the CLI). Returns 0 on success (also

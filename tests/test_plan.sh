@@ -13,6 +13,7 @@
 #      With several ranks the collective bytes of a steady-state step (step 2) must match too:
 #      all-gather and reduce-scatter exactly, all-reduce within 16 bytes (the plan counts the
 #      gradient all-reduce, not the one-double norm all-reduce over the shard group).
+#      --offload_optimizer (one process and FSDP 2): the host category equals the plan too.
 #      LoRA (--lora_rank, one process and FSDP 2): the frozen base has no gradient or optimizer
 #      buffers, the adapters' state and activations are planned from the same tables.
 #   2. The comparison can fail: a plan for another job (checkpointing off vs on) is rejected.
@@ -23,6 +24,10 @@
 #      GPU without sharding does not (18 x 6.7e9 bytes > 80 GiB); the reported largest batch
 #      fits and the next one does not; the NCCL communicators are counted (pure FSDP: no
 #      duplicate of the world communicator).
+#      --offload_optimizer: optimizer bytes move to the host line (12 P / S, plus the host copy of
+#      the largest unit's fp32 gradient slice, the root's: 4 root / S), the device total drops by
+#      exactly 12 P / S, host bytes per node = ranks per node x per rank; one GPU
+#      fits with it, and its largest batch (with and without checkpointing) is the edge.
 #   4. The step-time estimate (src/plan_time.c), 7B on 4 and 1 H100-class ranks at batch 1 and
 #      16: the per-class rows add up to the total on every device (printed to 0.01 ms: 5
 #      rows each off by at most 0.005 plus the total's 0.005 -> |sum - total| <= 0.03 ms);
@@ -40,7 +45,7 @@ build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_plan
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
-cats="params gathered grads optimizer activations workspace total"
+cats="params gathered grads optimizer activations workspace total host"
 
 # planned bytes of category $2 (or all_gather / reduce_scatter / all_reduce) in report $1
 planned() { awk -v c="$2" '$1 == c { print $2; exit }' "$1"; }
@@ -95,6 +100,8 @@ case_run b2_s128_ckpt    1 --batch_size_per_device 2 --seq_len 128 --total_batch
 case_run b4_s512_bench   1 --batch_size_per_device 4 --seq_len 512 --total_batch_size 4
 case_run b2_s128_local   1 --batch_size_per_device 2 --seq_len 128 --total_batch_size 8 --accumulate_grads_locally --peak_tflops 1
 # LoRA: a frozen base (working parameters only) + the adapters' state, the per-target (N, r) activations
+# --offload_optimizer: master + moments + one gradient slice in the host category
+case_run offload_b2_s64 1 --batch_size_per_device 2 --seq_len 64 --total_batch_size 4 --peak_tflops 1 --offload_optimizer
 case_run lora_b2_s64_ckpt 1 --batch_size_per_device 2 --seq_len 64 --total_batch_size 4 --gradient_checkpointing --peak_tflops 1 \
   --lora_rank 8 --lora_targets q,k,v,o,gate,up,down
 if have_mpi; then
@@ -103,6 +110,7 @@ if have_mpi; then
   case_run ddp2_b2_s128       2 --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --no_fsdp --peak_tflops 1
   case_run hsdp4_b1_s64       4 --batch_size_per_device 1 --seq_len 64 --total_batch_size 8 --dp_shard 2 --peak_tflops 1
   case_run lora_fsdp2_b2_s64  2 --batch_size_per_device 2 --seq_len 64 --total_batch_size 8 --peak_tflops 1 --lora_rank 4
+  case_run offload_fsdp2_b2_s64 2 --batch_size_per_device 2 --seq_len 64 --total_batch_size 8 --peak_tflops 1 --offload_optimizer
 else skip_or_fail "multi-rank cases (no mpiexec, or $bin built without MPI)"; fi
 
 # ---------------------------------------------------------------- 2. the comparison can fail
@@ -151,6 +159,39 @@ for ck in "without" "with"; do
     [[ "$a" == *": yes"* ]] && [[ "$b" == *": NO"* ]] && ok "7B FSDP 4 $ck checkpointing: largest batch $best fits, $((best + 1)) does not" \
       || bad "7B $ck checkpointing: largest batch $best inconsistent: '$a' / '$b'"
   else bad "7B $ck checkpointing: no largest batch reported"; fi
+done
+
+# --offload_optimizer (issue 14 item 2): the fp32 master and the two AdamW moments move from the
+# device to host memory: device total drops by exactly 12 P / S, the host line holds that plus
+# the host staging copy of the largest gradient slice (the root's, 4 root / S), per rank and
+# per node; one GPU then fits, with and without checkpointing, and the
+# reported largest batch fits while the next one does not
+plan7 --world_size 1 --no_fsdp --offload_optimizer > "$tmp/7b_one_off.plan" 2>&1 || bad "7B one GPU offload dry run: $(cat "$tmp/7b_one_off.plan")"
+plan7 --world_size 4 --offload_optimizer > "$tmp/7b_fsdp4_off.plan" 2>&1 || bad "7B FSDP 4 offload dry run: $(cat "$tmp/7b_fsdp4_off.plan")"
+expect7 "$tmp/7b_one_off.plan" optimizer 0
+expect7 "$tmp/7b_one_off.plan" host $(( P * 12 + root * 4 ))
+expect7 "$tmp/7b_one_off.plan" total $(( $(planned "$tmp/7b_one.plan" total) - P * 12 ))
+expect7 "$tmp/7b_one.plan" host 0
+expect7 "$tmp/7b_fsdp4_off.plan" host $(( (P * 12 + root * 4) / 4 ))
+expect7 "$tmp/7b_fsdp4_off.plan" total $(( $(planned "$tmp/7b_fsdp4.plan" total) - P * 12 / 4 ))
+for c in params grads gathered activations workspace; do
+  [ "$(planned "$tmp/7b_one_off.plan" $c)" = "$(planned "$tmp/7b_one.plan" $c)" ] || bad "7B offload changed $c"
+done
+pn=$(sed -nE 's/^  host memory per node: ([0-9]+) bytes .* for ([0-9]+) rank.*/\1 \2/p' "$tmp/7b_fsdp4_off.plan")
+[ "$pn" = "$(( P * 12 + root * 4 )) 4" ] && ok "7B FSDP 4 offload: host memory per node = 4 ranks x (12 P + 4 root) / 4 = $(( P * 12 + root * 4 )) bytes" \
+  || bad "7B FSDP 4 offload: host per node '$pn'"
+grep -q "^fits an 80 GB GPU.*: yes" "$tmp/7b_one_off.plan" && ok "7B: one GPU, full fine-tune with --offload_optimizer: fits 80 GB" \
+  || bad "7B one GPU offload: $(grep '^fits' "$tmp/7b_one_off.plan")"
+for ck in "without" "with"; do
+  flag=""; [ "$ck" = with ] && flag=--gradient_checkpointing
+  plan7 --world_size 1 --no_fsdp --offload_optimizer $flag > "$tmp/7b_one_off_$ck.plan"
+  best=$(grep -E "^  $ck (gradient|--gradient)" "$tmp/7b_one_off_$ck.plan" | sed -E 's/.*checkpointing +([0-9]+).*/\1/')
+  if [ -n "$best" ] && [ "$best" -gt 1 ]; then
+    a=$(plan7 --world_size 1 --no_fsdp --offload_optimizer $flag --batch_size_per_device "$best" --total_batch_size "$best" | grep "^fits")
+    b=$(plan7 --world_size 1 --no_fsdp --offload_optimizer $flag --batch_size_per_device $((best + 1)) --total_batch_size $((best + 1)) | grep "^fits")
+    [[ "$a" == *": yes"* ]] && [[ "$b" == *": NO"* ]] && ok "7B one GPU offload $ck checkpointing: largest batch $best fits, $((best + 1)) does not" \
+      || bad "7B one GPU offload $ck checkpointing: largest batch $best inconsistent: '$a' / '$b'"
+  else bad "7B one GPU offload $ck checkpointing: no largest batch reported"; fi
 done
 
 # ---------------------------------------------------------------- 4. step time per op class
@@ -217,5 +258,7 @@ fi
 expect_error "--dp_shard: 3 does not divide the world size 4" --dry_run --world_size 4 --dp_shard 3
 expect_error "--total_batch_size: 6 is not a multiple" --dry_run --world_size 4 --total_batch_size 6
 expect_error "exceeds the model's max_position_embeddings" --dry_run --seq_len 1024
+expect_error "flag --offload_optimizer: training with --device cuda is not implemented yet" --offload_optimizer --device cuda --out_dir "$tmp/off_cuda"
+[ ! -e "$tmp/off_cuda" ] && ok "--offload_optimizer --device cuda leaves no output dir" || bad "--offload_optimizer --device cuda created $tmp/off_cuda"
 
 finish
