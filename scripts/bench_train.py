@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training throughput and peak memory of finetune's CPU backend against PyTorch, in one run.
 
-    python scripts/bench_train.py [--steps 8] [--threads 2] [--models bundled,25m]
+    python scripts/bench_train.py [--steps 8] [--threads 2] [--repeats 1] [--models bundled,25m]
                                   [--bin build/finetune] [--json build/bench_train.json]
 
 Two models, each trained by three programs in turn, every one in its own process:
@@ -180,6 +180,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=8, help="timed steps per program (plus one warm-up)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds of the three programs, interleaved; each program's best round (lowest median "
+                         "step) is reported, the others are kept in the JSON (the machine drifts between runs)")
     ap.add_argument("--models", default="bundled,25m", help="comma-separated subset of: " + ",".join(MODELS))
     ap.add_argument("--model_dir", default="data/model", help="the bundled model")
     ap.add_argument("--data_dir", default="data/chess")
@@ -197,6 +200,8 @@ def main():
         return make_model_worker(a)
     if a.steps < 1:
         ap.error("--steps must be >= 1")
+    if a.repeats < 1:
+        ap.error("--repeats must be >= 1")
     models = [m for m in a.models.split(",") if m]
     for m in models:
         if m not in MODELS:
@@ -207,7 +212,7 @@ def main():
     # the parent stays small (no torch import): a child's peak RSS counts the parent's
     # resident memory at fork, so everything heavy happens in children
     report = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
-              "threads": a.threads, "timed_steps": a.steps, "load_before": list(os.getloadavg()),
+              "threads": a.threads, "timed_steps": a.steps, "repeats": a.repeats, "load_before": list(os.getloadavg()),
               "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         made = os.path.join(tmp, "llama25m")
@@ -221,9 +226,16 @@ def main():
             n = info["params"] if m == "25m" else safetensors_numel(os.path.join(model_dir, "model.safetensors"))
             tokens = spec["batch"] * spec["seq"]
             r = {"params": n, "batch": spec["batch"], "seq": spec["seq"]}
-            r["finetune"] = summarise(tokens, *bench_finetune(a, model_dir, spec["batch"], spec["seq"], tmp))
-            for attn in ("sdpa", "eager"):
-                r["torch_" + attn] = summarise(tokens, *bench_torch(a, model_dir, spec["batch"], spec["seq"], attn))
+            rounds = {"finetune": [], "torch_sdpa": [], "torch_eager": []}
+            for _ in range(a.repeats):   # interleaved: a drift of the machine hits every program alike
+                rounds["finetune"].append(summarise(tokens, *bench_finetune(a, model_dir, spec["batch"],
+                                                                            spec["seq"], tmp)))
+                for attn in ("sdpa", "eager"):
+                    rounds["torch_" + attn].append(summarise(tokens, *bench_torch(a, model_dir, spec["batch"],
+                                                                                  spec["seq"], attn)))
+            for side, runs in rounds.items():
+                r[side] = dict(min(runs, key=lambda x: x["ms_per_step"]),
+                               rounds_ms_per_step=[x["ms_per_step"] for x in runs])
             for attn in ("sdpa", "eager"):
                 t = r["torch_" + attn]
                 r["speedup_vs_" + attn] = round(r["finetune"]["tokens_per_s"] / t["tokens_per_s"], 2)
@@ -232,7 +244,7 @@ def main():
     report["load_after"] = list(os.getloadavg())
 
     print(f"bench_train: {report['date']}, {report['machine']}, {a.threads} thread(s), "
-          f"{a.steps} timed steps, fp32 AdamW, torch {report['torch']}, transformers {report['transformers']}")
+          f"{a.steps} timed steps, best of {a.repeats} interleaved round(s), fp32 AdamW, torch {report['torch']}, transformers {report['transformers']}")
     print(f"load average before {report['load_before'][0]:.2f}, after {report['load_after'][0]:.2f}")
     print(f"{'model':<26} {'program':<22} {'ms/step':>9} {'tokens/s':>9} {'peak RSS MiB':>13} {'vs sdpa':>8} {'vs eager':>9}")
     for m, r in report["models"].items():
