@@ -8,6 +8,7 @@
 #include "ckpt.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@
 // ----------------------------------------------------------------------------
 // trainer_state.json: every field once, by name
 
-typedef enum { FIELD_INT, FIELD_I64, FIELD_U64, FIELD_BOOL } field_kind;
+typedef enum { FIELD_INT, FIELD_I64, FIELD_U64, FIELD_BOOL, FIELD_F64 } field_kind;
 
 static const struct {
     const char *name;        // the JSON key
@@ -43,13 +44,16 @@ static const struct {
     {"total_steps", offsetof(trainer_state, total_steps), FIELD_INT, NULL, 0},
     {"lora_rank", offsetof(trainer_state, lora_rank), FIELD_INT, "--lora_rank (0 = full fine-tuning)", 1},
     {"lora_targets", offsetof(trainer_state, lora_targets), FIELD_INT, "--lora_targets (as a mask)", 1},
+    {"lora_alpha", offsetof(trainer_state, lora_alpha), FIELD_F64, "--lora_alpha", 1},
     {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count", 0},
 };
 #define N_STATE_FIELDS (int)(sizeof state_fields / sizeof state_fields[0])
 
+// An integer field's value (FIELD_F64: see field_real).
 static long long field_get(const trainer_state *ts, int i) {
     const char *p = (const char *)ts + state_fields[i].offset;
     switch (state_fields[i].kind) {
+    case FIELD_F64: return 0;
     case FIELD_I64: return *(const long long *)p;
     case FIELD_U64: return (long long)*(const uint64_t *)p;
     default: return *(const int *)p;
@@ -61,8 +65,14 @@ static void field_set(trainer_state *ts, int i, long long v) {
     switch (state_fields[i].kind) {
     case FIELD_I64: *(long long *)p = v; break;
     case FIELD_U64: *(uint64_t *)p = (uint64_t)v; break;
+    case FIELD_F64: break;
     default: *(int *)p = (int)v; break;
     }
+}
+
+static double *field_real(trainer_state *ts, int i) { return (double *)((char *)ts + state_fields[i].offset); }
+static double field_real_get(const trainer_state *ts, int i) {
+    return *(const double *)((const char *)ts + state_fields[i].offset);
 }
 
 // The JSON text of `ts` (malloc'ed, ends with a newline), or NULL with ft_error.
@@ -71,8 +81,11 @@ static char *state_to_json(const trainer_state *ts) {
     int ok = root && json_object_set_new(root, "format", json_string(CKPT_FORMAT)) == 0;
     for (int i = 0; ok && i < N_STATE_FIELDS; i++) {
         const long long v = field_get(ts, i);
+        const field_kind k = state_fields[i].kind;
         ok = json_object_set_new(root, state_fields[i].name,
-                                 state_fields[i].kind == FIELD_BOOL ? json_boolean(v) : json_integer(v)) == 0;
+                                 k == FIELD_F64    ? json_real(field_real_get(ts, i))   // %.17g: exact round trip
+                                 : k == FIELD_BOOL ? json_boolean(v)
+                                                   : json_integer(v)) == 0;
     }
     char *body = ok ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
@@ -99,7 +112,11 @@ static int state_read(const char *dir, trainer_state *ts) {
         json_t *v = json_object_get(root, state_fields[i].name);
         if (!v && state_fields[i].optional) continue;   // memset: 0
         const int is_bool = state_fields[i].kind == FIELD_BOOL;
-        if (is_bool ? !json_is_boolean(v) : !json_is_integer(v))
+        if (state_fields[i].kind == FIELD_F64) {
+            if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0)
+                rc = ft_error("%s: field '%s' is not a finite number >= 0", p, state_fields[i].name);
+            else *field_real(ts, i) = json_number_value(v);
+        } else if (is_bool ? !json_is_boolean(v) : !json_is_integer(v))
             rc = ft_error("%s: field '%s' missing or not %s", p, state_fields[i].name, is_bool ? "a boolean" : "an integer");
         else if (!is_bool && json_integer_value(v) < 0)
             rc = ft_error("%s: field '%s' is negative", p, state_fields[i].name);
@@ -111,10 +128,19 @@ static int state_read(const char *dir, trainer_state *ts) {
 
 // Refuse a checkpoint that would continue on other data than this run's.
 static int state_check(const char *dir, const trainer_state *got, const trainer_state *want) {
-    for (int i = 0; i < N_STATE_FIELDS; i++)
+    for (int i = 0; i < N_STATE_FIELDS; i++) {
+        if (state_fields[i].kind == FIELD_F64) {
+            const double g = field_real_get(got, i), w = field_real_get(want, i);
+            // lora_alpha 0 in a LoRA checkpoint: written before the field existed, not known
+            if (g != w && !(g == 0 && got->lora_rank > 0))
+                return ft_error("%s: incompatible checkpoint: it was trained with %s %g, this run has %g", dir,
+                                state_fields[i].must_match, g, w);
+            continue;
+        }
         if (state_fields[i].must_match && field_get(got, i) != field_get(want, i))
             return ft_error("%s: incompatible checkpoint: it was trained with %s %lld, this run has %lld", dir,
                             state_fields[i].must_match, field_get(got, i), field_get(want, i));
+    }
     if (want->total_steps > 0 && got->step > want->total_steps)
         return ft_error("%s: checkpoint is at step %d, past this run's %d total steps", dir, got->step,
                         want->total_steps);

@@ -22,6 +22,8 @@ typedef struct {
     long long n_params;           // trained parameters (with LoRA: the adapters')
     int lora_rank;                // 0: full fine-tuning (absent in older checkpoints: 0)
     int lora_targets;             // LoRA target mask (lora.h), 0 without LoRA
+    double lora_alpha;            // --lora_alpha, 0 without LoRA (absent in older checkpoints:
+                                  // 0, and then not checked on resume)
 } trainer_state;
 
 // Resolve --resume ("latest" or a path) to a checkpoint directory in `dir` (size n). 0 / -1.

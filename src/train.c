@@ -399,6 +399,7 @@ static trainer_state job_state(const job *j, int step) {
         .total_batch_size = o->total_batch_size, .seq_len = o->seq_len, .pack = o->pack,
         .total_steps = j->total_steps, .n_params = (long long)j->opt->layout->n_params,
         .lora_rank = o->lora_rank, .lora_targets = o->lora_rank ? (int)o->lora_target_mask : 0,
+        .lora_alpha = o->lora_rank ? o->lora_alpha : 0,
     };
 }
 

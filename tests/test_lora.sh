@@ -18,7 +18,7 @@
 #   5. bad input: one clear line, non-zero exit, nothing left behind: rank 0, negative, larger
 #      than a target's min(in, out), an unknown target, --lora_alpha without --lora_rank,
 #      resume of a full fine-tune checkpoint with LoRA flags, of a LoRA checkpoint without them
-#      or with another rank or other targets
+#      or with another rank, other targets or another --lora_alpha
 # The golden comparison against PEFT (loss, every adapter gradient, 3 AdamW steps) is
 # tests/test_lora_golden.c. Runtime on the 2-core machine: 48-91 s wall (about 60 s of CPU)
 # with the emulated runs and 4 MPI layouts; 3m43 wall when it shared the machine at load ~10.
@@ -147,6 +147,8 @@ expect_error "incompatible checkpoint: it was trained with --lora_rank (0 = full
   "${small[@]}" --lora_rank 4 --lora_targets q,k,v,o,gate,up,down --max_steps 7 --resume latest --out_dir "$a"
 expect_error "incompatible checkpoint: it was trained with --lora_targets (as a mask)" \
   "${small[@]}" --lora_rank 8 --lora_alpha 16 --max_steps 7 --resume latest --out_dir "$a"
+expect_error "incompatible checkpoint: it was trained with --lora_alpha 16, this run has 32" \
+  "${small[@]}" --lora_rank 8 --lora_alpha 32 --lora_targets q,k,v,o,gate,up,down --max_steps 7 --resume latest --out_dir "$a"
 [ "$(cat "$tmp/full/checkpoints/latest")" = step_00000001 ] && [ "$(ls "$a/checkpoints" | tr '\n' ' ')" = "latest step_00000006 " ] \
   && ok "refused resumes left the checkpoints as they were" || bad "checkpoints changed: $(ls "$a/checkpoints" | tr '\n' ' ')"
 finish
