@@ -82,6 +82,7 @@
 //   fp32, each rounded to bf16 once as the A operand of its products; dK, dV, dQ fp32 sums,
 //   one bf16 rounding. The SIMT kernels above stay for D % 16 != 0 and as the reference.
 #include "common.cuh"
+#include "attention_ws.h"
 
 #define ATT_BQ 16
 #define ATT_BK 16
@@ -538,7 +539,6 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
 #define ATT_DQ_WARPS 4                  // dQ kernel: warps per block, 16 query rows each
 #define ATT_DQ_BQ (16 * ATT_DQ_WARPS)   // query rows per dQ block
 #define ATT_DQ_BK 64                    // keys per shared K tile of the dQ loop
-#define ATT_DS_CAP ((size_t)32 << 20)   // default bytes of dS workspace (see header)
 
 // the warp's 16x16 accumulator `f` to rows t0 .. t0+15 (those < T), columns col0 .. col0+15
 // of the bf16 matrix x (row stride `stride`), through the warp's fp32 staging tile wS.
@@ -757,10 +757,10 @@ attention_bwd_dq_wmma_kernel(bf16 *dq, const bf16 *ds_ws, const bf16 *k, int T, 
 
 static int g_attention_tensor_cores = 1;
 
-static size_t g_attention_ds_cap = ATT_DS_CAP;
+static size_t g_attention_ds_cap = ATTN_DS_CAP_BYTES;
 
 extern "C" void ftk_attention_set_tensor_cores(int on) { g_attention_tensor_cores = on != 0; }
-extern "C" void ftk_attention_set_ds_cap(size_t bytes) { g_attention_ds_cap = bytes ? bytes : ATT_DS_CAP; }
+extern "C" void ftk_attention_set_ds_cap(size_t bytes) { g_attention_ds_cap = bytes ? bytes : ATTN_DS_CAP_BYTES; }
 
 static int attention_check(const char *op, int B, int H, int KVH, int D) {
     if (D > ATT_DMAX) return ft_error("%s: head dim %d > %d is not supported", op, D, ATT_DMAX);
@@ -794,24 +794,17 @@ extern "C" int ftk_attention_fwd(void *out, float *lse, const void *q, const voi
 }
 
 // the tensor-core backward after the delta kernel: dK/dV (and dS^T into the workspace),
-// then dQ, over chunks of sequences / kv heads whose dS^T fits ATT_DS_CAP (at least one
+// then dQ, over chunks of sequences / kv heads whose dS^T fits ATTN_DS_CAP_BYTES (at least one
 // kv head of one sequence per chunk; g_attention_ds_cap)
 static int attention_bwd_wmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
                               const float *delta, const bf16 *q, const bf16 *k, const bf16 *v,
                               int B, int T, int H, int KVH, int D, float scale, bool vec,
                               ftk_stream stream) {
     const int group = H / KVH, Tp = (int)ceil_div(T, 16) * 16;
-    const size_t per_kv = (size_t)group * Tp * Tp * sizeof(bf16);   // dS^T of one kv head
-    int nkv = KVH, nb = 1;
-    const size_t cap = g_attention_ds_cap;
-    if (per_kv * KVH <= cap) {
-        const size_t fit = cap / (per_kv * KVH);
-        nb = fit < (size_t)B ? (int)fit : B;
-    } else {
-        nkv = cap / per_kv > 0 ? (int)(cap / per_kv) : 1;
-    }
+    int nkv, nb;   // kv heads and sequences per launch (src/attention_ws.h, shared with the plan)
+    const size_t ws_bytes = attention_bwd_ds_bytes(B, T, H, KVH, g_attention_ds_cap, &nb, &nkv);
     bf16 *ws = NULL;
-    if (ftk_scratch_get((void **)&ws, per_kv * nkv * nb, stream, "attention_bwd (dS workspace)") != 0)
+    if (ftk_scratch_get((void **)&ws, ws_bytes, stream, "attention_bwd (dS workspace)") != 0)
         return -1;
     const int ld = D + ATT_TC_PAD;
     const size_t smem_kv = (size_t)(2 * ATT_BW_BK + 2 * ATT_BW_BQ) * ld * sizeof(bf16) +

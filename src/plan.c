@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attention_cudnn.h"
+#include "attention_ws.h"
 #include "common.h"
 #include "fsdp.h"
 #include "mfu.h"
@@ -83,6 +84,12 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
                  attn_cudnn_workspace_bound(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
                                             c->num_key_value_heads, c->head_dim),
                  "cuDNN attention workspace (fp32 dQ accumulator, row sums, engine)");
+    // the native tensor-core backward's bf16 dS^T workspace, from the arena per call (src/attention_ws.h)
+    else if (r->elem_bytes == 2)
+        add_item(p, MEM_WORKSPACE,
+                 attention_bwd_ds_bytes(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
+                                        c->num_key_value_heads, ATTN_DS_CAP_BYTES, NULL, NULL),
+                 "native attention backward dS^T workspace (bf16, one launch)");
 }
 
 // ----------------------------------------------------------------------------

@@ -10,8 +10,8 @@
 // exact by construction; tests/test_plan.sh still compares it with the allocator's measured
 // peaks. Every buffer is allocated once at setup and kept to the
 // end of training, so the peak total is the sum of the categories. One planned workspace line
-// is not a tracked buffer: cuDNN attention's per-call workspace (--attention cudnn on a GPU),
-// which the CUDA backend takes from its arena around each call. Not planned: what the
+// is not a tracked buffer: the GPU attention backward's per-call workspace, cuDNN's (--attention
+// cudnn) or the native kernels' dS^T (src/attention_ws.h), taken from the arena around each call. Not planned: what the
 // mem_tracker does not see (a CUDA context, cuBLASLt workspace, allocator fragmentation: the
 // fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those; NCCL communicators: counted in the
 // fit check at PLAN_NCCL_COMM_BYTES each) and the inference model that --sample_tokens builds
@@ -59,8 +59,8 @@ typedef struct {
 // How an op of the step-time estimate runs (src/plan_time.c has the rates).
 typedef enum {
     PLAN_OP_GEMM,       // tensor cores through cuBLASLt
-    PLAN_OP_ATTENTION,  // attention on tensor cores (the native wmma kernel today)
-    PLAN_OP_SIMT,       // fp32 SIMT code (the attention backward)
+    PLAN_OP_ATTENTION,  // attention on tensor cores (cuDNN graph or the native wmma kernels)
+    PLAN_OP_SIMT,       // fp32 SIMT code (the attention kernels when head_dim % 16 != 0)
     PLAN_OP_MEMORY,     // bound by HBM bytes
     PLAN_OP_CLASS_COUNT
 } plan_op_class;
@@ -73,7 +73,8 @@ typedef struct {
     plan_op_phase phase;
     double flops;                   // per rank per optimizer step (0 for memory-bound ops)
     double bytes;                   // HBM bytes per rank per step (memory-bound ops only)
-    double simt_flop_per_sm_clk;    // PLAN_OP_SIMT: the kernel's rate per SM per clock
+    double rate;                    // PLAN_OP_ATTENTION: fraction of the peak bf16 rate;
+                                    // PLAN_OP_SIMT: FLOPs per SM per clock
 } plan_op;
 #define PLAN_MAX_OPS 16
 

@@ -21,19 +21,30 @@
 // (0.81) for a large square 8192^3 GEMM through PyTorch. 0.55: the review's midpoint, for all
 // three devices (an assumption for the A100 and H200).
 #define PLAN_GEMM_FRACTION 0.55
-// The native attention forward (kernels/attention.cu, wmma tiles): review M3 estimates 30-80
-// TFLOP/s on an H100, about 0.05 of peak. (FlashAttention-2 class: about 350, 0.35; issue 12
-// items 2-3 reclassify the attention rows when cuDNN / an mma.sync backward land.)
-#define PLAN_ATTN_NATIVE_FRACTION 0.05
+// Attention, by the path this build takes (no GPU has run either: assumptions, stated):
+// - cuDNN (--attention cudnn, the default on a GPU): the FlashAttention-3 paper's H100 SXM5
+//   charts show cuDNN's fused SDPA forward at head dim 128 reaching about 0.5-0.6 of the
+//   989 TFLOP/s peak at seq 512-2k. Our graph (src/attention_cudnn_graph.c) is built from
+//   generic matmul / pointwise / reduction ops, not the fused SDPA node, and whether cuDNN
+//   fuses it as well is unknown: half of that, 0.25.
+// - native (--attention native, or the fallback): kernels/attention.cu, wmma tiles, forward
+//   and a FlashAttention-2 style backward (5 products). FlashAttention-2 itself runs at about
+//   0.3 of an H100's peak (same charts); ours has no cp.async pipelining and sends dS through
+//   HBM: a third of that, 0.10.
+// - native with head_dim not a multiple of 16: the SIMT kernels, bound by shared-memory loads per SM
+//   per clock (review H2): 16 x 16 fp32 tiles with bank conflicts, "about 3-5 TF" on an
+//   H100 (132 SMs x 1.98 GHz): 15 FLOP/clk/SM = 3.9 TFLOP/s, forward and backward alike.
+#define PLAN_ATTN_CUDNN_FRACTION 0.25
+#define PLAN_ATTN_NATIVE_FRACTION 0.10
+#define PLAN_SIMT_ATTN_FLOP_PER_SM_CLK 15.0
+// Backward FLOPs per forward FLOP: the tensor-core paths recompute S = Q K^T and form dV, dP,
+// dQ, dK (5 products of the forward's 2: 2.5); the SIMT backward forms 7 (3.5).
+#define PLAN_ATTN_BWD_TC 2.5
+#define PLAN_ATTN_BWD_SIMT 3.5
 // Memory-bound kernels: REFERENCE.md section 7 reads ~3.0 TB/s for a device copy on the lent
 // H100 (3.35 peak) and ~4.3 on the H200 (4.8): 0.9 of peak, the best a copy does; ours are
 // not faster than a copy, so this part is optimistic.
 #define PLAN_HBM_FRACTION 0.9
-// The fp32 SIMT kernels are bound by shared-memory loads per SM per clock (review H1, H2), so
-// their rate is FLOP per SM-clock x SMs x boost clock (at most the fp32 peak). The attention
-// backward's 16 x 16 fp32 tiles with bank conflicts: "about 3-5 TF" on an H100 (132 SMs x
-// 1.98 GHz): 15 FLOP/clk/SM = 3.9 TFLOP/s. (The lm_head's products are cuBLASLt GEMMs.)
-#define PLAN_SIMT_ATTN_BWD_FLOP_PER_SM_CLK 15.0
 // Collectives at the link's peak per direction (no derating: no measured NCCL figure for
 // these links at hand), so exposed collective time is a lower bound too.
 
@@ -46,10 +57,32 @@ const char *plan_op_class_name(plan_op_class k) {
 // the op list of one optimizer step (per rank)
 
 static void op_add(plan *p, const char *what, plan_op_class k, plan_op_phase ph, double flops, double bytes,
-                   double simt_flop_per_sm_clk) {
+                   double rate) {
     if (flops == 0 && bytes == 0) return;
-    if (p->n_ops < PLAN_MAX_OPS)
-        p->ops[p->n_ops++] = (plan_op){what, k, ph, flops, bytes, simt_flop_per_sm_clk};
+    if (p->n_ops < PLAN_MAX_OPS) p->ops[p->n_ops++] = (plan_op){what, k, ph, flops, bytes, rate};
+}
+
+// The attention ops of a step (FLOPs att per forward) on the path this job takes.
+static void attention_ops_add(plan *p, const llama_config *c, double att, double ck) {
+    const char *fwd, *rec, *bwd;
+    plan_op_class k = PLAN_OP_ATTENTION;
+    double rate, bwd_flops = PLAN_ATTN_BWD_TC * att;
+    if (p->req.attention_cudnn) {   // every head_dim (backend_cuda.c cu_attention_fwd)
+        rate = PLAN_ATTN_CUDNN_FRACTION;
+        fwd = "attention forward (cuDNN graph)", rec = "attention forward recomputed (cuDNN)";
+        bwd = "attention backward (cuDNN graph, 5 products)";
+    } else if (c->head_dim % 16 != 0) {   // kernels/attention.cu: the SIMT kernels
+        k = PLAN_OP_SIMT, rate = PLAN_SIMT_ATTN_FLOP_PER_SM_CLK, bwd_flops = PLAN_ATTN_BWD_SIMT * att;
+        fwd = "attention forward (SIMT, head_dim % 16)", rec = "attention forward recomputed (SIMT)";
+        bwd = "attention backward (SIMT, 7 products)";
+    } else {
+        rate = PLAN_ATTN_NATIVE_FRACTION;
+        fwd = "attention forward (native wmma)", rec = "attention forward recomputed (native)";
+        bwd = "attention backward (native wmma, 5 products)";
+    }
+    op_add(p, fwd, k, PLAN_PHASE_FWD, att, 0, rate);
+    op_add(p, rec, k, PLAN_PHASE_BWD, ck * att, 0, rate);
+    op_add(p, bwd, k, PLAN_PHASE_BWD, bwd_flops, 0, rate);
 }
 
 void plan_ops_compute(plan *p, const llama_config *c) {
@@ -68,10 +101,7 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     op_add(p, "layer GEMMs forward (q k v o gate|up down)", PLAN_OP_GEMM, PLAN_PHASE_FWD, gemm, 0, 0);
     op_add(p, "layer GEMMs backward (dX, dW)", PLAN_OP_GEMM, PLAN_PHASE_BWD, 2 * gemm, 0, 0);
     op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, ck * gemm, 0, 0);
-    op_add(p, "attention forward (wmma tiles)", PLAN_OP_ATTENTION, PLAN_PHASE_FWD, att, 0, 0);
-    op_add(p, "attention forward recomputed", PLAN_OP_ATTENTION, PLAN_PHASE_BWD, ck * att, 0, 0);
-    op_add(p, "attention backward (fp32, 7 TxTxD products)", PLAN_OP_SIMT, PLAN_PHASE_BWD, 3.5 * att, 0,
-           PLAN_SIMT_ATTN_BWD_FLOP_PER_SM_CLK);
+    attention_ops_add(p, c, att, ck);
     op_add(p, "lm_head GEMMs: logits, dX, dW", PLAN_OP_GEMM, PLAN_PHASE_ROOT, 6 * AN * C * V, 0, 0);
 
     // memory-bound: every kernel reads each input and writes each output once from HBM (a
@@ -112,9 +142,9 @@ void plan_ops_compute(plan *p, const llama_config *c) {
 double plan_op_seconds(const plan_op *o, const plan_device *d) {
     switch (o->cls) {
     case PLAN_OP_GEMM: return o->flops / (PLAN_GEMM_FRACTION * d->peak_flops);
-    case PLAN_OP_ATTENTION: return o->flops / (PLAN_ATTN_NATIVE_FRACTION * d->peak_flops);
+    case PLAN_OP_ATTENTION: return o->flops / (o->rate * d->peak_flops);
     case PLAN_OP_SIMT: {
-        double rate = o->simt_flop_per_sm_clk * d->sm_count * d->clock_hz;
+        double rate = o->rate * d->sm_count * d->clock_hz;
         return o->flops / (rate < d->fp32_flops ? rate : d->fp32_flops);
     }
     default: return o->bytes / (PLAN_HBM_FRACTION * d->hbm_bytes_per_s);
@@ -176,7 +206,7 @@ void plan_print_step_time(FILE *out, const plan *p) {
     fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full length; "
             "runs trim padding)\n", p->tokens, p->accum, p->req.batch_size_per_device, p->req.seq_len);
     fprintf(out, "  %.3e model FLOPs (6 x matmul params + causal attention: the MFU numerator), %.3e executed by "
-            "this build (recompute, 7-product attention backward)\n", p->model_flops, p->exec_flops);
+            "this build (recompute, the attention backward's products)\n", p->model_flops, p->exec_flops);
     print_ops(out, p);
 
     plan_step_time t[8];
@@ -184,8 +214,8 @@ void plan_print_step_time(FILE *out, const plan *p) {
     for (int j = 0; j < nd; j++) plan_estimate_step_time(p, &plan_devices[j], &t[j]);
     static const char *what[PLAN_OP_CLASS_COUNT] = {
         "tensor-core GEMMs (cuBLASLt) at 0.55 of peak bf16",
-        "attention on tensor cores (native wmma) at 0.05 of peak bf16",
-        "fp32 SIMT kernels: FLOP/SM-clock (attention bwd 15)",
+        "attention on tensor cores: cuDNN graph at 0.25, native wmma at 0.10 of peak bf16",
+        "fp32 SIMT kernels (native attention when head_dim % 16 != 0): 15 FLOP/SM-clock",
         "memory-bound kernels at 0.9 of HBM bandwidth",
     };
     fprintf(out, "  per class, ms per step (the rows down to total add up):\n  %-13s", "class");

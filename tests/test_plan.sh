@@ -32,9 +32,11 @@
 #      16: the per-class rows add up to the total on every device (printed to 0.01 ms: 5
 #      rows each off by at most 0.005 plus the total's 0.005 -> |sum - total| <= 0.03 ms);
 #      the gemm row equals FLOPs / (0.55 x 989e12) computed here from the shapes (the layers'
-#      matmuls and the lm_head's); GEMM and SIMT time double with the tokens; attention
+#      matmuls and the lm_head's); GEMM time doubles with the tokens; attention
 #      time doubles when T doubles at the same tokens per step (quadratic in T per
-#      sequence); collective link time = bytes / 450 GB/s and scales as (W-1)/W from 4 to 8
+#      sequence); the attention rows by path (cuDNN, native wmma, SIMT for a head_dim that is
+#      not a multiple of 16: backward/forward FLOPs 2.5 or 3.5, rates 0.25 / 0.10 of peak, SIMT
+#      linear in the tokens); collective link time = bytes / 450 GB/s and scales as (W-1)/W from 4 to 8
 #      ranks (ratios within 1e-3: the values are 20+ ms,
 #      printed to 0.01 ms, so rounding moves a ratio by < 1e-3); MFU and tokens/s printed.
 #   5. Flag handling: --dry_run needs no weights and no data; --world_size without --dry_run,
@@ -194,6 +196,18 @@ for ck in "without" "with"; do
   else bad "7B one GPU offload $ck checkpointing: no largest batch reported"; fi
 done
 
+# the native attention backward's dS^T workspace (src/attention_ws.h): 7B (32 heads, 32 kv
+# heads, T 512): one kv head's dS^T is 1 x 512^2 x 2 bytes = 512 KiB, a sequence 16 MiB;
+# batch 1 -> 16 MiB, batch 4 -> two sequences per launch under the 32 MiB cap = 32 MiB;
+# none with --attention cudnn (its own workspace line instead)
+for bw in "1:16777216" "4:33554432"; do
+  got=$(plan7 --world_size 4 --attention native --batch_size_per_device ${bw%%:*} --total_batch_size $((4 * ${bw%%:*})) \
+        | awk '/dS\^T workspace/ { print $1; exit }')
+  [ "$got" = "${bw#*:}" ] && ok "7B batch ${bw%%:*} native: dS^T workspace planned at $got bytes" || bad "7B batch ${bw%%:*}: dS^T workspace '$got', want ${bw#*:}"
+done
+! grep -q "dS^T workspace" "$tmp/7b_fsdp4.plan" && grep -q "cuDNN attention workspace" "$tmp/7b_fsdp4.plan" \
+  && ok "7B --attention cudnn: the cuDNN workspace is planned, not the native one" || bad "7B cudnn plan: workspace lines wrong"
+
 # ---------------------------------------------------------------- 4. step time per op class
 # row KEY of the class table, device column $3 (1 A100, 2 H100, 3 H200) of plan $1
 crow() { awk -v k="$2" -v d="$3" '/per class, ms per step/ { on = 1 } on && $1 == k { v = $(d + 1); sub(/%$/, "", v); print v; exit }' "$1"; }
@@ -224,13 +238,37 @@ done
 # 512 at the same tokens per step: x2 per token), collectives = bytes / link bandwidth
 plan7 --world_size 4 --batch_size_per_device 2 --total_batch_size 8 > "$tmp/t_b2.plan"
 plan7 --world_size 4 --batch_size_per_device 4 --total_batch_size 16 > "$tmp/t_b4.plan"
-plan7 --world_size 4 --batch_size_per_device 4 --seq_len 256 --total_batch_size 16 > "$tmp/t_b4s256.plan"
-plan7 --world_size 4 --batch_size_per_device 2 --seq_len 512 --total_batch_size 8 > "$tmp/t_b2s512.plan"
+# (attention at batch 32/64: 30+ ms, so the 0.01 ms print moves the ratio by < 1e-3)
+plan7 --world_size 4 --batch_size_per_device 64 --seq_len 256 --total_batch_size 256 > "$tmp/t_b64s256.plan"
+plan7 --world_size 4 --batch_size_per_device 32 --seq_len 512 --total_batch_size 128 > "$tmp/t_b32s512.plan"
 ratio_ok "$tmp/t_b4.plan" "$tmp/t_b2.plan" gemm 2 && ok "GEMM time doubles with the tokens" || bad "GEMM time: $(crow "$tmp/t_b4.plan" gemm 2) vs $(crow "$tmp/t_b2.plan" gemm 2)"
-ratio_ok "$tmp/t_b2s512.plan" "$tmp/t_b4s256.plan" attention 2 \
+ratio_ok "$tmp/t_b32s512.plan" "$tmp/t_b64s256.plan" attention 2 \
   && ok "attention time x2 at the same tokens when T doubles (quadratic in T per sequence)" \
-  || bad "attention time: $(crow "$tmp/t_b2s512.plan" attention 2) vs $(crow "$tmp/t_b4s256.plan" attention 2)"
-ratio_ok "$tmp/t_b4.plan" "$tmp/t_b2.plan" simt 2 && ok "SIMT time doubles with the tokens" || bad "SIMT time not linear"
+  || bad "attention time: $(crow "$tmp/t_b32s512.plan" attention 2) vs $(crow "$tmp/t_b64s256.plan" attention 2)"
+# attention by path: the tensor-core backward is 5 products to the forward's 2 (2.5x its
+# GFLOP), cuDNN at 0.25 and native wmma at 0.10 of peak, so native / cudnn time = 2.5; with
+# a head_dim that is not a multiple of 16, --attention native runs the SIMT kernels (7
+# products: 3.5x), the attention row is empty and SIMT time is linear in the tokens
+gflop() { grep -F "  $2" "$1" | head -1 | awk '{ print $(NF - 4) }'; }   # op row: GFLOP GB A100 H100 H200
+plan7 --world_size 4 --batch_size_per_device 32 --total_batch_size 128 --attention native > "$tmp/t_b32n.plan"
+ratio_ok "$tmp/t_b32n.plan" "$tmp/t_b32s512.plan" attention 2.5 && ok "attention: native wmma time = 2.5 x cuDNN's (0.25 / 0.10 of peak)" \
+  || bad "attention native vs cudnn: $(crow "$tmp/t_b32n.plan" attention 2) vs $(crow "$tmp/t_b32s512.plan" attention 2)"
+for f in t_b32s512 t_b32n; do
+  fw=$(gflop "$tmp/$f.plan" "attention forward ("); bw=$(gflop "$tmp/$f.plan" "attention backward (")
+  awk -v f="$fw" -v b="$bw" 'BEGIN { exit !(f > 0 && (b / f - 2.5)^2 < 1e-5) }' && ok "$f: attention backward $bw GFLOP = 2.5 x forward $fw (5 products of 2)" \
+    || bad "$f: attention backward '$bw' vs forward '$fw' GFLOP"
+done
+[ "$(crow "$tmp/t_b2.plan" simt 2)" = 0.00 ] && ok "head_dim 128: no SIMT time" || bad "head_dim 128: SIMT row $(crow "$tmp/t_b2.plan" simt 2)"
+mkdir -p "$tmp/d120" && sed 's/"hidden_size": 4096,/"hidden_size": 4096,\n  "head_dim": 120,/' $m7/config.json > "$tmp/d120/config.json"
+planD() { "$bin" --dry_run --model_dir "$tmp/d120" --device cuda --attention native --world_size 4 "$@"; }
+# (batch 16/32: 1000+ GFLOP printed as integers, so a ratio is off by < 2.5e-3)
+planD --batch_size_per_device 16 --total_batch_size 64 > "$tmp/t_d2.plan" 2>&1
+planD --batch_size_per_device 32 --total_batch_size 128 > "$tmp/t_d4.plan" 2>&1
+fw=$(gflop "$tmp/t_d2.plan" "attention forward (SIMT"); bw=$(gflop "$tmp/t_d2.plan" "attention backward (SIMT")
+awk -v f="$fw" -v b="$bw" 'BEGIN { exit !(f > 0 && (b / f - 3.5)^2 < 1e-5) }' && [ "$(crow "$tmp/t_d2.plan" attention 2)" = 0.00 ] \
+  && ok "head_dim 120, native: SIMT attention, backward $bw GFLOP = 3.5 x forward $fw, attention row empty" \
+  || bad "head_dim 120: SIMT forward '$fw' backward '$bw', attention row '$(crow "$tmp/t_d2.plan" attention 2)'"
+ratio_ok "$tmp/t_d4.plan" "$tmp/t_d2.plan" simt 2 && ok "SIMT time doubles with the tokens" || bad "SIMT time not linear: $(crow "$tmp/t_d4.plan" simt 2) vs $(crow "$tmp/t_d2.plan" simt 2)"
 bytes=$(( $(planned "$tmp/t_b2.plan" all_gather) + $(planned "$tmp/t_b2.plan" reduce_scatter) + $(planned "$tmp/t_b2.plan" all_reduce) ))
 want=$(awk -v b=$bytes 'BEGIN { printf "%.2f", 1e3 * b / 450e9 }')
 [ "$(crow "$tmp/t_b2.plan" link 2)" = "$want" ] && ok "collectives: H100 link time = bytes / 450 GB/s = $want ms" || bad "link time '$(crow "$tmp/t_b2.plan" link 2)', bytes/bw $want"
