@@ -330,14 +330,30 @@ static int cu_rope_fwd(void *out, const void *inp, const float *cos, const float
 static int cu_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T, int NH, int D) {
     return ftk_rope_bwd(dinp, dout, cos, sin, B, T, NH, D, G.stream);
 }
+// cuDNN attention failed on a shape the startup check did not cover (no engine builds its
+// plan, a workspace past the memory plan, an execute error): ONE warning line, then the
+// native kernels for the rest of the run. Both write the same (B, H, T) logsumexp, so the
+// native backward may follow a cuDNN forward.
+static void attention_cudnn_failed(const char *pass) {
+    fprintf(stderr, "finetune: warning: --attention cudnn: the %s failed at run time: %s; using the native attention "
+            "kernels from now on\n", pass, ft_error_message());
+    ft_error_clear();
+    G.attention_cudnn = 0;
+}
 static int cu_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
                             int KVH, int D) {
-    if (G.attention_cudnn) return attn_cudnn_fwd(out, lse, q, k, v, B, T, H, KVH, D);
+    if (G.attention_cudnn) {
+        if (attn_cudnn_fwd(out, lse, q, k, v, B, T, H, KVH, D) == 0) return 0;
+        attention_cudnn_failed("forward");
+    }
     return ftk_attention_fwd(out, lse, q, k, v, B, T, H, KVH, D, G.stream);
 }
 static int cu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
                             const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D) {
-    if (G.attention_cudnn) return attn_cudnn_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D);
+    if (G.attention_cudnn) {
+        if (attn_cudnn_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D) == 0) return 0;
+        attention_cudnn_failed("backward");
+    }
     return ftk_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D, G.stream);
 }
 static int cu_swiglu_fwd(void *out, const void *gate, const void *up, int N, int F, int ld) {
