@@ -131,9 +131,6 @@ static int options_check_lora(train_options *o) {
         return ft_error("flag %s needs --lora_rank", o->merge_lora                   ? "--merge_lora"
                                                      : o->lora_alpha != d.lora_alpha ? "--lora_alpha"
                                                                                      : "--lora_targets");
-    if (o->lora_rank && o->sample_tokens > 0)
-        return ft_error("flag --sample_tokens: sampling with LoRA adapters is not supported yet (sample from the "
-                        "exported adapter with peft)");
     return 0;
 }
 

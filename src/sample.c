@@ -108,14 +108,16 @@ static int sample_write_jsonl(const char *out_dir, int game, const char *prompt,
 // ----------------------------------------------------------------------------
 // the sampler
 
-int sampler_open(sampler *sp, fsdp_state *s, mem_tracker *mem, const loader *val, const char *model_dir,
-                 const char *out_dir, int rank, int n_tokens, int n_games) {
+int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit_provider *adapters,
+                 mem_tracker *mem, const loader *val, const char *model_dir, const char *out_dir, int rank,
+                 int n_tokens, int n_games) {
     memset(sp, 0, sizeof *sp);
     const llama_config *cfg = &s->layout->cfg;
     if ((uint64_t)n_games > loader_games(val))
         return ft_error("flag --sample_games: %d exceeds the %llu games of the validation shards", n_games,
                         (unsigned long long)loader_games(val));
-    *sp = (sampler){.s = s, .mem = mem, .val = val, .out_dir = out_dir, .rank = rank, .n_tokens = n_tokens};
+    *sp = (sampler){.s = s, .lora = lora, .adapters = adapters, .mem = mem, .val = val, .out_dir = out_dir,
+                    .rank = rank, .n_tokens = n_tokens};
     sp->T = SAMPLE_PROMPT_TOKENS + n_tokens;
     if (sp->T > cfg->max_position_embeddings) sp->T = cfg->max_position_embeddings;
     // The context runs padded to the backend's bucket (causal attention: the padding does
@@ -141,7 +143,8 @@ void sampler_close(sampler *sp) {
 int sampler_continue(sampler *sp, int game, uint64_t seed) {
     const llama_config *cfg = &sp->s->layout->cfg;
     const int V = cfg->vocab_size;
-    if (!sp->m.layout) TRY(model_init(&sp->m, sp->s->layout, sp->s->be, sp->mem, 1, sp->T_alloc, 0));
+    if (!sp->m.layout)
+        TRY(model_init_lora(&sp->m, sp->s->layout, sp->lora, sp->adapters, sp->s->be, sp->mem, 1, sp->T_alloc, 0));
     unit_provider prov = fsdp_provider(sp->s);
     int len = (int)loader_game_len(sp->val, (uint64_t)game);
     if (len > SAMPLE_PROMPT_TOKENS) len = SAMPLE_PROMPT_TOKENS;

@@ -5,6 +5,7 @@
 
 #include "fsdp.h"
 #include "loader.h"
+#include "lora.h"
 
 // Tokens of a validation game the sampler gives the model as its prompt.
 #define SAMPLE_PROMPT_TOKENS 12
@@ -20,6 +21,8 @@ typedef struct {
 
 typedef struct {
     fsdp_state *s;          // borrowed: the parameters, gathered through fsdp_provider
+    const lora_layout *lora;        // borrowed, NULL without LoRA: the adapters' layout
+    const unit_provider *adapters;  // borrowed, with lora: serves the trained adapters
     mem_tracker *mem;       // borrowed: counts the inference model's buffers
     const loader *val;      // borrowed: the prompts are its games
     const char *out_dir;    // borrowed: OUT/samples.jsonl
@@ -36,9 +39,12 @@ typedef struct {
 // Prepare to continue games 0 .. n_games-1 of `val` by n_tokens tokens each: loads
 // <model_dir>/tokenizer.json and checks the games exist (an error names --sample_games).
 // The model's buffers are allocated by the first sampler_continue (after training, so they
-// are not part of the training's memory). Everything borrowed must outlive the sampler. 0 / -1.
-int sampler_open(sampler *sp, fsdp_state *s, mem_tracker *mem, const loader *val, const char *model_dir,
-                 const char *out_dir, int rank, int n_tokens, int n_games);
+// are not part of the training's memory). With LoRA, `lora` and `adapters` (as for
+// model_init_lora) make the samples come from the base plus the trained adapters; both NULL
+// otherwise. Everything borrowed must outlive the sampler. 0 / -1.
+int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit_provider *adapters,
+                 mem_tracker *mem, const loader *val, const char *model_dir, const char *out_dir, int rank,
+                 int n_tokens, int n_games);
 
 // Continue the first SAMPLE_PROMPT_TOKENS tokens of game `game`: n_tokens tokens sampled at
 // SAMPLE_TEMPERATURE (seeded by seed and game), full recomputation per token, stopping at

@@ -12,6 +12,7 @@
 #      available (FT_ORACLE_PYTHON), peft.PeftModel.from_pretrained(base, export) computes our
 #      final validation loss (rel 1e-4, tests/oracle/check_export.py; fp32 export, measured
 #      ~1e-7); without one: skip locally, FAIL under CI=true
+#      Sampling after LoRA training gives the merged model's samples, not the base's.
 #   3. with MPI: FSDP over 2 ranks (per micro-batch and --accumulate_grads_locally), DDP over 2
 #      and HSDP 2 x 2 give the single process's step losses (rel 1e-5, as tests/test_dist.sh)
 #   4. the emulated GPU (build/tests/finetune_emu) against the CPU, and FSDP 2 on it
@@ -34,7 +35,8 @@ losses() { grep '"type":"train"' "$1" | sed -E 's/,"tokens_per_s".*//'; }
 # ---------------------------------------------------------------- 1. resume equivalence
 a="$tmp/a" b="$tmp/b"
 flags=("${small[@]}" "${lora[@]}" --gradient_checkpointing --batch_size_per_device 2 --save_dtype fp32 --max_steps 6)
-"$bin" "${flags[@]}" --merge_lora --out_dir "$a" > "$a.log" 2>&1 || bad "straight LoRA run failed: $(tail -1 "$a.log")"
+samp=(--sample_tokens 16 --sample_games 2)
+"$bin" "${flags[@]}" --merge_lora "${samp[@]}" --out_dir "$a" > "$a.log" 2>&1 || bad "straight LoRA run failed: $(tail -1 "$a.log")"
 "$bin" "${flags[@]}" --stop_at_step 3 --out_dir "$b" > "$b.log" 2>&1 || bad "first half failed: $(tail -1 "$b.log")"
 "$bin" "${flags[@]}" --resume latest --out_dir "$b" > "$b.log2" 2>&1 || bad "resume failed: $(tail -1 "$b.log2")"
 grep -q "resumed from .*step_00000003 at step 3" "$b.log2" && ok "resumed at step 3" || bad "resume message missing"
@@ -78,6 +80,21 @@ if [ -x "$py" ] && "$py" -c "import peft, transformers, torch" 2>/dev/null; then
 elif [ -n "${FT_ORACLE_PYTHON:-}" ]; then bad "FT_ORACLE_PYTHON cannot import peft"
 else skip_or_fail "peft check of the adapter export (no Python with peft; set FT_ORACLE_PYTHON)"; fi
 
+# sampling with the adapters (--sample_tokens after LoRA training) continues the games as the
+# merged model does: a run from final_merged whose one step changes nothing (learning rate
+# 1e-30: every update is below fp32 resolution of the weights) samples the same tokens (the
+# logits differ by fp32 rounding only, W x + s B (A x) vs (W + s B A) x; a flip would need a
+# uniform draw within ~1e-6 of a token boundary); the base's samples differ (the sampler did
+# not ignore the adapters)
+still=(--seq_len 64 --batch_size_per_device 2 --total_batch_size 8 --max_eval_docs 16 --learning_rate 1e-30 --max_steps 1
+       --save_dtype fp32 "${samp[@]}")
+"$bin" "${still[@]}" --model_dir "$a/final_merged" --out_dir "$tmp/merged_s" > "$tmp/merged_s.log" 2>&1 || bad "sampling run from final_merged: $(tail -1 "$tmp/merged_s.log")"
+"$bin" "${still[@]}" --out_dir "$tmp/base_s" > "$tmp/base_s.log" 2>&1 || bad "sampling run from the base: $(tail -1 "$tmp/base_s.log")"
+[ "$(wc -l < "$a/samples.jsonl")" = 2 ] && cmp -s "$a/samples.jsonl" "$tmp/merged_s/samples.jsonl" \
+  && ok "LoRA sampling: 2 games continued as the merged model continues them" || bad "LoRA samples differ from the merged model's: $(head -c 300 "$a/samples.jsonl")"
+! cmp -s "$a/samples.jsonl" "$tmp/base_s/samples.jsonl" && ok "LoRA sampling: the base model's samples differ (the adapters are used)" \
+  || bad "LoRA samples equal the base model's"
+
 # ---------------------------------------------------------------- 3. FSDP and DDP
 if have_mpi; then
   common=("${small[@]}" "${lora[@]}" --batch_size_per_device 2 --max_steps 4)
@@ -106,7 +123,7 @@ else skip_or_fail "LoRA over MPI ranks (no mpiexec, or $bin built without MPI)";
 # against the single emulated device, same tolerances. No ordering hazard (exit 86) in any.
 emu=$build/tests/finetune_emu
 eflags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3 --max_eval_docs 8
-        --warmup_fraction 0 --peak_tflops 1 "${lora[@]}")
+        --warmup_fraction 0 --peak_tflops 1 "${lora[@]}" --sample_tokens 8)
 val() { grep '"type":"eval"' "$1/metrics.jsonl" | tail -1 | sed -E 's/.*"val_loss":([0-9.]+).*/\1/'; }
 if [ -x "$emu" ]; then
   export FT_EMU_SEED=1
@@ -120,6 +137,8 @@ if [ -x "$emu" ]; then
     le "$w" 5e-3 && ok "emulated GPU: final validation loss rel $w" || bad "emulated GPU final val loss: rel $w"
     e=$("$build/tests/st_nmse" "$tmp/emu/checkpoints/step_00000008/model.safetensors" "$tmp/ecpu/checkpoints/step_00000008/model.safetensors")
     le "${e##* }" 1e-2 && ok "emulated GPU: final fp32 adapters: $e" || bad "emulated GPU final adapters: $e"
+    [ "$(grep -c '"continuation"' "$tmp/emu/samples.jsonl" 2>/dev/null)" = 1 ] && ok "emulated GPU: sampled a game with the adapters" \
+      || bad "emulated GPU: no sample with the adapters"
     if have_mpi; then
       if timeout 600 mpiexec -n 2 "$emu" --device cuda "${eflags[@]}" --out_dir "$tmp/emu2" > "$tmp/emu2.log" 2>&1; then
         w=$(worst_rel "$(metric "$tmp/emu" loss)" "$(metric "$tmp/emu2" loss)")
