@@ -206,8 +206,8 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
 
     TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
     if (o->sample_tokens > 0)
-        TRY(sampler_open(&j->sampler, &j->fs, &j->mem, &j->val, o->model_dir, o->out_dir, j->rank, o->sample_tokens,
-                         o->sample_games));
+        TRY(sampler_open(&j->sampler, &j->fs, j->lora ? &j->ll : NULL, j->lora ? &j->aprov : NULL, &j->mem, &j->val,
+                         o->model_dir, o->out_dir, j->rank, o->sample_tokens, o->sample_games));
     if (o->eval_only) {
         j->accum = 1;
         j->steps_per_epoch = 1;
