@@ -98,8 +98,12 @@ $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(EMU_HOST_OBJS) $
 #                                without waiting for its all-gather
 #   finetune_emu_fault_rs        -DFT_FAULT_SKIP_RS_WAIT: the overlapped reduce-scatter does
 #                                not wait for the backward that produces its gradients
+#   finetune_emu_fault_offload   -DFT_FAULT_SKIP_OFFLOAD_WAIT: --offload_optimizer's step does
+#                                not wait for the copies of the new weights to the device
+#                                (tests/test_offload.sh)
 FAULT_DEFS_prefetch := -DFT_FAULT_SKIP_PREFETCH_WAIT
 FAULT_DEFS_rs := -DFT_FAULT_SKIP_RS_WAIT
+FAULT_DEFS_offload := -DFT_FAULT_SKIP_OFFLOAD_WAIT
 $(BUILD)/emu/fault_%/fsdp.o: src/fsdp.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(FAULT_DEFS_$*) -c $< -o $@
@@ -115,7 +119,7 @@ $(BUILD)/tests/finetune_emu_fault_%: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fa
 .PRECIOUS: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o
 
 EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu $(BUILD)/tests/finetune_emu_fault_prefetch \
-                   $(BUILD)/tests/finetune_emu_fault_rs
+                   $(BUILD)/tests/finetune_emu_fault_rs $(BUILD)/tests/finetune_emu_fault_offload
 -include $(wildcard $(BUILD)/emu/fault_*/*.d)
 TEST_BINS += $(BUILD)/tests/test_backend_emu
 CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_backend_emu   # not in the CUDA=0 sanitizer build

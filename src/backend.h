@@ -23,6 +23,9 @@
 #define LMHEAD_CHUNK_ROWS_MAX 2048
 #define LMHEAD_CHUNK_BYTES ((size_t)256 << 20)
 
+// Independent asynchronous copies in flight at once (backend.copy_async's tickets).
+#define BACKEND_COPY_TICKETS 4
+
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     float bias_correction1;   // 1 - beta1^step
@@ -54,6 +57,20 @@ struct backend {
     int (*copy_d2d)(void *dst, const void *src, size_t nbytes);
     int (*zero)(void *p, size_t nbytes);
     int (*synchronize)(void);
+    // Host memory the device copies to and from asynchronously (--offload_optimizer's
+    // master weights, moments and staging): page-locked on a GPU, plain malloc on the CPU.
+    void *(*host_alloc)(size_t nbytes);                 // NULL + ft_error on failure
+    void (*host_free)(void *p);
+    // Asynchronous copy between host memory from host_alloc and backend memory, ordered
+    // after all work issued so far (a copy stream on a GPU, so it overlaps what the host
+    // and the compute stream do next); to_device 1: dst is backend memory, src host memory;
+    // 0: the reverse. `ticket` (0 .. BACKEND_COPY_TICKETS - 1) names the copy: an earlier
+    // copy under the same ticket is waited for first. Neither buffer may be touched until
+    // copy_wait(ticket). The CPU copies at once.
+    int (*copy_async)(void *dst, const void *src, size_t nbytes, int to_device, int ticket);
+    // Wait for the copy under `ticket` (none outstanding: nothing): the host may then read
+    // or reuse its host buffer, and work issued after this call sees its device result.
+    int (*copy_wait)(int ticket);
 
     // ---------------------------------------------------------------- layers
     // out (N, C) = wte (V, C)[tokens (N)]

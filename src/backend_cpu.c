@@ -41,6 +41,15 @@ static int cpu_zero(void *p, size_t nbytes) {
     return 0;
 }
 static int cpu_synchronize(void) { return 0; }
+// host memory is the CPU's memory: the same allocator; copies happen at once
+static int cpu_copy_async(void *dst, const void *src, size_t nbytes, int to_device, int ticket) {
+    (void)to_device;
+    if (ticket < 0 || ticket >= BACKEND_COPY_TICKETS) return ft_error("cpu backend: copy ticket %d out of range", ticket);
+    return cpu_copy(dst, src, nbytes);
+}
+static int cpu_copy_wait(int ticket) {
+    return ticket < 0 || ticket >= BACKEND_COPY_TICKETS ? ft_error("cpu backend: copy ticket %d out of range", ticket) : 0;
+}
 
 static struct { float *p; size_t n; } g_scratch[CPU_SCRATCH_COUNT];
 
@@ -409,6 +418,10 @@ static const backend g_cpu = {
     .copy_d2d = cpu_copy,
     .zero = cpu_zero,
     .synchronize = cpu_synchronize,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .copy_async = cpu_copy_async,
+    .copy_wait = cpu_copy_wait,
     .embedding_fwd = cpu_embedding_fwd,
     .embedding_bwd = cpu_embedding_bwd,
     .rmsnorm_fwd = cpu_rmsnorm_fwd,

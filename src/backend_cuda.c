@@ -15,6 +15,8 @@
 //   - one compute stream (non-blocking) for kernels, GEMMs, copies and memsets; the NCCL
 //     transport runs collectives on its own comm stream and orders itself against this one
 //     with events (src/comm_nccl.c, backend_cuda_stream())
+//   - one copy stream for copy_async (--offload_optimizer's gradient and parameter slices
+//     to and from pinned host memory), ordered by events against the compute stream
 //   - GEMMs on cuBLASLt: bf16 inputs, bf16 (or, in the lm_head, fp32) outputs, fp32
 //     accumulation (CUBLAS_COMPUTE_32F), descriptors and the heuristic's algorithm cached per
 //     (m, n, k, transposes, leading dimensions, output type, pointer alignments: the
@@ -66,6 +68,10 @@ typedef struct {
 static struct {
     int open, device;
     cudaStream_t stream;
+    cudaStream_t copy_stream;              // copy_async's copies (--offload_optimizer)
+    cudaEvent_t compute_mark;              // the compute stream's position when a copy is issued
+    cudaEvent_t copy_done[BACKEND_COPY_TICKETS];
+    int copy_live[BACKEND_COPY_TICKETS];   // a copy under this ticket is not yet waited for
     cublasLtHandle_t lt;
     void *lt_workspace;
     void *arena_mem;
@@ -140,6 +146,48 @@ static int cu_zero(void *p, size_t n) {
     return 0;
 }
 static int cu_synchronize(void) { return compute_wait("synchronize", 0); }
+
+// Pinned host memory and the copy stream. A copy waits (on the device) for the work issued
+// so far on the compute stream (e.g. the gradients it reads), runs on the copy stream, and
+// records its ticket's event; copy_wait blocks the host on that event and makes the compute
+// stream wait for it, so later kernels see what a host-to-device copy wrote.
+static void *cu_host_alloc(size_t nbytes) {
+    void *p = NULL;
+    const cudaError_t e = cudaMallocHost(&p, nbytes ? nbytes : 1);
+    if (e != cudaSuccess) {
+        ft_error("cuda backend: cudaMallocHost of %zu bytes (pinned host memory) failed: %s", nbytes,
+                 cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+static void cu_host_free(void *p) {
+    if (p) (void)cudaFreeHost(p);
+}
+static int poll_event(void *ctx) {
+    const cudaError_t e = cudaEventQuery((cudaEvent_t)ctx);
+    if (e == cudaErrorNotReady) return 0;
+    CHECK_CUDA(e);
+    return 1;
+}
+static int cu_copy_wait(int ticket) {
+    if (ticket < 0 || ticket >= BACKEND_COPY_TICKETS) return ft_error("cuda backend: copy ticket %d out of range", ticket);
+    if (!G.copy_live[ticket]) return 0;
+    G.copy_live[ticket] = 0;
+    if (watchdog_enabled()) TRY(watchdog_wait(poll_event, G.copy_done[ticket], "offload copy", "copy stream", 0));
+    else CHECK_CUDA(cudaEventSynchronize(G.copy_done[ticket]));
+    CHECK_CUDA(cudaStreamWaitEvent(G.stream, G.copy_done[ticket], 0));
+    return 0;
+}
+static int cu_copy_async(void *dst, const void *src, size_t n, int to_device, int ticket) {
+    TRY(cu_copy_wait(ticket));   // its event and buffers are reused
+    CHECK_CUDA(cudaEventRecord(G.compute_mark, G.stream));
+    CHECK_CUDA(cudaStreamWaitEvent(G.copy_stream, G.compute_mark, 0));
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, G.copy_stream));
+    CHECK_CUDA(cudaEventRecord(G.copy_done[ticket], G.copy_stream));
+    G.copy_live[ticket] = 1;
+    return 0;
+}
 
 // ----------------------------------------------------------------------------
 // GEMM: D (m, n) = alpha op(A) op(B) + beta C, column-major, bf16 in/out, fp32 accumulate.
@@ -393,6 +441,10 @@ static const backend CUDA_BACKEND = {
     .copy_d2d = cu_copy_d2d,
     .zero = cu_zero,
     .synchronize = cu_synchronize,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .copy_async = cu_copy_async,
+    .copy_wait = cu_copy_wait,
     .embedding_fwd = cu_embedding_fwd,
     .embedding_bwd = cu_embedding_bwd,
     .rmsnorm_fwd = cu_rmsnorm_fwd,
@@ -445,12 +497,17 @@ void *backend_cuda_stream(void) { return (void *)G.stream; }
 // Release whatever open_device created (also after a partial failure).
 void backend_cuda_close(void) {
     if (G.stream) (void)compute_wait("close", 0);
+    if (G.copy_stream) (void)cudaStreamSynchronize(G.copy_stream);
     ftk_set_scratch_allocator(NULL, NULL);
     attn_cudnn_close();
     for (int i = 0; i < G.n_plans; i++) gemm_plan_destroy(&G.plans[i]);
     arena_destroy(&G.ar);
     if (G.lt) cublasLtDestroy(G.lt);
     if (G.arena_mem) cudaFree(G.arena_mem);
+    for (int i = 0; i < BACKEND_COPY_TICKETS; i++)
+        if (G.copy_done[i]) cudaEventDestroy(G.copy_done[i]);
+    if (G.compute_mark) cudaEventDestroy(G.compute_mark);
+    if (G.copy_stream) cudaStreamDestroy(G.copy_stream);
     if (G.stream) cudaStreamDestroy(G.stream);
     const int native = G.attention_native;   // a setting, not state: kept for the next open
     memset(&G, 0, sizeof G);
@@ -516,6 +573,10 @@ static int open_device(int local_rank, size_t arena_bytes) {
     arena_bytes += LT_WORKSPACE_BYTES;
     TRY(check_device(&prop, arena_bytes, free_b));
     CHECK_CUDA(cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&G.copy_stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreateWithFlags(&G.compute_mark, cudaEventDisableTiming));
+    for (int i = 0; i < BACKEND_COPY_TICKETS; i++)
+        CHECK_CUDA(cudaEventCreateWithFlags(&G.copy_done[i], cudaEventDisableTiming));
     CHECK_CUDA(cudaMalloc(&G.arena_mem, arena_bytes));
     TRY(arena_init(&G.ar, G.arena_mem, arena_bytes, ARENA_ALIGN));
     if (!(G.lt_workspace = cu_alloc(LT_WORKSPACE_BYTES))) return -1;

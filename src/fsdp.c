@@ -28,12 +28,13 @@ static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) 
 
 // The --dry_run lines of a state's buffers, per role (the adapters' are told apart from the model's).
 typedef struct {
-    const char *params, *opt, *opt_host, *grad_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root;
+    const char *params, *opt, *opt_host, *grad_host, *param_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root;
 } fsdp_lines;
 static const fsdp_lines model_lines = {
     "working parameters, this rank's slice", "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)",
     "offloaded optimizer: fp32 master weights + AdamW exp_avg, exp_avg_sq (slice), host memory",
-    "offloaded optimizer: one unit's fp32 gradient slice, host memory (largest slice)",
+    "offloaded optimizer: two units' fp32 gradient slices, host memory (largest slice)",
+    "offloaded optimizer: two units' updated working parameters, host memory (largest slice)",
     "fp32 gradients of the step (slice)", "root unit (embeddings, norm, lm_head), gathered",
     "two layer units: in use + prefetched", "reduce-scatter output (largest slice)",
     "second layer reduce-scatter output (one in flight)", "full-size gradients summed over micro-batches",
@@ -43,7 +44,8 @@ static const fsdp_lines model_lines = {
 static const fsdp_lines adapter_lines = {
     "LoRA adapters: working parameters (slice)", "LoRA adapters: fp32 master + AdamW moments (slice)",
     "LoRA adapters: offloaded fp32 master + AdamW moments (slice), host memory",
-    "LoRA adapters: one unit's fp32 gradient slice, host memory (largest slice)",
+    "LoRA adapters: two units' fp32 gradient slices, host memory (largest slice)",
+    "LoRA adapters: two units' updated working parameters, host memory (largest slice)",
     "LoRA adapters: fp32 gradients of the step (slice)", "LoRA adapters: root unit (empty), gathered",
     "LoRA adapters: two layer units, gathered", "LoRA adapters: reduce-scatter outputs",
     "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size gradients summed over micro-batches",
@@ -92,7 +94,14 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
         if (S > 1) mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[1]));
     }
     mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), root_once ? w->f32_root : w->f32, SLOT(s, unit_f32));
-    if (offload) mem_table_add(t, MEM_HOST, max_slice * sizeof(float), w->grad_host, SLOT(s, grad_host));
+    if (offload) {
+        mem_table_add(t, MEM_HOST, max_slice * sizeof(float), w->grad_host, SLOT(s, grad_host[0]));
+        mem_table_add(t, MEM_HOST, max_slice * sizeof(float), w->grad_host, SLOT(s, grad_host[1]));
+        if (esz != sizeof(float)) {
+            mem_table_add(t, MEM_HOST, max_slice * esz, w->param_host, SLOT(s, param_host[0]));
+            mem_table_add(t, MEM_HOST, max_slice * esz, w->param_host, SLOT(s, param_host[1]));
+        }
+    }
 }
 
 int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem,
@@ -106,11 +115,10 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->layout = l;
     s->role = role;
     s->offload = role != FSDP_FROZEN && offload;
-    // the host AdamW writes fp32 weights; a bf16 device needs a host cast + H2D (not yet)
-    if (s->offload && st_dtype_size(be->dtype) != sizeof(float)) {
+    // the host casts the updated weights to the working dtype itself (host_cast_from_f32)
+    if (s->offload && be->dtype != ST_F32 && be->dtype != ST_BF16) {
         memset(s, 0, sizeof *s);
-        return ft_error("flag --offload_optimizer: needs fp32 working parameters (the CPU backend); the %s "
-                        "backend's path is not implemented yet", be->name);
+        return ft_error("flag --offload_optimizer: backend dtype %s is not supported", st_dtype_name(be->dtype));
     }
     s->be = be;
     s->mem = mem;
@@ -143,8 +151,13 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     // the checkpoint gather buffer (max_unit >= the root's elements) is idle during a step
     if (s->mode == FSDP_GRADS_ROOT_ONCE) s->root_acc = s->unit_f32;
     const size_t nf = role == FSDP_FROZEN ? 0 : s->n_local * sizeof(float);
-    if (be->zero(s->params, s->n_local * s->esz) || (nf && (be->zero(s->master, nf) || be->zero(s->exp_avg, nf) ||
-        be->zero(s->exp_avg_sq, nf) || be->zero(s->grads, nf)))) {
+    if (s->offload) {   // host memory: the host zeroes it
+        memset(s->master, 0, nf);
+        memset(s->exp_avg, 0, nf);
+        memset(s->exp_avg_sq, 0, nf);
+    }
+    if (be->zero(s->params, s->n_local * s->esz) || (nf && be->zero(s->grads, nf)) ||
+        (nf && !s->offload && (be->zero(s->master, nf) || be->zero(s->exp_avg, nf) || be->zero(s->exp_avg_sq, nf)))) {
         fsdp_free(s);
         return -1;
     }
@@ -157,6 +170,8 @@ void fsdp_free(fsdp_state *s) {
             if (s->pending[b]) comm_wait(s->shard, s->pending[b]);
             if (s->rs_pending[b]) comm_wait(s->shard, s->rs_pending[b]);
         }
+        if (s->offload)
+            for (int k = 0; k < BACKEND_COPY_TICKETS; k++) (void)s->be->copy_wait(k);
         mem_table t = mem_table_releaser(s->mem);
         fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->role, s->offload, s->esz, s);
     }
@@ -328,26 +343,40 @@ static float *buffer_of(fsdp_state *s, fsdp_buffer which) {
     return which == FSDP_MASTER ? s->master : which == FSDP_EXP_AVG ? s->exp_avg : s->exp_avg_sq;
 }
 
-// Frozen state: this rank's slice of the host fp32 unit, converted on the host, into the
-// working parameters (there is no fp32 master to cast from).
-static int frozen_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_full) {
-    if (which != FSDP_MASTER) return frozen_error("optimizer state");
+// dst (n, dtype) = src (n, fp32) on the host, rounded as the backends' cast_from_f32 rounds
+// (nearest even for bf16; fp32 is a copy).
+static void host_cast_from_f32(void *dst, const float *src, size_t n, st_dtype dtype) {
+    if (dtype == ST_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *h = dst;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) h[i] = ft_f32_to_bf16(src[i]);
+}
+
+// Unit u's working parameters (this rank's slice) from `src` (slice, host fp32), converted on
+// the host: the frozen base (no fp32 master to cast from) and an offloaded master (on the host).
+static int params_from_host(fsdp_state *s, int u, const float *src) {
     fsdp_invalidate_gathered(s);
-    const float *src = host_full + (size_t)s->shard->rank * s->slice[u];
     if (s->be->dtype == ST_F32) return s->be->copy_h2d(local_params(s, u), src, s->slice[u] * sizeof(float));
     if (s->be->dtype != ST_BF16) return ft_error("fsdp: backend dtype %s is not supported", st_dtype_name(s->be->dtype));
-    uint16_t *h = ft_malloc(s->slice[u] * sizeof(uint16_t), "frozen unit slice");   // (slice,)
+    void *h = ft_malloc(s->slice[u] * s->esz, "unit slice in the working dtype");   // (slice,)
     if (!h) return -1;
-    for (size_t i = 0; i < s->slice[u]; i++) h[i] = ft_f32_to_bf16(src[i]);
-    const int rc = s->be->copy_h2d(local_params(s, u), h, s->slice[u] * sizeof(uint16_t));
+    host_cast_from_f32(h, src, s->slice[u], s->be->dtype);
+    const int rc = s->be->copy_h2d(local_params(s, u), h, s->slice[u] * s->esz);
     free(h);
     return rc;
 }
 
 int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_full) {
-    if (s->role == FSDP_FROZEN) return frozen_set_unit(s, which, u, host_full);
-    float *dst = buffer_of(s, which) + s->local_off[u];
     const float *src = host_full + (size_t)s->shard->rank * s->slice[u];
+    if (s->role == FSDP_FROZEN) return which == FSDP_MASTER ? params_from_host(s, u, src) : frozen_error("optimizer state");
+    float *dst = buffer_of(s, which) + s->local_off[u];
+    if (s->offload) {   // host memory
+        memcpy(dst, src, s->slice[u] * sizeof(float));
+        return which == FSDP_MASTER ? params_from_host(s, u, dst) : 0;
+    }
     TRY(s->be->copy_h2d(dst, src, s->slice[u] * sizeof(float)));
     if (which == FSDP_MASTER) {
         fsdp_invalidate_gathered(s);
@@ -361,7 +390,17 @@ int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
     if (s->root_acc_live)
         return ft_error("fsdp: a unit gathered in the middle of an optimizer step (its buffer holds the root gradient sum)");
     const float *src = buffer_of(s, which) + s->local_off[u];
-    if (s->shard->size == 1) return s->be->copy_d2h(host_full, src, s->slice[u] * sizeof(float));
+    const size_t n = s->slice[u] * sizeof(float);
+    if (s->offload && s->shard->size == 1) {
+        memcpy(host_full, src, n);
+        return 0;
+    }
+    if (s->offload) {   // the collective needs backend memory: stage through the idle gradient slice
+        float *stage = s->grads + s->local_off[u];
+        TRY(s->be->copy_h2d(stage, src, n));
+        src = stage;
+    }
+    if (s->shard->size == 1) return s->be->copy_d2h(host_full, src, n);
     TRY(comm_all_gather(s->shard, s->unit_f32, src, s->slice[u], ST_F32));
     return s->be->copy_d2h(host_full, s->unit_f32, s->layout->unit_numel[u] * sizeof(float));
 }
@@ -369,6 +408,11 @@ int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
 int fsdp_zero_moments(fsdp_state *s) {
     if (s->role == FSDP_FROZEN) return 0;   // none
     const size_t nf = s->n_local * sizeof(float);
+    if (s->offload) {
+        memset(s->exp_avg, 0, nf);
+        memset(s->exp_avg_sq, 0, nf);
+        return 0;
+    }
     return s->be->zero(s->exp_avg, nf) || s->be->zero(s->exp_avg_sq, nf) ? -1 : 0;
 }
 
@@ -401,22 +445,53 @@ static size_t entry_local_range(const fsdp_state *s, const param_entry *e, size_
     return b - a;
 }
 
-// --offload_optimizer, one unit: its fp32 gradient slice comes to the host (grad_host), AdamW
-// runs there (the CPU backend's kernel, OpenMP) on the host master and moments, and the
-// updated weights go back as the working parameters (fp32: checked at init). The same
-// arithmetic, element for element, as the device path: bitwise the same result.
+// --offload_optimizer: AdamW on the host, unit by unit, as a three-stage pipeline over two
+// host buffer pairs (b = u % 2):
+//     copy stream:  D2H grads of u+1 -> grad_host[b']      H2D param_host[b] -> params of u
+//     host:         AdamW of u on master/moments (grad_host[b]), cast into param_host[b]
+// The gradient slice of unit u+1 travels while the host updates unit u, and unit u's new
+// working parameters travel while the host updates u+1. Tickets: gradients 0/1, parameters
+// 2/3 (per buffer), so a buffer is reused only after its last copy is waited for. With an
+// fp32 backend the working parameters are the master itself (no param_host, no cast).
+enum { TICKET_GRAD = 0, TICKET_PARAM = 2 };
+
+static int offload_grad_fetch(fsdp_state *s, int u) {
+    const int b = u % 2;
+    return s->be->copy_async(s->grad_host[b], s->grads + s->local_off[u], s->slice[u] * sizeof(float), 0, TICKET_GRAD + b);
+}
+
 static int offload_step_unit(fsdp_state *s, int u, const adamw_params *p, const adamw_params *nodecay) {
     const param_layout *l = s->layout;
+    const int b = u % 2;
     const size_t u0 = s->local_off[u], n = s->slice[u];
-    TRY(s->be->copy_d2h(s->grad_host, s->grads + u0, n * sizeof(float)));
+    TRY(s->be->copy_wait(TICKET_GRAD + b));   // unit u's gradient is on the host
+    if (u + 1 < l->n_units) TRY(offload_grad_fetch(s, u + 1));
     for (int i = 0; i < l->n_entries; i++) {
         const param_entry *e = &l->entries[i];
         size_t k, m;
         if (e->unit != u || (m = entry_local_range(s, e, &k)) == 0) continue;
-        TRY(backend_cpu()->adamw(s->master + k, NULL, s->grad_host + (k - u0), s->exp_avg + k, s->exp_avg_sq + k, m,
+        TRY(backend_cpu()->adamw(s->master + k, NULL, s->grad_host[b] + (k - u0), s->exp_avg + k, s->exp_avg_sq + k, m,
                                  e->decay ? p : nodecay));
     }
-    return s->be->copy_h2d(local_params(s, u), s->master + u0, n * sizeof(float));
+    const void *src = s->master + u0;
+    if (s->esz != sizeof(float)) {
+        TRY(s->be->copy_wait(TICKET_PARAM + b));   // param_host[b]'s previous unit has left
+        host_cast_from_f32(s->param_host[b], s->master + u0, n, s->be->dtype);
+        src = s->param_host[b];
+    }
+    return s->be->copy_async(local_params(s, u), src, n * s->esz, 1, TICKET_PARAM + b);
+}
+
+static int offload_step(fsdp_state *s, const adamw_params *p, const adamw_params *nodecay) {
+    TRY(offload_grad_fetch(s, 0));
+    for (int u = 0; u < s->layout->n_units; u++) TRY(offload_step_unit(s, u, p, nodecay));
+#ifdef FT_FAULT_SKIP_OFFLOAD_WAIT
+    // TEST-ONLY FAULT (tests/test_offload.sh): the next forward reads the working parameters
+    // without waiting for their copies to the device; the emulated runtime must report it
+    return 0;
+#else
+    return s->be->copy_wait(TICKET_PARAM) || s->be->copy_wait(TICKET_PARAM + 1) ? -1 : 0;
+#endif
 }
 
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p) {
@@ -425,10 +500,7 @@ int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p) {
     fsdp_invalidate_gathered(s);
     adamw_params nodecay = *p;
     nodecay.weight_decay = 0.0f;
-    if (s->offload) {
-        for (int u = 0; u < l->n_units; u++) TRY(offload_step_unit(s, u, p, &nodecay));
-        return 0;
-    }
+    if (s->offload) return offload_step(s, p, &nodecay);
     for (int i = 0; i < l->n_entries; i++) {
         const param_entry *e = &l->entries[i];
         size_t k, m;

@@ -87,8 +87,12 @@ typedef struct {
     void *rs_out[2];              // reduce-scatter outputs (S > 1), backend dtype: [0] max slice
                                   // (root, or layers with even index), [1] a layer slice
     float *unit_f32;              // (max_unit) fp32 gather buffer for checkpoints
-    float *grad_host;             // (largest slice) --offload_optimizer: host copy of one unit's
-                                  // fp32 gradient slice for the host AdamW (MEM_HOST)
+    float *grad_host[2];          // (largest slice each) --offload_optimizer: host copies of two
+                                  // units' fp32 gradient slices (one arriving while the host AdamW
+                                  // updates the other), MEM_HOST (pinned on a GPU)
+    void *param_host[2];          // (largest slice each, backend dtype) the updated working
+                                  // parameters of two units on their way back to the device;
+                                  // only when that dtype is not fp32 (fp32 goes from master)
 } fsdp_state;
 
 // Allocate this rank's state for `layout` (which must be padded to a multiple of
@@ -106,7 +110,8 @@ int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_
 // fails), fsdp_set_unit(FSDP_MASTER) converts on the host straight into the working
 // parameters, fsdp_zero_moments does nothing, and the gradient/optimizer calls and
 // fsdp_get_unit fail. offload 1 (--offload_optimizer; ignored for FSDP_FROZEN): the fp32
-// master weights and AdamW moments are host memory (MEM_HOST), updated there unit by unit.
+// master weights and AdamW moments are host memory (MEM_HOST, be->host_alloc), updated there
+// unit by unit (fsdp_optimizer_step).
 int fsdp_init_role(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem, comm *shard,
                    comm *replica, fsdp_grad_mode mode, fsdp_role role, int offload);
 void fsdp_free(fsdp_state *s);
@@ -135,7 +140,8 @@ typedef enum { FSDP_MASTER, FSDP_EXP_AVG, FSDP_EXP_AVG_SQ } fsdp_buffer;
 int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_full);
 // Gather unit u of `which` into host fp32 memory on every rank of the shard group
 // (collective). Only between optimizer steps (its buffer holds the root gradient sum from a
-// step's first micro-batch to its last): -1 otherwise. 0 / -1.
+// step's first micro-batch to its last; with offload over S > 1 the host slice is staged
+// through the device gradient slice, idle between steps): -1 otherwise. 0 / -1.
 int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full);
 
 // Zero the AdamW moments (a fresh start from pretrained weights). 0 / -1.
@@ -150,6 +156,10 @@ void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
 int fsdp_finish_grads(fsdp_state *s, double *norm);
 // AdamW on this rank's slices; weight decay only on entries with decay = 1 (matrices and
 // embeddings, not RMSNorm weights); padding is never touched. `p->weight_decay` is the
-// decay for decaying entries. With offload: unit by unit on the host (see fsdp_init_role),
-// bitwise the same result. 0 / -1.
+// decay for decaying entries. With offload: unit by unit on the host, pipelined (a unit's
+// gradient slice comes to the host while the previous unit's AdamW runs there, and the
+// updated working parameters go back behind it); bitwise the same result on the CPU backend,
+// the same arithmetic in fp32 on a GPU (the host's rounding of the bf16 cast is the
+// device's: nearest even). The backward is over when it runs: clipping needs the global
+// gradient norm first. 0 / -1.
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p);

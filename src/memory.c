@@ -9,7 +9,7 @@ void mem_tracker_init(mem_tracker *t, const backend *be) {
 }
 
 void *mem_alloc(mem_tracker *t, mem_category cat, size_t nbytes) {
-    void *p = t->be->alloc(nbytes);
+    void *p = cat == MEM_HOST ? t->be->host_alloc(nbytes) : t->be->alloc(nbytes);
     if (!p) return NULL;
     t->current[cat] += nbytes;
     if (t->current[cat] > t->peak[cat]) t->peak[cat] = t->current[cat];
@@ -21,7 +21,8 @@ void *mem_alloc(mem_tracker *t, mem_category cat, size_t nbytes) {
 
 void mem_free(mem_tracker *t, mem_category cat, void *p, size_t nbytes) {
     if (!p) return;
-    t->be->free(p);
+    if (cat == MEM_HOST) t->be->host_free(p);
+    else t->be->free(p);
     t->current[cat] -= nbytes;
     if (cat != MEM_HOST) t->current_total -= nbytes;
 }

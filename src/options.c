@@ -64,7 +64,7 @@ static const flag_spec flags[] = {
     {"--lora_alpha", FLAG_FLOAT, OPT(lora_alpha), 1e-6, 1e6, NULL, "with --lora_rank: LoRA alpha; the adapter output is scaled by alpha / rank"},
     {"--lora_targets", FLAG_STR, OPT(lora_targets), 0, 0, NULL, "with --lora_rank: comma-separated projections to adapt, of q,k,v,o,gate,up,down"},
     {"--merge_lora", FLAG_BOOL, OPT(merge_lora), 0, 1, NULL, "with --lora_rank: also export OUT/final_merged, the base with the adapters merged (W + alpha/r B A) in the Hugging Face layout"},
-    {"--offload_optimizer", FLAG_BOOL, OPT(offload_optimizer), 0, 1, NULL, "keep the fp32 master weights and AdamW moments in host memory and run AdamW there, unit by unit (CPU backend; --device cuda: --dry_run only, training not implemented yet)"},
+    {"--offload_optimizer", FLAG_BOOL, OPT(offload_optimizer), 0, 1, NULL, "keep the fp32 master weights and AdamW moments in host memory (pinned on a GPU) and run AdamW there, unit by unit, while the next unit's gradients and the last unit's new weights cross on a copy stream"},
     {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda", "backend: cpu (fp32, OpenMP; the reference) or cuda (bf16 storage, fp32 math; one GPU per rank by local rank; unverified on GPU)"},
     {"--attention", FLAG_STR, OPT(attention), 0, 0, "cudnn|native", "GPU attention: cudnn (cuDNN flash attention, checked against native at startup; on a failure one warning and native) or native (the hand-written kernels); unverified on GPU"},
     {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL, "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit (reads only config.json)"},
@@ -177,9 +177,6 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
     if (o->world_size > 0 && !o->dry_run)
         return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");
     TRY(model_lmhead_chunk_env_check());
-    if (o->offload_optimizer && !o->dry_run && strcmp(o->device, "cuda") == 0)
-        return ft_error("flag --offload_optimizer: training with --device cuda is not implemented yet (only "
-                        "--dry_run plans it; the CPU backend trains with it)");
     return options_check_lora(o);
 }
 

@@ -488,18 +488,29 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     return cudaSuccess;
 }
 
-// cudaFree synchronises the device first, as the real one does
-cudaError_t cudaFree(void *p) {
+// cudaFree and cudaFreeHost synchronise the device first, as the real ones do
+static cudaError_t free_after_sync(void *p, bool shadowed) {
     if (!p) return cudaSuccess;
     runtime();
     {
         Lock l;
         if (R->async) sync_all();
-        shadow_release(p);
+        if (shadowed) shadow_release(p);
     }
     free(p);
     return cudaSuccess;
 }
+
+cudaError_t cudaFree(void *p) { return free_after_sync(p, true); }
+
+// Pinned host memory: plain host memory with no shadow state (it is not device memory; the
+// async copies already treat all host memory as pinned).
+cudaError_t cudaMallocHost(void **p, size_t n) {
+    if (posix_memalign(p, 256, n ? n : 1) != 0) { *p = nullptr; return cudaErrorMemoryAllocation; }
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) { return free_after_sync(p, false); }
 
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t h) {
     runtime();
