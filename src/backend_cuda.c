@@ -116,6 +116,13 @@ static int compute_wait(const char *op, size_t bytes) { return backend_cuda_wait
 // A block is freed on the host at once; the free counts as ordered on the compute stream.
 extern void cuemu_block_alloc(void *p, size_t nbytes) __attribute__((weak));
 extern void cuemu_block_free(void *p, void *stream) __attribute__((weak));
+// Kernels launched until the next call with p NULL touch exactly [p, p + nbytes) through a
+// pointer argument equal to p, not the whole block: for ops on one unit's slice of a flat
+// buffer (--offload_optimizer copies other units' slices of it meanwhile).
+extern void cuemu_launch_extent(const void *p, size_t nbytes) __attribute__((weak));
+static void emu_extent(const void *p, size_t nbytes) {
+    if (cuemu_launch_extent) cuemu_launch_extent(p, nbytes);
+}
 
 static void *cu_alloc(size_t nbytes) {
     void *p = arena_alloc(&G.ar, nbytes);
@@ -366,11 +373,17 @@ static int cu_embedding_bwd(void *dwte, const void *dout, const int32_t *tokens,
     return ftk_embedding_bwd(dwte, dout, tokens, N, C, V, G.stream);
 }
 static int cu_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps) {
-    return ftk_rmsnorm_fwd(out, rstd, inp, w, N, C, eps, G.stream);
+    emu_extent(w, (size_t)C * 2);   // (C,) bf16: one unit's norm weight
+    const int rc = ftk_rmsnorm_fwd(out, rstd, inp, w, N, C, eps, G.stream);
+    emu_extent(NULL, 0);
+    return rc;
 }
 static int cu_rmsnorm_bwd(void *dinp, void *dw, const void *dout, const void *inp, const void *w, const float *rstd,
                           int N, int C) {
-    return ftk_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C, G.stream);
+    emu_extent(w, (size_t)C * 2);
+    const int rc = ftk_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C, G.stream);
+    emu_extent(NULL, 0);
+    return rc;
 }
 static int cu_rope_fwd(void *out, const void *inp, const float *cos, const float *sin, int B, int T, int NH, int D) {
     return ftk_rope_fwd(out, inp, cos, sin, B, T, NH, D, G.stream);
@@ -423,7 +436,10 @@ static int cu_sum_squares(double *host_out, const float *x, size_t n) {
     return ftk_sum_squares(host_out, x, n, G.stream);
 }
 static int cu_accumulate(float *dst, const void *src, size_t n, float alpha) {
-    return ftk_accumulate(dst, src, n, alpha, G.stream);
+    emu_extent(dst, n * sizeof(float));   // (n,) fp32: one unit's gradient slice
+    const int rc = ftk_accumulate(dst, src, n, alpha, G.stream);
+    emu_extent(NULL, 0);
+    return rc;
 }
 static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_cast_from_f32(dst, src, n, G.stream); }
 

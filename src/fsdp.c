@@ -133,6 +133,8 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     const size_t S = (size_t)shard->size;
     s->slice = ft_calloc((size_t)l->n_units, sizeof(size_t), "slice table");
     s->local_off = ft_calloc((size_t)l->n_units, sizeof(size_t), "slice offsets");
+    s->off_done = ft_calloc((size_t)l->n_units, 1, "offload unit flags");
+    s->off_pending = -1;
     if (!s->slice || !s->local_off) { fsdp_free(s); return -1; }
     for (int u = 0; u < l->n_units; u++) {
         if (l->unit_numel[u] % S != 0) {
@@ -177,6 +179,7 @@ void fsdp_free(fsdp_state *s) {
     }
     free(s->slice);
     free(s->local_off);
+    free(s->off_done);
     memset(s, 0, sizeof *s);
 }
 
@@ -251,6 +254,7 @@ static int prov_release(void *ctx, int u) { (void)ctx; (void)u; return 0; }
 // its parity; it is finished (waited for and added into the fp32 slice) only when that
 // buffer pair is needed again two layers later, or when the root unit ends the backward.
 static int overlapped(const fsdp_state *s) { return s->shard->size > 1 && !s->accumulate_locally; }
+static int offload_grad_final(fsdp_state *s, int u);
 static int grad_buffer(const fsdp_state *s, int u) { return overlapped(s) ? u % 2 : 0; }
 
 static void *unit_grad(fsdp_state *s, int u) {
@@ -266,7 +270,8 @@ static int rs_finish(fsdp_state *s, int b) {
     s->rs_unit[b] = -1;
     s->rs_pending[b] = NULL;
     TRY(comm_wait(s->shard, req));
-    return s->be->accumulate(s->grads + s->local_off[u], s->rs_out[b], s->slice[u], 1.0f);
+    TRY(s->be->accumulate(s->grads + s->local_off[u], s->rs_out[b], s->slice[u], 1.0f));
+    return offload_grad_final(s, u);
 }
 
 // Complete every outstanding non-blocking reduce-scatter of layer gradients into the fp32
@@ -323,7 +328,8 @@ static int prov_grad_end(void *ctx, int u) {
         TRY(comm_reduce_scatter(s->shard, s->rs_out[0], g, s->slice[u], s->be->dtype));
         g = s->rs_out[0];
     }
-    return s->be->accumulate(s->grads + s->local_off[u], g, s->slice[u], 1.0f);
+    TRY(s->be->accumulate(s->grads + s->local_off[u], g, s->slice[u], 1.0f));
+    return offload_grad_final(s, u);
 }
 
 void fsdp_set_micro_batch(fsdp_state *s, int first, int last) {
@@ -446,32 +452,31 @@ static size_t entry_local_range(const fsdp_state *s, const param_entry *e, size_
 }
 
 // --offload_optimizer: AdamW on the host, unit by unit, as a three-stage pipeline over two
-// host buffer pairs (b = u % 2):
-//     copy stream:  D2H grads of u+1 -> grad_host[b']      H2D param_host[b] -> params of u
+// host buffer pairs (slots, taken in turn):
+//     copy stream:  D2H grads of the next unit -> grad_host[b']    H2D param_host[b] -> params of u
 //     host:         AdamW of u on master/moments (grad_host[b]), cast into param_host[b]
-// The gradient slice of unit u+1 travels while the host updates unit u, and unit u's new
-// working parameters travel while the host updates u+1. Tickets: gradients 0/1, parameters
-// 2/3 (per buffer), so a buffer is reused only after its last copy is waited for. With an
-// fp32 backend the working parameters are the master itself (no param_host, no cast).
+// The gradient slice of the next unit travels while the host updates unit u, and unit u's new
+// working parameters travel while the host updates the next. Tickets: gradients 0/1,
+// parameters 2/3 (per slot), so a buffer is reused only after its last copy is waited for.
+// With an fp32 backend the working parameters are the master itself (no param_host, no cast).
+// Units enter in any order: 0 .. n-1 at the optimizer step, or layers from the last down as
+// their gradients become final in the backward (fsdp_offload_early).
 enum { TICKET_GRAD = 0, TICKET_PARAM = 2 };
 
-static int offload_grad_fetch(fsdp_state *s, int u) {
-    const int b = u % 2;
-    return s->be->copy_async(s->grad_host[b], s->grads + s->local_off[u], s->slice[u] * sizeof(float), 0, TICKET_GRAD + b);
-}
-
-static int offload_step_unit(fsdp_state *s, int u, const adamw_params *p, const adamw_params *nodecay) {
+// Unit u (slot b, its gradient slice on its way to grad_host[b]): AdamW on the host, then
+// its working parameters back to the device.
+static int offload_update(fsdp_state *s, int u, int b) {
     const param_layout *l = s->layout;
-    const int b = u % 2;
     const size_t u0 = s->local_off[u], n = s->slice[u];
+    adamw_params nodecay = s->off_params;
+    nodecay.weight_decay = 0.0f;
     TRY(s->be->copy_wait(TICKET_GRAD + b));   // unit u's gradient is on the host
-    if (u + 1 < l->n_units) TRY(offload_grad_fetch(s, u + 1));
     for (int i = 0; i < l->n_entries; i++) {
         const param_entry *e = &l->entries[i];
         size_t k, m;
         if (e->unit != u || (m = entry_local_range(s, e, &k)) == 0) continue;
         TRY(backend_cpu()->adamw(s->master + k, NULL, s->grad_host[b] + (k - u0), s->exp_avg + k, s->exp_avg_sq + k, m,
-                                 e->decay ? p : nodecay));
+                                 e->decay ? &s->off_params : &nodecay));
     }
     const void *src = s->master + u0;
     if (s->esz != sizeof(float)) {
@@ -482,9 +487,29 @@ static int offload_step_unit(fsdp_state *s, int u, const adamw_params *p, const 
     return s->be->copy_async(local_params(s, u), src, n * s->esz, 1, TICKET_PARAM + b);
 }
 
-static int offload_step(fsdp_state *s, const adamw_params *p, const adamw_params *nodecay) {
-    TRY(offload_grad_fetch(s, 0));
-    for (int u = 0; u < s->layout->n_units; u++) TRY(offload_step_unit(s, u, p, nodecay));
+// Unit u's gradient slice is final: start its copy to the host (ordered after the device
+// work issued so far), then update the unit that came before it, whose copy has had that
+// long to arrive.
+static int offload_push(fsdp_state *s, int u) {
+    const int b = s->off_slot;
+    s->off_slot ^= 1;
+    s->off_done[u] = 1;
+    TRY(s->be->copy_async(s->grad_host[b], s->grads + s->local_off[u], s->slice[u] * sizeof(float), 0, TICKET_GRAD + b));
+    if (s->off_pending >= 0) TRY(offload_update(s, s->off_pending, s->off_pending_slot));
+    s->off_pending = u;
+    s->off_pending_slot = b;
+    return 0;
+}
+
+// Update the last unit pushed and wait for every parameter copy: the next forward may run.
+static int offload_drain(fsdp_state *s) {
+    if (s->off_pending >= 0) {
+        const int u = s->off_pending;
+        s->off_pending = -1;
+        TRY(offload_update(s, u, s->off_pending_slot));
+    }
+    s->off_early = 0;
+    memset(s->off_done, 0, (size_t)s->layout->n_units);
 #ifdef FT_FAULT_SKIP_OFFLOAD_WAIT
     // TEST-ONLY FAULT (tests/test_offload.sh): the next forward reads the working parameters
     // without waiting for their copies to the device; the emulated runtime must report it
@@ -494,13 +519,40 @@ static int offload_step(fsdp_state *s, const adamw_params *p, const adamw_params
 #endif
 }
 
+// Called wherever a unit's gradient slice receives its last contribution of a micro-batch:
+// in an armed step's last micro-batch, layer units start their update now.
+static int offload_grad_final(fsdp_state *s, int u) {
+    if (!s->off_early || !s->micro_last || u == s->layout->n_layers) return 0;
+    return offload_push(s, u);
+}
+
+int fsdp_offload_can_overlap(const fsdp_state *s) {
+    return s->offload && s->role != FSDP_FROZEN && s->replica->size == 1 && !s->accumulate_locally;
+}
+
+int fsdp_offload_early(fsdp_state *s, const adamw_params *p) {
+    if (!fsdp_offload_can_overlap(s)) return 0;
+    s->off_params = *p;
+    s->off_early = 1;
+    return 1;
+}
+
+static int offload_step(fsdp_state *s, const adamw_params *p) {
+    if (s->off_early && memcmp(p, &s->off_params, sizeof *p) != 0)
+        return ft_error("fsdp: the optimizer step's AdamW parameters differ from those armed by fsdp_offload_early");
+    s->off_params = *p;
+    for (int u = 0; u < s->layout->n_units; u++)
+        if (!s->off_done[u]) TRY(offload_push(s, u));
+    return offload_drain(s);
+}
+
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p) {
     if (s->role == FSDP_FROZEN) return frozen_error("an optimizer step");
     const param_layout *l = s->layout;
     fsdp_invalidate_gathered(s);
+    if (s->offload) return offload_step(s, p);
     adamw_params nodecay = *p;
     nodecay.weight_decay = 0.0f;
-    if (s->offload) return offload_step(s, p, &nodecay);
     for (int i = 0; i < l->n_entries; i++) {
         const param_entry *e = &l->entries[i];
         size_t k, m;

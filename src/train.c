@@ -270,6 +270,12 @@ static void print_job_summary(job *j) {
     printf("finetune: AdamW lr %g (%s, warmup %.0f%%), betas %g/%g, eps %g, weight decay %g on matrices and "
            "embeddings (not RMSNorm weights), grad clip %g\n", o->learning_rate, o->lr_schedule,
            100 * o->warmup_fraction, o->beta1, o->beta2, o->adam_eps, o->weight_decay, o->max_grad_norm);
+    if (o->offload_optimizer)
+        printf("finetune: optimizer offload: fp32 master + AdamW moments in host memory; the host AdamW %s\n",
+               !fsdp_offload_can_overlap(j->opt) ? "runs after the backward (replicas or local accumulation reduce first)"
+               : o->max_grad_norm == 0 ? "overlaps the last micro-batch's backward (no clipping)"
+                                       : "runs after the backward (clipping needs the global gradient norm; "
+                                         "--max_grad_norm 0 overlaps it)");
     if (j->lora)
         printf("finetune: LoRA rank %d, alpha %g, targets %s: %lld trainable parameters; the base is frozen\n",
                o->lora_rank, o->lora_alpha, o->lora_targets, (long long)j->ll.layout.n_params);
@@ -313,6 +319,10 @@ static int train_step(job *j, int step, step_stats *st) {
     const float dloss = (float)(1.0 / counts[0]);
 
     TRY(fsdp_zero_grads(j->opt));
+    if (o->offload_optimizer && o->max_grad_norm == 0) {   // the host AdamW may start in the backward
+        const adamw_params early = schedule_adamw(&j->sched, step, 0.0);
+        if (fsdp_offload_early(j->opt, &early) < 0) return -1;
+    }
     double loss_sum = 0, used_sum = 0;
     for (int a = 0; a < j->accum; a++) {
         int used = micro_batch(j, a);

@@ -21,8 +21,12 @@
 #      flag within a derived tolerance (below), on 1 emulated GPU (2 seeds) and on FSDP over 2
 #      with a stop + resume (2 seeds), no ordering hazard; and a build that skips the wait for
 #      the parameters' copies back to the device is reported by the emulated runtime.
-#   A unit whose update is skipped on the offload path (a mutant in fsdp.c) fails 1-3 and 5.
-# Runtime on the 2-core machine: about 75 s wall (the emulated-GPU part 70 s).
+#   6. Without clipping (--max_grad_norm 0) the layers' host updates start during the last
+#      micro-batch's backward: bitwise on the CPU (FSDP 2, one process with checkpointing,
+#      LoRA), and on the emulated GPU (1 GPU, FSDP 2) within the tolerance of 5, no hazard.
+#   A unit whose update is skipped on the offload path (a mutant in fsdp.c) fails 1-3 and 5;
+#   an early update pushed before the slice's last contribution (a mutant) fails 6.
+# Runtime on the 2-core machine: about 2 min wall (most of it the emulated GPU).
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_offload
@@ -92,6 +96,30 @@ if have_mpi; then
     && ok "2 ranks on one node: both ranks' host bytes counted, reported once (rc $rc)" || bad "2 ranks, no host memory: rc $rc '$err'"
 fi
 
+# ---------------------------------------------------------------- 6. (CPU) overlap with the backward
+# Without clipping (--max_grad_norm 0) the AdamW parameters are known before the backward, so
+# each layer's host update starts as soon as its gradient slice is final in the step's last
+# micro-batch (src/fsdp.c fsdp_offload_early), while the rest of the backward runs; the root
+# waits for the optimizer step. Still bitwise: the same arithmetic per element, only earlier.
+# A push of a slice before its last contribution (before the reduce-scatter's accumulate, or
+# in the first micro-batch) changes the step logs and the bytes.
+noclip=(--max_grad_norm 0)
+grep -q "host AdamW overlaps the last micro-batch's backward" "$tmp/one_off.log" \
+  && bad "with clipping the host AdamW must not start in the backward" || true
+if have_mpi; then
+  run 2 "$tmp/nc_ref" "${noclip[@]}"; run 2 "$tmp/nc_off" "${noclip[@]}" --offload_optimizer
+  grep -q "host AdamW overlaps the last micro-batch's backward (no clipping)" "$tmp/nc_off.log" \
+    && ok "FSDP 2 offload, --max_grad_norm 0: the host AdamW overlaps the backward (said once)" || bad "no overlap line: $(grep -m1 'offload' "$tmp/nc_off.log")"
+  same_run "FSDP 2, --max_grad_norm 0, overlapped offload vs without" "$tmp/nc_ref" "$tmp/nc_off"
+else skip_or_fail "FSDP over 2 ranks (no mpiexec, or $bin built without MPI)"; fi
+run 1 "$tmp/nc1_ref" "${noclip[@]}" --gradient_checkpointing; run 1 "$tmp/nc1_off" "${noclip[@]}" --gradient_checkpointing --offload_optimizer
+same_run "one process with checkpointing, --max_grad_norm 0, overlapped offload vs without" "$tmp/nc1_ref" "$tmp/nc1_off"
+run 1 "$tmp/ncl_ref" "${noclip[@]}" "${lora[@]}"; run 1 "$tmp/ncl_off" "${noclip[@]}" "${lora[@]}" --offload_optimizer
+[ "$(step_logs "$tmp/ncl_ref")" = "$(step_logs "$tmp/ncl_off")" ] && [ "$(step_logs "$tmp/ncl_ref" | wc -l)" -eq 4 ] \
+  && cmp -s "$tmp/ncl_ref/final/adapter_model.safetensors" "$tmp/ncl_off/final/adapter_model.safetensors" \
+  && ok "LoRA, --max_grad_norm 0, overlapped offload vs without: step logs and the PEFT export byte-identical" \
+  || bad "LoRA, --max_grad_norm 0: overlapped offload differs"
+
 # ---------------------------------------------------------------- 5. the GPU path, emulated
 # The emulated GPU (bf16 working parameters; src/ linked with tests/cuda_emu, asynchronous
 # streams with seeded delays and hazard checks): the master and moments live in pinned host
@@ -123,6 +151,12 @@ if [ -x "$emu" ] && [ -x "$nmse" ]; then
     ! grep -q HAZARD "$tmp/g_off$seed.log" && ok "1 emulated GPU, seed $seed: no ordering hazard" || bad "seed $seed: $(grep -m1 HAZARD "$tmp/g_off$seed.log")"
     close_run "1 emulated GPU, seed $seed, with vs without --offload_optimizer" "$tmp/g_ref" "$tmp/g_off$seed"
   done
+  # without clipping: layer updates overlap the backward on the copy stream and the host
+  FT_EMU_SEED=1 bin="$emu" run 1 "$tmp/gn_ref" "${gpu[@]}" "${noclip[@]}"
+  FT_EMU_SEED=2 bin="$emu" run 1 "$tmp/gn_off" "${gpu[@]}" "${noclip[@]}" --offload_optimizer
+  ! grep -q HAZARD "$tmp/gn_off.log" && grep -q "host AdamW overlaps" "$tmp/gn_off.log" \
+    && ok "1 emulated GPU, --max_grad_norm 0: host AdamW overlapped with the backward, no ordering hazard" || bad "1 emulated GPU overlapped: $(grep -m1 'HAZARD\|error' "$tmp/gn_off.log")"
+  close_run "1 emulated GPU, --max_grad_norm 0, overlapped offload vs without" "$tmp/gn_ref" "$tmp/gn_off"
   host=$(train_field "$tmp/g_off1/metrics.jsonl" 2 host); opt=$(train_field "$tmp/g_off1/metrics.jsonl" 2 optimizer)
   [ "$opt" = 0 ] && [ -n "$host" ] && [ "$host" -gt 0 ] && ok "emulated GPU offload: optimizer state on the host ($host bytes), device optimizer 0"     || bad "emulated GPU offload: host '$host', optimizer '$opt'"
   # FSDP over 2 emulated GPUs: stop at step 2 and resume, two seeds, against the straight run without the flag
@@ -135,6 +169,12 @@ if [ -x "$emu" ] && [ -x "$nmse" ]; then
         && ok "FSDP 2 emulated GPUs, seed $seed: offload resumed at step 2, no hazard" || bad "FSDP 2 emulated, seed $seed: no resume or a hazard"
       close_run "FSDP 2 emulated GPUs, seed $seed, offload 2 + resume + 2 vs straight without" "$tmp/f_ref" "$tmp/f_res$seed"
     done
+    FT_EMU_SEED=1 bin="$emu" run 2 "$tmp/fn_ref" "${gpu[@]}" "${noclip[@]}"
+    FT_EMU_SEED=3 bin="$emu" run 2 "$tmp/fn_off" "${gpu[@]}" "${noclip[@]}" --offload_optimizer
+    ! grep -q HAZARD "$tmp/fn_off.log" && grep -q "host AdamW overlaps" "$tmp/fn_off.log" \
+      && ok "FSDP 2 emulated GPUs, --max_grad_norm 0: host AdamW overlapped with the backward and its reduce-scatters, no hazard" \
+      || bad "FSDP 2 emulated overlapped: $(grep -m1 'HAZARD\|error' "$tmp/fn_off.log")"
+    close_run "FSDP 2 emulated GPUs, --max_grad_norm 0, overlapped offload vs without" "$tmp/fn_ref" "$tmp/fn_off"
   else skip_or_fail "FSDP over 2 emulated GPUs (no mpiexec, or built without MPI)"; fi
 else skip_or_fail "$emu or $nmse not built (make test-bins)"; fi
 

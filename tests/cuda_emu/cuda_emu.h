@@ -94,6 +94,10 @@ int cuemu_host_watch_available(const char **why);
 // reported.
 void cuemu_block_alloc(void *p, size_t nbytes);
 void cuemu_block_free(void *p, void *stream);
+// Until a call with p NULL, kernels launched by this thread touch exactly [p, p + nbytes)
+// through a pointer argument equal to p instead of its whole block (a weak hook the CUDA
+// backend calls around ops on one slice of a flat buffer).
+void cuemu_launch_extent(const void *p, size_t nbytes);
 }
 enum { CUEMU_HAZARD_EXIT = 86 };
 

@@ -306,11 +306,24 @@ cudaError_t enqueue(cudaStream_t stream, std::string name, const std::vector<Acc
     return cudaSuccess;
 }
 
+// cuemu_launch_extent's hints: pointer -> bytes, for this thread's launches
+static thread_local std::vector<std::pair<const void *, size_t>> g_extents;
+
 cudaError_t enqueue_kernel(const LaunchSpec &spec, cudaStream_t stream, const KernelPtr *ptrs,
                            int nptrs, std::function<void()> body) {
     std::vector<Access> acc;
-    for (int i = 0; i < nptrs; i++)
-        if (ptrs[i].p) acc.push_back({ptrs[i].p, 0, ptrs[i].is_const ? ACC_READ : ACC_RW, true});
+    for (int i = 0; i < nptrs; i++) {
+        if (!ptrs[i].p) continue;
+        const AccessKind kind = ptrs[i].is_const ? ACC_READ : ACC_RW;
+        bool exact = false;
+        for (const auto &e : g_extents)
+            if (e.first == ptrs[i].p) {
+                acc.push_back({ptrs[i].p, e.second, kind, false});
+                exact = true;
+                break;
+            }
+        if (!exact) acc.push_back({ptrs[i].p, 0, kind, true});
+    }
     char name[512];
     snprintf(name, sizeof name, "kernel %s (%s:%d)", spec.name, spec.file, spec.line);
     LaunchSpec sp = spec;
@@ -370,6 +383,11 @@ extern "C" void cuemu_block_alloc(void *p, size_t nbytes) {
     runtime();
     Lock l;
     shadow_block_alloc(p, nbytes);
+}
+
+extern "C" void cuemu_launch_extent(const void *p, size_t nbytes) {
+    if (!p) g_extents.clear();
+    else g_extents.push_back({p, nbytes});
 }
 
 extern "C" void cuemu_block_free(void *p, void *stream) {

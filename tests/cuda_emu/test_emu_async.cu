@@ -5,9 +5,11 @@
 //             write to a copy's source before a sync, an arena block freed while another
 //             stream's work uses it, a kernel using a freed block, a reuse of freed bytes
 //             not ordered after their old users, a non-blocking stream not ordered by the
-//             legacy stream;
+//             legacy stream, a kernel whose pointer's extent hint (cuemu_launch_extent)
+//             overlaps another stream's copy, or without the hint;
 //   not reported: the same accesses ordered by an event, by a host synchronisation, by
-//             stream order, by the legacy stream's implicit synchronisation;
+//             stream order, by the legacy stream's implicit synchronisation, a hinted
+//             kernel on bytes disjoint from a copy in flight;
 //   semantics: kernel arguments are copied at launch; work really runs later (a gated
 //             stream leaves cudaEventQuery/cudaStreamQuery not ready until released); a
 //             failing kernel's error is sticky and surfaces at the next synchronisation.
@@ -199,6 +201,40 @@ static void test_arena(void) {
     cudaFree(arena);
 }
 
+// ---------------------------------------------------------------- launch extents
+
+// cuemu_launch_extent narrows a kernel's pointer argument from its whole allocation to the
+// given bytes: a kernel on one slice of a buffer while a copy reads another slice is fine;
+// without the hint, or with a hint that overlaps the copy, it is a hazard.
+static void test_extent(void) {
+    float *c = nullptr;
+    cudaMalloc((void **)&c, 2 * N * sizeof(float));
+    float *host = (float *)malloc(N * sizeof(float));
+    const char *war[] = {"HAZARD write-after-read", "kernel k_fill", "cudaMemcpyAsync device-to-host", nullptr};
+
+    cudaMemcpyAsync(host, c + N, N * sizeof(float), cudaMemcpyDeviceToHost, s2);   // reads the second half
+    fill(c, 1.0f, s1);                                                            // writes the first half
+    expect_hazards("kernel on the whole allocation, no hint", 1, war);
+
+    cudaMemcpyAsync(host, c + N, N * sizeof(float), cudaMemcpyDeviceToHost, s2);
+    cuemu_launch_extent(c, N * sizeof(float));
+    fill(c, 2.0f, s1);
+    cuemu_launch_extent(nullptr, 0);
+    expect_hazards("kernel hinted to the first half, copy of the second", 0, nullptr);
+
+    cudaMemcpyAsync(host, c + N, N * sizeof(float), cudaMemcpyDeviceToHost, s2);
+    cuemu_launch_extent(c, N * sizeof(float) + 4);   // one float into the copied half
+    fill(c, 3.0f, s1);
+    cuemu_launch_extent(nullptr, 0);
+    expect_hazards("hint overlapping the copy", 1, war);
+
+    cudaMemcpyAsync(host, c + N, N * sizeof(float), cudaMemcpyDeviceToHost, s2);
+    fill(c, 4.0f, s1);   // the hint was cleared: the whole allocation again
+    expect_hazards("after the hint is cleared", 1, war);
+    free(host);
+    cudaFree(c);
+}
+
 // ---------------------------------------------------------------- semantics
 
 static std::atomic<int> g_gate{0};
@@ -255,6 +291,7 @@ int main(void) {
     test_host_read();
     test_host_write_source();
     test_arena();
+    test_extent();
     test_semantics();
     cudaFree(a);
     cudaFree(b);
