@@ -135,6 +135,15 @@ static void plan_step_work(plan *p, const llama_config *c) {
     // per slice element: zero the gradient (4), its norm (4), AdamW reads master, grad, m, v
     // (16) and writes master, m, v (12) and the working parameter (esz)
     p->optimizer_hbm_bytes = (double)n_trained_local * (36.0 + (double)esz);
+    if (p->req.offload_optimizer) {
+        // the device keeps the zeroing and the norm (8); the host AdamW reads grad, master, m,
+        // v (16), writes master, m, v (12) and the working parameter (esz); over PCIe the fp32
+        // gradient slice goes down (4) and the working parameter up (esz)
+        p->optimizer_hbm_bytes = (double)n_trained_local * 8.0;
+        p->offload_host_bytes = (double)n_trained_local * (28.0 + (double)esz);
+        p->offload_d2h_bytes = (double)n_trained_local * 4.0;
+        p->offload_h2d_bytes = (double)n_trained_local * (double)esz;
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -261,8 +270,7 @@ static void print_host_memory(FILE *out, const plan *p) {
             h ? "host memory per rank, not device (pinned on a GPU): --offload_optimizer" : "(none: no --offload_optimizer)");
     if (h)
         fprintf(out, "  host memory per node: %zu bytes (%.3f GiB) for %d rank(s) per node (up to %d GPUs per node); "
-                "the step-time estimate below still prices AdamW on the device (host AdamW and PCIe copies not "
-                "priced)%s\n", h * (size_t)per_node, gib((double)(h * (size_t)per_node)), per_node,
+                "the step-time estimate below prices the host AdamW and the PCIe copies (row offload)%s\n", h * (size_t)per_node, gib((double)(h * (size_t)per_node)), per_node,
                 plan_devices[0].gpus_per_node, p->req.elem_bytes == 2 ? "; the GPU path is unverified on a GPU" : "");
 }
 

@@ -125,6 +125,8 @@ typedef struct {
     size_t root_reduce_scatter_bytes;
     size_t all_reduce_bytes;        // gradient all-reduce across replicas (scalars not counted)
     double optimizer_hbm_bytes;     // AdamW reads and writes over this rank's slice
+    double offload_host_bytes;      // --offload_optimizer: host memory traffic of the host AdamW
+    double offload_d2h_bytes, offload_h2d_bytes;   // and PCIe bytes each way (0 without)
     plan_op ops[PLAN_MAX_OPS];      // the step's ops for the time estimate (plan_ops_compute)
     int n_ops;
 } plan;
@@ -182,7 +184,9 @@ size_t plan_device_budget(const plan *p, const plan_device *d);
 typedef struct {
     double class_s[PLAN_OP_CLASS_COUNT];  // the ops of each class
     double comm_exposed_s;          // collective time not hidden behind compute
-    double total_s;                 // sum of class_s + comm_exposed_s
+    double offload_s;               // --offload_optimizer: host AdamW and PCIe copies (pipelined:
+                                    // the longer of the two), after the backward
+    double total_s;                 // sum of class_s + comm_exposed_s + offload_s
     double comm_hidden_s;           // collective time overlapped with layer compute
     double link_s;                  // all collective bytes over the link: exposed + hidden
     double mfu;                     // model_flops / (total_s x peak_flops)

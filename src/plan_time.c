@@ -45,6 +45,13 @@
 // H100 (3.35 peak) and ~4.3 on the H200 (4.8): 0.9 of peak, the best a copy does; ours are
 // not faster than a copy, so this part is optimistic.
 #define PLAN_HBM_FRACTION 0.9
+// --offload_optimizer (assumptions, no measurement): host memory bandwidth per rank 50 GB/s, a
+// STREAM-like 0.7 of a dual-socket DDR5-4800 node (2 x 8 channels x 38.4 GB/s = 614 GB/s)
+// shared by 8 GPUs (77 GB/s each at peak), rounded down; PCIe Gen5 x16 at 50 GB/s per
+// direction (0.8 of 64 GB/s). The copies run in both directions at once and behind the host
+// AdamW (src/fsdp.c offload pipeline), so the longer of host and PCIe time counts.
+#define PLAN_HOST_BYTES_PER_S 50e9
+#define PLAN_PCIE_BYTES_PER_S 50e9
 // Collectives at the link's peak per direction (no derating: no measured NCCL figure for
 // these links at hand), so exposed collective time is a lower bound too.
 
@@ -180,7 +187,9 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
     t->comm_exposed_s = root + all_reduce + (layer_rs - rs_hidden) + pos(layer_ag / 2 - phase[PLAN_PHASE_FWD]) +
                         pos(layer_ag / 2 + rs_hidden - phase[PLAN_PHASE_BWD]);
     t->comm_hidden_s = t->link_s - t->comm_exposed_s;
-    t->total_s = t->comm_exposed_s;
+    const double pcie = fmax(p->offload_d2h_bytes, p->offload_h2d_bytes) / PLAN_PCIE_BYTES_PER_S;
+    t->offload_s = fmax(p->offload_host_bytes / PLAN_HOST_BYTES_PER_S, pcie);
+    t->total_s = t->comm_exposed_s + t->offload_s;
     for (int k = 0; k < PLAN_OP_CLASS_COUNT; k++) t->total_s += t->class_s[k];
     t->mfu = p->model_flops / (t->total_s * d->peak_flops);
 }
@@ -231,6 +240,10 @@ void plan_print_step_time(FILE *out, const plan *p) {
         ROW(plan_op_class_name((plan_op_class)k), 1e3 * t[j].class_s[k], "%15.2f", what[k]);
     ROW("comm_exposed", 1e3 * t[j].comm_exposed_s, "%15.2f",
         "collectives not hidden: root gather/reduce, replica all-reduce, layer traffic beyond its phase's compute");
+    if (p->req.offload_optimizer)
+        ROW("offload", 1e3 * t[j].offload_s, "%15.2f",
+            "host AdamW at 50 GB/s of host memory, PCIe copies at 50 GB/s each way: the longer (assumed; "
+            "after the backward with clipping, --max_grad_norm 0 overlaps the layers' part with it)");
     ROW("total", 1e3 * t[j].total_s, "%15.2f", "the step");
     ROW("comm_hidden", 1e3 * t[j].comm_hidden_s, "%15.2f",
         "collectives overlapped with layer compute (prefetched gathers, overlapped reduce-scatters)");
