@@ -21,6 +21,11 @@ code, libraries, model, optimizer, activations, allocator slack; for finetune al
 checkpoint and export at the end); finetune's own tracked peak during training is listed
 beside it.
 
+Also the arithmetic ceiling: each model's FLOPs per step (step_gflop) and the machine's fp32
+GEMM rate measured in the same run (PyTorch, a 2048^3 product and a model-shaped one): the
+step at that rate with no other cost, hence the largest speedup over PyTorch-sdpa any
+program could reach here, and each program's achieved GFLOP/s.
+
 Prints a table and writes the same figures, with the date, the machine, the load average
 and the versions, as JSON (--json). Needs torch and transformers (the venv of
 tests/oracle/requirements.txt). The machine should be otherwise idle: the load average
@@ -133,9 +138,45 @@ def make_model_worker(a):
     for f in TOKENIZER_FILES:
         if os.path.exists(os.path.join(a.model_dir, f)):
             shutil.copy(os.path.join(a.model_dir, f), a.make_model)
+    torch.set_num_threads(a.threads)
     print(json.dumps({"params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__,
-                      "transformers": transformers.__version__}))
+                      "transformers": transformers.__version__, "gemm_gflops": gemm_probe(torch)}))
     return 0
+
+
+def gemm_probe(torch):
+    """The machine's fp32 GEMM rate as PyTorch reaches it (GFLOP/s, best of 5): a large square
+    product, and the 25.7M model's widest layer product (tokens 2048, hidden 512, intermediate
+    2 x 1408: the gate|up GEMM)."""
+    rates = {}
+    for name, (m, k, n) in (("square_2048", (2048, 2048, 2048)), ("layer_2048x512x2816", (2048, 512, 2816))):
+        x, w = torch.rand(m, k), torch.rand(k, n)
+        torch.mm(x, w)
+        best = min(timed(lambda: torch.mm(x, w)) for _ in range(5))
+        rates[name] = round(2 * m * k * n / best / 1e9, 1)
+    return rates
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def step_gflop(cfg, batch, seq):
+    """FLOPs of one training step (GFLOP): 6 per matmul parameter per token (forward 2,
+    backward 4: the layers' q, k, v, o, gate, up, down and the lm_head), plus causal
+    attention: forward Q K^T and P V over half the T x T scores (4 T^2 D H / 2 per sequence
+    and layer), backward twice that (dV, dP, dQ, dK). What any implementation must compute;
+    recomputation (finetune's attention backward rebuilds the scores) is not counted."""
+    C, F, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    H, KVH = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    D = cfg.get("head_dim") or C // H
+    layer = C * H * D + 2 * C * KVH * D + H * D * C + 3 * C * F
+    tokens = batch * seq
+    matmul = 6 * tokens * (L * layer + C * V)
+    attention = 3 * L * batch * 4 * seq * seq * D * H / 2
+    return (matmul + attention) / 1e9
 
 
 def safetensors_numel(path):
@@ -220,12 +261,15 @@ def main():
                                           "--model_dir", a.model_dir], check=True, capture_output=True,
                                          text=True).stdout.strip().splitlines()[-1])
         report["torch"], report["transformers"] = info["torch"], info["transformers"]
+        report["gemm_gflops"] = info["gemm_gflops"]
         for m in models:
             spec = MODELS[m]
             model_dir = made if m == "25m" else a.model_dir
             n = info["params"] if m == "25m" else safetensors_numel(os.path.join(model_dir, "model.safetensors"))
             tokens = spec["batch"] * spec["seq"]
-            r = {"params": n, "batch": spec["batch"], "seq": spec["seq"]}
+            with open(os.path.join(model_dir, "config.json")) as f:
+                gflop = step_gflop(json.load(f), spec["batch"], spec["seq"])
+            r = {"params": n, "batch": spec["batch"], "seq": spec["seq"], "gflop_per_step": round(gflop, 1)}
             rounds = {"finetune": [], "torch_sdpa": [], "torch_eager": []}
             for _ in range(a.repeats):   # interleaved: a drift of the machine hits every program alike
                 rounds["finetune"].append(summarise(tokens, *bench_finetune(a, model_dir, spec["batch"],
@@ -236,6 +280,13 @@ def main():
             for side, runs in rounds.items():
                 r[side] = dict(min(runs, key=lambda x: x["ms_per_step"]),
                                rounds_ms_per_step=[x["ms_per_step"] for x in runs])
+            for side in rounds:
+                r[side]["gflops"] = round(gflop / (r[side]["ms_per_step"] / 1000), 1)
+            # the arithmetic ceiling: the step's FLOPs at the machine's best measured GEMM rate,
+            # no other cost; the best speedup over PyTorch-sdpa that any program could reach
+            peak = info["gemm_gflops"]["square_2048"]
+            r["ceiling_ms"] = round(1000 * gflop / peak, 1)
+            r["ceiling_speedup_vs_sdpa"] = round(r["torch_sdpa"]["ms_per_step"] / r["ceiling_ms"], 2)
             for attn in ("sdpa", "eager"):
                 t = r["torch_" + attn]
                 r["speedup_vs_" + attn] = round(r["finetune"]["tokens_per_s"] / t["tokens_per_s"], 2)
@@ -258,6 +309,14 @@ def main():
                          f" tracked {s['tracked_peak_mib']:.0f} MiB)")
             print(f"{label:<26} {name:<22} {s['ms_per_step']:>9.1f} {s['tokens_per_s']:>9} {s['peak_rss_mib']:>13.1f}{extra}")
             label = ""
+    g = info["gemm_gflops"]
+    print(f"fp32 GEMM rate measured here (PyTorch, {a.threads} thread(s)): {g['square_2048']:.1f} GFLOP/s at 2048^3, "
+          f"{g['layer_2048x512x2816']:.1f} at the 25.7M model's gate|up shape")
+    for m, r in report["models"].items():
+        print(f"{m}: {r['gflop_per_step']:.1f} GFLOP per step (matmuls + causal attention); achieved GFLOP/s: "
+              f"finetune {r['finetune']['gflops']:.1f}, sdpa {r['torch_sdpa']['gflops']:.1f}, eager "
+              f"{r['torch_eager']['gflops']:.1f}; at the 2048^3 rate with no other cost a step takes "
+              f"{r['ceiling_ms']:.1f} ms: at most {r['ceiling_speedup_vs_sdpa']:.2f}x PyTorch-sdpa")
     if os.path.dirname(a.json):
         os.makedirs(os.path.dirname(a.json), exist_ok=True)
     with open(a.json, "w") as f:
