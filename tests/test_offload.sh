@@ -23,7 +23,8 @@
 #      the parameters' copies back to the device is reported by the emulated runtime.
 #   6. Without clipping (--max_grad_norm 0) the layers' host updates start during the last
 #      micro-batch's backward: bitwise on the CPU (FSDP 2, one process with checkpointing,
-#      LoRA), and on the emulated GPU (1 GPU, FSDP 2) within the tolerance of 5, no hazard.
+#      LoRA), and on the emulated GPU (1 GPU, with checkpointing too, FSDP 2) within the
+#      tolerance of 5, no hazard; LoRA offload on the emulated GPU likewise (its adapters).
 #   A unit whose update is skipped on the offload path (a mutant in fsdp.c) fails 1-3 and 5;
 #   an early update pushed before the slice's last contribution (a mutant) fails 6.
 # Runtime on the 2-core machine: about 2 min wall (most of it the emulated GPU).
@@ -157,6 +158,24 @@ if [ -x "$emu" ] && [ -x "$nmse" ]; then
   ! grep -q HAZARD "$tmp/gn_off.log" && grep -q "host AdamW overlaps" "$tmp/gn_off.log" \
     && ok "1 emulated GPU, --max_grad_norm 0: host AdamW overlapped with the backward, no ordering hazard" || bad "1 emulated GPU overlapped: $(grep -m1 'HAZARD\|error' "$tmp/gn_off.log")"
   close_run "1 emulated GPU, --max_grad_norm 0, overlapped offload vs without" "$tmp/gn_ref" "$tmp/gn_off"
+  # the same with gradient checkpointing (recomputed layers read the weights in place), and
+  # LoRA (the adapters' state offloaded; the frozen bf16 base stays on the device)
+  for c in "ck:--gradient_checkpointing ${noclip[*]}" "lora:${lora[*]}"; do
+    k=${c%%:*}; read -r -a extra <<<"${c#*:}"
+    FT_EMU_SEED=1 bin="$emu" run 1 "$tmp/g${k}_ref" "${gpu[@]}" "${extra[@]}"
+    FT_EMU_SEED=3 bin="$emu" run 1 "$tmp/g${k}_off" "${gpu[@]}" "${extra[@]}" --offload_optimizer
+    ! grep -q HAZARD "$tmp/g${k}_off.log" && ok "1 emulated GPU, offload with ${extra[*]}: no ordering hazard" \
+      || bad "1 emulated GPU, offload with ${extra[*]}: $(grep -m1 'HAZARD\|error' "$tmp/g${k}_off.log")"
+    if [ "$k" = ck ]; then close_run "1 emulated GPU, offload vs without, ${extra[*]}" "$tmp/g${k}_ref" "$tmp/g${k}_off"
+    else
+      w=$(worst_rel "$(metric "$tmp/g${k}_ref" loss)" "$(metric "$tmp/g${k}_off" loss)")
+      e=$("$nmse" "$tmp/g${k}_ref/final/adapter_model.safetensors" "$tmp/g${k}_off/final/adapter_model.safetensors" 2>&1 | awk '{print $NF}')
+      host=$(train_field "$tmp/g${k}_off/metrics.jsonl" 2 host)
+      [ "$(metric "$tmp/g${k}_off" loss | wc -l)" -eq 4 ] && le "$w" 5e-4 && le "$e" 1e-3 && [ "${host:-0}" -gt 0 ] \
+        && ok "1 emulated GPU, LoRA offload ($host host bytes) vs without: 4 step losses worst rel $w, PEFT adapters worst tensor NMSE $e" \
+        || bad "1 emulated GPU, LoRA offload: losses '$w', adapters NMSE '$e', host bytes '$host'"
+    fi
+  done
   host=$(train_field "$tmp/g_off1/metrics.jsonl" 2 host); opt=$(train_field "$tmp/g_off1/metrics.jsonl" 2 optimizer)
   [ "$opt" = 0 ] && [ -n "$host" ] && [ "$host" -gt 0 ] && ok "emulated GPU offload: optimizer state on the host ($host bytes), device optimizer 0"     || bad "emulated GPU offload: host '$host', optimizer '$opt'"
   # FSDP over 2 emulated GPUs: stop at step 2 and resume, two seeds, against the straight run without the flag
