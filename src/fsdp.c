@@ -495,9 +495,8 @@ static int offload_push(fsdp_state *s, int u) {
     s->off_slot ^= 1;
     s->off_done[u] = 1;
     TRY(s->be->copy_async(s->grad_host[b], s->grads + s->local_off[u], s->slice[u] * sizeof(float), 0, TICKET_GRAD + b));
-    if (s->off_pending >= 0) TRY(offload_update(s, s->off_pending, s->off_pending_slot));
-    s->off_pending = u;
-    s->off_pending_slot = b;
+    if (s->off_pending >= 0) TRY(offload_update(s, s->off_pending, b ^ 1));
+    s->off_pending = u;   // in slot b = off_slot ^ 1
     return 0;
 }
 
@@ -506,7 +505,7 @@ static int offload_drain(fsdp_state *s) {
     if (s->off_pending >= 0) {
         const int u = s->off_pending;
         s->off_pending = -1;
-        TRY(offload_update(s, u, s->off_pending_slot));
+        TRY(offload_update(s, u, s->off_slot ^ 1));
     }
     s->off_early = 0;
     memset(s->off_done, 0, (size_t)s->layout->n_units);
@@ -530,11 +529,10 @@ int fsdp_offload_can_overlap(const fsdp_state *s) {
     return s->offload && s->role != FSDP_FROZEN && s->replica->size == 1 && !s->accumulate_locally;
 }
 
-int fsdp_offload_early(fsdp_state *s, const adamw_params *p) {
-    if (!fsdp_offload_can_overlap(s)) return 0;
+void fsdp_offload_early(fsdp_state *s, const adamw_params *p) {
+    if (!fsdp_offload_can_overlap(s)) return;
     s->off_params = *p;
     s->off_early = 1;
-    return 1;
 }
 
 static int offload_step(fsdp_state *s, const adamw_params *p) {

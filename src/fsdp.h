@@ -95,8 +95,8 @@ typedef struct {
                                   // only when that dtype is not fp32 (fp32 goes from master)
     // the offload pipeline (src/fsdp.c offload_push): units go through it in any order
     int off_slot;                 // the host buffer pair (grad_host, param_host) the next unit takes
-    int off_pending;              // the unit whose gradient slice is on its way down (-1 none)
-    int off_pending_slot;         // its buffer pair
+    int off_pending;              // the unit whose gradient slice is on its way down (-1 none),
+                                  // in buffer pair off_slot ^ 1 (the last one taken)
     unsigned char *off_done;      // (n_units) 1: unit updated (or on its way) in this step
     int off_early;                // fsdp_offload_early armed this step: layers update in the backward
     adamw_params off_params;      // the step's AdamW parameters (decaying entries)
@@ -176,12 +176,12 @@ int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p);
 // depend on the gradient norm: no clipping). Then each layer unit, as soon as its gradient
 // slice is final in the last micro-batch (after its backward, or its reduce-scatter), goes
 // down to the host and is updated there while the device runs the remaining backward; the
-// root unit (it ends the backward) and anything left wait for fsdp_optimizer_step. Returns 1
-// when armed, 0 when this state cannot (no offload, replicas to all-reduce first, local
-// accumulation: its gradients are final only after the backward), -1 on error. Because the
+// root unit (it ends the backward) and anything left wait for fsdp_optimizer_step. Does
+// nothing when this state cannot (fsdp_offload_can_overlap: no offload, replicas to
+// all-reduce first, local accumulation: its gradients are final only after the backward). Because the
 // update starts before the gradient norm is known, a step whose norm comes out non-finite
 // has already changed the parameters (the job stops there with an error, as without it).
-int fsdp_offload_early(fsdp_state *s, const adamw_params *p);
+void fsdp_offload_early(fsdp_state *s, const adamw_params *p);
 // 1 when fsdp_offload_early would arm this state (offload, one replica, per-micro-batch
 // reduction), else 0.
 int fsdp_offload_can_overlap(const fsdp_state *s);
