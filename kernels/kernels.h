@@ -35,6 +35,13 @@ int ftk_rope_fwd(void *out, const void *inp, const float *cos, const float *sin,
                  int NH, int D, ftk_stream stream);
 int ftk_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T,
                  int NH, int D, ftk_stream stream);
+// q (B, T, H, D), k, v (B, T, KVH, D) from the fused projection qkv (B, T, (H + 2 KVH) D):
+// q and k rotated, v copied; the backward gathers dqkv from dq, dk (rotated back) and dv
+int ftk_rope_qkv_fwd(void *q, void *k, void *v, const void *qkv, const float *cos,
+                     const float *sin, int B, int T, int H, int KVH, int D, ftk_stream stream);
+int ftk_rope_qkv_bwd(void *dqkv, const void *dq, const void *dk, const void *dv,
+                     const float *cos, const float *sin, int B, int T, int H, int KVH, int D,
+                     ftk_stream stream);
 // attention.cu (head dim D <= 128). Forward and backward use tensor cores (wmma) when
 // D % 16 == 0, the SIMT kernels otherwise; ftk_attention_set_tensor_cores(0) forces SIMT
 // (tests, comparisons), (1) restores the default. The tensor-core backward takes a bf16 dS

@@ -92,9 +92,18 @@ struct backend {
     // dinp/dout (B, T, NH, D): the transpose rotation. dinp may equal dout.
     int (*rope_bwd)(void *dinp, const void *dout, const float *cos, const float *sin,
                     int B, int T, int NH, int D);
+    // The same on the fused q|k|v projection: qkv (B, T, (H + 2 KVH) D) = [q | k | v] per row
+    // in, q (B, T, H, D) and k (B, T, KVH, D) rotated and v (B, T, KVH, D) copied out.
+    int (*rope_qkv_fwd)(void *q, void *k, void *v, const void *qkv, const float *cos,
+                        const float *sin, int B, int T, int H, int KVH, int D);
+    // dqkv (B, T, (H + 2 KVH) D) = [rope_bwd(dq) | rope_bwd(dk) | dv] per row (overwritten).
+    int (*rope_qkv_bwd)(void *dqkv, const void *dq, const void *dk, const void *dv,
+                        const float *cos, const float *sin, int B, int T, int H, int KVH, int D);
 
     // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T      (nn.Linear without bias)
-    int (*matmul_fwd)(void *out, const void *inp, const void *weight, int N, int IC, int OC);
+    //               + residual (N, OC) when not NULL (a residual stream, or out itself: +=)
+    int (*matmul_fwd)(void *out, const void *inp, const void *weight, const void *residual,
+                      int N, int IC, int OC);
     // dinp (N, IC) = (or += when accumulate_dinp) dout (N, OC) @ weight; skipped if dinp NULL
     // dweight (OC, IC) += dout^T @ inp; skipped if dweight NULL (a frozen weight)
     int (*matmul_bwd)(void *dinp, void *dweight, const void *dout, const void *inp,

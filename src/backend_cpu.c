@@ -165,17 +165,22 @@ static int cpu_rmsnorm_bwd(void *dinp_, void *dweight_, const void *dout_, const
 // ----------------------------------------------------------------------------
 // RoPE, rotate_half convention: pairs (i, i + D/2)
 
-static void rope_rotate(float *out, const float *inp, const float *cos, const float *sin, int B,
-                        int T, int NH, int D, float sign) {
+// NH heads of D per row for B*T rows, rows ld_out / ld_inp floats apart; rotate 0 copies.
+static void rope_rotate(float *out, size_t ld_out, const float *inp, size_t ld_inp, const float *cos,
+                        const float *sin, int B, int T, int NH, int D, float sign, int rotate) {
     int half = D / 2;
 #pragma omp parallel for collapse(2) if ((size_t)B * T * NH * D >= PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *ct = cos + (size_t)t * half, *st = sin + (size_t)t * half;
+            const size_t row = (size_t)b * T + t;
             for (int h = 0; h < NH; h++) {
-                size_t off = (((size_t)b * T + t) * NH + h) * D;
-                const float *x = inp + off;
-                float *y = out + off;
+                const float *x = inp + row * ld_inp + (size_t)h * D;
+                float *y = out + row * ld_out + (size_t)h * D;
+                if (!rotate) {
+                    memmove(y, x, (size_t)D * sizeof(float));
+                    continue;
+                }
                 for (int i = 0; i < half; i++) {
                     float x1 = x[i], x2 = x[i + half], s = sign * st[i];
                     y[i] = x1 * ct[i] - x2 * s;
@@ -187,24 +192,49 @@ static void rope_rotate(float *out, const float *inp, const float *cos, const fl
 
 static int cpu_rope_fwd(void *out, const void *inp, const float *cos, const float *sin, int B,
                         int T, int NH, int D) {
-    rope_rotate(out, inp, cos, sin, B, T, NH, D, 1.0f);
+    const size_t ld = (size_t)NH * D;
+    rope_rotate(out, ld, inp, ld, cos, sin, B, T, NH, D, 1.0f, 1);
     return 0;
 }
 
 // the backward of a rotation by +theta is a rotation by -theta
 static int cpu_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B,
                         int T, int NH, int D) {
-    rope_rotate(dinp, dout, cos, sin, B, T, NH, D, -1.0f);
+    const size_t ld = (size_t)NH * D;
+    rope_rotate(dinp, ld, dout, ld, cos, sin, B, T, NH, D, -1.0f, 1);
+    return 0;
+}
+
+// q|k|v rows of the fused projection, W = (H + 2 KVH) D floats each
+static int cpu_rope_qkv_fwd(void *q, void *k, void *v, const void *qkv, const float *cos,
+                            const float *sin, int B, int T, int H, int KVH, int D) {
+    const size_t W = (size_t)(H + 2 * KVH) * D, QD = (size_t)H * D, KVD = (size_t)KVH * D;
+    const float *x = qkv;
+    rope_rotate(q, QD, x, W, cos, sin, B, T, H, D, 1.0f, 1);
+    rope_rotate(k, KVD, x + QD, W, cos, sin, B, T, KVH, D, 1.0f, 1);
+    rope_rotate(v, KVD, x + QD + KVD, W, cos, sin, B, T, KVH, D, 1.0f, 0);
+    return 0;
+}
+
+static int cpu_rope_qkv_bwd(void *dqkv, const void *dq, const void *dk, const void *dv,
+                            const float *cos, const float *sin, int B, int T, int H, int KVH, int D) {
+    const size_t W = (size_t)(H + 2 * KVH) * D, QD = (size_t)H * D, KVD = (size_t)KVH * D;
+    float *y = dqkv;
+    rope_rotate(y, W, dq, QD, cos, sin, B, T, H, D, -1.0f, 1);
+    rope_rotate(y + QD, W, dk, KVD, cos, sin, B, T, KVH, D, -1.0f, 1);
+    rope_rotate(y + QD + KVD, W, dv, KVD, cos, sin, B, T, KVH, D, -1.0f, 0);
     return 0;
 }
 
 // ----------------------------------------------------------------------------
 // matmul (nn.Linear without bias) through CBLAS
 
-static int cpu_matmul_fwd(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
-    // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T
+static int cpu_matmul_fwd(void *out, const void *inp, const void *weight, const void *residual,
+                          int N, int IC, int OC) {
+    // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T (+ residual: copied into out, beta = 1)
+    if (residual && residual != out) memcpy(out, residual, (size_t)N * OC * sizeof(float));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC,
-                0.0f, out, OC);
+                residual ? 1.0f : 0.0f, out, OC);
     return 0;
 }
 
@@ -327,7 +357,7 @@ static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, const void *
     for (int n0 = 0; n0 < N; n0 += chunk_rows) {
         int rows = N - n0 < chunk_rows ? N - n0 : chunk_rows;
         float *logits = logits_ws; // (rows, V)
-        cpu_matmul_fwd(logits, x + (size_t)n0 * C, weight, rows, C, V);
+        cpu_matmul_fwd(logits, x + (size_t)n0 * C, weight, NULL, rows, C, V);
 #pragma omp parallel for if ((size_t)rows * V >= PAR_MIN)
         for (int r = 0; r < rows; r++)
             losses[n0 + r] = xent_row(logits + (size_t)r * V, targets[n0 + r], V, dloss, dx != NULL);
@@ -428,6 +458,8 @@ static const backend g_cpu = {
     .rmsnorm_bwd = cpu_rmsnorm_bwd,
     .rope_fwd = cpu_rope_fwd,
     .rope_bwd = cpu_rope_bwd,
+    .rope_qkv_fwd = cpu_rope_qkv_fwd,
+    .rope_qkv_bwd = cpu_rope_qkv_bwd,
     .matmul_fwd = cpu_matmul_fwd,
     .matmul_bwd = cpu_matmul_bwd,
     .attention_fwd = cpu_attention_fwd,

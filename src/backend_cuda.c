@@ -294,16 +294,24 @@ void backend_cuda_gemm_stats(int *cached, long *evictions) {
     *evictions = G.gemm_evictions;
 }
 
-// D = C = alpha op(A) op(B) + beta C with explicit leading dimensions; C fp32 when c_f32
-static int gemm_ld(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb, void *C,
-                   int ldc, int c_f32, float alpha, float beta) {
+// D = alpha op(A) op(B) + beta C with explicit leading dimensions, C and D of one layout
+// (fp32 when c_f32); C may be D
+static int gemm_cd(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb, const void *C,
+                   void *D, int ldc, int c_f32, float alpha, float beta) {
     gemm_plan *p = NULL;
+    const uint32_t ac = ptr_align(C), ad = ptr_align(D);
     const gemm_key key = {.m = m, .n = n, .k = k, .ta = ta, .tb = tb, .lda = lda, .ldb = ldb, .ldc = ldc,
-                          .c_f32 = c_f32, .align = {ptr_align(A), ptr_align(B), ptr_align(C)}};
+                          .c_f32 = c_f32, .align = {ptr_align(A), ptr_align(B), ac < ad ? ac : ad}};
     TRY(gemm_plan_get(&key, &p));
-    CHECK_CUBLAS(cublasLtMatmul(G.lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
+    CHECK_CUBLAS(cublasLtMatmul(G.lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, D, p->c, &p->algo,
                                 G.lt_workspace, LT_WORKSPACE_BYTES, G.stream));
     return 0;
+}
+
+// D = C = alpha op(A) op(B) + beta C
+static int gemm_ld(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb, void *C,
+                   int ldc, int c_f32, float alpha, float beta) {
+    return gemm_cd(ta, tb, m, n, k, A, lda, B, ldb, C, C, ldc, c_f32, alpha, beta);
 }
 
 // the same, bf16 C, packed operands (leading dimension = stored rows)
@@ -311,9 +319,11 @@ static int gemm(int ta, int tb, int m, int n, int k, const void *A, const void *
     return gemm_ld(ta, tb, m, n, k, A, ta ? k : m, B, tb ? n : k, C, m, 0, 1.0f, beta);
 }
 
-// out (N, OC) = inp (N, IC) @ weight (OC, IC)^T  <=>  out^T (OC, N) = W (OC, IC) . inp^T (IC, N)
-static int cu_matmul_fwd(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
-    return gemm(1, 0, OC, N, IC, weight, inp, out, 0.0f);
+// out (N, OC) = inp (N, IC) @ weight (OC, IC)^T  <=>  out^T (OC, N) = W (OC, IC) . inp^T (IC, N);
+// + residual (N, OC) as cuBLASLt's C operand with beta = 1 (the add is the GEMM's epilogue)
+static int cu_matmul_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC) {
+    if (!residual) return gemm(1, 0, OC, N, IC, weight, inp, out, 0.0f);
+    return gemm_cd(1, 0, OC, N, IC, weight, IC, inp, IC, residual, out, OC, 0, 1.0f, 1.0f);
 }
 
 static int cu_matmul_bwd(void *dinp, void *dweight, const void *dout, const void *inp, const void *weight, int N,
@@ -391,6 +401,14 @@ static int cu_rope_fwd(void *out, const void *inp, const float *cos, const float
 static int cu_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T, int NH, int D) {
     return ftk_rope_bwd(dinp, dout, cos, sin, B, T, NH, D, G.stream);
 }
+static int cu_rope_qkv_fwd(void *q, void *k, void *v, const void *qkv, const float *cos, const float *sin, int B, int T,
+                           int H, int KVH, int D) {
+    return ftk_rope_qkv_fwd(q, k, v, qkv, cos, sin, B, T, H, KVH, D, G.stream);
+}
+static int cu_rope_qkv_bwd(void *dqkv, const void *dq, const void *dk, const void *dv, const float *cos,
+                           const float *sin, int B, int T, int H, int KVH, int D) {
+    return ftk_rope_qkv_bwd(dqkv, dq, dk, dv, cos, sin, B, T, H, KVH, D, G.stream);
+}
 // cuDNN attention failed on a shape the startup check did not cover (no engine builds its
 // plan, a workspace past the memory plan, an execute error): ONE warning line, then the
 // native kernels for the rest of the run. Both write the same (B, H, T) logsumexp, so the
@@ -467,6 +485,8 @@ static const backend CUDA_BACKEND = {
     .rmsnorm_bwd = cu_rmsnorm_bwd,
     .rope_fwd = cu_rope_fwd,
     .rope_bwd = cu_rope_bwd,
+    .rope_qkv_fwd = cu_rope_qkv_fwd,
+    .rope_qkv_bwd = cu_rope_qkv_bwd,
     .matmul_fwd = cu_matmul_fwd,
     .matmul_bwd = cu_matmul_bwd,
     .attention_fwd = cu_attention_fwd,

@@ -200,12 +200,11 @@ void lora_layout_free(lora_layout *ll) {
 // ----------------------------------------------------------------------------
 // the adapter path of one projection
 
-int lora_proj_fwd(const backend *be, float s, void *y, void *u, void *tmp, const void *x, const void *A,
-                  const void *B, int N, int in, int out, int r) {
-    TRY(be->matmul_fwd(u, x, A, N, in, r));           // (N, r) = x A^T
+int lora_proj_fwd(const backend *be, float s, void *y, void *u, const void *x, const void *A, const void *B, int N,
+                  int in, int out, int r) {
+    TRY(be->matmul_fwd(u, x, A, NULL, N, in, r));     // (N, r) = x A^T
     TRY(be->scale(u, u, s, (size_t)N * r));           // u = s x A^T
-    TRY(be->matmul_fwd(tmp, u, B, N, r, out));        // (N, out) = u B^T
-    return be->add(y, y, tmp, (size_t)N * out);
+    return be->matmul_fwd(y, u, B, y, N, r, out);     // (N, out) y += u B^T
 }
 
 int lora_proj_bwd(const backend *be, float s, void *dx, void *dA, void *dB, void *du, const void *dy, const void *x,

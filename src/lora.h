@@ -58,10 +58,10 @@ void lora_layout_free(lora_layout *ll);
 // ----------------------------------------------------------------------------
 // the adapter path of one projection (the model calls these around the base GEMM)
 
-// y (N, out) += s (x (N, in) A^T) B^T, with u (N, r) = s x A^T kept for the backward and
-// tmp (N, out) scratch. A (r, in), B (out, r). 0 / -1.
-int lora_proj_fwd(const backend *be, float s, void *y, void *u, void *tmp, const void *x, const void *A,
-                  const void *B, int N, int in, int out, int r);
+// y (N, out) += s (x (N, in) A^T) B^T, with u (N, r) = s x A^T kept for the backward.
+// A (r, in), B (out, r). 0 / -1.
+int lora_proj_fwd(const backend *be, float s, void *y, void *u, const void *x, const void *A, const void *B, int N,
+                  int in, int out, int r);
 // Given dy (N, out), the saved x (N, in) and u (N, r): dB (out, r) += dy^T u;
 // du (N, r) = s dy B (scratch); dA (r, in) += du^T x; dx (N, in) += du A. 0 / -1.
 int lora_proj_bwd(const backend *be, float s, void *dx, void *dA, void *dB, void *du, const void *dy, const void *x,

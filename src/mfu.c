@@ -27,11 +27,11 @@ double mfu_measure_matmul_flops(const backend *be, mem_tracker *mem) {
     mfu_bench_buffer_table(&t, esz, &b);
     double rate = 0;
     if (!t.failed && be->zero(b.a, bytes) == 0 && be->zero(b.b, bytes) == 0) {
-        be->matmul_fwd(b.c, b.a, b.b, n, n, n);   // warm-up (thread pool start)
+        be->matmul_fwd(b.c, b.a, b.b, NULL, n, n, n);   // warm-up (thread pool start)
         double best = 1e30;
         for (int i = 0; i < 5; i++) {
             double t0 = now_seconds();
-            be->matmul_fwd(b.c, b.a, b.b, n, n, n);
+            be->matmul_fwd(b.c, b.a, b.b, NULL, n, n, n);
             be->synchronize();
             double dt = now_seconds() - t0;
             if (dt < best) best = dt;

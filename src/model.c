@@ -252,26 +252,20 @@ void model_buffer_table(mem_table *t, const llama_config *c, const lora_config *
     if (N > chunk && esz != sizeof(float) && !lc)
         mem_table_add(t, MEM_WORKSPACE, V * C * sizeof(float), "fp32 lm_head weight gradient over the row chunks",
                       SLOT(m, lmhead_dw_acc));
-    const char *bwd = "backward scratch of one layer + branch output";
-    mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, proj));
+    const char *bwd = "backward scratch of one layer";
     mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, dresid));
     mem_table_add(t, MEM_WORKSPACE, N * C * esz, bwd, SLOT(m, dln));
     mem_table_add(t, MEM_WORKSPACE, N * QD * esz, bwd, SLOT(m, dq));
     mem_table_add(t, MEM_WORKSPACE, N * QD * esz, bwd, SLOT(m, datt));
     mem_table_add(t, MEM_WORKSPACE, N * KVD * esz, bwd, SLOT(m, dk));
     mem_table_add(t, MEM_WORKSPACE, N * KVD * esz, bwd, SLOT(m, dv));
-    mem_table_add(t, MEM_WORKSPACE, N * 2 * F * esz, bwd, SLOT(m, dgu));   // (N, 2F) dgate | dup
+    // (N, 2F) dgate | dup; also the fused q|k|v projection (N, QD + 2 KVD) and its gradient
+    // (attn_qkv_fwd/bwd), which a layer never needs while its MLP part does
+    const size_t gu_cols = 2 * F > QD + 2 * KVD ? 2 * F : QD + 2 * KVD;
+    mem_table_add(t, MEM_WORKSPACE, N * gu_cols * esz, bwd, SLOT(m, dgu));
     mem_table_add(t, MEM_WORKSPACE, N * F * esz, bwd, SLOT(m, dact));
     if (lc) {
-        const char *lw = "LoRA: one target's adapter output, its (N, r) gradient, the frozen norms' gradient sink";
-        int max_out = 0;
-        for (int k = 0; k < LT_COUNT; k++) {
-            int in, out;
-            if (!(lc->targets & (1u << k))) continue;
-            lora_proj_dims(c, k, &in, &out);
-            max_out = out > max_out ? out : max_out;
-        }
-        mem_table_add(t, MEM_WORKSPACE, N * (size_t)max_out * esz, lw, SLOT(m, lora_y));   // (N, max out)
+        const char *lw = "LoRA: one target's (N, r) gradient, the frozen norms' gradient sink";
         mem_table_add(t, MEM_WORKSPACE, N * (size_t)lc->rank * esz, lw, SLOT(m, lora_du));  // (N, r)
         mem_table_add(t, MEM_WORKSPACE, C * esz, lw, SLOT(m, norm_sink));                  // (C)
     }
@@ -344,7 +338,7 @@ static int lora_on(const model *m, int t) { return m->lora && (m->lora->lc.targe
 static int lora_fwd(model *m, int t, void *aw, layer_acts *s, void *y, const void *x) {
     if (!lora_on(m, t)) return 0;
     const lora_layout *ll = m->lora;
-    return lora_proj_fwd(m->be, lora_scaling(&ll->lc), y, s->lora_u[t], m->lora_y, x, at(m, aw, ll->a_off[t]),
+    return lora_proj_fwd(m->be, lora_scaling(&ll->lc), y, s->lora_u[t], x, at(m, aw, ll->a_off[t]),
                          at(m, aw, ll->b_off[t]), m->B * m->T, ll->in[t], ll->out[t], ll->lc.rank);
 }
 
@@ -379,10 +373,10 @@ static int mlp_fused(const model *m) { return !lora_on(m, LT_WGATE) && !lora_on(
 static int mlp_gate_up_fwd(model *m, void *w, void *aw, layer_acts *s) {
     const int N = m->B * m->T, C = m->cfg.hidden_size, F = m->cfg.intermediate_size;
     const size_t *o = m->layout->layer_off;
-    if (mlp_fused(m)) return m->be->matmul_fwd(s->gu, s->ln2, at(m, w, o[LT_WGATE]), N, C, 2 * F);   // (N, 2F)
+    if (mlp_fused(m)) return m->be->matmul_fwd(s->gu, s->ln2, at(m, w, o[LT_WGATE]), NULL, N, C, 2 * F);   // (N, 2F)
     void *up = at(m, s->gu, (size_t)N * F);
-    TRY(m->be->matmul_fwd(s->gu, s->ln2, at(m, w, o[LT_WGATE]), N, C, F));   // (N, F)
-    TRY(m->be->matmul_fwd(up, s->ln2, at(m, w, o[LT_WUP]), N, C, F));        // (N, F)
+    TRY(m->be->matmul_fwd(s->gu, s->ln2, at(m, w, o[LT_WGATE]), NULL, N, C, F));   // (N, F)
+    TRY(m->be->matmul_fwd(up, s->ln2, at(m, w, o[LT_WUP]), NULL, N, C, F));        // (N, F)
     TRY(lora_fwd(m, LT_WGATE, aw, s, s->gu, s->ln2));
     return lora_fwd(m, LT_WUP, aw, s, up, s->ln2);
 }
@@ -407,6 +401,61 @@ static int mlp_gate_up_bwd(model *m, void *w, void *dw, void *aw, void *daw, lay
 }
 
 // ----------------------------------------------------------------------------
+// q, k and v: one GEMM
+
+// q_proj (H D, C), k_proj and v_proj (KVH D, C) are adjacent in a layer unit: one
+// ((H + 2 KVH) D, C) weight, one GEMM into the (N, (H + 2 KVH) D) scratch m->dgu, and one
+// pass (rope_qkv_fwd) that rotates q and k into s->q, s->k and copies v into s->v, the
+// packed per-head layouts attention reads. Backward: rope_qkv_bwd gathers [dq | dk | dv]
+// rows into m->dgu and one dX and one dW GEMM follow. A LoRA adapter on q, k or v keeps the
+// three GEMMs (its output is added into packed rows; see mlp_fused).
+static int attn_fused(const model *m) { return !lora_on(m, LT_WQ) && !lora_on(m, LT_WK) && !lora_on(m, LT_WV); }
+
+// s->q, s->k (after RoPE), s->v from s->ln1 (+ the adapters' share when unfused)
+static int attn_qkv_fwd(model *m, void *w, void *aw, layer_acts *s) {
+    const backend *be = m->be;
+    const llama_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->hidden_size;
+    const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
+    const size_t *o = m->layout->layer_off;
+    if (attn_fused(m)) {
+        TRY(be->matmul_fwd(m->dgu, s->ln1, at(m, w, o[LT_WQ]), NULL, N, C, (H + 2 * KVH) * D));  // (N, (H+2KVH)*D)
+        return be->rope_qkv_fwd(s->q, s->k, s->v, m->dgu, m->rope_cos, m->rope_sin, B, T, H, KVH, D);
+    }
+    TRY(be->matmul_fwd(s->q, s->ln1, at(m, w, o[LT_WQ]), NULL, N, C, H * D));      // (N, H*D)
+    TRY(be->matmul_fwd(s->k, s->ln1, at(m, w, o[LT_WK]), NULL, N, C, KVH * D));    // (N, KVH*D)
+    TRY(be->matmul_fwd(s->v, s->ln1, at(m, w, o[LT_WV]), NULL, N, C, KVH * D));    // (N, KVH*D)
+    TRY(lora_fwd(m, LT_WQ, aw, s, s->q, s->ln1));
+    TRY(lora_fwd(m, LT_WK, aw, s, s->k, s->ln1));
+    TRY(lora_fwd(m, LT_WV, aw, s, s->v, s->ln1));
+    TRY(be->rope_fwd(s->q, s->q, m->rope_cos, m->rope_sin, B, T, H, D));
+    return be->rope_fwd(s->k, s->k, m->rope_cos, m->rope_sin, B, T, KVH, D);
+}
+
+// From m->dq, m->dk, m->dv (attention's input gradients, before RoPE's backward): m->dln =
+// dL/d ln1 and the q/k/v weight (or adapter) gradients
+static int attn_qkv_bwd(model *m, void *w, void *dw, void *aw, void *daw, layer_acts *s) {
+    const backend *be = m->be;
+    const llama_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->hidden_size;
+    const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
+    const size_t *o = m->layout->layer_off;
+    if (attn_fused(m)) {
+        TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, T, H, KVH, D));
+        return be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WQ]), m->dgu, s->ln1, at(m, w, o[LT_WQ]), N, C,
+                              (H + 2 * KVH) * D, 0);
+    }
+    TRY(be->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, B, T, H, D));
+    TRY(be->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, B, T, KVH, D));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WQ]), m->dq, s->ln1, at(m, w, o[LT_WQ]), N, C, H * D, 0));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WK]), m->dk, s->ln1, at(m, w, o[LT_WK]), N, C, KVH * D, 1));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WV]), m->dv, s->ln1, at(m, w, o[LT_WV]), N, C, KVH * D, 1));
+    TRY(lora_bwd(m, LT_WQ, aw, daw, s, m->dln, m->dq, s->ln1));
+    TRY(lora_bwd(m, LT_WK, aw, daw, s, m->dln, m->dk, s->ln1));
+    return lora_bwd(m, LT_WV, aw, daw, s, m->dln, m->dv, s->ln1);
+}
+
+// ----------------------------------------------------------------------------
 // forward
 
 // Decoder layer l: resid[l] -> resid[l + 1], keeping activations in `s`; aw = the layer's
@@ -420,26 +469,17 @@ static int layer_forward(model *m, int l, void *w, void *aw, layer_acts *s) {
     void *x = m->resid[l];                                           // (N, C)
 
     TRY(be->rmsnorm_fwd(s->ln1, s->ln1_rstd, x, at(m, w, o[LT_ATTN_NORM]), N, C, c->rms_norm_eps));
-    TRY(be->matmul_fwd(s->q, s->ln1, at(m, w, o[LT_WQ]), N, C, H * D));      // (N, H*D)
-    TRY(be->matmul_fwd(s->k, s->ln1, at(m, w, o[LT_WK]), N, C, KVH * D));    // (N, KVH*D)
-    TRY(be->matmul_fwd(s->v, s->ln1, at(m, w, o[LT_WV]), N, C, KVH * D));    // (N, KVH*D)
-    TRY(lora_fwd(m, LT_WQ, aw, s, s->q, s->ln1));
-    TRY(lora_fwd(m, LT_WK, aw, s, s->k, s->ln1));
-    TRY(lora_fwd(m, LT_WV, aw, s, s->v, s->ln1));
-    TRY(be->rope_fwd(s->q, s->q, m->rope_cos, m->rope_sin, B, T, H, D));
-    TRY(be->rope_fwd(s->k, s->k, m->rope_cos, m->rope_sin, B, T, KVH, D));
+    TRY(attn_qkv_fwd(m, w, aw, s));
     TRY(be->attention_fwd(s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D));
-    TRY(be->matmul_fwd(m->proj, s->att, at(m, w, o[LT_WO]), N, H * D, C));  // (N, C)
-    TRY(lora_fwd(m, LT_WO, aw, s, m->proj, s->att));
-    TRY(be->add(s->h, x, m->proj, (size_t)N * C));
+    TRY(be->matmul_fwd(s->h, s->att, at(m, w, o[LT_WO]), x, N, H * D, C));   // (N, C) h = x + o_proj(att)
+    TRY(lora_fwd(m, LT_WO, aw, s, s->h, s->att));
 
     TRY(be->rmsnorm_fwd(s->ln2, s->ln2_rstd, s->h, at(m, w, o[LT_MLP_NORM]), N, C, c->rms_norm_eps));
     TRY(mlp_gate_up_fwd(m, w, aw, s));
     if (mlp_fused(m)) TRY(be->swiglu_fwd(s->act, s->gu, at(m, s->gu, F), N, F, 2 * F));
     else TRY(be->swiglu_fwd(s->act, s->gu, at(m, s->gu, (size_t)N * F), N, F, F));
-    TRY(be->matmul_fwd(m->proj, s->act, at(m, w, o[LT_WDOWN]), N, F, C));   // (N, C)
-    TRY(lora_fwd(m, LT_WDOWN, aw, s, m->proj, s->act));
-    TRY(be->add(m->resid[l + 1], s->h, m->proj, (size_t)N * C));
+    TRY(be->matmul_fwd(m->resid[l + 1], s->act, at(m, w, o[LT_WDOWN]), s->h, N, F, C));   // (N, C) h + down(act)
+    TRY(lora_fwd(m, LT_WDOWN, aw, s, m->resid[l + 1], s->act));
     return 0;
 }
 
@@ -503,7 +543,7 @@ int model_logits_rows(model *m, const unit_provider *p, const int32_t *tokens, i
         const size_t n = (size_t)rows * V;
         float *dst = logits + (size_t)r * V;   // (rows, V)
         rc = m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)(row0 + r) * C), at(m, root, lm_head_offset(m)),
-                               rows, C, V);
+                               NULL, rows, C, V);
         if (rc == 0 && !half) rc = m->be->copy_d2h(dst, m->logits_ws, n * sizeof(float));
         if (rc == 0 && half) {
             rc = m->be->copy_d2h(half, m->logits_ws, n * 2);
@@ -545,14 +585,7 @@ static int layer_backward(model *m, int l, void *w, void *dw, void *aw, void *da
     TRY(be->matmul_bwd(m->datt, grad_at(m, dw, o[LT_WO]), m->dresid, s->att, at(m, w, o[LT_WO]), N, H * D, C, 0));
     TRY(lora_bwd(m, LT_WO, aw, daw, s, m->datt, m->dresid, s->att));
     TRY(be->attention_bwd(m->dq, m->dk, m->dv, m->datt, s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D));
-    TRY(be->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, B, T, H, D));
-    TRY(be->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, B, T, KVH, D));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WQ]), m->dq, s->ln1, at(m, w, o[LT_WQ]), N, C, H * D, 0));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WK]), m->dk, s->ln1, at(m, w, o[LT_WK]), N, C, KVH * D, 1));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WV]), m->dv, s->ln1, at(m, w, o[LT_WV]), N, C, KVH * D, 1));
-    TRY(lora_bwd(m, LT_WQ, aw, daw, s, m->dln, m->dq, s->ln1));
-    TRY(lora_bwd(m, LT_WK, aw, daw, s, m->dln, m->dk, s->ln1));
-    TRY(lora_bwd(m, LT_WV, aw, daw, s, m->dln, m->dv, s->ln1));
+    TRY(attn_qkv_bwd(m, w, dw, aw, daw, s));
     TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, dw, o[LT_ATTN_NORM]), m->dln, x, at(m, w, o[LT_ATTN_NORM]),
                         s->ln1_rstd, N, C));                          // dresid = dL/dx
     return 0;

@@ -130,18 +130,17 @@ typedef struct {
     int lmhead_rows;                // rows per lm_head chunk (model_lmhead_chunk_rows of B*T_alloc)
     float *logits_ws;               // (lmhead_rows, V) fp32 workspace
     float *lmhead_dw_acc;           // (V, C) fp32, bf16 backends with B*T_alloc > lmhead_rows; else NULL
-    void *proj;                     // (N, C) branch output before the residual add
     // backward scratch, one set
     void *dresid, *dln;             // (N, C)
     void *dq, *datt;                // (N, H*D)
     void *dk, *dv;                  // (N, KVH*D)
-    void *dgu;                      // (N, 2F): dgate | dup, the layout of gu
+    void *dgu;                      // (N, max(2F, (H + 2 KVH) D)): dgate | dup (gu's layout); also
+                                    // the fused q|k|v projection and its gradient (model.c)
     void *dact;                     // (N, F)
     // LoRA (lora != NULL): the base is frozen (no gradients asked of the base provider), the
     // adapters come from their own provider over lora->layout
     const lora_layout *lora;
     unit_provider adapters;
-    void *lora_y;                   // (N, max out) one target's adapter output
     void *lora_du;                  // (N, r) backward scratch
     void *norm_sink;                // (C) the frozen RMSNorm weights' gradient, discarded
 } model;

@@ -113,9 +113,12 @@ void plan_ops_compute(plan *p, const llama_config *c) {
 
     // memory-bound: every kernel reads each input and writes each output once from HBM (a
     // row re-read inside a kernel is assumed to hit the cache); fp32 rstd/lse/delta 4 bytes
-    const double fwd = N * e * (10 * C + 2 * QD + 2 * KVD + 3 * F) + 8 * N;  // 2 norms, RoPE q k, 2 adds, SwiGLU
-    const double bwd = N * e * (12 * C + 4 * QD + 2 * KVD + 5 * F) + 8 * N + 4 * N * H;  // + attention delta
-    op_add(p, "layer norms, RoPE, adds, SwiGLU forward", PLAN_OP_MEMORY, PLAN_PHASE_FWD, 0, A * L * fwd, 0);
+    // forward: 2 norms (4 C), the residuals read by the o_proj and down GEMMs' epilogues (2 C),
+    // the q|k|v split with RoPE (2 QD + 4 KVD: v is copied), SwiGLU (3 F); backward: the
+    // gather of dq|dk|dv with RoPE's backward likewise (2 QD + 4 KVD)
+    const double fwd = N * e * (6 * C + 2 * QD + 4 * KVD + 3 * F) + 8 * N;
+    const double bwd = N * e * (12 * C + 4 * QD + 4 * KVD + 5 * F) + 8 * N + 4 * N * H;  // + attention delta
+    op_add(p, "layer norms, RoPE + q|k|v split, SwiGLU forward", PLAN_OP_MEMORY, PLAN_PHASE_FWD, 0, A * L * fwd, 0);
     op_add(p, "layer norms, RoPE, SwiGLU, delta backward", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, A * L * bwd, 0);
     op_add(p, "layer memory-bound forward recomputed", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, ck * A * L * fwd, 0);
     // embedding fwd 2 + bwd 3, final norm fwd 2 + bwd 6, zeroed dresid 1 (x N C e); the

@@ -10,7 +10,8 @@
 // every timed op of struct backend, in table order (alloc, free, synchronize are not timed)
 #define PROF_OPS(X)                                                                            \
     X(copy_h2d) X(copy_d2h) X(copy_d2d) X(zero) X(embedding_fwd) X(embedding_bwd)              \
-    X(rmsnorm_fwd) X(rmsnorm_bwd) X(rope_fwd) X(rope_bwd) X(matmul_fwd) X(matmul_bwd)          \
+    X(rmsnorm_fwd) X(rmsnorm_bwd) X(rope_fwd) X(rope_bwd) X(rope_qkv_fwd) X(rope_qkv_bwd)       \
+    X(matmul_fwd) X(matmul_bwd)                                                                \
     X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add) X(scale)              \
     X(lmhead_xent) X(adamw) X(sum_squares) X(accumulate) X(cast_from_f32)
 
@@ -79,7 +80,14 @@ PROF_WRAP(rope_fwd, (void *o, const void *x, const float *c, const float *s, int
           (o, x, c, s, B, T, NH, D))
 PROF_WRAP(rope_bwd, (void *dx, const void *d, const float *c, const float *s, int B, int T, int NH, int D),
           (dx, d, c, s, B, T, NH, D))
-PROF_WRAP(matmul_fwd, (void *o, const void *x, const void *w, int N, int IC, int OC), (o, x, w, N, IC, OC))
+PROF_WRAP(rope_qkv_fwd, (void *q, void *k, void *v, const void *x, const float *c, const float *s, int B, int T, int H,
+                         int KVH, int D),
+          (q, k, v, x, c, s, B, T, H, KVH, D))
+PROF_WRAP(rope_qkv_bwd, (void *dx, const void *dq, const void *dk, const void *dv, const float *c, const float *s, int B,
+                         int T, int H, int KVH, int D),
+          (dx, dq, dk, dv, c, s, B, T, H, KVH, D))
+PROF_WRAP(matmul_fwd, (void *o, const void *x, const void *w, const void *r, int N, int IC, int OC),
+          (o, x, w, r, N, IC, OC))
 PROF_WRAP(matmul_bwd, (void *dx, void *dw, const void *d, const void *x, const void *w, int N, int IC, int OC, int acc),
           (dx, dw, d, x, w, N, IC, OC, acc))
 PROF_WRAP(attention_fwd, (void *o, float *l, const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D),

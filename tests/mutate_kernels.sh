@@ -67,12 +67,20 @@ m rmsnorm.dw_no_sync rmsnorm.cu rmsnorm \
 
 m rope.bwd_sign_vec rope.cu rope 'float sk = sign * s[k];' 'float sk = s[k];'
 m rope.scalar_sign rope.cu rope \
-  'out[off + i + half] = f2bf(x2 * c + x1 * s);' 'out[off + i + half] = f2bf(x2 * c - x1 * s);'
+  'out[o_out + i + half] = f2bf(x2 * c + x1 * s);' 'out[o_out + i + half] = f2bf(x2 * c - x1 * s);'
 m rope.batch_offset rope.cu rope \
-  'const size_t off = (b * T * NH + head_row) * D;' 'const size_t off = head_row * D;'
+  'const size_t row = b * T + t;' 'const size_t row = t;'
 m rope.vec_width rope.cu rope 'int vec = (D / 2) % 8 == 0 &&' 'int vec = (D / 2) % 4 == 0 &&'
 m rope.position rope.cu rope \
-  'const int t = (int)(head_row / NH);' 'const int t = (int)(head_row / NH) + (T > 1);'
+  'const int t = (int)(head_row / NH), h' 'const int t = (int)(head_row / NH) + (T > 1), h'
+m rope.in_stride rope.cu rope \
+  'o_in = row * ld_inp + (size_t)h * D' 'o_in = row * ld_out + (size_t)h * D'
+m rope.qkv_k_offset rope.cu rope \
+  'rope_launch(k, KVD, x + QD, W,' 'rope_launch(k, KVD, x + KVD, W,'
+m rope.qkv_v_rotated rope.cu rope \
+  'B, T, KVH, D, 1.0f, 0, stream, op);' 'B, T, KVH, D, 1.0f, 1, stream, op);'
+m rope.qkv_bwd_v_offset rope.cu rope \
+  'rope_launch(y + QD + KVD, W, dv,' 'rope_launch(y + QD, W, dv,'
 
 m attention.causal_diag attention.cu attention \
   'if (tk <= tq && tq < T) s = dot_smem' 'if (tk < tq && tq < T) s = dot_smem'

@@ -5,9 +5,9 @@
 // The base is a one-rank frozen FSDP state (FSDP_FROZEN: working parameters only; a model that
 // asked it for gradients fails the step). The adapters live in a one-rank FSDP state over
 // their own layout (lora.h), loaded from the PEFT adapter file. Also: the same gradients with
-// --gradient_checkpointing, lora_validate's bad input, and the fused gate|up GEMM under LoRA
-// (check_fused_mlp: no gate/up adapter, so one GEMM, against the seven-target model with
-// those adapters' B zeroed). Runtime: well under a second.
+// --gradient_checkpointing, lora_validate's bad input, and the fused gate|up and q|k|v GEMMs
+// under LoRA (check_fused: no gate/up (q/k/v) adapter, so one GEMM, against the seven-target
+// model with those adapters' B zeroed). Runtime: well under a second.
 //
 // Thresholds, derived as in test_golden.c / test_train_golden.c: both sides are fp32 with
 // different summation orders; gradients agree to NMSE ~1e-12 there, so 1e-9 here leaves
@@ -115,17 +115,20 @@ static int step(model *m, const unit_provider *base, fsdp_state *s, const int32_
     return fsdp_finish_grads(s, norm);
 }
 
-// The fused gate|up GEMM under LoRA: with no adapter on gate or up the model runs the MLP's
-// gate and up as one (2F, C) GEMM (src/model.c, mlp_gate_up_fwd/bwd); with one, as two. The
-// seven-target model `m` over `s` with the gate and up adapters' B zeroed computes the same
-// function as a model without those targets, so the adapter gradients they share must agree:
-// fp32 on both sides, only the dX sum's order differs (one GEMM over 2F against two over F),
-// so NMSE 1e-9 as for the golden gradients above; a wrong stride or half in the fused path
-// makes the q/k/v/o gradients O(1) off.
-static void check_fused_mlp(model *m, const unit_provider *base, fsdp_state *s, const lora_layout *ll,
-                            const st_file *adapter, const int32_t *tok, const int32_t *tgt, int valid) {
+// The fused GEMMs under LoRA: with no adapter on gate or up the model runs the MLP's gate and
+// up as one (2F, C) GEMM (src/model.c, mlp_gate_up_fwd/bwd), with no adapter on q, k or v
+// the attention's q, k, v as one ((H + 2 KVH) D, C) GEMM and one RoPE pass (attn_qkv_fwd/bwd);
+// with one, as separate GEMMs. The seven-target model `m` over `s` with the adapters in
+// `fused` given B = 0 computes the same function as a model without those targets, so the
+// adapter gradients they share must agree: fp32 on both sides, only the dX sum's order
+// differs (one GEMM over the joined width against several), so NMSE 1e-9 as for the golden
+// gradients above; a wrong stride, half or head offset in the fused path makes the other
+// adapters' gradients O(1) off.
+static void check_fused(model *m, const unit_provider *base, fsdp_state *s, const lora_layout *ll,
+                        const st_file *adapter, const int32_t *tok, const int32_t *tgt, int valid, unsigned fused,
+                        const char *what) {
     const llama_config *cfg = &ll->layout.cfg;
-    const lora_config lc2 = {ll->lc.rank, ll->lc.alpha, LORA_DEFAULT_TARGETS | (1u << LT_WDOWN)};
+    const lora_config lc2 = {ll->lc.rank, ll->lc.alpha, ll->lc.targets & ~fused};
     comm one;
     comm_init_single(&one, s->be);
     mem_tracker mem;
@@ -138,10 +141,10 @@ static void check_fused_mlp(model *m, const unit_provider *base, fsdp_state *s, 
     float *unit = calloc(s->max_unit, sizeof(float));
     float *ga = calloc(ll->layout.total, sizeof(float)), *gb = NULL;
     int ok = unit && ga && load_adapter(s, ll, adapter) == 0;
-    for (int u = 0; ok && u < ll->layout.n_layers; u++) {   // B of gate and up := 0
+    for (int u = 0; ok && u < ll->layout.n_layers; u++) {   // B of the fused targets := 0
         ok = fsdp_get_unit(s, FSDP_MASTER, u, unit) == 0;
-        memset(unit + ll->b_off[LT_WGATE], 0, (size_t)ll->out[LT_WGATE] * ll->lc.rank * sizeof(float));
-        memset(unit + ll->b_off[LT_WUP], 0, (size_t)ll->out[LT_WUP] * ll->lc.rank * sizeof(float));
+        for (int t = 0; t < LT_COUNT; t++)
+            if (fused & (1u << t)) memset(unit + ll->b_off[t], 0, (size_t)ll->out[t] * ll->lc.rank * sizeof(float));
         if (ok) ok = fsdp_set_unit(s, FSDP_MASTER, u, unit) == 0;
     }
     ok = ok && lora_layout_init(&ll2, cfg, &lc2, fsdp_pad_multiple(1)) == 0 &&
@@ -153,17 +156,17 @@ static void check_fused_mlp(model *m, const unit_provider *base, fsdp_state *s, 
     double la = 0, lb = 0, norm;
     ok = ok && step(m, base, s, tok, tgt, valid, &la, &norm) == 0 && grads_to_host(s, ga) == 0 &&
          step(&m2, base, &s2, tok, tgt, valid, &lb, &norm) == 0 && grads_to_host(&s2, gb) == 0;
-    EXPECT(ok, "fused gate|up under LoRA: %s", ft_error_message());
+    EXPECT(ok, "fused %s under LoRA: %s", what, ft_error_message());
     double worst = 0;
     for (int i = 0; ok && i < ll2.layout.n_entries; i++) {
         const param_entry *e = &ll2.layout.entries[i], *f = param_layout_find(&ll->layout, e->name);
         const double err = f ? test_nmse(gb + e->offset, ga + f->offset, e->numel) : INFINITY;
-        EXPECT(err <= 1e-9, "fused gate|up under LoRA: %s gradient NMSE %.3e > 1e-9", e->name, err);
+        EXPECT(err <= 1e-9, "fused %s under LoRA: %s gradient NMSE %.3e > 1e-9", what, e->name, err);
         worst = err > worst ? err : worst;
     }
-    EXPECT(ok && fabs(la - lb) <= 1e-6 * la, "fused gate|up under LoRA: loss %.9f vs %.9f", lb, la);
-    printf("  fused gate|up (targets q,k,v,o,down) vs two GEMMs (all seven, B_gate = B_up = 0): loss %.7f vs "
-           "%.7f, worst shared adapter gradient NMSE %.2e (max 1e-9)\n", lb, la, worst);
+    EXPECT(ok && fabs(la - lb) <= 1e-6 * la, "fused %s under LoRA: loss %.9f vs %.9f", what, lb, la);
+    printf("  fused %s (the other targets) vs separate GEMMs (all seven, those adapters' B = 0): loss %.7f vs "
+           "%.7f, worst shared adapter gradient NMSE %.2e (max 1e-9)\n", what, lb, la, worst);
     free(unit);
     free(ga);
     free(gb);
@@ -243,7 +246,12 @@ int main(void) {
             ok = fsdp_get_unit(&s, FSDP_MASTER, u, g0 + ll.layout.unit_offset[u]) == 0;
         EXPECT(ok, "optimizer: %s", ft_error_message());
         if (ok) check_adapters(&ll, g0, &gold, "final.", 1e-7, "adapters after 3 AdamW steps");
-        if (ok) check_fused_mlp(&m[0], &base, &s, &ll, &adapter, ids->data, tgt, valid);
+        if (ok) {
+            check_fused(&m[0], &base, &s, &ll, &adapter, ids->data, tgt, valid, (1u << LT_WGATE) | (1u << LT_WUP),
+                        "gate|up");
+            check_fused(&m[0], &base, &s, &ll, &adapter, ids->data, tgt, valid,
+                        (1u << LT_WQ) | (1u << LT_WK) | (1u << LT_WV), "q|k|v");
+        }
     }
     free(g0);
     free(g1);

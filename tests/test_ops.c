@@ -47,7 +47,7 @@ static float *copy_of(const float *src, size_t n) {
 
 #define OPS_LMHEAD_CHUNK 128   // lm_head rows per chunk in these tests (131 rows: 2 chunks)
 
-typedef enum { OP_EMBEDDING, OP_RMSNORM, OP_ROPE, OP_MATMUL, OP_ATTENTION, OP_SWIGLU, OP_LMHEAD } op_kind;
+typedef enum { OP_EMBEDDING, OP_RMSNORM, OP_ROPE, OP_ROPE_QKV, OP_MATMUL, OP_ATTENTION, OP_SWIGLU, OP_LMHEAD } op_kind;
 
 typedef struct {
     op_kind op;
@@ -63,6 +63,9 @@ static const op_case cases[] = {
     {OP_RMSNORM, "rmsnorm 3x130", .N = 3, .C = 130},
     {OP_ROPE, "rope B2 T7 H3 D8", .B = 2, .T = 7, .H = 3, .D = 8},
     {OP_ROPE, "rope B1 T13 H1 D2", .B = 1, .T = 13, .H = 1, .D = 2},
+    // the fused q|k|v projection split into q, k (rotated) and v (copied): GQA and MHA
+    {OP_ROPE_QKV, "rope_qkv B2 T5 H4 KV2 D6", .B = 2, .T = 5, .H = 4, .KVH = 2, .D = 6},
+    {OP_ROPE_QKV, "rope_qkv B1 T3 H1 KV1 D2", .B = 1, .T = 3, .H = 1, .KVH = 1, .D = 2},
     {OP_MATMUL, "matmul 5x7->11", .N = 5, .C = 7, .F = 11},
     {OP_MATMUL, "matmul 1x33->3", .N = 1, .C = 33, .F = 3},
     {OP_ATTENTION, "attention MHA B2 T7 H3 D8", .B = 2, .T = 7, .H = 3, .KVH = 3, .D = 8},
@@ -109,7 +112,12 @@ static double objective(state *s) {
         break;
     }
     case OP_ROPE: be->rope_fwd(out, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D); break;
-    case OP_MATMUL: be->matmul_fwd(out, s->in[0], s->in[1], c->N, c->C, c->F); break;
+    case OP_ROPE_QKV: {   // out = [q (B,T,H,D) | k (B,T,KVH,D) | v (B,T,KVH,D)]
+        size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
+        be->rope_qkv_fwd(out, out + nq, out + nq + nkv, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->KVH, c->D);
+        break;
+    }
+    case OP_MATMUL: be->matmul_fwd(out, s->in[0], s->in[1], NULL, c->N, c->C, c->F); break;
     case OP_ATTENTION: {
         float *lse = malloc(sizeof(float) * c->B * c->H * c->T);
         be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D);
@@ -161,6 +169,13 @@ static void analytic(state *s, int *contract_ok) {
         s->grad[0] = filled(s->in_n[0], NAN);
         be->rope_bwd(s->grad[0], s->R, s->cos, s->sin, c->B, c->T, c->H, c->D);
         break;
+    case OP_ROPE_QKV: {
+        size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
+        s->grad[0] = filled(s->in_n[0], NAN);
+        be->rope_qkv_bwd(s->grad[0], s->R, s->R + nq, s->R + nq + nkv, s->cos, s->sin, c->B, c->T, c->H, c->KVH,
+                         c->D);
+        break;
+    }
     case OP_MATMUL:
         s->grad[0] = filled(s->in_n[0], NAN);
         base[1] = randn(s->in_n[1], 1.0f);
@@ -227,9 +242,11 @@ static void setup(state *s, const op_case *c, const backend *be) {
         s->in_name[0] = "inp"; s->in_name[1] = "weight";
         s->out_n = N * c->C;
         break;
-    case OP_ROPE: {
+    case OP_ROPE:
+    case OP_ROPE_QKV: {
         int half = c->D / 2;
-        s->n_in = 1; s->in_n[0] = (size_t)c->B * c->T * c->H * c->D; s->in_name[0] = "inp";
+        const int heads = c->op == OP_ROPE ? c->H : c->H + 2 * c->KVH;   // qkv: (B, T, (H + 2 KVH) D)
+        s->n_in = 1; s->in_n[0] = (size_t)c->B * c->T * heads * c->D; s->in_name[0] = c->op == OP_ROPE ? "inp" : "qkv";
         s->cos = malloc(sizeof(float) * c->T * half); s->sin = malloc(sizeof(float) * c->T * half);
         for (int t = 0; t < c->T; t++)
             for (int i = 0; i < half; i++) {
@@ -273,6 +290,50 @@ static void setup(state *s, const op_case *c, const backend *be) {
 static void teardown(state *s) {
     for (int i = 0; i < s->n_in; i++) { free(s->in[i]); free(s->grad[i]); }
     free(s->tokens); free(s->cos); free(s->sin); free(s->R);
+}
+
+// matmul_fwd's residual: out = x W^T + r with r a separate buffer, and with r = out (+=),
+// against the plain product plus r. fp32: the sum x W^T + r rounds once more or in another
+// order (beta = 1 accumulates r into the K blocks' partial sums), so 1e-6 relative per
+// element (a few ulps of |x W^T| + |r| ~ 10 here); a dropped or doubled residual is O(1) off.
+static void check_matmul_residual(const backend *be, const state *s) {
+    const op_case *c = s->c;
+    const size_t n = s->out_n;
+    float *plain = malloc(sizeof(float) * n), *res = randn(n, 1.0f), *sep = malloc(sizeof(float) * n);
+    float *inplace = copy_of(res, n);
+    be->matmul_fwd(plain, s->in[0], s->in[1], NULL, c->N, c->C, c->F);
+    be->matmul_fwd(sep, s->in[0], s->in[1], res, c->N, c->C, c->F);
+    be->matmul_fwd(inplace, s->in[0], s->in[1], inplace, c->N, c->C, c->F);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        const float want = plain[i] + res[i], tol = 1e-6f * (fabsf(plain[i]) + fabsf(res[i]) + 1.0f);
+        ok &= fabsf(sep[i] - want) <= tol && fabsf(inplace[i] - want) <= tol;
+    }
+    printf("%-36s %-7s %12s %10s %s\n", c->name, "resid", "x W^T + r", "", ok ? "pass" : "FAIL");
+    EXPECT(ok, "%s: matmul_fwd with a residual (separate or in place) is not x W^T + r", c->name);
+    free(plain); free(res); free(sep); free(inplace);
+}
+
+// rope_qkv_fwd against rope_fwd on q, k gathered from the fused rows, and v copied: bitwise
+// the same (the same products per element), so a wrong head offset or row stride shows.
+static void check_rope_qkv_split(const backend *be, const state *s) {
+    const op_case *c = s->c;
+    const int N = c->B * c->T, QD = c->H * c->D, KVD = c->KVH * c->D, W = QD + 2 * KVD;
+    float *got = malloc(sizeof(float) * s->out_n), *want = malloc(sizeof(float) * s->out_n);
+    float *q = want, *k = want + (size_t)N * QD, *v = k + (size_t)N * KVD;
+    for (int r = 0; r < N; r++) {
+        memcpy(q + (size_t)r * QD, s->in[0] + (size_t)r * W, sizeof(float) * QD);
+        memcpy(k + (size_t)r * KVD, s->in[0] + (size_t)r * W + QD, sizeof(float) * KVD);
+        memcpy(v + (size_t)r * KVD, s->in[0] + (size_t)r * W + QD + KVD, sizeof(float) * KVD);
+    }
+    be->rope_fwd(q, q, s->cos, s->sin, c->B, c->T, c->H, c->D);
+    be->rope_fwd(k, k, s->cos, s->sin, c->B, c->T, c->KVH, c->D);
+    be->rope_qkv_fwd(got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), s->in[0], s->cos, s->sin, c->B, c->T,
+                     c->H, c->KVH, c->D);
+    int ok = memcmp(got, want, sizeof(float) * s->out_n) == 0;
+    printf("%-36s %-7s %12s %10s %s\n", c->name, "split", "bitwise", "", ok ? "pass" : "FAIL");
+    EXPECT(ok, "%s: rope_qkv_fwd differs from rope_fwd on the gathered q, k and the copied v", c->name);
+    free(got); free(want);
 }
 
 // ----------------------------------------------------------------------------
@@ -359,6 +420,8 @@ int main(void) {
         int contract_ok;
         analytic(&s, &contract_ok);
         if (cases[ci].op == OP_ATTENTION) check_attention_forward(be, &s);
+        if (cases[ci].op == OP_ROPE_QKV) check_rope_qkv_split(be, &s);
+        if (cases[ci].op == OP_MATMUL) check_matmul_residual(be, &s);
         if (cases[ci].op == OP_MATMUL)   // the only op with an accumulate_dinp mode
             EXPECT(contract_ok, "%s: accumulate_dinp did not add to the existing values", cases[ci].name);
         for (int i = 0; i < s.n_in; i++) {

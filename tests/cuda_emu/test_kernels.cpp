@@ -463,6 +463,41 @@ static void test_rope(int B, int T, int NH, int D, bool inplace, size_t mis, int
                  });
 }
 
+// The fused q|k|v split (forward: q, k rotated, v copied out of (B, T, (H + 2 KVH) D) rows)
+// and gather (backward), on the vector path (D/2 % 8 == 0, rows 16-byte aligned) and the
+// scalar one; `mis` misaligns the fused buffer by 2 bytes.
+static void test_rope_qkv(int B, int T, int H, int KVH, int D, size_t mis, int kind) {
+    const size_t N = (size_t)B * T, nq = N * H * D, nkv = N * KVH * D, n = nq + 2 * nkv;
+    std::vector<float> x = randn_bf(n, 1.0f), cs, sn;
+    rope_tables(kind, T, D, cs, sn);
+    std::string shape = fmt("B=%d T=%d H=%d KVH=%d D=%d%s%s", B, T, H, KVH, D, mis ? " misal" : "",
+                            kind == ROPE_LLAMA3 ? " llama3" : "");
+    std::vector<float> yf(n), yb(n);   // fwd: [q | k | v] packed; bwd: the fused rows
+    CPU->rope_qkv_fwd(yf.data(), yf.data() + nq, yf.data() + nq + nkv, x.data(), cs.data(), sn.data(), B, T, H,
+                      KVH, D);
+    CPU->rope_qkv_bwd(yb.data(), x.data(), x.data() + nq, x.data() + nq + nkv, cs.data(), sn.data(), B, T, H, KVH,
+                      D);
+    for (int dir = 0; dir < 2; dir++)
+        run_case(dir ? "rope_qkv_bwd" : "rope_qkv_fwd", shape, {nmse_ref("out", dir ? yb : yf, THR_BF16)},
+                 [&](Run &r) {
+                     Dev d;
+                     const float *c = d.f32(cs), *s = d.f32(sn);
+                     if (dir) {   // x read as dq | dk | dv (packed), out = the fused rows
+                         char *in = (char *)d.bf16(x, 0);
+                         void *out = d.alloc(n * 2, mis);
+                         r.rc = ftk_rope_qkv_bwd(out, in, in + nq * 2, in + (nq + nkv) * 2, c, s, B, T, H, KVH, D, 0);
+                         r.guards = d.guards_ok();
+                         r.outs = {read_bf16(out, n)};
+                     } else {     // x read as the fused rows, out = q | k | v (packed)
+                         void *in = d.bf16(x, mis);
+                         char *out = (char *)d.alloc(n * 2, 0);
+                         r.rc = ftk_rope_qkv_fwd(out, out + nq * 2, out + (nq + nkv) * 2, in, c, s, B, T, H, KVH, D, 0);
+                         r.guards = d.guards_ok();
+                         r.outs = {read_bf16(out, n)};
+                     }
+                 });
+}
+
 // ----------------------------------------------------------------------------
 // attention
 
@@ -857,6 +892,12 @@ static void cases_rope() {
         test_rope(s[0], s[1], s[2], s[3], s[4] != 0, (size_t)s[5], s[6] ? ROPE_LLAMA3 : ROPE_DEFAULT);
     test_rope_llama3_tables(128);
     test_rope_llama3_tables(64);
+    // fused q|k|v (B, T, H, KVH, D, misalign, tables): GQA and MHA, T = 1, D = 2, the
+    // vector path (D = 16, 64, 128) and the scalar one (D = 10, 24; a misaligned buffer)
+    const int qkv[][7] = {{1, 1, 1, 1, 2, 0, 0},   {2, 5, 4, 2, 16, 0, 0}, {1, 7, 8, 8, 64, 0, 0},
+                          {2, 3, 3, 1, 10, 0, 0},  {1, 9, 4, 1, 128, 0, 1}, {2, 4, 2, 2, 32, 2, 0},
+                          {1, 5, 6, 3, 24, 0, 0},  {3, 1, 4, 2, 16, 0, 1}};
+    for (auto &q : qkv) test_rope_qkv(q[0], q[1], q[2], q[3], q[4], (size_t)q[5], q[6] ? ROPE_LLAMA3 : ROPE_DEFAULT);
 }
 
 static void cases_attention() {

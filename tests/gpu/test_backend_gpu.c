@@ -135,8 +135,15 @@ static void case_matmul(int N, int IC, int OC, int off) {
     pair dx = pair_new((size_t)N * IC + o, 0, 1, 1), dw = pair_new((size_t)OC * IC + o, 0, 1, 1);
 #define C_(p) ((float *)(p).cpu + o)
 #define G_(p) ((char *)(p).gpu + o * 2)
-    BOTH(CPU->matmul_fwd(C_(y), C_(x), C_(w), N, IC, OC), GPU->matmul_fwd(G_(y), G_(x), G_(w), N, IC, OC));
+    BOTH(CPU->matmul_fwd(C_(y), C_(x), C_(w), NULL, N, IC, OC), GPU->matmul_fwd(G_(y), G_(x), G_(w), NULL, N, IC, OC));
     report("matmul_fwd", s, "out", &y);
+    // the residual epilogue: y2 = x W^T + r (r, a separate buffer) and y += x W^T (in place)
+    pair r = pair_new((size_t)N * OC + o, 0, 1, 0), y2 = pair_new((size_t)N * OC + o, 0, 1, 1);
+    BOTH(CPU->matmul_fwd(C_(y2), C_(x), C_(w), C_(r), N, IC, OC), GPU->matmul_fwd(G_(y2), G_(x), G_(w), G_(r), N, IC, OC));
+    report("matmul_fwd", s, "out+res", &y2);
+    BOTH(CPU->matmul_fwd(C_(r), C_(x), C_(w), C_(r), N, IC, OC), GPU->matmul_fwd(G_(r), G_(x), G_(w), G_(r), N, IC, OC));
+    report("matmul_fwd", s, "out+=", &r);
+    pair_free(&r); pair_free(&y2);
     BOTH(CPU->matmul_bwd(C_(dx), C_(dw), C_(dy), C_(x), C_(w), N, IC, OC, 0),
          GPU->matmul_bwd(G_(dx), G_(dw), G_(dy), G_(x), G_(w), N, IC, OC, 0));
     report("matmul_bwd", s, "dinp", &dx);
@@ -163,7 +170,7 @@ static void case_gemm_cache(void) {
     // run N rows on both backends from zeroed outputs; NMSE of the whole output buffer
     #define GEMM_ROWS(N) do { \
         BOTH(CPU->zero(y.cpu, ybytes * 4), GPU->zero(y.gpu, ybytes * 2)); \
-        BOTH(CPU->matmul_fwd(y.cpu, x.cpu, w.cpu, N, IC, OC), GPU->matmul_fwd(y.gpu, x.gpu, w.gpu, N, IC, OC)); \
+        BOTH(CPU->matmul_fwd(y.cpu, x.cpu, w.cpu, NULL, N, IC, OC), GPU->matmul_fwd(y.gpu, x.gpu, w.gpu, NULL, N, IC, OC)); \
         double e_ = pair_nmse(&y); worst = e_ > worst ? e_ : worst; } while (0)
     for (int n = 1; n <= shapes; n++) {
         GEMM_ROWS(n);
