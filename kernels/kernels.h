@@ -68,9 +68,7 @@ int ftk_swiglu_fwd(void *out, const void *gate, const void *up, int N, int F, in
                    ftk_stream stream);
 int ftk_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up,
                    int N, int F, int ld, ftk_stream stream);
-// add.cu
-int ftk_add(void *out, const void *a, const void *b, size_t n, ftk_stream stream);
-// out (n) = alpha * inp, bf16; out may alias inp
+// scale.cu: out (n) = alpha * inp, bf16; out may alias inp
 int ftk_scale(void *out, const void *inp, float alpha, size_t n, ftk_stream stream);
 // adamw.cu
 int ftk_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,

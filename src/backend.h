@@ -128,8 +128,6 @@ struct backend {
     int (*swiglu_bwd)(void *dgate, void *dup, const void *dout, const void *gate,
                       const void *up, int N, int F, int ld);
 
-    // out (n) = a + b; out may alias a or b
-    int (*add)(void *out, const void *a, const void *b, size_t n);
     // out (n) = alpha * inp (one rounding to the storage dtype); out may alias inp
     int (*scale)(void *out, const void *inp, float alpha, size_t n);
 

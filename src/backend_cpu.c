@@ -299,14 +299,6 @@ static int cpu_swiglu_bwd(void *dgate_, void *dup_, const void *dout_, const voi
     return 0;
 }
 
-static int cpu_add(void *out_, const void *a_, const void *b_, size_t n) {
-    float *out = out_;
-    const float *a = a_, *b = b_;
-#pragma omp parallel for simd if (parallel : n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
-    return 0;
-}
-
 static int cpu_scale(void *out_, const void *inp_, float alpha, size_t n) {
     float *out = out_;
     const float *inp = inp_;
@@ -466,7 +458,6 @@ static const backend g_cpu = {
     .attention_bwd = cpu_attention_bwd,
     .swiglu_fwd = cpu_swiglu_fwd,
     .swiglu_bwd = cpu_swiglu_bwd,
-    .add = cpu_add,
     .scale = cpu_scale,
     .lmhead_xent = cpu_lmhead_xent,
     .adamw = cpu_adamw,

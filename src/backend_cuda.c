@@ -442,7 +442,6 @@ static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *g
                          int ld) {
     return ftk_swiglu_bwd(dgate, dup, dout, gate, up, N, F, ld, G.stream);
 }
-static int cu_add(void *out, const void *a, const void *b, size_t n) { return ftk_add(out, a, b, n, G.stream); }
 static int cu_scale(void *out, const void *inp, float alpha, size_t n) { return ftk_scale(out, inp, alpha, n, G.stream); }
 static int cu_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,
                     const adamw_params *p) {
@@ -493,7 +492,6 @@ static const backend CUDA_BACKEND = {
     .attention_bwd = cu_attention_bwd,
     .swiglu_fwd = cu_swiglu_fwd,
     .swiglu_bwd = cu_swiglu_bwd,
-    .add = cu_add,
     .scale = cu_scale,
     .lmhead_xent = cu_lmhead_xent,
     .adamw = cu_adamw,

@@ -12,7 +12,7 @@
     X(copy_h2d) X(copy_d2h) X(copy_d2d) X(zero) X(embedding_fwd) X(embedding_bwd)              \
     X(rmsnorm_fwd) X(rmsnorm_bwd) X(rope_fwd) X(rope_bwd) X(rope_qkv_fwd) X(rope_qkv_bwd)       \
     X(matmul_fwd) X(matmul_bwd)                                                                \
-    X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add) X(scale)              \
+    X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(scale)                     \
     X(lmhead_xent) X(adamw) X(sum_squares) X(accumulate) X(cast_from_f32)
 
 #define PROF_ENUM(op) OP_##op,
@@ -98,7 +98,6 @@ PROF_WRAP(attention_bwd, (void *dq, void *dk, void *dv, const void *d, const voi
 PROF_WRAP(swiglu_fwd, (void *o, const void *g, const void *u, int N, int F, int ld), (o, g, u, N, F, ld))
 PROF_WRAP(swiglu_bwd, (void *dg, void *du, const void *d, const void *g, const void *u, int N, int F, int ld),
           (dg, du, d, g, u, N, F, ld))
-PROF_WRAP(add, (void *o, const void *a, const void *b, size_t n), (o, a, b, n))
 PROF_WRAP(scale, (void *o, const void *a, float s, size_t n), (o, a, s, n))
 PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, const void *x, const void *w, const int32_t *t, int N, int C,
                         int V, float dl, int rows, float *ws, float *acc),

@@ -187,13 +187,8 @@ m swiglu.scalar_dup swiglu.cu swiglu 'dup[os] = f2bf(dy * (g * s));' 'dup[os] = 
 m swiglu.row_stride swiglu.cu swiglu '*os = r * (size_t)ld + j;' '*os = r * (size_t)F + j;'
 m swiglu.out_stride swiglu.cu swiglu '*oc = r * (size_t)F + j;' '*oc = r * (size_t)ld + j;'
 
-m add.last_element add.cu add \
-  'const size_t items = nvec + (n - nvec * 8);' 'const size_t items = nvec + (n - nvec * 8) - 1;'
-m add.tail_operand add.cu add \
-  'out[i] = f2bf(bf2f(a[i]) + bf2f(b[i]));' 'out[i] = f2bf(bf2f(a[i]) + bf2f(a[i]));'
-
-m scale.no_alpha add.cu scale 'out[i] = f2bf(alpha * bf2f(inp[i]));' 'out[i] = inp[i];'
-m scale.first_skipped add.cu scale 'i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;' \
+m scale.no_alpha scale.cu scale 'out[i] = f2bf(alpha * bf2f(inp[i]));' 'out[i] = inp[i];'
+m scale.first_skipped scale.cu scale 'i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;' \
   'i = (size_t)blockIdx.x * blockDim.x + threadIdx.x + 1; i < n;'
 
 m accumulate.vec_no_alpha accumulate.cu accumulate 'd[k] += alpha * s[k];' 'd[k] += s[k];'
@@ -233,7 +228,7 @@ m common.block_sum_no_sync common.cuh "rmsnorm lmhead_xent" \
   "if (lane == 0) scratch[warp] = v;$NL    float t"
 m common.warp_max_half common.cuh lmhead_xent \
   'for (int o = 16; o > 0; o >>= 1) v = fmaxf(' 'for (int o = 8; o > 0; o >>= 1) v = fmaxf('
-m common.bf16_truncates common.cuh "cast add" \
+m common.bf16_truncates common.cuh "cast scale" \
   'return __float2bfloat16_rn(x);' 'return __float2bfloat16_rz(x);'
 
 # ---------------------------------------------------------------- running them

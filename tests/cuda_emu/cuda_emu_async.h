@@ -36,7 +36,7 @@ struct Access {
 struct OpInfo {
     int stream;            // stream id (0 = the legacy default stream)
     uint64_t seq;          // position in that stream, from 1
-    std::string name;      // e.g. "kernel add_kernel (kernels/add.cu:32)", "ncclAllGather ..."
+    std::string name;      // e.g. "kernel scale_kernel (kernels/scale.cu:12)", "ncclAllGather ..."
 };
 typedef std::shared_ptr<const OpInfo> OpRef;
 

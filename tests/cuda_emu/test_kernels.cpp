@@ -705,20 +705,6 @@ static void test_swiglu(int N, int F, size_t mis, bool alias, bool wide = false,
              });
 }
 
-static void test_add(size_t n, size_t mis, bool alias) {
-    std::vector<float> a = randn_bf(n, 1.0f), b = randn_bf(n, 1.0f), ref(n);
-    CPU->add(ref.data(), a.data(), b.data(), n);
-    std::string shape = fmt("n=%zu%s%s", n, mis ? " misaligned" : "", alias ? " out=a" : "");
-    run_case("add", shape, {nmse_ref("out", ref, THR_BF16)}, [&](Run &r) {
-        Dev d;
-        void *ap = d.bf16(a, mis), *bp = d.bf16(b);
-        void *out = alias ? ap : d.alloc(n * 2);
-        r.rc = ftk_add(out, ap, bp, n, 0);
-        r.guards = d.guards_ok();
-        r.outs = {read_bf16(out, n)};
-    });
-}
-
 static void test_scale(size_t n, size_t mis, bool alias) {
     const float alpha = 2.5f;   // the LoRA scaling alpha / r (e.g. 16 / 8 = 2, 20 / 8 = 2.5)
     std::vector<float> a = randn_bf(n, 1.0f), ref(n);
@@ -960,13 +946,6 @@ static void cases_swiglu() {
     test_swiglu(13, 16, 0, false, false, false);
 }
 
-static void cases_add() {
-    for (size_t n : EW_SIZES) test_add(ew_size(n), 0, false);
-    test_add(1001, 2, false);
-    test_add(777, 0, true);
-    test_add(9, 2, true);
-}
-
 static void cases_scale() {
     for (size_t n : EW_SIZES) test_scale(ew_size(n), 0, false);
     test_scale(1001, 2, true);
@@ -1008,7 +987,7 @@ struct Group { const char *name; void (*run)(); };
 static const Group GROUPS[] = {
     {"embedding", cases_embedding},     {"rmsnorm", cases_rmsnorm}, {"rope", cases_rope},
     {"attention", cases_attention},     {"lmhead_xent", cases_lmhead_xent},
-    {"swiglu", cases_swiglu},           {"add", cases_add},         {"accumulate", cases_accumulate},
+    {"swiglu", cases_swiglu},           {"accumulate", cases_accumulate},
     {"cast", cases_cast},               {"adamw", cases_adamw},     {"sum_squares", cases_sum_squares},
     {"scale", cases_scale}};
 
