@@ -123,6 +123,7 @@ static int nccl_available(void) {
 #endif
 }
 
+#ifdef FT_HAVE_CUDA
 // ncclCommSplit blocks, without a deadline, until every rank of the parent entered it: start
 // each split only once a deadline-bound barrier showed every rank alive (src/watchdog.h)
 static int split_barrier(launch *L) { return L->mpi ? comm_barrier(&L->world) : 0; }
@@ -142,19 +143,16 @@ static int data_group_open(launch *L, int size, int color, int key, const char *
     }
     *group = out;
     if (size == 1) comm_init_single(out, L->be);
-#ifdef FT_HAVE_CUDA
     else {
         TRY(split_barrier(L));
         TRY(comm_nccl_split(&L->dworld, color, key, out));
         L->n_nccl++;
     }
-#else
-    (void)color; (void)key;
-#endif
     out->label = label;
     *own = 1;
     return 0;
 }
+#endif
 
 // The data plane of GPU ranks beyond one: rank 0's NCCL unique id reaches every rank over MPI
 // (or the PMI2 KVS), then the world group, the shard and replica groups (data_group_open)
@@ -188,7 +186,7 @@ static int data_plane_open(launch *L, int S) {
     L->cc = (train_comms){&L->dworld, shard, replica, 0};
     return 0;
 #else
-    (void)S;
+    (void)L; (void)S;
     return ft_error("GPU ranks need NCCL: this binary was built without the CUDA toolkit");
 #endif
 }
