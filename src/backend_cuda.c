@@ -522,6 +522,7 @@ const char *backend_cuda_describe(void) { return G.open ? G.name : "cuda (not op
 double backend_cuda_peak_tflops(void) {
     if (!G.open) return 0;
     if (strstr(G.device_name, "H100") && strstr(G.device_name, "PCIe")) return 756;
+    if (strstr(G.device_name, "H100") && strstr(G.device_name, "NVL")) return 835;   // per GPU of the pair
     if (strstr(G.device_name, "H100") || strstr(G.device_name, "H200")) return 989;
     if (strstr(G.device_name, "A100")) return 312;
     return 0;

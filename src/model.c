@@ -645,6 +645,9 @@ int model_forward_backward(model *m, const unit_provider *p, const int32_t *toke
     TRY(be->lmhead_xent(m->losses, backward ? m->dln : NULL, grad_at(m, droot, lm_head_offset(m)), m->lnf,
                         at(m, root, lm_head_offset(m)), m->targets, N, C, V, dloss, m->lmhead_rows, m->logits_ws,
                         backward && droot ? m->lmhead_dw_acc : NULL));
+    if (backward) TRY(model_backward(m, p, root, droot));
+    // the losses are read after the backward is queued (nothing in it writes them): a copy
+    // to the host waits for the device, and here the host no longer has work to queue
     TRY(be->copy_d2h(m->losses_host, m->losses, (size_t)N * sizeof(float)));
     double sum = 0.0;
     int count = 0;
@@ -652,7 +655,6 @@ int model_forward_backward(model *m, const unit_provider *p, const int32_t *toke
         if (targets[i] != -100) { sum += m->losses_host[i]; count++; }
     *loss_sum = sum;
     *n_valid = count;
-    if (backward) TRY(model_backward(m, p, root, droot));
     return roots_release(m, p);
 }
 
