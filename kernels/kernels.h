@@ -36,7 +36,8 @@ int ftk_rope_fwd(void *out, const void *inp, const float *cos, const float *sin,
 int ftk_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T,
                  int NH, int D, ftk_stream stream);
 // q (B, T, H, D), k, v (B, T, KVH, D) from the fused projection qkv (B, T, (H + 2 KVH) D):
-// q and k rotated, v copied; the backward gathers dqkv from dq, dk (rotated back) and dv
+// q and k rotated, v copied; the backward gathers dqkv from dq, dk (rotated back) and dv;
+// cos = sin = NULL: the split / gather without rotation
 int ftk_rope_qkv_fwd(void *q, void *k, void *v, const void *qkv, const float *cos,
                      const float *sin, int B, int T, int H, int KVH, int D, ftk_stream stream);
 int ftk_rope_qkv_bwd(void *dqkv, const void *dq, const void *dk, const void *dv,

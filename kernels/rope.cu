@@ -5,7 +5,8 @@
 // cos/sin (T, D/2) fp32 are given (llama3 frequency scaling is applied by whoever builds
 // them), positions are 0..T-1 for every batch row.
 // qkv_fwd/bwd: the same on the fused (B, T, (H + 2 KVH) D) q|k|v projection, split into (or
-// gathered from) packed q (B, T, H, D), k and v (B, T, KVH, D); v is copied, not rotated.
+// gathered from) packed q (B, T, H, D), k and v (B, T, KVH, D); v is copied, not rotated;
+// with cos = sin = NULL nothing is rotated (the split / gather alone).
 //   launch: grid-stride, 256 threads, one thread per (b, t, head, group of pairs); a group
 //   is 8 pairs with 16-byte loads (D/2 % 8 == 0, rows and pointers 16-byte aligned), else 1.
 //   Each thread reads its whole group before writing it, so in-place is safe.
@@ -33,7 +34,8 @@ rope_kernel(bf16 *out, size_t ld_out, const bf16 *inp, size_t ld_inp, const floa
         const size_t row = b * T + t;
         const size_t o_in = row * ld_inp + (size_t)h * D, o_out = row * ld_out + (size_t)h * D;
         const int i = g * G;
-        const float *ct = cos + (size_t)t * half + i, *st = sin + (size_t)t * half + i;
+        const float *ct = rotate ? cos + (size_t)t * half + i : nullptr;
+        const float *st = rotate ? sin + (size_t)t * half + i : nullptr;
         if (vec) {
             float x1[8], x2[8], c[8], s[8];
             load8(x1, inp + o_in + i);
@@ -107,8 +109,9 @@ extern "C" int ftk_rope_qkv_fwd(void *q, void *k, void *v, const void *qkv, cons
     const size_t W = (size_t)(H + 2 * KVH) * D, QD = (size_t)H * D, KVD = (size_t)KVH * D;
     const bf16 *x = (const bf16 *)qkv;
     const char *op = "rope_qkv_fwd";
-    if (rope_launch(q, QD, x, W, cos, sin, B, T, H, D, 1.0f, 1, stream, op) != 0) return -1;
-    if (rope_launch(k, KVD, x + QD, W, cos, sin, B, T, KVH, D, 1.0f, 1, stream, op) != 0) return -1;
+    const int rot = cos != NULL;   // NULL tables: split only
+    if (rope_launch(q, QD, x, W, cos, sin, B, T, H, D, 1.0f, rot, stream, op) != 0) return -1;
+    if (rope_launch(k, KVD, x + QD, W, cos, sin, B, T, KVH, D, 1.0f, rot, stream, op) != 0) return -1;
     return rope_launch(v, KVD, x + QD + KVD, W, cos, sin, B, T, KVH, D, 1.0f, 0, stream, op);
 }
 
@@ -118,7 +121,8 @@ extern "C" int ftk_rope_qkv_bwd(void *dqkv, const void *dq, const void *dk, cons
     const size_t W = (size_t)(H + 2 * KVH) * D, QD = (size_t)H * D, KVD = (size_t)KVH * D;
     bf16 *y = (bf16 *)dqkv;
     const char *op = "rope_qkv_bwd";
-    if (rope_launch(y, W, dq, QD, cos, sin, B, T, H, D, -1.0f, 1, stream, op) != 0) return -1;
-    if (rope_launch(y + QD, W, dk, KVD, cos, sin, B, T, KVH, D, -1.0f, 1, stream, op) != 0) return -1;
+    const int rot = cos != NULL;   // NULL tables: gather only
+    if (rope_launch(y, W, dq, QD, cos, sin, B, T, H, D, -1.0f, rot, stream, op) != 0) return -1;
+    if (rope_launch(y + QD, W, dk, KVD, cos, sin, B, T, KVH, D, -1.0f, rot, stream, op) != 0) return -1;
     return rope_launch(y + QD + KVD, W, dv, KVD, cos, sin, B, T, KVH, D, -1.0f, 0, stream, op);
 }

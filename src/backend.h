@@ -94,6 +94,7 @@ struct backend {
                     int B, int T, int NH, int D);
     // The same on the fused q|k|v projection: qkv (B, T, (H + 2 KVH) D) = [q | k | v] per row
     // in, q (B, T, H, D) and k (B, T, KVH, D) rotated and v (B, T, KVH, D) copied out.
+    // cos = sin = NULL (both ops): no rotation, the split (gather) alone.
     int (*rope_qkv_fwd)(void *q, void *k, void *v, const void *qkv, const float *cos,
                         const float *sin, int B, int T, int H, int KVH, int D);
     // dqkv (B, T, (H + 2 KVH) D) = [rope_bwd(dq) | rope_bwd(dk) | dv] per row (overwritten).

@@ -172,7 +172,7 @@ static void rope_rotate(float *out, size_t ld_out, const float *inp, size_t ld_i
 #pragma omp parallel for collapse(2) if ((size_t)B * T * NH * D >= PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            const float *ct = cos + (size_t)t * half, *st = sin + (size_t)t * half;
+            const float *ct = rotate ? cos + (size_t)t * half : NULL, *st = rotate ? sin + (size_t)t * half : NULL;
             const size_t row = (size_t)b * T + t;
             for (int h = 0; h < NH; h++) {
                 const float *x = inp + row * ld_inp + (size_t)h * D;
@@ -210,8 +210,9 @@ static int cpu_rope_qkv_fwd(void *q, void *k, void *v, const void *qkv, const fl
                             const float *sin, int B, int T, int H, int KVH, int D) {
     const size_t W = (size_t)(H + 2 * KVH) * D, QD = (size_t)H * D, KVD = (size_t)KVH * D;
     const float *x = qkv;
-    rope_rotate(q, QD, x, W, cos, sin, B, T, H, D, 1.0f, 1);
-    rope_rotate(k, KVD, x + QD, W, cos, sin, B, T, KVH, D, 1.0f, 1);
+    const int rot = cos != NULL;   // NULL tables: split only
+    rope_rotate(q, QD, x, W, cos, sin, B, T, H, D, 1.0f, rot);
+    rope_rotate(k, KVD, x + QD, W, cos, sin, B, T, KVH, D, 1.0f, rot);
     rope_rotate(v, KVD, x + QD + KVD, W, cos, sin, B, T, KVH, D, 1.0f, 0);
     return 0;
 }
@@ -220,8 +221,9 @@ static int cpu_rope_qkv_bwd(void *dqkv, const void *dq, const void *dk, const vo
                             const float *cos, const float *sin, int B, int T, int H, int KVH, int D) {
     const size_t W = (size_t)(H + 2 * KVH) * D, QD = (size_t)H * D, KVD = (size_t)KVH * D;
     float *y = dqkv;
-    rope_rotate(y, W, dq, QD, cos, sin, B, T, H, D, -1.0f, 1);
-    rope_rotate(y + QD, W, dk, KVD, cos, sin, B, T, KVH, D, -1.0f, 1);
+    const int rot = cos != NULL;   // NULL tables: gather only
+    rope_rotate(y, W, dq, QD, cos, sin, B, T, H, D, -1.0f, rot);
+    rope_rotate(y + QD, W, dk, KVD, cos, sin, B, T, KVH, D, -1.0f, rot);
     rope_rotate(y + QD + KVD, W, dv, KVD, cos, sin, B, T, KVH, D, -1.0f, 0);
     return 0;
 }

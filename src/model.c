@@ -407,24 +407,21 @@ static int mlp_gate_up_bwd(model *m, void *w, void *dw, void *aw, void *daw, lay
 // ((H + 2 KVH) D, C) weight, one GEMM into the (N, (H + 2 KVH) D) scratch m->dgu, and one
 // pass (rope_qkv_fwd) that rotates q and k into s->q, s->k and copies v into s->v, the
 // packed per-head layouts attention reads. Backward: rope_qkv_bwd gathers [dq | dk | dv]
-// rows into m->dgu and one dX and one dW GEMM follow. A LoRA adapter on q, k or v keeps the
-// three GEMMs (its output is added into packed rows; see mlp_fused).
-static int attn_fused(const model *m) { return !lora_on(m, LT_WQ) && !lora_on(m, LT_WK) && !lora_on(m, LT_WV); }
+// rows into m->dgu and one dX and one dW GEMM follow. With a LoRA adapter on q, k or v the
+// pass only splits (no tables), the adapters add into the packed q, k, v, and RoPE runs
+// after them in place; backward likewise (RoPE's backward first, then the plain gather).
+static int attn_lora(const model *m) { return lora_on(m, LT_WQ) || lora_on(m, LT_WK) || lora_on(m, LT_WV); }
 
-// s->q, s->k (after RoPE), s->v from s->ln1 (+ the adapters' share when unfused)
+// s->q, s->k (after RoPE), s->v from s->ln1 (+ the adapters' share)
 static int attn_qkv_fwd(model *m, void *w, void *aw, layer_acts *s) {
     const backend *be = m->be;
     const llama_config *c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = c->hidden_size;
     const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
-    const size_t *o = m->layout->layer_off;
-    if (attn_fused(m)) {
-        TRY(be->matmul_fwd(m->dgu, s->ln1, at(m, w, o[LT_WQ]), NULL, N, C, (H + 2 * KVH) * D));  // (N, (H+2KVH)*D)
-        return be->rope_qkv_fwd(s->q, s->k, s->v, m->dgu, m->rope_cos, m->rope_sin, B, T, H, KVH, D);
-    }
-    TRY(be->matmul_fwd(s->q, s->ln1, at(m, w, o[LT_WQ]), NULL, N, C, H * D));      // (N, H*D)
-    TRY(be->matmul_fwd(s->k, s->ln1, at(m, w, o[LT_WK]), NULL, N, C, KVH * D));    // (N, KVH*D)
-    TRY(be->matmul_fwd(s->v, s->ln1, at(m, w, o[LT_WV]), NULL, N, C, KVH * D));    // (N, KVH*D)
+    TRY(be->matmul_fwd(m->dgu, s->ln1, at(m, w, m->layout->layer_off[LT_WQ]), NULL, N, C,
+                       (H + 2 * KVH) * D));                                   // (N, (H + 2 KVH) D)
+    if (!attn_lora(m)) return be->rope_qkv_fwd(s->q, s->k, s->v, m->dgu, m->rope_cos, m->rope_sin, B, T, H, KVH, D);
+    TRY(be->rope_qkv_fwd(s->q, s->k, s->v, m->dgu, NULL, NULL, B, T, H, KVH, D));   // split only
     TRY(lora_fwd(m, LT_WQ, aw, s, s->q, s->ln1));
     TRY(lora_fwd(m, LT_WK, aw, s, s->k, s->ln1));
     TRY(lora_fwd(m, LT_WV, aw, s, s->v, s->ln1));
@@ -439,17 +436,15 @@ static int attn_qkv_bwd(model *m, void *w, void *dw, void *aw, void *daw, layer_
     const llama_config *c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = c->hidden_size;
     const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
-    const size_t *o = m->layout->layer_off;
-    if (attn_fused(m)) {
+    const size_t wq = m->layout->layer_off[LT_WQ];
+    if (!attn_lora(m)) {
         TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, T, H, KVH, D));
-        return be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WQ]), m->dgu, s->ln1, at(m, w, o[LT_WQ]), N, C,
-                              (H + 2 * KVH) * D, 0);
+        return be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0);
     }
     TRY(be->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, B, T, H, D));
     TRY(be->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, B, T, KVH, D));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WQ]), m->dq, s->ln1, at(m, w, o[LT_WQ]), N, C, H * D, 0));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WK]), m->dk, s->ln1, at(m, w, o[LT_WK]), N, C, KVH * D, 1));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WV]), m->dv, s->ln1, at(m, w, o[LT_WV]), N, C, KVH * D, 1));
+    TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, NULL, NULL, B, T, H, KVH, D));   // gather only
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0));
     TRY(lora_bwd(m, LT_WQ, aw, daw, s, m->dln, m->dq, s->ln1));
     TRY(lora_bwd(m, LT_WK, aw, daw, s, m->dln, m->dk, s->ln1));
     return lora_bwd(m, LT_WV, aw, daw, s, m->dln, m->dv, s->ln1);

@@ -5,9 +5,9 @@
 // The base is a one-rank frozen FSDP state (FSDP_FROZEN: working parameters only; a model that
 // asked it for gradients fails the step). The adapters live in a one-rank FSDP state over
 // their own layout (lora.h), loaded from the PEFT adapter file. Also: the same gradients with
-// --gradient_checkpointing, lora_validate's bad input, and the fused gate|up and q|k|v GEMMs
-// under LoRA (check_fused: no gate/up (q/k/v) adapter, so one GEMM, against the seven-target
-// model with those adapters' B zeroed). Runtime: well under a second.
+// --gradient_checkpointing, lora_validate's bad input, and the fused gate|up GEMM and q|k|v
+// pass under LoRA (check_fused: no gate/up (q/k/v) adapter, against the seven-target model
+// with those adapters' B zeroed). Runtime: well under a second.
 //
 // Thresholds, derived as in test_golden.c / test_train_golden.c: both sides are fp32 with
 // different summation orders; gradients agree to NMSE ~1e-12 there, so 1e-9 here leaves
@@ -115,15 +115,16 @@ static int step(model *m, const unit_provider *base, fsdp_state *s, const int32_
     return fsdp_finish_grads(s, norm);
 }
 
-// The fused GEMMs under LoRA: with no adapter on gate or up the model runs the MLP's gate and
-// up as one (2F, C) GEMM (src/model.c, mlp_gate_up_fwd/bwd), with no adapter on q, k or v
-// the attention's q, k, v as one ((H + 2 KVH) D, C) GEMM and one RoPE pass (attn_qkv_fwd/bwd);
-// with one, as separate GEMMs. The seven-target model `m` over `s` with the adapters in
+// The fused paths under LoRA: with no adapter on gate or up the model runs the MLP's gate and
+// up as one (2F, C) GEMM (src/model.c, mlp_gate_up_fwd/bwd), with one as two. q, k, v are
+// always one GEMM (attn_qkv_fwd/bwd); without a q/k/v adapter one pass splits and rotates,
+// with one the pass only splits, the adapters add, and RoPE follows in place (backward: RoPE's
+// backward, then the gather). The seven-target model `m` over `s` with the adapters in
 // `fused` given B = 0 computes the same function as a model without those targets, so the
-// adapter gradients they share must agree: fp32 on both sides, only the dX sum's order
-// differs (one GEMM over the joined width against several), so NMSE 1e-9 as for the golden
-// gradients above; a wrong stride, half or head offset in the fused path makes the other
-// adapters' gradients O(1) off.
+// adapter gradients they share must agree: fp32 on both sides; for gate|up only the dX sum's
+// order differs (one GEMM over 2F against two), for q|k|v the same products in the same
+// order (bitwise in practice); NMSE 1e-9 as for the golden gradients above. A wrong stride,
+// half or head offset in either path makes the other adapters' gradients O(1) off.
 static void check_fused(model *m, const unit_provider *base, fsdp_state *s, const lora_layout *ll,
                         const st_file *adapter, const int32_t *tok, const int32_t *tgt, int valid, unsigned fused,
                         const char *what) {
@@ -165,7 +166,7 @@ static void check_fused(model *m, const unit_provider *base, fsdp_state *s, cons
         worst = err > worst ? err : worst;
     }
     EXPECT(ok && fabs(la - lb) <= 1e-6 * la, "fused %s under LoRA: loss %.9f vs %.9f", what, lb, la);
-    printf("  fused %s (the other targets) vs separate GEMMs (all seven, those adapters' B = 0): loss %.7f vs "
+    printf("  %s without adapters (the other targets) vs with them at B = 0 (all seven): loss %.7f vs "
            "%.7f, worst shared adapter gradient NMSE %.2e (max 1e-9)\n", what, lb, la, worst);
     free(unit);
     free(ga);

@@ -316,6 +316,7 @@ static void check_matmul_residual(const backend *be, const state *s) {
 
 // rope_qkv_fwd against rope_fwd on q, k gathered from the fused rows, and v copied: bitwise
 // the same (the same products per element), so a wrong head offset or row stride shows.
+// Without tables (NULL) the split alone, and rope_qkv_bwd's gather alone undoes it.
 static void check_rope_qkv_split(const backend *be, const state *s) {
     const op_case *c = s->c;
     const int N = c->B * c->T, QD = c->H * c->D, KVD = c->KVH * c->D, W = QD + 2 * KVD;
@@ -326,11 +327,21 @@ static void check_rope_qkv_split(const backend *be, const state *s) {
         memcpy(k + (size_t)r * KVD, s->in[0] + (size_t)r * W + QD, sizeof(float) * KVD);
         memcpy(v + (size_t)r * KVD, s->in[0] + (size_t)r * W + QD + KVD, sizeof(float) * KVD);
     }
+    // without tables: the split alone
+    be->rope_qkv_fwd(got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), s->in[0], NULL, NULL, c->B, c->T,
+                     c->H, c->KVH, c->D);
+    int ok = memcmp(got, want, sizeof(float) * s->out_n) == 0;
+    // and back: the gather alone restores the fused rows
+    float *back = malloc(sizeof(float) * s->out_n);
+    be->rope_qkv_bwd(back, got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), NULL, NULL, c->B, c->T, c->H,
+                     c->KVH, c->D);
+    ok &= memcmp(back, s->in[0], sizeof(float) * s->out_n) == 0;
+    free(back);
     be->rope_fwd(q, q, s->cos, s->sin, c->B, c->T, c->H, c->D);
     be->rope_fwd(k, k, s->cos, s->sin, c->B, c->T, c->KVH, c->D);
     be->rope_qkv_fwd(got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), s->in[0], s->cos, s->sin, c->B, c->T,
                      c->H, c->KVH, c->D);
-    int ok = memcmp(got, want, sizeof(float) * s->out_n) == 0;
+    ok &= memcmp(got, want, sizeof(float) * s->out_n) == 0;
     printf("%-36s %-7s %12s %10s %s\n", c->name, "split", "bitwise", "", ok ? "pass" : "FAIL");
     EXPECT(ok, "%s: rope_qkv_fwd differs from rope_fwd on the gathered q, k and the copied v", c->name);
     free(got); free(want);

@@ -466,22 +466,21 @@ static void test_rope(int B, int T, int NH, int D, bool inplace, size_t mis, int
 // The fused q|k|v split (forward: q, k rotated, v copied out of (B, T, (H + 2 KVH) D) rows)
 // and gather (backward), on the vector path (D/2 % 8 == 0, rows 16-byte aligned) and the
 // scalar one; `mis` misaligns the fused buffer by 2 bytes.
-static void test_rope_qkv(int B, int T, int H, int KVH, int D, size_t mis, int kind) {
+static void test_rope_qkv(int B, int T, int H, int KVH, int D, size_t mis, int kind, bool norot = false) {
     const size_t N = (size_t)B * T, nq = N * H * D, nkv = N * KVH * D, n = nq + 2 * nkv;
     std::vector<float> x = randn_bf(n, 1.0f), cs, sn;
     rope_tables(kind, T, D, cs, sn);
-    std::string shape = fmt("B=%d T=%d H=%d KVH=%d D=%d%s%s", B, T, H, KVH, D, mis ? " misal" : "",
-                            kind == ROPE_LLAMA3 ? " llama3" : "");
+    std::string shape = fmt("B=%d T=%d H=%d KVH=%d D=%d%s%s%s", B, T, H, KVH, D, mis ? " misal" : "",
+                            kind == ROPE_LLAMA3 ? " llama3" : "", norot ? " no tables" : "");
     std::vector<float> yf(n), yb(n);   // fwd: [q | k | v] packed; bwd: the fused rows
-    CPU->rope_qkv_fwd(yf.data(), yf.data() + nq, yf.data() + nq + nkv, x.data(), cs.data(), sn.data(), B, T, H,
-                      KVH, D);
-    CPU->rope_qkv_bwd(yb.data(), x.data(), x.data() + nq, x.data() + nq + nkv, cs.data(), sn.data(), B, T, H, KVH,
-                      D);
+    const float *hc = norot ? nullptr : cs.data(), *hs = norot ? nullptr : sn.data();
+    CPU->rope_qkv_fwd(yf.data(), yf.data() + nq, yf.data() + nq + nkv, x.data(), hc, hs, B, T, H, KVH, D);
+    CPU->rope_qkv_bwd(yb.data(), x.data(), x.data() + nq, x.data() + nq + nkv, hc, hs, B, T, H, KVH, D);
     for (int dir = 0; dir < 2; dir++)
         run_case(dir ? "rope_qkv_bwd" : "rope_qkv_fwd", shape, {nmse_ref("out", dir ? yb : yf, THR_BF16)},
                  [&](Run &r) {
                      Dev d;
-                     const float *c = d.f32(cs), *s = d.f32(sn);
+                     const float *c = norot ? nullptr : d.f32(cs), *s = norot ? nullptr : d.f32(sn);
                      if (dir) {   // x read as dq | dk | dv (packed), out = the fused rows
                          char *in = (char *)d.bf16(x, 0);
                          void *out = d.alloc(n * 2, mis);
@@ -884,6 +883,9 @@ static void cases_rope() {
                           {2, 3, 3, 1, 10, 0, 0},  {1, 9, 4, 1, 128, 0, 1}, {2, 4, 2, 2, 32, 2, 0},
                           {1, 5, 6, 3, 24, 0, 0},  {3, 1, 4, 2, 16, 0, 1}};
     for (auto &q : qkv) test_rope_qkv(q[0], q[1], q[2], q[3], q[4], (size_t)q[5], q[6] ? ROPE_LLAMA3 : ROPE_DEFAULT);
+    // no tables (LoRA on q/k/v: the split and gather alone), vector and scalar paths
+    test_rope_qkv(2, 5, 4, 2, 16, 0, ROPE_DEFAULT, true);
+    test_rope_qkv(1, 3, 3, 1, 10, 2, ROPE_DEFAULT, true);
 }
 
 static void cases_attention() {
