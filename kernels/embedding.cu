@@ -6,7 +6,7 @@
 //   A token outside [0, V) yields a NaN row (the host validates tokens before upload).
 //   numerics: a copy, exact.
 //
-// backward dwte (V, C) += sum over rows n with tokens[n] == v of dout[n]
+// backward dwte (V, C) += sum over rows n with tokens[n] == v of dout[n]  (bf16, or fp32: dw_f32)
 //   Deterministic without atomics or sorting: the block of row n works only if n is the
 //   FIRST row holding its token (scan of tokens[0..n), __syncthreads_or); it then gathers
 //   every later row with the same token in ascending order (tiles of 128 tokens, a warp
@@ -14,7 +14,7 @@
 //   launch: grid (N, ceil(C / 1024)), 128 threads, each owns 8 consecutive columns.
 //   cost: O(N^2 / 128) token comparisons per column chunk (cheap for N = B*T up to ~32k),
 //   one read of dout, one read-modify-write of the touched dwte rows.
-//   numerics: fp32 sum in row order, one bf16 rounding of (dwte + sum) per element.
+//   numerics: fp32 sum in row order, one rounding of (dwte + sum) per element to dwte's dtype.
 //   Out-of-range tokens are skipped.
 #include "common.cuh"
 
@@ -40,8 +40,8 @@ embedding_fwd_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte, int C, i
 }
 
 __global__ void __launch_bounds__(EMB_THREADS)
-embedding_bwd_kernel(bf16 *dwte, const bf16 *dout, const int32_t *tokens, int N, int C, int V,
-                     int vec) {
+embedding_bwd_kernel(void *dwte, int dw_f32, const bf16 *dout, const int32_t *tokens, int N, int C,
+                     int V, int vec) {
     __shared__ unsigned tile_mask[EMB_THREADS / 32];
     const int n = blockIdx.x;
     const int tok = tokens[n];
@@ -89,7 +89,12 @@ embedding_bwd_kernel(bf16 *dwte, const bf16 *dout, const int32_t *tokens, int N,
     }
 
     // 3. one rounding into the gradient
-    bf16 *d = dwte + (size_t)tok * C + c0;
+    if (dw_f32) {
+        float *d = (float *)dwte + (size_t)tok * C + c0;
+        for (int k = 0; k < ncols; k++) d[k] += acc[k];
+        return;
+    }
+    bf16 *d = (bf16 *)dwte + (size_t)tok * C + c0;
     if (vec && ncols == 8) {
         float v[8];
         load8(v, d);
@@ -110,12 +115,12 @@ extern "C" int ftk_embedding_fwd(void *out, const int32_t *tokens, const void *w
     return launch_check("embedding_fwd");
 }
 
-extern "C" int ftk_embedding_bwd(void *dwte, const void *dout, const int32_t *tokens, int N,
-                                 int C, int V, ftk_stream stream) {
+extern "C" int ftk_embedding_bwd(void *dwte, int dw_f32, const void *dout, const int32_t *tokens,
+                                 int N, int C, int V, ftk_stream stream) {
     if (N <= 0 || C <= 0) return 0;
-    int vec = C % 8 == 0 && aligned16(dwte) && aligned16(dout);
+    int vec = C % 8 == 0 && (dw_f32 || aligned16(dwte)) && aligned16(dout);
     dim3 grid(N, ceil_div(C, EMB_COLS));
     LAUNCH_KERNEL(grid, dim3(EMB_THREADS), 0, stream, embedding_bwd_kernel)(
-        (bf16 *)dwte, (const bf16 *)dout, tokens, N, C, V, vec);
+        dwte, dw_f32, (const bf16 *)dout, tokens, N, C, V, vec);
     return launch_check("embedding_bwd");
 }

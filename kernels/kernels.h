@@ -23,12 +23,13 @@ typedef struct CUstream_st *ftk_stream;
 // embedding.cu
 int ftk_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int N, int C, int V,
                       ftk_stream stream);
-int ftk_embedding_bwd(void *dwte, const void *dout, const int32_t *tokens, int N, int C, int V,
-                      ftk_stream stream);
+// dwte bf16, or fp32 when dw_f32 (likewise rmsnorm_bwd's dweight)
+int ftk_embedding_bwd(void *dwte, int dw_f32, const void *dout, const int32_t *tokens, int N, int C,
+                      int V, ftk_stream stream);
 // rmsnorm.cu
 int ftk_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight, int N, int C,
                     float eps, ftk_stream stream);
-int ftk_rmsnorm_bwd(void *dinp, void *dweight, const void *dout, const void *inp,
+int ftk_rmsnorm_bwd(void *dinp, void *dweight, int dw_f32, const void *dout, const void *inp,
                     const void *weight, const float *rstd, int N, int C, ftk_stream stream);
 // rope.cu
 int ftk_rope_fwd(void *out, const void *inp, const float *cos, const float *sin, int B, int T,

@@ -7,14 +7,14 @@
 //   fixed cross-warp order), rsqrtf (rsqrt.approx on the GPU: ~2 ulp), one bf16 rounding.
 //
 // backward dinp (N, C) += r * w * dy - (r^3 / C) * x * sum(w * dy * x)
-//          dweight (C) += sum_n dy * x * r_n
+//          dweight (C) += sum_n dy * x * r_n   (dweight bf16, or fp32 when dw_f32)
 //   kernel 1 (dinp): one block per row as in the forward; fp32 math, one bf16 rounding of
 //     (dinp + dx).
 //   kernel 2 (dweight partials): grid (ceil(C / 32), ceil(N / 64)), 32 x 8 threads; each
 //     block sums its 64-row chunk for 32 columns (thread rows y, y+8, ... then the 8 row
 //     groups in order) into an fp32 workspace (ceil(N/64), C) from ftk_scratch_get (scratch.cu).
 //   kernel 3 (dweight): one thread per column sums the chunk partials in chunk order and
-//     adds to dweight with one bf16 rounding. No atomics: bitwise deterministic.
+//     adds to dweight with one rounding to its dtype. No atomics: bitwise deterministic.
 #include "common.cuh"
 
 #define RMS_MAX_THREADS 256
@@ -129,13 +129,18 @@ rmsnorm_bwd_dw_partial_kernel(float *partial, const bf16 *dout, const bf16 *inp,
     }
 }
 
-__global__ void rmsnorm_bwd_dw_final_kernel(bf16 *dweight, const float *partial, int nchunks,
-                                            int C) {
+__global__ void rmsnorm_bwd_dw_final_kernel(void *dweight, const float *partial, int nchunks,
+                                            int C, int dw_f32) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
     for (int k = 0; k < nchunks; k++) s += partial[(size_t)k * C + c];
-    dweight[c] = f2bf(bf2f(dweight[c]) + s);
+    if (dw_f32) {
+        ((float *)dweight)[c] += s;
+    } else {
+        bf16 *d = (bf16 *)dweight;
+        d[c] = f2bf(bf2f(d[c]) + s);
+    }
 }
 
 extern "C" int ftk_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight,
@@ -147,9 +152,9 @@ extern "C" int ftk_rmsnorm_fwd(void *out, float *rstd, const void *inp, const vo
     return launch_check("rmsnorm_fwd");
 }
 
-extern "C" int ftk_rmsnorm_bwd(void *dinp, void *dweight, const void *dout, const void *inp,
-                               const void *weight, const float *rstd, int N, int C,
-                               ftk_stream stream) {
+extern "C" int ftk_rmsnorm_bwd(void *dinp, void *dweight, int dw_f32, const void *dout,
+                               const void *inp, const void *weight, const float *rstd, int N,
+                               int C, ftk_stream stream) {
     if (N <= 0 || C <= 0) return 0;
     int vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
               aligned16(weight);
@@ -168,7 +173,7 @@ extern "C" int ftk_rmsnorm_bwd(void *dinp, void *dweight, const void *dout, cons
     int rc = launch_check("rmsnorm_bwd (dweight partials)");
     if (rc == 0) {
         LAUNCH_KERNEL(dim3(ceil_div(C, 256)), dim3(256), 0, stream, rmsnorm_bwd_dw_final_kernel)(
-            (bf16 *)dweight, partial, nchunks, C);
+            dweight, partial, nchunks, C, dw_f32);
         rc = launch_check("rmsnorm_bwd (dweight)");
     }
     ftk_scratch_put(partial, stream);

@@ -10,6 +10,10 @@
 //   - N = B*T rows; C = hidden; H/KVH = query/key-value heads; D = head dim; F = MLP
 //     width; V = vocab. Row-major, last dimension contiguous. Shapes are in comments.
 //   - "+=" in a contract means the op accumulates into its output; otherwise it overwrites.
+//   - A parameter gradient (dwte, dweight) is in dtype `gdt`: the storage dtype (a
+//     micro-batch's unit gradient, reduced afterwards) or ST_F32 (the step's fp32 gradient
+//     itself, added into directly when nothing is reduced: one shard, src/fsdp.c). The CPU
+//     backend stores fp32 only, so both are ST_F32 there.
 //   - Ops are deterministic: same inputs, same bits (no float atomics in reductions).
 #pragma once
 #include <stddef.h>
@@ -75,14 +79,14 @@ struct backend {
     // ---------------------------------------------------------------- layers
     // out (N, C) = wte (V, C)[tokens (N)]
     int (*embedding_fwd)(void *out, const int32_t *tokens, const void *wte, int N, int C, int V);
-    // dwte (V, C) += scatter of dout (N, C) by tokens (N)
-    int (*embedding_bwd)(void *dwte, const void *dout, const int32_t *tokens, int N, int C, int V);
+    // dwte (V, C, gdt) += scatter of dout (N, C) by tokens (N)
+    int (*embedding_bwd)(void *dwte, st_dtype gdt, const void *dout, const int32_t *tokens, int N, int C, int V);
 
     // out (N, C) = inp * rsqrt(mean(inp^2) + eps) * weight (C); rstd (N) saved for backward
     int (*rmsnorm_fwd)(void *out, float *rstd, const void *inp, const void *weight,
                        int N, int C, float eps);
-    // dinp (N, C) += d/dinp, dweight (C) += d/dweight, given dout (N, C)
-    int (*rmsnorm_bwd)(void *dinp, void *dweight, const void *dout, const void *inp,
+    // dinp (N, C) += d/dinp, dweight (C, gdt) += d/dweight, given dout (N, C)
+    int (*rmsnorm_bwd)(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
                        const void *weight, const float *rstd, int N, int C);
 
     // Rotary embedding, HF rotate_half convention, positions 0..T-1.
@@ -106,8 +110,8 @@ struct backend {
     int (*matmul_fwd)(void *out, const void *inp, const void *weight, const void *residual,
                       int N, int IC, int OC);
     // dinp (N, IC) = (or += when accumulate_dinp) dout (N, OC) @ weight; skipped if dinp NULL
-    // dweight (OC, IC) += dout^T @ inp; skipped if dweight NULL (a frozen weight)
-    int (*matmul_bwd)(void *dinp, void *dweight, const void *dout, const void *inp,
+    // dweight (OC, IC, gdt) += dout^T @ inp; skipped if dweight NULL (a frozen weight)
+    int (*matmul_bwd)(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
                       const void *weight, int N, int IC, int OC, int accumulate_dinp);
 
     // Causal softmax attention with GQA (query head h uses kv head h / (H / KVH)),
@@ -137,14 +141,14 @@ struct backend {
     // x (N, C), weight (V, C), targets (N) with -100 = ignored.
     // losses (N) fp32 = -log softmax(x W^T)[target], 0 for ignored rows.
     // If dx != NULL (training): with dlogits = dloss * (softmax - onehot(target)) on valid
-    // rows and 0 on ignored rows: dx (N, C) = dlogits @ weight, dweight (V, C) += dlogits^T x,
-    // summed over all chunks in fp32 and added to dweight with ONE rounding to the storage
-    // dtype. dw_acc (V, C) fp32 is the scratch for that sum: required when training with
-    // N > chunk_rows on a backend whose dtype is not fp32 (the CUDA backend), else unused
-    // and may be NULL. A target outside [0, V) other than -100 is an error (CPU) or a NaN
+    // rows and 0 on ignored rows: dx (N, C) = dlogits @ weight, dweight (V, C, gdt) +=
+    // dlogits^T x, summed over all chunks in fp32 and added to dweight with ONE rounding to
+    // gdt. dw_acc (V, C) fp32 is the scratch for that sum: required when training with
+    // N > chunk_rows into a gdt that is not fp32 (the CUDA backend's unit gradients), else
+    // unused and may be NULL. A target outside [0, V) other than -100 is an error (CPU) or a NaN
     // loss (CUDA: the host validates targets). dweight NULL: a frozen lm_head (LoRA), its
     // gradient skipped (and dw_acc unused).
-    int (*lmhead_xent)(float *losses, void *dx, void *dweight, const void *x,
+    int (*lmhead_xent)(float *losses, void *dx, void *dweight, st_dtype gdt, const void *x,
                        const void *weight, const int32_t *targets, int N, int C, int V,
                        float dloss, int chunk_rows, float *logits_ws, float *dw_acc);
 

@@ -83,11 +83,17 @@ static int cpu_embedding_fwd(void *out_, const int32_t *tokens, const void *wte_
     return 0;
 }
 
-static int cpu_embedding_bwd(void *dwte_, const void *dout_, const int32_t *tokens, int N, int C,
+// fp32 storage: a parameter gradient is fp32 in either role (backend.h, gdt)
+static int cpu_check_gdt(const char *op, st_dtype gdt) {
+    return gdt == ST_F32 ? 0 : ft_error("%s: gradient dtype %s on the fp32 CPU backend", op, st_dtype_name(gdt));
+}
+
+static int cpu_embedding_bwd(void *dwte_, st_dtype gdt, const void *dout_, const int32_t *tokens, int N, int C,
                              int V) {
     float *dwte = dwte_;           // (V, C)
     const float *dout = dout_;     // (N, C)
     (void)V;
+    TRY(cpu_check_gdt("embedding_bwd", gdt));
     // parallel over column blocks, rows in order: deterministic, no atomics
 #pragma omp parallel for if ((size_t)N * C >= PAR_MIN)
     for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
@@ -124,11 +130,12 @@ static int cpu_rmsnorm_fwd(void *out_, float *rstd, const void *inp_, const void
     return 0;
 }
 
-static int cpu_rmsnorm_bwd(void *dinp_, void *dweight_, const void *dout_, const void *inp_,
+static int cpu_rmsnorm_bwd(void *dinp_, void *dweight_, st_dtype gdt, const void *dout_, const void *inp_,
                            const void *weight_, const float *rstd, int N, int C) {
     float *dinp = dinp_;           // (N, C) +=
     float *dw = dweight_;          // (C) +=
     const float *dout = dout_, *inp = inp_, *w = weight_;
+    TRY(cpu_check_gdt("rmsnorm_bwd", gdt));
     const int par = (size_t)N * C >= PAR_MIN;
 #pragma omp parallel if (par)
     {
@@ -240,8 +247,9 @@ static int cpu_matmul_fwd(void *out, const void *inp, const void *weight, const 
     return 0;
 }
 
-static int cpu_matmul_bwd(void *dinp, void *dweight, const void *dout, const void *inp,
+static int cpu_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
                           const void *weight, int N, int IC, int OC, int accumulate_dinp) {
+    if (dweight) TRY(cpu_check_gdt("matmul_bwd", gdt));
     if (dinp) // dinp (N, IC) = dout (N, OC) @ weight (OC, IC)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight,
                     IC, accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
@@ -337,10 +345,11 @@ CPU_VECTOR_CLONES static float xent_row(float *l, int tgt, int V, float dloss, i
 }
 
 // (fp32 storage: dweight accumulates in fp32 directly, dw_acc is not needed)
-static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, const void *x_,
+static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, st_dtype gdt, const void *x_,
                            const void *weight, const int32_t *targets, int N, int C, int V,
                            float dloss, int chunk_rows, float *logits_ws, float *dw_acc) {
     (void)dw_acc;
+    if (dx_ && dweight) TRY(cpu_check_gdt("lmhead_xent", gdt));
     const float *x = x_;           // (N, C)
     float *dx = dx_;               // (N, C) or NULL
     if (chunk_rows <= 0) return ft_error("lmhead_xent: chunk of %d rows", chunk_rows);
@@ -355,7 +364,7 @@ static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, const void *
 #pragma omp parallel for if ((size_t)rows * V >= PAR_MIN)
         for (int r = 0; r < rows; r++)
             losses[n0 + r] = xent_row(logits + (size_t)r * V, targets[n0 + r], V, dloss, dx != NULL);
-        if (dx) cpu_matmul_bwd(dx + (size_t)n0 * C, dweight, logits, x + (size_t)n0 * C, weight,
+        if (dx) cpu_matmul_bwd(dx + (size_t)n0 * C, dweight, ST_F32, logits, x + (size_t)n0 * C, weight,
                                rows, C, V, 0);
     }
     return 0;

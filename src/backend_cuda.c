@@ -326,13 +326,21 @@ static int cu_matmul_fwd(void *out, const void *inp, const void *weight, const v
     return gemm_cd(1, 0, OC, N, IC, weight, IC, inp, IC, residual, out, OC, 0, 1.0f, 1.0f);
 }
 
-static int cu_matmul_bwd(void *dinp, void *dweight, const void *dout, const void *inp, const void *weight, int N,
-                         int IC, int OC, int accumulate_dinp) {
+// a parameter gradient's dtype (backend.h, gdt): 1 for fp32, 0 for bf16, -1 + ft_error otherwise
+static int grad_is_f32(const char *op, st_dtype gdt) {
+    if (gdt == ST_F32 || gdt == ST_BF16) return gdt == ST_F32;
+    return ft_error("%s: gradient dtype %s (bf16 or fp32 on CUDA)", op, st_dtype_name(gdt));
+}
+
+static int cu_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
+                         const void *weight, int N, int IC, int OC, int accumulate_dinp) {
     // dinp^T (IC, N) = W^T (IC, OC) . dout^T (OC, N)
     if (dinp) TRY(gemm(0, 0, IC, N, OC, weight, dout, dinp, accumulate_dinp ? 1.0f : 0.0f));
-    // dW^T (IC, OC) += inp^T (IC, N) . dout (N, OC)
+    // dW^T (IC, OC) += inp^T (IC, N) . dout (N, OC), into a bf16 or fp32 C (beta 1)
     if (!dweight) return 0;
-    return gemm(0, 1, IC, OC, N, inp, dout, dweight, 1.0f);
+    const int f32 = grad_is_f32("matmul_bwd", gdt);
+    if (f32 < 0) return -1;
+    return gemm_ld(0, 1, IC, OC, N, inp, IC, dout, OC, dweight, IC, f32, 1.0f, 1.0f);
 }
 
 // ----------------------------------------------------------------------------
@@ -343,16 +351,20 @@ static int cu_matmul_bwd(void *dinp, void *dweight, const void *dout, const void
 //   dx_c^T (C, rows)  bf16 = dloss W stored (C, V) . g^T (V, rows, ld 2V)
 //   dW^T (C, V)          += dloss x_c^T (C, rows) . op_T(g^T (V, rows, ld 2V))
 // (dloss as the GEMMs' fp32 alpha, not folded into the bf16 g: see kernels/lmhead_xent.cu)
-// With one chunk dW's GEMM adds into the bf16 dweight directly (one rounding); with several,
-// into the fp32 dw_acc (the first chunk with beta 0), which then takes dweight's old value
-// and is rounded into dweight once.
+// An fp32 dweight (gdt) takes every chunk's dW GEMM directly (beta 1). A bf16 one: with one
+// chunk dW's GEMM adds into it directly (one rounding); with several, into the fp32 dw_acc
+// (the first chunk with beta 0), which then takes dweight's old value and is rounded into
+// dweight once.
 
-static int cu_lmhead_xent(float *losses, void *dx, void *dw, const void *x, const void *w, const int32_t *targets,
-                          int N, int C, int V, float dloss, int chunk_rows, float *logits_ws, float *dw_acc) {
+static int cu_lmhead_xent(float *losses, void *dx, void *dw, st_dtype gdt, const void *x, const void *w,
+                          const int32_t *targets, int N, int C, int V, float dloss, int chunk_rows, float *logits_ws,
+                          float *dw_acc) {
     if (N <= 0) return 0;
     if (C <= 0 || V <= 0 || chunk_rows <= 0)
         return ft_error("lmhead_xent: bad shape C=%d V=%d chunk of %d rows", C, V, chunk_rows);
-    const int several = N > chunk_rows;
+    const int dw_f32 = dx && dw ? grad_is_f32("lmhead_xent", gdt) : 0;
+    if (dw_f32 < 0) return -1;
+    const int several = N > chunk_rows && !dw_f32;   // the fp32 sum needs a scratch of its own
     if (dx && dw && several && !dw_acc)
         return ft_error("lmhead_xent: N=%d rows in chunks of %d need the fp32 dW accumulator", N, chunk_rows);
     for (int n0 = 0; n0 < N; n0 += chunk_rows) {
@@ -366,7 +378,7 @@ static int cu_lmhead_xent(float *losses, void *dx, void *dw, const void *x, cons
         if (several)
             TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw_acc, C, 1, dloss, n0 == 0 ? 0.0f : 1.0f));
         else
-            TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw, C, 0, dloss, 1.0f));
+            TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw, C, dw_f32, dloss, 1.0f));
     }
     if (!dx || !dw || !several) return 0;
     TRY(ftk_accumulate(dw_acc, dw, (size_t)V * C, 1.0f, G.stream));   // the sum + dweight's old value
@@ -377,10 +389,18 @@ static int cu_lmhead_xent(float *losses, void *dx, void *dw, const void *x, cons
 // the kernels (kernels/*.cu) on the compute stream
 
 static int cu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int N, int C, int V) {
-    return ftk_embedding_fwd(out, tokens, wte, N, C, V, G.stream);
+    emu_extent(wte, (size_t)V * C * 2);   // (V, C) bf16: the root's part of a gathered-units buffer
+    const int rc = ftk_embedding_fwd(out, tokens, wte, N, C, V, G.stream);
+    emu_extent(NULL, 0);
+    return rc;
 }
-static int cu_embedding_bwd(void *dwte, const void *dout, const int32_t *tokens, int N, int C, int V) {
-    return ftk_embedding_bwd(dwte, dout, tokens, N, C, V, G.stream);
+static int cu_embedding_bwd(void *dwte, st_dtype gdt, const void *dout, const int32_t *tokens, int N, int C, int V) {
+    const int f32 = grad_is_f32("embedding_bwd", gdt);
+    if (f32 < 0) return -1;
+    emu_extent(dwte, (size_t)V * C * (f32 ? 4 : 2));   // the embedding's part of a gradient unit
+    const int rc = ftk_embedding_bwd(dwte, f32, dout, tokens, N, C, V, G.stream);
+    emu_extent(NULL, 0);
+    return rc;
 }
 static int cu_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps) {
     emu_extent(w, (size_t)C * 2);   // (C,) bf16: one unit's norm weight
@@ -388,10 +408,13 @@ static int cu_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *w
     emu_extent(NULL, 0);
     return rc;
 }
-static int cu_rmsnorm_bwd(void *dinp, void *dw, const void *dout, const void *inp, const void *w, const float *rstd,
-                          int N, int C) {
+static int cu_rmsnorm_bwd(void *dinp, void *dw, st_dtype gdt, const void *dout, const void *inp, const void *w,
+                          const float *rstd, int N, int C) {
+    const int f32 = grad_is_f32("rmsnorm_bwd", gdt);
+    if (f32 < 0) return -1;
     emu_extent(w, (size_t)C * 2);
-    const int rc = ftk_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C, G.stream);
+    emu_extent(dw, (size_t)C * (f32 ? 4 : 2));   // the weight's gradient: C elements of a gradient unit
+    const int rc = ftk_rmsnorm_bwd(dinp, dw, f32, dout, inp, w, rstd, N, C, G.stream);
     emu_extent(NULL, 0);
     return rc;
 }

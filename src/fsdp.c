@@ -17,6 +17,10 @@ const char *fsdp_sharding_name(int S, int W) {
     return W > 1 ? "none (DDP)" : "none (single device)";
 }
 
+fsdp_grad_mode fsdp_resolve_grad_mode(fsdp_grad_mode asked, int shard_size) {
+    return shard_size == 1 ? FSDP_GRADS_DIRECT : asked;
+}
+
 // Global element range [lo, hi) of unit u held by this rank.
 static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) {
     *lo = s->layout->unit_offset[u] + (size_t)s->shard->rank * s->slice[u];
@@ -28,7 +32,7 @@ static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) 
 
 // The --dry_run lines of a state's buffers, per role (the adapters' are told apart from the model's).
 typedef struct {
-    const char *params, *opt, *opt_host, *grad_host, *param_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root;
+    const char *params, *opt, *opt_host, *grad_host, *param_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root, *kept;
 } fsdp_lines;
 static const fsdp_lines model_lines = {
     "working parameters, this rank's slice", "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)",
@@ -40,7 +44,8 @@ static const fsdp_lines model_lines = {
     "second layer reduce-scatter output (one in flight)", "full-size gradients summed over micro-batches",
     "one micro-batch's root + two layer gradients (one reducing while the next computes)",
     "one micro-batch's root + layer gradients", "fp32 unit buffer (checkpoint gathers)",
-    "fp32 unit buffer (checkpoint gathers; during a step the root gradient sum)"};
+    "fp32 unit buffer (checkpoint gathers; during a step the root gradient sum)",
+    "every unit, gathered once per optimizer step and kept (--keep_params_gathered)"};
 static const fsdp_lines adapter_lines = {
     "LoRA adapters: working parameters (slice)", "LoRA adapters: fp32 master + AdamW moments (slice)",
     "LoRA adapters: offloaded fp32 master + AdamW moments (slice), host memory",
@@ -50,10 +55,12 @@ static const fsdp_lines adapter_lines = {
     "LoRA adapters: two layer units, gathered", "LoRA adapters: reduce-scatter outputs",
     "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size gradients summed over micro-batches",
     "LoRA adapters: one micro-batch's gradients", "LoRA adapters: one micro-batch's gradients",
-    "LoRA adapters: fp32 unit buffer (checkpoint gathers)", "LoRA adapters: fp32 unit buffer (checkpoint gathers)"};
+    "LoRA adapters: fp32 unit buffer (checkpoint gathers)", "LoRA adapters: fp32 unit buffer (checkpoint gathers)",
+    "LoRA adapters: every unit, gathered once per optimizer step and kept (--keep_params_gathered)"};
 
 void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp_grad_mode mode, fsdp_role role,
-                       int offload, size_t esz, fsdp_state *s) {
+                       int offload, int keep_gathered, size_t esz, fsdp_state *s) {
+    mode = fsdp_resolve_grad_mode(mode, shard_size);
     const size_t S = (size_t)shard_size, n_local = l->total / S, nf = n_local * sizeof(float);
     const int accumulate_locally = mode == FSDP_GRADS_LOCAL, root_once = mode == FSDP_GRADS_ROOT_ONCE && S > 1;
     const fsdp_lines *w = role == FSDP_ADAPTERS ? &adapter_lines : &model_lines;
@@ -75,7 +82,11 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
         mem_table_add(t, oc, nf, opt, SLOT(s, exp_avg_sq));
         mem_table_add(t, MEM_GRADS, nf, w->grads, SLOT(s, grads));
     }
-    if (S > 1) {
+    if (S > 1 && keep_gathered) {
+        const char *kept = role == FSDP_FROZEN ? "frozen base (LoRA): every unit, gathered once and kept "
+                                                 "(--keep_params_gathered)" : w->kept;
+        mem_table_add(t, MEM_GATHERED, l->total * esz, kept, SLOT(s, all_full));
+    } else if (S > 1) {
         mem_table_add(t, MEM_GATHERED, root * esz, w->root, SLOT(s, root_full));
         mem_table_add(t, MEM_GATHERED, layer * esz, w->layers, SLOT(s, layer_full[0]));
         mem_table_add(t, MEM_GATHERED, layer * esz, w->layers, SLOT(s, layer_full[1]));
@@ -87,7 +98,7 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
     }
     if (accumulate_locally) {
         mem_table_add(t, MEM_GRADS, l->total * esz, w->full, SLOT(s, grad_full));
-    } else {
+    } else if (mode != FSDP_GRADS_DIRECT) {
         const char *g = S > 1 ? w->micro_s : w->micro_1;
         mem_table_add(t, MEM_GRADS, root * esz, g, SLOT(s, root_grad));
         mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[0]));
@@ -106,11 +117,11 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
 
 int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem,
               comm *shard, comm *replica, fsdp_grad_mode mode) {
-    return fsdp_init_role(s, l, be, mem, shard, replica, mode, FSDP_TRAINED, 0);
+    return fsdp_init_role(s, l, be, mem, shard, replica, mode, FSDP_TRAINED, 0, 0);
 }
 
 int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem, comm *shard,
-                   comm *replica, fsdp_grad_mode mode, fsdp_role role, int offload) {
+                   comm *replica, fsdp_grad_mode mode, fsdp_role role, int offload, int keep_gathered) {
     memset(s, 0, sizeof *s);
     s->layout = l;
     s->role = role;
@@ -125,7 +136,8 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->shard = shard;
     s->replica = replica;
     s->esz = st_dtype_size(be->dtype);
-    s->mode = mode == FSDP_GRADS_ROOT_ONCE && shard->size == 1 ? FSDP_GRADS_PER_MICRO_BATCH : mode;
+    s->keep_gathered = keep_gathered && shard->size > 1;
+    s->mode = fsdp_resolve_grad_mode(mode, shard->size);
     s->accumulate_locally = s->mode == FSDP_GRADS_LOCAL;
     s->micro_first = s->micro_last = 1;
     s->held[0] = s->held[1] = -1;
@@ -134,8 +146,9 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->slice = ft_calloc((size_t)l->n_units, sizeof(size_t), "slice table");
     s->local_off = ft_calloc((size_t)l->n_units, sizeof(size_t), "slice offsets");
     s->off_done = ft_calloc((size_t)l->n_units, 1, "offload unit flags");
+    s->kept = ft_calloc((size_t)l->n_units, 1, "gathered unit flags");
     s->off_pending = -1;
-    if (!s->slice || !s->local_off) { fsdp_free(s); return -1; }
+    if (!s->slice || !s->local_off || !s->off_done || !s->kept) { fsdp_free(s); return -1; }
     for (int u = 0; u < l->n_units; u++) {
         if (l->unit_numel[u] % S != 0) {
             fsdp_free(s);
@@ -148,7 +161,7 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
         if (l->unit_numel[u] > s->max_unit) s->max_unit = l->unit_numel[u];
     }
     mem_table t = mem_table_allocator(mem);
-    fsdp_buffer_table(&t, l, shard->size, s->mode, role, s->offload, s->esz, s);
+    fsdp_buffer_table(&t, l, shard->size, s->mode, role, s->offload, s->keep_gathered, s->esz, s);
     if (t.failed) { fsdp_free(s); return -1; }
     // the checkpoint gather buffer (max_unit >= the root's elements) is idle during a step
     if (s->mode == FSDP_GRADS_ROOT_ONCE) s->root_acc = s->unit_f32;
@@ -175,11 +188,12 @@ void fsdp_free(fsdp_state *s) {
         if (s->offload)
             for (int k = 0; k < BACKEND_COPY_TICKETS; k++) (void)s->be->copy_wait(k);
         mem_table t = mem_table_releaser(s->mem);
-        fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->role, s->offload, s->esz, s);
+        fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->role, s->offload, s->keep_gathered, s->esz, s);
     }
     free(s->slice);
     free(s->local_off);
     free(s->off_done);
+    free(s->kept);
     memset(s, 0, sizeof *s);
 }
 
@@ -215,11 +229,43 @@ void fsdp_invalidate_gathered(fsdp_state *s) {
         if (s->pending[b]) gather_finish(s, b);
         s->held[b] = -1;
     }
+    if (s->kept) memset(s->kept, 0, (size_t)s->layout->n_units);
+}
+
+// keep_gathered: unit u's place in all_full
+static void *kept_params(fsdp_state *s, int u) { return (char *)s->all_full + s->layout->unit_offset[u] * s->esz; }
+
+// keep_gathered: unit u from all_full, gathered there first unless kept since the parameters
+// last changed; then the next unit of the pass (forward: root, 0, 1, ..; backward: down) is
+// gathered non-blocking unless kept. One prefetch in flight at a time (pending[0], held[0]).
+static int kept_acquire(fsdp_state *s, int u, int for_backward, void **params) {
+    const int L = s->layout->n_layers;
+    if (s->held[0] == u) {   // prefetched: wait for it
+        TRY(gather_finish(s, 0));
+        s->held[0] = -1;
+        s->kept[u] = 1;
+    }
+    if (!s->kept[u]) {
+        TRY(comm_all_gather(s->shard, kept_params(s, u), local_params(s, u), s->slice[u], s->be->dtype));
+        s->kept[u] = 1;
+    }
+    *params = kept_params(s, u);
+    const int next = u == L ? (for_backward ? -1 : 0) : for_backward ? u - 1 : (u + 1 < L ? u + 1 : -1);
+    if (next < 0 || s->kept[next] || s->held[0] == next) return 0;
+    if (s->held[0] >= 0) {   // an older prefetch still in flight: complete it first
+        TRY(gather_finish(s, 0));
+        s->kept[s->held[0]] = 1;
+    }
+    TRY(comm_iall_gather(s->shard, kept_params(s, next), local_params(s, next), s->slice[next], s->be->dtype,
+                         &s->pending[0]));
+    s->held[0] = next;
+    return 0;
 }
 
 static int prov_acquire(void *ctx, int u, int for_backward, void **params) {
     fsdp_state *s = ctx;
     if (s->shard->size == 1) { *params = local_params(s, u); return 0; }
+    if (s->keep_gathered) return kept_acquire(s, u, for_backward, params);
     const int L = s->layout->n_layers;
     int next;
     if (u == L) {   // the root: gathered once, kept until the parameters change; the forward starts at layer 0
@@ -284,10 +330,16 @@ static int fsdp_flush_grads(fsdp_state *s) {
 // -1 with ft_error: `what` asked of a frozen state (the LoRA base has no gradients or optimizer state)
 static int frozen_error(const char *what) { return ft_error("fsdp: %s of the frozen base (LoRA)", what); }
 
-static int prov_grad_begin(void *ctx, int u, void **grads) {
+static int prov_grad_begin(void *ctx, int u, void **grads, st_dtype *gdt) {
     fsdp_state *s = ctx;
     if (s->role == FSDP_FROZEN) return frozen_error("gradients");
     const int L = s->layout->n_layers;
+    if (s->mode == FSDP_GRADS_DIRECT) {   // the step's fp32 gradient, zeroed by fsdp_zero_grads
+        *grads = s->grads + s->local_off[u];
+        *gdt = ST_F32;
+        return 0;
+    }
+    *gdt = s->be->dtype;
     if (overlapped(s)) TRY(u == L ? fsdp_flush_grads(s) : rs_finish(s, grad_buffer(s, u)));
     void *g = unit_grad(s, u);
     // per micro-batch buffers start from zero; local accumulation only at the step's start
@@ -313,6 +365,7 @@ static int root_grad_end(fsdp_state *s) {
 
 static int prov_grad_end(void *ctx, int u) {
     fsdp_state *s = ctx;
+    if (s->mode == FSDP_GRADS_DIRECT) return offload_grad_final(s, u);   // the slice is the unit's sum
     if (s->accumulate_locally && !s->micro_last) return 0;   // reduced after the last micro-batch
     const void *g = unit_grad(s, u);
     if (overlapped(s) && u < s->layout->n_layers) {

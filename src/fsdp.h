@@ -37,7 +37,14 @@ typedef enum {
                                       // over micro-batches, every unit reduce-scattered once
     FSDP_GRADS_ROOT_ONCE = 2,         // layers per micro-batch; the root's gradient summed in
                                       // fp32 over micro-batches, reduce-scattered once (S > 1)
+    FSDP_GRADS_DIRECT = 3,            // one shard (S = 1): nothing to reduce per micro-batch, so
+                                      // the backward adds into the fp32 slice (= the unit) itself
 } fsdp_grad_mode;
+
+// The mode a state runs in for the mode asked for: with a shard group of 1 every mode is
+// FSDP_GRADS_DIRECT (no per-micro-batch gradient buffers, no zero/add passes); else ROOT_ONCE
+// and LOCAL as asked. fsdp_init and the planner both resolve through this.
+fsdp_grad_mode fsdp_resolve_grad_mode(fsdp_grad_mode asked, int shard_size);
 
 // What a state's parameters are (the buffers it holds, and their --dry_run lines).
 typedef enum {
@@ -66,6 +73,10 @@ typedef struct {
     float *exp_avg, *exp_avg_sq;  // (n_local) fp32 AdamW moments
     float *grads;                 // (n_local) fp32 gradients of the current optimizer step
 
+    int keep_gathered;            // --keep_params_gathered (S > 1): every unit gathered into
+                                  // all_full at its first use, kept until the parameters change
+    void *all_full;               // (layout->total) backend dtype, every unit gathered (keep_gathered)
+    unsigned char *kept;          // (n_units) 1: unit u's copy in all_full is current (keep_gathered)
     void *root_full;              // gathered root unit (S > 1), backend dtype
     int root_held;                // root_full holds the current parameters (gathered this step)
     void *layer_full[2];          // two gathered layer buffers (S > 1): in use + prefetched
@@ -108,8 +119,7 @@ typedef struct {
 // step instead of after every micro-batch (P more elements of memory, 1/accum the traffic);
 // FSDP_GRADS_ROOT_ONCE: the same for the root unit only, summed in fp32 in the checkpoint
 // gather buffer (idle during a step: no extra memory), (accum - 1) fewer root reduce-scatters
-// per step; it needs S > 1 (else it acts as FSDP_GRADS_PER_MICRO_BATCH, whose one-rank path
-// already sums into the fp32 slice).
+// per step; it needs S > 1 (with S = 1 every mode is FSDP_GRADS_DIRECT).
 int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem,
               comm *shard, comm *replica, fsdp_grad_mode mode);
 // The same for a state of `role` (fsdp_init = FSDP_TRAINED). A FSDP_FROZEN state holds the
@@ -118,22 +128,28 @@ int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_
 // parameters, fsdp_zero_moments does nothing, and the gradient/optimizer calls and
 // fsdp_get_unit fail. offload 1 (--offload_optimizer; ignored for FSDP_FROZEN): the fp32
 // master weights and AdamW moments are host memory (MEM_HOST, be->host_alloc), updated there
-// unit by unit (fsdp_optimizer_step).
+// unit by unit (fsdp_optimizer_step). keep_gathered 1 (--keep_params_gathered; S > 1, else
+// ignored): one buffer holds every unit gathered; a unit is gathered at its first use and
+// kept until the parameters change (fsdp_invalidate_gathered: the optimizer step), so a step
+// gathers each unit once instead of twice per micro-batch (a frozen LoRA base: once per run),
+// for the memory of the whole model's working parameters instead of root + two layers.
 int fsdp_init_role(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem, comm *shard,
-                   comm *replica, fsdp_grad_mode mode, fsdp_role role, int offload);
+                   comm *replica, fsdp_grad_mode mode, fsdp_role role, int offload, int keep_gathered);
 void fsdp_free(fsdp_state *s);
 
 // Every backend buffer fsdp_init_role allocates for `layout` in `role` over a shard group of
 // shard_size ranks (S divides every unit), offered to `t` in allocation order with esz bytes
-// per storage element; offload 1 moves master + moments to MEM_HOST. `s` NULL: only sizes
-// (the planner); otherwise slots are s's fields.
+// per storage element; offload 1 moves master + moments to MEM_HOST; keep_gathered 1 one
+// gather buffer of the whole layout. `s` NULL: only sizes (the planner); otherwise slots are
+// s's fields.
 void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, fsdp_grad_mode mode,
-                       fsdp_role role, int offload, size_t esz, fsdp_state *s);
+                       fsdp_role role, int offload, int keep_gathered, size_t esz, fsdp_state *s);
 
 // The provider the model uses for forward/backward over this state. With S > 1 it gathers a
 // layer while the previous one computes: acquiring layer l (forward) starts the gather of
 // l + 1, acquiring it for backward starts l - 1; the last forward layer is still gathered
-// when the backward begins and is not gathered again.
+// when the backward begins and is not gathered again. With keep_gathered a unit already
+// gathered since the last fsdp_invalidate_gathered is not gathered again at all.
 unit_provider fsdp_provider(fsdp_state *s);
 // Forget the gathered root and layers (their parameters changed). The optimizer step and
 // loading call it.

@@ -207,9 +207,9 @@ int lora_proj_fwd(const backend *be, float s, void *y, void *u, const void *x, c
     return be->matmul_fwd(y, u, B, y, N, r, out);     // (N, out) y += u B^T
 }
 
-int lora_proj_bwd(const backend *be, float s, void *dx, void *dA, void *dB, void *du, const void *dy, const void *x,
-                  const void *u, const void *A, const void *B, int N, int in, int out, int r) {
-    TRY(be->matmul_bwd(du, dB, dy, u, B, N, r, out, 0));   // du = dy B (N, r); dB += dy^T u
-    TRY(be->scale(du, du, s, (size_t)N * r));              // d(x A^T) = s dy B
-    return be->matmul_bwd(dx, dA, du, x, A, N, in, r, 1);  // dx += du A; dA += du^T x
+int lora_proj_bwd(const backend *be, float s, void *dx, void *dA, void *dB, st_dtype gdt, void *du, const void *dy,
+                  const void *x, const void *u, const void *A, const void *B, int N, int in, int out, int r) {
+    TRY(be->matmul_bwd(du, dB, gdt, dy, u, B, N, r, out, 0));   // du = dy B (N, r); dB += dy^T u
+    TRY(be->scale(du, du, s, (size_t)N * r));                   // d(x A^T) = s dy B
+    return be->matmul_bwd(dx, dA, gdt, du, x, A, N, in, r, 1);  // dx += du A; dA += du^T x
 }

@@ -63,9 +63,10 @@ void lora_layout_free(lora_layout *ll);
 int lora_proj_fwd(const backend *be, float s, void *y, void *u, const void *x, const void *A, const void *B, int N,
                   int in, int out, int r);
 // Given dy (N, out), the saved x (N, in) and u (N, r): dB (out, r) += dy^T u;
-// du (N, r) = s dy B (scratch); dA (r, in) += du^T x; dx (N, in) += du A. 0 / -1.
-int lora_proj_bwd(const backend *be, float s, void *dx, void *dA, void *dB, void *du, const void *dy, const void *x,
-                  const void *u, const void *A, const void *B, int N, int in, int out, int r);
+// du (N, r) = s dy B (scratch); dA (r, in) += du^T x; dx (N, in) += du A. dA and dB are in
+// dtype gdt (backend.h). 0 / -1.
+int lora_proj_bwd(const backend *be, float s, void *dx, void *dA, void *dB, st_dtype gdt, void *du, const void *dy,
+                  const void *x, const void *u, const void *A, const void *B, int N, int in, int out, int r);
 
 // The initial adapters of layer unit u, PEFT's default: A (r, in) uniform in
 // [-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform with a = sqrt(5)), B = 0 (so training starts at

@@ -216,7 +216,7 @@ int model_lmhead_chunk_rows(int N, int V) {
 }
 
 void model_buffer_table(mem_table *t, const llama_config *c, const lora_config *lc, int B, int T, int grad_ckpt,
-                        size_t esz, model *m) {
+                        int grads_f32, size_t esz, model *m) {
     const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size, F = c->intermediate_size;
     const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
     const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
@@ -248,8 +248,8 @@ void model_buffer_table(mem_table *t, const llama_config *c, const lora_config *
     mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head row chunk",
                   SLOT(m, logits_ws));
     // several chunks on a bf16 backend: lm_head's dW summed over them in fp32, rounded once
-    // (none for a frozen lm_head: LoRA)
-    if (N > chunk && esz != sizeof(float) && !lc)
+    // (none for a frozen lm_head: LoRA; none when the gradient is fp32 itself)
+    if (N > chunk && esz != sizeof(float) && !lc && !grads_f32)
         mem_table_add(t, MEM_WORKSPACE, V * C * sizeof(float), "fp32 lm_head weight gradient over the row chunks",
                       SLOT(m, lmhead_dw_acc));
     const char *bwd = "backward scratch of one layer";
@@ -288,11 +288,11 @@ static int model_upload_rope(model *m) {
 
 int model_init(model *m, const param_layout *layout, const backend *be, mem_tracker *mem, int B, int T,
                int grad_ckpt) {
-    return model_init_lora(m, layout, NULL, NULL, be, mem, B, T, grad_ckpt);
+    return model_init_lora(m, layout, NULL, NULL, be, mem, B, T, grad_ckpt, 0);
 }
 
 int model_init_lora(model *m, const param_layout *layout, const lora_layout *lora, const unit_provider *adapters,
-                    const backend *be, mem_tracker *mem, int B, int T, int grad_ckpt) {
+                    const backend *be, mem_tracker *mem, int B, int T, int grad_ckpt, int grads_f32) {
     memset(m, 0, sizeof *m);
     const llama_config *cfg = &layout->cfg;
     m->lora = lora;
@@ -305,6 +305,7 @@ int model_init_lora(model *m, const param_layout *layout, const lora_layout *lor
     m->T = T;
     m->T_alloc = T;
     m->grad_ckpt = grad_ckpt;
+    m->grads_f32 = grads_f32;
     m->esz = st_dtype_size(be->dtype);
     const int L = cfg->num_hidden_layers;
     m->resid = ft_calloc((size_t)L + 1, sizeof(void *), "residual table");
@@ -313,7 +314,7 @@ int model_init_lora(model *m, const param_layout *layout, const lora_layout *lor
     m->losses_host = ft_malloc((size_t)B * T * sizeof(float), "host losses");
     if (!m->resid || !m->acts || !m->losses_host) { model_free(m); return -1; }
     mem_table t = mem_table_allocator(mem);
-    model_buffer_table(&t, cfg, lora ? &lora->lc : NULL, B, T, grad_ckpt, m->esz, m);
+    model_buffer_table(&t, cfg, lora ? &lora->lc : NULL, B, T, grad_ckpt, grads_f32, m->esz, m);
     if (t.failed || model_upload_rope(m) != 0) { model_free(m); return -1; }
     return 0;
 }
@@ -321,7 +322,8 @@ int model_init_lora(model *m, const param_layout *layout, const lora_layout *lor
 void model_free(model *m) {
     if (m->resid && m->acts) {   // the same table as model_init, so the same sizes
         mem_table t = mem_table_releaser(m->mem);
-        model_buffer_table(&t, &m->cfg, m->lora ? &m->lora->lc : NULL, m->B, m->T_alloc, m->grad_ckpt, m->esz, m);
+        model_buffer_table(&t, &m->cfg, m->lora ? &m->lora->lc : NULL, m->B, m->T_alloc, m->grad_ckpt, m->grads_f32,
+                           m->esz, m);
     }
     free(m->resid);
     free(m->acts);
@@ -333,6 +335,14 @@ void model_free(model *m) {
 // LoRA (lora.h): the adapter path of a targeted projection, after its base GEMM
 
 static int lora_on(const model *m, int t) { return m->lora && (m->lora->lc.targets & (1u << t)); }
+
+// A weight's gradient slot: element `off` of the gradient unit dw, in its dtype m->gdt (the
+// backend dtype, or fp32: grad_begin says); NULL for a frozen base (LoRA; the matmuls skip it).
+static void *grad_at(const model *m, void *dw, size_t off) { return dw ? (char *)dw + off * m->gesz : NULL; }
+// A base RMSNorm weight's gradient: the discarded sink for a frozen base.
+static void *norm_grad_at(const model *m, void *dw, size_t off) { return dw ? grad_at(m, dw, off) : m->norm_sink; }
+// ... and its dtype (the sink is in the backend dtype)
+static st_dtype norm_gdt(const model *m, const void *dw) { return dw ? m->gdt : m->be->dtype; }
 
 // y (N, out) += s B (A x) for projection t, when targeted; aw = the layer's adapter unit
 static int lora_fwd(model *m, int t, void *aw, layer_acts *s, void *y, const void *x) {
@@ -347,15 +357,10 @@ static int lora_fwd(model *m, int t, void *aw, layer_acts *s, void *y, const voi
 static int lora_bwd(model *m, int t, void *aw, void *daw, layer_acts *s, void *dx, const void *dy, const void *x) {
     if (!lora_on(m, t)) return 0;
     const lora_layout *ll = m->lora;
-    return lora_proj_bwd(m->be, lora_scaling(&ll->lc), dx, at(m, daw, ll->a_off[t]), at(m, daw, ll->b_off[t]),
-                         m->lora_du, dy, x, s->lora_u[t], at(m, aw, ll->a_off[t]), at(m, aw, ll->b_off[t]),
+    return lora_proj_bwd(m->be, lora_scaling(&ll->lc), dx, grad_at(m, daw, ll->a_off[t]), grad_at(m, daw, ll->b_off[t]),
+                         m->gdt, m->lora_du, dy, x, s->lora_u[t], at(m, aw, ll->a_off[t]), at(m, aw, ll->b_off[t]),
                          m->B * m->T, ll->in[t], ll->out[t], ll->lc.rank);
 }
-
-// A base weight's gradient slot: NULL for a frozen base (LoRA; the matmuls skip it).
-static void *grad_at(const model *m, void *dw, size_t off) { return dw ? at(m, dw, off) : NULL; }
-// A base RMSNorm weight's gradient: the discarded sink for a frozen base.
-static void *norm_grad_at(const model *m, void *dw, size_t off) { return dw ? at(m, dw, off) : m->norm_sink; }
 
 // ----------------------------------------------------------------------------
 // gate and up: one GEMM
@@ -389,13 +394,13 @@ static int mlp_gate_up_bwd(model *m, void *w, void *dw, void *aw, void *daw, lay
     const size_t *o = m->layout->layer_off;
     if (mlp_fused(m)) {
         TRY(be->swiglu_bwd(m->dgu, at(m, m->dgu, F), m->dact, s->gu, at(m, s->gu, F), N, F, 2 * F));
-        return be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->dgu, s->ln2, at(m, w, o[LT_WGATE]), N, C,
+        return be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->gdt, m->dgu, s->ln2, at(m, w, o[LT_WGATE]), N, C,
                               2 * F, 0);
     }
     void *dup = at(m, m->dgu, (size_t)N * F);
     TRY(be->swiglu_bwd(m->dgu, dup, m->dact, s->gu, at(m, s->gu, (size_t)N * F), N, F, F));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->dgu, s->ln2, at(m, w, o[LT_WGATE]), N, C, F, 0));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WUP]), dup, s->ln2, at(m, w, o[LT_WUP]), N, C, F, 1));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->gdt, m->dgu, s->ln2, at(m, w, o[LT_WGATE]), N, C, F, 0));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WUP]), m->gdt, dup, s->ln2, at(m, w, o[LT_WUP]), N, C, F, 1));
     TRY(lora_bwd(m, LT_WGATE, aw, daw, s, m->dln, m->dgu, s->ln2));
     return lora_bwd(m, LT_WUP, aw, daw, s, m->dln, dup, s->ln2);
 }
@@ -439,12 +444,12 @@ static int attn_qkv_bwd(model *m, void *w, void *dw, void *aw, void *daw, layer_
     const size_t wq = m->layout->layer_off[LT_WQ];
     if (!attn_lora(m)) {
         TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, T, H, KVH, D));
-        return be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0);
+        return be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->gdt, m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0);
     }
     TRY(be->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, B, T, H, D));
     TRY(be->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, B, T, KVH, D));
     TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, NULL, NULL, B, T, H, KVH, D));   // gather only
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->gdt, m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0));
     TRY(lora_bwd(m, LT_WQ, aw, daw, s, m->dln, m->dq, s->ln1));
     TRY(lora_bwd(m, LT_WK, aw, daw, s, m->dln, m->dk, s->ln1));
     return lora_bwd(m, LT_WV, aw, daw, s, m->dln, m->dv, s->ln1);
@@ -570,18 +575,18 @@ static int layer_backward(model *m, int l, void *w, void *dw, void *aw, void *da
     void *x = m->resid[l];
 
     // MLP branch: resid[l+1] = h + down(swiglu(gate|up(ln2)))
-    TRY(be->matmul_bwd(m->dact, grad_at(m, dw, o[LT_WDOWN]), m->dresid, s->act, at(m, w, o[LT_WDOWN]), N, F, C, 0));
+    TRY(be->matmul_bwd(m->dact, grad_at(m, dw, o[LT_WDOWN]), m->gdt, m->dresid, s->act, at(m, w, o[LT_WDOWN]), N, F, C, 0));
     TRY(lora_bwd(m, LT_WDOWN, aw, daw, s, m->dact, m->dresid, s->act));
     TRY(mlp_gate_up_bwd(m, w, dw, aw, daw, s));
-    TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, dw, o[LT_MLP_NORM]), m->dln, s->h, at(m, w, o[LT_MLP_NORM]),
+    TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, dw, o[LT_MLP_NORM]), norm_gdt(m, dw), m->dln, s->h, at(m, w, o[LT_MLP_NORM]),
                         s->ln2_rstd, N, C));                          // dresid = dL/dh
 
     // attention branch: h = x + o_proj(attention(rope(q(ln1)), rope(k(ln1)), v(ln1)))
-    TRY(be->matmul_bwd(m->datt, grad_at(m, dw, o[LT_WO]), m->dresid, s->att, at(m, w, o[LT_WO]), N, H * D, C, 0));
+    TRY(be->matmul_bwd(m->datt, grad_at(m, dw, o[LT_WO]), m->gdt, m->dresid, s->att, at(m, w, o[LT_WO]), N, H * D, C, 0));
     TRY(lora_bwd(m, LT_WO, aw, daw, s, m->datt, m->dresid, s->att));
     TRY(be->attention_bwd(m->dq, m->dk, m->dv, m->datt, s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D));
     TRY(attn_qkv_bwd(m, w, dw, aw, daw, s));
-    TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, dw, o[LT_ATTN_NORM]), m->dln, x, at(m, w, o[LT_ATTN_NORM]),
+    TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, dw, o[LT_ATTN_NORM]), norm_gdt(m, dw), m->dln, x, at(m, w, o[LT_ATTN_NORM]),
                         s->ln1_rstd, N, C));                          // dresid = dL/dx
     return 0;
 }
@@ -590,8 +595,10 @@ static int layer_backward(model *m, int l, void *w, void *dw, void *aw, void *da
 // without LoRA), between the providers' grad_begin and grad_end.
 static int grads_begin(model *m, const unit_provider *p, int u, void **dw, void **daw) {
     *dw = *daw = NULL;
-    if (!m->lora) return p->grad_begin(p->ctx, u, dw);
-    return m->adapters.grad_begin(m->adapters.ctx, u, daw);
+    if (!m->lora) TRY(p->grad_begin(p->ctx, u, dw, &m->gdt));
+    else TRY(m->adapters.grad_begin(m->adapters.ctx, u, daw, &m->gdt));
+    m->gesz = st_dtype_size(m->gdt);
+    return 0;
 }
 static int grads_end(model *m, const unit_provider *p, int u) {
     return m->lora ? m->adapters.grad_end(m->adapters.ctx, u) : p->grad_end(p->ctx, u);
@@ -606,7 +613,7 @@ static int model_backward(model *m, const unit_provider *p, void *root, void *dr
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
     TRY(be->zero(m->dresid, (size_t)N * C * m->esz));
-    TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, droot, m->layout->root_off[RT_NORM]), m->dln, m->resid[L],
+    TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, droot, m->layout->root_off[RT_NORM]), norm_gdt(m, droot), m->dln, m->resid[L],
                         at(m, root, m->layout->root_off[RT_NORM]), m->lnf_rstd, N, C));
     for (int l = L - 1; l >= 0; l--) {
         void *w, *aw, *dw, *daw;
@@ -620,7 +627,7 @@ static int model_backward(model *m, const unit_provider *p, void *root, void *dr
         TRY(adapters_release(m, l));
         TRY(p->release(p->ctx, l));
     }
-    if (droot) TRY(be->embedding_bwd(at(m, droot, m->layout->root_off[RT_EMBED]), m->dresid, m->tokens, N, C, V));
+    if (droot) TRY(be->embedding_bwd(grad_at(m, droot, m->layout->root_off[RT_EMBED]), m->gdt, m->dresid, m->tokens, N, C, V));
     return grads_end(m, p, L);
 }
 
@@ -637,7 +644,7 @@ int model_forward_backward(model *m, const unit_provider *p, const int32_t *toke
         TRY(grads_begin(m, p, L, &droot, &daroot));   // the adapters' root gradient is empty
         if (m->lora) TRY(be->zero(m->norm_sink, (size_t)C * m->esz));
     }
-    TRY(be->lmhead_xent(m->losses, backward ? m->dln : NULL, grad_at(m, droot, lm_head_offset(m)), m->lnf,
+    TRY(be->lmhead_xent(m->losses, backward ? m->dln : NULL, grad_at(m, droot, lm_head_offset(m)), m->gdt, m->lnf,
                         at(m, root, lm_head_offset(m)), m->targets, N, C, V, dloss, m->lmhead_rows, m->logits_ws,
                         backward && droot ? m->lmhead_dw_acc : NULL));
     if (backward) TRY(model_backward(m, p, root, droot));

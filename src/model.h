@@ -86,10 +86,11 @@ struct unit_provider {
     // *params until release(u). `for_backward` says which pass asks.
     int (*acquire)(void *ctx, int u, int for_backward, void **params);
     int (*release)(void *ctx, int u);
-    // Gradient buffer of unit u (unit_numel[u] elements, backend dtype); backward adds (+=)
-    // into it between grad_begin(u) and grad_end(u). grad_end(u) = unit u's gradients of
-    // this micro-batch are complete (FSDP reduce-scatters there).
-    int (*grad_begin)(void *ctx, int u, void **grads);
+    // Gradient buffer of unit u (unit_numel[u] elements of dtype *gdt: the backend dtype, or
+    // ST_F32 when it is the step's fp32 gradient itself); backward adds (+=) into it between
+    // grad_begin(u) and grad_end(u). grad_end(u) = unit u's gradients of this micro-batch
+    // are complete (FSDP reduce-scatters there).
+    int (*grad_begin)(void *ctx, int u, void **grads, st_dtype *gdt);
     int (*grad_end)(void *ctx, int u);
 };
 
@@ -117,7 +118,10 @@ typedef struct {
     int B, T;                       // current micro-batch shape (T <= T_alloc)
     int T_alloc;                    // sequence length the buffers were sized for
     int grad_ckpt;                  // 1: keep only each layer's input, recompute in backward
+    int grads_f32;                  // the base's gradient units are fp32 (model_init_lora)
     size_t esz;                     // bytes per element of the backend dtype
+    st_dtype gdt;                   // dtype of the gradient unit being written (grad_begin's)
+    size_t gesz;                    // its bytes per element
 
     float *rope_cos, *rope_sin;     // (T, D/2) backend memory
     int32_t *tokens, *targets;      // (N) backend memory
@@ -165,8 +169,10 @@ int model_lmhead_chunk_env_check(void);
 // allocation order with esz bytes per storage element. `m` NULL: only sizes (the planner);
 // otherwise slots are m's fields (m->resid and m->acts must be allocated).
 // `lc` NULL: no LoRA; else its per-target (N, r) activations and scratch are listed too.
+// grads_f32: the gradient units come in fp32 (grad_begin's gdt; FSDP_GRADS_DIRECT), so
+// lm_head's dW needs no fp32 sum buffer of its own.
 void model_buffer_table(mem_table *t, const llama_config *cfg, const lora_config *lc, int B, int T, int grad_ckpt,
-                        size_t esz, model *m);
+                        int grads_f32, size_t esz, model *m);
 
 // Allocate everything a (B, T) micro-batch needs (model_buffer_table) for the model of
 // `layout` (its config, its tensor offsets). Parameters are NOT allocated here: they, and
@@ -177,9 +183,10 @@ int model_init(model *m, const param_layout *layout, const backend *be, mem_trac
 // The same with LoRA adapters over `lora` (borrowed, must outlive the model) served by
 // `adapters` (its layout must be lora->layout): the base provider is then asked for
 // parameters only, never for gradients (a frozen base), and the adapters' gradients go to
-// `adapters`. lora NULL = model_init. 0 / -1.
+// `adapters`. lora NULL = model_init. grads_f32: the base provider's gradient units are fp32
+// (model_buffer_table). 0 / -1.
 int model_init_lora(model *m, const param_layout *layout, const lora_layout *lora, const unit_provider *adapters,
-                    const backend *be, mem_tracker *mem, int B, int T, int grad_ckpt);
+                    const backend *be, mem_tracker *mem, int B, int T, int grad_ckpt, int grads_f32);
 void model_free(model *m);
 
 // One micro-batch. tokens, targets: host (B, T) int32; targets[b, t] is the id to predict

@@ -59,6 +59,7 @@ static const flag_spec flags[] = {
     {"--profile", FLAG_BOOL, OPT(profile), 0, 1, NULL, "print milliseconds per op per step (forward, backward, optimizer, comm; rank 0)"},
     {"--no_fsdp", FLAG_BOOL, OPT(no_fsdp), 0, 1, NULL, "replicate the model on every rank (DDP); with one rank: the single-device mode"},
     {"--accumulate_grads_locally", FLAG_BOOL, OPT(accumulate_grads_locally), 0, 1, NULL, "sum gradients of all micro-batches locally and reduce once per step (more memory, less traffic)"},
+    {"--keep_params_gathered", FLAG_BOOL, OPT(keep_params_gathered), 0, 1, NULL, "with FSDP: keep every unit's parameters gathered from its first use until the optimizer step (like FSDP2's reshard_after_forward=False during accumulation): one all-gather per unit per step instead of two per micro-batch, for the memory of the whole model's working parameters per GPU (no effect without sharding)"},
     {"--dp_shard", FLAG_INT, OPT(dp_shard), 0, 1 << 20, NULL, "HSDP: shard within groups of this many ranks, replicate across groups (0 = all ranks)"},
     {"--lora_rank", FLAG_INT, OPT(lora_rank), 1, 65536, NULL, "train LoRA adapters of this rank on a frozen base instead of every weight; the final export is a PEFT adapter (0 = full fine-tuning)"},
     {"--lora_alpha", FLAG_FLOAT, OPT(lora_alpha), 1e-6, 1e6, NULL, "with --lora_rank: LoRA alpha; the adapter output is scaled by alpha / rank"},

@@ -72,10 +72,12 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
     mem_table t = {plan_table_add, p, 0};
     const fsdp_grad_mode mode = (fsdp_grad_mode)p->grad_mode;
     model_buffer_table(&t, c, ll ? &r->lora : NULL, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing,
-                       r->elem_bytes, NULL);
+                       mode == FSDP_GRADS_DIRECT, r->elem_bytes, NULL);
     fsdp_buffer_table(&t, l, r->shard_size, mode, ll ? FSDP_FROZEN : FSDP_TRAINED, r->offload_optimizer,
-                      r->elem_bytes, NULL);
-    if (ll) fsdp_buffer_table(&t, &ll->layout, r->shard_size, mode, FSDP_ADAPTERS, r->offload_optimizer, r->elem_bytes, NULL);
+                      r->keep_params_gathered, r->elem_bytes, NULL);
+    if (ll)
+        fsdp_buffer_table(&t, &ll->layout, r->shard_size, mode, FSDP_ADAPTERS, r->offload_optimizer,
+                          r->keep_params_gathered, r->elem_bytes, NULL);
     if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
     // cuDNN attention takes its workspace from the device arena around each call (the largest
     // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more
@@ -116,6 +118,8 @@ static void plan_step_work(plan *p, const llama_config *c) {
         p->root_all_gather_bytes = (S - 1) * (tr / S) * esz;
         p->all_gather_bytes = (S - 1) * (tr / S + layer_gathers * (tl / S)) * esz;
         if (r->lora.rank) p->all_gather_bytes += (S - 1) * (A * 2 * reuse * (p->layer_numel / S)) * esz;
+        // --keep_params_gathered: every trained unit once per step; the frozen base once per run
+        if (r->keep_params_gathered) p->all_gather_bytes = (S - 1) * (tt / S) * esz;
         // gradients of the trained state: every unit per micro-batch, or once per step
         // (locally accumulated); the root once per step in fp32 when FSDP_GRADS_ROOT_ONCE
         const size_t layers = tt - tr;
@@ -192,6 +196,7 @@ int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
     p->nccl_bytes = (size_t)p->nccl_comms * PLAN_NCCL_COMM_BYTES;
     p->grad_mode = r->accumulate_grads_locally ? FSDP_GRADS_LOCAL : FSDP_GRADS_PER_MICRO_BATCH;
     if (!r->accumulate_grads_locally && r->shard_size > 1 && p->accum > 1) p->grad_mode = FSDP_GRADS_ROOT_ONCE;
+    p->grad_mode = fsdp_resolve_grad_mode((fsdp_grad_mode)p->grad_mode, r->shard_size);
     lora_layout ll;
     p->n_trainable = p->n_params;
     p->trained_layer_numel = p->layer_numel;
@@ -251,7 +256,9 @@ static void print_max_batch(FILE *out, const plan *p, const llama_config *c, siz
             best[ck][dv] = plan_find_max_batch(c, &r, budget, dv, max_batch);
         }
     fprintf(out, "largest batch_size_per_device that fits (seq %d, %s, same grid):\n", p->req.seq_len,
-            p->req.accumulate_grads_locally ? "accumulating locally" : "per-micro-batch reduce-scatter");
+            p->grad_mode == FSDP_GRADS_LOCAL    ? "accumulating locally"
+            : p->grad_mode == FSDP_GRADS_DIRECT ? "one shard: gradients added into the fp32 step gradient"
+                                                : "per-micro-batch reduce-scatter");
     for (int ck = 0; ck < 2; ck++) {
         fprintf(out, "  %-32s", ck ? "with --gradient_checkpointing" : "without gradient checkpointing");
         if (best[ck][0] == 0) fprintf(out, " none (batch 1 does not fit)\n");
@@ -284,12 +291,15 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads,
             c->intermediate_size, c->vocab_size);
     fprintf(out, "job: %d rank(s), sharding %s (shard group %d x replica group %d), batch %d x seq %d per device, "
-            "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s; storage %s (--device %s)\n",
+            "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s%s; storage %s (--device %s)\n",
             r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
             p->accum, r->total_batch_size, r->gradient_checkpointing ? "on" : "off",
             p->grad_mode == FSDP_GRADS_LOCAL       ? ", gradients accumulated locally"
             : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? ", root gradient summed over micro-batches in fp32, reduced once per step"
-                                                   : "", dtype, device);
+            : p->grad_mode == FSDP_GRADS_DIRECT    ? ", gradients added into the fp32 step gradient directly (one shard)"
+                                                   : "",
+            r->keep_params_gathered && r->shard_size > 1 ? ", parameters gathered once per step and kept" : "", dtype,
+            device);
     if (r->lora.rank) {
         char targets[64];
         lora_targets_string(r->lora.targets, targets, sizeof targets);
@@ -332,7 +342,9 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
 
     fprintf(out, "\ncollectives: sent per rank per optimizer step (ring; as the comm counters and metrics.jsonl record them):\n");
     const struct { const char *name; size_t bytes; const char *what; } coll[] = {
-        {"all_gather", p->all_gather_bytes, "parameters of the units not still gathered (the root once per step)"},
+        {"all_gather", p->all_gather_bytes,
+         r->keep_params_gathered ? "every unit's parameters once per step, kept until the optimizer step (a frozen base: once)"
+                                 : "parameters of the units not still gathered (the root once per step)"},
         {"reduce_scatter", p->reduce_scatter_bytes,
          p->grad_mode == FSDP_GRADS_LOCAL       ? "gradients, once per step"
          : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? "layer gradients once per micro-batch; the root's once per step (fp32)"

@@ -124,22 +124,36 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     // embedding fwd 2 + bwd 3, final norm fwd 2 + bwd 6, zeroed dresid 1 (x N C e); the
     // softmax/cross-entropy rows read the fp32 logits (4 N V) and write bf16 dlogits in place
     // (2 N V); with several chunks the fp32 (V, C) dW sum is read and written once more and
-    // rounded into the bf16 gradient (4 + 4 + e) x V C
+    // rounded into the bf16 gradient (4 + 4 + e) x V C (not when the gradient is the fp32
+    // slice itself: FSDP_GRADS_DIRECT)
     const double chunks = ceil(N / model_lmhead_chunk_rows((int)N, (int)V));
-    const double lm_dw = chunks > 1 ? (8 + e) * V * C : 0;
+    const double lm_dw = chunks > 1 && p->grad_mode != FSDP_GRADS_DIRECT ? (8 + e) * V * C : 0;
     op_add(p, "embedding, final norm, softmax/xent rows", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
            A * (N * e * 14 * C + 6 * N * V + 20 * N + lm_dw), 0);
     // every unit's gradient zeroed (grad_begin) and added into the fp32 slice (grad_end), on the
     // compute stream during the backward; with FSDP_GRADS_ROOT_ONCE the root's is added into
     // its full fp32 sum instead (zeroed once per step) and the step's one fp32 reduce-scatter
-    // writes the root's slice
-    const double grad_passes = p->grad_mode == FSDP_GRADS_LOCAL ? 1 : A;
-    double grad_bytes = grad_passes * ((double)p->padded_total * e + (double)p->n_local * (e + 8));
+    // writes the root's slice. The dW GEMMs' beta-1 epilogue (read and write each gradient
+    // element, 2e bytes) is taken as hidden under their compute. FSDP_GRADS_DIRECT (one
+    // shard) has no zero or add pass: the epilogues read and write the fp32 slice, 8 bytes,
+    // and the 8 - 2e beyond a bf16 epilogue are counted here (an upper bound: at batch 1 x
+    // 512 a 7B dW GEMM does 1024 FLOPs per gradient element, 1.9 ps at 0.55 of an H100's
+    // peak, against 2.7 ps for 8 bytes at 0.9 of its HBM bandwidth: the fp32 epilogue
+    // is partly exposed at small batches, hidden at large ones)
+    double grad_bytes;
+    const char *grad_what = "unit gradients: zero, add into fp32 slice";
+    if (p->grad_mode == FSDP_GRADS_DIRECT) {
+        grad_bytes = A * (double)p->padded_total * (8 - 2 * e);
+        grad_what = "unit gradients: fp32 dW epilogues (one shard)";
+    } else {
+        const double grad_passes = p->grad_mode == FSDP_GRADS_LOCAL ? 1 : A;
+        grad_bytes = grad_passes * ((double)p->padded_total * e + (double)p->n_local * (e + 8));
+    }
     if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
         const double root = (double)p->root_numel, root_slice = root / r->shard_size;
         grad_bytes += A * (root - root_slice) * (e + 8) + 4 * root;
     }
-    op_add(p, "unit gradients: zero, add into fp32 slice", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, grad_bytes, 0);
+    op_add(p, grad_what, PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, grad_bytes, 0);
     op_add(p, "optimizer: grad norm, AdamW", PLAN_OP_MEMORY, PLAN_PHASE_STEP, 0, p->optimizer_hbm_bytes, 0);
 
     p->exec_flops = 0;
@@ -186,9 +200,13 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
     // reduce-scatter overlaps the next layer's backward (not with --accumulate_grads_locally:
     // one blocking reduction per step). Layer gathers: half in the forward, half in the backward
     // (exact but for the step's first forward, which gathers 2 more layers).
+    // With --keep_params_gathered every layer gather of the step is in the first micro-batch's
+    // forward, behind that forward's compute (1/A of the step's).
     const double rs_hidden = p->req.accumulate_grads_locally ? 0 : layer_rs;
-    t->comm_exposed_s = root + all_reduce + (layer_rs - rs_hidden) + pos(layer_ag / 2 - phase[PLAN_PHASE_FWD]) +
-                        pos(layer_ag / 2 + rs_hidden - phase[PLAN_PHASE_BWD]);
+    const double ag_fwd = p->req.keep_params_gathered ? layer_ag : layer_ag / 2, ag_bwd = layer_ag - ag_fwd;
+    const double fwd_cover = phase[PLAN_PHASE_FWD] / (p->req.keep_params_gathered ? p->accum : 1);
+    t->comm_exposed_s = root + all_reduce + (layer_rs - rs_hidden) + pos(ag_fwd - fwd_cover) +
+                        pos(ag_bwd + rs_hidden - phase[PLAN_PHASE_BWD]);
     t->comm_hidden_s = t->link_s - t->comm_exposed_s;
     const double pcie = fmax(p->offload_d2h_bytes, p->offload_h2d_bytes) / PLAN_PCIE_BYTES_PER_S;
     t->offload_s = fmax(p->offload_host_bytes / PLAN_HOST_BYTES_PER_S, pcie);

@@ -71,11 +71,13 @@ PROF_WRAP(copy_d2h, (void *d, const void *s, size_t n), (d, s, n))
 PROF_WRAP(copy_d2d, (void *d, const void *s, size_t n), (d, s, n))
 PROF_WRAP(zero, (void *p, size_t n), (p, n))
 PROF_WRAP(embedding_fwd, (void *o, const int32_t *t, const void *w, int N, int C, int V), (o, t, w, N, C, V))
-PROF_WRAP(embedding_bwd, (void *dw, const void *d, const int32_t *t, int N, int C, int V), (dw, d, t, N, C, V))
+PROF_WRAP(embedding_bwd, (void *dw, st_dtype g, const void *d, const int32_t *t, int N, int C, int V),
+          (dw, g, d, t, N, C, V))
 PROF_WRAP(rmsnorm_fwd, (void *o, float *r, const void *x, const void *w, int N, int C, float e),
           (o, r, x, w, N, C, e))
-PROF_WRAP(rmsnorm_bwd, (void *dx, void *dw, const void *d, const void *x, const void *w, const float *r, int N, int C),
-          (dx, dw, d, x, w, r, N, C))
+PROF_WRAP(rmsnorm_bwd, (void *dx, void *dw, st_dtype g, const void *d, const void *x, const void *w, const float *r,
+                        int N, int C),
+          (dx, dw, g, d, x, w, r, N, C))
 PROF_WRAP(rope_fwd, (void *o, const void *x, const float *c, const float *s, int B, int T, int NH, int D),
           (o, x, c, s, B, T, NH, D))
 PROF_WRAP(rope_bwd, (void *dx, const void *d, const float *c, const float *s, int B, int T, int NH, int D),
@@ -88,8 +90,9 @@ PROF_WRAP(rope_qkv_bwd, (void *dx, const void *dq, const void *dk, const void *d
           (dx, dq, dk, dv, c, s, B, T, H, KVH, D))
 PROF_WRAP(matmul_fwd, (void *o, const void *x, const void *w, const void *r, int N, int IC, int OC),
           (o, x, w, r, N, IC, OC))
-PROF_WRAP(matmul_bwd, (void *dx, void *dw, const void *d, const void *x, const void *w, int N, int IC, int OC, int acc),
-          (dx, dw, d, x, w, N, IC, OC, acc))
+PROF_WRAP(matmul_bwd, (void *dx, void *dw, st_dtype g, const void *d, const void *x, const void *w, int N, int IC, int OC,
+                       int acc),
+          (dx, dw, g, d, x, w, N, IC, OC, acc))
 PROF_WRAP(attention_fwd, (void *o, float *l, const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D),
           (o, l, q, k, v, B, T, H, KVH, D))
 PROF_WRAP(attention_bwd, (void *dq, void *dk, void *dv, const void *d, const void *o, const float *l, const void *q,
@@ -99,9 +102,9 @@ PROF_WRAP(swiglu_fwd, (void *o, const void *g, const void *u, int N, int F, int 
 PROF_WRAP(swiglu_bwd, (void *dg, void *du, const void *d, const void *g, const void *u, int N, int F, int ld),
           (dg, du, d, g, u, N, F, ld))
 PROF_WRAP(scale, (void *o, const void *a, float s, size_t n), (o, a, s, n))
-PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, const void *x, const void *w, const int32_t *t, int N, int C,
-                        int V, float dl, int rows, float *ws, float *acc),
-          (l, dx, dw, x, w, t, N, C, V, dl, rows, ws, acc))
+PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, st_dtype g, const void *x, const void *w, const int32_t *t, int N,
+                        int C, int V, float dl, int rows, float *ws, float *acc),
+          (l, dx, dw, g, x, w, t, N, C, V, dl, rows, ws, acc))
 PROF_WRAP(adamw, (float *m, void *p, const float *g, float *a, float *v, size_t n, const adamw_params *ap),
           (m, p, g, a, v, n, ap))
 PROF_WRAP(sum_squares, (double *o, const float *x, size_t n), (o, x, n))
@@ -148,11 +151,11 @@ static int prof_release(void *ctx, int u) {
     return rc;
 }
 
-static int prof_grad_begin(void *ctx, int u, void **grads) {
+static int prof_grad_begin(void *ctx, int u, void **grads, st_dtype *gdt) {
     (void)ctx;
     g_phase = PROF_BACKWARD;
     profile_comm_begin();
-    int rc = g_inner_provider.grad_begin(g_inner_provider.ctx, u, grads);
+    int rc = g_inner_provider.grad_begin(g_inner_provider.ctx, u, grads, gdt);
     profile_comm_end();
     return rc;
 }

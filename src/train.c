@@ -194,13 +194,14 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     if (j->lora) TRY(lora_layout_init(&j->ll, &j->cfg, &req.lora, fsdp_pad_multiple(cc->shard->size)));
     j->aprov = fsdp_provider(&j->afs);   // (initialised below, after the model: the plan's order)
     TRY(model_init_lora(&j->m, &j->layout, j->lora ? &j->ll : NULL, &j->aprov, j->be, &j->mem,
-                        o->batch_size_per_device, o->seq_len, o->gradient_checkpointing));
+                        o->batch_size_per_device, o->seq_len, o->gradient_checkpointing,
+                        pl.grad_mode == FSDP_GRADS_DIRECT));
     const fsdp_grad_mode gm = (fsdp_grad_mode)pl.grad_mode;
     TRY(fsdp_init_role(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, gm,
-                       j->lora ? FSDP_FROZEN : FSDP_TRAINED, o->offload_optimizer));
+                       j->lora ? FSDP_FROZEN : FSDP_TRAINED, o->offload_optimizer, o->keep_params_gathered));
     if (j->lora)
         TRY(fsdp_init_role(&j->afs, &j->ll.layout, j->be, &j->mem, cc->shard, cc->replica, gm, FSDP_ADAPTERS,
-                           o->offload_optimizer));
+                           o->offload_optimizer, o->keep_params_gathered));
     j->prov = fsdp_provider(&j->fs);
     if (o->profile) j->prov = profile_provider(&j->prov);
 
@@ -574,6 +575,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .world_size = W, .shard_size = train_shard_size(o, W), .batch_size_per_device = o->batch_size_per_device,
         .seq_len = o->seq_len, .total_batch_size = o->total_batch_size,
         .gradient_checkpointing = o->gradient_checkpointing, .accumulate_grads_locally = o->accumulate_grads_locally,
+        .keep_params_gathered = o->keep_params_gathered,
         .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0,
         .lora = {o->lora_rank, (float)o->lora_alpha, o->lora_rank ? o->lora_target_mask : 0},
         .offload_optimizer = o->offload_optimizer,

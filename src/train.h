@@ -43,6 +43,7 @@ typedef struct {
     int no_fsdp;
     int dp_shard;                 // HSDP shard group size (0 = all ranks)
     int accumulate_grads_locally; // reduce gradients once per step instead of per micro-batch
+    int keep_params_gathered;     // gather each unit once per step and keep it (fsdp keep_gathered)
     // LoRA (src/lora.h): rank 0 = full fine-tuning
     int lora_rank;
     double lora_alpha;

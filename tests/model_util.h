@@ -21,10 +21,11 @@ static int flat_acquire(void *ctx, int u, int for_backward, void **params) {
     return 0;
 }
 static int flat_release(void *ctx, int u) { (void)ctx; (void)u; return 0; }
-static int flat_grad_begin(void *ctx, int u, void **grads) {
+static int flat_grad_begin(void *ctx, int u, void **grads, st_dtype *gdt) {
     flat_provider_state *s = ctx;
     if (!s->grads) return ft_error("model: backward requested without a gradient buffer");
     *grads = (char *)s->grads + s->layout->unit_offset[u] * st_dtype_size(s->be->dtype);
+    *gdt = s->be->dtype;
     return 0;
 }
 static int flat_grad_end(void *ctx, int u) { (void)ctx; (void)u; return 0; }

@@ -49,6 +49,8 @@ m embedding.bwd_last_id embedding.cu embedding \
   'if (tok < 0 || tok >= V) return;' 'if (tok < 0 || tok >= V - 1) return;'
 m embedding.column_chunk embedding.cu embedding \
   'blockIdx.y * EMB_COLS + threadIdx.x * 8' 'blockIdx.y * (EMB_COLS - 8) + threadIdx.x * 8'
+m embedding.f32_overwrites embedding.cu embedding \
+  'for (int k = 0; k < ncols; k++) d[k] += acc[k];' 'for (int k = 0; k < ncols; k++) d[k] = acc[k];'
 
 m rmsnorm.no_eps rmsnorm.cu rmsnorm \
   'rsqrtf(ss / (float)C + eps)' 'rsqrtf(ss / (float)C)'
@@ -62,6 +64,8 @@ m rmsnorm.dw_last_chunk rmsnorm.cu rmsnorm \
   'k < nchunks; k++' 'k < nchunks - 1; k++'
 m rmsnorm.dw_chunk_end rmsnorm.cu rmsnorm \
   'const int r1 = r0 + DW_CHUNK_ROWS < N ? r0 + DW_CHUNK_ROWS : N;' 'const int r1 = N;'
+m rmsnorm.dw_f32_overwrites rmsnorm.cu rmsnorm \
+  '((float *)dweight)[c] += s;' '((float *)dweight)[c] = s;'
 m rmsnorm.dw_no_sync rmsnorm.cu rmsnorm \
   "acc[threadIdx.y][threadIdx.x] = s;$NL    __syncthreads();" 'acc[threadIdx.y][threadIdx.x] = s;'
 

@@ -16,7 +16,9 @@
 #   3. the two reports name different streams for ncclAllGather and ncclReduceScatter: the
 #      shard group's reduce-scatters have their own communicator and stream.
 # The verdict does not depend on timing (vector clocks at issue time), so one seed is enough.
-# Runtime: three 2-rank runs of one step: 7 s of CPU, 20 s wall (measured, shared 2-core machine).
+#   4. with --keep_params_gathered (every unit kept gathered in one buffer) the unfaulted
+#      build passes and the prefetch fault is reported likewise.
+# Runtime: five 2-rank runs of one step: 8 s wall (measured on the 2-core development machine).
 set -u
 build=${1:-build}
 . "$(dirname "$0")/lib.sh" test_cuda_emu_hazards
@@ -29,8 +31,9 @@ if [ -n "$missing" ]; then skip_or_fail "not built or missing:$missing (needs th
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 flags=(--device cuda --batch_size_per_device 1 --total_batch_size 2 --seq_len 64 --max_steps 1 --max_eval_docs 1
        --warmup_fraction 0)
-run() {  # run NAME BINARY: 2 ranks, FSDP; sets rc
-  FT_EMU_SEED=1 timeout 300 mpiexec -n 2 "$build/tests/$2" "${flags[@]}" --out_dir "$tmp/$1" >"$tmp/$1.log" 2>&1
+run() {  # run NAME BINARY [FLAGS...]: 2 ranks, FSDP; sets rc
+  local name=$1 b=$2; shift 2
+  FT_EMU_SEED=1 timeout 300 mpiexec -n 2 "$build/tests/$b" "${flags[@]}" "$@" --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1
   rc=$?
 }
 
@@ -43,6 +46,16 @@ run prefetch finetune_emu_fault_prefetch
 line=$(grep -m1 -E 'HAZARD read-after-write: (kernel [a-z_0-9]+ \([^)]*\)|cublasLtMatmul \([^)]*\)) on stream [0-9]+ \(op #[0-9]+\) reads .* last written by ncclAllGather \([^)]*\) on stream [0-9]+' "$tmp/prefetch.log")
 [ $rc -eq 86 ] && [ -n "$line" ] && ok "prefetch without its wait: exit 86, ${line#cuda_emu: }" \
   || bad "prefetch fault not reported: rc $rc, $(grep -m1 'HAZARD\|error' "$tmp/prefetch.log")"
+
+# the same with every unit kept gathered (--keep_params_gathered: one buffer of all units,
+# its prefetches go through the same wait): the clean build passes, the faulted one is caught
+run keep_clean finetune_emu --keep_params_gathered
+[ $rc -eq 0 ] && ! grep -q HAZARD "$tmp/keep_clean.log" && ok "--keep_params_gathered, unfaulted: no hazard" \
+  || bad "--keep_params_gathered unfaulted: rc $rc, $(grep -m1 'HAZARD\|error' "$tmp/keep_clean.log")"
+run keep_prefetch finetune_emu_fault_prefetch --keep_params_gathered
+line=$(grep -m1 -E 'HAZARD read-after-write: .* last written by ncclAllGather' "$tmp/keep_prefetch.log")
+[ $rc -eq 86 ] && [ -n "$line" ] && ok "--keep_params_gathered, prefetch without its wait: exit 86, ${line#cuda_emu: }" \
+  || bad "--keep_params_gathered prefetch fault not reported: rc $rc, $(grep -m1 'HAZARD\|error' "$tmp/keep_prefetch.log")"
 
 # ncclReduceScatter reads what the compute stream wrote, unordered
 run rs finetune_emu_fault_rs

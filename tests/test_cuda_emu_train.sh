@@ -17,12 +17,15 @@
 #      per-step losses, the first step's gradient norm, the final validation loss and the
 #      final weights agree within bf16 tolerance (below)
 #   2. --gradient_checkpointing on the emulated device: the same losses, bitwise; the lm_head
-#      in three row chunks per micro-batch (FT_LMHEAD_CHUNK_ROWS=48, test-only) against the
-#      CPU with run 1's tolerances; FT_LMHEAD_CHUNK_ROWS=0 refused in one line
+#      in row chunks (FT_LMHEAD_CHUNK_ROWS=48, test-only) on one device (dW straight into the
+#      fp32 step gradient) and over FSDP 2 (bf16 root gradient, the fp32 dW accumulator)
+#      against the CPU with run 1's tolerances; FT_LMHEAD_CHUNK_ROWS=0 refused in one line
 #   3. the bf16 sampling path (model_logits on a bf16 backend) produces a continuation
 #   4. FT_EMU_DEVICES=0 (a machine without a device): one clear error line; MFU against the
 #      published peak of a GPU known by name (FT_EMU_DEVICE_NAME), else the measured rate
-#   5. with mpiexec: FSDP over 2 emulated GPUs, DDP over 2 and HSDP 2 x 2, through the NCCL
+#   5. with mpiexec: FSDP over 2 emulated GPUs (also with --keep_params_gathered: each unit
+#      gathered once per step into one buffer and read by every later micro-batch: the
+#      hazard checker sees those reads against the all-gathers), DDP over 2 and HSDP 2 x 2, through the NCCL
 #      transport (src/comm_nccl.c; NCCL emulated over MPI in cuda_emu_host.cpp: the NCCL id
 #      broadcast, ncclCommSplit, bf16 reduce-scatter, all-gather, fp32 all-reduce; FSDP 2 at
 #      2 micro-batches: the root's gradient summed in fp32 and reduce-scattered once), against
@@ -83,21 +86,33 @@ if "$emu" --device cuda "${flags[@]}" --gradient_checkpointing --out_dir "$tmp/c
 else bad "emulated checkpointing run: $(tail -1 "$tmp/ckpt.log")"; fi
 # lm_head row chunks: a micro-batch here is 2 x 64 = 128 rows, one chunk by default (the plan
 # takes up to 2048). FT_LMHEAD_CHUNK_ROWS=48 (test-only, read by the plan) makes it 48 + 48
-# + 32: three logits GEMMs, softmax launches and dx GEMMs, and lm_head's dW summed over the
-# chunks in the fp32 accumulator and rounded into the bf16 gradient once (as a 7B job with
-# more than 2048 rows per micro-batch does). Against the fp32 CPU run within the tolerances
-# of run 1 (measured: step-1 norm rel 6.3e-4, weights NMSE 1.8e-3, as with one chunk). Can
-# fail: the dW GEMM overwriting the accumulator per chunk (beta 0 for every chunk) gives
-# step-1 grad norm rel 4.6e-2 and lm_head weight NMSE 0.20 (measured). 30 s.
-if FT_LMHEAD_CHUNK_ROWS=48 "$emu" --device cuda "${flags[@]}" --out_dir "$tmp/chunks" >"$tmp/chunks.log" 2>&1; then
-  planned=$(FT_LMHEAD_CHUNK_ROWS=48 "$build/finetune" --dry_run --device cuda "${flags[@]}" | grep -c 'fp32 lm_head weight gradient over the row chunks')
-  w=$(worst_rel "$(metric "$tmp/cpu" loss)" "$(metric "$tmp/chunks" loss)")
-  g=$(worst_rel "$(metric "$tmp/cpu" grad_norm | head -1)" "$(metric "$tmp/chunks" grad_norm | head -1)")
-  e=$("$build/tests/st_nmse" "$tmp/chunks/checkpoints/step_00000008/model.safetensors" "$tmp/cpu/checkpoints/step_00000008/model.safetensors")
-  [ "$planned" = 1 ] && [ "$(metric "$tmp/chunks" loss | wc -l)" = 8 ] && le "$w" 5e-3 && le "$g" 2e-3 && le "${e##* }" 1e-2 \
-    && ok "lm_head in 3 chunks of <= 48 rows (fp32 dW sum planned) vs CPU: losses rel $w, step-1 norm rel $g, weights $e" \
-    || bad "lm_head in chunks of 48 rows: dW accumulator planned '$planned', losses rel $w, step-1 norm rel $g, weights $e"
-else bad "emulated run in lm_head chunks of 48: $(grep -m1 HAZARD "$tmp/chunks.log" || tail -1 "$tmp/chunks.log")"; fi
+# + 32: three logits GEMMs, softmax launches and dx GEMMs (as a 7B job with more than 2048
+# rows per micro-batch has). On one device the gradient is the fp32 step gradient itself
+# (FSDP_GRADS_DIRECT): every chunk's dW GEMM adds into it, and no fp32 accumulator is
+# planned. Over FSDP 2 (1 x 64 rows per rank: 48 + 16) the root's gradient is a bf16 unit:
+# lm_head's dW is summed over the chunks in the fp32 accumulator (planned) and rounded into
+# it once. Both against the fp32 CPU run within the tolerances of run 1 (measured: step-1
+# norm rel 6.3e-4, weights NMSE 1.8e-3, as with one chunk). Can fail: the dW GEMM
+# overwriting the accumulator per chunk (beta 0 for every chunk) gave step-1 grad norm rel
+# 4.6e-2 and lm_head weight NMSE 0.20 (measured, bf16 path). 30 s + 40 s with mpiexec.
+chunk_run() {  # chunk_run NAME RANKS PLANNED EXTRA...: PLANNED = accumulator lines in --dry_run
+  local name=$1 n=$2 want=$3; shift 3
+  local launch=(); [ "$n" -gt 1 ] && launch=(timeout 300 mpiexec -n "$n")
+  if FT_LMHEAD_CHUNK_ROWS=48 "${launch[@]}" "$emu" --device cuda "${flags[@]}" "$@" --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1; then
+    local planned w g e
+    planned=$(FT_LMHEAD_CHUNK_ROWS=48 "$build/finetune" --dry_run --device cuda --world_size "$n" "${flags[@]}" "$@" \
+      | grep -c 'fp32 lm_head weight gradient over the row chunks')
+    w=$(worst_rel "$(metric "$tmp/cpu" loss)" "$(metric "$tmp/$name" loss)")
+    g=$(worst_rel "$(metric "$tmp/cpu" grad_norm | head -1)" "$(metric "$tmp/$name" grad_norm | head -1)")
+    e=$("$build/tests/st_nmse" "$tmp/$name/checkpoints/step_00000008/model.safetensors" "$tmp/cpu/checkpoints/step_00000008/model.safetensors")
+    [ "$planned" = "$want" ] && [ "$(metric "$tmp/$name" loss | wc -l)" = 8 ] && le "$w" 5e-3 && le "$g" 2e-3 && le "${e##* }" 1e-2 \
+      && ok "$name: lm_head in chunks of <= 48 rows ($want fp32 dW accumulator planned) vs CPU: losses rel $w, step-1 norm rel $g, weights $e" \
+      || bad "$name: lm_head in chunks of 48 rows: dW accumulator planned '$planned' (want $want), losses rel $w, step-1 norm rel $g, weights $e"
+  else bad "$name: emulated run in lm_head chunks of 48: $(grep -m1 'error\|HAZARD' "$tmp/$name.log" || tail -1 "$tmp/$name.log")"; fi
+}
+chunk_run chunks1 1 0
+if command -v mpiexec >/dev/null; then chunk_run chunks_fsdp2 2 1 --batch_size_per_device 1
+else skip_or_fail "lm_head chunks over FSDP 2 emulated GPUs (needs mpiexec)"; fi
 err=$(FT_LMHEAD_CHUNK_ROWS=0 "$emu" --device cuda "${flags[@]}" --out_dir "$tmp/badchunk" 2>&1 >/dev/null); rc=$?
 [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" = 1 ] && [[ "$err" == *FT_LMHEAD_CHUNK_ROWS* ]] && [ ! -e "$tmp/badchunk" ] \
   && ok "FT_LMHEAD_CHUNK_ROWS=0: $err" || bad "FT_LMHEAD_CHUNK_ROWS=0: rc $rc '$err'"
@@ -123,7 +138,7 @@ compare_runs() {
 }
 if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
   for c in "fsdp2:2:--batch_size_per_device 1" "ddp2:2:--batch_size_per_device 1 --no_fsdp" \
-           "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2"; do
+           "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2" "fsdp2keep:2:--batch_size_per_device 1 --keep_params_gathered"; do
     IFS=: read -r name n extra <<<"$c"
     # shellcheck disable=SC2086
     if timeout 300 mpiexec -n "$n" "$emu" --device cuda "${flags[@]}" $extra --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1; then
@@ -147,7 +162,8 @@ same_start() {
 }
 for seed in 2 3; do
   for c in "1dev:1::emu" "fsdp2:2:--batch_size_per_device 1:fsdp2" "ddp2:2:--batch_size_per_device 1 --no_fsdp:ddp2" \
-           "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2:hsdp2x2"; do
+           "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2:hsdp2x2" \
+           "fsdp2keep:2:--batch_size_per_device 1 --keep_params_gathered:fsdp2keep"; do
     IFS=: read -r name n extra ref <<<"$c"
     [ -d "$tmp/$ref/checkpoints" ] || continue   # seed 1 did not run (or failed: reported above)
     launch=(); [ "$n" -gt 1 ] && launch=(mpiexec -n "$n")

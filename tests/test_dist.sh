@@ -2,7 +2,8 @@
 # test_dist.sh BUILD_DIR: multi-rank training on CPU ranks over MPI (mpiexec, MPICH), the
 # same global batch everywhere (8 sequences per step, 20 steps, seq 64):
 #   1. single process == FSDP 2 == FSDP 4 == DDP 2 (--no_fsdp) == HSDP 4 (--dp_shard 2), FSDP 2
-#      with gradient checkpointing, FSDP 2 accumulating gradients locally (4 micro-batches):
+#      with gradient checkpointing, FSDP 2 accumulating gradients locally (4 micro-batches),
+#      FSDP 2 keeping the gathered parameters for the step (--keep_params_gathered, 4 micro-batches):
 #      per-step losses and final weights within the tolerance derived below;
 #   2. bytes sent per step by all-gather / reduce-scatter / all-reduce equal the formula;
 #   3. a checkpoint saved at 4 ranks resumes at 2 and at 1 rank with the same continuation;
@@ -58,6 +59,7 @@ run_case fsdp4 4 --batch_size_per_device 1
 run_case ddp2 2 --batch_size_per_device 2 --no_fsdp
 run_case hsdp4 4 --batch_size_per_device 2 --dp_shard 2
 run_case fsdp2_ckpt 2 --batch_size_per_device 4 --gradient_checkpointing
+run_case fsdp2_keep 2 --batch_size_per_device 1 --keep_params_gathered
 run_case fsdp2_local 2 --batch_size_per_device 1 --accumulate_grads_locally
 grep -q "sharding HSDP (shard group 2 x replica group 2)" "$tmp/hsdp4.log" && ok "HSDP 4 = 2 shard x 2 replica" || bad "HSDP grid not reported"
 grep -q "bootstrap: MPI (mpirun); world 4 rank(s)" "$tmp/fsdp4.log" && ok "bootstrap reported once" || bad "bootstrap line"
@@ -95,17 +97,22 @@ check_bytes fsdp2 all_gather_bytes $(( $(gathered 2) * 4 / 2 ))
 check_bytes fsdp2 reduce_scatter_bytes $(( $(reduced 2) * 4 / 2 ))
 check_bytes fsdp4 all_gather_bytes $(( $(gathered 2) * 3 * 4 / 4 ))
 check_bytes fsdp4 reduce_scatter_bytes $(( $(reduced 2) * 3 * 4 / 4 ))
+# --keep_params_gathered: every unit gathered once per step (4 micro-batches here), kept
+check_bytes fsdp2_keep all_gather_bytes $(( P * 4 / 2 ))
+check_bytes fsdp2_keep reduce_scatter_bytes $(( $(reduced 4) * 4 / 2 ))
 # accumulating locally: one reduce-scatter of every unit per step, whatever the micro-batches
 check_bytes fsdp2_local reduce_scatter_bytes $(( P * 4 / 2 ))
 check_bytes ddp2 all_reduce_bytes $(( 2 * P * 4 / 2 ))
 check_bytes ddp2 all_gather_bytes 0
 # per-rank model state: params (fp32 on CPU) + master + 2 moments + fp32 grads = 20 bytes per
-# parameter, sharded 1/N, plus one micro-batch's full-unit gradient buffers: root + one layer,
-# or root + two layers when sharded (one layer's reduce-scatter overlaps the next's backward;
-# the root's fp32 gradient sum reuses the checkpoint gather buffer, a workspace)
-for c in ref:1:1 fsdp2:2:2 fsdp4:4:2 ddp2:1:1; do
+# parameter, sharded 1/N, plus when sharded one micro-batch's full-unit gradient buffers: root
+# + two layers (one layer's reduce-scatter overlaps the next's backward; the root's fp32
+# gradient sum reuses the checkpoint gather buffer, a workspace). Unsharded (one process,
+# DDP) the backward adds into the fp32 gradient itself: no unit buffers (FSDP_GRADS_DIRECT).
+for c in ref:1:0 fsdp2:2:2 fsdp4:4:2 ddp2:1:0; do
   n=${c#*:}; n=${n%%:*}; nl=${c##*:}
-  check_bytes "${c%%:*}" model_state_bytes $(( P * 20 / n + (root + nl * layer) * 4 ))
+  units=$(( nl > 0 ? (root + nl * layer) * 4 : 0 ))
+  check_bytes "${c%%:*}" model_state_bytes $(( P * 20 / n + units ))
 done
 check_bytes fsdp2_local model_state_bytes $(( P * 20 / 2 + P * 4 ))   # + full-size local gradients
 # the FSDP rule of thumb: a micro-step moves at most 3 x P (gather for the forward, again for

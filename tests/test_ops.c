@@ -130,7 +130,7 @@ static double objective(state *s) {
         break;
     case OP_LMHEAD: {
         float *ws = malloc(sizeof(float) * OPS_LMHEAD_CHUNK * c->V);
-        be->lmhead_xent(out, NULL, NULL, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, OPS_LMHEAD_CHUNK,
+        be->lmhead_xent(out, NULL, NULL, ST_F32, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, OPS_LMHEAD_CHUNK,
                         ws, NULL);
         free(ws);
         break;
@@ -152,7 +152,7 @@ static void analytic(state *s, int *contract_ok) {
     case OP_EMBEDDING:
         base[0] = randn(s->in_n[0], 1.0f);
         s->grad[0] = copy_of(base[0], s->in_n[0]);
-        be->embedding_bwd(s->grad[0], s->R, s->tokens, c->N, c->C, c->V);
+        be->embedding_bwd(s->grad[0], ST_F32, s->R, s->tokens, c->N, c->C, c->V);
         break;
     case OP_RMSNORM: {
         float *rstd = malloc(sizeof(float) * c->N), *tmp = malloc(sizeof(float) * s->out_n);
@@ -161,7 +161,7 @@ static void analytic(state *s, int *contract_ok) {
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[0] = copy_of(base[0], s->in_n[0]);
         s->grad[1] = copy_of(base[1], s->in_n[1]);
-        be->rmsnorm_bwd(s->grad[0], s->grad[1], s->R, s->in[0], s->in[1], rstd, c->N, c->C);
+        be->rmsnorm_bwd(s->grad[0], s->grad[1], ST_F32, s->R, s->in[0], s->in[1], rstd, c->N, c->C);
         free(rstd); free(tmp);
         break;
     }
@@ -180,10 +180,10 @@ static void analytic(state *s, int *contract_ok) {
         s->grad[0] = filled(s->in_n[0], NAN);
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[1] = copy_of(base[1], s->in_n[1]);
-        be->matmul_bwd(s->grad[0], s->grad[1], s->R, s->in[0], s->in[1], c->N, c->C, c->F, 0);
+        be->matmul_bwd(s->grad[0], s->grad[1], ST_F32, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 0);
         {   // accumulate_dinp = 1 must add to what is there
             float *acc = filled(s->in_n[0], 1.0f), *dw = filled(s->in_n[1], 0.0f);
-            be->matmul_bwd(acc, dw, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 1);
+            be->matmul_bwd(acc, dw, ST_F32, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 1);
             for (size_t i = 0; i < s->in_n[0]; i++)
                 if (fabsf(acc[i] - 1.0f - s->grad[0][i]) > 1e-5f * (1 + fabsf(s->grad[0][i]))) *contract_ok = 0;
             free(acc); free(dw);
@@ -212,7 +212,7 @@ static void analytic(state *s, int *contract_ok) {
         s->grad[0] = filled(s->in_n[0], NAN);
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[1] = copy_of(base[1], s->in_n[1]);
-        be->lmhead_xent(losses, s->grad[0], s->grad[1], s->in[0], s->in[1], s->tokens, c->N, c->C,
+        be->lmhead_xent(losses, s->grad[0], s->grad[1], ST_F32, s->in[0], s->in[1], s->tokens, c->N, c->C,
                         c->V, s->R[0], OPS_LMHEAD_CHUNK, ws, NULL);
         free(ws); free(losses);
         break;

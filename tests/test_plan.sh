@@ -14,6 +14,8 @@
 #      all-gather and reduce-scatter exactly, all-reduce within 16 bytes (the plan counts the
 #      gradient all-reduce, not the one-double norm all-reduce over the shard group).
 #      --offload_optimizer (one process and FSDP 2): the host category equals the plan too.
+#      --keep_params_gathered (FSDP 2, full and LoRA): the whole-model gather buffer, and the
+#      all-gather bytes of a step (every trained unit once; a frozen base not at all).
 #      LoRA (--lora_rank, one process and FSDP 2): the frozen base has no gradient or optimizer
 #      buffers, the adapters' state and activations are planned from the same tables.
 #   2. The comparison can fail: a plan for another job (checkpointing off vs on) is rejected.
@@ -116,6 +118,10 @@ if have_mpi; then
   case_run hsdp4_b1_s64       4 --batch_size_per_device 1 --seq_len 64 --total_batch_size 8 --dp_shard 2 --peak_tflops 1
   case_run lora_fsdp2_b2_s64  2 --batch_size_per_device 2 --seq_len 64 --total_batch_size 8 --peak_tflops 1 --lora_rank 4
   case_run offload_fsdp2_b2_s64 2 --batch_size_per_device 2 --seq_len 64 --total_batch_size 8 --peak_tflops 1 --offload_optimizer
+  # --keep_params_gathered: one gather buffer of the whole model, every unit gathered once per step
+  case_run keep_fsdp2_b1_s64  2 --batch_size_per_device 1 --seq_len 64 --total_batch_size 8 --peak_tflops 1 --keep_params_gathered
+  case_run keep_lora_fsdp2_b1 2 --batch_size_per_device 1 --seq_len 64 --total_batch_size 4 --peak_tflops 1 --lora_rank 4 \
+    --keep_params_gathered
 else skip_or_fail "multi-rank cases (no mpiexec, or $bin built without MPI)"; fi
 
 # ---------------------------------------------------------------- 2. the comparison can fail

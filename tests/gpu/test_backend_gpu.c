@@ -144,17 +144,24 @@ static void case_matmul(int N, int IC, int OC, int off) {
     BOTH(CPU->matmul_fwd(C_(r), C_(x), C_(w), C_(r), N, IC, OC), GPU->matmul_fwd(G_(r), G_(x), G_(w), G_(r), N, IC, OC));
     report("matmul_fwd", s, "out+=", &r);
     pair_free(&r); pair_free(&y2);
-    BOTH(CPU->matmul_bwd(C_(dx), C_(dw), C_(dy), C_(x), C_(w), N, IC, OC, 0),
-         GPU->matmul_bwd(G_(dx), G_(dw), G_(dy), G_(x), G_(w), N, IC, OC, 0));
+    BOTH(CPU->matmul_bwd(C_(dx), C_(dw), ST_F32, C_(dy), C_(x), C_(w), N, IC, OC, 0),
+         GPU->matmul_bwd(G_(dx), G_(dw), ST_BF16, G_(dy), G_(x), G_(w), N, IC, OC, 0));
     report("matmul_bwd", s, "dinp", &dx);
     report("matmul_bwd", s, "dweight", &dw);
     // the "+=" contracts: dinp accumulates when asked, dweight always
-    BOTH(CPU->matmul_bwd(C_(dx), C_(dw), C_(dy), C_(x), C_(w), N, IC, OC, 1),
-         GPU->matmul_bwd(G_(dx), G_(dw), G_(dy), G_(x), G_(w), N, IC, OC, 1));
-#undef C_
-#undef G_
+    BOTH(CPU->matmul_bwd(C_(dx), C_(dw), ST_F32, C_(dy), C_(x), C_(w), N, IC, OC, 1),
+         GPU->matmul_bwd(G_(dx), G_(dw), ST_BF16, G_(dy), G_(x), G_(w), N, IC, OC, 1));
     report("matmul_bwd", s, "dinp+=", &dx);
     report("matmul_bwd", s, "dweight+=", &dw);
+    // an fp32 dweight (one shard: the step's gradient itself), random before: "+=" in fp32,
+    // only the summation order differs from the CPU (THR_F32)
+    pair dwf = pair_new((size_t)OC * IC + o, 1, 1, 0);
+    BOTH(CPU->matmul_bwd(NULL, (float *)dwf.cpu + o, ST_F32, C_(dy), C_(x), C_(w), N, IC, OC, 0),
+         GPU->matmul_bwd(NULL, (float *)dwf.gpu + o, ST_F32, G_(dy), G_(x), G_(w), N, IC, OC, 0));
+#undef C_
+#undef G_
+    report("matmul_bwd", s, "dW f32+=", &dwf);
+    pair_free(&dwf);
     pair_free(&x); pair_free(&w); pair_free(&y); pair_free(&dy); pair_free(&dx); pair_free(&dw);
 }
 
@@ -292,10 +299,15 @@ static void case_norm_swiglu(int N, int C) {
     BOTH(CPU->rmsnorm_fwd(y.cpu, rstd.cpu, x.cpu, w.cpu, N, C, 1e-5f), GPU->rmsnorm_fwd(y.gpu, rstd.gpu, x.gpu, w.gpu, N, C, 1e-5f));
     report("rmsnorm_fwd", s, "out", &y);
     report("rmsnorm_fwd", s, "rstd", &rstd);
-    BOTH(CPU->rmsnorm_bwd(dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu, rstd.cpu, N, C),
-         GPU->rmsnorm_bwd(dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, rstd.gpu, N, C));
+    BOTH(CPU->rmsnorm_bwd(dx.cpu, dw.cpu, ST_F32, dy.cpu, x.cpu, w.cpu, rstd.cpu, N, C),
+         GPU->rmsnorm_bwd(dx.gpu, dw.gpu, ST_BF16, dy.gpu, x.gpu, w.gpu, rstd.gpu, N, C));
     report("rmsnorm_bwd", s, "dinp", &dx);
     report("rmsnorm_bwd", s, "dweight", &dw);
+    pair dwf = pair_new((size_t)C, 1, 1, 0);   // fp32 dweight, random before (+=)
+    BOTH(CPU->rmsnorm_bwd(dx.cpu, dwf.cpu, ST_F32, dy.cpu, x.cpu, w.cpu, rstd.cpu, N, C),
+         GPU->rmsnorm_bwd(dx.gpu, dwf.gpu, ST_F32, dy.gpu, x.gpu, w.gpu, rstd.gpu, N, C));
+    report("rmsnorm_bwd", s, "dw f32+=", &dwf);
+    pair_free(&dwf);
     // swiglu and add on the same sizes: gate = x, up = dy
     pair g = pair_new(n, 0, 1, 1), u = pair_new(n, 0, 1, 1);
     BOTH(CPU->swiglu_fwd(y.cpu, x.cpu, dy.cpu, N, C, C), GPU->swiglu_fwd(y.gpu, x.gpu, dy.gpu, N, C, C));
@@ -350,25 +362,37 @@ static void case_embedding_lmhead(int N, int C, int V, int chunk) {
     pair wte = pair_new((size_t)V * C, 0, 1, 0), x = pair_new((size_t)N * C, 0, 1, 1), dwte = pair_new((size_t)V * C, 0, 1, 1);
     BOTH(CPU->embedding_fwd(x.cpu, tc, wte.cpu, N, C, V), GPU->embedding_fwd(x.gpu, tg, wte.gpu, N, C, V));
     report("embedding_fwd", s, "out", &x);
-    BOTH(CPU->embedding_bwd(dwte.cpu, x.cpu, tc, N, C, V), GPU->embedding_bwd(dwte.gpu, x.gpu, tg, N, C, V));
+    BOTH(CPU->embedding_bwd(dwte.cpu, ST_F32, x.cpu, tc, N, C, V), GPU->embedding_bwd(dwte.gpu, ST_BF16, x.gpu, tg, N, C, V));
     report("embedding_bwd", s, "dwte", &dwte);
+    pair dwtef = pair_new((size_t)V * C, 1, 1, 0);   // fp32 dwte, random before (+=)
+    BOTH(CPU->embedding_bwd(dwtef.cpu, ST_F32, x.cpu, tc, N, C, V), GPU->embedding_bwd(dwtef.gpu, ST_F32, x.gpu, tg, N, C, V));
+    report("embedding_bwd", s, "dwte f32+=", &dwtef);
     pair loss = pair_new((size_t)N, 1, 1, 1), dx = pair_new((size_t)N * C, 0, 1, 1), dw = pair_new((size_t)V * C, 0, 1, 1);
     pair ws = pair_new((size_t)chunk * V, 1, 1, 1), acc = pair_new(N > chunk ? (size_t)V * C : 1, 1, 1, 1);
     float *gacc = N > chunk ? acc.gpu : NULL;
-    BOTH(CPU->lmhead_xent(loss.cpu, dx.cpu, dw.cpu, x.cpu, wte.cpu, gc, N, C, V, 1.0f / N, chunk, ws.cpu, NULL),
-         GPU->lmhead_xent(loss.gpu, dx.gpu, dw.gpu, x.gpu, wte.gpu, gg, N, C, V, 1.0f / N, chunk, ws.gpu, gacc));
+    BOTH(CPU->lmhead_xent(loss.cpu, dx.cpu, dw.cpu, ST_F32, x.cpu, wte.cpu, gc, N, C, V, 1.0f / N, chunk, ws.cpu, NULL),
+         GPU->lmhead_xent(loss.gpu, dx.gpu, dw.gpu, ST_BF16, x.gpu, wte.gpu, gg, N, C, V, 1.0f / N, chunk, ws.gpu, gacc));
     report("lmhead_xent", s, "losses", &loss);
     report("lmhead_xent", s, "dx", &dx);
     report("lmhead_xent", s, "dweight", &dw);
+    // into an fp32 dweight with no dw_acc even over several chunks (from zero: the NMSE is
+    // relative to dW itself; "+=" is the GEMM's beta 1, checked in case_matmul); the GPU's
+    // dlogits are bf16 GEMM operands, so the sum keeps one bf16 rounding (THR_BF16)
+    pair dwf = pair_new((size_t)V * C, 1, 1, 1);
+    BOTH(CPU->lmhead_xent(loss.cpu, dx.cpu, dwf.cpu, ST_F32, x.cpu, wte.cpu, gc, N, C, V, 1.0f / N, chunk, ws.cpu, NULL),
+         GPU->lmhead_xent(loss.gpu, dx.gpu, dwf.gpu, ST_F32, x.gpu, wte.gpu, gg, N, C, V, 1.0f / N, chunk, ws.gpu, NULL));
+    report_thr("lmhead_xent", s, "dw f32", &dwf, THR_BF16);
+    pair_free(&dwtef);
+    pair_free(&dwf);
     // the "+=" contract of dweight (into dwte's values), and evaluation: losses only (not
     // for the large vocab: the emulated GEMMs are slow, and it adds no path)
     if (V <= 4096) {
-        BOTH(CPU->lmhead_xent(loss.cpu, dx.cpu, dwte.cpu, x.cpu, wte.cpu, gc, N, C, V, 0.5f, chunk, ws.cpu, NULL),
-             GPU->lmhead_xent(loss.gpu, dx.gpu, dwte.gpu, x.gpu, wte.gpu, gg, N, C, V, 0.5f, chunk, ws.gpu, gacc));
+        BOTH(CPU->lmhead_xent(loss.cpu, dx.cpu, dwte.cpu, ST_F32, x.cpu, wte.cpu, gc, N, C, V, 0.5f, chunk, ws.cpu, NULL),
+             GPU->lmhead_xent(loss.gpu, dx.gpu, dwte.gpu, ST_BF16, x.gpu, wte.gpu, gg, N, C, V, 0.5f, chunk, ws.gpu, gacc));
         report("lmhead_xent", s, "dweight+=", &dwte);
         pair_fill(&loss, 0.0f);
-        BOTH(CPU->lmhead_xent(loss.cpu, NULL, NULL, x.cpu, wte.cpu, gc, N, C, V, 1.0f, chunk, ws.cpu, NULL),
-             GPU->lmhead_xent(loss.gpu, NULL, NULL, x.gpu, wte.gpu, gg, N, C, V, 1.0f, chunk, ws.gpu, NULL));
+        BOTH(CPU->lmhead_xent(loss.cpu, NULL, NULL, ST_F32, x.cpu, wte.cpu, gc, N, C, V, 1.0f, chunk, ws.cpu, NULL),
+             GPU->lmhead_xent(loss.gpu, NULL, NULL, ST_BF16, x.gpu, wte.gpu, gg, N, C, V, 1.0f, chunk, ws.gpu, NULL));
         report("lmhead_xent", s, "eval loss", &loss);
     }
     pair *all[] = {&wte, &x, &dwte, &loss, &dx, &dw, &ws, &acc};
@@ -397,13 +421,18 @@ static void case_lmhead_many_chunks(void) {
     CPU->copy_h2d(gc, tgt, (size_t)N * 4); GPU->copy_h2d(gg, tgt, (size_t)N * 4);
     pair loss = pair_new((size_t)N, 1, 1, 1), dx = pair_new((size_t)N * C, 0, 1, 1), dw = pair_new((size_t)V * C, 0, 1, 1);
     pair ws = pair_new((size_t)chunk * V, 1, 1, 1), acc = pair_new((size_t)V * C, 1, 1, 1);
-    BOTH(CPU->lmhead_xent(loss.cpu, dx.cpu, dw.cpu, x.cpu, w.cpu, gc, N, C, V, 1.0f, chunk, ws.cpu, NULL),
-         GPU->lmhead_xent(loss.gpu, dx.gpu, dw.gpu, x.gpu, w.gpu, gg, N, C, V, 1.0f, chunk, ws.gpu, acc.gpu));
+    BOTH(CPU->lmhead_xent(loss.cpu, dx.cpu, dw.cpu, ST_F32, x.cpu, w.cpu, gc, N, C, V, 1.0f, chunk, ws.cpu, NULL),
+         GPU->lmhead_xent(loss.gpu, dx.gpu, dw.gpu, ST_BF16, x.gpu, w.gpu, gg, N, C, V, 1.0f, chunk, ws.gpu, acc.gpu));
     report("lmhead_xent", s, "losses", &loss);
     report("lmhead_xent", s, "dx", &dx);
     report("lmhead_xent", s, "dweight", &dw);
-    pair *all[] = {&x, &w, &loss, &dx, &dw, &ws, &acc};
-    for (int i = 0; i < 7; i++) pair_free(all[i]);
+    // the same sum straight into an fp32 dweight (one shard), no dw_acc: nothing is lost either
+    pair dwf = pair_new((size_t)V * C, 1, 1, 1);
+    BOTH(CPU->lmhead_xent(loss.cpu, dx.cpu, dwf.cpu, ST_F32, x.cpu, w.cpu, gc, N, C, V, 1.0f, chunk, ws.cpu, NULL),
+         GPU->lmhead_xent(loss.gpu, dx.gpu, dwf.gpu, ST_F32, x.gpu, w.gpu, gg, N, C, V, 1.0f, chunk, ws.gpu, NULL));
+    report_thr("lmhead_xent", s, "dw f32", &dwf, THR_BF16);
+    pair *all[] = {&x, &w, &loss, &dx, &dw, &ws, &acc, &dwf};
+    for (int i = 0; i < 8; i++) pair_free(all[i]);
     CPU->free(gc); GPU->free(gg);
     free(tgt);
 }
