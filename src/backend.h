@@ -110,9 +110,10 @@ struct backend {
     int (*matmul_fwd)(void *out, const void *inp, const void *weight, const void *residual,
                       int N, int IC, int OC);
     // dinp (N, IC) = (or += when accumulate_dinp) dout (N, OC) @ weight; skipped if dinp NULL
-    // dweight (OC, IC, gdt) += dout^T @ inp; skipped if dweight NULL (a frozen weight)
+    // dweight (OC, IC, gdt) += (or = unless accumulate_dw) dout^T @ inp; skipped if dweight
+    // NULL (a frozen weight)
     int (*matmul_bwd)(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
-                      const void *weight, int N, int IC, int OC, int accumulate_dinp);
+                      const void *weight, int N, int IC, int OC, int accumulate_dinp, int accumulate_dw);
 
     // Causal softmax attention with GQA (query head h uses kv head h / (H / KVH)),
     // scale 1/sqrt(D). q, out (B, T, H, D); k, v (B, T, KVH, D);

@@ -248,15 +248,15 @@ static int cpu_matmul_fwd(void *out, const void *inp, const void *weight, const 
 }
 
 static int cpu_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
-                          const void *weight, int N, int IC, int OC, int accumulate_dinp) {
+                          const void *weight, int N, int IC, int OC, int accumulate_dinp, int accumulate_dw) {
     if (dweight) TRY(cpu_check_gdt("matmul_bwd", gdt));
     if (dinp) // dinp (N, IC) = dout (N, OC) @ weight (OC, IC)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight,
                     IC, accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
-    // dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC)
+    // dweight (OC, IC) += (or =) dout^T (OC, N) @ inp (N, IC)
     if (dweight)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
-                dweight, IC);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
+                    accumulate_dw ? 1.0f : 0.0f, dweight, IC);
     return 0;
 }
 
@@ -365,7 +365,7 @@ static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, st_dtype gdt
         for (int r = 0; r < rows; r++)
             losses[n0 + r] = xent_row(logits + (size_t)r * V, targets[n0 + r], V, dloss, dx != NULL);
         if (dx) cpu_matmul_bwd(dx + (size_t)n0 * C, dweight, ST_F32, logits, x + (size_t)n0 * C, weight,
-                               rows, C, V, 0);
+                               rows, C, V, 0, 1);
     }
     return 0;
 }

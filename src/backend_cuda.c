@@ -333,14 +333,14 @@ static int grad_is_f32(const char *op, st_dtype gdt) {
 }
 
 static int cu_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
-                         const void *weight, int N, int IC, int OC, int accumulate_dinp) {
+                         const void *weight, int N, int IC, int OC, int accumulate_dinp, int accumulate_dw) {
     // dinp^T (IC, N) = W^T (IC, OC) . dout^T (OC, N)
     if (dinp) TRY(gemm(0, 0, IC, N, OC, weight, dout, dinp, accumulate_dinp ? 1.0f : 0.0f));
-    // dW^T (IC, OC) += inp^T (IC, N) . dout (N, OC), into a bf16 or fp32 C (beta 1)
+    // dW^T (IC, OC) += (beta 1) or = (beta 0) inp^T (IC, N) . dout (N, OC), a bf16 or fp32 C
     if (!dweight) return 0;
     const int f32 = grad_is_f32("matmul_bwd", gdt);
     if (f32 < 0) return -1;
-    return gemm_ld(0, 1, IC, OC, N, inp, IC, dout, OC, dweight, IC, f32, 1.0f, 1.0f);
+    return gemm_ld(0, 1, IC, OC, N, inp, IC, dout, OC, dweight, IC, f32, 1.0f, accumulate_dw ? 1.0f : 0.0f);
 }
 
 // ----------------------------------------------------------------------------

@@ -137,6 +137,7 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->replica = replica;
     s->esz = st_dtype_size(be->dtype);
     s->keep_gathered = keep_gathered && shard->size > 1;
+    s->poison_fresh = getenv("FT_TEST_POISON_FRESH_GRADS") != NULL;
     s->mode = fsdp_resolve_grad_mode(mode, shard->size);
     s->accumulate_locally = s->mode == FSDP_GRADS_LOCAL;
     s->micro_first = s->micro_last = 1;
@@ -303,7 +304,7 @@ static int overlapped(const fsdp_state *s) { return s->shard->size > 1 && !s->ac
 static int offload_grad_final(fsdp_state *s, int u);
 static int grad_buffer(const fsdp_state *s, int u) { return overlapped(s) ? u % 2 : 0; }
 
-static void *unit_grad(fsdp_state *s, int u) {
+static void *unit_grad_buffer(fsdp_state *s, int u) {
     if (s->accumulate_locally) return (char *)s->grad_full + s->layout->unit_offset[u] * s->esz;
     return u == s->layout->n_layers ? s->root_grad : s->layer_grad[grad_buffer(s, u)];
 }
@@ -330,25 +331,49 @@ static int fsdp_flush_grads(fsdp_state *s) {
 // -1 with ft_error: `what` asked of a frozen state (the LoRA base has no gradients or optimizer state)
 static int frozen_error(const char *what) { return ft_error("fsdp: %s of the frozen base (LoRA)", what); }
 
-static int prov_grad_begin(void *ctx, int u, void **grads, st_dtype *gdt) {
+// FT_TEST_POISON_FRESH_GRADS (test-only): a fresh gradient buffer is filled with 0xFF bytes
+// (NaN in fp32 and bf16) first, so an element the backward fails to overwrite turns the
+// gradient norm into NaN instead of carrying another layer's stale value.
+static int poison(fsdp_state *s, void *g, size_t nbytes) {
+    static unsigned char *ff;   // (max_unit x esz) 0xFF bytes on the host, kept for the run
+    static size_t ff_bytes;
+    if (ff_bytes < nbytes) {
+        free(ff);
+        ff = ft_malloc(nbytes, "gradient poison");
+        if (!ff) { ff_bytes = 0; return -1; }
+        memset(ff, 0xFF, nbytes);
+        ff_bytes = nbytes;
+    }
+    return s->be->copy_h2d(g, ff, nbytes);
+}
+
+static int prov_grad_begin(void *ctx, int u, unit_grad *ug) {
     fsdp_state *s = ctx;
     if (s->role == FSDP_FROZEN) return frozen_error("gradients");
     const int L = s->layout->n_layers;
+    ug->fresh = 0;
     if (s->mode == FSDP_GRADS_DIRECT) {   // the step's fp32 gradient, zeroed by fsdp_zero_grads
-        *grads = s->grads + s->local_off[u];
-        *gdt = ST_F32;
+        ug->data = s->grads + s->local_off[u];
+        ug->dtype = ST_F32;
         return 0;
     }
-    *gdt = s->be->dtype;
+    ug->dtype = s->be->dtype;
     if (overlapped(s)) TRY(u == L ? fsdp_flush_grads(s) : rs_finish(s, grad_buffer(s, u)));
-    void *g = unit_grad(s, u);
-    // per micro-batch buffers start from zero; local accumulation only at the step's start
-    if (!s->accumulate_locally || s->micro_first) TRY(s->be->zero(g, s->layout->unit_numel[u] * s->esz));
+    void *g = unit_grad_buffer(s, u);
+    ug->data = g;
+    // per micro-batch buffers start anew; local accumulation only at the step's start. A
+    // trained layer is overwritten by its backward (fresh: no zero pass); the root (the
+    // embedding's scatter-add, the tied lm_head) and LoRA adapters are zeroed and added into.
+    if (s->accumulate_locally && !s->micro_first) return 0;
+    if (u < L && s->role == FSDP_TRAINED) {
+        ug->fresh = 1;
+        return s->poison_fresh ? poison(s, g, s->layout->unit_numel[u] * s->esz) : 0;
+    }
+    TRY(s->be->zero(g, s->layout->unit_numel[u] * s->esz));
     if (u == L && s->root_acc && s->micro_first) {
         TRY(s->be->zero(s->root_acc, s->layout->unit_numel[u] * sizeof(float)));
         s->root_acc_live = 1;
     }
-    *grads = g;
     return 0;
 }
 
@@ -367,7 +392,7 @@ static int prov_grad_end(void *ctx, int u) {
     fsdp_state *s = ctx;
     if (s->mode == FSDP_GRADS_DIRECT) return offload_grad_final(s, u);   // the slice is the unit's sum
     if (s->accumulate_locally && !s->micro_last) return 0;   // reduced after the last micro-batch
-    const void *g = unit_grad(s, u);
+    const void *g = unit_grad_buffer(s, u);
     if (overlapped(s) && u < s->layout->n_layers) {
         const int b = grad_buffer(s, u);
         TRY(rs_finish(s, b));   // normally done by grad_begin already

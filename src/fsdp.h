@@ -95,6 +95,7 @@ typedef struct {
     int root_acc_live;            // root_acc holds a partial sum (first to last micro-batch)
     void *grad_full;              // (layout->total) backend dtype, when accumulate_locally
     int micro_first, micro_last;  // position of the current micro-batch in the step
+    int poison_fresh;             // FT_TEST_POISON_FRESH_GRADS set (test-only): NaN-fill fresh buffers
     void *rs_out[2];              // reduce-scatter outputs (S > 1), backend dtype: [0] max slice
                                   // (root, or layers with even index), [1] a layer slice
     float *unit_f32;              // (max_unit) fp32 gather buffer for checkpoints

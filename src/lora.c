@@ -209,7 +209,7 @@ int lora_proj_fwd(const backend *be, float s, void *y, void *u, const void *x, c
 
 int lora_proj_bwd(const backend *be, float s, void *dx, void *dA, void *dB, st_dtype gdt, void *du, const void *dy,
                   const void *x, const void *u, const void *A, const void *B, int N, int in, int out, int r) {
-    TRY(be->matmul_bwd(du, dB, gdt, dy, u, B, N, r, out, 0));   // du = dy B (N, r); dB += dy^T u
+    TRY(be->matmul_bwd(du, dB, gdt, dy, u, B, N, r, out, 0, 1));   // du = dy B (N, r); dB += dy^T u
     TRY(be->scale(du, du, s, (size_t)N * r));                   // d(x A^T) = s dy B
-    return be->matmul_bwd(dx, dA, gdt, du, x, A, N, in, r, 1);  // dx += du A; dA += du^T x
+    return be->matmul_bwd(dx, dA, gdt, du, x, A, N, in, r, 1, 1);  // dx += du A; dA += du^T x
 }

@@ -395,12 +395,12 @@ static int mlp_gate_up_bwd(model *m, void *w, void *dw, void *aw, void *daw, lay
     if (mlp_fused(m)) {
         TRY(be->swiglu_bwd(m->dgu, at(m, m->dgu, F), m->dact, s->gu, at(m, s->gu, F), N, F, 2 * F));
         return be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->gdt, m->dgu, s->ln2, at(m, w, o[LT_WGATE]), N, C,
-                              2 * F, 0);
+                              2 * F, 0, !m->gfresh);
     }
     void *dup = at(m, m->dgu, (size_t)N * F);
     TRY(be->swiglu_bwd(m->dgu, dup, m->dact, s->gu, at(m, s->gu, (size_t)N * F), N, F, F));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->gdt, m->dgu, s->ln2, at(m, w, o[LT_WGATE]), N, C, F, 0));
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WUP]), m->gdt, dup, s->ln2, at(m, w, o[LT_WUP]), N, C, F, 1));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WGATE]), m->gdt, m->dgu, s->ln2, at(m, w, o[LT_WGATE]), N, C, F, 0, !m->gfresh));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, o[LT_WUP]), m->gdt, dup, s->ln2, at(m, w, o[LT_WUP]), N, C, F, 1, !m->gfresh));
     TRY(lora_bwd(m, LT_WGATE, aw, daw, s, m->dln, m->dgu, s->ln2));
     return lora_bwd(m, LT_WUP, aw, daw, s, m->dln, dup, s->ln2);
 }
@@ -444,12 +444,12 @@ static int attn_qkv_bwd(model *m, void *w, void *dw, void *aw, void *daw, layer_
     const size_t wq = m->layout->layer_off[LT_WQ];
     if (!attn_lora(m)) {
         TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, T, H, KVH, D));
-        return be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->gdt, m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0);
+        return be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->gdt, m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0, !m->gfresh);
     }
     TRY(be->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, B, T, H, D));
     TRY(be->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, B, T, KVH, D));
     TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, NULL, NULL, B, T, H, KVH, D));   // gather only
-    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->gdt, m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0));
+    TRY(be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->gdt, m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0, !m->gfresh));
     TRY(lora_bwd(m, LT_WQ, aw, daw, s, m->dln, m->dq, s->ln1));
     TRY(lora_bwd(m, LT_WK, aw, daw, s, m->dln, m->dk, s->ln1));
     return lora_bwd(m, LT_WV, aw, daw, s, m->dln, m->dv, s->ln1);
@@ -575,14 +575,14 @@ static int layer_backward(model *m, int l, void *w, void *dw, void *aw, void *da
     void *x = m->resid[l];
 
     // MLP branch: resid[l+1] = h + down(swiglu(gate|up(ln2)))
-    TRY(be->matmul_bwd(m->dact, grad_at(m, dw, o[LT_WDOWN]), m->gdt, m->dresid, s->act, at(m, w, o[LT_WDOWN]), N, F, C, 0));
+    TRY(be->matmul_bwd(m->dact, grad_at(m, dw, o[LT_WDOWN]), m->gdt, m->dresid, s->act, at(m, w, o[LT_WDOWN]), N, F, C, 0, !m->gfresh));
     TRY(lora_bwd(m, LT_WDOWN, aw, daw, s, m->dact, m->dresid, s->act));
     TRY(mlp_gate_up_bwd(m, w, dw, aw, daw, s));
     TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, dw, o[LT_MLP_NORM]), norm_gdt(m, dw), m->dln, s->h, at(m, w, o[LT_MLP_NORM]),
                         s->ln2_rstd, N, C));                          // dresid = dL/dh
 
     // attention branch: h = x + o_proj(attention(rope(q(ln1)), rope(k(ln1)), v(ln1)))
-    TRY(be->matmul_bwd(m->datt, grad_at(m, dw, o[LT_WO]), m->gdt, m->dresid, s->att, at(m, w, o[LT_WO]), N, H * D, C, 0));
+    TRY(be->matmul_bwd(m->datt, grad_at(m, dw, o[LT_WO]), m->gdt, m->dresid, s->att, at(m, w, o[LT_WO]), N, H * D, C, 0, !m->gfresh));
     TRY(lora_bwd(m, LT_WO, aw, daw, s, m->datt, m->dresid, s->att));
     TRY(be->attention_bwd(m->dq, m->dk, m->dv, m->datt, s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D));
     TRY(attn_qkv_bwd(m, w, dw, aw, daw, s));
@@ -593,12 +593,32 @@ static int layer_backward(model *m, int l, void *w, void *dw, void *aw, void *da
 
 // Gradient unit u of the base (NULL for a frozen base: LoRA) and of the adapters (NULL
 // without LoRA), between the providers' grad_begin and grad_end.
+// A fresh layer gradient unit (unit_grad.fresh) holds arbitrary values: every matrix is
+// written by its dW GEMM with beta 0, so only what no GEMM writes is zeroed here, on the
+// compute stream before the backward: the norm weights (1-D entries, added into by
+// rmsnorm_bwd) and the padding past the layer's elements.
+static int grads_fresh_layer(model *m, void *dw, int u) {
+    const param_layout *l = m->layout;
+    for (int i = 0; i < l->n_entries; i++)
+        if (l->entries[i].unit == u && l->entries[i].ndim == 1)
+            TRY(m->be->zero(grad_at(m, dw, l->entries[i].unit_offset), l->entries[i].numel * m->gesz));
+    const size_t pad = l->unit_numel[u] - l->layer_numel;
+    return pad ? m->be->zero(grad_at(m, dw, l->layer_numel), pad * m->gesz) : 0;
+}
+
 static int grads_begin(model *m, const unit_provider *p, int u, void **dw, void **daw) {
     *dw = *daw = NULL;
-    if (!m->lora) TRY(p->grad_begin(p->ctx, u, dw, &m->gdt));
-    else TRY(m->adapters.grad_begin(m->adapters.ctx, u, daw, &m->gdt));
-    m->gesz = st_dtype_size(m->gdt);
-    return 0;
+    unit_grad g = {0};
+    if (!m->lora) TRY(p->grad_begin(p->ctx, u, &g));
+    else TRY(m->adapters.grad_begin(m->adapters.ctx, u, &g));
+    *(m->lora ? daw : dw) = g.data;
+    m->gdt = g.dtype;
+    m->gesz = st_dtype_size(g.dtype);
+    m->gfresh = g.fresh;
+    if (!g.fresh) return 0;
+    if (m->lora || u >= m->layout->n_layers)
+        return ft_error("model: a fresh gradient buffer for unit %d (only a trained layer's may be)", u);
+    return grads_fresh_layer(m, g.data, u);
 }
 static int grads_end(model *m, const unit_provider *p, int u) {
     return m->lora ? m->adapters.grad_end(m->adapters.ctx, u) : p->grad_end(p->ctx, u);

@@ -79,6 +79,15 @@ double model_flops_per_token(const llama_config *cfg, double T);
 // ----------------------------------------------------------------------------
 // unit provider: where the forward/backward gets parameters and puts gradients
 
+// A unit's gradient buffer for one backward (grad_begin's answer).
+typedef struct {
+    void *data;       // unit_numel[u] elements of `dtype`
+    st_dtype dtype;   // the backend dtype, or ST_F32 when it is the step's fp32 gradient itself
+    int fresh;        // 0: the backward adds (+=) into it. 1: its contents are arbitrary and the
+                      // backward overwrites every element (its GEMMs with beta 0, the norm
+                      // weights and the padding zeroed first): no pass to zero it beforehand
+} unit_grad;
+
 typedef struct unit_provider unit_provider;
 struct unit_provider {
     void *ctx;
@@ -86,11 +95,11 @@ struct unit_provider {
     // *params until release(u). `for_backward` says which pass asks.
     int (*acquire)(void *ctx, int u, int for_backward, void **params);
     int (*release)(void *ctx, int u);
-    // Gradient buffer of unit u (unit_numel[u] elements of dtype *gdt: the backend dtype, or
-    // ST_F32 when it is the step's fp32 gradient itself); backward adds (+=) into it between
-    // grad_begin(u) and grad_end(u). grad_end(u) = unit u's gradients of this micro-batch
-    // are complete (FSDP reduce-scatters there).
-    int (*grad_begin)(void *ctx, int u, void **grads, st_dtype *gdt);
+    // Gradient buffer of unit u (*g: unit_grad above), written by the backward between
+    // grad_begin(u) and grad_end(u). grad_end(u) = unit u's gradients of this micro-batch are
+    // complete (FSDP reduce-scatters there). Only a layer unit of a fully trained model
+    // (no LoRA) may be fresh.
+    int (*grad_begin)(void *ctx, int u, unit_grad *g);
     int (*grad_end)(void *ctx, int u);
 };
 
@@ -122,6 +131,7 @@ typedef struct {
     size_t esz;                     // bytes per element of the backend dtype
     st_dtype gdt;                   // dtype of the gradient unit being written (grad_begin's)
     size_t gesz;                    // its bytes per element
+    int gfresh;                     // it is fresh (unit_grad): weights' gradients overwritten
 
     float *rope_cos, *rope_sin;     // (T, D/2) backend memory
     int32_t *tokens, *targets;      // (N) backend memory

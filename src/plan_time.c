@@ -130,24 +130,26 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     const double lm_dw = chunks > 1 && p->grad_mode != FSDP_GRADS_DIRECT ? (8 + e) * V * C : 0;
     op_add(p, "embedding, final norm, softmax/xent rows", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
            A * (N * e * 14 * C + 6 * N * V + 20 * N + lm_dw), 0);
-    // every unit's gradient zeroed (grad_begin) and added into the fp32 slice (grad_end), on the
-    // compute stream during the backward; with FSDP_GRADS_ROOT_ONCE the root's is added into
-    // its full fp32 sum instead (zeroed once per step) and the step's one fp32 reduce-scatter
-    // writes the root's slice. The dW GEMMs' beta-1 epilogue (read and write each gradient
-    // element, 2e bytes) is taken as hidden under their compute. FSDP_GRADS_DIRECT (one
+    // the root unit's gradient zeroed (grad_begin; a layer's is fresh: its dW GEMMs overwrite
+    // it with beta 0, nothing to zero but the norm weights and padding) and every unit's added
+    // into the fp32 slice (grad_end), on the compute stream during the backward; with
+    // FSDP_GRADS_ROOT_ONCE the root's is added into its full fp32 sum instead (zeroed once per
+    // step) and the step's one fp32 reduce-scatter writes the root's slice. The dW GEMMs'
+    // epilogue (at most a read and a write of each gradient element, 2e bytes) is taken as
+    // hidden under their compute. FSDP_GRADS_DIRECT (one
     // shard) has no zero or add pass: the epilogues read and write the fp32 slice, 8 bytes,
     // and the 8 - 2e beyond a bf16 epilogue are counted here (an upper bound: at batch 1 x
     // 512 a 7B dW GEMM does 1024 FLOPs per gradient element, 1.9 ps at 0.55 of an H100's
     // peak, against 2.7 ps for 8 bytes at 0.9 of its HBM bandwidth: the fp32 epilogue
     // is partly exposed at small batches, hidden at large ones)
     double grad_bytes;
-    const char *grad_what = "unit gradients: zero, add into fp32 slice";
+    const char *grad_what = "unit gradients: zero root, add into fp32 slice";
     if (p->grad_mode == FSDP_GRADS_DIRECT) {
         grad_bytes = A * (double)p->padded_total * (8 - 2 * e);
         grad_what = "unit gradients: fp32 dW epilogues (one shard)";
     } else {
         const double grad_passes = p->grad_mode == FSDP_GRADS_LOCAL ? 1 : A;
-        grad_bytes = grad_passes * ((double)p->padded_total * e + (double)p->n_local * (e + 8));
+        grad_bytes = grad_passes * ((double)p->root_numel * e + (double)p->n_local * (e + 8));
     }
     if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
         const double root = (double)p->root_numel, root_slice = root / r->shard_size;

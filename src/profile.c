@@ -91,8 +91,8 @@ PROF_WRAP(rope_qkv_bwd, (void *dx, const void *dq, const void *dk, const void *d
 PROF_WRAP(matmul_fwd, (void *o, const void *x, const void *w, const void *r, int N, int IC, int OC),
           (o, x, w, r, N, IC, OC))
 PROF_WRAP(matmul_bwd, (void *dx, void *dw, st_dtype g, const void *d, const void *x, const void *w, int N, int IC, int OC,
-                       int acc),
-          (dx, dw, g, d, x, w, N, IC, OC, acc))
+                       int acc, int acc_dw),
+          (dx, dw, g, d, x, w, N, IC, OC, acc, acc_dw))
 PROF_WRAP(attention_fwd, (void *o, float *l, const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D),
           (o, l, q, k, v, B, T, H, KVH, D))
 PROF_WRAP(attention_bwd, (void *dq, void *dk, void *dv, const void *d, const void *o, const float *l, const void *q,
@@ -151,11 +151,11 @@ static int prof_release(void *ctx, int u) {
     return rc;
 }
 
-static int prof_grad_begin(void *ctx, int u, void **grads, st_dtype *gdt) {
+static int prof_grad_begin(void *ctx, int u, unit_grad *g) {
     (void)ctx;
     g_phase = PROF_BACKWARD;
     profile_comm_begin();
-    int rc = g_inner_provider.grad_begin(g_inner_provider.ctx, u, grads, gdt);
+    int rc = g_inner_provider.grad_begin(g_inner_provider.ctx, u, g);
     profile_comm_end();
     return rc;
 }

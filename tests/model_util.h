@@ -12,7 +12,10 @@
 
 // A provider over two flat buffers (params, grads: layout->total elements each, backend
 // memory). `grads` may be NULL for forward-only use. `state` must outlive the provider.
-typedef struct { const param_layout *layout; const backend *be; void *params; void *grads; } flat_provider_state;
+// fresh_layers 1: the layer units' gradients are handed out fresh (unit_grad.fresh, as FSDP's
+// per-micro-batch layer buffers), filled with 0xFF bytes (NaN) first so that an element the
+// backward does not overwrite shows
+typedef struct { const param_layout *layout; const backend *be; void *params; void *grads; int fresh_layers; } flat_provider_state;
 
 static int flat_acquire(void *ctx, int u, int for_backward, void **params) {
     flat_provider_state *s = ctx;
@@ -21,11 +24,20 @@ static int flat_acquire(void *ctx, int u, int for_backward, void **params) {
     return 0;
 }
 static int flat_release(void *ctx, int u) { (void)ctx; (void)u; return 0; }
-static int flat_grad_begin(void *ctx, int u, void **grads, st_dtype *gdt) {
+static int flat_grad_begin(void *ctx, int u, unit_grad *g) {
     flat_provider_state *s = ctx;
     if (!s->grads) return ft_error("model: backward requested without a gradient buffer");
-    *grads = (char *)s->grads + s->layout->unit_offset[u] * st_dtype_size(s->be->dtype);
-    *gdt = s->be->dtype;
+    const size_t esz = st_dtype_size(s->be->dtype), nbytes = s->layout->unit_numel[u] * esz;
+    g->data = (char *)s->grads + s->layout->unit_offset[u] * esz;
+    g->dtype = s->be->dtype;
+    g->fresh = s->fresh_layers && u < s->layout->n_layers;
+    if (!g->fresh) return 0;
+    unsigned char *nan = ft_malloc(nbytes, "NaN fill");
+    if (!nan) return -1;
+    memset(nan, 0xFF, nbytes);
+    const int rc = s->be->copy_h2d(g->data, nan, nbytes);
+    free(nan);
+    return rc;
     return 0;
 }
 static int flat_grad_end(void *ctx, int u) { (void)ctx; (void)u; return 0; }

@@ -59,6 +59,9 @@ emu=$build/tests/finetune_emu
 if [ ! -x "$emu" ]; then skip_or_fail "$emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export FT_EMU_SEED=1
+# sharded runs hand the backward fresh (not zeroed) layer gradient buffers; test-only, fill
+# them with NaN first (a copy on the compute stream, ordered like the zero it replaces)
+export FT_TEST_POISON_FRESH_GRADS=1
 flags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3
        --max_eval_docs 8 --warmup_fraction 0)
 # (metric, worst_rel and le: tests/lib.sh)

@@ -76,13 +76,14 @@ static void case_close(golden_case *g) {
 }
 
 // One forward+backward; fills grads (zeroed first) and returns the mean loss in *loss.
-static int run(golden_case *g, const param_layout *layout, const backend *be, int grad_ckpt, void *params,
+// fresh: the layer units' gradients are fresh (NaN-filled, overwritten by the backward).
+static int run(golden_case *g, const param_layout *layout, const backend *be, int grad_ckpt, int fresh, void *params,
                float *grads, double *loss, float *logits, size_t *act_bytes) {
     mem_tracker mem;
     mem_tracker_init(&mem, be);
     model m;
     TRY(model_init(&m, layout, be, &mem, g->B, g->T, grad_ckpt));
-    flat_provider_state st = {layout, be, params, grads};
+    flat_provider_state st = {layout, be, params, grads, fresh};
     unit_provider p = unit_provider_flat(&st);
     memset(grads, 0, layout->total * sizeof(float));
     double sum;
@@ -93,6 +94,50 @@ static int run(golden_case *g, const param_layout *layout, const backend *be, in
     *act_bytes = mem.peak[MEM_ACTIVATIONS];
     model_free(&m);
     return rc;
+}
+
+// Fresh layer gradient units (what FSDP's per-micro-batch layer buffers are: no zero pass,
+// the dW GEMMs with beta 0, the norm weights and the padding zeroed by the model): in a layout
+// padded to multiples of 112 (every unit gets padding), with every layer unit NaN-filled
+// before its backward, each tensor's gradient equals the accumulate path's (`ref`, unpadded
+// layout) and every padding element is exactly 0. Derived tolerance: the same arithmetic
+// but beta 0 instead of beta 1 onto zeros (adding 0 is exact), so bitwise; NMSE 0 required.
+// A NaN left anywhere fails both checks.
+static void check_fresh(golden_case *g, const char *name, const backend *be, const float *ref) {
+    param_layout lp;
+    if (param_layout_init(&lp, &g->cfg, 112) != 0) {
+        EXPECT(0, "%s: padded layout: %s", name, ft_error_message());
+        return;
+    }
+    float *params = malloc(lp.total * sizeof(float)), *grads = malloc(lp.total * sizeof(float));
+    double loss;
+    size_t act;
+    int ok = hf_checkpoint_load_params(&g->ck, &lp, be, params) == 0 &&
+             run(g, &lp, be, 0, 1, params, grads, &loss, NULL, &act) == 0;
+    EXPECT(ok, "%s: fresh-unit step: %s", name, ft_error_message());
+    if (ok) {
+        param_layout l1;
+        ok = param_layout_init(&l1, &g->cfg, 1) == 0;
+        double worst = 0;
+        for (int i = 0; ok && i < lp.n_entries; i++) {
+            const param_entry *pe = &lp.entries[i], *pr = param_layout_find(&l1, pe->name);
+            double e = pr ? test_nmse(grads + pe->offset, ref + pr->offset, pe->numel) : INFINITY;
+            worst = e > worst || e != e ? e : worst;
+        }
+        size_t pad = 0, pad_bad = 0;
+        for (int u = 0; u < lp.n_units; u++) {
+            const size_t used = u < lp.n_layers ? lp.layer_numel : lp.root_numel;
+            for (size_t k = used; k < lp.unit_numel[u]; k++, pad++) pad_bad += grads[lp.unit_offset[u] + k] != 0.0f;
+        }
+        printf("  %-8s fresh layer gradient units (NaN before, padded to 112): worst tensor NMSE %.1e, "
+               "%zu padding elements, %zu not 0\n", name, worst, pad, pad_bad);
+        EXPECT(ok && worst == 0.0, "%s: fresh gradient units: worst tensor NMSE %.3e", name, worst);
+        EXPECT(pad > 0 && pad_bad == 0, "%s: fresh gradient units: %zu of %zu padding elements not 0", name, pad_bad, pad);
+        if (ok) param_layout_free(&l1);
+    }
+    free(params);
+    free(grads);
+    param_layout_free(&lp);
 }
 
 static void check_config(const char *root, const char *name, const backend *be) {
@@ -120,7 +165,7 @@ static void check_config(const char *root, const char *name, const backend *be) 
 
     double loss = 0, loss_ck = 0;
     size_t act = 0, act_ck = 0;
-    if (ok) ok = run(&g, &layout, be, 0, params, grads, &loss, logits, &act) == 0;
+    if (ok) ok = run(&g, &layout, be, 0, 0, params, grads, &loss, logits, &act) == 0;
     EXPECT(ok, "%s: step: %s", name, ft_error_message());
     if (ok) {
         const st_tensor *ref_logits = need(&g.golden, "logits"), *ref_loss = need(&g.golden, "loss");
@@ -146,13 +191,14 @@ static void check_config(const char *root, const char *name, const backend *be) 
                worst_name, worst, GRAD_NMSE_MAX);
 
         // activation checkpointing: the same gradients to the bit, with less memory
-        ok = run(&g, &layout, be, 1, params, grads_ck, &loss_ck, NULL, &act_ck) == 0;
+        ok = run(&g, &layout, be, 1, 0, params, grads_ck, &loss_ck, NULL, &act_ck) == 0;
         EXPECT(ok, "%s: checkpointed step: %s", name, ft_error_message());
         int same = ok && memcmp(grads, grads_ck, layout.total * sizeof(float)) == 0 && loss == loss_ck;
         printf("  %-8s gradient checkpointing: grads bitwise %s; activations %zu -> %zu bytes (%.0f%%)\n",
                name, same ? "identical" : "DIFFERENT", act, act_ck, 100.0 * act_ck / (double)act);
         EXPECT(same, "%s: checkpointed gradients differ from the plain run", name);
         EXPECT(act_ck < act, "%s: checkpointing saved no activation memory (%zu vs %zu)", name, act_ck, act);
+        if (ok) check_fresh(&g, name, be, grads);
     }
     free(params); free(grads); free(grads_ck); free(logits);
     param_layout_free(&layout);

@@ -180,12 +180,17 @@ static void analytic(state *s, int *contract_ok) {
         s->grad[0] = filled(s->in_n[0], NAN);
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[1] = copy_of(base[1], s->in_n[1]);
-        be->matmul_bwd(s->grad[0], s->grad[1], ST_F32, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 0);
-        {   // accumulate_dinp = 1 must add to what is there
-            float *acc = filled(s->in_n[0], 1.0f), *dw = filled(s->in_n[1], 0.0f);
-            be->matmul_bwd(acc, dw, ST_F32, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 1);
+        be->matmul_bwd(s->grad[0], s->grad[1], ST_F32, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 0, 1);
+        {   // accumulate_dinp = 1 must add to what is there; accumulate_dw = 0 must overwrite
+            // (a NaN start stays NaN if any element is only added into)
+            float *acc = filled(s->in_n[0], 1.0f), *dw = filled(s->in_n[1], NAN);
+            be->matmul_bwd(acc, dw, ST_F32, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 1, 0);
             for (size_t i = 0; i < s->in_n[0]; i++)
                 if (fabsf(acc[i] - 1.0f - s->grad[0][i]) > 1e-5f * (1 + fabsf(s->grad[0][i]))) *contract_ok = 0;
+            for (size_t i = 0; i < s->in_n[1]; i++) {
+                const float g = s->grad[1][i] - base[1][i];
+                if (!(fabsf(dw[i] - g) <= 1e-5f * (1 + fabsf(g)))) *contract_ok = 0;
+            }
             free(acc); free(dw);
         }
         break;

@@ -144,20 +144,27 @@ static void case_matmul(int N, int IC, int OC, int off) {
     BOTH(CPU->matmul_fwd(C_(r), C_(x), C_(w), C_(r), N, IC, OC), GPU->matmul_fwd(G_(r), G_(x), G_(w), G_(r), N, IC, OC));
     report("matmul_fwd", s, "out+=", &r);
     pair_free(&r); pair_free(&y2);
-    BOTH(CPU->matmul_bwd(C_(dx), C_(dw), ST_F32, C_(dy), C_(x), C_(w), N, IC, OC, 0),
-         GPU->matmul_bwd(G_(dx), G_(dw), ST_BF16, G_(dy), G_(x), G_(w), N, IC, OC, 0));
+    BOTH(CPU->matmul_bwd(C_(dx), C_(dw), ST_F32, C_(dy), C_(x), C_(w), N, IC, OC, 0, 1),
+         GPU->matmul_bwd(G_(dx), G_(dw), ST_BF16, G_(dy), G_(x), G_(w), N, IC, OC, 0, 1));
     report("matmul_bwd", s, "dinp", &dx);
     report("matmul_bwd", s, "dweight", &dw);
     // the "+=" contracts: dinp accumulates when asked, dweight always
-    BOTH(CPU->matmul_bwd(C_(dx), C_(dw), ST_F32, C_(dy), C_(x), C_(w), N, IC, OC, 1),
-         GPU->matmul_bwd(G_(dx), G_(dw), ST_BF16, G_(dy), G_(x), G_(w), N, IC, OC, 1));
+    BOTH(CPU->matmul_bwd(C_(dx), C_(dw), ST_F32, C_(dy), C_(x), C_(w), N, IC, OC, 1, 1),
+         GPU->matmul_bwd(G_(dx), G_(dw), ST_BF16, G_(dy), G_(x), G_(w), N, IC, OC, 1, 1));
     report("matmul_bwd", s, "dinp+=", &dx);
     report("matmul_bwd", s, "dweight+=", &dw);
+    // accumulate_dw 0 (a fresh gradient unit, FSDP): dweight overwritten (beta 0), NaN before
+    // (the `off` elements in front of it, which nothing writes, zero)
+    for (size_t i = 0; i < dw.n; i++) dw.host[i] = i < o ? 0.0f : NAN;
+    pair_upload(&dw);
+    BOTH(CPU->matmul_bwd(NULL, C_(dw), ST_F32, C_(dy), C_(x), C_(w), N, IC, OC, 0, 0),
+         GPU->matmul_bwd(NULL, G_(dw), ST_BF16, G_(dy), G_(x), G_(w), N, IC, OC, 0, 0));
+    report("matmul_bwd", s, "dweight=", &dw);
     // an fp32 dweight (one shard: the step's gradient itself), random before: "+=" in fp32,
     // only the summation order differs from the CPU (THR_F32)
     pair dwf = pair_new((size_t)OC * IC + o, 1, 1, 0);
-    BOTH(CPU->matmul_bwd(NULL, (float *)dwf.cpu + o, ST_F32, C_(dy), C_(x), C_(w), N, IC, OC, 0),
-         GPU->matmul_bwd(NULL, (float *)dwf.gpu + o, ST_F32, G_(dy), G_(x), G_(w), N, IC, OC, 0));
+    BOTH(CPU->matmul_bwd(NULL, (float *)dwf.cpu + o, ST_F32, C_(dy), C_(x), C_(w), N, IC, OC, 0, 1),
+         GPU->matmul_bwd(NULL, (float *)dwf.gpu + o, ST_F32, G_(dy), G_(x), G_(w), N, IC, OC, 0, 1));
 #undef C_
 #undef G_
     report("matmul_bwd", s, "dW f32+=", &dwf);
