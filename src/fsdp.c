@@ -41,7 +41,7 @@ static const fsdp_lines model_lines = {
     "offloaded optimizer: two units' updated working parameters, host memory (largest slice)",
     "fp32 gradients of the step (slice)", "root unit (embeddings, norm, lm_head), gathered",
     "two layer units: in use + prefetched", "reduce-scatter output (largest slice)",
-    "second layer reduce-scatter output (one in flight)", "full-size gradients summed over micro-batches",
+    "second layer reduce-scatter output (one in flight)", "full-size fp32 gradients summed over micro-batches",
     "one micro-batch's root + two layer gradients (one reducing while the next computes)",
     "one micro-batch's root + layer gradients", "fp32 unit buffer (checkpoint gathers)",
     "fp32 unit buffer (checkpoint gathers; during a step the root gradient sum)",
@@ -53,7 +53,7 @@ static const fsdp_lines adapter_lines = {
     "LoRA adapters: two units' updated working parameters, host memory (largest slice)",
     "LoRA adapters: fp32 gradients of the step (slice)", "LoRA adapters: root unit (empty), gathered",
     "LoRA adapters: two layer units, gathered", "LoRA adapters: reduce-scatter outputs",
-    "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size gradients summed over micro-batches",
+    "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size fp32 gradients summed over micro-batches",
     "LoRA adapters: one micro-batch's gradients", "LoRA adapters: one micro-batch's gradients",
     "LoRA adapters: fp32 unit buffer (checkpoint gathers)", "LoRA adapters: fp32 unit buffer (checkpoint gathers)",
     "LoRA adapters: every unit, gathered once per optimizer step and kept (--keep_params_gathered)"};
@@ -92,12 +92,12 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
         mem_table_add(t, MEM_GATHERED, layer * esz, w->layers, SLOT(s, layer_full[1]));
     }
     if (role == FSDP_FROZEN) return;
-    if (S > 1) {
+    if (S > 1 && !accumulate_locally) {   // (local accumulation reduce-scatters into the fp32 slices)
         mem_table_add(t, MEM_WORKSPACE, max_slice * esz, w->rs, SLOT(s, rs_out[0]));
-        if (!accumulate_locally) mem_table_add(t, MEM_WORKSPACE, layer / S * esz, w->rs2, SLOT(s, rs_out[1]));
+        mem_table_add(t, MEM_WORKSPACE, layer / S * esz, w->rs2, SLOT(s, rs_out[1]));
     }
-    if (accumulate_locally) {
-        mem_table_add(t, MEM_GRADS, l->total * esz, w->full, SLOT(s, grad_full));
+    if (accumulate_locally) {   // fp32 whatever the backend: A micro-batches summed without rounding
+        mem_table_add(t, MEM_GRADS, l->total * sizeof(float), w->full, SLOT(s, grad_full));
     } else if (mode != FSDP_GRADS_DIRECT) {
         const char *g = S > 1 ? w->micro_s : w->micro_1;
         mem_table_add(t, MEM_GRADS, root * esz, g, SLOT(s, root_grad));
@@ -305,7 +305,7 @@ static int offload_grad_final(fsdp_state *s, int u);
 static int grad_buffer(const fsdp_state *s, int u) { return overlapped(s) ? u % 2 : 0; }
 
 static void *unit_grad_buffer(fsdp_state *s, int u) {
-    if (s->accumulate_locally) return (char *)s->grad_full + s->layout->unit_offset[u] * s->esz;
+    if (s->accumulate_locally) return (float *)s->grad_full + s->layout->unit_offset[u];
     return u == s->layout->n_layers ? s->root_grad : s->layer_grad[grad_buffer(s, u)];
 }
 
@@ -357,7 +357,8 @@ static int prov_grad_begin(void *ctx, int u, unit_grad *ug) {
         ug->dtype = ST_F32;
         return 0;
     }
-    ug->dtype = s->be->dtype;
+    ug->dtype = s->accumulate_locally ? ST_F32 : s->be->dtype;
+    const size_t gesz = st_dtype_size(ug->dtype);
     if (overlapped(s)) TRY(u == L ? fsdp_flush_grads(s) : rs_finish(s, grad_buffer(s, u)));
     void *g = unit_grad_buffer(s, u);
     ug->data = g;
@@ -367,9 +368,9 @@ static int prov_grad_begin(void *ctx, int u, unit_grad *ug) {
     if (s->accumulate_locally && !s->micro_first) return 0;
     if (u < L && s->role == FSDP_TRAINED) {
         ug->fresh = 1;
-        return s->poison_fresh ? poison(s, g, s->layout->unit_numel[u] * s->esz) : 0;
+        return s->poison_fresh ? poison(s, g, s->layout->unit_numel[u] * gesz) : 0;
     }
-    TRY(s->be->zero(g, s->layout->unit_numel[u] * s->esz));
+    TRY(s->be->zero(g, s->layout->unit_numel[u] * gesz));
     if (u == L && s->root_acc && s->micro_first) {
         TRY(s->be->zero(s->root_acc, s->layout->unit_numel[u] * sizeof(float)));
         s->root_acc_live = 1;
@@ -391,8 +392,12 @@ static int root_grad_end(fsdp_state *s) {
 static int prov_grad_end(void *ctx, int u) {
     fsdp_state *s = ctx;
     if (s->mode == FSDP_GRADS_DIRECT) return offload_grad_final(s, u);   // the slice is the unit's sum
-    if (s->accumulate_locally && !s->micro_last) return 0;   // reduced after the last micro-batch
     const void *g = unit_grad_buffer(s, u);
+    if (s->accumulate_locally) {   // the step's fp32 sum, reduce-scattered once (= is +=: zeroed slice)
+        if (!s->micro_last) return 0;
+        TRY(comm_reduce_scatter(s->shard, s->grads + s->local_off[u], g, s->slice[u], ST_F32));
+        return offload_grad_final(s, u);
+    }
     if (overlapped(s) && u < s->layout->n_layers) {
         const int b = grad_buffer(s, u);
         TRY(rs_finish(s, b));   // normally done by grad_begin already

@@ -33,8 +33,8 @@ const char *fsdp_sharding_name(int shard_size, int world_size);
 // How gradients reach the fp32 slices (src/plan.c chooses: plan.grad_mode).
 typedef enum {
     FSDP_GRADS_PER_MICRO_BATCH = 0,   // every unit reduce-scattered after each micro-batch
-    FSDP_GRADS_LOCAL = 1,             // --accumulate_grads_locally: full-size gradients summed
-                                      // over micro-batches, every unit reduce-scattered once
+    FSDP_GRADS_LOCAL = 1,             // --accumulate_grads_locally: full-size fp32 gradients summed
+                                      // over micro-batches, every unit reduce-scattered once (fp32)
     FSDP_GRADS_ROOT_ONCE = 2,         // layers per micro-batch; the root's gradient summed in
                                       // fp32 over micro-batches, reduce-scattered once (S > 1)
     FSDP_GRADS_DIRECT = 3,            // one shard (S = 1): nothing to reduce per micro-batch, so
@@ -93,7 +93,7 @@ typedef struct {
                                   // micro-batches (FSDP_GRADS_ROOT_ONCE), reduce-scattered once;
                                   // = unit_f32, which checkpoints use only between steps
     int root_acc_live;            // root_acc holds a partial sum (first to last micro-batch)
-    void *grad_full;              // (layout->total) backend dtype, when accumulate_locally
+    float *grad_full;             // (layout->total) fp32, when accumulate_locally
     int micro_first, micro_last;  // position of the current micro-batch in the step
     int poison_fresh;             // FT_TEST_POISON_FRESH_GRADS set (test-only): NaN-fill fresh buffers
     void *rs_out[2];              // reduce-scatter outputs (S > 1), backend dtype: [0] max slice
@@ -116,8 +116,9 @@ typedef struct {
 
 // Allocate this rank's state for `layout` (which must be padded to a multiple of
 // shard->size). Parameters are zero until loaded. 0 or -1.
-// mode FSDP_GRADS_LOCAL: keep full-size gradients and reduce-scatter them once per optimizer
-// step instead of after every micro-batch (P more elements of memory, 1/accum the traffic);
+// mode FSDP_GRADS_LOCAL: keep full-size fp32 gradients and reduce-scatter them (in fp32) once
+// per optimizer step instead of after every micro-batch (4 P more bytes of memory, 2 / (e x
+// accum) the traffic, the micro-batches summed without rounding);
 // FSDP_GRADS_ROOT_ONCE: the same for the root unit only, summed in fp32 in the checkpoint
 // gather buffer (idle during a step: no extra memory), (accum - 1) fewer root reduce-scatters
 // per step; it needs S > 1 (with S = 1 every mode is FSDP_GRADS_DIRECT).

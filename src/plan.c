@@ -123,9 +123,9 @@ static void plan_step_work(plan *p, const llama_config *c) {
         // gradients of the trained state: every unit per micro-batch, or once per step
         // (locally accumulated); the root once per step in fp32 when FSDP_GRADS_ROOT_ONCE
         const size_t layers = tt - tr;
-        if (p->grad_mode == FSDP_GRADS_LOCAL) {
-            p->reduce_scatter_bytes = (S - 1) * (tt / S) * esz;
-            p->root_reduce_scatter_bytes = (S - 1) * (tr / S) * esz;
+        if (p->grad_mode == FSDP_GRADS_LOCAL) {   // the fp32 sums, once per step
+            p->reduce_scatter_bytes = (S - 1) * (tt / S) * sizeof(float);
+            p->root_reduce_scatter_bytes = (S - 1) * (tr / S) * sizeof(float);
         } else if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
             p->root_reduce_scatter_bytes = (S - 1) * (tr / S) * sizeof(float);
             p->reduce_scatter_bytes = (S - 1) * A * (layers / S) * esz + p->root_reduce_scatter_bytes;
@@ -294,7 +294,7 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s%s; storage %s (--device %s)\n",
             r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
             p->accum, r->total_batch_size, r->gradient_checkpointing ? "on" : "off",
-            p->grad_mode == FSDP_GRADS_LOCAL       ? ", gradients accumulated locally"
+            p->grad_mode == FSDP_GRADS_LOCAL       ? ", gradients accumulated locally in fp32"
             : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? ", root gradient summed over micro-batches in fp32, reduced once per step"
             : p->grad_mode == FSDP_GRADS_DIRECT    ? ", gradients added into the fp32 step gradient directly (one shard)"
                                                    : "",
@@ -346,7 +346,7 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
          r->keep_params_gathered ? "every unit's parameters once per step, kept until the optimizer step (a frozen base: once)"
                                  : "parameters of the units not still gathered (the root once per step)"},
         {"reduce_scatter", p->reduce_scatter_bytes,
-         p->grad_mode == FSDP_GRADS_LOCAL       ? "gradients, once per step"
+         p->grad_mode == FSDP_GRADS_LOCAL       ? "gradients, once per step (fp32)"
          : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? "layer gradients once per micro-batch; the root's once per step (fp32)"
                                                 : "gradients, once per micro-batch"},
         {"all_reduce", p->all_reduce_bytes, "fp32 gradient slices across replicas (scalars not counted)"},

@@ -147,9 +147,13 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     if (p->grad_mode == FSDP_GRADS_DIRECT) {
         grad_bytes = A * (double)p->padded_total * (8 - 2 * e);
         grad_what = "unit gradients: fp32 dW epilogues (one shard)";
+    } else if (p->grad_mode == FSDP_GRADS_LOCAL) {
+        // the full-size fp32 sums: the same fp32 epilogues, the root zeroed once; the step's
+        // reduce-scatter writes the slices (no add pass)
+        grad_bytes = A * (double)p->padded_total * (8 - 2 * e) + 4.0 * (double)p->root_numel;
+        grad_what = "unit gradients: fp32 dW epilogues (local sums)";
     } else {
-        const double grad_passes = p->grad_mode == FSDP_GRADS_LOCAL ? 1 : A;
-        grad_bytes = grad_passes * ((double)p->root_numel * e + (double)p->n_local * (e + 8));
+        grad_bytes = A * ((double)p->root_numel * e + (double)p->n_local * (e + 8));
     }
     if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
         const double root = (double)p->root_numel, root_slice = root / r->shard_size;

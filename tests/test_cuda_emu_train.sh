@@ -25,7 +25,9 @@
 #      published peak of a GPU known by name (FT_EMU_DEVICE_NAME), else the measured rate
 #   5. with mpiexec: FSDP over 2 emulated GPUs (also with --keep_params_gathered: each unit
 #      gathered once per step into one buffer and read by every later micro-batch: the
-#      hazard checker sees those reads against the all-gathers), DDP over 2 and HSDP 2 x 2, through the NCCL
+#      hazard checker sees those reads against the all-gathers; and with
+#      --accumulate_grads_locally: full-size fp32 sums reduce-scattered once per step in
+#      fp32), DDP over 2 and HSDP 2 x 2, through the NCCL
 #      transport (src/comm_nccl.c; NCCL emulated over MPI in cuda_emu_host.cpp: the NCCL id
 #      broadcast, ncclCommSplit, bf16 reduce-scatter, all-gather, fp32 all-reduce; FSDP 2 at
 #      2 micro-batches: the root's gradient summed in fp32 and reduce-scattered once), against
@@ -141,7 +143,8 @@ compare_runs() {
 }
 if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
   for c in "fsdp2:2:--batch_size_per_device 1" "ddp2:2:--batch_size_per_device 1 --no_fsdp" \
-           "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2" "fsdp2keep:2:--batch_size_per_device 1 --keep_params_gathered"; do
+           "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2" "fsdp2keep:2:--batch_size_per_device 1 --keep_params_gathered" \
+           "fsdp2local:2:--batch_size_per_device 1 --accumulate_grads_locally"; do
     IFS=: read -r name n extra <<<"$c"
     # shellcheck disable=SC2086
     if timeout 300 mpiexec -n "$n" "$emu" --device cuda "${flags[@]}" $extra --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1; then
