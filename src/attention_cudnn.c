@@ -51,8 +51,7 @@ void attn_cudnn_stats(int *cached, long *evictions) {
 }
 
 // The cached plan of this key, built on a miss; a full cache evicts its least recently used
-// plan (engines take what they need at enqueue time, so destroying a plan whose work is still
-// queued is safe, as for the cuBLASLt plans).
+// plan (the cuDNN engine waits for the plan's queued work before destroying it).
 static int plan_get(const attn_key *key, attn_plan **out) {
     if (!A.open) return ft_error("cudnn attention: not open");
     attn_plan *lru = NULL;

@@ -53,9 +53,25 @@ struct attn_graph {
     float scale, neginf, one;
     cudnnStatus_t st;                          // first failure
     int line;                                  // its source line
+    int executed;                              // work of this plan was queued on the stream
 };
 
 static cudnnHandle_t g_handle;
+static cudaStream_t g_stream;
+
+// The oldest cuDNN this graph is written for: 9.16. Older versions need what the cuDNN frontend
+// adds for them and this graph does not (before 9.6 the caller zeroes the dQ accumulator,
+// before 9.10 the causal mask value must be the lowest finite number, not -inf, up to 9.15 a
+// backward whose T is not a multiple of 128 needs a padding mask; cudnn-frontend's SDPA node).
+#define ATTN_CUDNN_MIN_VERSION 91600
+
+// cuDNN's own explanation of the last failure ("" when it has none), for error messages
+static const char *last_error(void) {
+    static char msg[512];
+    msg[0] = 0;
+    cudnnGetLastErrorString(msg, sizeof msg);
+    return msg;
+}
 
 #define GB_OK(g) ((g)->st == CUDNN_STATUS_SUCCESS)
 // record the first failing status (and where) of a builder call
@@ -322,18 +338,27 @@ static void graph_plan(attn_graph *g) {
 // the engine interface
 
 int attn_engine_open(void *stream) {
+    const size_t v = cudnnGetVersion();
+    if (v < ATTN_CUDNN_MIN_VERSION)
+        return ft_error("cudnn attention: libcudnn %zu.%zu.%zu at run time, the graph needs 9.16 or newer", v / 10000,
+                        v / 100 % 100, v % 100);
     CHECK_CUDNN(cudnnCreate(&g_handle));
     CHECK_CUDNN(cudnnSetStream(g_handle, (cudaStream_t)stream));
+    g_stream = (cudaStream_t)stream;
     return 0;
 }
 
 void attn_engine_close(void) {
     if (g_handle) cudnnDestroy(g_handle);
     g_handle = NULL;
+    g_stream = NULL;
 }
 
 void attn_engine_destroy(attn_graph *g) {
     if (!g) return;
+    // a plan of a runtime-compiled engine may own its kernels: let its queued work finish
+    // first (eviction from the plan cache is rare; nothing documents that it may be skipped)
+    if (g->executed && g_stream) (void)cudaStreamSynchronize(g_stream);
     for (int i = g->n_desc - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(g->desc[i]);
     free(g);
 }
@@ -359,10 +384,11 @@ int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace) 
     if (!GB_OK(g)) {
         const cudnnStatus_t st = g->st;
         const int line = g->line;
+        const char *why = last_error();   // before the destroy calls can replace it
         attn_engine_destroy(g);
-        return ft_error("cudnn attention: no %s plan for B %d T %d H %d KVH %d D %d (%s at %s:%d)",
+        return ft_error("cudnn attention: no %s plan for B %d T %d H %d KVH %d D %d (%s at %s:%d%s%s)",
                         key->bwd ? "backward" : "forward", key->B, key->T, key->H, key->KVH, key->D,
-                        cudnnGetErrorString(st), __FILE__, line);
+                        cudnnGetErrorString(st), __FILE__, line, why[0] ? ": " : "", why);
     }
     *workspace = g->engine_ws + (key->bwd ? rows_of(key) * ((size_t)key->D + 1) * sizeof(float) : 0);
     *out = g;
@@ -380,7 +406,10 @@ static int execute(attn_graph *g, int n, const int64_t *uids, void **ptrs, void 
     if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(vp);
     if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(g_handle, g->plan, vp);
     cudnnBackendDestroyDescriptor(vp);
-    CHECK_CUDNN(st);
+    g->executed = 1;
+    if (st != CUDNN_STATUS_SUCCESS)
+        return ft_error("cudnn attention: executing the %s plan failed: %s (%s)", g->key.bwd ? "backward" : "forward",
+                        cudnnGetErrorString(st), last_error());
     return 0;
 }
 

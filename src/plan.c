@@ -80,18 +80,21 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
                           r->keep_params_gathered, r->elem_bytes, NULL);
     if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
     // cuDNN attention takes its workspace from the device arena around each call (the largest
-    // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more
-    if (r->attention_cudnn && r->elem_bytes == 2)
-        add_item(p, MEM_WORKSPACE,
-                 attn_cudnn_workspace_bound(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
-                                            c->num_key_value_heads, c->head_dim),
-                 "cuDNN attention workspace (fp32 dQ accumulator, row sums, engine)");
-    // the native tensor-core backward's bf16 dS^T workspace, from the arena per call (src/attention_ws.h)
-    else if (r->elem_bytes == 2)
-        add_item(p, MEM_WORKSPACE,
-                 attention_bwd_ds_bytes(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
-                                        c->num_key_value_heads, ATTN_DS_CAP_BYTES, NULL, NULL),
-                 "native attention backward dS^T workspace (bf16, one launch)");
+    // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more. The
+    // native tensor-core backward takes its bf16 dS^T workspace likewise (src/attention_ws.h),
+    // and a cuDNN job falls back to it when the startup check or a call fails: the larger.
+    if (r->elem_bytes == 2) {
+        const size_t native = attention_bwd_ds_bytes(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
+                                                     c->num_key_value_heads, ATTN_DS_CAP_BYTES, NULL, NULL);
+        const size_t cudnn = attn_cudnn_workspace_bound(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
+                                                        c->num_key_value_heads, c->head_dim);
+        if (!r->attention_cudnn) add_item(p, MEM_WORKSPACE, native, "native attention backward dS^T workspace (bf16, one launch)");
+        else if (cudnn >= native)
+            add_item(p, MEM_WORKSPACE, cudnn, "cuDNN attention workspace (fp32 dQ accumulator, row sums, engine)");
+        else
+            add_item(p, MEM_WORKSPACE, native, "cuDNN attention workspace, sized for the native backward's dS^T "
+                                               "(bf16, one launch: larger, and the fallback)");
+    }
 }
 
 // ----------------------------------------------------------------------------

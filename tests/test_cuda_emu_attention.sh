@@ -118,4 +118,15 @@ ws() { "$build/finetune" --dry_run --model_dir $m7 --device cuda --world_size 4 
 a=$(ws); b=$(ws --attention native); want=$(( 2 * 32 * 512 * 128 * 4 + 32 * 512 * 4 + 16 * 1048576 - 16777216 ))
 [ -n "$a" ] && [ $((a - b)) = $want ] && "$build/finetune" --dry_run --model_dir $m7 --device cuda --world_size 4 | grep -q "cuDNN attention workspace" \
   && ok "--dry_run 7B: cuDNN attention workspace planned: $((a - b)) bytes (bound $want)" || bad "--dry_run workspace: cudnn $a, native $b, want +$want"
+# with a GQA group of 4 at seq 8192 the native backward's dS^T (4 x 8192^2 x 2 = 512 MiB for one
+# kv head, past the 32 MiB cap: one launch) outgrows cuDNN's bound (~285 MB); a cudnn job plans
+# the larger, because a failed startup check or call falls back to the native kernels
+mkdir -p "$tmp/gqa7b" && sed 's/"num_key_value_heads": 32/"num_key_value_heads": 8/' $m7/config.json > "$tmp/gqa7b/config.json"
+gq() { "$build/finetune" --dry_run --model_dir "$tmp/gqa7b" --device cuda --world_size 4 --seq_len 8192 "$@" | awk '$1 == "workspace" { print $2 }'; }
+a=$(gq); b=$(gq --attention native); ds=$(( 4 * 8192 * 8192 * 2 ))
+# both plans hold the same dS^T bytes (the cudnn one as its workspace, the native one as its own)
+[ -n "$a" ] && [ "$a" = "$b" ] && "$build/finetune" --dry_run --model_dir "$tmp/gqa7b" --device cuda --world_size 4 --seq_len 8192 \
+  | grep -q "cuDNN attention workspace, sized for the native backward's dS^T" \
+  && ok "--dry_run GQA 4 at seq 8192: the cudnn plan reserves the native fallback's $ds-byte dS^T workspace" \
+  || bad "--dry_run GQA seq 8192: workspace cudnn $a, native $b (want equal, dS^T $ds)"
 finish
