@@ -63,6 +63,14 @@ run_case ddp2 2 --batch_size_per_device 2 --no_fsdp
 run_case hsdp4 4 --batch_size_per_device 2 --dp_shard 2
 run_case fsdp2_ckpt 2 --batch_size_per_device 4 --gradient_checkpointing
 run_case fsdp2_keep 2 --batch_size_per_device 1 --keep_params_gathered
+# keeping the gathered parameters changes where they are read from, not one operation on them:
+# bitwise the same step losses and final weights as the plain FSDP 2 run at the same batch
+run_case fsdp2_b1 2 --batch_size_per_device 1
+if [ -f "$tmp/fsdp2_b1/final/model.safetensors" ] \
+   && cmp -s "$tmp/fsdp2_b1/final/model.safetensors" "$tmp/fsdp2_keep/final/model.safetensors" \
+   && [ "$(metric "$tmp/fsdp2_b1" loss)" = "$(metric "$tmp/fsdp2_keep" loss)" ]; then
+  ok "--keep_params_gathered: losses and final weights bitwise those of plain FSDP 2"
+else bad "--keep_params_gathered differs from plain FSDP 2 at the same batch"; fi
 run_case fsdp2_local 2 --batch_size_per_device 1 --accumulate_grads_locally
 grep -q "sharding HSDP (shard group 2 x replica group 2)" "$tmp/hsdp4.log" && ok "HSDP 4 = 2 shard x 2 replica" || bad "HSDP grid not reported"
 grep -q "bootstrap: MPI (mpirun); world 4 rank(s)" "$tmp/fsdp4.log" && ok "bootstrap reported once" || bad "bootstrap line"
