@@ -591,8 +591,6 @@ static int layer_backward(model *m, int l, void *w, void *dw, void *aw, void *da
     return 0;
 }
 
-// Gradient unit u of the base (NULL for a frozen base: LoRA) and of the adapters (NULL
-// without LoRA), between the providers' grad_begin and grad_end.
 // A fresh layer gradient unit (unit_grad.fresh) holds arbitrary values: every matrix is
 // written by its dW GEMM with beta 0, so only what no GEMM writes is zeroed here, on the
 // compute stream before the backward: the norm weights (1-D entries, added into by
@@ -606,6 +604,9 @@ static int grads_fresh_layer(model *m, void *dw, int u) {
     return pad ? m->be->zero(grad_at(m, dw, l->layer_numel), pad * m->gesz) : 0;
 }
 
+// Gradient unit u of the base (NULL for a frozen base: LoRA) and of the adapters (NULL
+// without LoRA), between the providers' grad_begin and grad_end; its dtype and freshness
+// in m->gdt, m->gesz, m->gfresh until the next grads_begin.
 static int grads_begin(model *m, const unit_provider *p, int u, void **dw, void **daw) {
     *dw = *daw = NULL;
     unit_grad g = {0};
@@ -632,6 +633,7 @@ static int model_backward(model *m, const unit_provider *p, void *root, void *dr
     const backend *be = m->be;
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
+    const st_dtype root_gdt = m->gdt;   // the root's gradient unit (grads_begin before lm_head)
     TRY(be->zero(m->dresid, (size_t)N * C * m->esz));
     TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, droot, m->layout->root_off[RT_NORM]), norm_gdt(m, droot), m->dln, m->resid[L],
                         at(m, root, m->layout->root_off[RT_NORM]), m->lnf_rstd, N, C));
@@ -647,6 +649,10 @@ static int model_backward(model *m, const unit_provider *p, void *root, void *dr
         TRY(adapters_release(m, l));
         TRY(p->release(p->ctx, l));
     }
+    // the root's gradient unit again (the layers' grads_begin replaced the current unit's state)
+    m->gdt = root_gdt;
+    m->gesz = st_dtype_size(root_gdt);
+    m->gfresh = 0;
     if (droot) TRY(be->embedding_bwd(grad_at(m, droot, m->layout->root_off[RT_EMBED]), m->gdt, m->dresid, m->tokens, N, C, V));
     return grads_end(m, p, L);
 }
