@@ -45,6 +45,9 @@ typedef enum {
 // FSDP_GRADS_DIRECT (no per-micro-batch gradient buffers, no zero/add passes); else ROOT_ONCE
 // and LOCAL as asked. fsdp_init and the planner both resolve through this.
 fsdp_grad_mode fsdp_resolve_grad_mode(fsdp_grad_mode asked, int shard_size);
+// 1 when a (resolved) mode hands the backward fp32 gradient units whatever the backend dtype
+// (FSDP_GRADS_DIRECT: the step's slices; FSDP_GRADS_LOCAL: the full-size fp32 sums).
+static inline int fsdp_grads_f32(fsdp_grad_mode mode) { return mode == FSDP_GRADS_DIRECT || mode == FSDP_GRADS_LOCAL; }
 
 // What a state's parameters are (the buffers it holds, and their --dry_run lines).
 typedef enum {

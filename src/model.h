@@ -179,7 +179,7 @@ int model_lmhead_chunk_env_check(void);
 // allocation order with esz bytes per storage element. `m` NULL: only sizes (the planner);
 // otherwise slots are m's fields (m->resid and m->acts must be allocated).
 // `lc` NULL: no LoRA; else its per-target (N, r) activations and scratch are listed too.
-// grads_f32: the gradient units come in fp32 (grad_begin's gdt; FSDP_GRADS_DIRECT), so
+// grads_f32: the gradient units come in fp32 (grad_begin's gdt; fsdp_grads_f32), so
 // lm_head's dW needs no fp32 sum buffer of its own.
 void model_buffer_table(mem_table *t, const llama_config *cfg, const lora_config *lc, int B, int T, int grad_ckpt,
                         int grads_f32, size_t esz, model *m);

@@ -72,7 +72,7 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
     mem_table t = {plan_table_add, p, 0};
     const fsdp_grad_mode mode = (fsdp_grad_mode)p->grad_mode;
     model_buffer_table(&t, c, ll ? &r->lora : NULL, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing,
-                       mode == FSDP_GRADS_DIRECT, r->elem_bytes, NULL);
+                       fsdp_grads_f32(mode), r->elem_bytes, NULL);
     fsdp_buffer_table(&t, l, r->shard_size, mode, ll ? FSDP_FROZEN : FSDP_TRAINED, r->offload_optimizer,
                       r->keep_params_gathered, r->elem_bytes, NULL);
     if (ll)

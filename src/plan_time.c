@@ -124,10 +124,10 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     // embedding fwd 2 + bwd 3, final norm fwd 2 + bwd 6, zeroed dresid 1 (x N C e); the
     // softmax/cross-entropy rows read the fp32 logits (4 N V) and write bf16 dlogits in place
     // (2 N V); with several chunks the fp32 (V, C) dW sum is read and written once more and
-    // rounded into the bf16 gradient (4 + 4 + e) x V C (not when the gradient is the fp32
-    // slice itself: FSDP_GRADS_DIRECT)
+    // rounded into the bf16 gradient (4 + 4 + e) x V C (not when the gradient unit is fp32
+    // itself: fsdp_grads_f32)
     const double chunks = ceil(N / model_lmhead_chunk_rows((int)N, (int)V));
-    const double lm_dw = chunks > 1 && p->grad_mode != FSDP_GRADS_DIRECT ? (8 + e) * V * C : 0;
+    const double lm_dw = chunks > 1 && !fsdp_grads_f32((fsdp_grad_mode)p->grad_mode) ? (8 + e) * V * C : 0;
     op_add(p, "embedding, final norm, softmax/xent rows", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
            A * (N * e * 14 * C + 6 * N * V + 20 * N + lm_dw), 0);
     // the root unit's gradient zeroed (grad_begin; a layer's is fresh: its dW GEMMs overwrite

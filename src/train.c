@@ -195,7 +195,7 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->aprov = fsdp_provider(&j->afs);   // (initialised below, after the model: the plan's order)
     TRY(model_init_lora(&j->m, &j->layout, j->lora ? &j->ll : NULL, &j->aprov, j->be, &j->mem,
                         o->batch_size_per_device, o->seq_len, o->gradient_checkpointing,
-                        pl.grad_mode == FSDP_GRADS_DIRECT));
+                        fsdp_grads_f32((fsdp_grad_mode)pl.grad_mode)));
     const fsdp_grad_mode gm = (fsdp_grad_mode)pl.grad_mode;
     TRY(fsdp_init_role(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, gm,
                        j->lora ? FSDP_FROZEN : FSDP_TRAINED, o->offload_optimizer, o->keep_params_gathered));

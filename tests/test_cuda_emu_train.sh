@@ -96,10 +96,11 @@ else bad "emulated checkpointing run: $(tail -1 "$tmp/ckpt.log")"; fi
 # (FSDP_GRADS_DIRECT): every chunk's dW GEMM adds into it, and no fp32 accumulator is
 # planned. Over FSDP 2 (1 x 64 rows per rank: 48 + 16) the root's gradient is a bf16 unit:
 # lm_head's dW is summed over the chunks in the fp32 accumulator (planned) and rounded into
-# it once. Both against the fp32 CPU run within the tolerances of run 1 (measured: step-1
+# it once (with --accumulate_grads_locally the root's unit is the fp32 sum: none planned).
+# All against the fp32 CPU run within the tolerances of run 1 (measured: step-1
 # norm rel 6.3e-4, weights NMSE 1.8e-3, as with one chunk). Can fail: the dW GEMM
 # overwriting the accumulator per chunk (beta 0 for every chunk) gave step-1 grad norm rel
-# 4.6e-2 and lm_head weight NMSE 0.20 (measured, bf16 path). 30 s + 40 s with mpiexec.
+# 4.6e-2 and lm_head weight NMSE 0.20 (measured, bf16 path). 30 s + 2 x 40 s with mpiexec.
 chunk_run() {  # chunk_run NAME RANKS PLANNED EXTRA...: PLANNED = accumulator lines in --dry_run
   local name=$1 n=$2 want=$3; shift 3
   local launch=(); [ "$n" -gt 1 ] && launch=(timeout 300 mpiexec -n "$n")
@@ -116,7 +117,10 @@ chunk_run() {  # chunk_run NAME RANKS PLANNED EXTRA...: PLANNED = accumulator li
   else bad "$name: emulated run in lm_head chunks of 48: $(grep -m1 'error\|HAZARD' "$tmp/$name.log" || tail -1 "$tmp/$name.log")"; fi
 }
 chunk_run chunks1 1 0
-if command -v mpiexec >/dev/null; then chunk_run chunks_fsdp2 2 1 --batch_size_per_device 1
+if command -v mpiexec >/dev/null; then
+  chunk_run chunks_fsdp2 2 1 --batch_size_per_device 1
+  # accumulating locally the root's gradient unit is an fp32 sum too: no accumulator
+  chunk_run chunks_fsdp2_local 2 0 --batch_size_per_device 1 --accumulate_grads_locally
 else skip_or_fail "lm_head chunks over FSDP 2 emulated GPUs (needs mpiexec)"; fi
 err=$(FT_LMHEAD_CHUNK_ROWS=0 "$emu" --device cuda "${flags[@]}" --out_dir "$tmp/badchunk" 2>&1 >/dev/null); rc=$?
 [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" = 1 ] && [[ "$err" == *FT_LMHEAD_CHUNK_ROWS* ]] && [ ! -e "$tmp/badchunk" ] \
