@@ -119,7 +119,7 @@ static int nccl_available(void) {
 #ifdef FT_HAVE_CUDA
     return comm_nccl_load();
 #else
-    return ft_error("GPU ranks need NCCL: this binary was built without the CUDA toolkit");
+    return ft_error("flag --device cuda: this binary was built without the CUDA toolkit (rebuild with make CUDA=1)");
 #endif
 }
 
