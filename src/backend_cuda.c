@@ -600,8 +600,8 @@ static int check_device(const struct cudaDeviceProp *prop, size_t arena_bytes, s
                         prop->major, prop->minor);
     if (arena_bytes > free_b)
         return ft_error("flag --device cuda: the memory plan needs %.2f GiB on device %d (%s) but %.2f GiB are free; "
-                        "lower --batch_size_per_device or --seq_len, add --gradient_checkpointing or GPUs "
-                        "(--dry_run prints the plan)", arena_bytes / 1073741824.0, G.device, prop->name,
+                        "lower --batch_size_per_device or --seq_len, or add --gradient_checkpointing, --offload_optimizer, "
+                        "--lora_rank or GPUs (--dry_run prints the plan and what each of these would need)", arena_bytes / 1073741824.0, G.device, prop->name,
                         free_b / 1073741824.0);
     return 0;
 }

@@ -272,6 +272,68 @@ static void print_max_batch(FILE *out, const plan *p, const llama_config *c, siz
     }
 }
 
+// One changed request against the 80 GB budget: 1 fits, 0 does not, -1 not a valid job (the
+// planner's error cleared). *q gets the plan.
+static int alternative_fits(const llama_config *c, const plan_request *r, plan *q) {
+    if (plan_compute(q, c, r) != 0) {
+        ft_error_clear();
+        return -1;
+    }
+    return q->total <= plan_device_budget(q, &plan_devices[0]);
+}
+
+static void print_alternative(FILE *out, const char *change, int fits, const plan *q) {
+    if (fits < 0) {
+        fprintf(out, "  %-40s not a valid job\n", change);
+        return;
+    }
+    fprintf(out, "  %-40s total %15zu bytes %8.2f GiB of %6.2f: %s", change, q->total, gib(q->total),
+            gib(plan_device_budget(q, &plan_devices[0])), fits ? "fits" : "NO");
+    if (q->bytes[MEM_HOST]) fprintf(out, " (+ %.2f GiB host memory per rank)", gib(q->bytes[MEM_HOST]));
+    fprintf(out, "\n");
+}
+
+// A job that does not fit 80 GB: what each single change would need, planned exactly like
+// the job itself (same batch, seq_len and micro-batches per step): the memory-saving flags it
+// does not use yet, LoRA at rank 16 on the default targets, and full sharding over the fewest
+// GPUs (a power of two up to 1024, more than this job has or with sharding it lacks) that fit.
+static void print_fit_alternatives(FILE *out, const plan *p, const llama_config *c) {
+    const plan_request *r = &p->req;
+    plan q;
+    fprintf(out, "what one change would need (each planned like this job: batch %d x seq %d per device, "
+            "%d micro-batch(es) per step):\n", r->batch_size_per_device, r->seq_len, p->accum);
+    if (!r->offload_optimizer) {
+        plan_request a = *r;
+        a.offload_optimizer = 1;
+        print_alternative(out, "--offload_optimizer", alternative_fits(c, &a, &q), &q);
+    }
+    if (!r->gradient_checkpointing) {
+        plan_request a = *r;
+        a.gradient_checkpointing = 1;
+        print_alternative(out, "--gradient_checkpointing", alternative_fits(c, &a, &q), &q);
+    }
+    if (!r->lora.rank) {
+        plan_request a = *r;
+        a.lora = (lora_config){.rank = 16, .alpha = 16.0f};
+        if (lora_parse_targets("q,k,v,o", &a.lora.targets) == 0)
+            print_alternative(out, "--lora_rank 16 (targets q,k,v,o)", alternative_fits(c, &a, &q), &q);
+        else ft_error_clear();
+    }
+    // full sharding: this world size when the job shards less, else the next powers of two
+    for (int W = r->shard_size < r->world_size ? r->world_size : 2 * r->world_size; W <= 1024; W *= 2) {
+        plan_request a = *r;
+        a.world_size = a.shard_size = W;
+        a.total_batch_size = p->accum * r->batch_size_per_device * W;
+        const int fits = alternative_fits(c, &a, &q);
+        if (fits != 1) continue;
+        char change[64];
+        snprintf(change, sizeof change, "FSDP over %d GPUs (--world_size %d)", W, W);
+        print_alternative(out, change, fits, &q);
+        return;
+    }
+    fprintf(out, "  %-40s none up to 1024 GPUs fits\n", "FSDP over more GPUs");
+}
+
 // The host memory of --offload_optimizer: per rank (the category line, for scripts) and per node.
 static void print_host_memory(FILE *out, const plan *p) {
     const size_t h = p->bytes[MEM_HOST];
@@ -342,6 +404,7 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             gib(PLAN_DEVICE_RESERVE_BYTES), p->nccl_comms, gib(PLAN_NCCL_COMM_BYTES),
             r->elem_bytes == 4 ? "; fp32 storage as on the CPU backend: plan with --device cuda for bf16" : "");
     print_max_batch(out, p, c, budget, max_batch);
+    if (p->total > budget) print_fit_alternatives(out, p, c);
 
     fprintf(out, "\ncollectives: sent per rank per optimizer step (ring; as the comm counters and metrics.jsonl record them):\n");
     const struct { const char *name; size_t bytes; const char *what; } coll[] = {

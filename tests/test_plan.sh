@@ -158,6 +158,33 @@ grep -q "root gradient summed over micro-batches in fp32" "$tmp/7b_fsdp4.plan" &
 # pure FSDP: the world communicator is the shard group's; + its reduce-scatter lane
 grep -q "minus 2 NCCL communicator(s)" "$tmp/7b_fsdp4.plan" && ok "7B FSDP 4: 2 NCCL communicators counted (world = shard, reduce-scatter lane)" \
   || bad "7B FSDP 4 NCCL communicators: $(grep '^fits' "$tmp/7b_fsdp4.plan")"
+# a job that does not fit lists what one change would need: each line's bytes are the dry run
+# of that change (exact), and the FSDP line names the fewest GPUs that fit
+alt() { awk -v k="  $2" 'index($0, k) == 1 { for (i = 1; i <= NF; i++) if ($i == "total") { print $(i + 1); exit } }' "$1"; }
+for change in --offload_optimizer --gradient_checkpointing "--lora_rank 16"; do
+  a=$(alt "$tmp/7b_one.plan" "$change"); b=$(plan7 --world_size 1 --no_fsdp $change | awk '$1 == "total" { print $2; exit }')
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok "7B one GPU, what $change would need: $a bytes = its own dry run" \
+    || bad "7B one GPU, $change: listed '$a' bytes, its dry run $b"
+done
+grep -E "^  --(offload_optimizer|lora_rank 16).*: fits" "$tmp/7b_one.plan" | grep -c . | grep -qx 2 \
+  && ok "7B one GPU: --offload_optimizer and --lora_rank 16 each fit" || bad "7B one GPU alternatives: $(grep -A5 '^what one change' "$tmp/7b_one.plan")"
+nw=$(sed -nE 's/^  FSDP over ([0-9]+) GPUs.*: fits$/\1/p' "$tmp/7b_one.plan")
+a=$(alt "$tmp/7b_one.plan" "FSDP over $nw GPUs"); b=$(plan7 --world_size "${nw:-0}" | awk '$1 == "total" { print $2; exit }')
+[ "$nw" = 2 ] && [ "$a" = "$b" ] && ok "7B one GPU: FSDP over 2 GPUs would fit, $a bytes = its own dry run" \
+  || bad "7B one GPU: FSDP alternative '$nw' GPUs, '$a' bytes vs its dry run '$b'"
+# batch 28 over 4 GPUs does not fit: the fewest GPUs that do (16), and half as many do not;
+# batch 64 fits on no number of GPUs (activations are per device)
+plan7 --world_size 4 --batch_size_per_device 28 --total_batch_size 112 > "$tmp/7b_b28.plan" 2>&1
+nw=$(sed -nE 's/^  FSDP over ([0-9]+) GPUs.*: fits$/\1/p' "$tmp/7b_b28.plan")
+if [ -n "$nw" ] && [ "$nw" -gt 4 ]; then
+  half=$(plan7 --world_size $((nw / 2)) --batch_size_per_device 28 --total_batch_size $((28 * nw / 2)) | grep "^fits")
+  full=$(plan7 --world_size "$nw" --batch_size_per_device 28 --total_batch_size $((28 * nw)) | grep "^fits")
+  [[ "$half" == *": NO"* ]] && [[ "$full" == *": yes"* ]] && ok "7B batch 28: FSDP over $nw GPUs fits, $((nw / 2)) does not" \
+    || bad "7B batch 28 over $nw GPUs: '$full' / half: '$half'"
+else bad "7B batch 28 over 4 GPUs: FSDP alternative '$nw': $(grep -A5 '^what one change' "$tmp/7b_b28.plan")"; fi
+plan7 --world_size 8 --batch_size_per_device 64 --total_batch_size 512 | grep -q "^  FSDP over more GPUs  *none up to 1024" \
+  && ok "7B batch 64: no number of GPUs fits, said so" || bad "7B batch 64: FSDP alternative not 'none'"
+grep -q "^what one change" "$tmp/7b_fsdp4.plan" && bad "7B FSDP 4 fits, yet lists alternatives" || ok "7B FSDP 4 fits: no alternatives listed"
 n=$(plan7 --world_size 8 --dp_shard 4 | grep -o "minus [0-9]* NCCL")
 [ "$n" = "minus 4 NCCL" ] && ok "7B HSDP 4 x 2: 4 NCCL communicators (world, shard, lane, replica)" || bad "7B HSDP NCCL communicators: '$n'"
 # the reported largest batch fits and one more does not, with and without checkpointing
