@@ -296,13 +296,16 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
 // resume
 
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n) {
-    if (strcmp(resume, "latest") != 0) {
-        return ft_path(dir, n, "%s", resume);
-    }
+    const int latest = strcmp(resume, "latest") == 0, automatic = strcmp(resume, "auto") == 0;
+    if (!latest && !automatic) return ft_path(dir, n, "%s", resume);
     char p[FT_PATH_MAX], name[256] = "";
     TRY(ft_path(p, sizeof p, "%s/checkpoints/latest", out_dir));
     FILE *f = fopen(p, "r");
-    if (!f) return ft_error("--resume latest: %s: no checkpoint to resume (%s)", p, strerror(errno));
+    if (!f && automatic && errno == ENOENT) {   // nothing saved yet: a fresh start
+        if (n) dir[0] = '\0';
+        return 0;
+    }
+    if (!f) return ft_error("--resume %s: %s: no checkpoint to resume (%s)", resume, p, strerror(errno));
     int ok = fgets(name, sizeof name, f) != NULL;
     fclose(f);
     name[strcspn(name, "\r\n")] = '\0';

@@ -26,7 +26,9 @@ typedef struct {
                                   // 0, and then not checked on resume)
 } trainer_state;
 
-// Resolve --resume ("latest" or a path) to a checkpoint directory in `dir` (size n). 0 / -1.
+// Resolve --resume ("latest", "auto" or a path) to a checkpoint directory in `dir` (size n):
+// latest and auto read OUT/checkpoints/latest; auto without that file (nothing saved yet)
+// resolves to "" (a fresh start). 0 / -1.
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n);
 
 // The weights a run starts from, into `s`: with resume_dir NULL or "", the pretrained

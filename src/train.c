@@ -462,6 +462,8 @@ static int job_load_start(job *j, int *start) {
     if ((rc = agree(j, rc)) != 0) return rc;
     *start = got.step;
     if (*start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, *start);
+    else if (!dir[0] && strcmp(o->resume, "auto") == 0 && is_main(j))
+        printf("finetune: --resume auto: no checkpoint in %s/checkpoints yet, starting fresh\n", o->out_dir);
     return 0;
 }
 

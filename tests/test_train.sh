@@ -39,6 +39,19 @@ resume_case() {
 resume_case games
 resume_case packed --pack --gradient_checkpointing --batch_size_per_device 2
 
+# --resume auto, the one command line of a requeued job: the first run starts fresh (nothing
+# saved yet), the same command again continues from the latest checkpoint, bitwise as above
+c="$tmp/auto"
+"$bin" "${small[@]}" --max_steps 6 --stop_at_step 3 --resume auto --out_dir "$c" > "$c.log" 2>&1 \
+  && grep -q "^finetune: --resume auto: no checkpoint in .*, starting fresh" "$c.log" \
+  && ok "--resume auto with nothing saved: a fresh start, said once" || bad "--resume auto, first run: $(tail -1 "$c.log")"
+"$bin" "${small[@]}" --max_steps 6 --resume auto --out_dir "$c" > "$c.log2" 2>&1 \
+  && grep -q "resumed from .*step_00000003 at step 3" "$c.log2" && ok "--resume auto again: resumed at step 3" \
+  || bad "--resume auto, second run: $(tail -1 "$c.log2")"
+cmp -s "$tmp/games-a/checkpoints/step_00000006/model.safetensors" "$c/checkpoints/step_00000006/model.safetensors" \
+  && [ "$(step_logs "$tmp/games-a")" = "$(step_logs "$c")" ] && ok "--resume auto twice = the straight run (weights, step logs)" \
+  || bad "--resume auto twice differs from the straight run"
+
 # the validation loss falls over the 6 steps
 a="$tmp/games-a"
 v0=$(grep '"type":"eval","step":0' "$a/metrics.jsonl" | sed -E 's/.*"val_loss":([0-9.]+).*/\1/')
@@ -90,6 +103,9 @@ fi
 expect_error "is not a multiple of --batch_size_per_device 3" "${small[@]}" --batch_size_per_device 3 --out_dir "$tmp/x"
 expect_error "/proc/nonexistent" "${small[@]}" --max_steps 1 --out_dir /proc/nonexistent/out
 expect_error "--resume latest" "${small[@]}" --max_steps 1 --resume latest --out_dir "$tmp/empty"
+# auto starts fresh only when nothing was saved: a latest pointer to a missing checkpoint is an error
+mkdir -p "$tmp/lost/checkpoints"; echo step_00000009 > "$tmp/lost/checkpoints/latest"
+expect_error "$tmp/lost/checkpoints/step_00000009" "${small[@]}" --max_steps 1 --resume auto --out_dir "$tmp/lost"
 expect_error "incompatible checkpoint: it was trained with --seq_len 64, this run has 32" \
   "${small[@]}" --seq_len 32 --max_steps 6 --resume latest --out_dir "$tmp/games-a"
 expect_error "incompatible checkpoint: it was trained with --total_batch_size 8" \
