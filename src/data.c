@@ -11,6 +11,7 @@
 #include "common.h"
 
 #define SHARD_HEADER_BYTES 64
+#define SHARD_NO_TOKEN 0xFFFFFFFFu   // bos_id / eos_id of a shard without that token
 
 static uint32_t rd32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t rd64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
@@ -21,6 +22,9 @@ static int32_t token_at(const token_shard *s, uint64_t i) {
     if (s->token_bytes == 2) { uint16_t v; memcpy(&v, s->tokens + 2 * i, 2); return v; }
     return (int32_t)rd32(s->tokens + 4 * i);
 }
+
+// bos_id / eos_id: a token of the shard's vocab, or SHARD_NO_TOKEN (none)
+static int special_id_ok(uint32_t id, uint32_t vocab_size) { return id == SHARD_NO_TOKEN || id < vocab_size; }
 
 static int shard_validate(token_shard *s, int model_vocab) {
     const char *p = s->path;
@@ -38,6 +42,11 @@ static int shard_validate(token_shard *s, int model_vocab) {
         return ft_error("%s: token_bytes %u is not 2 or 4", p, s->token_bytes);
     if (model_vocab > 0 && s->vocab_size > (uint32_t)model_vocab)
         return ft_error("%s: shard vocab %u exceeds the model's vocab_size %d", p, s->vocab_size, model_vocab);
+    // eos pads short rows (token_shard_fill_row): an id outside the vocab would reach the embedding
+    if (!special_id_ok(s->bos_id, s->vocab_size))
+        return ft_error("%s: bos_id %u is >= vocab_size %u (and not 0xFFFFFFFF = none)", p, s->bos_id, s->vocab_size);
+    if (!special_id_ok(s->eos_id, s->vocab_size))
+        return ft_error("%s: eos_id %u is >= vocab_size %u (and not 0xFFFFFFFF = none)", p, s->eos_id, s->vocab_size);
     // exact size, computed without overflow
     size_t need, a, b;
     if (s->n_docs > SIZE_MAX / 8 - 1 || ft_mul_size((size_t)s->n_docs + 1, 8, &a) ||
@@ -92,7 +101,7 @@ uint64_t token_shard_doc_len(const token_shard *s, uint64_t i) {
 
 int token_shard_fill_row(const token_shard *s, uint64_t i, int T, int32_t *tokens, int32_t *targets) {
     uint64_t start = offset_at(s, i), len = token_shard_doc_len(s, i);
-    int32_t pad = s->eos_id != 0xFFFFFFFFu ? (int32_t)s->eos_id : 0;
+    int32_t pad = s->eos_id != SHARD_NO_TOKEN ? (int32_t)s->eos_id : 0;
     int valid = 0;
     for (int t = 0; t < T; t++) {
         tokens[t] = (uint64_t)t < len ? token_at(s, start + t) : pad;

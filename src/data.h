@@ -2,7 +2,7 @@
 //
 // Shard layout, little-endian:
 //   0  magic "FTTOKSHD"      8  u32 version (1)     12 u32 token_bytes (2 or 4)
-//   16 u32 vocab_size        20 u32 bos_id          24 u32 eos_id (0xFFFFFFFF = none)
+//   16 u32 vocab_size        20 u32 bos_id          24 u32 eos_id   (0xFFFFFFFF: no such token)
 //   28 u32 reserved          32 u64 n_docs          40 u64 n_tokens     48..63 zero
 //   64 u64 doc_offsets[n_docs + 1]   then   tokens[n_tokens] (token_bytes each)
 // Each document is one game: [bos] + tokens + [eos]. The file is mmapped, never read whole.
@@ -20,9 +20,10 @@ typedef struct {
     const unsigned char *tokens;    // (n_tokens) of token_bytes
 } token_shard;
 
-// Map and validate a shard: magic, version, token width, exact file size, monotone offsets
-// ending at n_tokens, every token < vocab_size. `model_vocab` (if > 0) must be >= the
-// shard's vocab. 0, or -1 with ft_error naming the file and what is wrong.
+// Map and validate a shard: magic, version, token width, bos_id and eos_id < vocab_size (or
+// none), exact file size, monotone offsets ending at n_tokens, every token < vocab_size.
+// `model_vocab` (if > 0) must be >= the shard's vocab. 0, or -1 with ft_error naming the file
+// and what is wrong.
 int token_shard_open(token_shard *s, const char *path, int model_vocab);
 void token_shard_close(token_shard *s);
 

@@ -56,6 +56,9 @@ static const corruption cases[] = {
     {"offsets decrease", 72, 7, 8, "decrease", 0},
     {"token >= vocab", 64 + 32 + 2, 60, 2, "vocab_size", 0},
     {"vocab > model", 16, 50, 4, "exceeds the model", 40},
+    {"eos_id = vocab", 24, 50, 4, "eos_id 50 is >= vocab_size", 0},       // the pad of short rows
+    {"eos_id negative as int32", 24, 0xFFFFFFFEu, 4, "eos_id 4294967294", 0},
+    {"bos_id >= vocab", 20, 4096, 4, "bos_id 4096 is >= vocab_size", 0},
 };
 
 int main(void) {
@@ -82,6 +85,26 @@ int main(void) {
         valid = token_shard_fill_row(&s, 1, 5, tok, tgt);        // doc of one token: nothing to predict
         EXPECT(valid == 0 && tgt[0] == -100, "one-token row");
         token_shard_close(&s);
+    }
+
+    // no bos / eos (0xFFFFFFFF): valid, short rows pad with 0
+    {
+        size_t n = make_shard(buf, 2);
+        const uint32_t none[2] = {0xFFFFFFFFu, 0xFFFFFFFFu};
+        memcpy(buf + 20, none, sizeof none);
+        snprintf(path, sizeof path, "%s/none.bin", dir);
+        write_file(path, buf, n);
+        token_shard s;
+        ft_error_clear();
+        int rc = token_shard_open(&s, path, 50);
+        EXPECT(rc == 0, "shard without bos/eos rejected: %s", ft_error_message());
+        int32_t tok[5], tgt[5];
+        if (rc == 0) {
+            token_shard_fill_row(&s, 0, 5, tok, tgt);
+            EXPECT(tok[4] == 0 && tgt[4] == -100, "pad without eos: token %d, target %d", tok[4], tgt[4]);
+            token_shard_close(&s);
+        }
+        unlink(path);
     }
 
     // corruptions of the 2-byte shard
