@@ -200,10 +200,15 @@ int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int 
     for (int i = 0; i < l->n_entries; i++) {
         const param_entry *e = &l->entries[i];
         if (e->unit != u) continue;
-        const st_tensor *t = hf_checkpoint_find(ck, e->name, NULL);
+        const char *path = NULL;
+        const st_tensor *t = hf_checkpoint_find(ck, e->name, &path);
         if (!t || t->numel != e->numel)
             return ft_error("%s: tensor '%s' missing or mis-sized (validate first)", ck->dir, e->name);
-        tensor_to_f32(t, out + e->unit_offset);
+        float *x = out + e->unit_offset;
+        tensor_to_f32(t, x);
+        const size_t bad = ft_first_nonfinite(x, e->numel);   // NaN / inf weights: a corrupt file
+        if (bad < e->numel)
+            return ft_error("%s: tensor '%s': element %zu is %g (not finite)", path, e->name, bad, x[bad]);
     }
     return 0;
 }

@@ -94,3 +94,10 @@ static inline uint16_t ft_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 float ft_f16_to_f32(uint16_t h);
+
+// Index of the first NaN or infinity of x[0..n), or n when every value is finite.
+static inline size_t ft_first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!__builtin_isfinite(x[i])) return i;
+    return n;
+}

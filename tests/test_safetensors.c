@@ -3,7 +3,8 @@
 // never read outside the mapping: run under ASan in `make test-asan`), the writer's
 // round trip and atomicity, the streaming writer (any put order gives st_write's bytes; a
 // missing tensor refused), and the checkpoint directory layer (single file, sharded
-// index, missing/duplicate/unexpected tensors, wrong shapes).
+// index, missing/duplicate/unexpected tensors, wrong shapes, NaN/infinite values).
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -229,7 +230,7 @@ static const char *tiny_config =
     "\"vocab_size\":10,\"rms_norm_eps\":1e-5,\"max_position_embeddings\":16,\"tie_word_embeddings\":false}";
 
 typedef enum { D_NONE, D_MISSING, D_EXTRA, D_SHAPE, D_DTYPE, D_INDEX_MISSING_FILE, D_INDEX_ESCAPE,
-               D_INDEX_WRONG_FILE, D_INDEX_DUP_ACROSS } ck_defect;
+               D_INDEX_WRONG_FILE, D_INDEX_DUP_ACROSS, D_NAN, D_INF } ck_defect;
 
 typedef struct { const char *name; ck_defect defect; int sharded; const char *want; } ck_case;
 
@@ -244,6 +245,9 @@ static const ck_case ck_cases[] = {
     {"index escapes the directory", D_INDEX_ESCAPE, 1, "not a plain file name"},
     {"index points to the wrong shard", D_INDEX_WRONG_FILE, 1, "is listed in"},
     {"tensor in two shards", D_INDEX_DUP_ACROSS, 1, "lm_head.weight"},
+    // values: found when the units are read
+    {"NaN weight", D_NAN, 0, "model.safetensors: tensor 'model.norm.weight': element 3 is nan (not finite)"},
+    {"infinite weight (sharded)", D_INF, 1, "tensor 'model.norm.weight': element 3 is -inf (not finite)"},
 };
 
 static void write_text(const char *path, const char *text) {
@@ -261,7 +265,7 @@ static int make_checkpoint(const char *cdir, const ck_case *c) {
     if (llama_config_load(&cfg, p) != 0) return -1;
     param_layout l;
     if (param_layout_init(&l, &cfg, 1) != 0) return -1;
-    static float zeros[4096];
+    static float zeros[4096], nan3[8] = {[3] = NAN}, ninf3[8] = {[3] = -INFINITY};
     st_write_tensor ts[32];
     int n = 0;
     for (int i = 0; i < l.n_entries; i++) {
@@ -276,6 +280,8 @@ static int make_checkpoint(const char *cdir, const ck_case *c) {
         t->data = zeros;
         if (strcmp(e->name, "model.norm.weight") == 0 && c->defect == D_SHAPE) t->shape[0] = 9;
         if (strcmp(e->name, "model.norm.weight") == 0 && c->defect == D_DTYPE) t->dtype = ST_I32;
+        if (strcmp(e->name, "model.norm.weight") == 0 && (c->defect == D_NAN || c->defect == D_INF))
+            t->data = c->defect == D_NAN ? nan3 : ninf3;
     }
     if (c->defect == D_EXTRA) ts[n++] = (st_write_tensor){"model.layers.7.mlp.up_proj.weight", ST_F32, 1, {2}, zeros};
     int rc = 0;
@@ -330,6 +336,8 @@ static void test_checkpoint_table(void) {
         param_layout l;
         param_layout_init(&l, &cfg, 1);
         if (rc == 0) rc = hf_checkpoint_validate(&ck, &l);
+        float unit[4096];   // (more than either unit of tiny_config)
+        for (int u = 0; u < l.n_units && rc == 0; u++) rc = hf_checkpoint_read_unit(&ck, &l, u, unit);
         param_layout_free(&l);
         if (!c->want) EXPECT(rc == 0, "%s: should load, got: %s", c->name, ft_error_message());
         else EXPECT(rc != 0 && strstr(ft_error_message(), c->want) && !strchr(ft_error_message(), '\n'),
