@@ -8,6 +8,7 @@
 #include "ckpt.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -70,6 +71,9 @@ static void field_set(trainer_state *ts, int i, long long v) {
     }
 }
 
+// The largest value an integer field holds (an int field never wraps).
+static long long field_max(field_kind k) { return k == FIELD_INT ? INT_MAX : LLONG_MAX; }
+
 static double *field_real(trainer_state *ts, int i) { return (double *)((char *)ts + state_fields[i].offset); }
 static double field_real_get(const trainer_state *ts, int i) {
     return *(const double *)((const char *)ts + state_fields[i].offset);
@@ -96,7 +100,8 @@ static char *state_to_json(const trainer_state *ts) {
     return text;
 }
 
-// Parse <dir>/trainer_state.json: every field present, an integer (pack: a boolean), >= 0.
+// Parse <dir>/trainer_state.json: every field present, an integer (pack: a boolean), >= 0 and
+// within its C type.
 static int state_read(const char *dir, trainer_state *ts) {
     char p[FT_PATH_MAX];
     TRY(ft_path(p, sizeof p, "%s/trainer_state.json", dir));
@@ -120,6 +125,9 @@ static int state_read(const char *dir, trainer_state *ts) {
             rc = ft_error("%s: field '%s' missing or not %s", p, state_fields[i].name, is_bool ? "a boolean" : "an integer");
         else if (!is_bool && json_integer_value(v) < 0)
             rc = ft_error("%s: field '%s' is negative", p, state_fields[i].name);
+        else if (!is_bool && json_integer_value(v) > field_max(state_fields[i].kind))
+            rc = ft_error("%s: field '%s' = %lld is too large (at most %lld)", p, state_fields[i].name,
+                          (long long)json_integer_value(v), field_max(state_fields[i].kind));
         else field_set(ts, i, is_bool ? json_is_true(v) : json_integer_value(v));
     }
     json_decref(root);
@@ -313,6 +321,26 @@ int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n) {
     return ft_path(dir, n, "%s/checkpoints/%s", out_dir, name);
 }
 
+// The weights of `dir` fit layout `l` (names, shapes, dtypes; no tensor data read). 0 / -1.
+static int check_weights(const char *dir, const param_layout *l) {
+    hf_checkpoint ck;
+    TRY(hf_checkpoint_open(&ck, dir));
+    const int rc = hf_checkpoint_validate(&ck, l);
+    hf_checkpoint_close(&ck);
+    return rc;
+}
+
+int ckpt_check_start(const char *model_dir, const char *resume_dir, const param_layout *base,
+                     const param_layout *trained, const trainer_state *expect) {
+    const int resume = resume_dir && resume_dir[0];
+    if (!resume || base != trained) TRY(check_weights(model_dir, base));   // read at the start
+    if (!resume) return 0;
+    trainer_state got;
+    TRY(state_read(resume_dir, &got));
+    TRY(state_check(resume_dir, &got, expect));
+    return check_weights(resume_dir, trained);
+}
+
 int ckpt_load_weights(fsdp_state *s, const char *dir) {
     hf_checkpoint ck;
     TRY(hf_checkpoint_open(&ck, dir));
@@ -326,6 +354,24 @@ int ckpt_load_weights(fsdp_state *s, const char *dir) {
     free(host);
     hf_checkpoint_close(&ck);
     return rc;
+}
+
+// An optimizer.safetensors tensor for entry e: F32 of e's shape.
+static int moment_fits(const st_tensor *t, const param_entry *e) {
+    if (!t || t->dtype != ST_F32 || t->ndim != e->ndim) return 0;
+    for (int d = 0; d < e->ndim; d++)
+        if (t->shape[d] != e->shape[d]) return 0;
+    return 1;
+}
+
+// A moment's n values: finite, and (exp_avg_sq, `squares`) >= 0, or AdamW's first step
+// turns them into NaN weights. 0 / -1 naming the file and tensor.
+static int moment_check_values(const char *path, const char *name, const float *x, size_t n, int squares) {
+    const size_t bad = ft_first_nonfinite(x, n);
+    if (bad < n) return ft_error("%s: tensor '%s': element %zu is %g (not finite)", path, name, bad, x[bad]);
+    for (size_t i = 0; squares && i < n; i++)
+        if (x[i] < 0) return ft_error("%s: tensor '%s': element %zu is %g (a mean square must be >= 0)", path, name, i, x[i]);
+    return 0;
 }
 
 // The AdamW moments of checkpoint `dir` (optimizer.safetensors: exp_avg.<name>, exp_avg_sq.<name>).
@@ -347,9 +393,12 @@ static int load_moments(fsdp_state *s, const char *dir) {
                 char name[160];
                 snprintf(name, sizeof name, "%s%s", prefix, e->name);
                 const st_tensor *t = st_find(&f, name);
-                if (!t || t->dtype != ST_F32 || t->numel != e->numel)
-                    rc = ft_error("%s: tensor '%s' missing, not F32, or of the wrong size", p, name);
-                else memcpy(unit + e->unit_offset, t->data, e->numel * sizeof(float));
+                if (!moment_fits(t, e))
+                    rc = ft_error("%s: tensor '%s' missing, not F32, or of the wrong shape", p, name);
+                else {
+                    memcpy(unit + e->unit_offset, t->data, e->numel * sizeof(float));
+                    rc = moment_check_values(p, name, unit + e->unit_offset, e->numel, k == 1);
+                }
             }
             if (rc == 0) rc = fsdp_set_unit(s, k == 0 ? FSDP_EXP_AVG : FSDP_EXP_AVG_SQ, u, unit);
         }

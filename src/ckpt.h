@@ -31,6 +31,15 @@ typedef struct {
 // resolves to "" (a fresh start). 0 / -1.
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n);
 
+// Before anything model-sized is allocated: the weights a run will read fit config.json's
+// layouts, so that a config.json that disagrees with its checkpoint fails at once (not after
+// allocating the model it describes). Checked: model_dir against `base` when it is read (no
+// resume_dir, or LoRA: `trained` is then the adapters' layout, not `base`); resume_dir's
+// trainer state against `expect` as ckpt_load_start checks it, then its weights against
+// `trained`. Headers only (no tensor data read). 0 / -1.
+int ckpt_check_start(const char *model_dir, const char *resume_dir, const param_layout *base,
+                     const param_layout *trained, const trainer_state *expect);
+
 // The weights a run starts from, into `s`: with resume_dir NULL or "", the pretrained
 // weights of model_dir and zero moments (*got = *expect); else checkpoint resume_dir: its
 // trainer state, refused unless it fits this run (the same seed, total batch, sequence

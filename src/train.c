@@ -172,6 +172,36 @@ static int check_host_memory(const plan *p, int ranks_on_node) {
     return 0;
 }
 
+// The validation shards, and (training) the training shards with the steps they make. 0 / -1.
+static int job_open_data(job *j) {
+    const train_options *o = j->o;
+    TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
+    if (o->eval_only) {
+        j->accum = 1;
+        j->steps_per_epoch = 1;
+        return 0;
+    }
+    TRY(loader_open(&j->train, o->data_dir, "train", j->cfg.vocab_size, o->seq_len, o->pack, 1, (uint64_t)o->seed));
+    uint64_t rows = loader_rows(&j->train);
+    if (rows < (uint64_t)o->total_batch_size)
+        return ft_error("%s: %llu training rows, fewer than one --total_batch_size of %d", o->data_dir,
+                        (unsigned long long)rows, o->total_batch_size);
+    j->steps_per_epoch = (int)(rows / (uint64_t)o->total_batch_size);
+    j->total_steps = o->max_steps > 0 ? o->max_steps : o->epochs * j->steps_per_epoch;
+    return 0;
+}
+
+static trainer_state job_state(const job *j, int step);
+
+// The checkpoint(s) the run will start from (--resume's, or model_dir's) fit config.json's
+// layouts and this run; headers only (ckpt_check_start). 0 / -1.
+static int check_start_weights(job *j) {
+    char dir[FT_PATH_MAX] = "";
+    if (j->o->resume[0]) TRY(ckpt_resolve(j->o->out_dir, j->o->resume, dir, sizeof dir));
+    const trainer_state expect = job_state(j, 0);
+    return ckpt_check_start(j->o->model_dir, dir, &j->layout, j->lora ? &j->ll.layout : &j->layout, &expect);
+}
+
 static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->o = o;
     j->cc = cc;
@@ -192,6 +222,8 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->lora = req.lora.rank > 0;
     j->opt = j->lora ? &j->afs : &j->fs;
     if (j->lora) TRY(lora_layout_init(&j->ll, &j->cfg, &req.lora, fsdp_pad_multiple(cc->shard->size)));
+    TRY(job_open_data(j));
+    TRY(check_start_weights(j));   // before the model config.json describes is allocated
     j->aprov = fsdp_provider(&j->afs);   // (initialised below, after the model: the plan's order)
     TRY(model_init_lora(&j->m, &j->layout, j->lora ? &j->ll : NULL, &j->aprov, j->be, &j->mem,
                         o->batch_size_per_device, o->seq_len, o->gradient_checkpointing,
@@ -205,22 +237,9 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->prov = fsdp_provider(&j->fs);
     if (o->profile) j->prov = profile_provider(&j->prov);
 
-    TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
     if (o->sample_tokens > 0)
         TRY(sampler_open(&j->sampler, &j->fs, j->lora ? &j->ll : NULL, j->lora ? &j->aprov : NULL, &j->mem, &j->val,
                          o->model_dir, o->out_dir, j->rank, o->sample_tokens, o->sample_games));
-    if (o->eval_only) {
-        j->accum = 1;
-        j->steps_per_epoch = 1;
-    } else {
-        TRY(loader_open(&j->train, o->data_dir, "train", j->cfg.vocab_size, o->seq_len, o->pack, 1, (uint64_t)o->seed));
-        uint64_t rows = loader_rows(&j->train);
-        if (rows < (uint64_t)o->total_batch_size)
-            return ft_error("%s: %llu training rows, fewer than one --total_batch_size of %d", o->data_dir,
-                            (unsigned long long)rows, o->total_batch_size);
-        j->steps_per_epoch = (int)(rows / (uint64_t)o->total_batch_size);
-        j->total_steps = o->max_steps > 0 ? o->max_steps : o->epochs * j->steps_per_epoch;
-    }
     j->sched = (schedule){.learning_rate = o->learning_rate, .total_steps = j->total_steps,
                           .warmup_steps = schedule_warmup_steps(o->warmup_fraction, j->total_steps),
                           .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay,
@@ -408,7 +427,7 @@ static trainer_state job_state(const job *j, int step) {
         .step = step, .epoch = step / j->steps_per_epoch,
         .row = (uint64_t)(step % j->steps_per_epoch) * (uint64_t)o->total_batch_size, .seed = o->seed,
         .total_batch_size = o->total_batch_size, .seq_len = o->seq_len, .pack = o->pack,
-        .total_steps = j->total_steps, .n_params = (long long)j->opt->layout->n_params,
+        .total_steps = j->total_steps, .n_params = (long long)(j->lora ? &j->ll.layout : &j->layout)->n_params,
         .lora_rank = o->lora_rank, .lora_targets = o->lora_rank ? (int)o->lora_target_mask : 0,
         .lora_alpha = o->lora_rank ? o->lora_alpha : 0,
     };

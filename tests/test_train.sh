@@ -112,6 +112,30 @@ expect_error "incompatible checkpoint: it was trained with --total_batch_size 8"
   "${small[@]}" --total_batch_size 16 --max_steps 6 --resume latest --out_dir "$tmp/games-a"
 mkdir -p "$tmp/m2"; cp data/model/* "$tmp/m2/"; sed -i 's/"intermediate_size": 352/"intermediate_size": 360/' "$tmp/m2/config.json"
 expect_error "incompatible checkpoint: it was trained with model parameter count" --eval_only --model_dir "$tmp/m2" "${small[@]}" --resume "$tmp/games-a/checkpoints/step_00000006"
+# a corrupt checkpoint (copies of step 6, one defect each): refused by name, not resumed
+ck="$tmp/games-a/checkpoints/step_00000006"
+bad_ck() { rm -rf "$tmp/bad-ck"; cp -r "$ck" "$tmp/bad-ck"; }
+# an int field past INT_MAX, which used to wrap to this run's value (2^32 + 64 -> 64)
+bad_ck; sed -i 's/"seq_len": 64/"seq_len": 4294967360/' "$tmp/bad-ck/trainer_state.json"
+expect_error "field 'seq_len' = 4294967360 is too large" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+# a moment of another shape with the same size ([352, 128] for down_proj's [128, 352])
+bad_ck; LC_ALL=C sed -i 's/\("exp_avg.model.layers.0.mlp.down_proj.weight":{"dtype":"F32","shape":\)\[128,352\]/\1[352,128]/' \
+  "$tmp/bad-ck/optimizer.safetensors"
+expect_error "tensor 'exp_avg.model.layers.0.mlp.down_proj.weight' missing, not F32, or of the wrong shape" \
+  --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+# a NaN first moment, a negative second moment (the data area: every exp_avg, then every exp_avg_sq)
+opt_data() { echo $((8 + $(od -An -t u8 -N8 "$tmp/bad-ck/optimizer.safetensors" | tr -d ' '))); }
+bad_ck; printf '\x00\x00\xc0\x7f' | dd of="$tmp/bad-ck/optimizer.safetensors" bs=1 seek="$(opt_data)" conv=notrunc status=none
+expect_error "optimizer.safetensors: tensor 'exp_avg.model.layers.0.input_layernorm.weight': element 0 is nan" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+bad_ck; d=$(opt_data); half=$((($(stat -c %s "$tmp/bad-ck/optimizer.safetensors") - d) / 2))
+printf '\x00\x00\x80\xbf' | dd of="$tmp/bad-ck/optimizer.safetensors" bs=1 seek=$((d + half)) conv=notrunc status=none
+expect_error "tensor 'exp_avg_sq.model.layers.0.input_layernorm.weight': element 0 is -1 (a mean square must be >= 0)" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+# a config.json that disagrees with its weights fails on the checkpoint's header, before the
+# model it describes is allocated (vocab 4M: gigabytes; here capped at 4 GB of address space)
+mkdir -p "$tmp/m3"; cp data/model/* "$tmp/m3/"; sed -i 's/"vocab_size": 2048/"vocab_size": 4194304/' "$tmp/m3/config.json"
+err=$( (ulimit -v 4000000; "$bin" "${small[@]}" --max_steps 1 --model_dir "$tmp/m3" --out_dir "$tmp/x3" 2>&1 >/dev/null) ); rc=$?
+[ $rc -ne 0 ] && [[ $err == "finetune: error: $tmp/m3/model.safetensors: tensor 'model.embed_tokens.weight': shape [2048, 128], config.json implies [4194304, 128]" ]] \
+  && [ ! -e "$tmp/x3" ] && ok "config.json vocab 4194304 vs its weights -> $err" || bad "config.json vocab vs weights: rc=$rc, $err"
 expect_error "exceeds the model's max_position_embeddings 512" "${small[@]}" --seq_len 1000
 expect_error "'foo' is not one of linear|cosine|constant" --lr_schedule foo
 expect_error "'-1x' is not a number" --learning_rate -1x
