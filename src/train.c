@@ -8,6 +8,7 @@
 // HSDP runs compute the same step.
 #include "train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -486,19 +487,54 @@ static int job_load_start(job *j, int *start) {
     return 0;
 }
 
-// Rank 0's metrics.jsonl (appended to on resume; a fresh run also drops old samples, which
-// sampling appends to), agreed; then the MFU denominator: --peak_tflops, else the device's
-// published dense bf16 peak when known, else this backend's measured dense matmul rate.
+// The "step" of a metrics.jsonl record, or -1 when it has none.
+static long metrics_record_step(const char *line) {
+    const char *s = strstr(line, "\"step\":");
+    return s ? strtol(s + 7, NULL, 10) : -1;
+}
+
+// Rewind metrics.jsonl (path) to a resume at step `start`: records of later steps (written by
+// the interrupted run after the checkpoint it resumes from) go, and so does the final
+// evaluation at `start` when that was the last step (job_finish logs it again); a checkpoint
+// at step s follows step s's train record and its periodic evaluation, so those stay. A
+// missing file is fine (nothing to rewind). Written to path.tmp and renamed over. 0 / -1.
+static int metrics_rewind(const char *path, int start, int total_steps) {
+    FILE *in = fopen(path, "r");
+    if (!in) return errno == ENOENT ? 0 : ft_error("%s: cannot read: %s", path, strerror(errno));
+    char tmp[FT_PATH_MAX];
+    int rc = ft_path(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = rc == 0 ? fopen(tmp, "w") : NULL;
+    if (rc == 0 && !out) rc = ft_error("%s: cannot open for writing: %s", tmp, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    while (rc == 0 && getline(&line, &cap, in) >= 0) {
+        const long step = metrics_record_step(line);
+        const int final_eval = step == start && start >= total_steps && strstr(line, "\"type\":\"eval\"");
+        if ((step <= start && !final_eval) && fputs(line, out) == EOF) rc = ft_error("%s: write failed", tmp);
+    }
+    free(line);
+    fclose(in);
+    if (out && fclose(out) != 0 && rc == 0) rc = ft_error("%s: write failed: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0) rc = ft_error("%s: cannot replace: %s", path, strerror(errno));
+    if (rc != 0 && out) remove(tmp);
+    return rc;
+}
+
+// Rank 0's metrics.jsonl (on resume rewound to the checkpoint's step, then appended to; the
+// samples of an earlier run go: sampling appends to samples.jsonl after the last step),
+// agreed; then the MFU denominator: --peak_tflops, else the device's published dense bf16
+// peak when known, else this backend's measured dense matmul rate.
 static int job_open_outputs(job *j, int start) {
     const train_options *o = j->o;
     char path[FT_PATH_MAX];
     int rc = 0;
     if (is_main(j)) {
         rc = ft_path(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
+        if (rc == 0 && start > 0) rc = metrics_rewind(path, start, j->total_steps);
         if (rc == 0 && !(j->metrics = fopen(path, start > 0 ? "a" : "w")))
             rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
-        if (rc == 0 && start == 0) rc = ft_path(path, sizeof path, "%s/samples.jsonl", o->out_dir);
-        if (rc == 0 && start == 0) remove(path);
+        if (rc == 0) rc = ft_path(path, sizeof path, "%s/samples.jsonl", o->out_dir);
+        if (rc == 0) remove(path);
     }
     if ((rc = agree(j, rc)) != 0) return rc;
     const double known = backend_peak_tflops(j->be);

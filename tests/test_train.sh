@@ -52,6 +52,23 @@ cmp -s "$tmp/games-a/checkpoints/step_00000006/model.safetensors" "$c/checkpoint
   && [ "$(step_logs "$tmp/games-a")" = "$(step_logs "$c")" ] && ok "--resume auto twice = the straight run (weights, step logs)" \
   || bad "--resume auto twice differs from the straight run"
 
+# resuming from an earlier checkpoint of the same out_dir (after a crash, or --resume DIR)
+# rewinds metrics.jsonl to that step: the log ends as the straight run's, nothing twice; and
+# resuming a finished run logs its final evaluation and writes its samples once, not again
+d="$tmp/rewind"
+"$bin" "${small[@]}" --max_steps 6 --save_every 3 --sample_tokens 4 --sample_games 2 --out_dir "$d" > "$d.log" 2>&1 \
+  || bad "rewind: straight run failed: $(tail -1 "$d.log")"
+"$bin" "${small[@]}" --max_steps 6 --sample_tokens 4 --sample_games 2 --resume "$d/checkpoints/step_00000003" \
+  --out_dir "$d" > "$d.log2" 2>&1 || bad "rewind: resume from step 3 failed: $(tail -1 "$d.log2")"
+"$bin" "${small[@]}" --max_steps 6 --sample_tokens 4 --sample_games 2 --resume latest --out_dir "$d" > "$d.log3" 2>&1 \
+  || bad "rewind: resume of the finished run failed: $(tail -1 "$d.log3")"
+evals=$(grep -c '"type":"eval"' "$d/metrics.jsonl"); trains=$(grep -c '"type":"train"' "$d/metrics.jsonl")
+[ "$(step_logs "$d")" = "$(step_logs "$tmp/games-a")" ] && [ "$trains" = 6 ] && [ "$evals" = 2 ] \
+  && ok "resume from step 3 of 6, then of the finished run: metrics.jsonl has each step once (6 train, 2 eval records)" \
+  || bad "metrics.jsonl after two resumes: $trains train and $evals eval records; step logs $( [ "$(step_logs "$d")" = "$(step_logs "$tmp/games-a")" ] && echo equal || echo differ)"
+[ "$(grep -c . "$d/samples.jsonl")" = 2 ] && ok "samples.jsonl holds the last run's 2 samples" \
+  || bad "samples.jsonl has $(grep -c . "$d/samples.jsonl") lines after the resumes, want 2"
+
 # the validation loss falls over the 6 steps
 a="$tmp/games-a"
 v0=$(grep '"type":"eval","step":0' "$a/metrics.jsonl" | sed -E 's/.*"val_loss":([0-9.]+).*/\1/')
