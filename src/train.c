@@ -140,7 +140,10 @@ static int evaluate(job *j, double *loss_out, double *tokens_out) {
         acc[1] += n;
     }
     TRY(comm_all_reduce_f64(j->cc->world, acc, 2));
-    *loss_out = acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    if (acc[1] <= 0)   // every rank has the same sums: the same error everywhere
+        return ft_error("%s: the %llu validation game(s) evaluated have no token to predict (a game needs at least 2 "
+                        "tokens)", j->o->data_dir, (unsigned long long)rows);
+    *loss_out = acc[0] / acc[1];
     *tokens_out = acc[1];
     return 0;
 }
@@ -445,7 +448,7 @@ static int save_checkpoint(job *j, int step) {
 
 static int eval_and_log(job *j, int step) {
     watchdog_set_phase("eval at step %d", step);
-    double loss, ntok, t0 = now_seconds();
+    double loss = 0, ntok = 0, t0 = now_seconds();
     TRY(evaluate(j, &loss, &ntok));
     log_eval(j, step, loss, ntok, now_seconds() - t0);
     return 0;

@@ -120,6 +120,13 @@ fi
 expect_error "is not a multiple of --batch_size_per_device 3" "${small[@]}" --batch_size_per_device 3 --out_dir "$tmp/x"
 expect_error "/proc/nonexistent" "${small[@]}" --max_steps 1 --out_dir /proc/nonexistent/out
 expect_error "--resume latest" "${small[@]}" --max_steps 1 --resume latest --out_dir "$tmp/empty"
+# validation games with nothing to predict (a lone <s>, an empty game): an error, not "val loss nan"
+mkdir -p "$tmp/emptyval"; cp data/chess/train_*.bin "$tmp/emptyval/"
+python3 -c 'import sys; sys.path.insert(0, "scripts"); import token_shard as t
+h = t.read_shard("data/chess/val_000.bin")[0]
+t.write_shard(sys.argv[1], [[h["bos_id"]], [], [h["bos_id"]]], h["vocab_size"], h["bos_id"], h["eos_id"])' "$tmp/emptyval/val_000.bin" \
+  || bad "could not write the empty validation shard"
+expect_error "$tmp/emptyval: the 3 validation game(s) evaluated have no token to predict" "${small[@]}" --eval_only --data_dir "$tmp/emptyval"
 # auto starts fresh only when nothing was saved: a latest pointer to a missing checkpoint is an error
 mkdir -p "$tmp/lost/checkpoints"; echo step_00000009 > "$tmp/lost/checkpoints/latest"
 expect_error "$tmp/lost/checkpoints/step_00000009" "${small[@]}" --max_steps 1 --resume auto --out_dir "$tmp/lost"
