@@ -86,6 +86,11 @@ typedef struct {
     FILE *metrics;                // rank 0: <out_dir>/metrics.jsonl
     double peak_flops;
     int *failure_agreed;          // train_run's: set when a failure was agreed by every rank
+    // this run, for the closing summary: its start, wall clock and target tokens of its steps,
+    // and its first and last validation loss
+    int run_start;
+    double run_secs, run_tokens, val_first, val_last;
+    int n_evals;
 } job;
 
 static int is_main(const job *j) { return j->rank == 0; }
@@ -451,6 +456,8 @@ static int eval_and_log(job *j, int step) {
     double loss = 0, ntok = 0, t0 = now_seconds();
     TRY(evaluate(j, &loss, &ntok));
     log_eval(j, step, loss, ntok, now_seconds() - t0);
+    if (j->n_evals++ == 0) j->val_first = loss;
+    j->val_last = loss;
     return 0;
 }
 
@@ -559,10 +566,14 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
     double time_sum = 0;
     int timed = 0, step = start, rc;
     *stopped = 0;
+    j->run_start = start;
     if (start == 0) TRY(eval_and_log(j, 0));
+    const double t0 = now_seconds();
     while (step < j->total_steps) {
         step_stats st = {0};
         TRY(train_step(j, step, &st));
+        j->run_tokens += st.tokens;
+        j->run_secs = now_seconds() - t0;
         if (step > start) { time_sum += st.secs; timed++; }   // the first step warms up
         log_step(j, step, &st, timed ? time_sum / timed : st.secs);
         step++;
@@ -581,6 +592,20 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
     }
     *step_out = step;
     return 0;
+}
+
+// The closing lines of a finished run (rank 0): what it trained, how fast, where it went.
+static void print_run_summary(const job *j, int step) {
+    const train_options *o = j->o;
+    char wall[32];
+    format_eta(wall, sizeof wall, j->run_secs);
+    printf("finetune: done: trained steps %d-%d of %d: %.0f target tokens in %s of steps, %.0f tokens/s; val loss %.4f",
+           step > j->run_start ? j->run_start + 1 : step, step, j->total_steps, j->run_tokens, wall,
+           j->run_secs > 0 ? j->run_tokens / j->run_secs : 0.0, j->val_first);
+    if (j->n_evals > 1) printf(" -> %.4f", j->val_last);
+    printf("\nfinetune: outputs in %s: metrics.jsonl, checkpoints/, %s%s%s\n", o->out_dir,
+           j->lora ? "final/ (PEFT adapter)" : "final/ (Hugging Face)", o->merge_lora ? ", final_merged/" : "",
+           o->sample_tokens > 0 ? ", samples.jsonl" : "");
 }
 
 // After the last step: the final evaluation, the Hugging Face export, samples, the memory report.
@@ -613,6 +638,7 @@ static int job_finish(job *j, int step) {
             if (c != MEM_HOST || j->mem.peak[c])
                 printf("%s %s %.1f", c == MEM_HOST ? ";" : "", mem_category_name((mem_category)c), j->mem.peak[c] / 1048576.0);
         printf("\n");
+        print_run_summary(j, step);
     }
     return 0;
 }

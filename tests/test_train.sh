@@ -74,6 +74,11 @@ a="$tmp/games-a"
 v0=$(grep '"type":"eval","step":0' "$a/metrics.jsonl" | sed -E 's/.*"val_loss":([0-9.]+).*/\1/')
 v6=$(grep '"type":"eval","step":6' "$a/metrics.jsonl" | sed -E 's/.*"val_loss":([0-9.]+).*/\1/')
 awk -v a="$v0" -v b="$v6" 'BEGIN { exit !(b < a - 0.05) }' && ok "validation loss fell: $v0 -> $v6" || bad "validation loss did not fall: $v0 -> $v6"
+# the closing summary: the steps, their target tokens and the val losses metrics.jsonl records
+tok=$(grep '"type":"train"' "$a/metrics.jsonl" | sed -E 's/.*"tokens":([0-9]+),.*/\1/' | awk '{ s += $1 } END { print s }')
+want=$(awk -v t="$tok" -v a="$v0" -v b="$v6" 'BEGIN { printf "trained steps 1-6 of 6: %d target tokens in .* val loss %.4f -> %.4f$", t, a, b }')
+grep -qE "^finetune: done: $want" "$a.log" && ok "closing summary: $(grep '^finetune: done' "$a.log")" \
+  || bad "closing summary '$(grep '^finetune: done' "$a.log")', want /$want/"
 # --eval_only on a checkpoint: the weights of step 6, the loss the run logged after step 6
 ev=$("$bin" "${small[@]}" --eval_only --resume "$a/checkpoints/step_00000006" --out_dir "$tmp/ev" 2>&1)
 e6=$(sed -nE 's/^eval  step 6 \| val loss ([0-9.]+) .*/\1/p' <<<"$ev")
