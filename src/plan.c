@@ -374,7 +374,9 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
                 p->n_trainable, 100.0 * (double)p->n_trainable / (double)p->n_params);
     }
 
-    fprintf(out, "\nmemory per rank (what the allocator's tracker records; exact for this build):\n");
+    fprintf(out, "\nmemory per rank (what the allocator's tracker records; exact for this build%s):\n",
+            r->elem_bytes == 2 ? ", but for the attention backward's workspace line: taken from the arena around each "
+                                 "call, not a tracked buffer" : "");
     fprintf(out, "  %-12s %15s %9s\n", "category", "bytes", "GiB");
     for (int cat = 0; cat < MEM_CATEGORY_COUNT; cat++) {
         if (cat == MEM_HOST) continue;   // after the device total
