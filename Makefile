@@ -106,6 +106,17 @@ $(BUILD)/obj/backend_cpu.o: CFLAGS += -fno-math-errno
 $(BUILD)/libfinetune.a: $(LIB_OBJS)
 	ar rcs $@ $^
 
+# --version: the source revision (git describe), in $(BUILD)/version.h, rewritten only when it
+# changes, so that a new commit rebuilds main.o alone
+FT_VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(BUILD)/version.h: FORCE
+	@mkdir -p $(BUILD)
+	@echo '#define FT_VERSION "$(FT_VERSION)"' | cmp -s - $@ || echo '#define FT_VERSION "$(FT_VERSION)"' > $@
+$(BUILD)/obj/main.o: $(BUILD)/version.h
+$(BUILD)/obj/main.o: CFLAGS += -I$(BUILD)
+.PHONY: FORCE
+FORCE:
+
 $(BUILD)/finetune: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_LIB)
 	$(CC) $^ -o $@ $(LDLIBS)
 

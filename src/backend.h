@@ -188,6 +188,8 @@ const backend *backend_cpu(void);
 // backend_cuda.h); the CPU backend has one and ignores it. 0 / -1 (ft_error naming the flag).
 int backend_set_attention(const char *mode);
 int backend_open(const char *device, int local_rank, size_t arena_bytes, const backend **out);
+// The backends this binary was built with, in one line (--version).
+const char *backend_build_description(void);
 // be->close(), be->describe() and be->peak_tflops(), safe on NULL (a failed open): release
 // what backend_open acquired; one line naming the device ("none" for NULL); the device's
 // published dense bf16 peak in TFLOP/s when known (A100 312, H100 SXM 989, H100 PCIe 756),

@@ -25,6 +25,14 @@ int backend_open(const char *device, int local_rank, size_t arena_bytes, const b
     return ft_error("flag --device: unknown device '%s' (cpu or cuda)", device);
 }
 
+const char *backend_build_description(void) {
+#ifdef FT_HAVE_CUDA
+    return "cpu (fp32, OpenMP, OpenBLAS), cuda (kernels for " FT_CUDA_CODES "; cuBLASLt, cuDNN; NCCL loaded at run time)";
+#else
+    return "cpu (fp32, OpenMP, OpenBLAS); no cuda (built without the CUDA toolkit)";
+#endif
+}
+
 int backend_set_attention(const char *mode) {
 #ifdef FT_HAVE_CUDA
     return backend_cuda_set_attention(mode);

@@ -22,6 +22,18 @@ int launch_env_rank(void) {
     return 0;
 }
 
+const char *launch_build_description(void) {
+#if defined(FT_HAVE_MPI) && defined(FT_HAVE_PMI2)
+    return "single process, MPI (mpirun, or srun with MPICH), Slurm PMI2 (srun --mpi=pmi2)";
+#elif defined(FT_HAVE_MPI)
+    return "single process, MPI (mpirun, or srun with MPICH); no Slurm PMI2 without MPI";
+#elif defined(FT_HAVE_PMI2)
+    return "single process, Slurm PMI2 (srun --mpi=pmi2, GPU ranks only); no MPI";
+#else
+    return "single process only (built without MPI and PMI2)";
+#endif
+}
+
 int launch_env_world_size(void) {
     static const char *vars[] = {"PMI_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", NULL};
     for (int i = 0; vars[i]; i++)

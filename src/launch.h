@@ -27,6 +27,8 @@ typedef struct {
 // before anything is up: flag errors print once; --dry_run plans for the launcher's ranks.
 int launch_env_rank(void);
 int launch_env_world_size(void);
+// The launchers this binary was built with, in one line (--version): MPI, Slurm PMI2.
+const char *launch_build_description(void);
 
 // Bring up the grid of the job `o` (the MPI runtime may rewrite argc/argv). Setup failures
 // are agreed over the control plane: 0, or -1 on the lowest failing rank (with ft_error to

@@ -9,6 +9,7 @@
 #include "options.h"
 #include "plan.h"
 #include "train.h"
+#include "version.h"   // FT_VERSION, written by the Makefile
 #include "watchdog.h"
 
 // --dry_run: plan the job from config.json alone and print the report (rank 0). 0 / -1.
@@ -45,6 +46,11 @@ int main(int argc, char **argv) {
     train_options o;
     int want_help;
     if (options_parse(&o, argc, argv, &want_help) != 0) return report(2, launch_env_rank() == 0);
+    if (want_help == 2) {
+        printf("finetune %s\nbackends: %s\nlaunchers: %s\n", FT_VERSION, backend_build_description(),
+               launch_build_description());
+        return 0;
+    }
     if (want_help) {
         options_print_help();
         return 0;

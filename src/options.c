@@ -110,6 +110,7 @@ void options_print_help(void) {
         printf(")\n");
     }
     printf("  %-26s print this help\n", "--help");
+    printf("  %-26s print the source revision and what this binary was built with\n", "--version");
 }
 
 static int choice_ok(const char *choices, const char *v) {
@@ -141,6 +142,7 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i], *val = NULL, *eq = strchr(arg, '=');
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { *want_help = 1; return 0; }
+        if (strcmp(arg, "--version") == 0) { *want_help = 2; return 0; }
         size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
         const flag_spec *f = NULL;
         for (int k = 0; k < N_FLAGS; k++)

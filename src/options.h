@@ -7,7 +7,7 @@
 #include "train.h"
 
 // Parse argv into *o, defaults first. Accepts "--flag value", "--flag=value" and bare
-// boolean flags; --help / -h sets *want_help and stops. 0, or -1 with ft_error naming the
+// boolean flags; --help / -h sets *want_help to 1, --version to 2, and stops. 0, or -1 with ft_error naming the
 // flag (unknown, missing value, not a number, out of range, not one of the choices,
 // contradicting another flag).
 int options_parse(train_options *o, int argc, char **argv, int *want_help);

@@ -16,6 +16,18 @@ for f in --model_dir --data_dir --out_dir --resume --eval_only --batch_size_per_
   printf '%s\n' "$help" | grep -q -- "$f .*(default: " && ok "--help lists $f with its default" || bad "--help does not list $f with its default"
 done
 
+# --version: the source revision the Makefile recorded (git describe, or "unknown" outside a
+# checkout) and what the binary was built with; nothing else runs
+ver=$("$bin" --version 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -qE '^finetune ([0-9a-f]{7,}|v?[0-9][^ ]*|unknown)(-dirty)?$' <<<"$(head -1 <<<"$ver")" \
+  && grep -q "^backends: cpu (fp32" <<<"$ver" && grep -q "^launchers: single process" <<<"$ver" && [ "$(grep -c . <<<"$ver")" = 3 ] \
+  && ok "--version: $(head -1 <<<"$ver")" || bad "--version exit $rc: $ver"
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  rev=$(git rev-parse --short=7 HEAD)
+  grep -q "^finetune .*$rev" <<<"$(head -1 <<<"$ver")" && ok "--version names this checkout's commit $rev" || bad "--version '$(head -1 <<<"$ver")', HEAD is $rev"
+fi
+printf '%s\n' "$help" | grep -q -- "--version" && ok "--help lists --version" || bad "--help does not list --version"
+
 expect_error "unknown flag '--bogus'" --bogus
 expect_error "--batch_size_per_device: 0 is out of range" --eval_only --batch_size_per_device 0
 expect_error "--seq_len: 'abc' is not an integer" --eval_only --seq_len abc
