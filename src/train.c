@@ -86,8 +86,8 @@ typedef struct {
     FILE *metrics;                // rank 0: <out_dir>/metrics.jsonl
     double peak_flops;
     int *failure_agreed;          // train_run's: set when a failure was agreed by every rank
-    // this run, for the closing summary: its start, wall clock and target tokens of its steps,
-    // and its first and last validation loss
+    // this run, for the closing summary: its start, the seconds and target tokens of its
+    // optimizer steps (evaluations and checkpoints not counted), its first and last val loss
     int run_start;
     double run_secs, run_tokens, val_first, val_last;
     int n_evals;
@@ -568,12 +568,11 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
     *stopped = 0;
     j->run_start = start;
     if (start == 0) TRY(eval_and_log(j, 0));
-    const double t0 = now_seconds();
     while (step < j->total_steps) {
         step_stats st = {0};
         TRY(train_step(j, step, &st));
         j->run_tokens += st.tokens;
-        j->run_secs = now_seconds() - t0;
+        j->run_secs += st.secs;
         if (step > start) { time_sum += st.secs; timed++; }   // the first step warms up
         log_step(j, step, &st, timed ? time_sum / timed : st.secs);
         step++;
