@@ -88,6 +88,7 @@ typedef struct {
     int *failure_agreed;          // train_run's: set when a failure was agreed by every rank
     // this run, for the closing summary: its start, the seconds and target tokens of its
     // optimizer steps (evaluations and checkpoints not counted), its first and last val loss
+    char start_dir[FT_PATH_MAX];  // --resume's checkpoint directory, resolved once; "" = fresh
     int run_start;
     double run_secs, run_tokens, val_first, val_last;
     int n_evals;
@@ -202,13 +203,14 @@ static int job_open_data(job *j) {
 
 static trainer_state job_state(const job *j, int step);
 
-// The checkpoint(s) the run will start from (--resume's, or model_dir's) fit config.json's
-// layouts and this run; headers only (ckpt_check_start). 0 / -1.
+// Resolve --resume into j->start_dir (once: job_load_start reads from it), then check that the
+// checkpoint(s) the run will start from (that one, or model_dir's) fit config.json's layouts
+// and this run; headers only (ckpt_check_start). 0 / -1.
 static int check_start_weights(job *j) {
-    char dir[FT_PATH_MAX] = "";
-    if (j->o->resume[0]) TRY(ckpt_resolve(j->o->out_dir, j->o->resume, dir, sizeof dir));
+    j->start_dir[0] = '\0';
+    if (j->o->resume[0]) TRY(ckpt_resolve(j->o->out_dir, j->o->resume, j->start_dir, sizeof j->start_dir));
     const trainer_state expect = job_state(j, 0);
-    return ckpt_check_start(j->o->model_dir, dir, &j->layout, j->lora ? &j->ll.layout : &j->layout, &expect);
+    return ckpt_check_start(j->o->model_dir, j->start_dir, &j->layout, j->lora ? &j->ll.layout : &j->layout, &expect);
 }
 
 static int job_setup(job *j, const train_options *o, const train_comms *cc) {
@@ -482,10 +484,9 @@ static int lora_load_start(job *j, const char *dir, const trainer_state *expect,
 // agreed by every rank.
 static int job_load_start(job *j, int *start) {
     const train_options *o = j->o;
-    char dir[FT_PATH_MAX] = "";
+    const char *dir = j->start_dir;   // resolved by check_start_weights
     watchdog_set_phase("loading");
     int rc = o->eval_only ? 0 : fs_mkdirs(o->out_dir);   // fail before any work if unwritable
-    if (rc == 0 && o->resume[0]) rc = ckpt_resolve(o->out_dir, o->resume, dir, sizeof dir);
     const trainer_state expect = job_state(j, 0);
     trainer_state got = expect;
     if (rc == 0) rc = j->lora ? lora_load_start(j, dir, &expect, &got) : ckpt_load_start(&j->fs, o->model_dir, dir, &expect, &got);
