@@ -24,37 +24,49 @@
 #define MAX_POSITIONS (1 << 24)
 
 // ----------------------------------------------------------------------------
-// field readers: each names the file and field in its error
+// field readers: each names the file and the field (parent.field inside an object) in its error
 
 typedef struct { const char *path; json_t *root; } cfg_ctx;
 
-static int get_int(const cfg_ctx *x, json_t *obj, const char *field, int required, int dflt,
+// The key path an error names: "field" at the top level, "parent.field" inside the object
+// `parent` (NULL: top level), e.g. "rope_parameters.factor".
+static const char *key_path(char *buf, size_t n, const char *parent, const char *field) {
+    if (!parent) return field;
+    snprintf(buf, n, "%s.%s", parent, field);
+    return buf;
+}
+
+static int get_int(const cfg_ctx *x, json_t *obj, const char *parent, const char *field, int required, int dflt,
                    int lo, int hi, int *out) {
+    char kb[128];
+    const char *key = key_path(kb, sizeof kb, parent, field);
     json_t *v = json_object_get(obj, field);
     if (!v || json_is_null(v)) {
-        if (required) return ft_error("%s: field '%s' is missing", x->path, field);
+        if (required) return ft_error("%s: field '%s' is missing", x->path, key);
         *out = dflt;
         return 0;
     }
-    if (!json_is_integer(v)) return ft_error("%s: field '%s' is not an integer", x->path, field);
+    if (!json_is_integer(v)) return ft_error("%s: field '%s' is not an integer", x->path, key);
     json_int_t i = json_integer_value(v);
     if (i < lo || i > hi)
-        return ft_error("%s: field '%s' = %lld is out of range [%d, %d]", x->path, field, (long long)i, lo, hi);
+        return ft_error("%s: field '%s' = %lld is out of range [%d, %d]", x->path, key, (long long)i, lo, hi);
     *out = (int)i;
     return 0;
 }
 
-static int get_num(const cfg_ctx *x, json_t *obj, const char *field, int required, double dflt,
+static int get_num(const cfg_ctx *x, json_t *obj, const char *parent, const char *field, int required, double dflt,
                    double *out) {
+    char kb[128];
+    const char *key = key_path(kb, sizeof kb, parent, field);
     json_t *v = json_object_get(obj, field);
     if (!v || json_is_null(v)) {
-        if (required) return ft_error("%s: field '%s' is missing", x->path, field);
+        if (required) return ft_error("%s: field '%s' is missing", x->path, key);
         *out = dflt;
         return 0;
     }
-    if (!json_is_number(v)) return ft_error("%s: field '%s' is not a number", x->path, field);
+    if (!json_is_number(v)) return ft_error("%s: field '%s' is not a number", x->path, key);
     *out = json_number_value(v);
-    if (!isfinite(*out)) return ft_error("%s: field '%s' is not finite", x->path, field);
+    if (!isfinite(*out)) return ft_error("%s: field '%s' is not finite", x->path, key);
     return 0;
 }
 
@@ -66,15 +78,18 @@ static int get_bool(const cfg_ctx *x, const char *field, int dflt, int *out) {
     return 0;
 }
 
-static int get_positive(const cfg_ctx *x, json_t *obj, const char *field, double *out) {
-    TRY(get_num(x, obj, field, 1, 0, out));
-    if (!(*out > 0)) return ft_error("%s: field '%s' must be positive", x->path, field);
+static int get_positive(const cfg_ctx *x, json_t *obj, const char *parent, const char *field, double *out) {
+    TRY(get_num(x, obj, parent, field, 1, 0, out));
+    char kb[128];
+    if (!(*out > 0)) return ft_error("%s: field '%s' must be positive", x->path, key_path(kb, sizeof kb, parent, field));
     return 0;
 }
 
 // ----------------------------------------------------------------------------
 // rope
 
+// rope_theta, and the scaling in rope_parameters (5.x) or rope_scaling (4.x). A key inside
+// either object is named with its prefix in errors ("rope_scaling.factor").
 static int parse_rope(const cfg_ctx *x, llama_config *c) {
     json_t *params = json_object_get(x->root, "rope_parameters");
     json_t *scaling = json_object_get(x->root, "rope_scaling");
@@ -85,34 +100,37 @@ static int parse_rope(const cfg_ctx *x, llama_config *c) {
     if (r && !json_is_object(r)) return ft_error("%s: field '%s' is not an object", x->path, field);
 
     // theta: rope_parameters.rope_theta wins over the top-level field
-    json_t *theta_src = (r && json_object_get(r, "rope_theta")) ? r : x->root;
-    TRY(get_num(x, theta_src, "rope_theta", 0, 10000.0, &c->rope_theta));
-    if (!(c->rope_theta > 1.0)) return ft_error("%s: field 'rope_theta' must be > 1", x->path);
+    const int nested = r && json_object_get(r, "rope_theta");
+    const char *theta_parent = nested ? field : NULL;
+    TRY(get_num(x, nested ? r : x->root, theta_parent, "rope_theta", 0, 10000.0, &c->rope_theta));
+    char kb[128];
+    if (!(c->rope_theta > 1.0))
+        return ft_error("%s: field '%s' must be > 1", x->path, key_path(kb, sizeof kb, theta_parent, "rope_theta"));
 
     c->rope_scaling = ROPE_SCALING_NONE;
     c->rope_factor = 1.0;
     if (!r) return 0;
-    json_t *jt = json_object_get(r, "rope_type");
-    if (!jt) jt = json_object_get(r, "type");
+    const char *type_key = json_object_get(r, "rope_type") || !json_object_get(r, "type") ? "rope_type" : "type";
+    json_t *jt = json_object_get(r, type_key);
     const char *type = json_is_string(jt) ? json_string_value(jt) : NULL;
-    if (!type) return ft_error("%s: field '%s.rope_type' is missing or not a string", x->path, field);
+    if (!type) return ft_error("%s: field '%s.%s' is missing or not a string", x->path, field, type_key);
     if (strcmp(type, "default") == 0) return 0;
     if (strcmp(type, "linear") == 0) {
         c->rope_scaling = ROPE_SCALING_LINEAR;
-        return get_positive(x, r, "factor", &c->rope_factor);
+        return get_positive(x, r, field, "factor", &c->rope_factor);
     }
     if (strcmp(type, "llama3") == 0) {
         c->rope_scaling = ROPE_SCALING_LLAMA3;
-        TRY(get_positive(x, r, "factor", &c->rope_factor));
-        TRY(get_positive(x, r, "low_freq_factor", &c->rope_low_freq_factor));
-        TRY(get_positive(x, r, "high_freq_factor", &c->rope_high_freq_factor));
+        TRY(get_positive(x, r, field, "factor", &c->rope_factor));
+        TRY(get_positive(x, r, field, "low_freq_factor", &c->rope_low_freq_factor));
+        TRY(get_positive(x, r, field, "high_freq_factor", &c->rope_high_freq_factor));
         if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
-            return ft_error("%s: field '%s.high_freq_factor' must exceed low_freq_factor", x->path, field);
-        return get_int(x, r, "original_max_position_embeddings", 1, 0, 1, MAX_POSITIONS,
+            return ft_error("%s: field '%s.high_freq_factor' must exceed %s.low_freq_factor", x->path, field, field);
+        return get_int(x, r, field, "original_max_position_embeddings", 1, 0, 1, MAX_POSITIONS,
                        &c->rope_original_max_position_embeddings);
     }
-    return ft_error("%s: field '%s.rope_type' = '%s' is not supported (default, linear, llama3)",
-                    x->path, field, type);
+    return ft_error("%s: field '%s.%s' = '%s' is not supported (default, linear, llama3)", x->path, field, type_key,
+                    type);
 }
 
 // ----------------------------------------------------------------------------
@@ -136,20 +154,20 @@ static int parse_architecture(const cfg_ctx *x) {
 // The shapes: sizes, heads, head_dim (given, or hidden / heads).
 static int parse_shape(const cfg_ctx *x, llama_config *c) {
     json_t *root = x->root;
-    TRY(get_int(x, root, "hidden_size", 1, 0, 1, MAX_HIDDEN, &c->hidden_size));
-    TRY(get_int(x, root, "intermediate_size", 1, 0, 1, MAX_INTERMEDIATE, &c->intermediate_size));
-    TRY(get_int(x, root, "num_hidden_layers", 1, 0, 1, MAX_LAYERS, &c->num_hidden_layers));
-    TRY(get_int(x, root, "num_attention_heads", 1, 0, 1, MAX_HEADS, &c->num_attention_heads));
-    TRY(get_int(x, root, "num_key_value_heads", 0, c->num_attention_heads, 1, MAX_HEADS,
+    TRY(get_int(x, root, NULL, "hidden_size", 1, 0, 1, MAX_HIDDEN, &c->hidden_size));
+    TRY(get_int(x, root, NULL, "intermediate_size", 1, 0, 1, MAX_INTERMEDIATE, &c->intermediate_size));
+    TRY(get_int(x, root, NULL, "num_hidden_layers", 1, 0, 1, MAX_LAYERS, &c->num_hidden_layers));
+    TRY(get_int(x, root, NULL, "num_attention_heads", 1, 0, 1, MAX_HEADS, &c->num_attention_heads));
+    TRY(get_int(x, root, NULL, "num_key_value_heads", 0, c->num_attention_heads, 1, MAX_HEADS,
                 &c->num_key_value_heads));
-    TRY(get_int(x, root, "vocab_size", 1, 0, 1, MAX_VOCAB, &c->vocab_size));
-    TRY(get_int(x, root, "max_position_embeddings", 0, 2048, 1, MAX_POSITIONS, &c->max_position_embeddings));
+    TRY(get_int(x, root, NULL, "vocab_size", 1, 0, 1, MAX_VOCAB, &c->vocab_size));
+    TRY(get_int(x, root, NULL, "max_position_embeddings", 0, 2048, 1, MAX_POSITIONS, &c->max_position_embeddings));
     if (c->num_attention_heads % c->num_key_value_heads != 0)
         return ft_error("%s: field 'num_key_value_heads' = %d does not divide num_attention_heads = %d",
                         x->path, c->num_key_value_heads, c->num_attention_heads);
     json_t *hd = json_object_get(root, "head_dim");
     if (hd && !json_is_null(hd)) {
-        TRY(get_int(x, root, "head_dim", 1, 0, 1, MAX_HEAD_DIM, &c->head_dim));
+        TRY(get_int(x, root, NULL, "head_dim", 1, 0, 1, MAX_HEAD_DIM, &c->head_dim));
     } else {
         if (c->hidden_size % c->num_attention_heads != 0)
             return ft_error("%s: field 'hidden_size' = %d is not divisible by num_attention_heads = %d "
@@ -169,7 +187,7 @@ static int parse_shape(const cfg_ctx *x, llama_config *c) {
 static int parse_numerics(const cfg_ctx *x, llama_config *c) {
     json_t *root = x->root;
     double eps;
-    TRY(get_num(x, root, "rms_norm_eps", 0, 1e-6, &eps));
+    TRY(get_num(x, root, NULL, "rms_norm_eps", 0, 1e-6, &eps));
     if (!(eps > 0 && eps < 1)) return ft_error("%s: field 'rms_norm_eps' must be in (0, 1)", x->path);
     c->rms_norm_eps = (float)eps;
     TRY(parse_rope(x, c));
@@ -192,11 +210,11 @@ static int parse_numerics(const cfg_ctx *x, llama_config *c) {
 // bos_token_id, and eos_token_id as an int or a list.
 static int parse_special_tokens(const cfg_ctx *x, llama_config *c) {
     json_t *root = x->root;
-    TRY(get_int(x, root, "bos_token_id", 0, -1, 0, c->vocab_size - 1, &c->bos_token_id));
+    TRY(get_int(x, root, NULL, "bos_token_id", 0, -1, 0, c->vocab_size - 1, &c->bos_token_id));
     json_t *eos = json_object_get(root, "eos_token_id");
     c->n_eos = 0;
     if (json_is_integer(eos)) {
-        TRY(get_int(x, root, "eos_token_id", 1, 0, 0, c->vocab_size - 1, &c->eos_token_ids[0]));
+        TRY(get_int(x, root, NULL, "eos_token_id", 1, 0, 0, c->vocab_size - 1, &c->eos_token_ids[0]));
         c->n_eos = 1;
     } else if (json_is_array(eos)) {
         if (json_array_size(eos) > CONFIG_MAX_EOS)
