@@ -303,10 +303,34 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
 // ----------------------------------------------------------------------------
 // resume
 
+// The checkpoint directory name held by the latest pointer `p` (open as f): one line as
+// save_dir_finish writes it ("step_00000006\n"), a plain directory name of 1..NAME_MAX bytes,
+// ended by "\n", "\r\n" or the end of the file, nothing after it. 0 / -1 naming p and the defect.
+static int latest_read_name(FILE *f, const char *p, char name[NAME_MAX + 1]) {
+    char buf[NAME_MAX + 4];   // the longest name, "\r\n", and one byte more: a longer file is refused
+    const size_t len = fread(buf, 1, sizeof buf, f);
+    if (ferror(f)) return ft_error("%s: cannot read: %s", p, strerror(errno));
+    size_t k = 0;   // the name: buf[0, k)
+    while (k < len && buf[k] != '\n' && buf[k] != '\r') k++;
+    if (k > NAME_MAX)
+        return ft_error("%s: does not name a checkpoint directory (the name is longer than %d bytes)", p, NAME_MAX);
+    const char *why = NULL;
+    if (!(len == k || (len == k + 1 && buf[k] == '\n') || (len == k + 2 && buf[k] == '\r' && buf[k + 1] == '\n')))
+        why = "more than one line";
+    else if (k == 0) why = "empty";
+    else if (memchr(buf, '\0', k)) why = "a NUL byte in the name";
+    if (why) return ft_error("%s: does not name a checkpoint directory (%s)", p, why);
+    memcpy(name, buf, k);
+    name[k] = '\0';
+    if (strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return ft_error("%s: does not name a checkpoint directory ('%s' is not a plain directory name)", p, name);
+    return 0;
+}
+
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n) {
     const int latest = strcmp(resume, "latest") == 0, automatic = strcmp(resume, "auto") == 0;
     if (!latest && !automatic) return ft_path(dir, n, "%s", resume);
-    char p[FT_PATH_MAX], name[256] = "";
+    char p[FT_PATH_MAX], name[NAME_MAX + 1];
     TRY(ft_path(p, sizeof p, "%s/checkpoints/latest", out_dir));
     FILE *f = fopen(p, "r");
     if (!f && automatic && errno == ENOENT) {   // nothing saved yet: a fresh start
@@ -314,10 +338,9 @@ int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n) {
         return 0;
     }
     if (!f) return ft_error("--resume %s: %s: no checkpoint to resume (%s)", resume, p, strerror(errno));
-    int ok = fgets(name, sizeof name, f) != NULL;
+    const int rc = latest_read_name(f, p, name);
     fclose(f);
-    name[strcspn(name, "\r\n")] = '\0';
-    if (!ok || !name[0] || strchr(name, '/')) return ft_error("%s: does not name a checkpoint directory", p);
+    TRY(rc);
     return ft_path(dir, n, "%s/checkpoints/%s", out_dir, name);
 }
 

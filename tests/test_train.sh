@@ -135,6 +135,17 @@ expect_error "$tmp/emptyval: the 3 validation game(s) evaluated have no token to
 # auto starts fresh only when nothing was saved: a latest pointer to a missing checkpoint is an error
 mkdir -p "$tmp/lost/checkpoints"; echo step_00000009 > "$tmp/lost/checkpoints/latest"
 expect_error "$tmp/lost/checkpoints/step_00000009" "${small[@]}" --max_steps 1 --resume auto --out_dir "$tmp/lost"
+# a latest pointer that is not one line naming a directory: refused by name, never cut or read in part
+bad_latest() {   # bad_latest WHY PRINTF_FORMAT [ARGS]: latest holds printf's output
+  printf "${@:2}" > "$tmp/lost/checkpoints/latest"
+  expect_error "$tmp/lost/checkpoints/latest: does not name a checkpoint directory ($1)" "${small[@]}" --max_steps 1 \
+    --resume auto --out_dir "$tmp/lost"
+}
+bad_latest "the name is longer than 255 bytes" 'step_%0300d\n' 9
+bad_latest "more than one line" 'step_00000009\nstep_00000003\n'
+bad_latest "empty" ''
+bad_latest "a NUL byte in the name" 'step_\000x\n'
+bad_latest "'..' is not a plain directory name" '..\n'
 expect_error "incompatible checkpoint: it was trained with --seq_len 64, this run has 32" \
   "${small[@]}" --seq_len 32 --max_steps 6 --resume latest --out_dir "$tmp/games-a"
 expect_error "incompatible checkpoint: it was trained with --total_batch_size 8" \
