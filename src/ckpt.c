@@ -397,7 +397,24 @@ static int moment_check_values(const char *path, const char *name, const float *
     return 0;
 }
 
-// The AdamW moments of checkpoint `dir` (optimizer.safetensors: exp_avg.<name>, exp_avg_sq.<name>).
+// Every tensor of optimizer.safetensors `f` (at path p) is exp_avg.<name> or exp_avg_sq.<name>
+// of an entry of `l`: one more is refused naming it, as hf_checkpoint_validate refuses one in
+// the weights (it would be a checkpoint of another model, or a damaged one). Header only. 0 / -1.
+static int moments_check_names(const st_file *f, const char *p, const param_layout *l) {
+    static const char *const prefix[] = {"exp_avg.", "exp_avg_sq."};
+    for (int i = 0; i < f->n_tensors; i++) {
+        const char *name = f->tensors[i].name, *entry = NULL;
+        for (int k = 0; k < 2 && !entry; k++)
+            if (strncmp(name, prefix[k], strlen(prefix[k])) == 0) entry = name + strlen(prefix[k]);
+        if (!entry || !param_layout_find(l, entry))
+            return ft_error("%s: unexpected tensor '%s' (not exp_avg.<name> or exp_avg_sq.<name> of a parameter "
+                            "this run trains)", p, name);
+    }
+    return 0;
+}
+
+// The AdamW moments of checkpoint `dir` (optimizer.safetensors: exp_avg.<name>, exp_avg_sq.<name>,
+// and nothing else).
 static int load_moments(fsdp_state *s, const char *dir) {
     char p[FT_PATH_MAX];
     TRY(ft_path(p, sizeof p, "%s/optimizer.safetensors", dir));
@@ -405,7 +422,7 @@ static int load_moments(fsdp_state *s, const char *dir) {
     TRY(st_open(&f, p));
     const param_layout *l = s->layout;
     float *unit = ft_malloc(s->max_unit * sizeof(float), "optimizer unit buffer");
-    int rc = unit ? 0 : -1;
+    int rc = unit ? moments_check_names(&f, p, l) : -1;
     for (int k = 0; k < 2 && rc == 0; k++) {
         const char *prefix = k == 0 ? "exp_avg." : "exp_avg_sq.";
         for (int u = 0; u < l->n_units && rc == 0; u++) {

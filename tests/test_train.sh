@@ -163,6 +163,22 @@ bad_ck; LC_ALL=C sed -i 's/\("exp_avg.model.layers.0.mlp.down_proj.weight":{"dty
   "$tmp/bad-ck/optimizer.safetensors"
 expect_error "tensor 'exp_avg.model.layers.0.mlp.down_proj.weight' missing, not F32, or of the wrong shape" \
   --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+# a tensor the moments file should not hold: refused by name, as one in the weights is
+opt_add_tensor() {   # opt_add_tensor NAME: one more F32 [1] tensor at the end of the bad copy's optimizer.safetensors
+  python3 - "$tmp/bad-ck/optimizer.safetensors" "$1" <<'PY' || bad "could not add tensor $1 to optimizer.safetensors"
+import json, struct, sys
+p, name = sys.argv[1:3]
+b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h, data = json.loads(b[8:8 + n]), b[8 + n:]
+h[name] = {"dtype": "F32", "shape": [1], "data_offsets": [len(data), len(data) + 4]}
+hb = json.dumps(h).encode()
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + data + bytes(4))
+PY
+}
+for extra in exp_avg.model.layers.99.mlp.up_proj.weight exp_avg_sq.lm_head.bias model.norm.weight; do
+  bad_ck; opt_add_tensor "$extra"
+  expect_error "optimizer.safetensors: unexpected tensor '$extra'" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+done
 # a NaN first moment, a negative second moment (the data area: every exp_avg, then every exp_avg_sq)
 opt_data() { echo $((8 + $(od -An -t u8 -N8 "$tmp/bad-ck/optimizer.safetensors" | tr -d ' '))); }
 bad_ck; printf '\x00\x00\xc0\x7f' | dd of="$tmp/bad-ck/optimizer.safetensors" bs=1 seek="$(opt_data)" conv=notrunc status=none
