@@ -99,6 +99,28 @@ uint64_t token_shard_doc_len(const token_shard *s, uint64_t i) {
     return offset_at(s, i + 1) - offset_at(s, i);
 }
 
+// Document i holds a token other than bos / eos (and, `whole_docs`, at least 2 tokens).
+static int doc_learnable(const token_shard *s, uint64_t i, int whole_docs) {
+    const uint64_t start = offset_at(s, i), len = token_shard_doc_len(s, i);
+    if (whole_docs && len < 2) return 0;
+    for (uint64_t j = 0; j < len; j++) {
+        const uint32_t t = (uint32_t)token_at(s, start + j);
+        if (t != s->bos_id && t != s->eos_id) return 1;
+    }
+    return 0;
+}
+
+int token_shard_check_nonempty(const token_shard *s, int whole_docs) {
+    if (s->n_docs == 0) return ft_error("%s: the shard holds no documents", s->path);
+    for (uint64_t i = 0; i < s->n_docs; i++)
+        if (doc_learnable(s, i, whole_docs)) return 0;
+    if (whole_docs)
+        return ft_error("%s: no document has a token to predict (each of its %llu has fewer than 2 tokens or only "
+                        "bos/eos)", s->path, (unsigned long long)s->n_docs);
+    return ft_error("%s: every document is empty (each of its %llu holds no token but bos/eos)", s->path,
+                    (unsigned long long)s->n_docs);
+}
+
 int token_shard_fill_row(const token_shard *s, uint64_t i, int T, int32_t *tokens, int32_t *targets) {
     uint64_t start = offset_at(s, i), len = token_shard_doc_len(s, i);
     int32_t pad = s->eos_id != SHARD_NO_TOKEN ? (int32_t)s->eos_id : 0;

@@ -27,6 +27,13 @@ typedef struct {
 int token_shard_open(token_shard *s, const char *path, int model_vocab);
 void token_shard_close(token_shard *s);
 
+// Refuse a shard with nothing to learn from: every document empty (no token but bos / eos,
+// e.g. [], [bos], [bos, eos]) or, when each row is one document (`whole_docs`: validation,
+// and training without --pack), every document also without the 2 tokens a row needs for a
+// target. A shard of no documents is refused too. 0, or -1 with ft_error naming the file and
+// what is wrong (token_shard_open does not check this: it reads the format).
+int token_shard_check_nonempty(const token_shard *s, int whole_docs);
+
 // Length of document i in tokens.
 uint64_t token_shard_doc_len(const token_shard *s, uint64_t i);
 

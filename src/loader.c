@@ -32,10 +32,10 @@ int loader_open(loader *ld, const char *dir, const char *prefix, int model_vocab
     for (size_t i = 0; i < g.gl_pathc; i++) {
         TRY_GOTO(token_shard_open(&ld->shards[i], g.gl_pathv[i], model_vocab), done);
         ld->n_shards = (int)i + 1;
+        TRY_GOTO(token_shard_check_nonempty(&ld->shards[i], !pack), done);   // so n_docs >= 1 below
         ld->doc_base[i + 1] = ld->doc_base[i] + ld->shards[i].n_docs;
     }
     ld->n_docs = ld->doc_base[ld->n_shards];
-    if (ld->n_docs == 0) { ft_error("%s: the %s shards hold no games", dir, prefix); goto done; }
     ld->perm = ft_malloc(ld->n_docs * sizeof(uint64_t), "epoch permutation");
     if (!ld->perm) goto done;
     if (pack) {

@@ -26,8 +26,9 @@ typedef struct {
     uint64_t n_rows;         // rows per epoch
 } loader;
 
-// Open every `<dir>/<prefix>_*.bin` (sorted by name), validating each against model_vocab.
-// 0, or -1 with ft_error naming the directory or file.
+// Open every `<dir>/<prefix>_*.bin` (sorted by name), validating each against model_vocab and
+// refusing one with nothing to learn from (token_shard_check_nonempty: whole documents per row
+// unless `pack`). 0, or -1 with ft_error naming the directory or file.
 int loader_open(loader *ld, const char *dir, const char *prefix, int model_vocab, int T, int pack,
                 int shuffle, uint64_t seed);
 void loader_close(loader *ld);

@@ -1,6 +1,7 @@
 // test_data.c: the token shard reader on a valid shard and on corrupt ones (a table of
 // byte-level corruptions, each expected to fail with a message naming the file and the
-// problem), plus the row filling contract (truncation, padding labels -100).
+// problem), plus the row filling contract (truncation, padding labels -100), and a table of
+// shards with nothing to learn from (empty documents, only bos/eos), refused by name.
 #include <unistd.h>
 
 #include "common.h"
@@ -60,6 +61,75 @@ static const corruption cases[] = {
     {"eos_id negative as int32", 24, 0xFFFFFFFEu, 4, "eos_id 4294967294", 0},
     {"bos_id >= vocab", 20, 4096, 4, "bos_id 4096 is >= vocab_size", 0},
 };
+
+// Shards with nothing to learn from (token_shard_check_nonempty), vocab 50, bos 1, eos 2:
+// documents of up to 4 tokens, checked as whole-document rows and as a packed stream.
+typedef struct {
+    const char *name;
+    int n_docs;
+    int len[4];
+    uint32_t tok[4][4];
+    const char *whole;   // error substring with one document per row; NULL = accepted
+    const char *packed;  // error substring for --pack; NULL = accepted
+} content_case;
+
+#define NO_TARGET "no document has a token to predict (each of its"
+#define ALL_EMPTY "every document is empty (each of its"
+static const content_case content_cases[] = {
+    {"no documents", 0, {0}, {{0}}, "the shard holds no documents", "the shard holds no documents"},
+    {"empty documents", 3, {0, 0, 0}, {{0}}, NO_TARGET " 3 has fewer than 2", ALL_EMPTY " 3 holds no token"},
+    {"only bos / eos", 4, {1, 2, 1, 0}, {{1}, {1, 2}, {2}, {0}}, NO_TARGET, ALL_EMPTY},
+    {"bos bos, eos eos", 2, {2, 2}, {{1, 1}, {2, 2}}, NO_TARGET, ALL_EMPTY},
+    {"one-token games", 2, {1, 1}, {{7}, {8}}, NO_TARGET " 2 has fewer than 2", NULL},
+    {"one game with a move", 3, {1, 0, 3}, {{1}, {0}, {1, 7, 2}}, NULL, NULL},
+    {"move then eos", 2, {2, 2}, {{1, 2}, {7, 2}}, NULL, NULL},
+};
+
+static size_t make_docs_shard(unsigned char *buf, const content_case *c) {
+    uint64_t n_docs = (uint64_t)c->n_docs, n_tokens = 0;
+    memset(buf, 0, 64);
+    memcpy(buf, "FTTOKSHD", 8);
+    const uint32_t h32[6] = {1, 2, 50, 1, 2, 0};
+    memcpy(buf + 8, h32, sizeof h32);
+    size_t p = 64 + 8 * (n_docs + 1);
+    memset(buf + 64, 0, 8);
+    for (int d = 0; d < c->n_docs; d++) {
+        for (int j = 0; j < c->len[d]; j++) {
+            const uint16_t t = (uint16_t)c->tok[d][j];
+            memcpy(buf + p, &t, 2);
+            p += 2;
+        }
+        n_tokens += (uint64_t)c->len[d];
+        memcpy(buf + 64 + 8 * (d + 1), &n_tokens, 8);
+    }
+    memcpy(buf + 32, &n_docs, 8);
+    memcpy(buf + 40, &n_tokens, 8);
+    return p;
+}
+
+static void test_content(void) {
+    char path[256];
+    unsigned char buf[256];
+    for (size_t i = 0; i < sizeof content_cases / sizeof content_cases[0]; i++) {
+        const content_case *c = &content_cases[i];
+        snprintf(path, sizeof path, "%s/content%zu.bin", dir, i);
+        write_file(path, buf, make_docs_shard(buf, c));
+        token_shard s;
+        ft_error_clear();
+        if (token_shard_open(&s, path, 50) != 0) { EXPECT(0, "%s: open: %s", c->name, ft_error_message()); continue; }
+        for (int whole = 1; whole >= 0; whole--) {
+            const char *want = whole ? c->whole : c->packed;
+            ft_error_clear();
+            const int rc = token_shard_check_nonempty(&s, whole);
+            const char *msg = ft_error_message();
+            if (!want) EXPECT(rc == 0, "%s (%s): refused: %s", c->name, whole ? "rows" : "pack", msg);
+            else EXPECT(rc == -1 && strstr(msg, path) && strstr(msg, want),
+                        "%s (%s): rc %d, message '%s' (expected '%s')", c->name, whole ? "rows" : "pack", rc, msg, want);
+        }
+        token_shard_close(&s);
+        unlink(path);
+    }
+}
 
 int main(void) {
     EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
@@ -124,6 +194,7 @@ int main(void) {
         if (rc == 0) token_shard_close(&s);
         unlink(path);
     }
+    test_content();
     ft_error_clear();
     token_shard s;
     EXPECT(token_shard_open(&s, "/nonexistent/x.bin", 0) == -1 && strstr(ft_error_message(), "/nonexistent/x.bin"),

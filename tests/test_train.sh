@@ -125,13 +125,31 @@ fi
 expect_error "is not a multiple of --batch_size_per_device 3" "${small[@]}" --batch_size_per_device 3 --out_dir "$tmp/x"
 expect_error "/proc/nonexistent" "${small[@]}" --max_steps 1 --out_dir /proc/nonexistent/out
 expect_error "--resume latest" "${small[@]}" --max_steps 1 --resume latest --out_dir "$tmp/empty"
-# validation games with nothing to predict (a lone <s>, an empty game): an error, not "val loss nan"
-mkdir -p "$tmp/emptyval"; cp data/chess/train_*.bin "$tmp/emptyval/"
-python3 -c 'import sys; sys.path.insert(0, "scripts"); import token_shard as t
+# shards with nothing to learn from (a lone <s>, an empty game, <s></s>): refused at load by
+# name, not "val loss nan", an eval error at the first evaluation, or steps on padding alone
+# empty_shard FILE DOCS: write FILE with the documents DOCS (a Python list; b, e: bos, eos; 7: a move)
+empty_shard() {
+  python3 -c 'import sys; sys.path.insert(0, "scripts"); import token_shard as t
 h = t.read_shard("data/chess/val_000.bin")[0]
-t.write_shard(sys.argv[1], [[h["bos_id"]], [], [h["bos_id"]]], h["vocab_size"], h["bos_id"], h["eos_id"])' "$tmp/emptyval/val_000.bin" \
-  || bad "could not write the empty validation shard"
-expect_error "$tmp/emptyval: the 3 validation game(s) evaluated have no token to predict" "${small[@]}" --eval_only --data_dir "$tmp/emptyval"
+b, e = h["bos_id"], h["eos_id"]
+t.write_shard(sys.argv[1], eval(sys.argv[2], {"b": b, "e": e}), h["vocab_size"], b, e)' "$1" "$2" || bad "could not write $1"
+}
+mkdir -p "$tmp/emptyval" "$tmp/emptytrain"; cp data/chess/train_*.bin "$tmp/emptyval/"
+empty_shard "$tmp/emptyval/val_000.bin" '[[b], [], [b]]'
+expect_error "$tmp/emptyval/val_000.bin: no document has a token to predict (each of its 3 has fewer than 2 tokens or \
+only bos/eos)" "${small[@]}" --eval_only --data_dir "$tmp/emptyval"
+empty_shard "$tmp/emptyval/val_000.bin" '[[b, e], [e], [b, e]]'
+expect_error "$tmp/emptyval/val_000.bin: no document has a token to predict" "${small[@]}" --eval_only --data_dir "$tmp/emptyval"
+cp data/chess/train_000.bin data/chess/val_000.bin "$tmp/emptytrain/"
+empty_shard "$tmp/emptytrain/train_001.bin" '[[], [b, e], [b]]'
+expect_error "$tmp/emptytrain/train_001.bin: no document has a token to predict" "${small[@]}" --max_steps 1 \
+  --data_dir "$tmp/emptytrain" --out_dir "$tmp/x"
+expect_error "$tmp/emptytrain/train_001.bin: every document is empty (each of its 3 holds no token but bos/eos)" \
+  "${small[@]}" --pack --max_steps 1 --data_dir "$tmp/emptytrain" --out_dir "$tmp/x"
+# the games evaluated (--max_eval_docs) can still all be empty: the evaluation says so
+empty_shard "$tmp/emptyval/val_000.bin" '[[b], [], [b, 7, e]]'
+expect_error "$tmp/emptyval: the 2 validation game(s) evaluated have no token to predict" "${small[@]}" --eval_only \
+  --max_eval_docs 2 --data_dir "$tmp/emptyval"
 # auto starts fresh only when nothing was saved: a latest pointer to a missing checkpoint is an error
 mkdir -p "$tmp/lost/checkpoints"; echo step_00000009 > "$tmp/lost/checkpoints/latest"
 expect_error "$tmp/lost/checkpoints/step_00000009" "${small[@]}" --max_steps 1 --resume auto --out_dir "$tmp/lost"
