@@ -136,11 +136,18 @@ static void cu_free(void *p) {
     (void)arena_free(&G.ar, p);
 }
 static void scratch_release(void *p) { cu_free(p); }
+// Host buffers here are pageable (tokens, targets, losses, checkpoint slices): CUDA's
+// cudaMemcpyAsync from or to pageable memory may block the host until the work queued before
+// it is done, where the watchdog cannot see it (a dead peer's collective would hang the job
+// with no message). So drain the stream first, in the polled wait; the copy then finishes at
+// once. The wait after it keeps the contract: the host buffer may be reused at once.
 static int cu_copy_h2d(void *dst, const void *src, size_t n) {
+    TRY(compute_wait("work before a copy to the device", n));
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, G.stream));
-    return compute_wait("copy to the device", n);   // the host buffer may be reused at once
+    return compute_wait("copy to the device", n);
 }
 static int cu_copy_d2h(void *dst, const void *src, size_t n) {
+    TRY(compute_wait("work before a copy to the host", n));
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, G.stream));
     return compute_wait("copy to the host", n);
 }

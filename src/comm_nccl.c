@@ -69,6 +69,12 @@ NCCL_FUNCTIONS(NCCL_WEAK)
 
 int comm_nccl_load(void) {
     if (N.ncclGetUniqueId) return 0;
+    // Several communicators per GPU run collectives at once (the reduce-scatter lane, HSDP's
+    // groups). NCCL's guide calls concurrent communicators unsafe unless ordered ("might
+    // work ... but could break at any time"); NCCL 2.26+ orders their launches by host
+    // program order under NCCL_LAUNCH_ORDER_IMPLICIT=1 (still overlapping on CUDA 12.3+).
+    // Read at NCCL's first init; a user's own setting wins; older NCCLs ignore it.
+    setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
     const char *file = getenv("FT_NCCL_LIBRARY");
     nccl_functions f;
     if (!file && ncclCommInitRank) {   // linked in
@@ -111,7 +117,9 @@ typedef struct nccl_impl {
     cudaStream_t stream;    // the comm stream
     cudaEvent_t produced;   // recorded on the compute stream before each collective
     cudaEvent_t finished;   // recorded on the comm stream after each blocking collective
-    double *dev_f64;        // (F64_SLOTS) staging for all_reduce_f64
+    double *dev_f64;        // (F64_SLOTS) staging for all_reduce_f64, device
+    double *host_f64;       // (F64_SLOTS) and its pinned host side (a copy from pageable memory
+                            // blocks the host in cudaMemcpyAsync, out of the watchdog's reach)
     struct nccl_impl *rs;   // the reduce-scatter lane, or NULL (reduce-scatters run here)
     cudaEvent_t spare[EVENT_POOL];   // events of completed requests, reused (review L2: no
     int n_spare;                     // create/destroy per non-blocking collective)
@@ -286,19 +294,23 @@ static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
     return compute_after_comm(impl(c));
 }
 
+// Host doubles through pinned staging: the copies are then truly asynchronous, and the host
+// waits only in backend_cuda_wait, which polls under --collective_timeout. (From pageable
+// memory, CUDA's D2H cudaMemcpyAsync returns only once the copy is done, i.e. after the
+// all-reduce: a dead peer would hang the host there with no message.)
 static int nccl_all_reduce_f64(comm *c, double *host, size_t n) {
+    nccl_impl *m = impl(c);
     char group[64];
     group_name(c, group, sizeof group);
     for (size_t off = 0; off < n; off += F64_SLOTS) {
         size_t k = n - off < F64_SLOTS ? n - off : F64_SLOTS;
-        CHECK_CUDA(cudaMemcpyAsync(impl(c)->dev_f64, host + off, k * sizeof(double), cudaMemcpyHostToDevice,
-                                   impl(c)->stream));
-        CHECK_NCCL(N.ncclAllReduce(impl(c)->dev_f64, impl(c)->dev_f64, k, ncclFloat64, ncclSum, impl(c)->comm,
-                                 impl(c)->stream));
-        TRY(track(impl(c), "all_reduce of host doubles", k * sizeof(double)));
-        CHECK_CUDA(cudaMemcpyAsync(host + off, impl(c)->dev_f64, k * sizeof(double), cudaMemcpyDeviceToHost,
-                                   impl(c)->stream));
-        TRY(backend_cuda_wait(impl(c)->stream, "all_reduce of host doubles", group, k * sizeof(double)));
+        memcpy(m->host_f64, host + off, k * sizeof(double));   // the last chunk's wait below freed it
+        CHECK_CUDA(cudaMemcpyAsync(m->dev_f64, m->host_f64, k * sizeof(double), cudaMemcpyHostToDevice, m->stream));
+        CHECK_NCCL(N.ncclAllReduce(m->dev_f64, m->dev_f64, k, ncclFloat64, ncclSum, m->comm, m->stream));
+        TRY(track(m, "all_reduce of host doubles", k * sizeof(double)));
+        CHECK_CUDA(cudaMemcpyAsync(m->host_f64, m->dev_f64, k * sizeof(double), cudaMemcpyDeviceToHost, m->stream));
+        TRY(backend_cuda_wait(m->stream, "all_reduce of host doubles", group, k * sizeof(double)));
+        memcpy(host + off, m->host_f64, k * sizeof(double));
     }
     return 0;
 }
@@ -324,6 +336,7 @@ static void impl_free(nccl_impl *m) {
         if (m->ops[i].done) cudaEventDestroy(m->ops[i].done);
     for (int i = 0; i < m->n_spare; i++) cudaEventDestroy(m->spare[i]);
     if (m->dev_f64) cudaFree(m->dev_f64);
+    if (m->host_f64) cudaFreeHost(m->host_f64);
     if (m->produced) cudaEventDestroy(m->produced);
     if (m->finished) cudaEventDestroy(m->finished);
     if (m->stream) cudaStreamDestroy(m->stream);
@@ -368,6 +381,7 @@ static int nccl_setup(comm *c, const backend *be, int rank, int size, nccl_impl 
     CHECK_CUDA(cudaEventCreateWithFlags(&m->produced, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventCreateWithFlags(&m->finished, cudaEventDisableTiming));
     CHECK_CUDA(cudaMalloc((void **)&m->dev_f64, F64_SLOTS * sizeof(double)));
+    CHECK_CUDA(cudaMallocHost((void **)&m->host_f64, F64_SLOTS * sizeof(double)));
     for (int i = 0; i < TRACKED; i++) CHECK_CUDA(cudaEventCreateWithFlags(&m->ops[i].done, cudaEventDisableTiming));
     m->owner = c;
     return 0;

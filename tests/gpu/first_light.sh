@@ -11,7 +11,8 @@
 #              cuDNN and native), the default job on the GPU vs the CPU (cuDNN attention must
 #              pass the startup check; --attention native too), FSDP over 2 GPUs when there are 2
 #   memcheck, racecheck, synccheck   compute-sanitizer over 2 training steps of the bundled
-#              job (seq 128, batch 2, with the evaluations before and after)
+#              job (seq 128, batch 2, with the evaluations before and after); racecheck and
+#              synccheck with --attention native (our kernels, not cuDNN's)
 #   soak       the un-truncated job (seq 512, variable lengths, batch 4 and 1, 300 steps, eval,
 #              stop + resume, sampling) vs the CPU: tests/test_cuda_emu_soak.sh when it
 #              takes FT_SOAK_BIN/FT_SOAK_DEVICE (the emulated soak, pointed at this binary
@@ -91,11 +92,17 @@ cuda_home=/usr/local/cuda
 san=$(command -v compute-sanitizer 2>/dev/null || ls "$cuda_home/bin/compute-sanitizer" "$cuda_home/compute-sanitizer/compute-sanitizer" 2>/dev/null | head -1)
 [ -n "$san" ] && info_san=$san
 
-# NCCL, cuDNN, cuBLASLt: the toolkit's, else the Python wheels' (nvidia-nccl-cu13, ...) through
-# links in .deps/links, passed to make as CFLAGS/LDLIBS
+# NCCL, cuDNN, cuBLASLt: the toolkit's, else the Python wheels' (nvidia-nccl-cu13, ...). A
+# wheel's headers and the unversioned name `-l` needs are linked into .deps/links; the
+# libraries themselves are found in the wheel's own lib folder (-rpath and LD_LIBRARY_PATH),
+# never through a link: cuDNN 9's libcudnn.so.9 is a shim that dlopens libcudnn_graph.so.9,
+# libcudnn_engines_*.so.9, ... from its own $ORIGIN (the folder it was loaded from), and
+# libcudnn_engines_runtime_compiled finds NVRTC at $ORIGIN/../../cuda_nvrtc/lib; loaded
+# through a link in another folder the shim finds nothing and aborts at its first call.
 wheel_dir() {
   python3 -c "import importlib.util as u; s = u.find_spec('nvidia.$1'); print(s.submodule_search_locations[0])" 2>/dev/null
 }
+wheel_libs=""
 link_from_wheel() {   # link_from_wheel PKG HEADER LIB: 0 when the toolkit has it or a wheel does
   local pkg=$1 hdr=$2 lib=$3 w f
   if [ -e "$cuda_home/include/$hdr" ] && ls "$cuda_home"/lib*/"$lib"* >/dev/null 2>&1; then
@@ -104,10 +111,8 @@ link_from_wheel() {   # link_from_wheel PKG HEADER LIB: 0 when the toolkit has i
   w=$(wheel_dir "$pkg") && [ -e "$w/include/$hdr" ] || { info_libs+=" $pkg:MISSING"; return 1; }
   mkdir -p "$deps/links/include" "$deps/links/lib"
   for f in "$w"/include/*.h; do ln -sf "$f" "$deps/links/include/"; done
-  for f in "$w"/lib/"$lib"*; do
-    ln -sf "$f" "$deps/links/lib/"
-    ln -sf "$f" "$deps/links/lib/$lib"             # the unversioned name -l needs
-  done
+  for f in "$w"/lib/"$lib"*; do ln -sf "$f" "$deps/links/lib/$lib"; done   # for -l only
+  wheel_libs+="${wheel_libs:+:}$w/lib"
   info_libs+=" $pkg:wheel($w)"
 }
 link_env=()
@@ -116,8 +121,17 @@ if [ $gpu_ok = 1 ] && [ -n "$nvcc" ]; then
   link_from_wheel nccl nccl.h libnccl.so
   link_from_wheel cublas cublasLt.h libcublasLt.so
   link_from_wheel cudnn cudnn.h libcudnn.so
-  [ -d "$deps/links" ] && link_env=(CFLAGS="-I$PWD/$deps/links/include"
-                                    LDLIBS="-L$PWD/$deps/links/lib -Wl,-rpath,$PWD/$deps/links/lib")
+  # NVRTC for cuDNN's runtime-compiled engines: the toolkit's, else its wheel
+  if ! ls "$cuda_home"/lib*/libnvrtc.so* >/dev/null 2>&1 && w=$(wheel_dir cuda_nvrtc) && [ -d "$w/lib" ]; then
+    wheel_libs+="${wheel_libs:+:}$w/lib"; info_libs+=" nvrtc:wheel($w)"
+  fi
+  if [ -n "$wheel_libs" ]; then
+    export LD_LIBRARY_PATH="$wheel_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"   # every phase's processes
+    rpath=""
+    IFS=: read -ra dirs <<< "$wheel_libs"
+    for f in "${dirs[@]}"; do rpath+=" -L$f -Wl,-rpath,$f"; done
+    link_env=(CFLAGS="-I$PWD/$deps/links/include" LDLIBS="-L$PWD/$deps/links/lib$rpath")
+  fi
 fi
 
 # jansson and OpenBLAS: the bundle (unpacked on first use), else the system's
@@ -153,13 +167,20 @@ else
   if phase build 150 env "${link_env[@]}" make -j"$(nproc)" "${make_vars[@]}" \
        "$B/finetune" "$B/tests/gpu/test_backend_gpu" "$B/tests/gpu/cuda_probe"; then
     phase fatbin 10 python3 kernels/fatbin_check.py --sass "$sm" --ptx "" "$B"/nvcc/*.o
-    phase test-gpu 110 env "${link_env[@]}" make "${make_vars[@]}" test-gpu
+    # cuDNN's errors and warnings (why a plan was refused: the startup check's fallback line
+    # carries only the last error) go to their own log, in the logs tarball
+    phase test-gpu 110 env "${link_env[@]}" CUDNN_LOGERR_DBG=1 CUDNN_LOGWARN_DBG=1 CUDNN_LOGDEST_DBG="$logs/cudnn.log" \
+      make "${make_vars[@]}" test-gpu
     for tool in memcheck racecheck synccheck; do
       lim=$([ $tool = racecheck ] && echo 55 || echo 40)
       if [ -z "$san" ]; then not_run "$tool" "compute-sanitizer not found (PATH, $cuda_home/bin)"; continue; fi
       rm -rf "$logs/san-$tool"
+      # memcheck with the default attention (cuDNN: our workspace sizes for it); racecheck and
+      # synccheck judge our kernels, not cuDNN's runtime-compiled ones (slow under them, and
+      # a report inside library code would say nothing about ours)
+      att=(); [ $tool != memcheck ] && att=(--attention native)
       phase "$tool" "$lim" "$san" --tool "$tool" --error-exitcode 7 --print-limit 30 \
-        "$B/finetune" --device cuda "${job[@]}" --out_dir "$logs/san-$tool"
+        "$B/finetune" --device cuda "${job[@]}" "${att[@]}" --out_dir "$logs/san-$tool"
     done
     if [ -f tests/test_cuda_emu_soak.sh ] && grep -q FT_SOAK_BIN tests/test_cuda_emu_soak.sh; then
       phase soak 100 env FT_SOAK_BIN="$B/finetune" FT_SOAK_DEVICE=cuda bash tests/test_cuda_emu_soak.sh "$B"

@@ -7,7 +7,11 @@
 #
 #   1. batch 4: 100 steps straight, with eval at 50 and 100 and checkpoints; the same job
 #      stopped at step 50 (--stop_at_step) and resumed (--resume latest): step logs and the
-#      step-100 checkpoint bitwise equal to the straight run (the kernels are deterministic)
+#      step-100 checkpoint bitwise equal to the straight run. With --attention native: our
+#      kernels are deterministic (no atomics), cuDNN's attention backward is not (it sums dQ
+#      in an fp32 accumulator, FlashAttention-2 style; cudnn-frontend switches to another
+#      decomposition only when asked for determinism on Hopper), so two runs with it differ
+#      in the last bits. Parts 2 and 3 run the default (cuDNN).
 #   2. batch 1: 100 steps with eval at 50 and 100, then sampling of 40 tokens for 4 games
 #   3. both against BIN --device cpu on the same job: per-step losses, final val loss
 #   300 optimizer steps on the device in all.
@@ -37,7 +41,7 @@ steps=${SOAK_STEPS:-100}                  # per run (a shorter soak checks this 
 half=$((steps / 2)) stop=$(printf '%08d' $((steps / 2))) end=$(printf '%08d' "$steps")
 job=(--model_dir data/model --data_dir data/chess --seq_len 512 --learning_rate 5e-3
      --max_eval_docs 64 --eval_every "$half" --save_every "$half" --max_steps "$steps")
-b4=(--batch_size_per_device 4 --total_batch_size 4)
+b4=(--batch_size_per_device 4 --total_batch_size 4 --attention native)   # bitwise: see 1. above
 b1=(--batch_size_per_device 1 --total_batch_size 1 --sample_tokens 40 --sample_games 4)
 loss() { metric "$1" loss; }
 val() { grep '"type":"eval"' "$1/metrics.jsonl" | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/'; }
