@@ -112,8 +112,8 @@ static int grid_open(launch *L, int S, const char *device) {
 // ----------------------------------------------------------------------------
 // device and data plane
 
-// Device memory for --device cuda: the plan of this job (bf16 storage) plus the inference
-// model of --sample_tokens and a margin of 5% + 512 MiB for what the plan does not see.
+// Device memory for --device cuda: the plan of this job (bf16 storage) and the margin for
+// what it does not see (plan_arena_bytes: the inference model of --sample_tokens, alignment).
 static int device_arena_bytes(const train_options *o, int W, size_t *out) {
     llama_config cfg;
     char path[FT_PATH_MAX];
@@ -122,7 +122,7 @@ static int device_arena_bytes(const train_options *o, int W, size_t *out) {
     const plan_request req = train_plan_request(o, W, 2);
     plan p;
     TRY(plan_compute(&p, &cfg, &req));
-    *out = p.total + p.total / 20 + ((size_t)512 << 20);
+    *out = plan_arena_bytes(p.total);
     return 0;
 }
 

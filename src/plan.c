@@ -23,20 +23,35 @@
 // bytes sent per rank move over. Across nodes: one InfiniBand NIC per GPU, HDR 200 Gb/s (25
 // GB/s) on A100 systems, NDR 400 Gb/s (50 GB/s) on H100/H200 systems; 8 GPUs per node. fp32
 // SIMT peak, SM count and boost clock (the SIMT kernels' rate, src/plan_time.c): 19.5e12, 108,
-// 1.41 GHz (A100); 67e12, 132, 1.98 GHz (H100, H200). Memory: 80 GiB (141 GB on the H200);
-// PLAN_DEVICE_RESERVE_BYTES of it is left for what the tracker does not see (CUDA context,
-// cuBLASLt workspace, fragmentation), and PLAN_NCCL_COMM_BYTES per NCCL communicator:
-// assumptions (plan.h).
+// 1.41 GHz (A100); 67e12, 132, 1.98 GHz (H100, H200). Memory: the total CUDA reports
+// (nvidia-smi): 81920 MiB (A100 80GB), 81559 MiB (H100 80GB HBM3: 79.65 GiB, not 80), 141 GB
+// on the H200; of it the fit check leaves PLAN_CONTEXT_BYTES and PLAN_NCCL_COMM_BYTES per
+// NCCL communicator outside the arena (assumptions, plan.h).
 
 const plan_device plan_devices[] = {
-    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)80 << 30, 19.5e12, 108, 1.41e9},
-    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)80 << 30, 67e12, 132, 1.98e9},
+    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)81920 << 20, 19.5e12, 108, 1.41e9},
+    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)81559 << 20, 67e12, 132, 1.98e9},
     {"H200-SXM-141GB", 989e12, 4.8e12, 450e9, 50e9, 8, (size_t)141000000000, 67e12, 132, 1.98e9},
 };
 const int plan_n_devices = (int)(sizeof plan_devices / sizeof plan_devices[0]);
 
+size_t plan_arena_bytes(size_t planned) { return planned + planned / 20 + ((size_t)512 << 20); }
+
+// device memory the arena may take: all of it but the context and the communicators
+static size_t arena_room(const plan *p, const plan_device *d) {
+    const size_t outside = PLAN_CONTEXT_BYTES + p->nccl_bytes;
+    return d->memory_bytes > outside ? d->memory_bytes - outside : 0;
+}
+
+int plan_fits(const plan *p, const plan_device *d) { return plan_arena_bytes(p->total) <= arena_room(p, d); }
+
 size_t plan_device_budget(const plan *p, const plan_device *d) {
-    return d->memory_bytes - PLAN_DEVICE_RESERVE_BYTES - p->nccl_bytes;
+    const size_t room = arena_room(p, d), fixed = plan_arena_bytes(0);
+    if (room < fixed) return 0;
+    size_t t = (size_t)((double)(room - fixed) / 1.05);   // t + t / 20 <= room - fixed, then exact
+    while (t > 0 && plan_arena_bytes(t) > room) t--;
+    while (plan_arena_bytes(t + 1) <= room) t++;
+    return t;
 }
 
 // The NCCL communicators src/launch.c creates for a GPU rank of this grid.
@@ -279,7 +294,7 @@ static int alternative_fits(const llama_config *c, const plan_request *r, plan *
         ft_error_clear();
         return -1;
     }
-    return q->total <= plan_device_budget(q, &plan_devices[0]);
+    return plan_fits(q, PLAN_FIT_DEVICE);
 }
 
 static void print_alternative(FILE *out, const char *change, int fits, const plan *q) {
@@ -288,7 +303,7 @@ static void print_alternative(FILE *out, const char *change, int fits, const pla
         return;
     }
     fprintf(out, "  %-40s total %15zu bytes %8.2f GiB of %6.2f: %s", change, q->total, gib(q->total),
-            gib(plan_device_budget(q, &plan_devices[0])), fits ? "fits" : "NO");
+            gib(plan_device_budget(q, PLAN_FIT_DEVICE)), fits ? "fits" : "NO");
     if (q->bytes[MEM_HOST]) fprintf(out, " (+ %.2f GiB host memory per rank)", gib(q->bytes[MEM_HOST]));
     fprintf(out, "\n");
 }
@@ -398,15 +413,15 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     fprintf(out, "  model state (params + grads + optimizer): %.2f bytes per parameter over all %d rank(s), %.2f per rank\n",
             state * r->world_size / (double)p->n_params, r->world_size, state / (double)p->n_params);
 
-    const plan_device *d = &plan_devices[0];
+    const plan_device *d = PLAN_FIT_DEVICE;
     const size_t budget = plan_device_budget(p, d);
-    fprintf(out, "\nfits an 80 GB GPU (A100/H100 80GB): %s (%.2f GiB of %.2f GiB: 80 GiB minus %.0f GiB assumed for "
-            "the CUDA context, cuBLASLt workspace and fragmentation, minus %d NCCL communicator(s) at %.2f GiB each "
-            "(assumed), created before the arena)%s\n", p->total <= budget ? "yes" : "NO", gib(p->total), gib(budget),
-            gib(PLAN_DEVICE_RESERVE_BYTES), p->nccl_comms, gib(PLAN_NCCL_COMM_BYTES),
+    fprintf(out, "\nfits an 80 GB GPU (A100/H100 80GB): %s (%.2f GiB of %.2f GiB: the H100's %.2f GiB, less %.0f GiB "
+            "assumed for the CUDA context and the libraries, %d NCCL communicator(s) at %.2f GiB each (assumed), and "
+            "the arena's margin of 5%% + 512 MiB)%s\n", plan_fits(p, d) ? "yes" : "NO", gib(p->total), gib(budget),
+            gib(d->memory_bytes), gib(PLAN_CONTEXT_BYTES), p->nccl_comms, gib(PLAN_NCCL_COMM_BYTES),
             r->elem_bytes == 4 ? "; fp32 storage as on the CPU backend: plan with --device cuda for bf16" : "");
     print_max_batch(out, p, c, budget, max_batch);
-    if (p->total > budget) print_fit_alternatives(out, p, c);
+    if (!plan_fits(p, d)) print_fit_alternatives(out, p, c);
 
     fprintf(out, "\ncollectives: sent per rank per optimizer step (ring; as the comm counters and metrics.jsonl record them):\n");
     const struct { const char *name; size_t bytes; const char *what; } coll[] = {

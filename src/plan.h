@@ -12,10 +12,10 @@
 // end of training, so the peak total is the sum of the categories. One planned workspace line
 // is not a tracked buffer: the GPU attention backward's per-call workspace, cuDNN's (--attention
 // cudnn) or the native kernels' dS^T (src/attention_ws.h), taken from the arena around each call. Not planned: what the
-// mem_tracker does not see (a CUDA context, cuBLASLt workspace, allocator fragmentation: the
-// fit check keeps PLAN_DEVICE_RESERVE_BYTES free for those; NCCL communicators: counted in the
-// fit check at PLAN_NCCL_COMM_BYTES each) and the inference model that --sample_tokens builds
-// after training.
+// mem_tracker does not see (a CUDA context and the libraries' handles: PLAN_CONTEXT_BYTES in
+// the fit check; NCCL communicators: counted in the fit check at PLAN_NCCL_COMM_BYTES each)
+// and the inference model that --sample_tokens builds after training (in the arena's margin,
+// plan_arena_bytes).
 //
 // The step-time estimate (src/plan_time.c) prices each op of the step by its class: tensor-core
 // GEMMs and attention at a stated fraction of the peak bf16 rate, the fp32 SIMT kernels at
@@ -169,15 +169,26 @@ typedef struct {
 extern const plan_device plan_devices[];
 extern const int plan_n_devices;
 
-// Tracked bytes a device may hold: its memory minus what the tracker does not see: the
-// reserve (CUDA context, cuBLASLt workspace, allocator fragmentation: an assumption) and
-// p's NCCL communicators. GPU memory of one NCCL communicator (an assumption): NCCL's
-// buffers scale with its channels; measured 544-688 MB per group on 4 x A100 NVLink
-// (github.com/NVIDIA/nccl/issues/964); NVLS on NVSwitch systems can take more (NCCL issue
-// 864: about 1.6 GB), NCCL_NVLS_ENABLE=0 avoids that.
-#define PLAN_DEVICE_RESERVE_BYTES ((size_t)4 << 30)
+// What a GPU rank allocates for a plan: one device arena of the planned bytes plus a margin
+// of 5% + 512 MiB for what the plan does not see (the inference model of --sample_tokens,
+// alignment; src/launch.c sizes the arena with this). Outside the arena the device holds
+// the CUDA context and the libraries' handles and modules (cuBLASLt, cuDNN and its
+// runtime-compiled engines): PLAN_CONTEXT_BYTES, an assumption, and p's NCCL communicators:
+// PLAN_NCCL_COMM_BYTES each, an assumption (NCCL's buffers scale with its channels; measured
+// 544-688 MB per group on 4 x A100 NVLink, github.com/NVIDIA/nccl/issues/964; NVLS on
+// NVSwitch systems can take more, NCCL issue 864: about 1.6 GB, NCCL_NVLS_ENABLE=0 avoids
+// that). A plan fits a device when its arena fits what is left: the same test the CUDA
+// backend makes against cudaMemGetInfo at startup, so --dry_run's "fits" and "largest batch"
+// are what a real run accepts.
+#define PLAN_CONTEXT_BYTES ((size_t)1 << 30)
 #define PLAN_NCCL_COMM_BYTES ((size_t)768 << 20)
+size_t plan_arena_bytes(size_t planned);
+int plan_fits(const plan *p, const plan_device *d);
+// The largest planned total that fits d beside p's NCCL communicators (plan_fits's edge).
 size_t plan_device_budget(const plan *p, const plan_device *d);
+// The device the "fits an 80 GB GPU" check uses: the H100 80GB, the smaller of the two 80 GB
+// cards as CUDA reports them (81559 MiB; the A100 80GB: 81920 MiB).
+#define PLAN_FIT_DEVICE (&plan_devices[1])
 
 // ----------------------------------------------------------------------------
 // the step-time estimate (src/plan_time.c)
