@@ -85,7 +85,12 @@ NEEDS_CUDA := src/comm_nccl.c src/backend_cuda.c src/attention_cudnn.c src/atten
 LIB_SRCS := $(filter-out src/main.c $(if $(filter 1,$(MPI)),,$(NEEDS_MPI)) $(if $(filter 1,$(PMI2)),,$(NEEDS_PMI2)) \
               $(if $(filter 1,$(CUDA)),,$(NEEDS_CUDA)),$(wildcard src/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
-TEST_SRCS := $(wildcard tests/test_*.c)
+# C tests that need the CUDA toolkit's libraries (CUDA=1 only; not in the CUDA=0 sanitizer build):
+#   test_cudnn_plan   cuDNN plans the attention graphs for an H100 it is only told about (no GPU;
+#                     the toolkit's stub libcuda, loaded by path, stands in for the driver)
+CUDA_TEST_SRCS := tests/test_cudnn_plan.c
+CUDA_ONLY_TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRCS))
+TEST_SRCS := $(filter-out $(if $(filter 1,$(CUDA)),,$(CUDA_TEST_SRCS)),$(wildcard tests/test_*.c))
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 # tests that need a real GPU (make test-gpu): built whenever CUDA=1, run only there
 GPU_TEST_BINS := $(if $(filter 1,$(CUDA)),$(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c)))
@@ -123,6 +128,7 @@ $(BUILD)/finetune: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_LIB)
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libfinetune.a $(KERNEL_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a $(KERNEL_LIB) -o $@ $(LDLIBS)
+$(BUILD)/tests/test_cudnn_plan: CFLAGS += -DFT_CUDA_STUB_LIBCUDA='"$(CUDA_HOME)/lib64/stubs/libcuda.so"'
 
 # small tools the shell tests use
 TOOL_SRCS := $(filter-out $(if $(filter 111,$(CUDA)$(PMI2)$(MPI)),,tests/tools/nccl_id_exchange.c),$(wildcard tests/tools/*.c))

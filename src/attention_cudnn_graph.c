@@ -2,6 +2,8 @@
 // (cudnn_graph.h). UNVERIFIED ON GPU: it compiles and links in CI (make CUDA=1); it has not run.
 // A GPU run checks it at backend startup (attn_cudnn_selfcheck against the native kernels, with
 // a fall back to native on any failure) and in `make test-gpu` (tests/gpu/test_backend_gpu.c).
+// Without a GPU, CI checks that cuDNN accepts the graphs: tests/test_cudnn_plan.c plans them
+// (graph_plan with a DEVICEPROP descriptor of an H100) as far as loading the compiled kernels.
 //
 // The graphs are the flash-attention pattern that cuDNN's fused attention engines match (the
 // same operation sequence the cuDNN frontend's sdpa nodes emit; written here from that
@@ -33,6 +35,7 @@
 
 #define MAX_DESC 192   // the backward graph with 8 engine configurations needs about 110
 #define MAX_OPS 48
+#define MAX_CFG 8      // engine configurations asked of the heuristic
 
 enum {
     U_Q = 1, U_KT, U_VT, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV,   // device tensors
@@ -54,6 +57,13 @@ struct attn_graph {
     cudnnStatus_t st;                          // first failure
     int line;                                  // its source line
     int executed;                              // work of this plan was queued on the stream
+    // what planning saw (tests/test_cudnn_plan.c reports it): the heuristic's configurations,
+    // and for each one tried in order, its engine (CUDNN_ATTR_ENGINE_GLOBAL_INDEX), the
+    // workspace the configuration states (CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE; -1: unknown)
+    // and its plan's finalize status
+    int n_cfg, n_tried;
+    int64_t cfg_engine[MAX_CFG], cfg_ws[MAX_CFG];
+    cudnnStatus_t cfg_st[MAX_CFG];
 };
 
 static cudnnHandle_t g_handle;
@@ -303,35 +313,89 @@ static void graph_bwd_ops(attn_graph *g, const attn_shapes *s) {
 // ----------------------------------------------------------------------------
 // engine choice: the heuristic's configurations in order, the first that finalizes
 
-static void graph_plan(attn_graph *g) {
+// The engine and stated workspace of configuration i, recorded in g (-1 when cuDNN does not
+// say). Queries only: a failure here is not the graph's.
+static void note_config(attn_graph *g, int i, cudnnBackendDescriptor_t cfg) {
+    int64_t got = 0;
+    g->cfg_engine[i] = g->cfg_ws[i] = -1;
+    cudnnBackendDescriptor_t eng = NULL;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) == CUDNN_STATUS_SUCCESS) {
+        if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, &eng) ==
+            CUDNN_STATUS_SUCCESS)
+            (void)cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
+                                           &g->cfg_engine[i]);
+        cudnnBackendDestroyDescriptor(eng);
+    }
+    (void)cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &g->cfg_ws[i]);
+}
+
+// Plan g's operations: operation graph, heuristics mode A, then the first configuration whose
+// execution plan finalizes (g->plan, g->engine_ws). Exactly one of:
+//   handle      the open device (the engine's own path: g_handle);
+//   deviceprop  a finalized CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, no GPU and no handle
+//               (tests/test_cudnn_plan.c). Without a driver no plan can finalize: it stops at
+//               the first configuration whose finalize got as far as loading its kernels
+//               (CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER), which is then g->st, no plan.
+// On failure g->st / g->line record the first failing call (the last configuration's status
+// when none finalized; CUDNN_STATUS_NOT_SUPPORTED when the heuristic offered none).
+static void graph_plan(attn_graph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t deviceprop) {
     cudnnBackendDescriptor_t og = gb_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    gb_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g_handle);
+    if (handle) gb_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     gb_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops, g->ops);
     if (og) GB(g, cudnnBackendFinalize(og));
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     cudnnBackendDescriptor_t heur = gb_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og);
     gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    if (deviceprop) gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &deviceprop);
     if (heur) GB(g, cudnnBackendFinalize(heur));
-    enum { MAX_CFG = 8 };
     cudnnBackendDescriptor_t cfg[MAX_CFG];
     int64_t n_cfg = 0;
     for (int i = 0; i < MAX_CFG; i++) cfg[i] = gb_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
     if (heur) GB(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, MAX_CFG,
                                              &n_cfg, cfg));
+    if (GB_OK(g)) g->n_cfg = (int)n_cfg;
     if (GB_OK(g) && n_cfg == 0) { g->st = CUDNN_STATUS_NOT_SUPPORTED; g->line = __LINE__; }
     for (int64_t i = 0; i < n_cfg && GB_OK(g); i++) {
+        note_config(g, (int)i, cfg[i]);   // before the finalize: its failure stays cuDNN's last error
         cudnnBackendDescriptor_t plan = gb_new(g, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        gb_set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &g_handle);
+        if (handle) gb_set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+        else gb_set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &deviceprop);
         gb_set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
         const cudnnStatus_t st = GB_OK(g) && plan ? cudnnBackendFinalize(plan) : g->st;
+        g->cfg_st[i] = st;
+        g->n_tried = (int)i + 1;
         if (st == CUDNN_STATUS_SUCCESS) { g->plan = plan; break; }
-        if (i == n_cfg - 1) { g->st = st; g->line = __LINE__; }   // none finalized: the last reason
+        const bool driver = st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER;
+        if (i == n_cfg - 1 || (deviceprop && driver)) { g->st = st; g->line = __LINE__; }   // the last reason
     }
     int64_t ws = 0, got = 0;
     if (g->plan) GB(g, cudnnBackendGetAttribute(g->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                                                 &got, &ws));
     g->engine_ws = (size_t)(ws + 255) / 256 * 256;
+}
+
+// A new graph of `key` with its operations built (not planned; g->st says whether they all
+// finalized), or NULL with ft_error when out of memory.
+static attn_graph *graph_new(const attn_key *key) {
+    attn_graph *g = ft_calloc(1, sizeof *g, "cudnn attention graph");
+    if (!g) return NULL;
+    g->key = *key;
+    g->next_uid = U_VIRTUAL;
+    g->scale = 1.0f / sqrtf((float)key->D);
+    g->neginf = -INFINITY;
+    g->one = 1.0f;
+    attn_shapes s;
+    shapes_init(&s, key);
+    if (key->bwd) graph_bwd_ops(g, &s);
+    else graph_fwd_ops(g, &s);
+    return g;
+}
+
+// Every descriptor of g, then g (no waiting: see attn_engine_destroy).
+static void graph_free(attn_graph *g) {
+    for (int i = g->n_desc - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(g->desc[i]);
+    free(g);
 }
 
 // ----------------------------------------------------------------------------
@@ -359,8 +423,7 @@ void attn_engine_destroy(attn_graph *g) {
     // a plan of a runtime-compiled engine may own its kernels: let its queued work finish
     // first (eviction from the plan cache is rare; nothing documents that it may be skipped)
     if (g->executed && g_stream) (void)cudaStreamSynchronize(g_stream);
-    for (int i = g->n_desc - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(g->desc[i]);
-    free(g);
+    graph_free(g);
 }
 
 // the fp32 intermediates after the engine's workspace: dQacc (B, H, T, D), then Dsum (B, H, T)
@@ -369,23 +432,14 @@ static size_t rows_of(const attn_key *k) { return (size_t)k->B * (size_t)k->H * 
 int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace) {
     *out = NULL;
     if (!g_handle) return ft_error("cudnn attention: engine not open");
-    attn_graph *g = calloc(1, sizeof *g);
-    CHECK_ALLOC(g, sizeof *g);
-    g->key = *key;
-    g->next_uid = U_VIRTUAL;
-    g->scale = 1.0f / sqrtf((float)key->D);
-    g->neginf = -INFINITY;
-    g->one = 1.0f;
-    attn_shapes s;
-    shapes_init(&s, key);
-    if (key->bwd) graph_bwd_ops(g, &s);
-    else graph_fwd_ops(g, &s);
-    graph_plan(g);
+    attn_graph *g = graph_new(key);
+    if (!g) return -1;
+    graph_plan(g, g_handle, NULL);
     if (!GB_OK(g)) {
         const cudnnStatus_t st = g->st;
         const int line = g->line;
         const char *why = last_error();   // before the destroy calls can replace it
-        attn_engine_destroy(g);
+        graph_free(g);
         return ft_error("cudnn attention: no %s plan for B %d T %d H %d KVH %d D %d (%s at %s:%d%s%s)",
                         key->bwd ? "backward" : "forward", key->B, key->T, key->H, key->KVH, key->D,
                         cudnnGetErrorString(st), __FILE__, line, why[0] ? ": " : "", why);
