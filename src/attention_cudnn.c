@@ -40,7 +40,7 @@ int attn_cudnn_open(void *stream, void *(*alloc)(size_t), void (*release)(void *
 }
 
 void attn_cudnn_close(void) {
-    for (int i = 0; i < A.n_plans; i++) attn_engine_destroy(A.plans[i].graph);
+    for (int i = 0; i < A.n_plans; i++) (void)attn_engine_destroy(A.plans[i].graph);   // (the backend waited)
     attn_engine_close();
     memset(&A, 0, sizeof A);
 }
@@ -69,7 +69,7 @@ static int plan_get(const attn_key *key, attn_plan **out) {
     TRY(attn_engine_build(key, &fresh.graph, &fresh.workspace));
     const size_t bound = attn_cudnn_workspace_bound(key->B, key->T, key->H, key->KVH, key->D);
     if (fresh.workspace > bound) {
-        attn_engine_destroy(fresh.graph);
+        (void)attn_engine_destroy(fresh.graph);   // never executed: no wait
         return ft_error("cudnn attention: the %s plan for B %d T %d H %d KVH %d D %d wants %zu bytes of workspace, "
                         "more than the %zu the memory plan reserves", key->bwd ? "backward" : "forward", key->B,
                         key->T, key->H, key->KVH, key->D, fresh.workspace, bound);
@@ -77,7 +77,10 @@ static int plan_get(const attn_key *key, attn_plan **out) {
     attn_plan *slot = &A.plans[A.n_plans];
     if (A.n_plans == ATTN_CUDNN_PLANS) {
         slot = lru;
-        attn_engine_destroy(slot->graph);
+        if (attn_engine_destroy(slot->graph) != 0) {   // its queued work did not finish: keep it
+            (void)attn_engine_destroy(fresh.graph);
+            return -1;
+        }
         A.evictions++;
     } else {
         A.n_plans++;

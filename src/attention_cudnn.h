@@ -27,7 +27,8 @@ typedef struct {
 
 typedef struct attn_graph attn_graph;   // opaque: the engine's built plan
 
-// Open the engine on `stream` (a cudaStream_t): the cuDNN handle. 0 / -1 (ft_error).
+// Open the engine on `stream` (a cudaStream_t): the cuDNN handle. 0 / -1 (ft_error; also when
+// a library cuDNN loads on its first call is missing, which would otherwise abort the process).
 int attn_engine_open(void *stream);
 // Release what attn_engine_open created (safe after a partial failure, and when not open).
 void attn_engine_close(void);
@@ -35,8 +36,10 @@ void attn_engine_close(void);
 // workspace plus the fp32 intermediates the graph keeps in memory). 0, or -1 with ft_error
 // naming the shape and cuDNN's reason (the caller then falls back to the native kernels).
 int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace);
-// Destroy a built graph (NULL is a no-op). Safe while work that used it is still queued.
-void attn_engine_destroy(attn_graph *g);
+// Destroy a built graph (NULL is a no-op). Safe while work that used it is still queued: it
+// first waits for the stream (polled under --collective_timeout, backend_cuda_wait). 0, or -1
+// with ft_error when that wait failed; the graph is then left as it is (not freed).
+int attn_engine_destroy(attn_graph *g);
 // Enqueue the forward: out (B, T, H, D), lse (B, H, T) from q, k, v. 0 / -1.
 int attn_engine_fwd(attn_graph *g, void *out, float *lse, const void *q, const void *k, const void *v,
                     void *workspace);

@@ -20,13 +20,17 @@
 // are K and V with the last two dims and strides swapped. The two in-memory fp32 intermediates
 // live in the workspace the front hands over, after the engine's own (dQacc first: 256-byte
 // aligned; Dsum after it).
+#define _GNU_SOURCE   // dladdr
 #include <cudnn_graph.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attention_cudnn.h"
+#include "backend_cuda.h"
 #include "common.h"
 #include "cuda_check.h"
 
@@ -401,7 +405,46 @@ static void graph_free(attn_graph *g) {
 // ----------------------------------------------------------------------------
 // the engine interface
 
+// cuDNN 9's libcudnn.so.<major> is a shim: its first call loads libcudnn_graph.so.<major> and,
+// for the runtime-compiled engines these graphs use, libcudnn_engines_runtime_compiled.so.<major>
+// by name (searched in LD_LIBRARY_PATH, its own folder through its RUNPATH $ORIGIN, the loader
+// cache), and when one is missing it ABORTS the process ("Invalid handle. Cannot load symbol
+// cudnnGetVersion"; e.g. a links folder that holds only libcudnn.so*, as built from a pip
+// wheel). This loads each first, from the shim's folder (dladdr of a cuDNN function: taking
+// its address runs no cuDNN code) or else by name, so that a missing one is an error and the
+// backend falls back to native attention. What it loads stays loaded: the shim's own load of
+// the same soname then gets that library. 0, or -1 with ft_error naming the library and the
+// loader's reason.
+static int load_sublibraries(void) {
+    static const char *const names[] = {"libcudnn_graph", "libcudnn_engines_runtime_compiled"};
+    Dl_info info;
+    char dir[FT_PATH_MAX] = "";
+    if (dladdr((const void *)&cudnnGetVersion, &info) && info.dli_fname && strrchr(info.dli_fname, '/')) {
+        const size_t n = (size_t)(strrchr(info.dli_fname, '/') - info.dli_fname);
+        if (n < sizeof dir) {
+            memcpy(dir, info.dli_fname, n);
+            dir[n] = 0;
+        }
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char soname[64], path[FT_PATH_MAX + 64];
+        snprintf(soname, sizeof soname, "%s.so.%d", names[i], CUDNN_MAJOR);
+        void *lib = NULL;
+        if (dir[0]) {
+            snprintf(path, sizeof path, "%s/%s", dir, soname);
+            lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        }
+        if (!lib) lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+        if (!lib)
+            return ft_error("cudnn attention: cuDNN's %s cannot be loaded (libcudnn.so.%d, loaded from %s, needs it "
+                            "beside it or on the library path): %s", soname, CUDNN_MAJOR, dir[0] ? dir : "?",
+                            dlerror());
+    }
+    return 0;
+}
+
 int attn_engine_open(void *stream) {
+    TRY(load_sublibraries());   // before any cuDNN call
     const size_t v = cudnnGetVersion();
     if (v < ATTN_CUDNN_MIN_VERSION)
         return ft_error("cudnn attention: libcudnn %zu.%zu.%zu at run time, the graph needs 9.16 or newer", v / 10000,
@@ -418,12 +461,15 @@ void attn_engine_close(void) {
     g_stream = NULL;
 }
 
-void attn_engine_destroy(attn_graph *g) {
-    if (!g) return;
+int attn_engine_destroy(attn_graph *g) {
+    if (!g) return 0;
     // a plan of a runtime-compiled engine may own its kernels: let its queued work finish
-    // first (eviction from the plan cache is rare; nothing documents that it may be skipped)
-    if (g->executed && g_stream) (void)cudaStreamSynchronize(g_stream);
+    // first (eviction from the plan cache is rare; nothing documents that it may be skipped),
+    // polled under --collective_timeout like every host wait (the stream may wait on NCCL)
+    if (g->executed && g_stream)
+        TRY(backend_cuda_wait(g_stream, "evicting a cached cudnn attention plan", "compute stream", 0));
     graph_free(g);
+    return 0;
 }
 
 // the fp32 intermediates after the engine's workspace: dQacc (B, H, T, D), then Dsum (B, H, T)

@@ -20,12 +20,14 @@
 // usable 0: head dims cuDNN 9's fused attention engines refuse (a multiple of 8 is required;
 // the backward also refuses D > 256, the forward has an engine for D 264): no plan may get
 // that far. Printed per case: the configurations offered and, per one tried, its engine
-// (CUDNN_ATTR_ENGINE_GLOBAL_INDEX), stated workspace and status.
+// (CUDNN_ATTR_ENGINE_GLOBAL_INDEX), stated workspace and status. Then attn_engine_destroy of a
+// plan whose work was queued: it waits through backend_cuda_wait (check_destroy_waits).
 //
-// Prerequisites: cuDNN 9.16+ and the stub $(CUDA_HOME)/lib64/stubs/libcuda.so
-// (FT_CUDA_STUB_LIBCUDA from the Makefile; the environment variable of that name overrides
-// it). The stub is loaded by path before cuDNN asks for libcuda.so.1, so cuDNN gets the stub
-// (same soname) even where a real driver is installed. A missing prerequisite prints "skip: ..." (a failure under
+// Prerequisites: cuDNN 9.16+ whose sub-libraries load (load_sublibraries, the engine's own
+// check at open) and the stub $(CUDA_HOME)/lib64/stubs/libcuda.so (FT_CUDA_STUB_LIBCUDA from
+// the Makefile; the environment variable of that name overrides it). The stub is loaded by
+// path before cuDNN asks for libcuda.so.1, so cuDNN gets the stub (same soname) even where a
+// real driver is installed. A missing prerequisite prints "skip: ..." (a failure under
 // CI=true). Runtime: 0.3-0.5 s per usable case (NVRTC compiles one engine configuration),
 // about 7 s in all on 2 cores.
 #define _GNU_SOURCE   // RTLD_NOLOAD
@@ -34,6 +36,7 @@
 #include "../src/attention_cudnn_graph.c"
 
 #include "test.h"
+#include "watchdog.h"
 
 #ifndef FT_CUDA_STUB_LIBCUDA
 #define FT_CUDA_STUB_LIBCUDA "/usr/local/cuda/lib64/stubs/libcuda.so"
@@ -80,7 +83,7 @@ static void skip_or_fail(const char *why) {
     else printf("skip: %s\n", why);
 }
 
-// The stub driver loaded under its soname, cuDNN new enough.
+// The stub driver loaded under its soname, cuDNN's sub-libraries loadable, cuDNN new enough.
 // 1 when all hold; else 0 after skip_or_fail.
 static int prerequisites(void) {
     char why[1024];
@@ -97,6 +100,13 @@ static int prerequisites(void) {
         skip_or_fail(why);
         return 0;
     }
+    if (load_sublibraries() != 0) {
+        snprintf(why, sizeof why, "%s", ft_error_message());
+        ft_error_clear();
+        skip_or_fail(why);
+        return 0;
+    }
+    EXPECT(1, "cuDNN's sub-libraries load (load_sublibraries)");
     const size_t v = cudnnGetVersion();
     if (v < ATTN_CUDNN_MIN_VERSION) {
         snprintf(why, sizeof why, "libcudnn %zu at run time; the graphs are written for %d or newer", v,
@@ -194,12 +204,48 @@ static void run_case(const plan_case *c, cudnnBackendDescriptor_t dp) {
     graph_free(g);
 }
 
+// ----------------------------------------------------------------------------
+// destroying a plan whose work was queued
+
+// attn_engine_destroy waits for the engine's stream through the backend's wait
+// (backend_cuda_wait): polled under the watchdog when --collective_timeout is set
+// (cudaStreamQuery in poll_stream, whose message names only its error variable),
+// cudaStreamSynchronize otherwise. With the stub driver every CUDA call fails at once, which
+// shows which wait it took: destroy must return -1 with that error and leave the graph alone
+// (freed here afterwards).
+static void check_destroy_waits(void) {
+    static const struct { double timeout; int polled; } WAITS[] = {{30, 1}, {0, 0}};
+    const attn_key key = {1, 1, 1, 1, 8, 0};
+    for (size_t i = 0; i < sizeof WAITS / sizeof WAITS[0]; i++) {
+        attn_graph *g = graph_new(&key);   // operations only: destroy does not look further
+        if (!g) {
+            EXPECT(0, "graph_new: %s", ft_error_message());
+            return;
+        }
+        g->executed = 1;
+        g_stream = cudaStreamPerThread;   // a valid handle even where a driver works
+        watchdog_configure(WAITS[i].timeout, 0);
+        const int rc = attn_engine_destroy(g);
+        const char *msg = rc ? ft_error_message() : "";
+        const bool sync = strstr(msg, "cudaStreamSynchronize") != NULL;
+        EXPECT(rc == -1 && strstr(msg, "src/backend_cuda.c") && sync == !WAITS[i].polled,
+               "destroy of an executed plan, --collective_timeout %g: rc %d, '%s' (wanted -1 from backend_cuda_wait's "
+               "%s)", WAITS[i].timeout, rc, msg, WAITS[i].polled ? "poll" : "cudaStreamSynchronize");
+        printf("destroy of an executed plan, --collective_timeout %g: %s\n", WAITS[i].timeout, rc ? msg : "waited");
+        ft_error_clear();
+        if (rc) graph_free(g);
+    }
+    watchdog_configure(0, 0);
+    g_stream = NULL;
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);   // every case's line out before a crash inside cuDNN
     if (prerequisites()) {
         cudnnBackendDescriptor_t dp = deviceprop_load();
         for (size_t i = 0; dp && i < sizeof CASES / sizeof CASES[0]; i++) run_case(&CASES[i], dp);
         if (dp) cudnnBackendDestroyDescriptor(dp);
+        check_destroy_waits();   // last: its CUDA calls start the runtime on the stub
     }
     TEST_SUMMARY("test_cudnn_plan");
 }

@@ -168,7 +168,10 @@ int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace) 
     return 0;
 }
 
-void attn_engine_destroy(attn_graph *g) { free(g); }
+int attn_engine_destroy(attn_graph *g) {
+    free(g);
+    return 0;
+}
 
 int attn_engine_fwd(attn_graph *g, void *out, float *lse, const void *q, const void *k, const void *v, void *workspace) {
     (void)workspace;
