@@ -94,7 +94,7 @@ static struct {
 static int poll_stream(void *ctx) {
     const cudaError_t e = cudaStreamQuery((cudaStream_t)ctx);
     if (e == cudaErrorNotReady) return 0;
-    CHECK_CUDA(e);
+    CHECK_CUDA_STATUS(e, "cudaStreamQuery");
     return 1;
 }
 
@@ -181,7 +181,7 @@ static void cu_host_free(void *p) {
 static int poll_event(void *ctx) {
     const cudaError_t e = cudaEventQuery((cudaEvent_t)ctx);
     if (e == cudaErrorNotReady) return 0;
-    CHECK_CUDA(e);
+    CHECK_CUDA_STATUS(e, "cudaEventQuery");
     return 1;
 }
 static int cu_copy_wait(int ticket) {
@@ -542,7 +542,7 @@ int backend_cuda_device_count(int *count) {
         return ft_error("flag --device cuda: no usable GPU on this machine (cudaGetDeviceCount: %s); "
                         "run with --device cpu", cudaGetErrorString(e));
     }
-    CHECK_CUDA(e);
+    CHECK_CUDA_STATUS(e, "cudaGetDeviceCount");
     if (*count == 0) return ft_error("flag --device cuda: the CUDA driver sees no device; run with --device cpu");
     return 0;
 }

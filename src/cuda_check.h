@@ -9,6 +9,11 @@
 #define CHECK_CUDA(call) do { cudaError_t cuda_rc_ = (call); if (cuda_rc_ != cudaSuccess) \
     return ft_error("%s failed at %s:%d: %s", #call, FT_WHERE, cudaGetErrorString(cuda_rc_)); } while (0)
 
+// the same for a status already in hand (a call whose one status is handled first, e.g. a
+// poll's cudaErrorNotReady), naming the call that returned it
+#define CHECK_CUDA_STATUS(rc, call_name) do { cudaError_t cuda_rc_ = (rc); if (cuda_rc_ != cudaSuccess) \
+    return ft_error("%s failed at %s:%d: %s", call_name, FT_WHERE, cudaGetErrorString(cuda_rc_)); } while (0)
+
 #define CHECK_CUBLAS(call) do { cublasStatus_t cublas_rc_ = (call); if (cublas_rc_ != CUBLAS_STATUS_SUCCESS) \
     return ft_error("%s failed at %s:%d: cuBLAS status %d", #call, FT_WHERE, (int)cublas_rc_); } while (0)
 
