@@ -353,17 +353,6 @@ static int check_weights(const char *dir, const param_layout *l) {
     return rc;
 }
 
-int ckpt_check_start(const char *model_dir, const char *resume_dir, const param_layout *base,
-                     const param_layout *trained, const trainer_state *expect) {
-    const int resume = resume_dir && resume_dir[0];
-    if (!resume || base != trained) TRY(check_weights(model_dir, base));   // read at the start
-    if (!resume) return 0;
-    trainer_state got;
-    TRY(state_read(resume_dir, &got));
-    TRY(state_check(resume_dir, &got, expect));
-    return check_weights(resume_dir, trained);
-}
-
 int ckpt_load_weights(fsdp_state *s, const char *dir) {
     hf_checkpoint ck;
     TRY(hf_checkpoint_open(&ck, dir));
@@ -413,6 +402,44 @@ static int moments_check_names(const st_file *f, const char *p, const param_layo
     return 0;
 }
 
+// The header of optimizer.safetensors `f` (at path p) against the trained layout `l`: nothing
+// but the moments (moments_check_names), and both moments of every entry present, F32, of the
+// entry's shape. 0 / -1 naming the file and tensor.
+static int moments_check_header(const st_file *f, const char *p, const param_layout *l) {
+    TRY(moments_check_names(f, p, l));
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < l->n_entries; i++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s%s", k == 0 ? "exp_avg." : "exp_avg_sq.", l->entries[i].name);
+            if (!moment_fits(st_find(f, name), &l->entries[i]))
+                return ft_error("%s: tensor '%s' missing, not F32, or of the wrong shape", p, name);
+        }
+    return 0;
+}
+
+// ckpt_check_start's part for the moments: the header only, before anything is allocated
+static int check_moments(const char *dir, const param_layout *l) {
+    char p[FT_PATH_MAX];
+    TRY(ft_path(p, sizeof p, "%s/optimizer.safetensors", dir));
+    st_file f;
+    TRY(st_open(&f, p));
+    const int rc = moments_check_header(&f, p, l);
+    st_close(&f);
+    return rc;
+}
+
+int ckpt_check_start(const char *model_dir, const char *resume_dir, const param_layout *base,
+                     const param_layout *trained, const trainer_state *expect) {
+    const int resume = resume_dir && resume_dir[0];
+    if (!resume || base != trained) TRY(check_weights(model_dir, base));   // read at the start
+    if (!resume) return 0;
+    trainer_state got;
+    TRY(state_read(resume_dir, &got));
+    TRY(state_check(resume_dir, &got, expect));
+    TRY(check_weights(resume_dir, trained));
+    return check_moments(resume_dir, trained);
+}
+
 // The AdamW moments of checkpoint `dir` (optimizer.safetensors: exp_avg.<name>, exp_avg_sq.<name>,
 // and nothing else).
 static int load_moments(fsdp_state *s, const char *dir) {
@@ -422,7 +449,7 @@ static int load_moments(fsdp_state *s, const char *dir) {
     TRY(st_open(&f, p));
     const param_layout *l = s->layout;
     float *unit = ft_malloc(s->max_unit * sizeof(float), "optimizer unit buffer");
-    int rc = unit ? moments_check_names(&f, p, l) : -1;
+    int rc = unit ? moments_check_header(&f, p, l) : -1;
     for (int k = 0; k < 2 && rc == 0; k++) {
         const char *prefix = k == 0 ? "exp_avg." : "exp_avg_sq.";
         for (int u = 0; u < l->n_units && rc == 0; u++) {
@@ -432,13 +459,9 @@ static int load_moments(fsdp_state *s, const char *dir) {
                 if (e->unit != u) continue;
                 char name[160];
                 snprintf(name, sizeof name, "%s%s", prefix, e->name);
-                const st_tensor *t = st_find(&f, name);
-                if (!moment_fits(t, e))
-                    rc = ft_error("%s: tensor '%s' missing, not F32, or of the wrong shape", p, name);
-                else {
-                    memcpy(unit + e->unit_offset, t->data, e->numel * sizeof(float));
-                    rc = moment_check_values(p, name, unit + e->unit_offset, e->numel, k == 1);
-                }
+                const st_tensor *t = st_find(&f, name);   // there, of e's shape: checked above
+                memcpy(unit + e->unit_offset, t->data, e->numel * sizeof(float));
+                rc = moment_check_values(p, name, unit + e->unit_offset, e->numel, k == 1);
             }
             if (rc == 0) rc = fsdp_set_unit(s, k == 0 ? FSDP_EXP_AVG : FSDP_EXP_AVG_SQ, u, unit);
         }

@@ -36,8 +36,9 @@ int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n);
 // layouts, so that a config.json that disagrees with its checkpoint fails at once (not after
 // allocating the model it describes). Checked: model_dir against `base` when it is read (no
 // resume_dir, or LoRA: `trained` is then the adapters' layout, not `base`); resume_dir's
-// trainer state against `expect` as ckpt_load_start checks it, then its weights against
-// `trained`. Headers only (no tensor data read). 0 / -1.
+// trainer state against `expect` as ckpt_load_start checks it, then its weights and its
+// optimizer.safetensors (both moments of every entry, nothing else) against `trained`.
+// Headers only (no tensor data read). 0 / -1.
 int ckpt_check_start(const char *model_dir, const char *resume_dir, const param_layout *base,
                      const param_layout *trained, const trainer_state *expect);
 
