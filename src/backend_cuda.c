@@ -253,10 +253,12 @@ static int gemm_plan_build(gemm_plan *p) {
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulAlgoGetHeuristic(G.lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    CHECK_CUBLAS(st);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;   // the heuristic's way to say "none": the line below
+    else CHECK_CUBLAS(st);
     if (found < 1)
-        return ft_error("cuda: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d, %s output (alignments %u/%u/%u bytes)",
-                        m, n, k, key->c_f32 ? "fp32" : "bf16", align[0], align[1], align[2]);
+        return ft_error("cuda: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d, %s output (leading dimensions "
+                        "%d/%d/%d, alignments %u/%u/%u bytes)", m, n, k, key->c_f32 ? "fp32" : "bf16", key->lda,
+                        key->ldb, key->ldc, align[0], align[1], align[2]);
     p->algo = res.algo;
     return 0;
 }
