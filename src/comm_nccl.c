@@ -75,6 +75,11 @@ int comm_nccl_load(void) {
     // program order under NCCL_LAUNCH_ORDER_IMPLICIT=1 (still overlapping on CUDA 12.3+).
     // Read at NCCL's first init; a user's own setting wins; older NCCLs ignore it.
     setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
+    // Since 2.22 NCCL connects peers (and allocates their buffers) at a communicator's first
+    // collective, i.e. after the arena took what cudaMemGetInfo said was free. Connected at
+    // init instead, NCCL's memory is already gone when the arena is sized, as src/launch.c
+    // intends (communicators before the arena); a user's own setting wins.
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     const char *file = getenv("FT_NCCL_LIBRARY");
     nccl_functions f;
     if (!file && ncclCommInitRank) {   // linked in
