@@ -156,7 +156,7 @@ if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
       # the NCCL communicators created = what --dry_run counts (no duplicate of the world's)
       # shellcheck disable=SC2086
       got=$(grep -oE '[0-9]+ NCCL communicator' "$tmp/$name.log"); planned=$("$build/finetune" --dry_run --device cuda \
-        --world_size "$n" "${flags[@]}" $extra | grep -oE 'minus [0-9]+ NCCL' | grep -oE '[0-9]+')
+        --world_size "$n" "${flags[@]}" $extra | grep -oE 'libraries, [0-9]+ NCCL communicator' | grep -oE '[0-9]+')
       [ -n "$got" ] && [ "${got%% *}" = "$planned" ] && ok "$name: $got(s) created, as the plan counts" \
         || bad "$name: NCCL communicators created '$got', planned '$planned'"
     else bad "$name on emulated GPUs: $(grep -m1 'error\|HAZARD' "$tmp/$name.log")"; fi
