@@ -177,9 +177,10 @@ extern const int plan_n_devices;
 // PLAN_NCCL_COMM_BYTES each, an assumption (NCCL's buffers scale with its channels; measured
 // 544-688 MB per group on 4 x A100 NVLink, github.com/NVIDIA/nccl/issues/964; NVLS on
 // NVSwitch systems can take more, NCCL issue 864: about 1.6 GB, NCCL_NVLS_ENABLE=0 avoids
-// that). A plan fits a device when its arena fits what is left: the same test the CUDA
-// backend makes against cudaMemGetInfo at startup, so --dry_run's "fits" and "largest batch"
-// are what a real run accepts.
+// that). A plan fits a device when its arena fits what is left: the test the CUDA backend
+// makes at startup (arena <= cudaMemGetInfo's free bytes), with the context's and NCCL's
+// shares assumed, so --dry_run's "fits" and "largest batch" are what a real run accepts as
+// far as those two assumptions hold.
 #define PLAN_CONTEXT_BYTES ((size_t)1 << 30)
 #define PLAN_NCCL_COMM_BYTES ((size_t)768 << 20)
 size_t plan_arena_bytes(size_t planned);
