@@ -475,6 +475,12 @@ int attn_engine_destroy(attn_graph *g) {
 // the fp32 intermediates after the engine's workspace: dQacc (B, H, T, D), then Dsum (B, H, T)
 static size_t rows_of(const attn_key *k) { return (size_t)k->B * (size_t)k->H * (size_t)k->T; }
 
+// A graph's whole workspace: the engine's own (rounded, engine_ws), then for the backward the
+// fp32 dQacc (B, H, T, D) and Dsum (B, H, T)
+static size_t graph_workspace(const attn_key *k, size_t engine_ws) {
+    return engine_ws + (k->bwd ? rows_of(k) * ((size_t)k->D + 1) * sizeof(float) : 0);
+}
+
 int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace) {
     *out = NULL;
     if (!g_handle) return ft_error("cudnn attention: engine not open");
@@ -490,7 +496,7 @@ int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace) 
                         key->bwd ? "backward" : "forward", key->B, key->T, key->H, key->KVH, key->D,
                         cudnnGetErrorString(st), __FILE__, line, why[0] ? ": " : "", why);
     }
-    *workspace = g->engine_ws + (key->bwd ? rows_of(key) * ((size_t)key->D + 1) * sizeof(float) : 0);
+    *workspace = graph_workspace(key, g->engine_ws);
     *out = g;
     return 0;
 }

@@ -192,7 +192,7 @@ static void run_case(const plan_case *c, cudnnBackendDescriptor_t dp) {
             const int i = g->n_tried - 1;
             const int64_t stated = g->cfg_ws[i] >= 0 ? g->cfg_ws[i] : 0;
             const size_t engine_ws = g->plan ? g->engine_ws : (size_t)(stated + 255) / 256 * 256;
-            const size_t total = engine_ws + (c->bwd ? rows_of(&key) * ((size_t)c->D + 1) * sizeof(float) : 0);
+            const size_t total = graph_workspace(&key, engine_ws);
             const size_t bound = attn_cudnn_workspace_bound(c->B, c->T, c->H, c->KVH, c->D);
             EXPECT(total <= bound, "%s: engine %lld's workspace %zu + intermediates = %zu bytes, over the %zu the "
                    "memory plan reserves", name, (long long)g->cfg_engine[i], engine_ws, total, bound);
@@ -209,8 +209,7 @@ static void run_case(const plan_case *c, cudnnBackendDescriptor_t dp) {
 
 // attn_engine_destroy waits for the engine's stream through the backend's wait
 // (backend_cuda_wait): polled under the watchdog when --collective_timeout is set
-// (cudaStreamQuery in poll_stream, whose message names only its error variable),
-// cudaStreamSynchronize otherwise. With the stub driver every CUDA call fails at once, which
+// (cudaStreamQuery in poll_stream), cudaStreamSynchronize otherwise. With the stub driver every CUDA call fails at once, which
 // shows which wait it took: destroy must return -1 with that error and leave the graph alone
 // (freed here afterwards).
 static void check_destroy_waits(void) {
