@@ -42,10 +42,11 @@ struct backend {
     const char *name;        // "cpu" or "cuda"
     st_dtype dtype;          // storage dtype of params, activations and their grads
     // Sequence bucket: the model runs a micro-batch (training, eval, sampling) at its
-    // longest row rounded up to a multiple of this, capped at the allocated length (see
+    // longest row rounded up to a bucket boundary, capped at the allocated length (see
     // backend_seq_len). 1 = exact trimming (CPU: no per-shape cost); a GPU backend caches a
-    // GEMM plan per shape, so it buckets to keep the shapes few (64: at most 8 lengths at
-    // seq 512, and tensor-core-friendly row counts).
+    // GEMM plan and a cuDNN attention plan per shape, so it buckets to keep the shapes few:
+    // multiples of seq_bucket up to 16 x seq_bucket, then 8 lengths per doubling (64: 16
+    // lengths up to 1024, 32 up to 4096, 40 up to 8192).
     int seq_bucket;
 
     // ---------------------------------------------------------------- lifecycle
@@ -166,13 +167,21 @@ struct backend {
     int (*cast_from_f32)(void *dst, const float *src, size_t n);
 };
 
-// The compute length for a micro-batch whose longest row has `len` real positions:
-// len rounded up to a multiple of be->seq_bucket, at most `cap` (the allocated length).
-// E.g. bucket 64, cap 500: 1 -> 64, 64 -> 64, 65 -> 128, 450 -> 500.
+// The compute length for a micro-batch whose longest row has `len` real positions: len
+// rounded up to a multiple of a step, at most `cap` (the allocated length). The step is
+// be->seq_bucket while len <= 16 steps, and doubles with each doubling of len beyond that,
+// so past 16 x seq_bucket the padding stays under one step, itself under len / 8, and a
+// job of length L has about 16 + 8 log2(L / (16 seq_bucket)) lengths, not L / seq_bucket
+// (64 at L 4096, 128 at 8192): a seq-4096 job's attention plans (32 lengths, forward and
+// backward) fit the 64-plan cuDNN cache (attention_cudnn.h).
+// E.g. bucket 64, cap 500: 1 -> 64, 64 -> 64, 65 -> 128, 450 -> 500; cap 8192: 1025 -> 1152,
+// 2049 -> 2304, 4097 -> 4608.
 static inline int backend_seq_len(const backend *be, int len, int cap) {
-    const int b = be->seq_bucket > 1 ? be->seq_bucket : 1;
-    const int r = (len + b - 1) / b * b;
-    return r < cap ? r : cap;
+    long step = be->seq_bucket > 1 ? be->seq_bucket : 1;
+    if (step > 1)
+        while (len > 16 * step) step *= 2;
+    const long r = (len + step - 1) / step * step;
+    return r < cap ? (int)r : cap;
 }
 
 // The CPU backend (always available).

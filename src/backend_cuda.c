@@ -22,7 +22,7 @@
 //     (m, n, k, transposes, leading dimensions, output type, pointer alignments: the
 //     heuristic is told the real ones), at most BACKEND_CUDA_GEMM_PLANS plans, least
 //     recently used evicted; one workspace from the arena. The row counts are few because
-//     the model runs micro-batches at lengths rounded up to seq_bucket (64).
+//     the model runs micro-batches at bucketed lengths (seq_bucket 64, backend_seq_len).
 //   - lm_head + cross-entropy: per row chunk, cuBLASLt GEMMs around one fused softmax kernel
 //   - attention: cuDNN's fused flash attention (src/attention_cudnn.h) under `--attention cudnn`
 //     (the default) once the startup check agreed with the native kernels, else the native
@@ -495,7 +495,7 @@ static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_
 static const backend CUDA_BACKEND = {
     .name = "cuda",
     .dtype = ST_BF16,
-    .seq_bucket = 64,   // bounded GEMM shapes: at most seq_len / 64 lengths per batch size
+    .seq_bucket = 64,   // bounded shapes: 16 lengths up to 1024, 8 more per doubling (backend_seq_len)
     .close = backend_cuda_close,
     .describe = backend_cuda_describe,
     .peak_tflops = backend_cuda_peak_tflops,

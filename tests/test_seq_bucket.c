@@ -12,7 +12,8 @@
 //   - every real token's loss, and that every padded position's loss is 0
 //   - the step's loss sum and the full fp32 gradient (every parameter)
 // Lengths include 1, 63, 64, 65, 127, 128, mixed rows, and seq_len 300 (not a multiple of
-// 64: 260 -> 300, the cap) and a full row.
+// 64: 260 -> 300, the cap) and a full row. The rule past 512 positions (coarser steps past
+// 1024) is checked on its own, as a table and over every length (check_rule).
 //
 // Tolerances, derived: padding changes no value a real token reads (causal attention; the
 // rows' own ops are row-wise; padded rows have dlogits 0, so they add exact zeros to every
@@ -148,7 +149,47 @@ static void run_case(const bucket_case *c, const llama_config *cfg, const char *
     param_layout_free(&layout);
 }
 
+// The bucket rule itself (backend_seq_len), past what the bundled model's 512 positions
+// reach: a table of lengths, then over every length up to 16384 the properties the GPU
+// relies on: the result covers the row (>= len, or the cap), is a multiple of 64 (tensor
+// tiles) unless capped, grows with len, pads under 1/8 of the row past 1024, and the number
+// of distinct lengths of a job stays within what the plan caches hold (ATTN_CUDNN_PLANS 64
+// = 32 lengths x forward and backward at seq 4096).
+static void check_rule(void) {
+    backend b = *backend_cpu();
+    b.seq_bucket = 64;
+    static const struct { int len, cap, want; } t[] = {
+        {1, 512, 64}, {64, 512, 64}, {65, 512, 128}, {450, 500, 500}, {1000, 8192, 1024},
+        {1024, 8192, 1024}, {1025, 8192, 1152}, {2048, 8192, 2048}, {2049, 8192, 2304},
+        {4000, 4096, 4096}, {4097, 8192, 4608}, {8191, 8192, 8192}, {3000, 3000, 3000},
+        {16385, 32768, 18432},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        const int got = backend_seq_len(&b, t[i].len, t[i].cap);
+        EXPECT(got == t[i].want, "rule: len %d cap %d -> %d, want %d", t[i].len, t[i].cap, got, t[i].want);
+    }
+    backend one = *backend_cpu();   // seq_bucket 1: exact
+    EXPECT(backend_seq_len(&one, 1025, 8192) == 1025, "rule: seq_bucket 1 must trim exactly");
+    static const struct { int cap, max_lengths; } jobs[] = {{512, 8}, {1024, 16}, {4096, 32}, {8192, 40}, {16384, 48}};
+    for (size_t j = 0; j < sizeof jobs / sizeof jobs[0]; j++) {
+        const int cap = jobs[j].cap;
+        int prev = 0, distinct = 0, bad = 0, bad_r = 0, bad_prev = 0;
+        for (int len = 1; len <= cap && !bad; len++) {
+            const int r = backend_seq_len(&b, len, cap);
+            if (!(r >= len && r <= cap && r >= prev && (r == cap || r % 64 == 0) && (len <= 1024 || 8 * (r - len) < len)))
+                bad = len, bad_r = r, bad_prev = prev;
+            distinct += r != prev;
+            prev = r;
+        }
+        EXPECT(!bad, "rule: cap %d, len %d -> %d (previous length's %d)", cap, bad, bad_r, bad_prev);
+        EXPECT(distinct <= jobs[j].max_lengths, "rule: cap %d gives %d lengths, want <= %d", cap, distinct,
+               jobs[j].max_lengths);
+        printf("  rule: seq_len %5d: %2d bucketed lengths\n", cap, distinct);
+    }
+}
+
 int main(void) {
+    check_rule();
     const char *dir = "data/model";
     llama_config cfg;
     char path[256];
