@@ -8,6 +8,7 @@ a machine without a GPU; it has never run on one, so no figure it prints has bee
     python scripts/bench_gpu.py [--jobs bundled,7b] [--programs finetune,torch,torch_fsdp]
                                 [--steps 10] [--layers auto|N] [--batch_7b 4] [--seq 512]
                                 [--bin build/finetune] [--json build/bench_gpu.json]
+                                [--deadline_s SECONDS]
     python scripts/bench_gpu.py --plan_only [--gpu_name NAME --gpu_mem_gib GIB]
 
 Jobs (each trained by every program in turn, each program in its own process):
@@ -40,7 +41,10 @@ logged, so it writes no checkpoint (16 bytes per parameter of disk, not part of 
 The issue's goal on an H100: finetune >= 1.2 x PyTorch's tokens/s, >= 50% MFU at 7B width,
 peak memory <= PyTorch's. The report says met / not met for each; nothing is claimed before a
 GPU run. Writes the figures with the date, the device, the driver, the versions and the
-commit as JSON (--json). Needs torch and transformers (tests/oracle/requirements.txt) with
+commit as JSON (--json), after every program ("complete": false until the end), so a run cut
+short keeps what it measured. --deadline_s bounds the whole run (a GPU lease is short): a
+program gets at most what is left, and one that cannot start with MIN_PROGRAM_S left is
+recorded as not run, naming the deadline. Needs torch and transformers (tests/oracle/requirements.txt) with
 CUDA, and nvidia-smi.
 """
 import argparse
@@ -65,6 +69,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 # dense bf16 peaks (TFLOP/s) by a substring of the device name, most specific first
 PEAKS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("GH200", 989.0), ("A100", 312.0))
 GOAL_SPEEDUP, GOAL_MFU = 1.2, 0.50
+MIN_PROGRAM_S = 20   # with less left before --deadline_s, a program is not started
 
 
 # ----------------------------------------------------------------------------
@@ -185,7 +190,7 @@ class MemSampler:
 # ----------------------------------------------------------------------------
 # the programs (each in its own process)
 
-def run_finetune(a, job, model_dir, tmp):
+def run_finetune(a, job, model_dir, tmp, limit):
     out = os.path.join(tmp, "ft_out")
     shutil.rmtree(out, ignore_errors=True)
     b, s = job["batch"], job["seq"]
@@ -198,7 +203,7 @@ def run_finetune(a, job, model_dir, tmp):
     with open(os.path.join(tmp, "ft.log"), "w") as log:
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         mem = MemSampler(p.pid)
-        train, deadline = [], time.time() + a.timeout
+        train, deadline = [], time.time() + limit
         while p.poll() is None and time.time() < deadline:
             time.sleep(0.5)
             if os.path.exists(metrics):
@@ -219,7 +224,7 @@ def run_finetune(a, job, model_dir, tmp):
             "own_peak_mib": max(r["peak_mem_bytes"] for r in train) / 2**20, "own_peak_what": "tracked arena peak"}
 
 
-def run_torch(a, job, model_dir, tmp, program):
+def run_torch(a, job, model_dir, tmp, program, limit):
     cmd = [sys.executable, os.path.abspath(__file__), "--torch_worker", program, "--worker_model", model_dir,
            "--worker_batch", str(job["batch"]), "--worker_seq", str(job["seq"]), "--steps", str(a.steps)]
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000),
@@ -228,7 +233,7 @@ def run_torch(a, job, model_dir, tmp, program):
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         mem = MemSampler(p.pid)
         try:
-            p.wait(timeout=a.timeout)
+            p.wait(timeout=limit)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
@@ -236,7 +241,8 @@ def run_torch(a, job, model_dir, tmp, program):
         out.seek(0)
         text = out.read()
     if p.returncode != 0:
-        raise RuntimeError(f"{program} failed (rc {p.returncode}):\n{text[-1500:]}")
+        why = f"stopped at its {limit:.0f} s limit" if p.returncode == -signal.SIGKILL else f"rc {p.returncode}"
+        raise RuntimeError(f"{program} failed ({why}):\n{text[-1500:]}")
     r = json.loads(text.strip().splitlines()[-1])
     return {"ms": r["ms"], "device_peak_mib": peak, "own_peak_mib": r["reserved_mib"],
             "own_peak_what": "torch.cuda.max_memory_reserved", "torch": r["torch"], "transformers": r["transformers"]}
@@ -300,7 +306,11 @@ def make_model_worker(a):
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)
     cfg = LlamaConfig(**json.load(open(os.path.join(a.make_model, "config.json"))))
-    LlamaForCausalLM(cfg).save_pretrained(a.make_model, safe_serialization=True)
+    # initialised on the GPU when there is one: billions of random numbers take minutes on
+    # the CPU, well under a second there (the values differ, the benchmark does not care)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = LlamaForCausalLM(cfg)
+    model.save_pretrained(a.make_model, safe_serialization=True)
     for f in TOKENIZER_FILES:
         if os.path.exists(os.path.join(a.model_dir, f)):
             shutil.copy(os.path.join(a.model_dir, f), a.make_model)
@@ -309,6 +319,11 @@ def make_model_worker(a):
 
 # ----------------------------------------------------------------------------
 # report
+
+def measured(r):
+    """Whether a program's result holds figures (not an error, not a 'not run')."""
+    return bool(r) and "ms_per_step" in r
+
 
 def summarise(job, r, peak_flops):
     med = statistics.median(r["ms"])
@@ -325,11 +340,11 @@ def compare(res):
     """finetune / PyTorch ratios of one job (same run) and the goal verdicts."""
     ft = res.get("finetune")
     ratios = {}
-    if not ft or "error" in ft:
+    if not measured(ft):
         return ratios
     for prog in ("torch", "torch_fsdp"):
         t = res.get(prog)
-        if t and "error" not in t:
+        if measured(t):
             ratios["speedup_vs_" + prog] = round(ft["tokens_per_s"] / t["tokens_per_s"], 3)
             if t["device_peak_mib"]:
                 ratios["memory_ratio_vs_" + prog] = round(ft["device_peak_mib"] / t["device_peak_mib"], 3)
@@ -357,6 +372,8 @@ def print_report(report):
             r = res.get(prog, {})
             if "error" in r:
                 print(f"{label:<28} {prog:<11} FAILED: {r['error'].splitlines()[0]}")
+            elif "not_run" in r:
+                print(f"{label:<28} {prog:<11} not run: {r['not_run']}")
             elif r:
                 mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
                 print(f"{label:<28} {prog:<11} {r['ms_per_step']:>9.1f} {r['tokens_per_s']:>10.0f} {mfu:>7} "
@@ -371,7 +388,7 @@ def print_report(report):
 def goals(report):
     """The issue's goals, judged on the 7b job (else the first job)."""
     res = report["jobs"].get("7b") or next(iter(report["jobs"].values()), None)
-    if not res or "error" in res.get("finetune", {"error": 1}):
+    if not res or not measured(res.get("finetune")):
         return ["not judged: finetune did not run"]
     ft, r, out = res["finetune"], res["ratios"], []
     if "speedup_vs_torch" in r:
@@ -400,6 +417,8 @@ def parse_args():
     ap.add_argument("--seq", type=int, default=512, help="tokens per sequence")
     ap.add_argument("--peak_tflops", type=float, default=0, help="the GPU's dense bf16 peak (0: by device name)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per program before it is killed")
+    ap.add_argument("--deadline_s", type=float, default=0, help="seconds for the whole run (0: none); "
+                    "programs that cannot start in time are recorded as not run")
     ap.add_argument("--model_dir", default=os.path.join(REPO, "data", "model"))
     ap.add_argument("--data_dir", default=os.path.join(REPO, "data", "chess"))
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "finetune"))
@@ -425,6 +444,8 @@ def parse_args():
             ap.error(f"--programs: unknown program '{p}' (one of {', '.join(PROGRAMS)})")
     if not a.jobs or not a.programs:
         ap.error("--jobs and --programs need at least one entry each")
+    if a.deadline_s < 0 or a.timeout <= 0:
+        ap.error("--deadline_s must be >= 0 and --timeout > 0")
     if a.steps < 1 or a.batch_7b < 1 or a.seq < 2:
         ap.error("--steps, --batch_7b must be >= 1 and --seq >= 2")
     if a.layers != "auto" and not (a.layers.isdigit() and 1 <= int(a.layers) <= 32):
@@ -458,40 +479,75 @@ def main():
     if "finetune" in a.programs and not os.access(a.bin, os.X_OK):
         ap.error(f"--bin: {a.bin} is not an executable (make first)")
     peak = peak_tflops(gpu["name"], a.peak_tflops)
+    start = time.time()
+
+    def left():   # seconds before --deadline_s (None: no deadline)
+        return a.deadline_s - (time.time() - start) if a.deadline_s else None
+
+    def limit():  # a program's time limit: --timeout, or what is left when that is less
+        lft = left()
+        return a.timeout if lft is None else max(1.0, min(a.timeout, lft - 5))
+
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": gpu,
               "peak_tflops_bf16": peak, "commit": git_commit(), "timed_steps": a.steps, "programs": a.programs,
+              "deadline_s": a.deadline_s or None, "complete": False,
               "note": "first GPU run of an unverified script: check before quoting", "jobs": {}}
+
+    def save():
+        report["goals"] = goals(report)
+        if os.path.dirname(a.json):
+            os.makedirs(os.path.dirname(a.json), exist_ok=True)
+        with open(a.json + ".tmp", "w") as f:
+            json.dump(report, f, indent=1)
+        os.replace(a.json + ".tmp", a.json)
+
+    late = f"not started: under {MIN_PROGRAM_S} s left of --deadline_s {a.deadline_s:.0f}"
     with tempfile.TemporaryDirectory() as tmp:
         for name, job in jobs.items():
-            model_dir = job["model_dir"]
-            if model_dir is None:
+            res = {"params": job["params"], "batch": job["batch"], "seq": job["seq"],
+                   "layers": job["config"]["num_hidden_layers"], "flops_per_step": job["flops_per_step"]}
+            report["jobs"][name] = res
+            model_dir, why_not = job["model_dir"], None
+            if left() is not None and left() < MIN_PROGRAM_S:
+                why_not = late
+            elif model_dir is None:
                 model_dir = os.path.join(tmp, "model_" + name)
                 os.makedirs(model_dir)
                 json.dump(job["config"], open(os.path.join(model_dir, "config.json"), "w"), indent=1)
-                subprocess.run([sys.executable, os.path.abspath(__file__), "--make_model", model_dir,
-                                "--model_dir", a.model_dir], check=True)
-            res = {"params": job["params"], "batch": job["batch"], "seq": job["seq"],
-                   "layers": job["config"]["num_hidden_layers"], "flops_per_step": job["flops_per_step"]}
+                print(f"bench_gpu: {name}: writing the model ...", flush=True)
+                t0 = time.time()
+                try:
+                    subprocess.run([sys.executable, os.path.abspath(__file__), "--make_model", model_dir,
+                                    "--model_dir", a.model_dir], check=True, timeout=limit())
+                    res["model_write_s"] = round(time.time() - t0, 1)
+                except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
+                    why_not = f"writing the model failed: {e}"
             for prog in a.programs:
+                if why_not is None and left() is not None and left() < MIN_PROGRAM_S:
+                    why_not = late
+                if why_not is not None:
+                    res[prog] = {"not_run": why_not}
+                    continue
                 print(f"bench_gpu: {name}: {prog} ...", flush=True)
                 try:
-                    r = run_finetune(a, job, model_dir, tmp) if prog == "finetune" else run_torch(a, job, model_dir, tmp, prog)
+                    lim = limit()
+                    r = (run_finetune(a, job, model_dir, tmp, lim) if prog == "finetune"
+                         else run_torch(a, job, model_dir, tmp, prog, lim))
                     res[prog] = summarise(job, r, peak * 1e12 if peak else None)
                     for k in ("torch", "transformers"):
                         if k in r:
                             report[k] = r[k]
                 except (RuntimeError, OSError, ValueError, KeyError) as e:
                     res[prog] = {"error": str(e)}
+                res["ratios"] = compare(res)
+                save()
             res["ratios"] = compare(res)
-            report["jobs"][name] = res
-            if model_dir != job["model_dir"]:
+            if model_dir and model_dir != job["model_dir"]:
                 shutil.rmtree(model_dir, ignore_errors=True)
-    report["goals"] = goals(report)
+    report["complete"] = True
+    report["seconds"] = round(time.time() - start, 1)
+    save()
     print_report(report)
-    if os.path.dirname(a.json):
-        os.makedirs(os.path.dirname(a.json), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(report, f, indent=1)
     print(f"wrote {a.json}")
     return 0
 

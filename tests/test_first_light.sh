@@ -62,6 +62,79 @@ err=$(python3 scripts/bench_gpu.py 2>&1 >/dev/null); rc=$?
 out=$(python3 scripts/bench_gpu.py --plan_only --jobs 7b --gpu_name "NVIDIA H100 80GB HBM3" --gpu_mem_gib 79.6 2>&1)
 grep -q "job 7b: 15 layers .*3.298B parameters, batch 4 x 512" <<<"$out" \
   && ok "bench_gpu.py --plan_only: $(grep 'job 7b' <<<"$out" | cut -c1-90)" || bad "bench_gpu.py --plan_only: $out"
+
+# bench_gpu.py's orchestration on a pretend GPU (it has never run on a real one; a GPU lease
+# is 15 minutes, so a bug here would cost a session): a fake nvidia-smi on PATH (an H100,
+# and 777 MiB for the fake trainer's pid) and a fake finetune that logs train lines in the
+# real metrics.jsonl format, ms 101, 102, ... (the format: one real line of $bin on the CPU
+# must hold what bench_gpu.py reads, checked first). Checks: the median, tokens/s and
+# MFU arithmetic on the figures the fake logged; the JSON written and complete; a trainer
+# that stops logging is killed at --timeout and recorded as an error; --deadline_s with no
+# time left records every program as not run; exit 0 in each case.
+mkdir -p "$tmp/bin"
+cat >"$tmp/bin/nvidia-smi" <<'SMI'
+#!/usr/bin/env bash
+case "$*" in
+  *--query-gpu=*) echo "NVIDIA H100 80GB HBM3, 81559, 580.159.04" ;;
+  *--query-compute-apps=*) [ -s "$FAKE_DIR/pid" ] && echo "$(cat "$FAKE_DIR/pid"), 777" ;;
+  *) echo "GPU 0: NVIDIA H100 80GB HBM3 (fake)" ;;
+esac
+SMI
+cat >"$tmp/bin/fake_finetune" <<'FT'
+#!/usr/bin/env bash
+out=""; while [ $# -gt 0 ]; do [ "$1" = --out_dir ] && out=$2; shift; done
+mkdir -p "$out" && echo $$ >"$FAKE_DIR/pid"
+for i in $(seq 1 "${FAKE_STEPS:-50}"); do
+  echo "{\"type\":\"train\",\"step\":$i,\"loss\":7.5,\"ms\":$((100 + i)),\"peak_mem_bytes\":$((i * 1048576))}" >>"$out/metrics.jsonl"
+  sleep 0.2
+done
+sleep "${FAKE_HANG:-0}"
+FT
+chmod +x "$tmp/bin/nvidia-smi" "$tmp/bin/fake_finetune"
+export FAKE_DIR=$tmp
+if [ -x "$bin" ]; then
+  "$bin" --model_dir data/model --data_dir data/chess --pack --batch_size_per_device 1 --total_batch_size 1 \
+    --seq_len 32 --max_steps 1 --max_eval_docs 1 --eval_every 0 --save_every 0 --out_dir "$tmp/real" >/dev/null 2>&1
+  real=$(grep -m1 '"type":"train"' "$tmp/real/metrics.jsonl" 2>/dev/null)
+  python3 -c 'import json, sys; r = json.loads(sys.argv[1]); assert r["ms"] > 0 and r["peak_mem_bytes"] > 0' "$real" 2>/dev/null \
+    && ok "finetune's train lines hold what bench_gpu.py reads (\"type\":\"train\", ms, peak_mem_bytes)" \
+    || bad "finetune's train line lacks what bench_gpu.py reads: '$real'"
+else
+  skip_or_fail "$bin not built: finetune's metrics format unchecked"
+fi
+bench() { PATH="$tmp/bin:$PATH" python3 scripts/bench_gpu.py --jobs bundled --programs finetune \
+            --bin "$tmp/bin/fake_finetune" --json "$tmp/bench.json" "$@" >"$tmp/bench.log" 2>&1; }
+bench_json() {   # bench_json PYTHON-EXPRESSION-OVER-r: prints ok or what is wrong
+  python3 - "$tmp/bench.json" "$1" <<'PY' 2>&1 | tail -1
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("ok" if eval(sys.argv[2]) else "got " + json.dumps(r["jobs"])[:300])
+PY
+}
+rm -f "$tmp/bench.json"; bench --steps 3; rc=$?
+# steps 2..4 timed (101 is the warm-up): median 103 ms; 16 x 512 tokens; MFU against 989 TFLOP/s
+want='r["complete"] and (lambda f: f["ms_per_step"] == 103 and f["ms_all"] == [102, 103, 104]
+  and abs(f["tokens_per_s"] - 16 * 512 / 0.103) < 0.1 and f["device_peak_mib"] == 777 and f["own_peak_mib"] == 4
+  and abs(f["mfu"] - r["jobs"]["bundled"]["flops_per_step"] / (0.103 * 989e12)) < 1e-4)(r["jobs"]["bundled"]["finetune"])'
+js=$(bench_json "$want")
+[ $rc = 0 ] && [ "$js" = ok ] && ok "bench_gpu.py on a fake H100: median, tokens/s, MFU, peak memory from the trainer's log" \
+  || bad "bench_gpu.py on a fake H100: rc $rc, $js; $(tail -3 "$tmp/bench.log")"
+rm -f "$tmp/bench.json"; FAKE_STEPS=1 FAKE_HANG=60 bench --steps 3 --timeout 4; rc=$?
+js=$(bench_json '"logged 1 of 4 steps" in r["jobs"]["bundled"]["finetune"]["error"] and r["complete"]')
+[ $rc = 0 ] && [ "$js" = ok ] && ok "bench_gpu.py: a trainer that stops logging is killed at --timeout, recorded as an error" \
+  || bad "bench_gpu.py with a hanging trainer: rc $rc, $js"
+rm -f "$tmp/bench.json"; bench --steps 3 --deadline_s 1 --jobs bundled,7b --programs finetune,torch; rc=$?
+js=$(bench_json '(all("deadline_s" in r["jobs"][j][p]["not_run"] for j in ("bundled", "7b") for p in ("finetune", "torch"))
+  and r["goals"] == ["not judged: finetune did not run"] and r["complete"])')
+[ $rc = 0 ] && [ "$js" = ok ] && grep -q "not run: not started" "$tmp/bench.log" \
+  && ok "bench_gpu.py --deadline_s spent: every program recorded (and printed) as not run" \
+  || bad "bench_gpu.py --deadline_s 1: rc $rc, $js; $(tail -3 "$tmp/bench.log")"
+# tests/gpu/gpu_session.sh (first light + the benchmark in one device call) without a GPU:
+# first light's exit 3 passes through, the benchmark says why it did not run
+out=$(OUT="$tmp/session" bash tests/gpu/gpu_session.sh 2>&1); rc=$?
+[ $rc = 3 ] && [ -s "$tmp/session/first_light.json" ] && grep -q "no usable GPU" "$tmp/session/bench_gpu.log" \
+  && ok "gpu_session.sh without a GPU: exit 3, first light's report, the benchmark's reason in bench_gpu.log" \
+  || bad "gpu_session.sh without a GPU: rc $rc: $(tail -2 <<<"$out"); $(ls "$tmp/session")"
 [ "$(listing)" = "$before" ] && ok "nothing created outside the report folder" \
   || bad "the repository changed (., build/ or .deps/)"
 finish

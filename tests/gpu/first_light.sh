@@ -166,6 +166,9 @@ if [ -n "$blocked" ]; then
 else
   if phase build 150 env "${link_env[@]}" make -j"$(nproc)" "${make_vars[@]}" \
        "$B/finetune" "$B/tests/gpu/test_backend_gpu" "$B/tests/gpu/cuda_probe"; then
+    # the library path the build was linked for, for whoever runs $B/finetune next
+    # (tests/gpu/gpu_session.sh's benchmark)
+    printf 'export LD_LIBRARY_PATH=%q\n' "${LD_LIBRARY_PATH:-}" >"$B/env.sh"
     phase fatbin 10 python3 kernels/fatbin_check.py --sass "$sm" --ptx "" "$B"/nvcc/*.o
     # cuDNN's errors and warnings (why a plan was refused: the startup check's fallback line
     # carries only the last error) go to their own log, in the logs tarball

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# tests/gpu/gpu_session.sh [REPORT_DIR]: all a session lent a GPU runs, in ONE device call
+# (the lease is 15 minutes of device time, the machine's start included; one call runs at
+# most 10). From the repository root, with .deps/bundle.tar.xz carried (README "First light"):
+#
+#   1. tests/gpu/first_light.sh under FT_FIRST_LIGHT_BUDGET (default 360 s): build for this
+#      GPU, make test-gpu, compute-sanitizer, the un-truncated soak (issue 11 item 4)
+#   2. scripts/bench_gpu.py with what is left of FT_GPU_SESSION_BUDGET (default 540 s) as its
+#      --deadline_s: finetune (the binary step 1 built) against PyTorch and PyTorch FSDP on
+#      the bundled job, then at CodeLlama-7b width with FT_BENCH_LAYERS layers (default 8:
+#      the model is written and loaded three times inside the deadline; --layers auto's 15
+#      fit an H100 but take longer), 5 timed steps each (issue 12 item 8)
+#
+# Writes to REPORT_DIR ($OUT when set, else the argument, else out/gpu_session):
+# first_light.md, first_light.json, first_light_logs.tar.gz, bench_gpu.json, bench_gpu.log
+# (a device call brings back at most 8 files; these are 5). The benchmark's JSON is
+# rewritten after every program, so a call cut short keeps what was measured.
+# Exit: first_light's status (0 all passed, 1 failed, 3 not run), or 1 if it passed and the
+# benchmark failed to run at all.
+#
+# Device call (timeout_s leaves ~50 s for the copy back):
+#   run(command="bash tests/gpu/gpu_session.sh", carry=[".deps/bundle.tar.xz"], timeout_s=600)
+set -u
+report=${OUT:-${1:-$(dirname "$0")/../../out/gpu_session}}
+mkdir -p "$report" && report=$(cd "$report" && pwd) || { echo "gpu_session: cannot create $report" >&2; exit 2; }
+cd "$(dirname "$0")/../.." || exit 2
+budget=${FT_GPU_SESSION_BUDGET:-540}
+start=$(date +%s)
+
+FT_FIRST_LIGHT_BUDGET=${FT_FIRST_LIGHT_BUDGET:-360} OUT="$report" bash tests/gpu/first_light.sh
+fl=$?
+
+left=$((budget - ($(date +%s) - start)))
+bin=build/first_light/finetune
+args=(--jobs bundled,7b --steps "${FT_BENCH_STEPS:-5}" --layers "${FT_BENCH_LAYERS:-8}"
+      --deadline_s "$left" --json "$report/bench_gpu.json")
+if [ -x "$bin" ]; then
+  # the wheel libraries' path the build was linked for (first_light.sh writes it)
+  [ -f build/first_light/env.sh ] && . build/first_light/env.sh
+  args+=(--bin "$bin")
+else
+  args+=(--programs torch,torch_fsdp)   # no build: PyTorch's figures alone
+  echo "gpu_session: $bin was not built (see first_light.md): benchmarking PyTorch alone"
+fi
+echo "gpu_session: bench_gpu.py with ${left} s left ..."
+PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py "${args[@]}" >"$report/bench_gpu.log" 2>&1
+bench=$?
+tail -25 "$report/bench_gpu.log"
+echo "gpu_session: first_light exit $fl, bench_gpu exit $bench, $(($(date +%s) - start)) s in all; reports in $report"
+[ $fl = 0 ] && [ $bench != 0 ] && exit 1
+exit $fl
