@@ -99,8 +99,9 @@ static int parse_rope(const cfg_ctx *x, llama_config *c) {
     else if (scaling && !json_is_null(scaling)) { r = scaling; field = "rope_scaling"; }
     if (r && !json_is_object(r)) return ft_error("%s: field '%s' is not an object", x->path, field);
 
-    // theta: rope_parameters.rope_theta wins over the top-level field
-    const int nested = r && json_object_get(r, "rope_theta");
+    // theta: rope_parameters.rope_theta wins over the top-level field (a null one does not)
+    json_t *nested_theta = r ? json_object_get(r, "rope_theta") : NULL;
+    const int nested = nested_theta && !json_is_null(nested_theta);
     const char *theta_parent = nested ? field : NULL;
     TRY(get_num(x, nested ? r : x->root, theta_parent, "rope_theta", 0, 10000.0, &c->rope_theta));
     char kb[128];

@@ -55,6 +55,11 @@ static const cfg_case cases[] = {
     {"rope_parameters (transformers 5)", "rope_parameters", "{\"rope_type\":\"default\",\"rope_theta\":500000.0}",
      NULL, chk_params5},
     {"rope_scaling null", "rope_scaling", "null", NULL, chk_base},
+    {"nested rope_theta null: the top-level one counts", NULL,
+     "{\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+     "\"vocab_size\":100,\"rms_norm_eps\":1e-5,\"max_position_embeddings\":128,\"rope_theta\":500000.0,"
+     "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":null}}",
+     NULL, chk_params5},
     {"tied", "tie_word_embeddings", "true", NULL, chk_tied},
     {"bos null", "bos_token_id", "null", NULL, chk_nobos},
     {"dtype spelled dtype", "torch_dtype", DELETE, NULL, NULL},
