@@ -251,12 +251,13 @@ static int param_files_stream(fsdp_state *s, const char *dir, const param_file *
 // save
 
 // Rank 0: create <out_dir>/checkpoints (into root) and a fresh temporary directory for
-// step `step` (into tmp). 0 / -1.
+// step `step` (into tmp), after removing the temporary directories of saves that never
+// finished (a process killed while writing: a whole checkpoint's bytes each). 0 / -1.
 static int save_dir_create(const char *out_dir, int step, char *root, size_t nroot, char *tmp, size_t ntmp) {
     TRY(ft_path(root, nroot, "%s/checkpoints", out_dir));
     TRY(fs_mkdirs(root));
+    fs_remove_prefixed(root, ".tmp.step_");
     TRY(ft_path(tmp, ntmp, "%s/.tmp.step_%08d.%d", root, step, (int)getpid()));
-    fs_remove_tree(tmp);
     if (mkdir(tmp, 0755) != 0) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
     return 0;
 }
@@ -506,14 +507,15 @@ static int write_config(const char *src, const char *dst, const char *dtype) {
 }
 
 // Rank 0: the export's fresh temporary directory <dir>.tmp.<pid> (into tmp), its parent
-// created. 0 / -1.
+// created, the <dir>.tmp.* of exports that never finished (a killed process) removed. 0 / -1.
 static int export_dir_create(const char *dir, char *tmp, size_t ntmp) {
     TRY(ft_path(tmp, ntmp, "%s.tmp.%d", dir, (int)getpid()));
-    fs_remove_tree(tmp);
-    char parent[FT_PATH_MAX];
+    char parent[FT_PATH_MAX], prefix[FT_PATH_MAX];
     TRY(ft_path(parent, sizeof parent, "%s", dir));
     char *slash = strrchr(parent, '/');
     if (slash && slash != parent) { *slash = '\0'; TRY(fs_mkdirs(parent)); }
+    TRY(ft_path(prefix, sizeof prefix, "%s.tmp.", slash ? slash + 1 : dir));
+    fs_remove_prefixed(slash == parent ? "/" : slash ? parent : ".", prefix);
     if (mkdir(tmp, 0755) != 0) return ft_error("%s: cannot create: %s", tmp, strerror(errno));
     return 0;
 }

@@ -41,6 +41,18 @@ int fs_remove_tree(const char *path) {
     return rmdir(path);
 }
 
+void fs_remove_prefixed(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    const size_t n = strlen(prefix);
+    struct dirent *e;
+    char sub[FT_PATH_MAX];
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, prefix, n) == 0 && ft_path(sub, sizeof sub, "%s/%s", dir, e->d_name) == 0)
+            fs_remove_tree(sub);
+    closedir(d);
+}
+
 int fs_fsync_path(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ft_error("%s: cannot open to fsync: %s", path, strerror(errno));

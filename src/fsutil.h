@@ -6,6 +6,9 @@
 int fs_mkdirs(const char *path);
 // rm -rf (best effort: a missing path is success).
 int fs_remove_tree(const char *path);
+// rm -rf every entry of `dir` whose name starts with `prefix` (best effort, no message): the
+// temporary directories of a writer killed before it renamed them into place.
+void fs_remove_prefixed(const char *dir, const char *prefix);
 // fsync a file or directory by path.
 int fs_fsync_path(const char *path);
 // Copy src to dst (created or truncated) and fsync dst.

@@ -99,6 +99,15 @@ n=$(cat "$s/checkpoints/latest" 2>/dev/null | sed -E 's/step_0*//')
   || bad "resume after SIGTERM: $(tail -1 "$s.log2")"
 ls -a "$s/checkpoints" | grep -q tmp && bad "temporary files left in checkpoints/" || ok "no temporary files left in checkpoints/"
 
+# a save or an export killed before its rename (kill -9) leaves its temporary directory, a
+# whole checkpoint's bytes: the next save and the next export remove it (any pid)
+k="$tmp/stale"; mkdir -p "$k/checkpoints/.tmp.step_00000002.999999" "$k/final.tmp.999999" "$k/final_merged.tmp.1"
+touch "$k/checkpoints/.tmp.step_00000002.999999/model.safetensors" "$k/final.tmp.999999/model.safetensors"
+"$bin" "${small[@]}" --max_steps 1 --out_dir "$k" > "$k.log" 2>&1 || bad "stale temporaries: run failed: $(tail -1 "$k.log")"
+[ ! -e "$k/checkpoints/.tmp.step_00000002.999999" ] && [ ! -e "$k/final.tmp.999999" ] && [ -d "$k/final_merged.tmp.1" ] \
+  && ok "a killed save's and export's temporary directories are removed by the next save and export" \
+  || bad "stale temporaries left: $(ls -a "$k" "$k/checkpoints" | tr '\n' ' ')"
+
 # ---------------------------------------------------------------- 3. the export
 f="$tmp/games-a/final"
 [ -f "$f/config.json" ] && [ -f "$f/model.safetensors" ] && [ -f "$f/tokenizer.json" ] && [ -f "$f/tokenizer_config.json" ] \
