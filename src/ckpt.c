@@ -330,7 +330,15 @@ static int latest_read_name(FILE *f, const char *p, char name[NAME_MAX + 1]) {
 
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n) {
     const int latest = strcmp(resume, "latest") == 0, automatic = strcmp(resume, "auto") == 0;
-    if (!latest && !automatic) return ft_path(dir, n, "%s", resume);
+    if (!latest && !automatic) {
+        TRY(ft_path(dir, n, "%s", resume));
+        struct stat sb;
+        if (stat(dir, &sb) != 0) return ft_error("--resume %s: no such checkpoint directory (%s)", resume, strerror(errno));
+        if (!S_ISDIR(sb.st_mode))
+            return ft_error("--resume %s: not a checkpoint directory (for the newest checkpoint in --out_dir: --resume latest)",
+                            resume);
+        return 0;
+    }
     char p[FT_PATH_MAX], name[NAME_MAX + 1];
     TRY(ft_path(p, sizeof p, "%s/checkpoints/latest", out_dir));
     FILE *f = fopen(p, "r");

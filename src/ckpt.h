@@ -29,7 +29,7 @@ typedef struct {
 // Resolve --resume ("latest", "auto" or a path) to a checkpoint directory in `dir` (size n):
 // latest and auto read OUT/checkpoints/latest, which must hold one line naming a directory
 // beside it (at most NAME_MAX bytes; anything else is an error naming that file); auto without
-// that file (nothing saved yet) resolves to "" (a fresh start). 0 / -1.
+// that file (nothing saved yet) resolves to "" (a fresh start); a path must be a directory. 0 / -1.
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n);
 
 // Before anything model-sized is allocated: the weights a run will read fit config.json's

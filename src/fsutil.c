@@ -24,6 +24,9 @@ int fs_mkdirs(const char *path) {
             if (c == '\0') break;
         }
     }
+    struct stat sb;   // mkdir's EEXIST also covers a file of that name
+    if (stat(path, &sb) != 0) return ft_error("%s: cannot create directory: %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return ft_error("%s: exists and is not a directory", path);
     if (access(path, W_OK) != 0) return ft_error("%s: directory is not writable: %s", path, strerror(errno));
     return 0;
 }

@@ -2,7 +2,7 @@
 // function returns 0, or -1 with ft_error naming the path (fs_remove_tree: -1, no message).
 #pragma once
 
-// mkdir -p, then check the directory is writable.
+// mkdir -p, then check that path is a writable directory.
 int fs_mkdirs(const char *path);
 // rm -rf (best effort: a missing path is success).
 int fs_remove_tree(const char *path);

@@ -1,10 +1,12 @@
 // loader.c: epoch permutation, game rows and packed rows over mmapped shards (see loader.h).
 #include "loader.h"
 
+#include <errno.h>
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common.h"
 #include "rng.h"
@@ -17,6 +19,9 @@ int loader_open(loader *ld, const char *dir, const char *prefix, int model_vocab
     ld->shuffle = shuffle;
     ld->seed = seed;
     ld->epoch = -1;
+    struct stat sb;   // glob finds nothing in a missing directory too: say which it is
+    if (stat(dir, &sb) != 0) return ft_error("%s: cannot open the data directory: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return ft_error("%s: not a directory (the data directory holds the token shards)", dir);
     char pattern[FT_PATH_MAX];
     TRY(ft_path(pattern, sizeof pattern, "%s/%s_*.bin", dir, prefix));
     glob_t g;

@@ -133,6 +133,15 @@ fi
 # ---------------------------------------------------------------- 4. bad input
 expect_error "is not a multiple of --batch_size_per_device 3" "${small[@]}" --batch_size_per_device 3 --out_dir "$tmp/x"
 expect_error "/proc/nonexistent" "${small[@]}" --max_steps 1 --out_dir /proc/nonexistent/out
+# paths of the wrong kind, refused up front by what they are (a file as --out_dir used to fail
+# after setup at metrics.jsonl; a missing --data_dir said "no val shards")
+touch "$tmp/a-file"
+expect_error "$tmp/a-file: exists and is not a directory" "${small[@]}" --max_steps 1 --out_dir "$tmp/a-file"
+expect_error "$tmp/none: cannot open the data directory: No such file or directory" "${small[@]}" --eval_only --data_dir "$tmp/none"
+expect_error "$tmp/a-file: not a directory (the data directory" "${small[@]}" --eval_only --data_dir "$tmp/a-file"
+expect_error "--resume $tmp/games-a/checkpoints/latest: not a checkpoint directory" "${small[@]}" --max_steps 6 \
+  --resume "$tmp/games-a/checkpoints/latest" --out_dir "$tmp/x"
+expect_error "--resume $tmp/none: no such checkpoint directory" "${small[@]}" --eval_only --resume "$tmp/none"
 expect_error "--resume latest" "${small[@]}" --max_steps 1 --resume latest --out_dir "$tmp/empty"
 # shards with nothing to learn from (a lone <s>, an empty game, <s></s>): refused at load by
 # name, not "val loss nan", an eval error at the first evaluation, or steps on padding alone
