@@ -599,9 +599,13 @@ static void print_run_summary(const job *j, int step) {
     const train_options *o = j->o;
     char wall[32];
     format_eta(wall, sizeof wall, j->run_secs);
-    printf("finetune: done: trained steps %d-%d of %d: %.0f target tokens in %s of steps, %.0f tokens/s; val loss %.4f",
-           step > j->run_start ? j->run_start + 1 : step, step, j->total_steps, j->run_tokens, wall,
-           j->run_secs > 0 ? j->run_tokens / j->run_secs : 0.0, j->val_first);
+    if (step == j->run_start)   // resumed a finished run: nothing trained
+        printf("finetune: done: no step to train (resumed at step %d of %d); val loss %.4f", step, j->total_steps,
+               j->val_first);
+    else
+        printf("finetune: done: trained steps %d-%d of %d: %.0f target tokens in %s of steps, %.0f tokens/s; val loss %.4f",
+               j->run_start + 1, step, j->total_steps, j->run_tokens, wall,
+               j->run_secs > 0 ? j->run_tokens / j->run_secs : 0.0, j->val_first);
     if (j->n_evals > 1) printf(" -> %.4f", j->val_last);
     printf("\nfinetune: outputs in %s: metrics.jsonl, checkpoints/, %s%s%s\n", o->out_dir,
            j->lora ? "final/ (PEFT adapter)" : "final/ (Hugging Face)", o->merge_lora ? ", final_merged/" : "",

@@ -66,6 +66,9 @@ evals=$(grep -c '"type":"eval"' "$d/metrics.jsonl"); trains=$(grep -c '"type":"t
 [ "$(step_logs "$d")" = "$(step_logs "$tmp/games-a")" ] && [ "$trains" = 6 ] && [ "$evals" = 2 ] \
   && ok "resume from step 3 of 6, then of the finished run: metrics.jsonl has each step once (6 train, 2 eval records)" \
   || bad "metrics.jsonl after two resumes: $trains train and $evals eval records; step logs $( [ "$(step_logs "$d")" = "$(step_logs "$tmp/games-a")" ] && echo equal || echo differ)"
+grep -q "^finetune: done: no step to train (resumed at step 6 of 6); val loss [0-9.]*$" "$d.log3" \
+  && ok "resuming the finished run: the summary says no step was trained" \
+  || bad "resuming the finished run: summary '$(grep '^finetune: done' "$d.log3")'"
 [ "$(grep -c . "$d/samples.jsonl")" = 2 ] && ok "samples.jsonl holds the last run's 2 samples" \
   || bad "samples.jsonl has $(grep -c . "$d/samples.jsonl") lines after the resumes, want 2"
 
