@@ -178,7 +178,7 @@ check: test test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.
 # README's first command: train the bundled tiny model on the bundled chess games (CPU)
 RUN_FLAGS ?= --pack --seq_len 256 --batch_size_per_device 8 --total_batch_size 16 --learning_rate 5e-3 \
              --max_steps 1000 --eval_every 250 --save_every 250 --sample_tokens 40 --sample_games 64 \
-             --out_dir out/default
+             --out_dir out/default --overwrite_out_dir
 run: $(BUILD)/finetune
 	$(BUILD)/finetune --model_dir data/model --data_dir data/chess $(RUN_FLAGS)
 	@if command -v stockfish >/dev/null || [ -x /usr/games/stockfish ]; then python3 scripts/legal_moves.py out/default; \

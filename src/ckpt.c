@@ -328,6 +328,28 @@ static int latest_read_name(FILE *f, const char *p, char name[NAME_MAX + 1]) {
     return 0;
 }
 
+int ckpt_check_fresh_out_dir(const char *out_dir, int overwrite) {
+    char p[FT_PATH_MAX];
+    TRY(ft_path(p, sizeof p, "%s/checkpoints/latest", out_dir));
+    struct stat sb;
+    if (overwrite || lstat(p, &sb) != 0) return 0;
+    return ft_error("%s: --out_dir holds an earlier run's checkpoints: --resume latest continues it, "
+                    "--overwrite_out_dir starts over (removing its checkpoints/ and final/), or choose another --out_dir",
+                    p);
+}
+
+int ckpt_clear_out_dir(const char *out_dir) {
+    static const char *const sub[] = {"checkpoints", "final", "final_merged"};
+    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
+        char p[FT_PATH_MAX];
+        struct stat sb;
+        TRY(ft_path(p, sizeof p, "%s/%s", out_dir, sub[i]));
+        if (lstat(p, &sb) == 0 && fs_remove_tree(p) != 0)
+            return ft_error("%s: cannot remove (--overwrite_out_dir): %s", p, strerror(errno));
+    }
+    return 0;
+}
+
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n) {
     const int latest = strcmp(resume, "latest") == 0, automatic = strcmp(resume, "auto") == 0;
     if (!latest && !automatic) {

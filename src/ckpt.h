@@ -32,6 +32,16 @@ typedef struct {
 // that file (nothing saved yet) resolves to "" (a fresh start); a path must be a directory. 0 / -1.
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n);
 
+// A fresh start (no --resume) writing into out_dir: refused when out_dir holds an earlier
+// run's checkpoints (OUT/checkpoints/latest exists), whose steps would mix with the new run's
+// and which --resume auto would later pick up, unless `overwrite` (--overwrite_out_dir).
+// Reads only. 0 / -1 naming that file and the flags that would do.
+int ckpt_check_fresh_out_dir(const char *out_dir, int overwrite);
+
+// Rank 0, a fresh start with --overwrite_out_dir, before anything is written: remove the
+// earlier run's OUT/checkpoints, OUT/final and OUT/final_merged. 0 / -1 naming what stayed.
+int ckpt_clear_out_dir(const char *out_dir);
+
 // Before anything model-sized is allocated: the weights a run will read fit config.json's
 // layouts, so that a config.json that disagrees with its checkpoint fails at once (not after
 // allocating the model it describes). Checked: model_dir against `base` when it is read (no

@@ -31,6 +31,7 @@ static const flag_spec flags[] = {
     {"--data_dir", FLAG_STR, OPT(data_dir), 0, 0, NULL, "directory with token shards train_*.bin / val_*.bin"},
     {"--out_dir", FLAG_STR, OPT(out_dir), 0, 0, NULL, "where metrics.jsonl, checkpoints/ and final/ (the HF export) go"},
     {"--resume", FLAG_STR, OPT(resume), 0, 0, NULL, "continue from a checkpoint: 'latest' (in --out_dir), 'auto' (latest when --out_dir has one, else fresh: for requeued jobs) or a checkpoint directory; 'none' = fresh"},
+    {"--overwrite_out_dir", FLAG_BOOL, OPT(overwrite_out_dir), 0, 1, NULL, "start over in an --out_dir that holds an earlier run's checkpoints (removes its checkpoints/ and final/ first; without it such a fresh run is refused)"},
     {"--eval_only", FLAG_BOOL, OPT(eval_only), 0, 1, NULL, "evaluate the validation loss and exit"},
     {"--batch_size_per_device", FLAG_INT, OPT(batch_size_per_device), 1, 4096, NULL, "sequences per forward pass on each device"},
     {"--total_batch_size", FLAG_INT, OPT(total_batch_size), 1, 1 << 24, NULL, "sequences per optimizer step over all ranks (gradient accumulation fills the rest)"},
@@ -176,6 +177,9 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
         }
     }
     if (strcmp(o->resume, "none") == 0) o->resume = "";
+    if (o->overwrite_out_dir && o->resume[0])
+        return ft_error("flags --overwrite_out_dir and --resume %s contradict each other (one starts over, the other continues)",
+                        o->resume);
     if (o->no_fsdp && o->dp_shard > 1) return ft_error("flags --no_fsdp and --dp_shard %d contradict each other", o->dp_shard);
     if (o->world_size > 0 && !o->dry_run)
         return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");

@@ -116,10 +116,13 @@ int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit
     if ((uint64_t)n_games > loader_games(val))
         return ft_error("flag --sample_games: %d exceeds the %llu games of the validation shards", n_games,
                         (unsigned long long)loader_games(val));
+    if (n_tokens > cfg->max_position_embeddings - SAMPLE_PROMPT_TOKENS)   // (it was capped without a word)
+        return ft_error("flag --sample_tokens: %d tokens after the %d-token prompt exceed the model's "
+                        "max_position_embeddings %d (at most %d)", n_tokens, SAMPLE_PROMPT_TOKENS,
+                        cfg->max_position_embeddings, cfg->max_position_embeddings - SAMPLE_PROMPT_TOKENS);
     *sp = (sampler){.s = s, .lora = lora, .adapters = adapters, .mem = mem, .val = val, .out_dir = out_dir,
                     .rank = rank, .n_tokens = n_tokens};
-    sp->T = SAMPLE_PROMPT_TOKENS + n_tokens;
-    if (sp->T > cfg->max_position_embeddings) sp->T = cfg->max_position_embeddings;
+    sp->T = SAMPLE_PROMPT_TOKENS + n_tokens;   // <= max_position_embeddings
     // The context runs padded to the backend's bucket (causal attention: the padding does
     // not change the real positions), so decoding adds no GEMM shape per token.
     sp->T_alloc = backend_seq_len(s->be, sp->T, cfg->max_position_embeddings);

@@ -28,7 +28,7 @@ typedef struct {
     const char *out_dir;    // borrowed: OUT/samples.jsonl
     int rank;               // world rank: rank 0 prints and writes
     int n_tokens;           // tokens to sample per game
-    int T;                  // SAMPLE_PROMPT_TOKENS + n_tokens, at most max_position_embeddings
+    int T;                  // SAMPLE_PROMPT_TOKENS + n_tokens (<= max_position_embeddings)
     int T_alloc;            // T rounded up to the backend's seq_bucket (capped likewise)
     sample_vocab vocab;     // owned, loaded by sampler_open
     model m;                // owned: the inference model (1, T_alloc), made by the first sample
@@ -37,7 +37,8 @@ typedef struct {
 } sampler;
 
 // Prepare to continue games 0 .. n_games-1 of `val` by n_tokens tokens each: loads
-// <model_dir>/tokenizer.json and checks the games exist (an error names --sample_games).
+// <model_dir>/tokenizer.json and checks the games exist (an error names --sample_games) and
+// that prompt + n_tokens fit max_position_embeddings (an error names --sample_tokens).
 // The model's buffers are allocated by the first sampler_continue (after training, so they
 // are not part of the training's memory). With LoRA, `lora` and `adapters` (as for
 // model_init_lora) make the samples come from the base plus the trained adapters; both NULL

@@ -209,6 +209,7 @@ static trainer_state job_state(const job *j, int step);
 static int check_start_weights(job *j) {
     j->start_dir[0] = '\0';
     if (j->o->resume[0]) TRY(ckpt_resolve(j->o->out_dir, j->o->resume, j->start_dir, sizeof j->start_dir));
+    else if (!j->o->eval_only) TRY(ckpt_check_fresh_out_dir(j->o->out_dir, j->o->overwrite_out_dir));
     const trainer_state expect = job_state(j, 0);
     return ckpt_check_start(j->o->model_dir, j->start_dir, &j->layout, j->lora ? &j->ll.layout : &j->layout, &expect);
 }
@@ -532,7 +533,8 @@ static int metrics_rewind(const char *path, int start, int total_steps) {
 }
 
 // Rank 0's metrics.jsonl (on resume rewound to the checkpoint's step, then appended to; the
-// samples of an earlier run go: sampling appends to samples.jsonl after the last step),
+// samples of an earlier run go: sampling appends to samples.jsonl after the last step; a
+// fresh start with --overwrite_out_dir first removes the earlier run's checkpoints/ and final/),
 // agreed; then the MFU denominator: --peak_tflops, else the device's published dense bf16
 // peak when known, else this backend's measured dense matmul rate.
 static int job_open_outputs(job *j, int start) {
@@ -540,7 +542,8 @@ static int job_open_outputs(job *j, int start) {
     char path[FT_PATH_MAX];
     int rc = 0;
     if (is_main(j)) {
-        rc = ft_path(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
+        if (start == 0 && o->overwrite_out_dir) rc = ckpt_clear_out_dir(o->out_dir);
+        if (rc == 0) rc = ft_path(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
         if (rc == 0 && start > 0) rc = metrics_rewind(path, start, j->total_steps);
         if (rc == 0 && !(j->metrics = fopen(path, start > 0 ? "a" : "w")))
             rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));

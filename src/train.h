@@ -14,6 +14,7 @@ typedef struct {
     const char *data_dir;
     const char *out_dir;
     const char *resume;           // "" = fresh start, "latest", or a checkpoint directory
+    int overwrite_out_dir;        // a fresh start may replace an earlier run in out_dir
     int eval_only;
     // batch
     int batch_size_per_device;

@@ -111,6 +111,23 @@ touch "$k/checkpoints/.tmp.step_00000002.999999/model.safetensors" "$k/final.tmp
   && ok "a killed save's and export's temporary directories are removed by the next save and export" \
   || bad "stale temporaries left: $(ls -a "$k" "$k/checkpoints" | tr '\n' ' ')"
 
+# a fresh run (no --resume) into an --out_dir holding an earlier run's checkpoints is refused
+# before it writes anything (its steps would mix with the old ones, and a later --resume auto
+# would pick up the old run); --overwrite_out_dir starts over, removing the old checkpoints
+before_k=$(cd "$k" && find . -type f | sort | xargs md5sum | md5sum)
+expect_error "$k/checkpoints/latest: --out_dir holds an earlier run's checkpoints: --resume latest continues it, \
+--overwrite_out_dir starts over" "${small[@]}" --max_steps 2 --out_dir "$k"
+[ "$(cd "$k" && find . -type f | sort | xargs md5sum | md5sum)" = "$before_k" ] \
+  && ok "the refused fresh run left the earlier run's files as they were" || bad "the refused fresh run changed $k"
+expect_error "flags --overwrite_out_dir and --resume latest contradict each other" "${small[@]}" --max_steps 2 \
+  --overwrite_out_dir --resume latest --out_dir "$k"
+mkdir -p "$k/checkpoints/step_00000099" "$k/final_merged"
+"$bin" "${small[@]}" --max_steps 2 --overwrite_out_dir --out_dir "$k" > "$k.log" 2>&1 \
+  && [ "$(ls "$k/checkpoints")" = "$(printf 'latest\nstep_00000002')" ] && [ ! -e "$k/final_merged" ] \
+  && [ "$(grep -c '"type":"train"' "$k/metrics.jsonl")" = 2 ] \
+  && ok "--overwrite_out_dir: the earlier run's checkpoints and exports removed, the new run's alone remain" \
+  || bad "--overwrite_out_dir: $(tail -1 "$k.log"); checkpoints: $(ls "$k/checkpoints" | tr '\n' ' ')"
+
 # ---------------------------------------------------------------- 3. the export
 f="$tmp/games-a/final"
 [ -f "$f/config.json" ] && [ -f "$f/model.safetensors" ] && [ -f "$f/tokenizer.json" ] && [ -f "$f/tokenizer_config.json" ] \
@@ -241,6 +258,10 @@ err=$( (ulimit -v 4000000; export OMP_NUM_THREADS=1; "$bin" "${small[@]}" --max_
 [ $rc -ne 0 ] && [[ $err == "finetune: error: $tmp/m3/model.safetensors: tensor 'model.embed_tokens.weight': shape [2048, 128], config.json implies [4194304, 128]" ]] \
   && [ ! -e "$tmp/x3" ] && ok "config.json vocab 4194304 vs its weights -> $err" || bad "config.json vocab vs weights: rc=$rc, $err"
 expect_error "exceeds the model's max_position_embeddings 512" "${small[@]}" --seq_len 1000
+# sampling past the model's positions: refused up front (it was capped at 500 without a word)
+expect_error "flag --sample_tokens: 501 tokens after the 12-token prompt exceed the model's max_position_embeddings 512 \
+(at most 500)" "${small[@]}" --max_steps 1 --sample_tokens 501 --out_dir "$tmp/sample-cap"
+[ ! -e "$tmp/sample-cap" ] && ok "the refused --sample_tokens run created nothing" || bad "$tmp/sample-cap was created"
 expect_error "'foo' is not one of linear|cosine|constant" --lr_schedule foo
 expect_error "'-1x' is not a number" --learning_rate -1x
 expect_error "flag --learning_rate: -1 is out of range" --learning_rate -1
