@@ -117,6 +117,30 @@ void hf_checkpoint_close(hf_checkpoint *ck) {
     memset(ck, 0, sizeof *ck);
 }
 
+// The base name of file i of `ck` (its path without the directory)
+static const char *file_base(const hf_checkpoint *ck, int i) {
+    const char *slash = strrchr(ck->files[i].path, '/');
+    return slash ? slash + 1 : ck->files[i].path;
+}
+
+int hf_checkpoint_fingerprint(const char *dir, uint64_t *fp) {
+    hf_checkpoint ck;
+    TRY(hf_checkpoint_open(&ck, dir));
+    int *order = ft_calloc((size_t)ck.n_files, sizeof *order, "shard order");
+    if (!order) { hf_checkpoint_close(&ck); return -1; }
+    for (int i = 0; i < ck.n_files; i++) {   // insertion sort by file name: a handful of shards
+        int k = i;
+        for (; k > 0 && strcmp(file_base(&ck, order[k - 1]), file_base(&ck, i)) > 0; k--) order[k] = order[k - 1];
+        order[k] = i;
+    }
+    uint64_t h = ST_FINGERPRINT_INIT;
+    for (int i = 0; i < ck.n_files; i++) h = st_fingerprint(&ck.files[order[i]], h);
+    *fp = h ? h : 1;
+    free(order);
+    hf_checkpoint_close(&ck);
+    return 0;
+}
+
 const st_tensor *hf_checkpoint_find(const hf_checkpoint *ck, const char *name, const char **path) {
     for (int i = 0; i < ck->n_files; i++) {
         const st_tensor *t = st_find(&ck->files[i], name);

@@ -21,6 +21,13 @@ typedef struct {
 int hf_checkpoint_open(hf_checkpoint *ck, const char *dir);
 void hf_checkpoint_close(hf_checkpoint *ck);
 
+// The content fingerprint of the weights in `dir` (opened as hf_checkpoint_open opens it):
+// st_fingerprint continued over its safetensors file(s) in the order of their file names (so
+// not the order of an index), never 0 (0 stands for "not recorded" in trainer_state.json).
+// Reads the headers and ~200 KiB of samples per file; see st_fingerprint for what it tells
+// apart and what it does not. Every rank computes the same value from the same files. 0 / -1.
+int hf_checkpoint_fingerprint(const char *dir, uint64_t *fp);
+
 // The tensor `name` and the file holding it, or NULL (no error recorded).
 const st_tensor *hf_checkpoint_find(const hf_checkpoint *ck, const char *name, const char **path);
 

@@ -26,7 +26,7 @@
 // ----------------------------------------------------------------------------
 // trainer_state.json: every field once, by name
 
-typedef enum { FIELD_INT, FIELD_I64, FIELD_U64, FIELD_BOOL, FIELD_F64 } field_kind;
+typedef enum { FIELD_INT, FIELD_I64, FIELD_U64, FIELD_BOOL, FIELD_F64, FIELD_HEX64 } field_kind;
 
 static const struct {
     const char *name;        // the JSON key
@@ -47,6 +47,8 @@ static const struct {
     {"lora_targets", offsetof(trainer_state, lora_targets), FIELD_INT, "--lora_targets (as a mask)", 1},
     {"lora_alpha", offsetof(trainer_state, lora_alpha), FIELD_F64, "--lora_alpha", 1},
     {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count", 0},
+    // 16 hex digits (a JSON integer is signed); written when not 0; compared by the caller
+    {"base_fingerprint", offsetof(trainer_state, base_fingerprint), FIELD_HEX64, NULL, 1},
 };
 #define N_STATE_FIELDS (int)(sizeof state_fields / sizeof state_fields[0])
 
@@ -56,7 +58,8 @@ static long long field_get(const trainer_state *ts, int i) {
     switch (state_fields[i].kind) {
     case FIELD_F64: return 0;
     case FIELD_I64: return *(const long long *)p;
-    case FIELD_U64: return (long long)*(const uint64_t *)p;
+    case FIELD_U64:
+    case FIELD_HEX64: return (long long)*(const uint64_t *)p;
     default: return *(const int *)p;
     }
 }
@@ -65,7 +68,8 @@ static void field_set(trainer_state *ts, int i, long long v) {
     char *p = (char *)ts + state_fields[i].offset;
     switch (state_fields[i].kind) {
     case FIELD_I64: *(long long *)p = v; break;
-    case FIELD_U64: *(uint64_t *)p = (uint64_t)v; break;
+    case FIELD_U64:
+    case FIELD_HEX64: *(uint64_t *)p = (uint64_t)v; break;
     case FIELD_F64: break;
     default: *(int *)p = (int)v; break;
     }
@@ -86,10 +90,14 @@ static char *state_to_json(const trainer_state *ts) {
     for (int i = 0; ok && i < N_STATE_FIELDS; i++) {
         const long long v = field_get(ts, i);
         const field_kind k = state_fields[i].kind;
+        char hex[17];
+        if (k == FIELD_HEX64 && v == 0) continue;   // not recorded
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)v);
         ok = json_object_set_new(root, state_fields[i].name,
-                                 k == FIELD_F64    ? json_real(field_real_get(ts, i))   // %.17g: exact round trip
-                                 : k == FIELD_BOOL ? json_boolean(v)
-                                                   : json_integer(v)) == 0;
+                                 k == FIELD_F64     ? json_real(field_real_get(ts, i))   // %.17g: exact round trip
+                                 : k == FIELD_BOOL  ? json_boolean(v)
+                                 : k == FIELD_HEX64 ? json_string(hex)
+                                                    : json_integer(v)) == 0;
     }
     char *body = ok ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
@@ -98,6 +106,16 @@ static char *state_to_json(const trainer_state *ts) {
     free(body);
     if (!text) ft_error("trainer_state.json: cannot serialise");
     return text;
+}
+
+// A FIELD_HEX64 value: exactly 16 hex digits. 0 / -1 naming file p and the field.
+static int hex64_parse(const char *p, const char *name, json_t *v, uint64_t *out) {
+    const char *s = json_string_value(v);
+    int ok = s && strlen(s) == 16;
+    for (int i = 0; ok && i < 16; i++) ok = strchr("0123456789abcdefABCDEF", s[i]) != NULL;
+    if (!ok) return ft_error("%s: field '%s' is not a string of 16 hex digits", p, name);
+    *out = strtoull(s, NULL, 16);
+    return 0;
 }
 
 // Parse <dir>/trainer_state.json: every field present, an integer (pack: a boolean), >= 0 and
@@ -117,7 +135,11 @@ static int state_read(const char *dir, trainer_state *ts) {
         json_t *v = json_object_get(root, state_fields[i].name);
         if (!v && state_fields[i].optional) continue;   // memset: 0
         const int is_bool = state_fields[i].kind == FIELD_BOOL;
-        if (state_fields[i].kind == FIELD_F64) {
+        if (state_fields[i].kind == FIELD_HEX64) {
+            uint64_t x = 0;
+            rc = hex64_parse(p, state_fields[i].name, v, &x);
+            field_set(ts, i, (long long)x);
+        } else if (state_fields[i].kind == FIELD_F64) {
             if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0)
                 rc = ft_error("%s: field '%s' is not a finite number >= 0", p, state_fields[i].name);
             else *field_real(ts, i) = json_number_value(v);
@@ -460,13 +482,12 @@ static int check_moments(const char *dir, const param_layout *l) {
 }
 
 int ckpt_check_start(const char *model_dir, const char *resume_dir, const param_layout *base,
-                     const param_layout *trained, const trainer_state *expect) {
+                     const param_layout *trained, const trainer_state *expect, trainer_state *got) {
     const int resume = resume_dir && resume_dir[0];
     if (!resume || base != trained) TRY(check_weights(model_dir, base));   // read at the start
     if (!resume) return 0;
-    trainer_state got;
-    TRY(state_read(resume_dir, &got));
-    TRY(state_check(resume_dir, &got, expect));
+    TRY(state_read(resume_dir, got));
+    TRY(state_check(resume_dir, got, expect));
     TRY(check_weights(resume_dir, trained));
     return check_moments(resume_dir, trained);
 }

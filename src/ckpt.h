@@ -24,6 +24,10 @@ typedef struct {
     int lora_targets;             // LoRA target mask (lora.h), 0 without LoRA
     double lora_alpha;            // --lora_alpha, 0 without LoRA (absent in older checkpoints:
                                   // 0, and then not checked on resume)
+    uint64_t base_fingerprint;    // LoRA: hf_checkpoint_fingerprint of the frozen base the
+                                  // adapters were trained on; 0: not recorded (full fine-tuning,
+                                  // older checkpoints; then not written). Not checked by
+                                  // ckpt_check_start / ckpt_load_start: the caller compares it.
 } trainer_state;
 
 // Resolve --resume ("latest", "auto" or a path) to a checkpoint directory in `dir` (size n):
@@ -48,9 +52,10 @@ int ckpt_clear_out_dir(const char *out_dir);
 // resume_dir, or LoRA: `trained` is then the adapters' layout, not `base`); resume_dir's
 // trainer state against `expect` as ckpt_load_start checks it, then its weights and its
 // optimizer.safetensors (both moments of every entry, nothing else) against `trained`.
-// Headers only (no tensor data read). 0 / -1.
+// Headers only (no tensor data read). When resuming, *got is resume_dir's trainer state (left
+// alone otherwise), for checks the caller makes (base_fingerprint). 0 / -1.
 int ckpt_check_start(const char *model_dir, const char *resume_dir, const param_layout *base,
-                     const param_layout *trained, const trainer_state *expect);
+                     const param_layout *trained, const trainer_state *expect, trainer_state *got);
 
 // The weights a run starts from, into `s`: with resume_dir NULL or "", the pretrained
 // weights of model_dir and zero moments (*got = *expect); else checkpoint resume_dir: its

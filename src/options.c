@@ -66,6 +66,7 @@ static const flag_spec flags[] = {
     {"--lora_alpha", FLAG_FLOAT, OPT(lora_alpha), 1e-6, 1e6, NULL, "with --lora_rank: LoRA alpha; the adapter output is scaled by alpha / rank"},
     {"--lora_targets", FLAG_STR, OPT(lora_targets), 0, 0, NULL, "with --lora_rank: comma-separated projections to adapt, of q,k,v,o,gate,up,down"},
     {"--merge_lora", FLAG_BOOL, OPT(merge_lora), 0, 1, NULL, "with --lora_rank: also export OUT/final_merged, the base with the adapters merged (W + alpha/r B A) in the Hugging Face layout"},
+    {"--allow_other_base", FLAG_BOOL, OPT(allow_other_base), 0, 1, NULL, "with --lora_rank and --resume: continue the checkpoint's adapters on a --model_dir whose weights differ from the base they were trained on (its fingerprint in trainer_state.json; refused without this flag), with a warning"},
     {"--offload_optimizer", FLAG_BOOL, OPT(offload_optimizer), 0, 1, NULL, "keep the fp32 master weights and AdamW moments in host memory (pinned on a GPU) and run AdamW there, unit by unit, while the next unit's gradients and the last unit's new weights cross on a copy stream; with --max_grad_norm 0 the layers' updates start during the last micro-batch's backward"},
     {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda", "backend: cpu (fp32, OpenMP; the reference) or cuda (bf16 storage, fp32 math; one GPU per rank by local rank; unverified on GPU)"},
     {"--attention", FLAG_STR, OPT(attention), 0, 0, "cudnn|native", "GPU attention: cudnn (cuDNN flash attention, checked against native at startup; on a failure one warning and native) or native (the hand-written kernels: bitwise reproducible; cuDNN's backward may not be, it sums dQ in an fp32 accumulator); unverified on GPU"},
@@ -130,8 +131,10 @@ static int choice_ok(const char *choices, const char *v) {
 static int options_check_lora(train_options *o) {
     const train_options d = options_default();
     TRY(lora_parse_targets(o->lora_targets, &o->lora_target_mask));
-    if (!o->lora_rank && (o->lora_alpha != d.lora_alpha || strcmp(o->lora_targets, d.lora_targets) != 0 || o->merge_lora))
+    if (!o->lora_rank && (o->lora_alpha != d.lora_alpha || strcmp(o->lora_targets, d.lora_targets) != 0 ||
+                          o->merge_lora || o->allow_other_base))
         return ft_error("flag %s needs --lora_rank", o->merge_lora                   ? "--merge_lora"
+                                                     : o->allow_other_base           ? "--allow_other_base"
                                                      : o->lora_alpha != d.lora_alpha ? "--lora_alpha"
                                                                                      : "--lora_targets");
     return 0;

@@ -42,6 +42,20 @@ void st_close(st_file *f);
 // The tensor called `name`, or NULL.
 const st_tensor *st_find(const st_file *f, const char *name);
 
+// Content fingerprint: a 64-bit FNV-1a hash, continued from `h` (ST_FINGERPRINT_INIT for the
+// first file), over the open file's length field and JSON header (every name, dtype, shape and
+// offset), then samples of its data area: all of it when it is at most 3 x ST_FINGERPRINT_SAMPLE
+// bytes, else ST_FINGERPRINT_SAMPLE bytes at its start, its middle and its end. It reads about
+// 200 KiB of a file of any size (the mapping's pages touched are those), never all of a
+// multi-GB file. What it tells apart: another model, and any fine-tune of the same shape (a
+// trained model's weights differ from its base's almost everywhere, so the samples differ).
+// What it does not: a change confined to bytes outside the samples (a few weights edited by
+// hand); and the same weights stored differently (another dtype, header or sharding) give
+// another fingerprint. Not a cryptographic hash: it detects mistakes, not tampering.
+#define ST_FINGERPRINT_INIT 0xcbf29ce484222325ull   // the FNV-1a 64-bit offset basis
+#define ST_FINGERPRINT_SAMPLE ((size_t)64 << 10)
+uint64_t st_fingerprint(const st_file *f, uint64_t h);
+
 // One tensor to write: data is host memory of nbytes = numel * dtype size.
 typedef struct {
     const char *name;

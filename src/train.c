@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "ckpt.h"
 #include "common.h"
 #include "fsutil.h"
@@ -89,6 +90,7 @@ typedef struct {
     // this run, for the closing summary: its start, the seconds and target tokens of its
     // optimizer steps (evaluations and checkpoints not counted), its first and last val loss
     char start_dir[FT_PATH_MAX];  // --resume's checkpoint directory, resolved once; "" = fresh
+    uint64_t base_fp;             // LoRA: hf_checkpoint_fingerprint of model_dir (0 without LoRA)
     int run_start;
     double run_secs, run_tokens, val_first, val_last;
     int n_evals;
@@ -203,15 +205,45 @@ static int job_open_data(job *j) {
 
 static trainer_state job_state(const job *j, int step);
 
+// LoRA resume: the frozen base (model_dir, fingerprint j->base_fp) against the one the
+// checkpoint's adapters were trained on (got->base_fingerprint). Another base is refused
+// naming the checkpoint's trainer_state.json and --model_dir, unless --allow_other_base (then
+// one warning on rank 0); a checkpoint that records none (saved before the field existed)
+// resumes with a note on rank 0. Every rank decides alike (same files, same state). 0 / -1.
+static int check_base(const job *j, const trainer_state *got) {
+    const train_options *o = j->o;
+    if (!j->lora || !j->start_dir[0] || got->base_fingerprint == j->base_fp) return 0;
+    if (!got->base_fingerprint) {
+        if (is_main(j))
+            printf("finetune: note: %s/trainer_state.json records no base_fingerprint (an older checkpoint): "
+                   "--model_dir %s is not checked against the base the adapters were trained on\n", j->start_dir,
+                   o->model_dir);
+        return 0;
+    }
+    char what[FT_PATH_MAX * 2 + 200];
+    snprintf(what, sizeof what, "%s/trainer_state.json: --model_dir %s is not the base model these LoRA adapters were "
+             "trained on (base fingerprint %016llx, the checkpoint's %016llx)", j->start_dir, o->model_dir,
+             (unsigned long long)j->base_fp, (unsigned long long)got->base_fingerprint);
+    if (!o->allow_other_base) return ft_error("%s; --allow_other_base trains them on it anyway", what);
+    if (is_main(j)) fprintf(stderr, "finetune: warning: %s; continuing (--allow_other_base)\n", what);
+    return 0;
+}
+
 // Resolve --resume into j->start_dir (once: job_load_start reads from it), then check that the
 // checkpoint(s) the run will start from (that one, or model_dir's) fit config.json's layouts
-// and this run; headers only (ckpt_check_start). 0 / -1.
+// and this run (headers only, ckpt_check_start), and with LoRA that the base is the one the
+// checkpoint's adapters were trained on (check_base: model_dir's fingerprint, into j->base_fp
+// for the checkpoints this run saves). 0 / -1.
 static int check_start_weights(job *j) {
     j->start_dir[0] = '\0';
     if (j->o->resume[0]) TRY(ckpt_resolve(j->o->out_dir, j->o->resume, j->start_dir, sizeof j->start_dir));
     else if (!j->o->eval_only) TRY(ckpt_check_fresh_out_dir(j->o->out_dir, j->o->overwrite_out_dir));
     const trainer_state expect = job_state(j, 0);
-    return ckpt_check_start(j->o->model_dir, j->start_dir, &j->layout, j->lora ? &j->ll.layout : &j->layout, &expect);
+    trainer_state got = expect;
+    TRY(ckpt_check_start(j->o->model_dir, j->start_dir, &j->layout, j->lora ? &j->ll.layout : &j->layout, &expect,
+                         &got));
+    if (j->lora) TRY(hf_checkpoint_fingerprint(j->o->model_dir, &j->base_fp));
+    return check_base(j, &got);
 }
 
 static int job_setup(job *j, const train_options *o, const train_comms *cc) {
@@ -441,7 +473,7 @@ static trainer_state job_state(const job *j, int step) {
         .total_batch_size = o->total_batch_size, .seq_len = o->seq_len, .pack = o->pack,
         .total_steps = j->total_steps, .n_params = (long long)(j->lora ? &j->ll.layout : &j->layout)->n_params,
         .lora_rank = o->lora_rank, .lora_targets = o->lora_rank ? (int)o->lora_target_mask : 0,
-        .lora_alpha = o->lora_rank ? o->lora_alpha : 0,
+        .lora_alpha = o->lora_rank ? o->lora_alpha : 0, .base_fingerprint = j->lora ? j->base_fp : 0,
     };
 }
 

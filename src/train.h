@@ -51,6 +51,7 @@ typedef struct {
     const char *lora_targets;     // "q,k,v,o,gate,up,down" subset
     unsigned lora_target_mask;    // parsed from lora_targets by options_parse
     int merge_lora;               // also export <out_dir>/final_merged: the base with the adapters merged
+    int allow_other_base;         // resume LoRA adapters on a base other than the one they were trained on
     int offload_optimizer;        // fp32 master + AdamW moments in host memory, AdamW on the host
     // planning (src/plan.h): print the memory / step-time plan and exit, without training
     int dry_run;

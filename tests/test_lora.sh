@@ -20,6 +20,12 @@
 #      than a target's min(in, out), an unknown target, --lora_alpha without --lora_rank,
 #      resume of a full fine-tune checkpoint with LoRA flags, of a LoRA checkpoint without them
 #      or with another rank, other targets or another --lora_alpha
+#   6. the base of a LoRA resume: checkpoints record base_fingerprint (full fine-tuning: none);
+#      resuming on another base of the same shape (the 1-step full fine-tune's bf16 export) is
+#      refused naming trainer_state.json and --model_dir, nothing written, also over 2 MPI
+#      ranks; with --allow_other_base it resumes with one warning and its checkpoints record the
+#      new base; the same base copied elsewhere resumes silently; a checkpoint without the field
+#      (older) resumes on any base with a note; a malformed field is refused
 # The golden comparison against PEFT (loss, every adapter gradient, 3 AdamW steps) is
 # tests/test_lora_golden.c. Runtime on the 2-core machine: 48-91 s wall (about 60 s of CPU)
 # with the emulated runs and 4 MPI layouts; 3m43 wall when it shared the machine at load ~10.
@@ -180,6 +186,7 @@ expect_error "--lora_rank: 65 is larger than k_proj's min(in 128, out 64) = 64" 
 expect_error "--lora_targets: unknown target 'lm_head'" "${small[@]}" --lora_rank 4 --lora_targets q,lm_head --out_dir "$tmp/bad0"
 expect_error "flag --lora_alpha needs --lora_rank" "${small[@]}" --lora_alpha 8 --out_dir "$tmp/bad0"
 expect_error "flag --merge_lora needs --lora_rank" "${small[@]}" --merge_lora --out_dir "$tmp/bad0"
+expect_error "flag --allow_other_base needs --lora_rank" "${small[@]}" --allow_other_base --out_dir "$tmp/bad0"
 [ ! -e "$tmp/bad0" ] && ok "nothing left behind by the flag errors" || bad "$tmp/bad0 was created"
 "$bin" "${small[@]}" --max_steps 1 --out_dir "$tmp/full" > "$tmp/full.log" 2>&1 || bad "full fine-tune run failed"
 expect_error "incompatible checkpoint: it was trained with --lora_rank (0 = full fine-tuning) 0, this run has 8" \
@@ -194,4 +201,42 @@ expect_error "incompatible checkpoint: it was trained with --lora_alpha 16, this
   "${small[@]}" --lora_rank 8 --lora_alpha 32 --lora_targets q,k,v,o,gate,up,down --max_steps 7 --resume latest --out_dir "$a"
 [ "$(cat "$tmp/full/checkpoints/latest")" = step_00000001 ] && [ "$(ls "$a/checkpoints" | tr '\n' ' ')" = "latest step_00000006 " ] \
   && ok "refused resumes left the checkpoints as they were" || bad "checkpoints changed: $(ls "$a/checkpoints" | tr '\n' ' ')"
+
+# ---------------------------------------------------------------- 6. the base of a LoRA resume
+fp=(--seq_len 64 --batch_size_per_device 2 --total_batch_size 2 --max_eval_docs 4 --lora_rank 4 --max_steps 4 --save_every 2)
+c="$tmp/fp" other="$tmp/full/final"   # other: the full fine-tune's export, same shape, other weights
+fpof() { sed -nE 's/.*"base_fingerprint": "([0-9a-f]{16})".*/\1/p' "$1/checkpoints/step_0000000$2/trainer_state.json"; }
+"$bin" "${fp[@]}" --stop_at_step 2 --out_dir "$c" > "$c.log" 2>&1 || bad "LoRA run to step 2: $(tail -1 "$c.log")"
+f2=$(fpof "$c" 2)
+[ -n "$f2" ] && ok "the LoRA checkpoint records base_fingerprint $f2" || bad "no base_fingerprint in $c/checkpoints/step_00000002"
+! grep -q base_fingerprint "$tmp/full/checkpoints/step_00000001/trainer_state.json" \
+  && ok "a full fine-tuning checkpoint records none (it holds every weight)" || bad "full fine-tuning checkpoint records a base"
+cp -r "$c" "$c.before" && cp -r "$c" "$c.allow" && cp -r "$c" "$c.old"
+expect_error "$c/checkpoints/step_00000002/trainer_state.json: --model_dir $other is not the base model these LoRA adapters were trained on" \
+  "${fp[@]}" --resume latest --model_dir "$other" --out_dir "$c"
+diff -r "$c.before" "$c" > /dev/null && ok "the refused resume wrote nothing" || bad "the refused resume changed $c"
+if have_mpi; then
+  err=$(timeout 120 mpiexec -n 2 "$bin" "${fp[@]}" --batch_size_per_device 1 --resume latest --model_dir "$other" --out_dir "$c" 2>&1 >/dev/null); rc=$?
+  [ $rc -ne 0 ] && [ "$(grep -c "is not the base model these LoRA adapters were trained on" <<<"$err")" -eq 1 ] \
+    && diff -r "$c.before" "$c" > /dev/null && ok "2 MPI ranks: refused, one error line, nothing written" \
+    || bad "2 MPI ranks on another base: rc=$rc, stderr: $err"
+else skip_or_fail "LoRA resume on another base over MPI ranks (no mpiexec, or $bin built without MPI)"; fi
+"$bin" "${fp[@]}" --resume latest --model_dir "$other" --allow_other_base --out_dir "$c.allow" > "$c.allow.log" 2> "$c.allow.err"; rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c . "$c.allow.err")" -eq 1 ] \
+  && grep -qF "finetune: warning: $c.allow/checkpoints/step_00000002/trainer_state.json: --model_dir $other is not the base" "$c.allow.err" \
+  && grep -q "resumed from .*step_00000002 at step 2" "$c.allow.log" \
+  && ok "--allow_other_base: resumed with one warning: $(cat "$c.allow.err")" || bad "--allow_other_base: rc=$rc, stderr: $(cat "$c.allow.err")"
+f4=$(fpof "$c.allow" 4)
+[ -n "$f4" ] && [ "$f4" != "$f2" ] && ok "the checkpoint saved on the other base records it ($f4)" || bad "step 4 on the other base records '$f4'"
+cp -r data/model "$tmp/same_base"
+"$bin" "${fp[@]}" --resume latest --model_dir "$tmp/same_base" --out_dir "$c" > "$c.same.log" 2> "$c.same.err"; rc=$?
+[ $rc -eq 0 ] && [ ! -s "$c.same.err" ] && grep -q "resumed from .*step_00000002 at step 2" "$c.same.log" && [ "$(fpof "$c" 4)" = "$f2" ] \
+  && ok "the same base copied to another directory: resumed silently, step 4 records $f2" || bad "same base: rc=$rc, stderr: $(cat "$c.same.err")"
+st="$c.old/checkpoints/step_00000002/trainer_state.json"
+sed -i -E -e '/"base_fingerprint"/d' -e 's/("n_params": [0-9]+),$/\1/' "$st"
+"$bin" "${fp[@]}" --resume latest --model_dir "$other" --out_dir "$c.old" > "$c.old.log" 2> "$c.old.err"; rc=$?
+[ $rc -eq 0 ] && [ ! -s "$c.old.err" ] && grep -q "note: $st records no base_fingerprint" "$c.old.log" \
+  && ok "a checkpoint without base_fingerprint (older) resumes with a note" || bad "older checkpoint: rc=$rc, stderr: $(cat "$c.old.err")"
+sed -i -E 's/("n_params": [0-9]+),?$/\1, "base_fingerprint": "xyz"/' "$st"
+expect_error "$st: field 'base_fingerprint' is not a string of 16 hex digits" "${fp[@]}" --resume "$c.old/checkpoints/step_00000002" --out_dir "$c.old"
 finish

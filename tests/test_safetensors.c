@@ -3,7 +3,11 @@
 // never read outside the mapping: run under ASan in `make test-asan`), the writer's
 // round trip and atomicity, the streaming writer (any put order gives st_write's bytes; a
 // missing tensor refused), and the checkpoint directory layer (single file, sharded
-// index, missing/duplicate/unexpected tensors, wrong shapes, NaN/infinite values).
+// index, missing/duplicate/unexpected tensors, wrong shapes, NaN/infinite values), and the
+// content fingerprint (st_fingerprint, hf_checkpoint_fingerprint: the same bytes give the same
+// value, one byte changed in a sampled region another, bytes outside the samples are not read;
+// tiny files and an empty data area are fine; shard order does not matter).
+#include <jansson.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -346,12 +350,115 @@ static void test_checkpoint_table(void) {
     }
 }
 
+// ----------------------------------------------------------------------------
+// content fingerprints
+
+// Flip the lowest bit of byte `off` of `path` in place. 0 / -1.
+static int flip_byte(const char *path, long off) {
+    FILE *f = fopen(path, "r+b");
+    int c = f && fseek(f, off, SEEK_SET) == 0 ? fgetc(f) : EOF;
+    int ok = c != EOF && fseek(f, off, SEEK_SET) == 0 && fputc(c ^ 1, f) != EOF;
+    if (f) ok &= fclose(f) == 0;
+    return ok ? 0 : -1;
+}
+
+// The fingerprint of one file (ST_FINGERPRINT_INIT continued), or 0 when it does not open.
+static uint64_t file_fp(const char *path) {
+    st_file f;
+    if (st_open(&f, path) != 0) return 0;
+    const uint64_t h = st_fingerprint(&f, ST_FINGERPRINT_INIT);
+    st_close(&f);
+    return h;
+}
+
+// A file of one F32 tensor "w" of n elements, value i at i. Its data area starts at *data_off.
+static int write_big(const char *path, size_t n, long *data_off) {
+    float *x = malloc(n * sizeof *x);
+    if (!x) return -1;
+    for (size_t i = 0; i < n; i++) x[i] = (float)i;
+    st_write_tensor t = {"w", ST_F32, 1, {(int64_t)n}, x};
+    int rc = st_write(path, &t, 1, NULL);
+    free(x);
+    st_file f;
+    if (rc == 0 && (rc = st_open(&f, path)) == 0) {
+        *data_off = (long)((const unsigned char *)f.tensors[0].data - (const unsigned char *)f.map);
+        st_close(&f);
+    }
+    return rc;
+}
+
+static void test_fingerprint(void) {
+    // 1 MiB of data: larger than the three samples, so something lies outside them
+    const size_t n = 1 << 18, S = ST_FINGERPRINT_SAMPLE, data = n * sizeof(float);
+    char a[256], b[256];
+    snprintf(a, sizeof a, "%s/fp_a.safetensors", dir);
+    snprintf(b, sizeof b, "%s/fp_b.safetensors", dir);
+    long off = 0;
+    ft_error_clear();
+    if (write_big(a, n, &off) != 0 || write_big(b, n, &off) != 0) { EXPECT(0, "fingerprint setup: %s", ft_error_message()); return; }
+    const uint64_t fa = file_fp(a);
+    EXPECT(fa != 0 && fa == file_fp(b) && fa == file_fp(a), "the same bytes in two files: the same fingerprint");
+    EXPECT(fa != ST_FINGERPRINT_INIT, "the fingerprint hashes something");
+    // one byte changed in each sample (start, middle, end of the data area), and in the header
+    // (byte 10: the name "w" becomes "v", still a valid file)
+    const long at[4] = {off + 5, off + (long)((data - S) / 2 + S / 2), off + (long)data - 3, 10};
+    const char *where[4] = {"first sample", "middle sample", "last sample", "header"};
+    for (int k = 0; k < 4; k++) {
+        uint64_t g = flip_byte(b, at[k]) == 0 ? file_fp(b) : 0;
+        EXPECT(g != 0 && g != fa, "one byte changed in the %s: another fingerprint", where[k]);
+        EXPECT(flip_byte(b, at[k]) == 0 && file_fp(b) == fa, "restored (%s): the same fingerprint again", where[k]);
+    }
+    // between the samples: not read (the documented limit of a sampled fingerprint)
+    EXPECT(flip_byte(b, off + (long)S + 100) == 0 && file_fp(b) == fa, "a byte between the samples is not read");
+    // tiny files: no data area at all, and a data area smaller than one sample (hashed whole)
+    char c[256];
+    snprintf(c, sizeof c, "%s/fp_empty.safetensors", dir);
+    write_raw(c, "{}", -1, 0);
+    const uint64_t fe = file_fp(c);
+    EXPECT(fe != 0 && fe != fa, "an empty data area: fingerprint %016llx", (unsigned long long)fe);
+    const char *h3b = "{\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]}}";
+    write_raw(c, h3b, -1, 3);
+    const uint64_t f3 = file_fp(c);
+    const uint64_t g3 = flip_byte(c, 8 + (long)strlen(h3b) + 2) == 0 ? file_fp(c) : 0;
+    EXPECT(f3 != 0 && g3 != 0 && g3 != f3, "a 3-byte data area is hashed whole");
+    // directories: the same weights in another directory give the same value; a sharded set
+    // hashes its files in name order (an index listing them in another order: the same value)
+    char d1[256], d2[256], p[300];
+    snprintf(d1, sizeof d1, "%s/fp_ck1", dir);
+    snprintf(d2, sizeof d2, "%s/fp_ck2", dir);
+    const ck_case sharded = {"sharded ok", D_NONE, 1, NULL}, single = {"single file ok", D_NONE, 0, NULL};
+    uint64_t h1 = 0, h2 = 0, h3 = 0;
+    int rc = make_checkpoint(d1, &sharded) | make_checkpoint(d2, &sharded);
+    rc |= hf_checkpoint_fingerprint(d1, &h1) | hf_checkpoint_fingerprint(d2, &h2);
+    EXPECT(rc == 0 && h1 == h2 && h1 != 0, "two copies of a sharded checkpoint: the same fingerprint (%s)", ft_error_message());
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", d2);   // its weight_map in reverse order
+    json_t *idx = json_load_file(p, 0, NULL), *map = json_object_get(idx, "weight_map"), *rev = json_object();
+    const char *keys[64];
+    size_t nk = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(map, key, val) if (nk < 64) keys[nk++] = key;
+    for (size_t i = nk; i-- > 0;) json_object_set(rev, keys[i], json_object_get(map, keys[i]));
+    json_object_set_new(idx, "weight_map", rev);   // (jansson keeps insertion order)
+    EXPECT(nk > 2 && json_dump_file(idx, p, 0) == 0, "index rewritten in reverse order");
+    json_decref(idx);
+    EXPECT(hf_checkpoint_fingerprint(d2, &h3) == 0 && h3 == h1, "the index's order does not matter: %s",
+           ft_error_message());
+    snprintf(p, sizeof p, "%s/fp_ck3", dir);
+    EXPECT(make_checkpoint(p, &single) == 0 && hf_checkpoint_fingerprint(p, &h3) == 0 && h3 != h1,
+           "the same weights in one file instead of two shards: another fingerprint (documented)");
+    ft_error_clear();
+    EXPECT(hf_checkpoint_fingerprint("/nonexistent_dir", &h3) != 0 && strstr(ft_error_message(), "/nonexistent_dir"),
+           "a directory without weights: an error naming it (%s)", ft_error_message());
+}
+
 int main(void) {
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     test_reader_table();
     test_writer();
     test_writer_stream();
     test_checkpoint_table();
+    test_fingerprint();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
