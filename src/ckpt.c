@@ -49,6 +49,7 @@ static const struct {
     {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count", 0},
     // 16 hex digits (a JSON integer is signed); written when not 0; compared by the caller
     {"base_fingerprint", offsetof(trainer_state, base_fingerprint), FIELD_HEX64, NULL, 1},
+    {"data_fingerprint", offsetof(trainer_state, data_fingerprint), FIELD_HEX64, NULL, 1},
 };
 #define N_STATE_FIELDS (int)(sizeof state_fields / sizeof state_fields[0])
 

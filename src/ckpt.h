@@ -28,6 +28,10 @@ typedef struct {
                                   // adapters were trained on; 0: not recorded (full fine-tuning,
                                   // older checkpoints; then not written). Not checked by
                                   // ckpt_check_start / ckpt_load_start: the caller compares it.
+    uint64_t data_fingerprint;    // loader_fingerprint of the training shards; 0: not recorded
+                                  // (older checkpoints). A resume on other data is warned
+                                  // about by the caller, not refused (a changed dataset can be
+                                  // meant); not checked by ckpt_check_start.
 } trainer_state;
 
 // Resolve --resume ("latest", "auto" or a path) to a checkpoint directory in `dir` (size n):

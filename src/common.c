@@ -63,6 +63,20 @@ int ft_path(char *buf, size_t n, const char *fmt, ...) {
 // ----------------------------------------------------------------------------
 // IEEE half precision
 
+uint64_t ft_fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;   // the FNV 64-bit prime
+    return h;
+}
+
+uint64_t ft_fingerprint_sampled(uint64_t h, const void *p, size_t n) {
+    const size_t S = FT_FINGERPRINT_SAMPLE;
+    if (n <= 3 * S) return ft_fnv1a(h, p, n);
+    const size_t at[3] = {0, (n - S) / 2, n - S};
+    for (int k = 0; k < 3; k++) h = ft_fnv1a(h, (const unsigned char *)p + at[k], S);
+    return h;
+}
+
 float ft_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
     float v;

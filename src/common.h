@@ -95,6 +95,18 @@ static inline uint16_t ft_f32_to_bf16(float f) {
 }
 float ft_f16_to_f32(uint16_t h);
 
+// Content fingerprints (which files a checkpoint was trained from: safetensors.h's
+// st_fingerprint, loader_fingerprint): 64-bit FNV-1a continued from h (FT_FNV_INIT to start)
+// over all n bytes at p when n <= 3 x FT_FINGERPRINT_SAMPLE, else over FT_FINGERPRINT_SAMPLE
+// bytes at the start, the middle and the end: about 200 KiB read of a buffer of any size (an
+// mmapped file: only those pages touched). Tells apart files whose bytes differ almost
+// everywhere (another model, a fine-tune, other data); not a change confined to unsampled
+// bytes. Not cryptographic: it catches mistakes, not tampering.
+#define FT_FNV_INIT 0xcbf29ce484222325ull   // the FNV-1a 64-bit offset basis
+#define FT_FINGERPRINT_SAMPLE ((size_t)64 << 10)
+uint64_t ft_fnv1a(uint64_t h, const void *p, size_t n);
+uint64_t ft_fingerprint_sampled(uint64_t h, const void *p, size_t n);
+
 // Index of the first NaN or infinity of x[0..n), or n when every value is finite.
 static inline size_t ft_first_nonfinite(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)

@@ -69,6 +69,12 @@ void loader_close(loader *ld) {
     memset(ld, 0, sizeof *ld);
 }
 
+uint64_t loader_fingerprint(const loader *ld) {
+    uint64_t h = FT_FNV_INIT;
+    for (int i = 0; i < ld->n_shards; i++) h = ft_fingerprint_sampled(h, ld->shards[i].map, ld->shards[i].size);
+    return h ? h : 1;
+}
+
 uint64_t loader_rows(const loader *ld) { return ld->n_rows; }
 
 // global game index -> (shard, local index)

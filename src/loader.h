@@ -33,6 +33,11 @@ int loader_open(loader *ld, const char *dir, const char *prefix, int model_vocab
                 int shuffle, uint64_t seed);
 void loader_close(loader *ld);
 
+// Content fingerprint of the shards (ft_fingerprint_sampled over each file in name order: its
+// header with the document and token counts, and samples of its offsets and tokens), never 0:
+// what a checkpoint records of the data it was trained on (trainer_state.json).
+uint64_t loader_fingerprint(const loader *ld);
+
 // Rows per epoch (the same for every epoch).
 uint64_t loader_rows(const loader *ld);
 

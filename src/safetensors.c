@@ -206,23 +206,14 @@ const st_tensor *st_find(const st_file *f, const char *name) {
     return NULL;
 }
 
-// FNV-1a over n bytes, continuing h
-static uint64_t fnv1a(uint64_t h, const unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;   // the FNV 64-bit prime
-    return h;
-}
-
 uint64_t st_fingerprint(const st_file *f, uint64_t h) {
     const unsigned char *bytes = f->map;   // st_open: at least 8 bytes, the header within
     if (!bytes) return h;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | bytes[i];
-    const size_t data_off = 8 + (size_t)hlen, data_size = f->map_size - data_off, S = ST_FINGERPRINT_SAMPLE;
-    h = fnv1a(h, bytes, data_off);
-    if (data_size <= 3 * S) return fnv1a(h, bytes + data_off, data_size);
-    const size_t at[3] = {0, (data_size - S) / 2, data_size - S};
-    for (int k = 0; k < 3; k++) h = fnv1a(h, bytes + data_off + at[k], S);
-    return h;
+    const size_t data_off = 8 + (size_t)hlen;
+    h = ft_fnv1a(h, bytes, data_off);
+    return ft_fingerprint_sampled(h, bytes + data_off, f->map_size - data_off);
 }
 
 // ----------------------------------------------------------------------------

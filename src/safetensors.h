@@ -52,8 +52,8 @@ const st_tensor *st_find(const st_file *f, const char *name);
 // What it does not: a change confined to bytes outside the samples (a few weights edited by
 // hand); and the same weights stored differently (another dtype, header or sharding) give
 // another fingerprint. Not a cryptographic hash: it detects mistakes, not tampering.
-#define ST_FINGERPRINT_INIT 0xcbf29ce484222325ull   // the FNV-1a 64-bit offset basis
-#define ST_FINGERPRINT_SAMPLE ((size_t)64 << 10)
+#define ST_FINGERPRINT_INIT FT_FNV_INIT                 // (common.h: ft_fingerprint_sampled)
+#define ST_FINGERPRINT_SAMPLE FT_FINGERPRINT_SAMPLE
 uint64_t st_fingerprint(const st_file *f, uint64_t h);
 
 // One tensor to write: data is host memory of nbytes = numel * dtype size.

@@ -91,6 +91,7 @@ typedef struct {
     // optimizer steps (evaluations and checkpoints not counted), its first and last val loss
     char start_dir[FT_PATH_MAX];  // --resume's checkpoint directory, resolved once; "" = fresh
     uint64_t base_fp;             // LoRA: hf_checkpoint_fingerprint of model_dir (0 without LoRA)
+    uint64_t data_fp;             // loader_fingerprint of the training shards (0: --eval_only)
     int run_start;
     double run_secs, run_tokens, val_first, val_last;
     int n_evals;
@@ -200,6 +201,7 @@ static int job_open_data(job *j) {
                         (unsigned long long)rows, o->total_batch_size);
     j->steps_per_epoch = (int)(rows / (uint64_t)o->total_batch_size);
     j->total_steps = o->max_steps > 0 ? o->max_steps : o->epochs * j->steps_per_epoch;
+    j->data_fp = loader_fingerprint(&j->train);
     return 0;
 }
 
@@ -229,11 +231,24 @@ static int check_base(const job *j, const trainer_state *got) {
     return 0;
 }
 
+// A resume on training shards other than the checkpoint's (got->data_fingerprint, when it
+// records one): one warning on rank 0, not an error (a changed or extended dataset can be
+// meant); the data order then continues at the checkpoint's row over the new rows.
+static void check_data(const job *j, const trainer_state *got) {
+    if (!j->start_dir[0] || !got->data_fingerprint || !j->data_fp || got->data_fingerprint == j->data_fp) return;
+    if (is_main(j))
+        fprintf(stderr, "finetune: warning: %s/trainer_state.json: the training shards of --data_dir %s are not the ones "
+                "this checkpoint was trained on (data fingerprint %016llx, the checkpoint's %016llx); continuing, the "
+                "data order resumes at the checkpoint's row over these shards\n", j->start_dir, j->o->data_dir,
+                (unsigned long long)j->data_fp, (unsigned long long)got->data_fingerprint);
+}
+
 // Resolve --resume into j->start_dir (once: job_load_start reads from it), then check that the
 // checkpoint(s) the run will start from (that one, or model_dir's) fit config.json's layouts
 // and this run (headers only, ckpt_check_start), and with LoRA that the base is the one the
 // checkpoint's adapters were trained on (check_base: model_dir's fingerprint, into j->base_fp
-// for the checkpoints this run saves). 0 / -1.
+// for the checkpoints this run saves); a resume on other training shards is warned about
+// (check_data). 0 / -1.
 static int check_start_weights(job *j) {
     j->start_dir[0] = '\0';
     if (j->o->resume[0]) TRY(ckpt_resolve(j->o->out_dir, j->o->resume, j->start_dir, sizeof j->start_dir));
@@ -243,7 +258,9 @@ static int check_start_weights(job *j) {
     TRY(ckpt_check_start(j->o->model_dir, j->start_dir, &j->layout, j->lora ? &j->ll.layout : &j->layout, &expect,
                          &got));
     if (j->lora) TRY(hf_checkpoint_fingerprint(j->o->model_dir, &j->base_fp));
-    return check_base(j, &got);
+    TRY(check_base(j, &got));
+    check_data(j, &got);
+    return 0;
 }
 
 static int job_setup(job *j, const train_options *o, const train_comms *cc) {
@@ -474,6 +491,7 @@ static trainer_state job_state(const job *j, int step) {
         .total_steps = j->total_steps, .n_params = (long long)(j->lora ? &j->ll.layout : &j->layout)->n_params,
         .lora_rank = o->lora_rank, .lora_targets = o->lora_rank ? (int)o->lora_target_mask : 0,
         .lora_alpha = o->lora_rank ? o->lora_alpha : 0, .base_fingerprint = j->lora ? j->base_fp : 0,
+        .data_fingerprint = j->data_fp,
     };
 }
 

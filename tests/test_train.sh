@@ -258,6 +258,23 @@ err=$( (ulimit -v 4000000; export OMP_NUM_THREADS=1; "$bin" "${small[@]}" --max_
 [ $rc -ne 0 ] && [[ $err == "finetune: error: $tmp/m3/model.safetensors: tensor 'model.embed_tokens.weight': shape [2048, 128], config.json implies [4194304, 128]" ]] \
   && [ ! -e "$tmp/x3" ] && ok "config.json vocab 4194304 vs its weights -> $err" || bad "config.json vocab vs weights: rc=$rc, $err"
 expect_error "exceeds the model's max_position_embeddings 512" "${small[@]}" --seq_len 1000
+# resuming on other training shards: one warning naming --data_dir, and the run goes on (a
+# changed dataset can be meant); the same shards copied elsewhere: no warning
+mkdir -p "$tmp/data-less" && cp data/chess/val_000.bin data/chess/train_000.bin data/chess/train_001.bin "$tmp/data-less/"
+cp -r data/chess "$tmp/data-same"
+"$bin" "${small[@]}" --max_steps 2 --out_dir "$tmp/dfp" > /dev/null 2>&1 || bad "data fingerprint: the first run failed"
+for d in data-less data-same; do
+  "$bin" "${small[@]}" --max_steps 3 --data_dir "$tmp/$d" --resume "$tmp/dfp/checkpoints/step_00000002" \
+    --out_dir "$tmp/dfp-$d" > "$tmp/dfp-$d.out" 2> "$tmp/dfp-$d.err"; echo $? > "$tmp/dfp-$d.rc"
+done
+[ "$(cat "$tmp/dfp-data-less.rc")" = 0 ] && grep -q "^finetune: warning: $tmp/dfp/checkpoints/step_00000002/trainer_state.json: \
+the training shards of --data_dir $tmp/data-less are not the ones this checkpoint was trained on" "$tmp/dfp-data-less.err" \
+  && ok "resume on other training shards: a warning naming --data_dir, the run goes on" \
+  || bad "resume on other training shards: rc $(cat "$tmp/dfp-data-less.rc"), stderr: $(head -2 "$tmp/dfp-data-less.err")"
+[ "$(cat "$tmp/dfp-data-same.rc")" = 0 ] && ! grep -q warning "$tmp/dfp-data-same.err" \
+  && grep -q '"data_fingerprint": "[0-9a-f]\{16\}"' "$tmp/dfp/checkpoints/step_00000002/trainer_state.json" \
+  && ok "resume on the same shards in another directory: no warning; trainer_state.json records data_fingerprint" \
+  || bad "resume on the same shards: rc $(cat "$tmp/dfp-data-same.rc"), stderr: $(head -2 "$tmp/dfp-data-same.err")"
 # sampling past the model's positions: refused up front (it was capped at 500 without a word)
 expect_error "flag --sample_tokens: 501 tokens after the 12-token prompt exceed the model's max_position_embeddings 512 \
 (at most 500)" "${small[@]}" --max_steps 1 --sample_tokens 501 --out_dir "$tmp/sample-cap"
