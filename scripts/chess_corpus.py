@@ -59,8 +59,10 @@ def source_kind(path):
 
 def expand_sources(paths):
     """The input files named by paths (files, or directories searched recursively for
-    .parquet, .pgn and .jsonl/.json files, compressed or not), in order. Checks each file
-    opens (and a parquet file's columns) before anything is read."""
+    .parquet, .pgn and .jsonl files, compressed or not), in order. A directory's .json files
+    are not games (shards.json, games.meta.json, tokenizer.json: an --out_dir or a data
+    folder holds them); name such a file of JSON lines directly. Checks each file opens (and a
+    parquet file's columns) before anything is read."""
     if isinstance(paths, str):
         paths = [paths]
     files = []
@@ -71,7 +73,7 @@ def expand_sources(paths):
                 dirs.sort()
                 for n in sorted(names):
                     base = re.sub(r"\.(gz|xz)$", "", n.lower())
-                    if base.endswith((".parquet", ".pgn", ".jsonl", ".json")):
+                    if base.endswith((".parquet", ".pgn", ".jsonl")):
                         found.append(os.path.join(root, n))
             if not found:
                 raise CorpusError("%s: directory holds no .parquet, .pgn or .jsonl file" % p)

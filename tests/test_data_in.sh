@@ -2,7 +2,8 @@
 # Checks scripts/tokenize_shards.py's inputs and outputs (issue 14 item 3):
 #   * 106 games written as our JSON lines (plain, .gz, .xz), the tutorial's {"text"} lines, a
 #     directory of two parquet files (laion/strategic_game_chess layout) and PGN all give
-#     byte-identical shards; --check_moves accepts them;
+#     byte-identical shards; --check_moves accepts them; a directory of games that is also
+#     --out_dir (its shards.json, a tokenizer.json) gives the same shards, run twice;
 #   * re-tokenizing data/chess/games.jsonl.xz reproduces the committed shards byte for byte;
 #   * a tokenizer with 70,211 entries (every move id >= 66,000) gives u32 shards that
 #     build/finetune --eval_only reads, with the loss transformers computes on the same
@@ -58,6 +59,16 @@ tok --games "$IN/pq" "${small[@]}" --out_dir "$TMP/chk" --check_moves > "$TMP/ch
   && [ "$(shards_sha "$TMP/chk")" = "$want" ] && ok "--check_moves accepts the 106 legal games" \
   || bad "--check_moves on legal games: $(tail -1 "$TMP/chk.log")"
 ls -a "$TMP/ref" | grep -q tokenize_shards && bad "staging folder left in --out_dir" || ok "no staging folder left in --out_dir"
+# a directory of games that is also --out_dir (or holds other JSON: shards.json, games.meta.json,
+# tokenizer.json): only .parquet, .pgn and .jsonl files are games, so a second run works too
+mkdir -p "$TMP/same" && cp "$IN/games.jsonl" data/model/tokenizer.json "$TMP/same/"
+for run in first second; do
+  if tok --games "$TMP/same" "${small[@]}" --out_dir "$TMP/same" > "$TMP/same.log" 2>&1; then
+    got=$(shards_sha "$TMP/same")
+    [ "$got" = "$want" ] && ok "--games DIR = --out_dir, $run run: same shards as the JSON lines" \
+      || bad "--games DIR = --out_dir, $run run: shards $got, JSON lines $want"
+  else bad "--games DIR = --out_dir, $run run: $(tail -1 "$TMP/same.log")"; fi
+done
 
 # ---------------------------------------------------------------- 2. the committed shards, again
 if tok --games data/chess/games.jsonl.xz --tokenizer data/model/tokenizer.json --out_dir "$TMP/full" > "$TMP/full.log" 2>&1; then
