@@ -26,7 +26,8 @@ each), val_000.bin, and shards.json (files, docs, tokens, sha256s, sources, toke
 sha256). Everything is written to a temporary folder inside --out_dir first and moved in
 at the end: on any error the earlier shards stay as they were and nothing new is left
 behind (an --out_dir this run created is removed again). Split: sha1(moves) % 100 < 2 ->
-validation, else train.
+validation, else train; no games, or a split without a game (finetune needs both: a corpus
+of a few dozen games may have no validation game) is an error.
 
 Examples:
   python scripts/tokenize_shards.py --games data/chess/games.jsonl.xz \
@@ -116,12 +117,23 @@ def write_shards(args, tok, vocab, bos, eos, stage):
         out[key].append(write_shard(path, encode_docs(tok, pending[key], bos, eos), vocab, bos, eos))
         pending[key] = []
 
+    games = {"train": 0, "val": 0}
     for _, _, g in iter_games(args.games, check_moves=args.check_moves):
         key = "val" if split_of(g["Moves"]) == "validation" else "train"
         pending[key].append(game_text(g))
+        games[key] += 1
         if key == "train" and len(pending[key]) == args.docs_per_shard:
             flush(key)
-    if pending["train"] or not out["train"]:
+    # finetune refuses a shard without documents: say so now, not at its first run
+    inputs = " ".join(args.games)
+    if not games["train"] and not games["val"]:
+        raise TokenizeError("%s: no games" % inputs)
+    for key, split in (("val", "validation"), ("train", "training")):
+        if not games[key]:
+            raise TokenizeError("%s: no game of the %d fell into the %s split (content hash: about 2 in 100 "
+                                "games validate); finetune needs one in each: give more games"
+                                % (inputs, games["train"] + games["val"], split))
+    if pending["train"]:
         flush("train")
     flush("val")   # one validation shard
     return out

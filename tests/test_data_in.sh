@@ -9,8 +9,9 @@
 #     build/finetune --eval_only reads, with the loss transformers computes on the same
 #     tokens (tests/oracle/check_export.py, a 1-layer random model);
 #   * bad input (parquet without Moves, illegal or malformed moves with --check_moves, a
-#     broken PGN, a missing file): one line naming the file and row, exit 1, no output left
-#     (a new --out_dir is not created; an existing one keeps its shards).
+#     broken PGN, a missing file, no games, no validation game): one line naming the file and
+#     row, exit 1, no output left (a new --out_dir is not created; an existing one keeps its
+#     shards).
 #   bash tests/test_data_in.sh [build_dir]
 # Needs $FT_ORACLE_PYTHON with pyarrow, chess, tokenizers, torch, transformers
 # (tests/oracle/requirements*.txt; .ci/run makes that venv): a skip without it, a failure
@@ -130,6 +131,10 @@ expect_tok_error "illegal.jsonl: line 4: illegal move 'g2g4' at ply 10" "$TMP/ne
 expect_tok_error "illegal.pgn: game 2: illegal san: 'Ke4'" "$TMP/new5" --games "$IN/illegal.pgn" "${T[@]}"
 expect_tok_error "nothere.parquet: no such file or directory" "$TMP/new6" --games "$IN/nothere.parquet" "${T[@]}"
 expect_tok_error "bigvocab: cannot load tokenizer" "$TMP/new7" --games "$IN/pq" --tokenizer "$IN/bigvocab"
+# finetune refuses a split without documents ('val_000.bin: the shard holds no documents'), so
+# such shards are refused here, before anything is written
+expect_tok_error "trainonly.jsonl: no game of the 8 fell into the validation split" "$TMP/new8" --games "$IN/trainonly.jsonl" "${T[@]}"
+expect_tok_error "empty.jsonl: no games" "$TMP/ref" --games "$IN/empty.jsonl" "${T[@]}"
 [ "$(shards_sha "$TMP/ref")" = "$want" ] && ok "the shards in an existing --out_dir survive failed runs" \
   || bad "a failed run changed the shards in $TMP/ref"
 finish

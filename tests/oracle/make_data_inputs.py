@@ -124,6 +124,9 @@ def main():
     with open(os.path.join(out, "illegal.pgn"), "w") as f:
         f.write(pgn_text(games[0], "ok"))
         f.write('[Event "bad"]\n[Result "1-0"]\n\n1. e4 e5 2. Ke4 Nf6 1-0\n\n')
+    # a split finetune could not use: 8 training games and no validation game; no game at all
+    write_jsonl(os.path.join(out, "trainonly.jsonl"), [g for g in games if split_of(g["Moves"]) == "train"][:8])
+    write_jsonl(os.path.join(out, "empty.jsonl"), [])
     vocab = big_vocab_tokenizer(os.path.join(out, "bigvocab", "tokenizer.json"))
     print("inputs: %d games (%d validation); big vocabulary %d"
           % (len(games), sum(split_of(g["Moves"]) == "validation" for g in games), vocab))
