@@ -615,12 +615,20 @@ static int job_open_outputs(job *j, int start) {
 
 // Optimizer steps from `start` until the total or a stop request (a signal on any rank, or
 // --stop_at_step), with evaluations and checkpoints on their schedules. *step = steps done.
+// Resumed at or past --stop_at_step (the stopped job's command line again), it trains nothing.
 static int job_train(job *j, int start, int *step_out, int *stopped) {
     const train_options *o = j->o;
     double time_sum = 0;
     int timed = 0, step = start, rc;
-    *stopped = 0;
+    *stopped = o->stop_at_step > 0 && start >= o->stop_at_step && start < j->total_steps;
+    *step_out = start;
     j->run_start = start;
+    if (*stopped) {
+        if (is_main(j))
+            printf("finetune: stopping at step %d (resumed at or past --stop_at_step %d): no step to train; continue "
+                   "without --stop_at_step or with a later one\n", start, o->stop_at_step);
+        return 0;
+    }
     if (start == 0) TRY(eval_and_log(j, 0));
     while (step < j->total_steps) {
         step_stats st = {0};

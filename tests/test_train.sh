@@ -45,6 +45,13 @@ c="$tmp/auto"
 "$bin" "${small[@]}" --max_steps 6 --stop_at_step 3 --resume auto --out_dir "$c" > "$c.log" 2>&1 \
   && grep -q "^finetune: --resume auto: no checkpoint in .*, starting fresh" "$c.log" \
   && ok "--resume auto with nothing saved: a fresh start, said once" || bad "--resume auto, first run: $(tail -1 "$c.log")"
+# the first command once more (a requeue of the job that stops at 3): it resumes at its
+# --stop_at_step and trains nothing (it trained step 4 and saved step_00000004)
+"$bin" "${small[@]}" --max_steps 6 --stop_at_step 3 --resume auto --out_dir "$c" > "$c.log1b" 2>&1 \
+  && grep -q "^finetune: stopping at step 3 (resumed at or past --stop_at_step 3): no step to train" "$c.log1b" \
+  && [ "$(cat "$c/checkpoints/latest")" = step_00000003 ] && [ ! -e "$c/checkpoints/step_00000004" ] \
+  && ok "--resume auto --stop_at_step 3 at step 3: nothing trained, latest still step_00000003" \
+  || bad "--resume auto --stop_at_step 3 at step 3: latest $(cat "$c/checkpoints/latest"): $(tail -1 "$c.log1b")"
 "$bin" "${small[@]}" --max_steps 6 --resume auto --out_dir "$c" > "$c.log2" 2>&1 \
   && grep -q "resumed from .*step_00000003 at step 3" "$c.log2" && ok "--resume auto again: resumed at step 3" \
   || bad "--resume auto, second run: $(tail -1 "$c.log2")"
