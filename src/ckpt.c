@@ -34,22 +34,23 @@ static const struct {
     field_kind kind;
     const char *must_match;  // resume refuses another value (it changes the data order): what to name
     int optional;            // absent in older checkpoints: 0
+    int training_order;      // only the order of the training rows: not checked for an evaluation
 } state_fields[] = {
-    {"step", offsetof(trainer_state, step), FIELD_INT, NULL, 0},
-    {"epoch", offsetof(trainer_state, epoch), FIELD_INT, NULL, 0},   // for people: resume derives the
-    {"row", offsetof(trainer_state, row), FIELD_U64, NULL, 0},       // data position from step
-    {"seed", offsetof(trainer_state, seed), FIELD_INT, "--seed", 0},
-    {"total_batch_size", offsetof(trainer_state, total_batch_size), FIELD_INT, "--total_batch_size", 0},
-    {"seq_len", offsetof(trainer_state, seq_len), FIELD_INT, "--seq_len", 0},
-    {"pack", offsetof(trainer_state, pack), FIELD_BOOL, "--pack", 0},
-    {"total_steps", offsetof(trainer_state, total_steps), FIELD_INT, NULL, 0},
-    {"lora_rank", offsetof(trainer_state, lora_rank), FIELD_INT, "--lora_rank (0 = full fine-tuning)", 1},
-    {"lora_targets", offsetof(trainer_state, lora_targets), FIELD_INT, "--lora_targets (as a mask)", 1},
-    {"lora_alpha", offsetof(trainer_state, lora_alpha), FIELD_F64, "--lora_alpha", 1},
-    {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count", 0},
+    {"step", offsetof(trainer_state, step), FIELD_INT, NULL, 0, 0},
+    {"epoch", offsetof(trainer_state, epoch), FIELD_INT, NULL, 0, 0},   // for people: resume derives the
+    {"row", offsetof(trainer_state, row), FIELD_U64, NULL, 0, 0},       // data position from step
+    {"seed", offsetof(trainer_state, seed), FIELD_INT, "--seed", 0, 1},
+    {"total_batch_size", offsetof(trainer_state, total_batch_size), FIELD_INT, "--total_batch_size", 0, 1},
+    {"seq_len", offsetof(trainer_state, seq_len), FIELD_INT, "--seq_len", 0, 0},
+    {"pack", offsetof(trainer_state, pack), FIELD_BOOL, "--pack", 0, 1},
+    {"total_steps", offsetof(trainer_state, total_steps), FIELD_INT, NULL, 0, 0},
+    {"lora_rank", offsetof(trainer_state, lora_rank), FIELD_INT, "--lora_rank (0 = full fine-tuning)", 1, 0},
+    {"lora_targets", offsetof(trainer_state, lora_targets), FIELD_INT, "--lora_targets (as a mask)", 1, 0},
+    {"lora_alpha", offsetof(trainer_state, lora_alpha), FIELD_F64, "--lora_alpha", 1, 0},
+    {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count", 0, 0},
     // 16 hex digits (a JSON integer is signed); written when not 0; compared by the caller
-    {"base_fingerprint", offsetof(trainer_state, base_fingerprint), FIELD_HEX64, NULL, 1},
-    {"data_fingerprint", offsetof(trainer_state, data_fingerprint), FIELD_HEX64, NULL, 1},
+    {"base_fingerprint", offsetof(trainer_state, base_fingerprint), FIELD_HEX64, NULL, 1, 0},
+    {"data_fingerprint", offsetof(trainer_state, data_fingerprint), FIELD_HEX64, NULL, 1, 0},
 };
 #define N_STATE_FIELDS (int)(sizeof state_fields / sizeof state_fields[0])
 
@@ -168,7 +169,8 @@ static int state_check(const char *dir, const trainer_state *got, const trainer_
                                 state_fields[i].must_match, g, w);
             continue;
         }
-        if (state_fields[i].must_match && field_get(got, i) != field_get(want, i))
+        if (state_fields[i].must_match && !(want->eval_only && state_fields[i].training_order) &&
+            field_get(got, i) != field_get(want, i))
             return ft_error("%s: incompatible checkpoint: it was trained with %s %lld, this run has %lld", dir,
                             state_fields[i].must_match, field_get(got, i), field_get(want, i));
     }

@@ -32,6 +32,9 @@ typedef struct {
                                   // (older checkpoints). A resume on other data is warned
                                   // about by the caller, not refused (a changed dataset can be
                                   // meant); not checked by ckpt_check_start.
+    int eval_only;                // `expect` only (never saved): an evaluation, which reads no
+                                  // training rows: --seed, --total_batch_size and --pack are not
+                                  // checked against the checkpoint's
 } trainer_state;
 
 // Resolve --resume ("latest", "auto" or a path) to a checkpoint directory in `dir` (size n):
@@ -64,7 +67,8 @@ int ckpt_check_start(const char *model_dir, const char *resume_dir, const param_
 // The weights a run starts from, into `s`: with resume_dir NULL or "", the pretrained
 // weights of model_dir and zero moments (*got = *expect); else checkpoint resume_dir: its
 // trainer state, refused unless it fits this run (the same seed, total batch, sequence
-// length, packing and parameter count as `expect`, and a step within expect->total_steps
+// length, packing and parameter count as `expect`; with expect->eval_only only the sequence
+// length and the parameters, and a step within expect->total_steps
 // when that is > 0), then its weights and moments into *got and `s`. Collective only in the
 // sense that every rank reads. 0 / -1.
 int ckpt_load_start(fsdp_state *s, const char *model_dir, const char *resume_dir, const trainer_state *expect,

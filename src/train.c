@@ -492,6 +492,7 @@ static trainer_state job_state(const job *j, int step) {
         .lora_rank = o->lora_rank, .lora_targets = o->lora_rank ? (int)o->lora_target_mask : 0,
         .lora_alpha = o->lora_rank ? o->lora_alpha : 0, .base_fingerprint = j->lora ? j->base_fp : 0,
         .data_fingerprint = j->data_fp,
+        .eval_only = o->eval_only,
     };
 }
 
@@ -724,7 +725,8 @@ int train_shard_size(const train_options *o, int W) { return o->no_fsdp ? 1 : o-
 plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes) {
     return (plan_request){
         .world_size = W, .shard_size = train_shard_size(o, W), .batch_size_per_device = o->batch_size_per_device,
-        .seq_len = o->seq_len, .total_batch_size = o->total_batch_size,
+        // --eval_only takes no optimizer step: one micro-batch, whatever --total_batch_size says
+        .seq_len = o->seq_len, .total_batch_size = o->eval_only ? o->batch_size_per_device * W : o->total_batch_size,
         .gradient_checkpointing = o->gradient_checkpointing, .accumulate_grads_locally = o->accumulate_grads_locally,
         .keep_params_gathered = o->keep_params_gathered,
         .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0,

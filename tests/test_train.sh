@@ -94,6 +94,13 @@ ev=$("$bin" "${small[@]}" --eval_only --resume "$a/checkpoints/step_00000006" --
 e6=$(sed -nE 's/^eval  step 6 \| val loss ([0-9.]+) .*/\1/p' <<<"$ev")
 [ -n "$e6" ] && awk -v a="$e6" -v b="$v6" 'BEGIN { exit !(a == b) }' && ok "--eval_only --resume step 6: val loss $e6 = the run's" \
   || bad "--eval_only --resume step 6: '$e6' vs the run's $v6: $(tail -1 <<<"$ev")"
+# an evaluation reads no training rows: another --seed, --pack or --total_batch_size (even one
+# the batch does not divide) evaluates the same checkpoint (they were refused as 'incompatible')
+ev=$("$bin" "${small[@]}" --eval_only --resume "$a/checkpoints/step_00000006" --seed 7 --pack --total_batch_size 6 \
+     --out_dir "$tmp/ev2" 2>&1)
+e6b=$(sed -nE 's/^eval  step 6 \| val loss ([0-9.]+) .*/\1/p' <<<"$ev")
+[ -n "$e6b" ] && [ "$e6b" = "$e6" ] && ok "--eval_only --resume step 6 --seed 7 --pack --total_batch_size 6: val loss $e6b, the same" \
+  || bad "--eval_only with another --seed/--pack/--total_batch_size: '$e6b' vs '$e6': $(tail -1 <<<"$ev")"
 
 # ---------------------------------------------------------------- 2. SIGTERM
 s="$tmp/sig"
