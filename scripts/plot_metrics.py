@@ -5,21 +5,42 @@ Top: training loss per optimizer step and validation loss at each evaluation.
 Bottom: learning rate and gradient norm. Needs matplotlib (pip install matplotlib).
 When a run was resumed, the last record of each step wins.
 """
+import argparse
 import json
-import sys
+import os
+
+
+def read_metrics(path):
+    """train and eval records of metrics.jsonl by step (the last of a step wins), or SystemExit
+    with one line naming the file and what is wrong."""
+    train, evals = {}, {}
+    try:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                try:
+                    r = json.loads(line)
+                    (train if r["type"] == "train" else evals)[r["step"]] = r
+                except (ValueError, KeyError, TypeError) as e:
+                    raise SystemExit(f"plot_metrics: {path}: line {n}: not a metrics record ({e})")
+    except OSError as e:
+        raise SystemExit(f"plot_metrics: {path}: {e.strerror} (OUT_DIR is finetune's --out_dir)")
+    if not train:
+        raise SystemExit(f"plot_metrics: {path}: no training steps to plot")
+    return train, evals
 
 
 def main():
-    if len(sys.argv) < 2:
-        raise SystemExit(__doc__)
-    out_dir = sys.argv[1]
-    png = sys.argv[2] if len(sys.argv) > 2 else f"{out_dir}/metrics.png"
-    train, evals = {}, {}
-    with open(f"{out_dir}/metrics.jsonl") as f:
-        for line in f:
-            r = json.loads(line)
-            (train if r["type"] == "train" else evals)[r["step"]] = r
-    import matplotlib
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[1].replace("\n", " "),
+                                 usage="plot_metrics.py OUT_DIR [PNG]")
+    ap.add_argument("out_dir", metavar="OUT_DIR", help="a finetune --out_dir (reads OUT_DIR/metrics.jsonl)")
+    ap.add_argument("png", metavar="PNG", nargs="?", help="output image (default OUT_DIR/metrics.png)")
+    a = ap.parse_args()
+    png = a.png or os.path.join(a.out_dir, "metrics.png")
+    train, evals = read_metrics(os.path.join(a.out_dir, "metrics.jsonl"))
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("plot_metrics: needs matplotlib (pip install matplotlib)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -56,4 +56,29 @@ for want in "forward .*attention_fwd" "backward .*attention_bwd" "optimizer .*ad
   printf '%s\n' "$prof" | grep -Eq "^  $want" && ok "--profile op line '$want'" || bad "--profile: no op line matching '$want'"
 done
 
+# scripts/plot_metrics.py (make run's curves): --help prints the usage, bad input gives one line
+# naming the file and exits non-zero (it used to crash: '--help/metrics.jsonl' not found, a raw
+# traceback for a missing OUT_DIR or a missing matplotlib)
+out=$(python3 scripts/plot_metrics.py --help 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "^usage: plot_metrics.py OUT_DIR \[PNG\]" <<<"$out" && ok "plot_metrics.py --help: usage, exit 0" \
+  || bad "plot_metrics.py --help: rc $rc: $(head -2 <<<"$out")"
+pm_err() {   # pm_err SUBSTRING OUT_DIR: one line containing SUBSTRING, exit non-zero
+  local err rc
+  err=$(python3 scripts/plot_metrics.py "$2" 2>&1 >/dev/null); rc=$?
+  [ $rc -ne 0 ] && [ "$(grep -c . <<<"$err")" = 1 ] && [[ "$err" == *"$1"* ]] && ok "plot_metrics.py: $err" \
+    || bad "plot_metrics.py $2: rc $rc, '$err' (want one line with '$1')"
+}
+pm_err "$tmp/none/metrics.jsonl: No such file or directory" "$tmp/none"
+mkdir -p "$tmp/pm" && echo '{"type":"eval","step":0,"val_loss":7.5}' > "$tmp/pm/metrics.jsonl"
+pm_err "$tmp/pm/metrics.jsonl: no training steps to plot" "$tmp/pm"
+echo 'not json' >> "$tmp/pm/metrics.jsonl"
+pm_err "$tmp/pm/metrics.jsonl: line 2: not a metrics record" "$tmp/pm"
+printf '%s\n' '{"type":"train","step":1,"loss":7.6,"lr":1e-3,"grad_norm":2.0}' > "$tmp/pm/metrics.jsonl"
+if python3 -c 'import matplotlib' 2>/dev/null; then
+  python3 scripts/plot_metrics.py "$tmp/pm" >/dev/null 2>&1 && [ -s "$tmp/pm/metrics.png" ] && ok "plot_metrics.py wrote a PNG" \
+    || bad "plot_metrics.py on a valid metrics.jsonl wrote no PNG"
+else
+  pm_err "plot_metrics: needs matplotlib (pip install matplotlib)" "$tmp/pm"
+fi
+
 finish
