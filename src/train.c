@@ -243,12 +243,24 @@ static void check_data(const job *j, const trainer_state *got) {
                 (unsigned long long)j->data_fp, (unsigned long long)got->data_fingerprint);
 }
 
+// A resume whose total steps (--max_steps, or --epochs over the rows) differ from the
+// checkpoint's: one warning on rank 0, not an error (training longer is a common wish): the
+// learning-rate schedule's warmup and decay are recomputed over the new total, so the rate
+// changes at the resume step.
+static void check_total_steps(const job *j, const trainer_state *got) {
+    if (!j->start_dir[0] || j->o->eval_only || got->total_steps <= 0 || got->total_steps == j->total_steps) return;
+    if (is_main(j))
+        fprintf(stderr, "finetune: warning: %s/trainer_state.json: the checkpoint's run had %d steps in all, this one "
+                "has %d: the learning-rate schedule is recomputed over %d steps, so the rate changes at step %d\n",
+                j->start_dir, got->total_steps, j->total_steps, j->total_steps, got->step);
+}
+
 // Resolve --resume into j->start_dir (once: job_load_start reads from it), then check that the
 // checkpoint(s) the run will start from (that one, or model_dir's) fit config.json's layouts
 // and this run (headers only, ckpt_check_start), and with LoRA that the base is the one the
 // checkpoint's adapters were trained on (check_base: model_dir's fingerprint, into j->base_fp
-// for the checkpoints this run saves); a resume on other training shards is warned about
-// (check_data). 0 / -1.
+// for the checkpoints this run saves); a resume on other training shards or over another
+// number of steps is warned about (check_data, check_total_steps). 0 / -1.
 static int check_start_weights(job *j) {
     j->start_dir[0] = '\0';
     if (j->o->resume[0]) TRY(ckpt_resolve(j->o->out_dir, j->o->resume, j->start_dir, sizeof j->start_dir));
@@ -260,6 +272,7 @@ static int check_start_weights(job *j) {
     if (j->lora) TRY(hf_checkpoint_fingerprint(j->o->model_dir, &j->base_fp));
     TRY(check_base(j, &got));
     check_data(j, &got);
+    check_total_steps(j, &got);
     return 0;
 }
 

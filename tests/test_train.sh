@@ -276,7 +276,7 @@ expect_error "exceeds the model's max_position_embeddings 512" "${small[@]}" --s
 # changed dataset can be meant); the same shards copied elsewhere: no warning
 mkdir -p "$tmp/data-less" && cp data/chess/val_000.bin data/chess/train_000.bin data/chess/train_001.bin "$tmp/data-less/"
 cp -r data/chess "$tmp/data-same"
-"$bin" "${small[@]}" --max_steps 2 --out_dir "$tmp/dfp" > /dev/null 2>&1 || bad "data fingerprint: the first run failed"
+"$bin" "${small[@]}" --max_steps 3 --save_every 2 --out_dir "$tmp/dfp" > /dev/null 2>&1 || bad "data fingerprint: the first run failed"
 for d in data-less data-same; do
   "$bin" "${small[@]}" --max_steps 3 --data_dir "$tmp/$d" --resume "$tmp/dfp/checkpoints/step_00000002" \
     --out_dir "$tmp/dfp-$d" > "$tmp/dfp-$d.out" 2> "$tmp/dfp-$d.err"; echo $? > "$tmp/dfp-$d.rc"
@@ -289,6 +289,14 @@ the training shards of --data_dir $tmp/data-less are not the ones this checkpoin
   && grep -q '"data_fingerprint": "[0-9a-f]\{16\}"' "$tmp/dfp/checkpoints/step_00000002/trainer_state.json" \
   && ok "resume on the same shards in another directory: no warning; trainer_state.json records data_fingerprint" \
   || bad "resume on the same shards: rc $(cat "$tmp/dfp-data-same.rc"), stderr: $(head -2 "$tmp/dfp-data-same.err")"
+# resuming with another total of steps: one warning (the schedule is recomputed), the run goes on
+"$bin" "${small[@]}" --max_steps 5 --resume "$tmp/dfp/checkpoints/step_00000002" --out_dir "$tmp/dfp-longer" \
+  > "$tmp/dfp-longer.out" 2> "$tmp/dfp-longer.err"; rc=$?
+[ $rc = 0 ] && [ "$(grep -c . "$tmp/dfp-longer.err")" = 1 ] && grep -q "^finetune: warning: .*step_00000002/trainer_state.json: \
+the checkpoint's run had 3 steps in all, this one has 5: the learning-rate schedule is recomputed over 5 steps, so the rate \
+changes at step 2" "$tmp/dfp-longer.err" && grep -q "^step *5/5" "$tmp/dfp-longer.out" \
+  && ok "resume over another number of steps: one warning (schedule recomputed), trains to the new total" \
+  || bad "resume with --max_steps 5: rc $rc, stderr: $(head -2 "$tmp/dfp-longer.err")"
 # sampling past the model's positions: refused up front (it was capped at 500 without a word)
 expect_error "flag --sample_tokens: 501 tokens after the 12-token prompt exceed the model's max_position_embeddings 512 \
 (at most 500)" "${small[@]}" --max_steps 1 --sample_tokens 501 --out_dir "$tmp/sample-cap"
