@@ -87,7 +87,7 @@
 #define ATT_BQ 16
 #define ATT_BK 16
 #define ATT_THREADS 256
-#define ATT_DMAX 128
+#define ATT_DMAX ATTN_NATIVE_MAX_HEAD_DIM
 #define ATT_EPT (ATT_BQ * ATT_DMAX / ATT_THREADS)   // (row, d) entries per thread
 #define ATT_SPT (ATT_BQ * ATT_BK / ATT_THREADS)     // score entries per thread
 

@@ -6,6 +6,11 @@
 
 #define ATTN_DS_CAP_BYTES ((size_t)32 << 20)   // default cap of one launch's dS^T workspace
 
+// The largest head_dim the native kernels take (forward and backward, SIMT and tensor cores):
+// a larger one fails at the first attention call, so the plan (src/plan.c plan_validate)
+// refuses it for `--attention native` before a GPU job starts.
+#define ATTN_NATIVE_MAX_HEAD_DIM 128
+
 // The backward keeps dS^T in bf16 for `group` = H / KVH query heads of one kv head of one
 // sequence: per_kv = group * Tp^2 * 2 bytes, Tp = T rounded up to 16. A launch covers *nb
 // whole sequences (all KVH kv heads) while they fit in `cap` bytes, else *nkv kv heads of

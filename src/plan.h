@@ -135,7 +135,8 @@ typedef struct {
 // Check the process grid: W >= 1 and S divides W. 0, or -1 with ft_error naming --dp_shard.
 int plan_validate_grid(int world_size, int shard_size);
 // Check the whole request: the grid, positive sizes, B x W divides the total batch, seq_len
-// within max_position_embeddings, element size 2 or 4, the LoRA rank and targets (lora.h). 0, or -1 with ft_error naming the
+// within max_position_embeddings, element size 2 or 4, on a GPU with `--attention native` a
+// head_dim the native kernels take (ATTN_NATIVE_MAX_HEAD_DIM), the LoRA rank and targets (lora.h). 0, or -1 with ft_error naming the
 // flag: the one set of job checks (and messages) of both training and --dry_run.
 int plan_validate(const llama_config *cfg, const plan_request *req);
 

@@ -17,6 +17,11 @@
 #      machine too); build/finetune does not link libnccl (CPU and single-GPU jobs start
 #      without it), and the real libnccl.so.2 loads at run time (tests/tools/nccl_id_exchange
 #      makes a unique id through it; a skip when this machine has no NCCL)
+#   4. a model whose head_dim the native attention kernels do not take (256 > 128) with
+#      --attention native: names the flag and both head dims, before the device or the weights
+#      are touched (config.json alone; it used to set up, start an evaluation and fail at the
+#      first attention call with "attention_fwd: head dim 256 > 128 is not supported", leaving
+#      metrics.jsonl behind); --dry_run says the same, and plans it with --attention cudnn
 # Missing cuBLASLt or the CUDA runtime (part of the toolkit the build used) stop finetune in
 # the dynamic loader, before main: "error while loading shared libraries: libcublasLt.so.13:
 # cannot open shared object file: No such file or directory", exit 127 (README).
@@ -76,4 +81,16 @@ if [ -x "$nx" ]; then
   elif [[ "$out" == *"cannot open shared object"* ]]; then echo "skip: no libnccl.so.2 on this machine ($out)"
   else bad "nccl_id_exchange: exit $rc: $out"; fi
 fi
+# ---------------------------------------------------------------- 4. head_dim beyond native
+mkdir -p "$tmp/hd256"
+sed -e 's/"head_dim": *[0-9]*/"head_dim": 256/' data/model/config.json >"$tmp/hd256/config.json"
+grep -q '"head_dim": 256' "$tmp/hd256/config.json" || bad "head_dim 256 config: data/model/config.json has no head_dim"
+hd_err="flag --attention native: the native GPU attention kernels take head_dim up to 128, the model's is 256"
+expect_one_line "head_dim 256, --attention native" "$hd_err" \
+  "$emu" --device cuda --attention native --model_dir "$tmp/hd256" "${flags[@]}"
+expect_one_line "head_dim 256, --attention native, --dry_run" "$hd_err" \
+  "$build/finetune" --dry_run --device cuda --attention native --model_dir "$tmp/hd256" "${flags[@]}"
+out=$("$build/finetune" --dry_run --device cuda --model_dir "$tmp/hd256" "${flags[@]}" 2>&1) \
+  && [[ "$out" == *"cuDNN attention workspace"* ]] && ok "head_dim 256, --attention cudnn: planned" \
+  || bad "head_dim 256, --attention cudnn --dry_run: $(tail -1 <<<"$out")"
 finish
