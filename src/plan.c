@@ -303,10 +303,10 @@ static int alternative_fits(const llama_config *c, const plan_request *r, plan *
 
 static void print_alternative(FILE *out, const char *change, int fits, const plan *q) {
     if (fits < 0) {
-        fprintf(out, "  %-40s not a valid job\n", change);
+        fprintf(out, "  %-54s not a valid job\n", change);
         return;
     }
-    fprintf(out, "  %-40s total %15zu bytes %8.2f GiB of %6.2f: %s", change, q->total, gib(q->total),
+    fprintf(out, "  %-54s total %15zu bytes %8.2f GiB of %6.2f: %s", change, q->total, gib(q->total),
             gib(plan_device_budget(q, PLAN_FIT_DEVICE)), fits ? "fits" : "NO");
     if (q->bytes[MEM_HOST]) fprintf(out, " (+ %.2f GiB host memory per rank)", gib(q->bytes[MEM_HOST]));
     fprintf(out, "\n");
@@ -345,12 +345,15 @@ static void print_fit_alternatives(FILE *out, const plan *p, const llama_config 
         a.total_batch_size = p->accum * r->batch_size_per_device * W;
         const int fits = alternative_fits(c, &a, &q);
         if (fits != 1) continue;
-        char change[64];
-        snprintf(change, sizeof change, "FSDP over %d GPUs (--world_size %d)", W, W);
+        // the flag that keeps this job from sharding fully must go too: --world_size W alone
+        // keeps --no_fsdp (DDP; at one rank it cannot be told from no flag) or --dp_shard
+        const char *drop = r->shard_size == 1 ? " without --no_fsdp" : r->shard_size < r->world_size ? " without --dp_shard" : "";
+        char change[96];
+        snprintf(change, sizeof change, "FSDP over %d GPUs (--world_size %d%s)", W, W, drop);
         print_alternative(out, change, fits, &q);
         return;
     }
-    fprintf(out, "  %-40s none up to 1024 GPUs fits\n", "FSDP over more GPUs");
+    fprintf(out, "  %-54s none up to 1024 GPUs fits\n", "FSDP over more GPUs");
 }
 
 // The host memory of --offload_optimizer: per rank (the category line, for scripts) and per node.

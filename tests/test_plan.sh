@@ -172,6 +172,16 @@ nw=$(sed -nE 's/^  FSDP over ([0-9]+) GPUs.*: fits$/\1/p' "$tmp/7b_one.plan")
 a=$(alt "$tmp/7b_one.plan" "FSDP over $nw GPUs"); b=$(plan7 --world_size "${nw:-0}" | awk '$1 == "total" { print $2; exit }')
 [ "$nw" = 2 ] && [ "$a" = "$b" ] && ok "7B one GPU: FSDP over 2 GPUs would fit, $a bytes = its own dry run" \
   || bad "7B one GPU: FSDP alternative '$nw' GPUs, '$a' bytes vs its dry run '$b'"
+# the FSDP line names the flag that kept the job from sharding: --world_size 2 with the job's
+# --no_fsdp still on it is DDP over 2 and does not fit (it used to read "(--world_size 2)");
+# an HSDP job's names --dp_shard; a fully sharded job's neither (below: batch 28)
+fl=$(grep "^  FSDP over $nw GPUs" "$tmp/7b_one.plan"); ddp=$(plan7 --world_size "${nw:-0}" --no_fsdp | grep "^fits")
+[[ "$fl" == *"(--world_size 2 without --no_fsdp)"* ]] && [[ "$ddp" == *": NO"* ]] \
+  && ok "7B one GPU --no_fsdp: the FSDP line says to drop --no_fsdp (--world_size 2 --no_fsdp does not fit)" \
+  || bad "7B one GPU --no_fsdp: FSDP line '$fl', --world_size 2 --no_fsdp: '$ddp'"
+fl=$(plan7 --world_size 8 --dp_shard 2 --batch_size_per_device 8 --total_batch_size 64 | grep "^  FSDP over")
+[[ "$fl" == *"FSDP over 8 GPUs (--world_size 8 without --dp_shard)"*": fits"* ]] \
+  && ok "7B HSDP 2 x 4, batch 8: the FSDP line says to drop --dp_shard" || bad "7B HSDP batch 8: FSDP line '$fl'"
 # batch 28 over 4 GPUs does not fit: the fewest GPUs that do (16), and half as many do not;
 # batch 64 fits on no number of GPUs (activations are per device)
 plan7 --world_size 4 --batch_size_per_device 28 --total_batch_size 112 > "$tmp/7b_b28.plan" 2>&1
@@ -181,6 +191,8 @@ if [ -n "$nw" ] && [ "$nw" -gt 4 ]; then
   full=$(plan7 --world_size "$nw" --batch_size_per_device 28 --total_batch_size $((28 * nw)) | grep "^fits")
   [[ "$half" == *": NO"* ]] && [[ "$full" == *": yes"* ]] && ok "7B batch 28: FSDP over $nw GPUs fits, $((nw / 2)) does not" \
     || bad "7B batch 28 over $nw GPUs: '$full' / half: '$half'"
+  grep -q "^  FSDP over $nw GPUs (--world_size $nw) " "$tmp/7b_b28.plan" && ok "7B batch 28, FSDP already: the FSDP line names --world_size only" \
+    || bad "7B batch 28: FSDP line '$(grep '^  FSDP over' "$tmp/7b_b28.plan")'"
 else bad "7B batch 28 over 4 GPUs: FSDP alternative '$nw': $(grep -A5 '^what one change' "$tmp/7b_b28.plan")"; fi
 plan7 --world_size 8 --batch_size_per_device 64 --total_batch_size 512 | grep -q "^  FSDP over more GPUs  *none up to 1024" \
   && ok "7B batch 64: no number of GPUs fits, said so" || bad "7B batch 64: FSDP alternative not 'none'"
