@@ -174,7 +174,7 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
             if (errno || end == val || *end || !isfinite(v))
                 return ft_error("flag %s: '%s' is not %s", f->name, val, f->kind == FLAG_INT ? "an integer" : "a number");
             if (v < f->min || v > f->max)
-                return ft_error("flag %s: %s is out of range [%g, %g]", f->name, val, f->min, f->max);
+                return ft_error("flag %s: %s is out of range [%.15g, %.15g]", f->name, val, f->min, f->max);
             if (f->kind == FLAG_INT) *(int *)base = (int)v;
             else *(double *)base = v;
         }

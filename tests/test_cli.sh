@@ -30,6 +30,10 @@ printf '%s\n' "$help" | grep -q -- "--version" && ok "--help lists --version" ||
 
 expect_error "unknown flag '--bogus'" --bogus
 expect_error "--batch_size_per_device: 0 is out of range" --eval_only --batch_size_per_device 0
+# the bounds exactly as the flag takes them (%g printed 1048576 as 1.04858e+06, and --beta2's
+# upper bound 0.999999999 as 1: "1 is out of range [0, 1]")
+expect_error "--seq_len: 1 is out of range [2, 1048576]" --eval_only --seq_len 1
+expect_error "--beta2: 1 is out of range [0, 0.999999999]" --eval_only --beta2 1
 expect_error "--seq_len: 'abc' is not an integer" --eval_only --seq_len abc
 expect_error "--seq_len needs a value" --eval_only --seq_len
 expect_error "--eval_only: 'maybe' is not true/false" --eval_only=maybe
