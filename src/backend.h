@@ -48,6 +48,10 @@ struct backend {
     // multiples of seq_bucket up to 16 x seq_bucket, then 8 lengths per doubling (64: 16
     // lengths up to 1024, 32 up to 4096, 40 up to 8192).
     int seq_bucket;
+    // The largest head_dim attention_fwd / attention_bwd take as the backend stands now (after
+    // its startup choices: a GPU backend whose cuDNN attention did not start runs the native
+    // kernels, ATTN_NATIVE_MAX_HEAD_DIM), 0 = any; NULL = any (the CPU).
+    int (*attention_max_head_dim)(void);
 
     // ---------------------------------------------------------------- lifecycle
     void (*close)(void);                 // release what opening acquired (device, arena, handles)

@@ -36,6 +36,7 @@
 
 #include "arena.h"
 #include "attention_cudnn.h"
+#include "attention_ws.h"
 #include "backend.h"
 #include "backend_cuda.h"
 #include "cuda_check.h"
@@ -451,10 +452,20 @@ static void attention_cudnn_failed(const char *pass) {
     ft_error_clear();
     G.attention_cudnn = 0;
 }
+// cuDNN failed on a head_dim the native kernels do not take either: an error, no fallback
+static int attention_no_fallback(const char *pass, int D) {
+    char why[512];   // (ft_error keeps the first error: this one replaces cuDNN's, which it quotes)
+    snprintf(why, sizeof why, "%s", ft_error_message());
+    ft_error_clear();
+    return ft_error("--attention cudnn: the %s failed at run time (%s) and the native kernels cannot take over: they "
+                    "take head_dim up to %d, the model's is %d", pass, why, ATTN_NATIVE_MAX_HEAD_DIM, D);
+}
+static int cu_attention_max_head_dim(void) { return G.attention_cudnn ? 0 : ATTN_NATIVE_MAX_HEAD_DIM; }
 static int cu_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
                             int KVH, int D) {
     if (G.attention_cudnn) {
         if (attn_cudnn_fwd(out, lse, q, k, v, B, T, H, KVH, D) == 0) return 0;
+        if (D > ATTN_NATIVE_MAX_HEAD_DIM) return attention_no_fallback("forward", D);
         attention_cudnn_failed("forward");
     }
     return ftk_attention_fwd(out, lse, q, k, v, B, T, H, KVH, D, G.stream);
@@ -463,6 +474,7 @@ static int cu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, cons
                             const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D) {
     if (G.attention_cudnn) {
         if (attn_cudnn_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D) == 0) return 0;
+        if (D > ATTN_NATIVE_MAX_HEAD_DIM) return attention_no_fallback("backward", D);
         attention_cudnn_failed("backward");
     }
     return ftk_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D, G.stream);
@@ -496,6 +508,7 @@ static const backend CUDA_BACKEND = {
     .name = "cuda",
     .dtype = ST_BF16,
     .seq_bucket = 64,   // bounded shapes: 16 lengths up to 1024, 8 more per doubling (backend_seq_len)
+    .attention_max_head_dim = cu_attention_max_head_dim,
     .close = backend_cuda_close,
     .describe = backend_cuda_describe,
     .peak_tflops = backend_cuda_peak_tflops,

@@ -288,7 +288,11 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     TRY(llama_config_load(&j->cfg, path));
     const plan_request req = train_plan_request(o, j->world, st_dtype_size(j->be->dtype));
     plan pl;   // validates the job, and chooses how gradients travel (what --dry_run plans)
-    TRY(plan_compute(&pl, &j->cfg, &req));
+    TRY(plan_compute(&pl, &j->cfg, &req));   // (--attention native past its head_dim: refused there)
+    const int dmax = j->be->attention_max_head_dim ? j->be->attention_max_head_dim() : 0;
+    if (dmax > 0 && j->cfg.head_dim > dmax)   // cuDNN attention did not start (its warning above)
+        return ft_error("flag --attention cudnn: cuDNN attention did not start (the warning above) and the native "
+                        "kernels that would replace it take head_dim up to %d, the model's is %d", dmax, j->cfg.head_dim);
     TRY(check_host_memory(&pl, cc->local_size > 0 ? cc->local_size : 1));
     j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 

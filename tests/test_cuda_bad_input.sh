@@ -21,7 +21,9 @@
 #      --attention native: names the flag and both head dims, before the device or the weights
 #      are touched (config.json alone; it used to set up, start an evaluation and fail at the
 #      first attention call with "attention_fwd: head dim 256 > 128 is not supported", leaving
-#      metrics.jsonl behind); --dry_run says the same, and plans it with --attention cudnn
+#      metrics.jsonl behind); --dry_run says the same, and plans it with --attention cudnn;
+#      with cuDNN failing (its startup check, or a shape at run time) no fallback into the
+#      native kernels: one line naming both
 # Missing cuBLASLt or the CUDA runtime (part of the toolkit the build used) stop finetune in
 # the dynamic loader, before main: "error while loading shared libraries: libcublasLt.so.13:
 # cannot open shared object file: No such file or directory", exit 127 (README).
@@ -93,4 +95,53 @@ expect_one_line "head_dim 256, --attention native, --dry_run" "$hd_err" \
 out=$("$build/finetune" --dry_run --device cuda --model_dir "$tmp/hd256" "${flags[@]}" 2>&1) \
   && [[ "$out" == *"cuDNN attention workspace"* ]] && ok "head_dim 256, --attention cudnn: planned" \
   || bad "head_dim 256, --attention cudnn --dry_run: $(tail -1 <<<"$out")"
+# --attention cudnn (the default) whose cuDNN cannot take over: the startup check fails (the
+# cuDNN stand-in's TEST-ONLY FT_TEST_CUDNN_FAULT=plan) and the native kernels cannot take
+# head_dim 256: refused at setup, naming both (it used to warn, set up, and fail at the first
+# attention call); a shape cuDNN fails only at run time (late_fwd / late_bwd) ends the job
+# with one line naming both, not a fallback into the native kernels' own error. The run-time
+# case needs weights: a 1-layer head_dim-256 model written here (stdlib Python, random F32).
+expect_one_line "head_dim 256, cuDNN startup check failed" "flag --attention cudnn: cuDNN attention did not start \
+(the warning above) and the native kernels that would replace it take head_dim up to 128, the model's is 256" \
+  env FT_TEST_CUDNN_FAULT=plan "$emu" --device cuda --model_dir "$tmp/hd256" "${flags[@]}"
+mkdir -p "$tmp/hd256w"
+sed -e 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 1/' "$tmp/hd256/config.json" >"$tmp/hd256w/config.json"
+cp data/model/tokenizer*.json data/model/special_tokens_map.json "$tmp/hd256w/" 2>/dev/null
+python3 - "$tmp/hd256w" <<'PY'
+import json, random, struct, sys
+d = sys.argv[1]
+c = json.load(open(d + "/config.json"))
+C, F, V, H, KVH, D = (c[k] for k in ("hidden_size", "intermediate_size", "vocab_size", "num_attention_heads",
+                                     "num_key_value_heads", "head_dim"))
+shapes = {"model.embed_tokens.weight": [V, C], "model.norm.weight": [C], "lm_head.weight": [V, C]}
+for i in range(c["num_hidden_layers"]):
+    p = f"model.layers.{i}."
+    shapes.update({p + "input_layernorm.weight": [C], p + "post_attention_layernorm.weight": [C],
+                   p + "self_attn.q_proj.weight": [H * D, C], p + "self_attn.k_proj.weight": [KVH * D, C],
+                   p + "self_attn.v_proj.weight": [KVH * D, C], p + "self_attn.o_proj.weight": [C, H * D],
+                   p + "mlp.gate_proj.weight": [F, C], p + "mlp.up_proj.weight": [F, C], p + "mlp.down_proj.weight": [C, F]})
+rng, header, blobs, off = random.Random(0), {}, [], 0
+for name, shape in shapes.items():
+    n = 1
+    for s in shape: n *= s
+    vals = [1.0] * n if name.endswith("norm.weight") else [rng.uniform(-0.05, 0.05) for _ in range(n)]
+    blobs.append(struct.pack(f"<{n}f", *vals))
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + 4 * n]}
+    off += 4 * n
+h = json.dumps(header).encode()
+with open(d + "/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+PY
+# (a run-time failure comes after the outputs were opened: metrics.jsonl may stay)
+for fault in late_fwd late_bwd; do
+  which=$([ $fault = late_fwd ] && echo forward || echo backward)
+  rm -rf "$tmp/out"
+  err=$(env FT_TEST_CUDNN_FAULT=$fault "$emu" --device cuda --model_dir "$tmp/hd256w" "${flags[@]}" --out_dir "$tmp/out" \
+        2>&1 >/dev/null); rc=$?
+  line=$(grep "finetune: error" <<<"$err")
+  [ $rc -ne 0 ] && [ "$(grep -c . <<<"$line")" = 1 ] && [[ "$line" == *"--attention cudnn: the $which failed at run time ("*"no \
+engine supports the $which graph"*") and the native kernels cannot take over: they take head_dim up to 128, the model's is 256" ]] \
+    && ok "head_dim 256, cuDNN's $which fails at run time ($fault): exit $rc, one line naming both" \
+    || bad "head_dim 256, $fault: exit $rc: $err"
+done
 finish
