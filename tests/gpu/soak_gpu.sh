@@ -40,7 +40,7 @@ finish_hook() {
 steps=${SOAK_STEPS:-100}                  # per run (a shorter soak checks this script)
 half=$((steps / 2)) stop=$(printf '%08d' $((steps / 2))) end=$(printf '%08d' "$steps")
 job=(--model_dir data/model --data_dir data/chess --seq_len 512 --learning_rate 5e-3
-     --max_eval_docs 64 --eval_every "$half" --save_every "$half" --max_steps "$steps")
+     --max_eval_docs "${SOAK_EVAL_DOCS:-64}" --eval_every "$half" --save_every "$half" --max_steps "$steps")
 b4=(--batch_size_per_device 4 --total_batch_size 4 --attention native)   # bitwise: see 1. above
 b1=(--batch_size_per_device 1 --total_batch_size 1 --sample_tokens 40 --sample_games 4)
 loss() { metric "$1" loss; }
@@ -71,8 +71,11 @@ compare() {
 # ---------------------------------------------------------------- 1. batch 4, stop and resume
 if run b4 b4 --device "$dev" "${job[@]}" "${b4[@]}"; then
   first=$(loss "$tmp/b4" | head -1); last=$(loss "$tmp/b4" | tail -1)
-  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' && ok "batch 4 on $dev: loss $first -> $last" \
-    || bad "batch 4 on $dev: loss does not fall: $first -> $last"
+  # 100 steps at lr 5e-3 take the loss down by more than 0.5 nats; a short soak (SOAK_STEPS,
+  # tests/test_soak_script.sh) only needs it to fall
+  drop=$([ "$steps" -ge 50 ] && echo 0.5 || echo 0)
+  awk -v a="$first" -v b="$last" -v d="$drop" 'BEGIN { exit !(b < a - d) }' && ok "batch 4 on $dev: loss $first -> $last" \
+    || bad "batch 4 on $dev: loss does not fall by $drop: $first -> $last"
   if run b4r b4r --device "$dev" "${job[@]}" "${b4[@]}" --stop_at_step "$half" &&
      run b4r2 b4r --device "$dev" "${job[@]}" "${b4[@]}" --resume latest; then
     grep -q "resumed from .*step_$stop at step $half" "$tmp/b4r2.log" && ok "resumed at step $half" || bad "no resume message at step $half"
