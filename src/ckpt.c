@@ -359,7 +359,8 @@ int ckpt_check_fresh_out_dir(const char *out_dir, int overwrite) {
     struct stat sb;
     if (overwrite || lstat(p, &sb) != 0) return 0;
     return ft_error("%s: --out_dir holds an earlier run's checkpoints: --resume latest continues it, "
-                    "--overwrite_out_dir starts over (removing its checkpoints/ and final/), or choose another --out_dir",
+                    "--overwrite_out_dir starts over (removing its checkpoints/, final/ and final_merged/), or choose another "
+                    "--out_dir",
                     p);
 }
 

@@ -31,7 +31,7 @@ static const flag_spec flags[] = {
     {"--data_dir", FLAG_STR, OPT(data_dir), 0, 0, NULL, "directory with token shards train_*.bin / val_*.bin"},
     {"--out_dir", FLAG_STR, OPT(out_dir), 0, 0, NULL, "where metrics.jsonl, checkpoints/ and final/ (the HF export) go"},
     {"--resume", FLAG_STR, OPT(resume), 0, 0, NULL, "continue from a checkpoint: 'latest' (in --out_dir), 'auto' (latest when --out_dir has one, else fresh: for requeued jobs) or a checkpoint directory; 'none' = fresh"},
-    {"--overwrite_out_dir", FLAG_BOOL, OPT(overwrite_out_dir), 0, 1, NULL, "start over in an --out_dir that holds an earlier run's checkpoints (removes its checkpoints/ and final/ first; without it such a fresh run is refused)"},
+    {"--overwrite_out_dir", FLAG_BOOL, OPT(overwrite_out_dir), 0, 1, NULL, "start over in an --out_dir that holds an earlier run's checkpoints (removes its checkpoints/, final/ and final_merged/ first; without it such a fresh run is refused)"},
     {"--eval_only", FLAG_BOOL, OPT(eval_only), 0, 1, NULL, "evaluate the validation loss and exit"},
     {"--batch_size_per_device", FLAG_INT, OPT(batch_size_per_device), 1, 4096, NULL, "sequences per forward pass on each device"},
     {"--total_batch_size", FLAG_INT, OPT(total_batch_size), 1, 1 << 24, NULL, "sequences per optimizer step over all ranks (gradient accumulation fills the rest)"},
