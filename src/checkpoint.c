@@ -133,7 +133,7 @@ int hf_checkpoint_fingerprint(const char *dir, uint64_t *fp) {
         for (; k > 0 && strcmp(file_base(&ck, order[k - 1]), file_base(&ck, i)) > 0; k--) order[k] = order[k - 1];
         order[k] = i;
     }
-    uint64_t h = ST_FINGERPRINT_INIT;
+    uint64_t h = FT_FNV_INIT;
     for (int i = 0; i < ck.n_files; i++) h = st_fingerprint(&ck.files[order[i]], h);
     *fp = h ? h : 1;
     free(order);

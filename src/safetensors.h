@@ -42,18 +42,10 @@ void st_close(st_file *f);
 // The tensor called `name`, or NULL.
 const st_tensor *st_find(const st_file *f, const char *name);
 
-// Content fingerprint: a 64-bit FNV-1a hash, continued from `h` (ST_FINGERPRINT_INIT for the
-// first file), over the open file's length field and JSON header (every name, dtype, shape and
-// offset), then samples of its data area: all of it when it is at most 3 x ST_FINGERPRINT_SAMPLE
-// bytes, else ST_FINGERPRINT_SAMPLE bytes at its start, its middle and its end. It reads about
-// 200 KiB of a file of any size (the mapping's pages touched are those), never all of a
-// multi-GB file. What it tells apart: another model, and any fine-tune of the same shape (a
-// trained model's weights differ from its base's almost everywhere, so the samples differ).
-// What it does not: a change confined to bytes outside the samples (a few weights edited by
-// hand); and the same weights stored differently (another dtype, header or sharding) give
-// another fingerprint. Not a cryptographic hash: it detects mistakes, not tampering.
-#define ST_FINGERPRINT_INIT FT_FNV_INIT                 // (common.h: ft_fingerprint_sampled)
-#define ST_FINGERPRINT_SAMPLE FT_FINGERPRINT_SAMPLE
+// Content fingerprint of an open file, continuing `h` (FT_FNV_INIT for the first file): its
+// length field and JSON header (every name, dtype, shape and offset) whole, then its data area
+// through ft_fingerprint_sampled (common.h: what that tells apart and what it does not). The
+// same weights stored differently (another dtype, header or sharding) give another value.
 uint64_t st_fingerprint(const st_file *f, uint64_t h);
 
 // One tensor to write: data is host memory of nbytes = numel * dtype size.

@@ -362,11 +362,11 @@ static int flip_byte(const char *path, long off) {
     return ok ? 0 : -1;
 }
 
-// The fingerprint of one file (ST_FINGERPRINT_INIT continued), or 0 when it does not open.
+// The fingerprint of one file (FT_FNV_INIT continued), or 0 when it does not open.
 static uint64_t file_fp(const char *path) {
     st_file f;
     if (st_open(&f, path) != 0) return 0;
-    const uint64_t h = st_fingerprint(&f, ST_FINGERPRINT_INIT);
+    const uint64_t h = st_fingerprint(&f, FT_FNV_INIT);
     st_close(&f);
     return h;
 }
@@ -389,7 +389,7 @@ static int write_big(const char *path, size_t n, long *data_off) {
 
 static void test_fingerprint(void) {
     // 1 MiB of data: larger than the three samples, so something lies outside them
-    const size_t n = 1 << 18, S = ST_FINGERPRINT_SAMPLE, data = n * sizeof(float);
+    const size_t n = 1 << 18, S = FT_FINGERPRINT_SAMPLE, data = n * sizeof(float);
     char a[256], b[256];
     snprintf(a, sizeof a, "%s/fp_a.safetensors", dir);
     snprintf(b, sizeof b, "%s/fp_b.safetensors", dir);
@@ -398,7 +398,7 @@ static void test_fingerprint(void) {
     if (write_big(a, n, &off) != 0 || write_big(b, n, &off) != 0) { EXPECT(0, "fingerprint setup: %s", ft_error_message()); return; }
     const uint64_t fa = file_fp(a);
     EXPECT(fa != 0 && fa == file_fp(b) && fa == file_fp(a), "the same bytes in two files: the same fingerprint");
-    EXPECT(fa != ST_FINGERPRINT_INIT, "the fingerprint hashes something");
+    EXPECT(fa != FT_FNV_INIT, "the fingerprint hashes something");
     // one byte changed in each sample (start, middle, end of the data area), and in the header
     // (byte 10: the name "w" becomes "v", still a valid file)
     const long at[4] = {off + 5, off + (long)((data - S) / 2 + S / 2), off + (long)data - 3, 10};
