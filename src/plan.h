@@ -76,6 +76,9 @@ typedef struct {
     double bytes;                   // HBM bytes per rank per step (memory-bound ops only)
     double rate;                    // PLAN_OP_ATTENTION: fraction of the peak bf16 rate;
                                     // PLAN_OP_SIMT: FLOPs per SM per clock
+    double launches;                // device operations it issues per rank per step (kernels,
+                                    // GEMMs, cuDNN graph executions, memsets): each takes at
+                                    // least PLAN_OP_FLOOR_S (src/plan_time.c)
 } plan_op;
 #define PLAN_MAX_OPS 16
 
@@ -120,6 +123,8 @@ typedef struct {
     double tokens;                  // accum x B x T
     double model_flops;             // 6 x matmul params + causal attention, per token x tokens
     double exec_flops;              // the FLOPs of ops[] (recompute, this build's attention backward)
+    double launches;                // the device operations of ops[] (tests/test_plan.sh compares
+                                    // them with the emulated device's count)
     size_t all_gather_bytes;        // sent by this rank (ring), as the comm counters record
     size_t reduce_scatter_bytes;
     size_t root_all_gather_bytes;   // the root unit's share of the two above (blocking in fsdp.c)

@@ -54,6 +54,14 @@
 #define PLAN_PCIE_BYTES_PER_S 50e9
 // Collectives at the link's peak per direction (no derating: no measured NCCL figure for
 // these links at hand), so exposed collective time is a lower bound too.
+// Every device operation (kernel, cuBLASLt GEMM, cuDNN graph execution, memset) takes at least
+// PLAN_OP_FLOOR_S: one CPU thread issues the step's operations in order, and a
+// cudaLaunchKernel / cublasLtMatmul call costs the host a few microseconds (commonly quoted
+// 2-10 us; an assumption, not measured here), so a model whose kernels are shorter than that
+// runs at the issue rate, not at its FLOP or byte rate. An op class's time is the larger of its
+// work and its operations x 4 us. This only matters for small models (the bundled one: about
+// 100 operations per micro-batch of a few us of work each); for 7B each op is milliseconds.
+#define PLAN_OP_FLOOR_S 4e-6
 
 const char *plan_op_class_name(plan_op_class k) {
     static const char *names[PLAN_OP_CLASS_COUNT] = {"gemm", "attention", "simt", "memory"};
@@ -64,16 +72,18 @@ const char *plan_op_class_name(plan_op_class k) {
 // the op list of one optimizer step (per rank)
 
 static void op_add(plan *p, const char *what, plan_op_class k, plan_op_phase ph, double flops, double bytes,
-                   double rate) {
+                   double rate, double launches) {
     if (flops == 0 && bytes == 0) return;
-    if (p->n_ops < PLAN_MAX_OPS) p->ops[p->n_ops++] = (plan_op){what, k, ph, flops, bytes, rate};
+    if (p->n_ops < PLAN_MAX_OPS) p->ops[p->n_ops++] = (plan_op){what, k, ph, flops, bytes, rate, launches};
 }
 
-// The attention ops of a step (FLOPs att per forward) on the path this job takes.
-static void attention_ops_add(plan *p, const llama_config *c, double att, double ck) {
+// The attention ops of a step (FLOPs att per forward; AL = micro-batches x layers calls) on
+// the path this job takes. Operations: one cuDNN graph per call, forward and backward; the
+// native backward is 3 kernels (delta, dK|dV, dQ).
+static void attention_ops_add(plan *p, const llama_config *c, double att, double ck, double AL) {
     const char *fwd, *rec, *bwd;
     plan_op_class k = PLAN_OP_ATTENTION;
-    double rate, bwd_flops = PLAN_ATTN_BWD_TC * att;
+    double rate, bwd_flops = PLAN_ATTN_BWD_TC * att, bwd_ops = p->req.attention_cudnn ? 1 : 3;
     if (p->req.attention_cudnn) {   // every head_dim (backend_cuda.c cu_attention_fwd)
         rate = PLAN_ATTN_CUDNN_FRACTION;
         fwd = "attention forward (cuDNN graph)", rec = "attention forward recomputed (cuDNN)";
@@ -87,9 +97,9 @@ static void attention_ops_add(plan *p, const llama_config *c, double att, double
         fwd = "attention forward (native wmma)", rec = "attention forward recomputed (native)";
         bwd = "attention backward (native wmma, 5 products)";
     }
-    op_add(p, fwd, k, PLAN_PHASE_FWD, att, 0, rate);
-    op_add(p, rec, k, PLAN_PHASE_BWD, ck * att, 0, rate);
-    op_add(p, bwd, k, PLAN_PHASE_BWD, bwd_flops, 0, rate);
+    op_add(p, fwd, k, PLAN_PHASE_FWD, att, 0, rate, AL);
+    op_add(p, rec, k, PLAN_PHASE_BWD, ck * att, 0, rate, ck * AL);
+    op_add(p, bwd, k, PLAN_PHASE_BWD, bwd_flops, 0, rate, bwd_ops * AL);
 }
 
 void plan_ops_compute(plan *p, const llama_config *c) {
@@ -97,19 +107,38 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     const double A = p->accum, N = (double)r->batch_size_per_device * r->seq_len, e = (double)r->elem_bytes;
     const double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     const double H = c->num_attention_heads, QD = H * c->head_dim, KVD = (double)c->num_key_value_heads * c->head_dim;
-    const double ck = r->gradient_checkpointing ? 1 : 0, AN = A * N;
+    const double ck = r->gradient_checkpointing ? 1 : 0, AN = A * N, AL = A * L;
     const double gemm = 2 * AN * L * model_layer_matmul_params(c), att = AN * L * model_attention_fwd_flops(c, r->seq_len);
+    // LoRA (src/lora.c): the base is frozen, so no dW GEMMs for it (the lm_head's neither);
+    // each of nt adapted projections per layer adds 2 small GEMMs forward (u = x A^T,
+    // y += s u B^T: 2 x rank x (in + out) FLOPs per token, about 2 x the layer's adapter
+    // parameters) and 4 backward (dB, du, dA, dx), and a scale kernel each way
+    const double lora = r->lora.rank ? 1 : 0, nt = r->lora.rank ? __builtin_popcount(r->lora.targets) : 0;
+    // (src/model.c: adapters on q, k or v split the fused RoPE pass into a split and two
+    // rotations each way, +2 operations; on gate or up the gate|up GEMM runs as two, +1 GEMM
+    // each way; the FLOPs are the same)
+    const unsigned tg = r->lora.rank ? r->lora.targets : 0;
+    const double qkv_split = (tg & ((1u << LT_WQ) | (1u << LT_WK) | (1u << LT_WV))) ? 2 : 0;
+    const double gu_split = (tg & ((1u << LT_WGATE) | (1u << LT_WUP))) ? 1 : 0;
+    const double adapters = lora * 2 * AN * L * (double)p->trained_layer_numel;
+    const double chunks = ceil(N / model_lmhead_chunk_rows((int)N, (int)V));
     p->n_ops = 0;
 
     // FLOP-heavy: (class, phase) as this build runs them. The lm_head's logits, dX and dW are
     // cuBLASLt GEMMs per row chunk (src/backend_cuda.c, cu_lmhead_xent): 2 N C V FLOPs each,
     // at the GEMM rate (K = C or the chunk's rows, both >= 2048 for 7B at seq 512: large
-    // enough for the same fraction of peak as the layers' GEMMs, an assumption)
-    op_add(p, "layer GEMMs forward (q k v o gate|up down)", PLAN_OP_GEMM, PLAN_PHASE_FWD, gemm, 0, 0);
-    op_add(p, "layer GEMMs backward (dX, dW)", PLAN_OP_GEMM, PLAN_PHASE_BWD, 2 * gemm, 0, 0);
-    op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, ck * gemm, 0, 0);
-    attention_ops_add(p, c, att, ck);
-    op_add(p, "lm_head GEMMs: logits, dX, dW", PLAN_OP_GEMM, PLAN_PHASE_ROOT, 6 * AN * C * V, 0, 0);
+    // enough for the same fraction of peak as the layers' GEMMs, an assumption).
+    // Operations per layer and micro-batch: 4 forward GEMMs (q|k|v, o, gate|up, down), 8
+    // backward (their dX and dW; 4 with LoRA)
+    op_add(p, lora ? "layer GEMMs forward (base + adapters)" : "layer GEMMs forward (q k v o gate|up down)",
+           PLAN_OP_GEMM, PLAN_PHASE_FWD, gemm + adapters, 0, 0, AL * (4 + gu_split + 2 * nt));
+    op_add(p, lora ? "layer GEMMs backward (base dX, adapters)" : "layer GEMMs backward (dX, dW)", PLAN_OP_GEMM,
+           PLAN_PHASE_BWD, (2 - lora) * gemm + 2 * adapters, 0, 0, AL * (lora ? 4 + gu_split + 4 * nt : 8));
+    op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, ck * (gemm + adapters), 0, 0,
+           ck * AL * (4 + gu_split + 2 * nt));
+    attention_ops_add(p, c, att, ck, AL);
+    op_add(p, lora ? "lm_head GEMMs: logits, dX (frozen)" : "lm_head GEMMs: logits, dX, dW", PLAN_OP_GEMM,
+           PLAN_PHASE_ROOT, (6 - 2 * lora) * AN * C * V, 0, 0, A * chunks * (3 - lora));
 
     // memory-bound: every kernel reads each input and writes each output once from HBM (a
     // row re-read inside a kernel is assumed to hit the cache); fp32 rstd/lse/delta 4 bytes
@@ -118,18 +147,24 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     // gather of dq|dk|dv with RoPE's backward likewise (2 QD + 4 KVD)
     const double fwd = N * e * (6 * C + 2 * QD + 4 * KVD + 3 * F) + 8 * N;
     const double bwd = N * e * (12 * C + 4 * QD + 4 * KVD + 5 * F) + 8 * N + 4 * N * H;  // + attention delta
-    op_add(p, "layer norms, RoPE + q|k|v split, SwiGLU forward", PLAN_OP_MEMORY, PLAN_PHASE_FWD, 0, A * L * fwd, 0);
-    op_add(p, "layer norms, RoPE, SwiGLU, delta backward", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, A * L * bwd, 0);
-    op_add(p, "layer memory-bound forward recomputed", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, ck * A * L * fwd, 0);
+    // operations per layer and micro-batch: forward 2 norms, 3 RoPE/split passes, SwiGLU (6);
+    // backward 3 kernels per norm, SwiGLU, 3 RoPE/gather passes (10); LoRA's scale kernels
+    op_add(p, "layer norms, RoPE + q|k|v split, SwiGLU forward", PLAN_OP_MEMORY, PLAN_PHASE_FWD, 0, A * L * fwd, 0,
+           AL * (6 + qkv_split + nt));
+    op_add(p, "layer norms, RoPE, SwiGLU, delta backward", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, A * L * bwd, 0,
+           AL * (10 + qkv_split + nt));
+    op_add(p, "layer memory-bound forward recomputed", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, ck * A * L * fwd, 0,
+           ck * AL * (6 + qkv_split + nt));
     // embedding fwd 2 + bwd 3, final norm fwd 2 + bwd 6, zeroed dresid 1 (x N C e); the
     // softmax/cross-entropy rows read the fp32 logits (4 N V) and write bf16 dlogits in place
     // (2 N V); with several chunks the fp32 (V, C) dW sum is read and written once more and
     // rounded into the bf16 gradient (4 + 4 + e) x V C (not when the gradient unit is fp32
     // itself: fsdp_grads_f32)
-    const double chunks = ceil(N / model_lmhead_chunk_rows((int)N, (int)V));
-    const double lm_dw = chunks > 1 && !fsdp_grads_f32((fsdp_grad_mode)p->grad_mode) ? (8 + e) * V * C : 0;
+    // (operations per micro-batch: embedding forward and backward (not with LoRA), the final
+    // norm's 1 + 3, a memset, one softmax/xent kernel per chunk)
+    const double lm_dw = chunks > 1 && !lora && !fsdp_grads_f32((fsdp_grad_mode)p->grad_mode) ? (8 + e) * V * C : 0;
     op_add(p, "embedding, final norm, softmax/xent rows", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
-           A * (N * e * 14 * C + 6 * N * V + 20 * N + lm_dw), 0);
+           A * (N * e * 14 * C + 6 * N * V + 20 * N + lm_dw), 0, A * (6 - lora + chunks));
     // the root unit's gradient zeroed (grad_begin; a layer's is fresh: its dW GEMMs overwrite
     // it with beta 0, nothing to zero but the norm weights and padding) and every unit's added
     // into the fp32 slice (grad_end), on the compute stream during the backward; with
@@ -159,17 +194,30 @@ void plan_ops_compute(plan *p, const llama_config *c) {
         const double root = (double)p->root_numel, root_slice = root / r->shard_size;
         grad_bytes += A * (root - root_slice) * (e + 8) + 4 * root;
     }
-    op_add(p, grad_what, PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, grad_bytes, 0);
-    op_add(p, "optimizer: grad norm, AdamW", PLAN_OP_MEMORY, PLAN_PHASE_STEP, 0, p->optimizer_hbm_bytes, 0);
+    // operations: sharded, each unit's gradient is zeroed or added per micro-batch (an add
+    // kernel, two memsets); one shard writes the step gradient directly
+    const double units = L + 1;
+    op_add(p, grad_what, PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, grad_bytes, 0,
+           p->grad_mode == FSDP_GRADS_DIRECT ? 0 : A * 3 * units);
+    // AdamW: one kernel per trained tensor in this rank's slice (a sharded slice cuts up to one
+    // tensor per unit), the grad norm's 2 kernels, a memset
+    const double tensors = lora ? 2 * nt * L : 9 * L + 3 - (c->tie_word_embeddings ? 1 : 0);
+    const double adamw = r->shard_size == 1 ? tensors : tensors / r->shard_size + units;
+    op_add(p, "optimizer: grad norm, AdamW", PLAN_OP_MEMORY, PLAN_PHASE_STEP, 0, p->optimizer_hbm_bytes, 0,
+           adamw + 3);
 
     p->exec_flops = 0;
-    for (int i = 0; i < p->n_ops; i++) p->exec_flops += p->ops[i].flops;
+    p->launches = 0;
+    for (int i = 0; i < p->n_ops; i++) {
+        p->exec_flops += p->ops[i].flops;
+        p->launches += p->ops[i].launches;
+    }
 }
 
 // ----------------------------------------------------------------------------
 // times on a device
 
-double plan_op_seconds(const plan_op *o, const plan_device *d) {
+static double op_work_seconds(const plan_op *o, const plan_device *d) {
     switch (o->cls) {
     case PLAN_OP_GEMM: return o->flops / (PLAN_GEMM_FRACTION * d->peak_flops);
     case PLAN_OP_ATTENTION: return o->flops / (o->rate * d->peak_flops);
@@ -179,6 +227,10 @@ double plan_op_seconds(const plan_op *o, const plan_device *d) {
     }
     default: return o->bytes / (PLAN_HBM_FRACTION * d->hbm_bytes_per_s);
     }
+}
+
+double plan_op_seconds(const plan_op *o, const plan_device *d) {
+    return fmax(op_work_seconds(o, d), o->launches * PLAN_OP_FLOOR_S);
 }
 
 static double pos(double x) { return x > 0 ? x : 0; }
@@ -243,6 +295,8 @@ void plan_print_step_time(FILE *out, const plan *p) {
             "runs trim padding)\n", p->tokens, p->accum, p->req.batch_size_per_device, p->req.seq_len);
     fprintf(out, "  %.3e model FLOPs (6 x matmul params + causal attention: the MFU numerator), %.3e executed by "
             "this build (recompute, the attention backward's products)\n", p->model_flops, p->exec_flops);
+    fprintf(out, "  %.0f device operations (kernels, GEMMs, cuDNN graphs, memsets), each at least %.0f us: an op's "
+            "time is the larger of its work and that floor\n", p->launches, PLAN_OP_FLOOR_S * 1e6);
     print_ops(out, p);
 
     plan_step_time t[8];
@@ -254,6 +308,7 @@ void plan_print_step_time(FILE *out, const plan *p) {
         "fp32 SIMT kernels (native attention when head_dim % 16 != 0): 15 FLOP/SM-clock",
         "memory-bound kernels at 0.9 of HBM bandwidth",
     };
+    // (each op at least its device operations x PLAN_OP_FLOOR_S: the header line says so)
     fprintf(out, "  per class, ms per step (the rows down to total add up):\n  %-13s", "class");
     for (int j = 0; j < nd; j++) fprintf(out, " %15s", plan_devices[j].name);
     fprintf(out, "\n");

@@ -33,7 +33,9 @@
 #include <time.h>
 
 #include <deque>
+#include <map>
 #include <set>
+#include <string>
 
 #include "cuda_emu_async.h"
 
@@ -292,9 +294,41 @@ bool async_on() { return runtime()->async; }
 
 void set_async_default(int on) { g_default = on; }
 
+// FT_EMU_STATS=1: count the device operations issued, by name (up to its " (": "kernel
+// rmsnorm_fwd", "cublasLtMatmul", "cudnn attention forward", "ncclAllGather",
+// "cudaMemsetAsync" ...), and print one line per name to stderr at exit ("cuda_emu: issued
+// <name> <count>"). tests/test_plan.sh compares the operations per optimizer step with
+// --dry_run's count (src/plan_time.c).
+static pthread_mutex_t g_stats_mu = PTHREAD_MUTEX_INITIALIZER;
+static std::map<std::string, unsigned long long> *g_stats;
+
+static void stats_print() {
+    pthread_mutex_lock(&g_stats_mu);
+    fflush(nullptr);
+    for (const auto &kv : *g_stats) fprintf(stderr, "cuda_emu: issued %s %llu\n", kv.first.c_str(), kv.second);
+    pthread_mutex_unlock(&g_stats_mu);
+}
+
+static pthread_once_t g_stats_once = PTHREAD_ONCE_INIT;
+static void stats_init() {
+    const char *e = getenv("FT_EMU_STATS");
+    if (!e || !*e || strcmp(e, "0") == 0) return;
+    g_stats = new std::map<std::string, unsigned long long>();
+    atexit(stats_print);
+}
+
+static void stats_count(const std::string &name) {
+    pthread_once(&g_stats_once, stats_init);
+    if (!g_stats) return;
+    pthread_mutex_lock(&g_stats_mu);
+    (*g_stats)[name.substr(0, name.find(" ("))]++;
+    pthread_mutex_unlock(&g_stats_mu);
+}
+
 cudaError_t enqueue(cudaStream_t stream, std::string name, const std::vector<Access> &acc,
                     std::function<void()> fn) {
     runtime();
+    stats_count(name);
     if (!R->async) {
         fn();
         return cudaSuccess;
