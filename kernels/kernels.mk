@@ -121,8 +121,13 @@ $(BUILD)/tests/finetune_emu_fault_%: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fa
 EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu $(BUILD)/tests/finetune_emu_fault_prefetch \
                    $(BUILD)/tests/finetune_emu_fault_rs $(BUILD)/tests/finetune_emu_fault_offload
 -include $(wildcard $(BUILD)/emu/fault_*/*.d)
-TEST_BINS += $(BUILD)/tests/test_backend_emu
-CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_backend_emu   # not in the CUDA=0 sanitizer build
+# tests/cuda_emu/test_emu_host.cpp: the emulated cuBLASLt's and NCCL's aliasing rules
+$(BUILD)/tests/test_emu_host: tests/cuda_emu/test_emu_host.cpp $(BUILD)/emu/cuda_emu_host.o $(EMU_OBJ)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) $(if $(filter 1,$(MPI)),$(filter -I%,$(MPI_FLAGS)) -DFT_HAVE_MPI) $(filter %.cpp %.o,$^) -o $@ $(EMU_LDLIBS) \
+	  $(if $(filter 1,$(MPI)),$(filter-out -I%,$(MPI_FLAGS)))
+TEST_BINS += $(BUILD)/tests/test_backend_emu $(BUILD)/tests/test_emu_host
+CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_backend_emu $(BUILD)/tests/test_emu_host   # not in the CUDA=0 sanitizer build
 endif
 -include $(wildcard $(BUILD)/emu/kernels/*.d $(BUILD)/emu/kernels_gpumath/*.d)
 endif

@@ -177,9 +177,9 @@ int attn_engine_fwd(attn_graph *g, void *out, float *lse, const void *q, const v
     (void)workspace;
     const dims s = dims_of(g->key);
     const size_t qb = s.B * s.T * s.H * s.D * 2, kb = s.B * s.T * s.KVH * s.D * 2;
-    std::vector<cuemu::Access> acc = {{q, qb, cuemu::ACC_READ, false}, {k, kb, cuemu::ACC_READ, false},
-                                      {v, kb, cuemu::ACC_READ, false}, {out, qb, cuemu::ACC_WRITE, false},
-                                      {lse, s.B * s.H * s.T * sizeof(float), cuemu::ACC_WRITE, false}};
+    std::vector<cuemu::Access> acc = {{q, qb, cuemu::ACC_READ, false, true}, {k, kb, cuemu::ACC_READ, false, true},
+                                      {v, kb, cuemu::ACC_READ, false, true}, {out, qb, cuemu::ACC_WRITE, false, true},
+                                      {lse, s.B * s.H * s.T * sizeof(float), cuemu::ACC_WRITE, false, true}};
     const attn_graph gc = *g;
     if (cuemu::enqueue(g_stream, "cudnn attention forward (emulated)", acc,
                        [gc, out, lse, q, k, v]() { fwd_run(gc, out, lse, q, k, v); }) != cudaSuccess)
@@ -194,11 +194,11 @@ int attn_engine_bwd(attn_graph *g, void *dq, void *dk, void *dv, const void *dou
     if (!workspace) return ft_error("cudnn attention (emulated): the backward needs its workspace");
     bwd_args a = {*g, dq, dk, dv, dout, out, q, k, v, lse, (float *)workspace, (float *)workspace + rows * s.D};
     std::vector<cuemu::Access> acc = {
-        {q, qb, cuemu::ACC_READ, false},     {k, kb, cuemu::ACC_READ, false},
-        {v, kb, cuemu::ACC_READ, false},     {out, qb, cuemu::ACC_READ, false},
-        {dout, qb, cuemu::ACC_READ, false},  {lse, rows * sizeof(float), cuemu::ACC_READ, false},
-        {dq, qb, cuemu::ACC_WRITE, false},   {dk, kb, cuemu::ACC_WRITE, false},
-        {dv, kb, cuemu::ACC_WRITE, false},   {workspace, rows * (s.D + 1) * sizeof(float), cuemu::ACC_WRITE, false}};
+        {q, qb, cuemu::ACC_READ, false, true},     {k, kb, cuemu::ACC_READ, false, true},
+        {v, kb, cuemu::ACC_READ, false, true},     {out, qb, cuemu::ACC_READ, false, true},
+        {dout, qb, cuemu::ACC_READ, false, true},  {lse, rows * sizeof(float), cuemu::ACC_READ, false, true},
+        {dq, qb, cuemu::ACC_WRITE, false, true},   {dk, kb, cuemu::ACC_WRITE, false, true},
+        {dv, kb, cuemu::ACC_WRITE, false, true},   {workspace, rows * (s.D + 1) * sizeof(float), cuemu::ACC_WRITE, false, true}};
     if (cuemu::enqueue(g_stream, "cudnn attention backward (emulated)", acc, [a]() { bwd_run(a); }) != cudaSuccess)
         return ft_error("cudnn attention (emulated): enqueue of the backward failed");
     return 0;

@@ -30,6 +30,8 @@ struct Access {
     size_t n;              // bytes (ignored for whole_block)
     int kind;              // AccessKind
     bool whole_block;      // a kernel pointer: the arena block (or allocation) holding p
+    bool device = false;   // the GPU itself dereferences p (a kernel, cuBLASLt, NCCL, a memset):
+                           // it must be device memory or pinned host memory (cudaMallocHost)
 };
 
 // An operation as the checker names it: "<name> on stream <stream> (op #<seq>)".
@@ -84,6 +86,8 @@ cudaError_t launch_run(const LaunchSpec &spec, const std::function<void()> &body
 void shadow_alloc(void *p, size_t n);                   // cudaMalloc'd memory
 void shadow_release(void *p);                            // cudaFree (after a device sync)
 bool shadow_is_device(const void *p);
+void shadow_pinned(void *p, size_t n, bool add);         // cudaMallocHost / cudaFreeHost
+bool shadow_is_pinned(const void *p);
 // check op's accesses against the history (reports hazards), then record them; clock =
 // the op's vector clock
 void shadow_access(const OpRef &op, const Clock &clock, const std::vector<Access> &acc);

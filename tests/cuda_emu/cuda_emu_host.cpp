@@ -253,6 +253,10 @@ static void matmul_run(const emu_matmul &x) {
 }
 
 // bytes a column-major layout spans from its base pointer
+static bool overlaps(const void *p, size_t n, const void *q, size_t m) {
+    const uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
+    return n && m && a < b + m && b < a + n;
+}
 static size_t layout_bytes(const emu_layout &l) {
     if (l.rows == 0 || l.cols == 0) return 0;
     return ((l.cols - 1) * (uint64_t)l.ld + l.rows) * (l.type == CUDA_R_32F ? 4 : 2);
@@ -284,12 +288,30 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     // alpha and beta are host scalars (the default pointer mode): read now
     x.alpha = *(const float *)alpha;
     x.beta = *(const float *)beta;
+    // Aliasing: cuBLASLt computes D in tiles while it still reads A, B and C, so D may not
+    // overlap A or B, and C only as C == D with one layout (in place). The real library does
+    // not check: it returns wrong numbers. (This emulation, a column at a time, would often
+    // get them right.)
+    {
+        const size_t na = layout_bytes(x.la), nb = layout_bytes(x.lb), nc = layout_bytes(x.lc),
+                     nd = layout_bytes(x.ld);
+        const char *bad = overlaps(D, nd, A, na) ? "A" : overlaps(D, nd, B, nb) ? "B"
+                        : x.beta != 0.0f && C != D && overlaps(D, nd, C, nc) ? "C (C != D)"
+                        : C == D && x.beta != 0.0f && memcmp(&x.lc, &x.ld, sizeof x.lc) != 0 ? "C (C == D, other layout)"
+                        : nullptr;
+        if (bad) {
+            if (!cuemu::quiet()) fprintf(stderr, "cuda_emu: cublasLtMatmul (m %llu, n %llu, k %llu): D [%p, +%zu bytes) overlaps operand "
+                    "%s: undefined on a GPU\n", (unsigned long long)m, (unsigned long long)n, (unsigned long long)k, D,
+                    nd, bad);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
     x.A = A; x.B = B; x.C = C; x.D = D;
-    std::vector<cuemu::Access> acc = {{A, layout_bytes(x.la), cuemu::ACC_READ, false},
-                                      {B, layout_bytes(x.lb), cuemu::ACC_READ, false}};
-    if (x.beta != 0.0f) acc.push_back({C, layout_bytes(x.lc), cuemu::ACC_READ, false});
-    acc.push_back({D, layout_bytes(x.ld), cuemu::ACC_WRITE, false});
-    if (workspace && workspace_bytes) acc.push_back({workspace, workspace_bytes, cuemu::ACC_WRITE, false});
+    std::vector<cuemu::Access> acc = {{A, layout_bytes(x.la), cuemu::ACC_READ, false, true},
+                                      {B, layout_bytes(x.lb), cuemu::ACC_READ, false, true}};
+    if (x.beta != 0.0f) acc.push_back({C, layout_bytes(x.lc), cuemu::ACC_READ, false, true});
+    acc.push_back({D, layout_bytes(x.ld), cuemu::ACC_WRITE, false, true});
+    if (workspace && workspace_bytes) acc.push_back({workspace, workspace_bytes, cuemu::ACC_WRITE, false, true});
     char name[128];
     snprintf(name, sizeof name, "cublasLtMatmul (m %llu, n %llu, k %llu)", (unsigned long long)m,
              (unsigned long long)n, (unsigned long long)k);
@@ -467,12 +489,25 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err) {
     *err = (ncclResult_t)c->error.load();
     return ncclSuccess;
 }
+// NCCL's in-place forms are the only overlaps it allows (all-gather: send == recv + rank *
+// count; reduce-scatter: recv == send + rank * count; all-reduce and broadcast: send ==
+// recv); any other overlap of send and receive buffers is undefined (wrong data, no error).
+static ncclResult_t nccl_overlap(const char *what, const void *send, size_t sbytes, const void *recv, size_t rbytes,
+                                 bool in_place) {
+    if (in_place || !overlaps(send, sbytes, recv, rbytes)) return ncclSuccess;
+    if (!cuemu::quiet()) fprintf(stderr, "cuda_emu: %s: the send buffer [%p, +%zu bytes) overlaps the receive buffer [%p, +%zu bytes) "
+            "other than in NCCL's in-place form: undefined on a GPU\n", what, send, sbytes, recv, rbytes);
+    return ncclInvalidArgument;
+}
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t s) {
     const size_t bytes = n * nccl_size(t);
+    if (nccl_overlap("ncclAllGather", send, bytes, recv, bytes * c->size,
+                     (const char *)recv + (size_t)c->rank * bytes == send) != ncclSuccess)
+        return ncclInvalidArgument;
     const void *snd = (const char *)recv + (size_t)c->rank * bytes == send ? MPI_IN_PLACE : send;
     MPI_Comm comm = c->comm;
     return nccl_issue(c, s, "ncclAllGather", n, t,
-                      {{send, bytes, cuemu::ACC_READ, false}, {recv, bytes * c->size, cuemu::ACC_WRITE, false}},
+                      {{send, bytes, cuemu::ACC_READ, false, true}, {recv, bytes * c->size, cuemu::ACC_WRITE, false, true}},
                       [=]() {
                           MPI_Request r;
                           return mpi_finish(c, MPI_Iallgather(snd, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
@@ -484,9 +519,12 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t n, ncclDataT
     if (op != ncclSum || !summable(t)) return ncclInvalidUsage;
     const size_t es = nccl_size(t);
     const int size = c->size;
+    if (nccl_overlap("ncclReduceScatter", send, n * es * size, recv, n * es,
+                     (const char *)send + (size_t)c->rank * n * es == recv) != ncclSuccess)
+        return ncclInvalidArgument;
     MPI_Comm comm = c->comm;
     return nccl_issue(c, s, "ncclReduceScatter", n, t,
-                      {{send, n * es * size, cuemu::ACC_READ, false}, {recv, n * es, cuemu::ACC_WRITE, false}},
+                      {{send, n * es * size, cuemu::ACC_READ, false, true}, {recv, n * es, cuemu::ACC_WRITE, false, true}},
                       [=]() {
                           MPI_Request r;
                           if (t == ncclFloat64)
@@ -504,9 +542,11 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDataType_
                            cudaStream_t s) {
     if (op != ncclSum || !summable(t)) return ncclInvalidUsage;
     const size_t es = nccl_size(t);
+    if (nccl_overlap("ncclAllReduce", send, n * es, recv, n * es, send == recv) != ncclSuccess)
+        return ncclInvalidArgument;
     MPI_Comm comm = c->comm;
     return nccl_issue(c, s, "ncclAllReduce", n, t,
-                      {{send, n * es, cuemu::ACC_READ, false}, {recv, n * es, cuemu::ACC_WRITE, false}}, [=]() {
+                      {{send, n * es, cuemu::ACC_READ, false, true}, {recv, n * es, cuemu::ACC_WRITE, false, true}}, [=]() {
                           MPI_Request r;
                           if (t == ncclFloat64)
                               return mpi_finish(c, MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)n,
@@ -523,9 +563,11 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDataType_
                            cudaStream_t s) {
     const size_t bytes = n * nccl_size(t);
     const bool is_root = c->rank == root;
+    if (is_root && nccl_overlap("ncclBroadcast", send, bytes, recv, bytes, send == recv) != ncclSuccess)
+        return ncclInvalidArgument;
     MPI_Comm comm = c->comm;
-    std::vector<cuemu::Access> acc = {{recv, bytes, cuemu::ACC_WRITE, false}};
-    if (is_root) acc.insert(acc.begin(), {send, bytes, cuemu::ACC_READ, false});
+    std::vector<cuemu::Access> acc = {{recv, bytes, cuemu::ACC_WRITE, false, true}};
+    if (is_root) acc.insert(acc.begin(), {send, bytes, cuemu::ACC_READ, false, true});
     return nccl_issue(c, s, "ncclBroadcast", n, t, acc, [=]() {
         if (is_root && send != recv) memmove(recv, send, bytes);
         MPI_Request r;

@@ -391,6 +391,19 @@ void shadow_release(void *p) {
 
 bool shadow_is_device(const void *p) { return find_alloc((uintptr_t)p) != nullptr; }
 
+// pinned host memory: start -> end (a GPU reaches it through unified addressing)
+static std::map<uintptr_t, uintptr_t> g_pinned;
+void shadow_pinned(void *p, size_t n, bool add) {
+    if (add) g_pinned[(uintptr_t)p] = (uintptr_t)p + n;
+    else g_pinned.erase((uintptr_t)p);
+}
+bool shadow_is_pinned(const void *p) {
+    auto it = g_pinned.upper_bound((uintptr_t)p);
+    if (it == g_pinned.begin()) return false;
+    --it;
+    return (uintptr_t)p < it->second;
+}
+
 void shadow_block_alloc(void *p, size_t n) {
     Alloc *al = find_alloc((uintptr_t)p);
     if (!al || n == 0) return;
@@ -443,7 +456,14 @@ void shadow_access(const OpRef &op, const Clock &clock, const std::vector<Access
         const uintptr_t p = (uintptr_t)x.p;
         Alloc *al = find_alloc(p);
         if (!al) {
-            if (!x.whole_block) host_access(op, x);   // kernels' host pointers: not tracked
+            // Device pointers are host pointers here; on a GPU a kernel, cuBLASLt, NCCL or a
+            // memset given pageable host memory (malloc, the stack, a static) faults
+            if (x.device && !shadow_is_pinned(x.p))
+                report(std::string("hostmem|") + op->name,
+                       "cuda_emu: HAZARD host-memory-on-device: %s dereferences %p on the device, which is "
+                       "neither device memory (cudaMalloc, the arena) nor pinned host memory (cudaMallocHost): "
+                       "a GPU faults (illegal address)", op_text(*op).c_str(), x.p);
+            else if (!x.whole_block) host_access(op, x);   // kernels' host pointers: not tracked
             continue;
         }
         auto *blk = find_block(p);

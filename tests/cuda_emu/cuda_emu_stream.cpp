@@ -352,11 +352,11 @@ cudaError_t enqueue_kernel(const LaunchSpec &spec, cudaStream_t stream, const Ke
         bool exact = false;
         for (const auto &e : g_extents)
             if (e.first == ptrs[i].p) {
-                acc.push_back({ptrs[i].p, e.second, kind, false});
+                acc.push_back({ptrs[i].p, e.second, kind, false, true});
                 exact = true;
                 break;
             }
-        if (!exact) acc.push_back({ptrs[i].p, 0, kind, true});
+        if (!exact) acc.push_back({ptrs[i].p, 0, kind, true, true});
     }
     char name[512];
     snprintf(name, sizeof name, "kernel %s (%s:%d)", spec.name, spec.file, spec.line);
@@ -559,10 +559,20 @@ cudaError_t cudaFree(void *p) { return free_after_sync(p, true); }
 // async copies already treat all host memory as pinned).
 cudaError_t cudaMallocHost(void **p, size_t n) {
     if (posix_memalign(p, 256, n ? n : 1) != 0) { *p = nullptr; return cudaErrorMemoryAllocation; }
+    runtime();
+    Lock l;
+    shadow_pinned(*p, n ? n : 1, true);   // kernels may reach it (unified addressing)
     return cudaSuccess;
 }
 
-cudaError_t cudaFreeHost(void *p) { return free_after_sync(p, false); }
+cudaError_t cudaFreeHost(void *p) {
+    if (p) {
+        runtime();
+        Lock l;
+        shadow_pinned(p, 0, false);
+    }
+    return free_after_sync(p, false);
+}
 
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t h) {
     runtime();
@@ -592,8 +602,35 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t h) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind, cudaStream_t h) {
+// A copy's explicit kind must match where its pointers are (CUDA: "dst and src pointers that
+// do not match the direction of the copy results in an undefined behavior"; a real GPU
+// rejects or faults on it). Pinned host memory is host memory. cudaMemcpyDefault: any.
+static cudaError_t copy_kind_check(const void *dst, const void *src, enum cudaMemcpyKind kind, const char *call) {
+    if (kind == cudaMemcpyDefault) return cudaSuccess;
+    bool d, s;
+    {
+        Lock l;
+        d = shadow_is_device(dst);
+        s = shadow_is_device(src);
+    }
+    const bool want_s = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    const bool want_d = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    if (kind > cudaMemcpyDeviceToDevice || (s == want_s && d == want_d)) return cudaSuccess;
+    static const char *const names[] = {"cudaMemcpyHostToHost", "cudaMemcpyHostToDevice", "cudaMemcpyDeviceToHost",
+                                        "cudaMemcpyDeviceToDevice"};
+    if (!quiet())
+        fprintf(stderr, "cuda_emu: %s with kind %s, but the source is %s memory and the destination %s memory\n", call,
+                names[kind], s ? "device" : "host", d ? "device" : "host");
+    return cudaErrorInvalidMemcpyDirection;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t h) {
     if (n == 0) return cudaSuccess;
+    runtime();
+    if (R->async) {
+        const cudaError_t e = copy_kind_check(dst, src, kind, "cudaMemcpyAsync");
+        if (e != cudaSuccess) return e;
+    }
     char name[96];
     snprintf(name, sizeof name, "cudaMemcpyAsync %s (%zu bytes)", direction(dst, src), n);
     return enqueue(h, name, {{src, n, ACC_READ, false}, {dst, n, ACC_WRITE, false}},
@@ -604,7 +641,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t h) {
     if (n == 0) return cudaSuccess;
     char name[96];
     snprintf(name, sizeof name, "cudaMemsetAsync (%zu bytes)", n);
-    return enqueue(h, name, {{p, n, ACC_WRITE, false}}, [p, v, n]() { memset(p, v, n); });
+    return enqueue(h, name, {{p, n, ACC_WRITE, false, true}}, [p, v, n]() { memset(p, v, n); });
 }
 
 cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, nullptr); }
@@ -619,6 +656,10 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
         Lock l;
         dev_src = shadow_is_device(src);
         dev_dst = shadow_is_device(dst);
+    }
+    if (R->async && n) {
+        const cudaError_t e = copy_kind_check(dst, src, kind, "cudaMemcpy");
+        if (e != cudaSuccess) return e;
     }
     if (n == 0 || !R->async || (!dev_src && !dev_dst)) {
         if (n) memmove(dst, src, n);

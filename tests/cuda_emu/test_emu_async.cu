@@ -6,10 +6,12 @@
 //             stream's work uses it, a kernel using a freed block, a reuse of freed bytes
 //             not ordered after their old users, a non-blocking stream not ordered by the
 //             legacy stream, a kernel whose pointer's extent hint (cuemu_launch_extent)
-//             overlaps another stream's copy, or without the hint;
+//             overlaps another stream's copy, or without the hint; a kernel or a memset on
+//             pageable host memory (host-memory-on-device); a copy against its kind (an
+//             error, cudaErrorInvalidMemcpyDirection);
 //   not reported: the same accesses ordered by an event, by a host synchronisation, by
 //             stream order, by the legacy stream's implicit synchronisation, a hinted
-//             kernel on bytes disjoint from a copy in flight;
+//             kernel on bytes disjoint from a copy in flight, a kernel on pinned host memory;
 //   semantics: kernel arguments are copied at launch; work really runs later (a gated
 //             stream leaves cudaEventQuery/cudaStreamQuery not ready until released); a
 //             failing kernel's error is sticky and surfaces at the next synchronisation.
@@ -235,6 +237,36 @@ static void test_extent(void) {
     cudaFree(c);
 }
 
+// ---------------------------------------------------------------- memory spaces
+
+// On a GPU a kernel (or cuBLASLt, NCCL, a memset) given pageable host memory faults, and a
+// copy whose kind contradicts its pointers is undefined; pinned host memory is reachable.
+static void test_memory_spaces(void) {
+    float *host = (float *)malloc(N * sizeof(float)), *pinned = nullptr;
+    cudaMallocHost((void **)&pinned, N * sizeof(float));
+    fill(host, 1.0f, s1);
+    const char *hm[] = {"HAZARD host-memory-on-device", "kernel k_fill", "neither device memory", nullptr};
+    expect_hazards("kernel on pageable host memory", 1, hm);
+    cudaMemsetAsync(host, 0, 16, s1);
+    const char *ms[] = {"HAZARD host-memory-on-device", "cudaMemsetAsync", nullptr};
+    expect_hazards("memset of pageable host memory", 1, ms);
+    fill(pinned, 1.0f, s1);
+    expect_hazards("kernel on pinned host memory", 0, nullptr);
+    cuemu_set_quiet(1);
+    const cudaError_t wrong = cudaMemcpyAsync(host, a, 16, cudaMemcpyHostToDevice, s1);
+    const cudaError_t wrong2 = cudaMemcpyAsync(a, b, 16, cudaMemcpyHostToDevice, s1);
+    cuemu_set_quiet(0);
+    EXPECT(wrong == cudaErrorInvalidMemcpyDirection && wrong2 == cudaErrorInvalidMemcpyDirection,
+           "copies against their kind: %s, %s (want cudaErrorInvalidMemcpyDirection)", cudaGetErrorName(wrong),
+           cudaGetErrorName(wrong2));
+    EXPECT(cudaMemcpyAsync(pinned, a, 16, cudaMemcpyDeviceToHost, s1) == cudaSuccess &&
+           cudaMemcpyAsync(b, a, 16, cudaMemcpyDefault, s1) == cudaSuccess, "copies of the right kind");
+    expect_hazards("copies of the right kind", 0, nullptr);
+    cudaStreamSynchronize(s1);
+    cudaFreeHost(pinned);
+    free(host);
+}
+
 // ---------------------------------------------------------------- semantics
 
 static std::atomic<int> g_gate{0};
@@ -292,6 +324,7 @@ int main(void) {
     test_host_write_source();
     test_arena();
     test_extent();
+    test_memory_spaces();
     test_semantics();
     cudaFree(a);
     cudaFree(b);
