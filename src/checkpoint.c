@@ -152,12 +152,57 @@ const st_tensor *hf_checkpoint_find(const hf_checkpoint *ck, const char *name, c
 // ----------------------------------------------------------------------------
 // validation against the layout
 
+static int tied(const param_layout *l) { return !param_layout_find(l, "lm_head.weight"); }
+
 static int ignorable(const char *name, const param_layout *l) {
     const char *suffix = "rotary_emb.inv_freq";
     size_t n = strlen(name), s = strlen(suffix);
     if (n >= s && strcmp(name + n - s, suffix) == 0) return 1;
-    // tied embeddings: a stored lm_head.weight is ignored, as transformers does
-    return strcmp(name, "lm_head.weight") == 0 && !param_layout_find(l, "lm_head.weight");
+    // tied embeddings: a stored lm_head.weight equal to the embeddings is ignored (checked in
+    // hf_checkpoint_validate), as transformers does
+    return strcmp(name, "lm_head.weight") == 0 && tied(l);
+}
+
+// The stored tensor of layout entry `name`. With tied embeddings and no
+// model.embed_tokens.weight stored, a stored lm_head.weight is the shared matrix (transformers
+// ties to whichever of the two the checkpoint holds).
+static const st_tensor *find_entry(const hf_checkpoint *ck, const param_layout *l, const char *name,
+                                   const char **path) {
+    const st_tensor *t = hf_checkpoint_find(ck, name, path);
+    if (!t && tied(l) && strcmp(name, "model.embed_tokens.weight") == 0) t = hf_checkpoint_find(ck, "lm_head.weight", path);
+    return t;
+}
+
+// Element i of a float tensor (F32, BF16 or F16) as fp32.
+static float elem_f32(const st_tensor *t, size_t i) {
+    const unsigned char *p = (const unsigned char *)t->data;
+    if (t->dtype == ST_F32) { float x; memcpy(&x, p + 4 * i, 4); return x; }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return t->dtype == ST_BF16 ? ft_bf16_to_f32(h) : ft_f16_to_f32(h);
+}
+
+// Tied embeddings with both model.embed_tokens.weight and lm_head.weight stored: transformers
+// 5 ties them only when they are equal and otherwise loads two matrices (with a warning), so a
+// different lm_head.weight would train another model than transformers loads: refused.
+static int check_tied_lm_head(const hf_checkpoint *ck, const param_layout *l) {
+    const char *epath = NULL, *hpath = NULL;
+    const st_tensor *emb = hf_checkpoint_find(ck, "model.embed_tokens.weight", &epath);
+    const st_tensor *head = hf_checkpoint_find(ck, "lm_head.weight", &hpath);
+    if (!tied(l) || !emb || !head) return 0;
+    if (head->dtype != ST_F32 && head->dtype != ST_BF16 && head->dtype != ST_F16)
+        return ft_error("%s: tensor 'lm_head.weight': dtype %s is not supported (F32, BF16, F16)", hpath,
+                        st_dtype_name(head->dtype));
+    int same = head->ndim == emb->ndim && head->numel == emb->numel;   // (emb: validated, a float dtype)
+    for (int d = 0; same && d < emb->ndim; d++) same = head->shape[d] == emb->shape[d];
+    // bitwise equal, else equal as values (-0 == 0, another dtype), as torch.equal compares
+    if (same && !(head->dtype == emb->dtype && memcmp(head->data, emb->data, emb->nbytes) == 0))
+        for (size_t i = 0; same && i < emb->numel; i++) same = elem_f32(head, i) == elem_f32(emb, i);
+    if (!same)
+        return ft_error("%s: tensor 'lm_head.weight' differs from model.embed_tokens.weight, but config.json has "
+                        "tie_word_embeddings true (transformers would not tie them): set it to false to train both",
+                        hpath);
+    return 0;
 }
 
 static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
@@ -171,7 +216,7 @@ int hf_checkpoint_validate(const hf_checkpoint *ck, const param_layout *l) {
     for (int i = 0; i < l->n_entries; i++) {
         const param_entry *e = &l->entries[i];
         const char *path = NULL;
-        const st_tensor *t = hf_checkpoint_find(ck, e->name, &path);
+        const st_tensor *t = find_entry(ck, l, e->name, &path);
         if (!t) return ft_error("%s: missing tensor '%s'", ck->dir, e->name);
         if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
             return ft_error("%s: tensor '%s': dtype %s is not supported (F32, BF16, F16)", path,
@@ -198,7 +243,7 @@ int hf_checkpoint_validate(const hf_checkpoint *ck, const param_layout *l) {
                                     ck->files[g].path);
         }
     }
-    return 0;
+    return check_tied_lm_head(ck, l);
 }
 
 // ----------------------------------------------------------------------------
@@ -225,7 +270,7 @@ int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int 
         const param_entry *e = &l->entries[i];
         if (e->unit != u) continue;
         const char *path = NULL;
-        const st_tensor *t = hf_checkpoint_find(ck, e->name, &path);
+        const st_tensor *t = find_entry(ck, l, e->name, &path);
         if (!t || t->numel != e->numel)
             return ft_error("%s: tensor '%s' missing or mis-sized (validate first)", ck->dir, e->name);
         float *x = out + e->unit_offset;

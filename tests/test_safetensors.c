@@ -234,7 +234,10 @@ static const char *tiny_config =
     "\"vocab_size\":10,\"rms_norm_eps\":1e-5,\"max_position_embeddings\":16,\"tie_word_embeddings\":false}";
 
 typedef enum { D_NONE, D_MISSING, D_EXTRA, D_SHAPE, D_DTYPE, D_INDEX_MISSING_FILE, D_INDEX_ESCAPE,
-               D_INDEX_WRONG_FILE, D_INDEX_DUP_ACROSS, D_NAN, D_INF } ck_defect;
+               D_INDEX_WRONG_FILE, D_INDEX_DUP_ACROSS, D_NAN, D_INF,
+               // tie_word_embeddings true: lm_head.weight stored too, equal / different; or instead
+               // of model.embed_tokens.weight (transformers ties to the one stored)
+               D_TIED_HEAD_EQUAL, D_TIED_HEAD_DIFF, D_TIED_HEAD_ONLY } ck_defect;
 
 typedef struct { const char *name; ck_defect defect; int sharded; const char *want; } ck_case;
 
@@ -252,7 +255,13 @@ static const ck_case ck_cases[] = {
     // values: found when the units are read
     {"NaN weight", D_NAN, 0, "model.safetensors: tensor 'model.norm.weight': element 3 is nan (not finite)"},
     {"infinite weight (sharded)", D_INF, 1, "tensor 'model.norm.weight': element 3 is -inf (not finite)"},
+    {"tied, lm_head stored equal", D_TIED_HEAD_EQUAL, 0, NULL},
+    {"tied, lm_head stored different", D_TIED_HEAD_DIFF, 1,
+     "tensor 'lm_head.weight' differs from model.embed_tokens.weight, but config.json has tie_word_embeddings true"},
+    {"tied, only lm_head stored", D_TIED_HEAD_ONLY, 0, NULL},
 };
+
+static int tied_case(ck_defect d) { return d == D_TIED_HEAD_EQUAL || d == D_TIED_HEAD_DIFF || d == D_TIED_HEAD_ONLY; }
 
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
@@ -264,12 +273,16 @@ static int make_checkpoint(const char *cdir, const ck_case *c) {
     char p[512];
     mkdir(cdir, 0755);
     snprintf(p, sizeof p, "%s/config.json", cdir);
-    write_text(p, tiny_config);
+    char config[1024];
+    snprintf(config, sizeof config, "%s", tiny_config);
+    if (tied_case(c->defect)) memcpy(strstr(config, "false}"), "true} ", 6);
+    write_text(p, config);
     llama_config cfg;
     if (llama_config_load(&cfg, p) != 0) return -1;
     param_layout l;
     if (param_layout_init(&l, &cfg, 1) != 0) return -1;
-    static float zeros[4096], nan3[8] = {[3] = NAN}, ninf3[8] = {[3] = -INFINITY};
+    static float zeros[4096], ramp[4096], nan3[8] = {[3] = NAN}, ninf3[8] = {[3] = -INFINITY};
+    for (int i = 0; i < 4096; i++) ramp[i] = (float)i;
     st_write_tensor ts[32];
     int n = 0;
     for (int i = 0; i < l.n_entries; i++) {
@@ -286,6 +299,17 @@ static int make_checkpoint(const char *cdir, const ck_case *c) {
         if (strcmp(e->name, "model.norm.weight") == 0 && c->defect == D_DTYPE) t->dtype = ST_I32;
         if (strcmp(e->name, "model.norm.weight") == 0 && (c->defect == D_NAN || c->defect == D_INF))
             t->data = c->defect == D_NAN ? nan3 : ninf3;
+        if (strcmp(e->name, "model.embed_tokens.weight") == 0 && c->defect == D_TIED_HEAD_ONLY) {
+            t->name = "lm_head.weight";
+            t->data = ramp;
+        }
+    }
+    if (c->defect == D_TIED_HEAD_EQUAL || c->defect == D_TIED_HEAD_DIFF) {
+        for (int i = 0; i < n; i++)   // a copy of model.embed_tokens.weight, maybe with other values
+            if (strcmp(ts[i].name, "model.embed_tokens.weight") == 0) ts[n] = ts[i];
+        ts[n].name = "lm_head.weight";
+        if (c->defect == D_TIED_HEAD_DIFF) ts[n].data = ramp;
+        n++;
     }
     if (c->defect == D_EXTRA) ts[n++] = (st_write_tensor){"model.layers.7.mlp.up_proj.weight", ST_F32, 1, {2}, zeros};
     int rc = 0;
@@ -342,6 +366,11 @@ static void test_checkpoint_table(void) {
         if (rc == 0) rc = hf_checkpoint_validate(&ck, &l);
         float unit[4096];   // (more than either unit of tiny_config)
         for (int u = 0; u < l.n_units && rc == 0; u++) rc = hf_checkpoint_read_unit(&ck, &l, u, unit);
+        if (rc == 0 && c->defect == D_TIED_HEAD_ONLY) {   // the embeddings are the stored lm_head.weight
+            const param_entry *e = param_layout_find(&l, "model.embed_tokens.weight");
+            EXPECT(e && hf_checkpoint_read_unit(&ck, &l, e->unit, unit) == 0 && unit[e->unit_offset + 7] == 7.0f,
+                   "%s: model.embed_tokens.weight should hold lm_head.weight's values", c->name);
+        }
         param_layout_free(&l);
         if (!c->want) EXPECT(rc == 0, "%s: should load, got: %s", c->name, ft_error_message());
         else EXPECT(rc != 0 && strstr(ft_error_message(), c->want) && !strchr(ft_error_message(), '\n'),
