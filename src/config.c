@@ -3,7 +3,8 @@
 // Field spellings accepted, across transformers versions:
 //   dtype:  "torch_dtype" (<= 4.x) or "dtype" (5.x)
 //   rope:   "rope_scaling" {"rope_type"|"type", "factor", ...} + top-level "rope_theta" (4.x),
-//           or "rope_parameters" {"rope_type", "rope_theta", "factor", ...} (5.x)
+//           or "rope_parameters" {"rope_type", "rope_theta", "factor", ...} (5.x); with both,
+//           rope_scaling counts (as in transformers 5)
 #include "config.h"
 
 #include <jansson.h>
@@ -88,15 +89,21 @@ static int get_positive(const cfg_ctx *x, json_t *obj, const char *parent, const
 // ----------------------------------------------------------------------------
 // rope
 
+// An object field that counts: present, not null and not {} (transformers tests truthiness).
+static int given(json_t *v) { return v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0); }
+
 // rope_theta, and the scaling in rope_parameters (5.x) or rope_scaling (4.x). A key inside
-// either object is named with its prefix in errors ("rope_scaling.factor").
+// either object is named with its prefix in errors ("rope_scaling.factor"). With both, the
+// rope_scaling counts, as in transformers 5 (`rope_parameters = rope_scaling or
+// rope_parameters`) and 4.x (which knows no rope_parameters): a 5.x config.json edited the
+// 4.x way keeps its old rope_parameters beside the new rope_scaling.
 static int parse_rope(const cfg_ctx *x, llama_config *c) {
     json_t *params = json_object_get(x->root, "rope_parameters");
     json_t *scaling = json_object_get(x->root, "rope_scaling");
     json_t *r = NULL;
     const char *field = NULL;
-    if (params && !json_is_null(params)) { r = params; field = "rope_parameters"; }
-    else if (scaling && !json_is_null(scaling)) { r = scaling; field = "rope_scaling"; }
+    if (given(scaling)) { r = scaling; field = "rope_scaling"; }
+    else if (given(params)) { r = params; field = "rope_parameters"; }
     if (r && !json_is_object(r)) return ft_error("%s: field '%s' is not an object", x->path, field);
 
     // theta: rope_parameters.rope_theta wins over the top-level field (a null one does not)

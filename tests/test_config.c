@@ -39,6 +39,7 @@ static int chk_llama3(const llama_config *c) {
     return c->rope_scaling == ROPE_SCALING_LLAMA3 && c->rope_factor == 8.0 && c->rope_low_freq_factor == 1.0 &&
            c->rope_high_freq_factor == 4.0 && c->rope_original_max_position_embeddings == 8192;
 }
+static int chk_linear10k(const llama_config *c) { return chk_linear(c) && c->rope_theta == 10000.0; }
 static int chk_params5(const llama_config *c) { return c->rope_theta == 500000.0 && c->rope_scaling == ROPE_SCALING_NONE; }
 static int chk_tied(const llama_config *c) { return c->tie_word_embeddings == 1; }
 static int chk_nobos(const llama_config *c) { return c->bos_token_id == -1; }
@@ -55,6 +56,18 @@ static const cfg_case cases[] = {
     {"rope_parameters (transformers 5)", "rope_parameters", "{\"rope_type\":\"default\",\"rope_theta\":500000.0}",
      NULL, chk_params5},
     {"rope_scaling null", "rope_scaling", "null", NULL, chk_base},
+    {"rope_scaling {}", "rope_scaling", "{}", NULL, chk_base},
+    // transformers 5: rope_parameters = rope_scaling or rope_parameters, the theta of neither
+    // object from the top level
+    {"rope_scaling beside rope_parameters: rope_scaling counts", NULL,
+     "{\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+     "\"vocab_size\":100,\"rope_theta\":10000.0,\"rope_parameters\":{\"rope_type\":\"default\","
+     "\"rope_theta\":500000.0},\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0}}",
+     NULL, chk_linear10k},
+    {"rope_scaling {} beside rope_parameters", NULL,
+     "{\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+     "\"vocab_size\":100,\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":500000.0},"
+     "\"rope_scaling\":{}}", NULL, chk_params5},
     {"nested rope_theta null: the top-level one counts", NULL,
      "{\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
      "\"vocab_size\":100,\"rms_norm_eps\":1e-5,\"max_position_embeddings\":128,\"rope_theta\":500000.0,"
