@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "rng.h"
@@ -128,6 +129,9 @@ int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit
     sp->T_alloc = backend_seq_len(s->be, sp->T, cfg->max_position_embeddings);
     char path[FT_PATH_MAX];
     TRY(ft_path(path, sizeof path, "%s/tokenizer.json", model_dir));
+    if (access(path, R_OK) != 0)   // a checkpoint without one: say which flag needs it
+        return ft_error("flag --sample_tokens: %s: %s (samples are decoded with --model_dir's tokenizer.json)", path,
+                        strerror(errno));
     TRY(vocab_load(&sp->vocab, path, cfg->vocab_size));
     sp->tokens = ft_calloc((size_t)sp->T_alloc, sizeof(int32_t), "sample tokens");   // padding: any valid id
     sp->logits = ft_malloc((size_t)cfg->vocab_size * sizeof(float), "sample logits");   // (V) one row

@@ -301,6 +301,12 @@ changes at step 2" "$tmp/dfp-longer.err" && grep -q "^step *5/5" "$tmp/dfp-longe
 expect_error "flag --sample_tokens: 501 tokens after the 12-token prompt exceed the model's max_position_embeddings 512 \
 (at most 500)" "${small[@]}" --max_steps 1 --sample_tokens 501 --out_dir "$tmp/sample-cap"
 [ ! -e "$tmp/sample-cap" ] && ok "the refused --sample_tokens run created nothing" || bad "$tmp/sample-cap was created"
+# sampling with a --model_dir without tokenizer.json (a checkpoint brought without one): the
+# flag and the file named, before anything is written
+mkdir -p "$tmp/notok" && cp data/model/config.json data/model/model.safetensors "$tmp/notok/"
+expect_error "flag --sample_tokens: $tmp/notok/tokenizer.json: No such file or directory (samples are decoded with \
+--model_dir's tokenizer.json)" "${small[@]}" --model_dir "$tmp/notok" --max_steps 1 --sample_tokens 4 --out_dir "$tmp/notok-out"
+[ ! -e "$tmp/notok-out" ] && ok "the run refused for a missing tokenizer.json created nothing" || bad "$tmp/notok-out was created"
 expect_error "'foo' is not one of linear|cosine|constant" --lr_schedule foo
 expect_error "'-1x' is not a number" --learning_rate -1x
 expect_error "flag --learning_rate: -1 is out of range" --learning_rate -1
