@@ -94,6 +94,10 @@ void comm_mpi_finalize(void);
 // FT_NCCL_LIBRARY names. Every function below loads it first. 0, or -1 with one line naming
 // what is missing.
 int comm_nccl_load(void);
+// Whether this NCCL can run several communicators per GPU at once (the reduce-scatter lane,
+// HSDP's groups): 2.26 or newer, which orders their launches (NCCL_LAUNCH_ORDER_IMPLICIT,
+// comm_nccl.c). Loads NCCL first. 0, or -1 with one line naming the version and the remedy.
+int comm_nccl_check_concurrent(void);
 // A fresh NCCL unique id (n must be 128, sizeof(ncclUniqueId)); works without a GPU. 0 / -1.
 int comm_nccl_unique_id(void *id, size_t n);
 // Join the NCCL group `id` as rank/size on CUDA device `device` (-1 = the current device;

@@ -49,7 +49,7 @@
 
 #define NCCL_FUNCTIONS(X) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommSplit) X(ncclCommUserRank) \
     X(ncclCommCount) X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString) \
-    X(ncclAllGather) X(ncclReduceScatter) X(ncclAllReduce) X(ncclBroadcast)
+    X(ncclAllGather) X(ncclReduceScatter) X(ncclAllReduce) X(ncclBroadcast) X(ncclGetVersion)
 
 typedef struct {
 #define NCCL_POINTER(f) __typeof__(f) *f;
@@ -58,6 +58,8 @@ typedef struct {
 } nccl_functions;
 
 static nccl_functions N;   // all NULL until comm_nccl_load succeeds
+static int nccl_version;   // NCCL_VERSION_CODE of the loaded library (2.26.0 = 22600)
+static const char *nccl_file = "the linked NCCL";
 
 #define NCCL_PRAGMA(text) _Pragma(#text)
 #define NCCL_WEAK(f) NCCL_PRAGMA(weak f)
@@ -87,18 +89,31 @@ int comm_nccl_load(void) {
         NCCL_FUNCTIONS(NCCL_LINKED)
 #undef NCCL_LINKED
         N = f;
+        CHECK_NCCL(N.ncclGetVersion(&nccl_version));
         return 0;
     }
     void *lib = dlopen(file ? file : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (!lib)
-        return ft_error("GPU ranks need NCCL 2.18 or newer: %s (install NCCL, e.g. Debian's libnccl2, or set "
+        return ft_error("GPU ranks need NCCL 2.18 or newer: %s (install NCCL, 2.26+ for sharded jobs: NVIDIA's libnccl2 package, or set "
                         "FT_NCCL_LIBRARY to its libnccl.so.2)", dlerror());
 #define NCCL_RESOLVE(name) if (!(f.name = (__typeof__(name) *)dlsym(lib, #name))) \
     return ft_error("GPU ranks need NCCL 2.18 or newer: %s has no %s", file ? file : "libnccl.so.2", #name);
     NCCL_FUNCTIONS(NCCL_RESOLVE)
 #undef NCCL_RESOLVE
     N = f;
+    nccl_file = file ? file : "libnccl.so.2";
+    CHECK_NCCL(N.ncclGetVersion(&nccl_version));
     return 0;
+}
+
+int comm_nccl_check_concurrent(void) {
+    TRY(comm_nccl_load());
+    if (nccl_version >= 22600) return 0;
+    return ft_error("NCCL %d.%d.%d (%s) is older than 2.26: sharded GPU jobs run reduce-scatters on a second "
+                    "communicator beside the all-gathers, and only NCCL 2.26+ orders concurrent communicators "
+                    "(older ones can deadlock); point FT_NCCL_LIBRARY at a newer libnccl.so.2 (PyTorch's "
+                    "nvidia-nccl-cu13 wheel has one) or run unsharded (--no_fsdp)",
+                    nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100, nccl_file);
 }
 
 // ----------------------------------------------------------------------------

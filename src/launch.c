@@ -126,11 +126,14 @@ static int device_arena_bytes(const train_options *o, int W, size_t *out) {
     return 0;
 }
 
-// GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c). 0 / -1.
-static int nccl_available(void) {
+// GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c), and with shards of
+// S > 1 ranks one that runs concurrent communicators (the reduce-scatter lane). 0 / -1.
+static int nccl_available(int S) {
 #ifdef FT_HAVE_CUDA
-    return comm_nccl_load();
+    TRY(comm_nccl_load());
+    return S > 1 ? comm_nccl_check_concurrent() : 0;
 #else
+    (void)S;
     return ft_error("flag --device cuda: this binary was built without the CUDA toolkit (rebuild with make CUDA=1)");
 #endif
 }
@@ -240,7 +243,7 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     const int gpu = strcmp(o->device, "cpu") != 0;
     size_t arena_bytes = 0;
     if (rc == 0 && gpu) rc = device_arena_bytes(o, L->W, &arena_bytes);
-    if (rc == 0 && gpu && L->W > 1) rc = nccl_available();
+    if (rc == 0 && gpu && L->W > 1) rc = nccl_available(S);
     if (rc == 0 && gpu && L->W > 1) rc = device_select(L);
     int agreed = 0;
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;

@@ -16,7 +16,9 @@
 #      library, before any device is touched (so build/finetune shows it on this GPU-less
 #      machine too); build/finetune does not link libnccl (CPU and single-GPU jobs start
 #      without it), and the real libnccl.so.2 loads at run time (tests/tools/nccl_id_exchange
-#      makes a unique id through it; a skip when this machine has no NCCL)
+#      makes a unique id through it; a skip when this machine has no NCCL); an NCCL older than
+#      2.26 (FT_EMU_NCCL_VERSION) refused for FSDP over 2 GPUs (concurrent communicators), not
+#      for --no_fsdp (one communicator)
 #   4. a model whose head_dim the native attention kernels do not take (256 > 128) with
 #      --attention native: names the flag and both head dims, before the device or the weights
 #      are touched (config.json alone; it used to set up, start an evaluation and fail at the
@@ -72,6 +74,13 @@ if command -v mpiexec >/dev/null; then
     expect_one_line "no NCCL, 2 GPU ranks ($(basename "$b"))" "GPU ranks need NCCL 2.18 or newer: /nonexistent/libnccl.so.2: cannot open" \
       env FT_NCCL_LIBRARY=/nonexistent/libnccl.so.2 timeout 120 mpiexec -n 2 "$b" --device cuda "${flags[@]}"
   done
+  # an NCCL older than 2.26 does not order concurrent communicators: refused for sharded jobs
+  # (the reduce-scatter lane), which could deadlock; DDP (one communicator) still runs
+  expect_one_line "NCCL 2.25 with FSDP over 2 GPUs" "NCCL 2.25.3 (the linked NCCL) is older than 2.26" \
+    env FT_EMU_NCCL_VERSION=22503 timeout 120 mpiexec -n 2 "$emu" --device cuda "${flags[@]}"
+  out=$(FT_EMU_NCCL_VERSION=22503 timeout 120 mpiexec -n 2 "$emu" --device cuda "${flags[@]}" --no_fsdp --eval_only \
+        --out_dir "$tmp/ddp_old_nccl" 2>&1) && ok "NCCL 2.25, --no_fsdp over 2 GPUs (one communicator): runs" \
+    || bad "NCCL 2.25 refused DDP too: $(tail -1 <<<"$out")"
 fi
 needed=$(readelf -d "$build/finetune" 2>/dev/null | grep NEEDED)
 [ -n "$needed" ] && ! grep -q nccl <<<"$needed" && ok "build/finetune does not link libnccl (loaded at run time)" \

@@ -599,4 +599,12 @@ ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, nc
 }
 #endif
 
+// the version the emulated NCCL reports: FT_EMU_NCCL_VERSION (NCCL_VERSION_CODE, e.g. 22503 =
+// 2.25.3), default 22809 (2.28.9, the one PyTorch 2.11 pins)
+ncclResult_t ncclGetVersion(int *version) {
+    const char *v = getenv("FT_EMU_NCCL_VERSION");
+    *version = v && *v ? atoi(v) : 22809;
+    return ncclSuccess;
+}
+
 }   // extern "C"
