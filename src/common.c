@@ -1,6 +1,7 @@
 // common.c: the error record, checked allocation, checked paths and fp16 conversion (see common.h).
 #include "common.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -84,4 +85,86 @@ float ft_f16_to_f32(uint16_t h) {
     else if (exp == 31) v = man ? NAN : INFINITY;                   // inf / nan
     else v = ldexpf((float)(man | 0x400u), (int)exp - 25);          // normal
     return sign ? -v : v;
+}
+
+// ----------------------------------------------------------------------------
+// SHA-256 (FIPS 180-4, section 6.2)
+
+static const uint32_t sha256_k[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+static uint32_t ror32(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+// one 64-byte block into the state
+static void sha256_block(uint32_t h[8], const unsigned char *b) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)b[4 * i] << 24 | (uint32_t)b[4 * i + 1] << 16 | (uint32_t)b[4 * i + 2] << 8 | b[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        const uint32_t s0 = ror32(w[i - 15], 7) ^ ror32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        const uint32_t s1 = ror32(w[i - 2], 17) ^ ror32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], bb = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; i++) {
+        const uint32_t t1 = hh + (ror32(e, 6) ^ ror32(e, 11) ^ ror32(e, 25)) + ((e & f) ^ (~e & g)) + sha256_k[i] + w[i];
+        const uint32_t t2 = (ror32(a, 2) ^ ror32(a, 13) ^ ror32(a, 22)) + ((a & bb) ^ (a & c) ^ (bb & c));
+        hh = g; g = f; f = e; e = d + t1; d = c; c = bb; bb = a; a = t1 + t2;
+    }
+    h[0] += a; h[1] += bb; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+}
+
+void ft_sha256_init(ft_sha256_ctx *c) {
+    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(c->h, h0, sizeof h0);
+    c->bytes = 0;
+}
+
+void ft_sha256_update(ft_sha256_ctx *c, const void *p, size_t n) {
+    const unsigned char *b = p;
+    while (n > 0) {
+        const size_t used = (size_t)(c->bytes % 64), take = n < 64 - used ? n : 64 - used;
+        memcpy(c->block + used, b, take);
+        c->bytes += take;
+        b += take;
+        n -= take;
+        if (c->bytes % 64 == 0) sha256_block(c->h, c->block);
+    }
+}
+
+void ft_sha256_final(ft_sha256_ctx *c, unsigned char digest[32]) {
+    const uint64_t bits = c->bytes * 8;
+    const unsigned char one = 0x80, zero = 0;
+    ft_sha256_update(c, &one, 1);   // then zeros up to 56 mod 64, then the length (big-endian)
+    while (c->bytes % 64 != 56) ft_sha256_update(c, &zero, 1);
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(bits >> (56 - 8 * i));
+    ft_sha256_update(c, len, 8);
+    for (int i = 0; i < 32; i++) digest[i] = (unsigned char)(c->h[i / 4] >> (24 - 8 * (i % 4)));
+}
+
+int ft_sha256_file_hex(const char *path, char hex[65]) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ft_error("%s: %s", path, strerror(errno));
+    ft_sha256_ctx c;
+    ft_sha256_init(&c);
+    unsigned char buf[1 << 16];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) ft_sha256_update(&c, buf, got);
+    const int failed = ferror(f);
+    fclose(f);
+    if (failed) return ft_error("%s: read error", path);
+    unsigned char d[32];
+    ft_sha256_final(&c, d);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    return 0;
 }

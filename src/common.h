@@ -107,6 +107,19 @@ float ft_f16_to_f32(uint16_t h);
 uint64_t ft_fnv1a(uint64_t h, const void *p, size_t n);
 uint64_t ft_fingerprint_sampled(uint64_t h, const void *p, size_t n);
 
+// SHA-256 (FIPS 180-4), for comparing files with the digests scripts/*.py record (hashlib's):
+// init, update over the bytes in any pieces, final writes the 32-byte digest.
+typedef struct {
+    uint32_t h[8];
+    uint64_t bytes;             // message length so far
+    unsigned char block[64];    // a partial block (bytes % 64 of it)
+} ft_sha256_ctx;
+void ft_sha256_init(ft_sha256_ctx *c);
+void ft_sha256_update(ft_sha256_ctx *c, const void *p, size_t n);
+void ft_sha256_final(ft_sha256_ctx *c, unsigned char digest[32]);
+// The digest of file `path` as 64 lowercase hex digits into hex[65]. 0, or -1 with ft_error.
+int ft_sha256_file_hex(const char *path, char hex[65]);
+
 // Index of the first NaN or infinity of x[0..n), or n when every value is finite.
 static inline size_t ft_first_nonfinite(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)

@@ -2,6 +2,8 @@
 #include "data.h"
 
 #include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -135,4 +137,32 @@ int token_shard_fill_row(const token_shard *s, uint64_t i, int T, int32_t *token
 
 int32_t token_shard_doc_token(const token_shard *s, uint64_t i, uint64_t j) {
     return token_at(s, offset_at(s, i) + j);
+}
+
+// ----------------------------------------------------------------------------
+// the tokenizer the shards were made with
+
+int data_tokenizer_differs(const char *data_dir, const char *model_dir, char *msg, size_t n) {
+    char manifest[FT_PATH_MAX], tok[FT_PATH_MAX], have[65];
+    if (ft_path(manifest, sizeof manifest, "%s/shards.json", data_dir) != 0 ||
+        ft_path(tok, sizeof tok, "%s/tokenizer.json", model_dir) != 0) {
+        ft_error_clear();
+        return 0;
+    }
+    json_t *root = json_load_file(manifest, 0, NULL);
+    const char *want = json_string_value(json_object_get(root, "tokenizer_sha256"));
+    int differs = 0, hashed = 0;
+    if (want && access(tok, R_OK) == 0) {
+        hashed = ft_sha256_file_hex(tok, have) == 0;
+        if (!hashed) ft_error_clear();   // an unreadable tokenizer.json is the sampler's to report
+    }
+    if (hashed && strcmp(want, have) != 0) {
+        snprintf(msg, n, "%s: the shards were tokenized with a tokenizer (sha256 %.12s...) other than --model_dir's "
+                 "%s (sha256 %.12s...): their token ids mean other tokens to this model, and the exports ship "
+                 "--model_dir's tokenizer.json (scripts/tokenize_shards.py --tokenizer %s makes matching shards)",
+                 manifest, want, tok, have, tok);
+        differs = 1;
+    }
+    json_decref(root);
+    return differs;
 }

@@ -44,3 +44,10 @@ int32_t token_shard_doc_token(const token_shard *s, uint64_t i, uint64_t j);
 // tokens (T) = doc[0..T-1] padded with the pad id, targets (T): targets[t] = doc[t + 1]
 // while t + 1 < len, else -100. Returns the number of valid targets.
 int token_shard_fill_row(const token_shard *s, uint64_t i, int T, int32_t *tokens, int32_t *targets);
+
+// Whether data_dir's shards were tokenized with model_dir's tokenizer: the sha256
+// data_dir/shards.json records (tokenizer_sha256, scripts/tokenize_shards.py) against that of
+// model_dir/tokenizer.json. 1 when both are there and differ, with one warning sentence in
+// msg (n bytes); 0 when they match or either is missing or unreadable (nothing to compare:
+// shards.json is not needed to train).
+int data_tokenizer_differs(const char *data_dir, const char *model_dir, char *msg, size_t n);

@@ -189,6 +189,9 @@ static int check_host_memory(const plan *p, int ranks_on_node) {
 static int job_open_data(job *j) {
     const train_options *o = j->o;
     TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
+    char msg[3 * FT_PATH_MAX + 400];   // shards of another tokenizer: trains, but say so
+    if (is_main(j) && data_tokenizer_differs(o->data_dir, o->model_dir, msg, sizeof msg))
+        fprintf(stderr, "finetune: warning: %s\n", msg);
     if (o->eval_only) {
         j->accum = 1;
         j->steps_per_epoch = 1;

@@ -8,7 +8,8 @@
 #   3. the Hugging Face export: layout, dtype, tokenizer files, our loss on it; and when a
 #      Python with transformers is available (FT_ORACLE_PYTHON, or /opt/oracle-venv), that
 #      transformers loads it and computes the same validation loss;
-#   4. bad input: one clear line, non-zero exit, nothing half-written.
+#   4. bad input: one clear line, non-zero exit, nothing half-written; shards of another
+#      tokenizer than --model_dir's (shards.json's sha256): one warning.
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_train
@@ -307,6 +308,20 @@ mkdir -p "$tmp/notok" && cp data/model/config.json data/model/model.safetensors 
 expect_error "flag --sample_tokens: $tmp/notok/tokenizer.json: No such file or directory (samples are decoded with \
 --model_dir's tokenizer.json)" "${small[@]}" --model_dir "$tmp/notok" --max_steps 1 --sample_tokens 4 --out_dir "$tmp/notok-out"
 [ ! -e "$tmp/notok-out" ] && ok "the run refused for a missing tokenizer.json created nothing" || bad "$tmp/notok-out was created"
+# shards tokenized with another tokenizer than --model_dir's (data/chess/shards.json records
+# the sha256 of the one it used): trains, with one warning naming both files; none with the
+# bundled pair or without a shards.json to compare with
+mkdir -p "$tmp/othertok" "$tmp/noman" && cp data/model/* "$tmp/othertok/" && printf ' ' >> "$tmp/othertok/tokenizer.json"
+cp data/chess/val_000.bin "$tmp/noman/"
+for c in "bundled|data/model|data/chess|0" "another tokenizer.json|$tmp/othertok|data/chess|1" \
+         "no shards.json|$tmp/othertok|$tmp/noman|0"; do
+  IFS='|' read -r name m d want <<<"$c"
+  "$build/finetune" --eval_only "${small[@]}" --max_eval_docs 2 --model_dir "$m" --data_dir "$d" > /dev/null 2> "$tmp/tok.err"; rc=$?
+  n=$(grep -c "^finetune: warning: $d/shards.json: the shards were tokenized with a tokenizer (sha256 5de44bbda875...) \
+other than --model_dir's $m/tokenizer.json (sha256 [0-9a-f]\{12\}...)" "$tmp/tok.err")
+  [ $rc = 0 ] && [ "$n" = "$want" ] && [ "$(grep -c warning "$tmp/tok.err")" = "$want" ] \
+    && ok "tokenizer check, $name: exit 0, $want warning(s)" || bad "tokenizer check, $name: rc $rc, $(cat "$tmp/tok.err")"
+done
 expect_error "'foo' is not one of linear|cosine|constant" --lr_schedule foo
 expect_error "'-1x' is not a number" --learning_rate -1x
 expect_error "flag --learning_rate: -1 is out of range" --learning_rate -1
