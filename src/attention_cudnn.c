@@ -20,6 +20,10 @@ typedef struct {
     uint64_t last_use;                  // A.clock at its last lookup (LRU order)
 } attn_plan;
 
+static int g_det;   // --deterministic (kept across open / close)
+
+void attn_cudnn_set_deterministic(int det) { g_det = det != 0; }
+
 static struct {
     int open;
     void *(*alloc)(size_t);
@@ -67,7 +71,7 @@ static int plan_get(const attn_key *key, attn_plan **out) {
     }
     attn_plan fresh = {.key = *key, .last_use = A.clock};
     TRY(attn_engine_build(key, &fresh.graph, &fresh.workspace));
-    const size_t bound = attn_cudnn_workspace_bound(key->B, key->T, key->H, key->KVH, key->D);
+    const size_t bound = attn_cudnn_workspace_bound(key->B, key->T, key->H, key->KVH, key->D, key->det);
     if (fresh.workspace > bound) {
         (void)attn_engine_destroy(fresh.graph);   // never executed: no wait
         return ft_error("cudnn attention: the %s plan for B %d T %d H %d KVH %d D %d wants %zu bytes of workspace, "
@@ -100,7 +104,7 @@ static int workspace_take(size_t bytes, void **ws) {
 
 int attn_cudnn_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H, int KVH,
                    int D) {
-    const attn_key key = {B, T, H, KVH, D, 0};
+    const attn_key key = {B, T, H, KVH, D, 0, 0};
     attn_plan *p = NULL;
     void *ws = NULL;
     TRY(plan_get(&key, &p));
@@ -112,7 +116,7 @@ int attn_cudnn_fwd(void *out, float *lse, const void *q, const void *k, const vo
 
 int attn_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse, const void *q,
                    const void *k, const void *v, int B, int T, int H, int KVH, int D) {
-    const attn_key key = {B, T, H, KVH, D, 1};
+    const attn_key key = {B, T, H, KVH, D, 1, g_det};
     attn_plan *p = NULL;
     void *ws = NULL;
     TRY(plan_get(&key, &p));

@@ -23,6 +23,9 @@
 typedef struct {
     int B, T, H, KVH, D;
     int bwd;   // 0: forward (out, lse); 1: backward (dq, dk, dv)
+    int det;   // backward: 1 = the deterministic graph (dQ = dS K straight into dq, dP in the
+               // engine's workspace), 0 = dQ summed in an fp32 accumulator (faster, not
+               // bitwise reproducible); always 0 for the forward
 } attn_key;
 
 typedef struct attn_graph attn_graph;   // opaque: the engine's built plan
@@ -56,13 +59,17 @@ int attn_engine_bwd(attn_graph *g, void *dq, void *dk, void *dv, const void *dou
 
 // Workspace the memory plan reserves for one attention call (src/plan.c), in bytes: the fp32
 // dQ accumulator (B, H, T, D) and the fp32 row sums of dO * O (B, H, T) the backward graph keeps
-// in memory, once more the dQ accumulator's size for the engine's own workspace, and 16 MiB of
-// slack. A plan asking for more fails to build (the caller falls back to native) instead of
-// overrunning the arena.
-static inline size_t attn_cudnn_workspace_bound(int B, int T, int H, int KVH, int D) {
+// in memory, once more the dQ accumulator's size for the engine's own workspace (with GQA it
+// holds per-query-head dK and dV: 2 x B H T D bf16), and 16 MiB of slack; `det` (the
+// deterministic backward) adds the bf16 dP the engine keeps instead of summing dQ: B H T^2 x 2
+// (planned with cuDNN 9.19 for an H100: 7B at B 1, T 512: 16 MiB + 256 bytes; T 4096, GQA
+// 32/8: 1 GiB + 64 MiB; tests/test_cudnn_plan.c). A plan asking for more fails to build (the
+// caller falls back to native) instead of overrunning the arena.
+static inline size_t attn_cudnn_workspace_bound(int B, int T, int H, int KVH, int D, int det) {
     (void)KVH;
     const size_t rows = (size_t)B * (size_t)H * (size_t)T;
-    return 2 * rows * (size_t)D * sizeof(float) + rows * sizeof(float) + ((size_t)16 << 20);
+    return 2 * rows * (size_t)D * sizeof(float) + rows * sizeof(float) + ((size_t)16 << 20) +
+           (det ? rows * (size_t)T * 2 : 0);
 }
 
 // Open the front over an opened engine's stream; alloc / release carve each call's workspace
@@ -77,6 +84,8 @@ int attn_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const void *o
                    const void *k, const void *v, int B, int T, int H, int KVH, int D);
 // For tests: plans cached now and evictions since open.
 void attn_cudnn_stats(int *cached, long *evictions);
+// --deterministic: backward plans built from now on use the deterministic graph (attn_key.det).
+void attn_cudnn_set_deterministic(int det);
 
 // NMSE threshold of the startup check (see attention_cudnn.c for its derivation).
 #define ATTN_CUDNN_CHECK_NMSE 1e-4

@@ -13,7 +13,11 @@
 //             P = E / Z (bf16); O = P V
 //   backward: Dsum = sum_d dO * O (fp32 in memory, (B, H, T, 1)); S = scale Q KT - lse, causal
 //             mask, P = exp(S); dV = PT dO; dP = dO VT; dS = scale P (dP - Dsum);
-//             dK = dST Q; dQacc = dS K (fp32 in memory, (B, H, T, D)); dQ = dQacc
+//             dK = dST Q; dQacc = dS K (fp32 in memory, (B, H, T, D)); dQ = dQacc;
+//             deterministic (--deterministic, attn_key.det): dQ = dS K straight into dq, which
+//             cuDNN runs with dP kept in its workspace (B H T^2 bf16) rather than summing dQ
+//             in the fp32 accumulator across thread blocks (the cuDNN frontend's
+//             "deterministic algorithm" on Hopper makes the same graph)
 //   GQA: the matmuls broadcast KVH kv heads over H query heads; dK and dV are computed per query
 //   head and summed over each group by a reduction.
 // Tensors use cuDNN's (b, h, s, d) dims with our (B, T, H, D) memory through strides; KT and VT
@@ -308,8 +312,12 @@ static void graph_bwd_ops(attn_graph *g, const attn_shapes *s) {
     cudnnBackendDescriptor_t ds = gb_pw(g, CUDNN_POINTWISE_MUL, F32, d2, scale, NULL, v_scores(g, s, F32), -1);
     cudnnBackendDescriptor_t dst = gb_reshape(g, ds, gb_tensor(g, 0, BF16, s->stt, s->stts, 0));
     gb_kv_grad(g, s, dst, q, gb_tensor(g, U_DK, BF16, s->kv, s->kvs, 0));
-    // dQacc = dS K (fp32 in memory); dQ = dQacc
+    // dQacc = dS K (fp32 in memory); dQ = dQacc. Deterministic: dQ = dS K
     cudnnBackendDescriptor_t k = gb_reshape(g, kt, gb_tensor(g, 0, BF16, s->kv, s->kvs, 0));
+    if (g->key.det) {
+        gb_matmul(g, ds, k, gb_tensor(g, U_DQ, BF16, s->q, s->qs, 0));
+        return;
+    }
     cudnnBackendDescriptor_t acc = gb_matmul(g, ds, k, gb_tensor(g, U_DQACC, F32, s->full, s->fulls, 0));
     gb_pw(g, CUDNN_POINTWISE_IDENTITY, F32, acc, NULL, NULL, gb_tensor(g, U_DQ, BF16, s->q, s->qs, 0), -1);
 }
@@ -472,13 +480,14 @@ int attn_engine_destroy(attn_graph *g) {
     return 0;
 }
 
-// the fp32 intermediates after the engine's workspace: dQacc (B, H, T, D), then Dsum (B, H, T)
+// the fp32 intermediates after the engine's workspace: dQacc (B, H, T, D; not in the
+// deterministic graph), then Dsum (B, H, T)
 static size_t rows_of(const attn_key *k) { return (size_t)k->B * (size_t)k->H * (size_t)k->T; }
 
 // A graph's whole workspace: the engine's own (rounded, engine_ws), then for the backward the
-// fp32 dQacc (B, H, T, D) and Dsum (B, H, T)
+// fp32 dQacc (B, H, T, D; deterministic: none) and Dsum (B, H, T)
 static size_t graph_workspace(const attn_key *k, size_t engine_ws) {
-    return engine_ws + (k->bwd ? rows_of(k) * ((size_t)k->D + 1) * sizeof(float) : 0);
+    return engine_ws + (k->bwd ? rows_of(k) * ((size_t)(k->det ? 0 : k->D) + 1) * sizeof(float) : 0);
 }
 
 int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace) {
@@ -529,10 +538,10 @@ int attn_engine_fwd(attn_graph *g, void *out, float *lse, const void *q, const v
 int attn_engine_bwd(attn_graph *g, void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
                     const void *q, const void *k, const void *v, void *workspace) {
     char *ws = workspace;
-    float *dqacc = (float *)(ws + g->engine_ws), *dsum = dqacc + rows_of(&g->key) * (size_t)g->key.D;
+    float *dqacc = (float *)(ws + g->engine_ws), *dsum = dqacc + rows_of(&g->key) * (size_t)(g->key.det ? 0 : g->key.D);
     const int64_t uids[] = {U_Q, U_KT, U_VT, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV, U_SCALE, U_NEGINF, U_ONE, U_DSUM,
                             U_DQACC};
     void *ptrs[] = {(void *)q, (void *)k, (void *)v, (void *)out, (void *)lse, (void *)dout, dq, dk, dv, &g->scale,
                     &g->neginf, &g->one, dsum, dqacc};
-    return execute(g, 14, uids, ptrs, g->engine_ws ? workspace : NULL);
+    return execute(g, g->key.det ? 13 : 14, uids, ptrs, g->engine_ws ? workspace : NULL);   // (det: no dQacc)
 }

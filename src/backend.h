@@ -198,8 +198,9 @@ const backend *backend_cpu(void);
 // was found). For cuda, `local_rank` picks the GPU and `arena_bytes` sizes the one device
 // arena (0 = most of the free memory). 0, or -1 with a one-line reason (e.g. no GPU).
 // Attention implementation for the GPU backend's next open (`--attention cudnn|native`, see
-// backend_cuda.h); the CPU backend has one and ignores it. 0 / -1 (ft_error naming the flag).
-int backend_set_attention(const char *mode);
+// backend_cuda.h; `deterministic`: --deterministic); the CPU backend has one (deterministic)
+// and ignores both. 0 / -1 (ft_error naming the flag).
+int backend_set_attention(const char *mode, int deterministic);
 int backend_open(const char *device, int local_rank, size_t arena_bytes, const backend **out);
 // The backends this binary was built with, in one line (--version).
 const char *backend_build_description(void);

@@ -82,6 +82,7 @@ static struct {
     uint64_t gemm_clock;                   // lookups so far
     long gemm_evictions;
     int attention_native;                  // --attention native asked (set before open)
+    int deterministic;                     // --deterministic (set before open; attention_cudnn.c has it too)
     int attention_cudnn;                   // attention runs through cuDNN now
     int attention_checked;                 // cuDNN opened and passed the startup check
     char name[160];
@@ -589,9 +590,10 @@ void backend_cuda_close(void) {
     if (G.compute_mark) cudaEventDestroy(G.compute_mark);
     if (G.copy_stream) cudaStreamDestroy(G.copy_stream);
     if (G.stream) cudaStreamDestroy(G.stream);
-    const int native = G.attention_native;   // a setting, not state: kept for the next open
+    const int native = G.attention_native, det = G.deterministic;   // settings, not state: kept for the next open
     memset(&G, 0, sizeof G);
     G.attention_native = native;
+    G.deterministic = det;
 }
 
 // 1 when this build holds code the device can run: a cubin for sm_XY runs on devices X.Z with
@@ -667,10 +669,12 @@ static int open_device(int local_rank, size_t arena_bytes) {
     return 0;
 }
 
-int backend_cuda_set_attention(const char *mode) {
+int backend_cuda_set_attention(const char *mode, int deterministic) {
     if (strcmp(mode, "cudnn") != 0 && strcmp(mode, "native") != 0)
         return ft_error("flag --attention: '%s' is not one of cudnn|native", mode);
     G.attention_native = strcmp(mode, "native") == 0;
+    G.deterministic = deterministic != 0;
+    attn_cudnn_set_deterministic(deterministic);
     return 0;
 }
 
@@ -707,7 +711,8 @@ int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out) {
     }
     attention_select();
     const size_t len = strlen(G.name);
-    snprintf(G.name + len, sizeof G.name - len, ", attention %s", backend_cuda_attention());
+    snprintf(G.name + len, sizeof G.name - len, ", attention %s%s", backend_cuda_attention(),
+             G.attention_cudnn && G.deterministic ? " (deterministic backward)" : "");
     G.open = 1;
     *out = &CUDA_BACKEND;
     return 0;

@@ -29,8 +29,9 @@ void backend_cuda_gemm_stats(int *cached, long *evictions);
 // Attention implementation of the next open (`--attention`): "cudnn" (cuDNN's flash attention,
 // used when its plan builds and the startup check agrees with the native kernels; otherwise one
 // warning line and native) or "native" (kernels/attention.cu). 0, or -1 with ft_error naming
-// the flag for any other value.
-int backend_cuda_set_attention(const char *mode);
+// the flag for any other value. `deterministic` (--deterministic): cuDNN's backward plans use
+// its deterministic graph (attention_cudnn.h, attn_key.det).
+int backend_cuda_set_attention(const char *mode, int deterministic);
 // What attention runs on now: "cudnn" or "native".
 const char *backend_cuda_attention(void);
 // For tests: switch the open backend's attention to cuDNN (1: only when its startup check

@@ -33,11 +33,11 @@ const char *backend_build_description(void) {
 #endif
 }
 
-int backend_set_attention(const char *mode) {
+int backend_set_attention(const char *mode, int deterministic) {
 #ifdef FT_HAVE_CUDA
-    return backend_cuda_set_attention(mode);
+    return backend_cuda_set_attention(mode, deterministic);
 #else
-    (void)mode;   // the CPU backend has one attention
+    (void)mode; (void)deterministic;   // the CPU backend has one attention
     return 0;
 #endif
 }

@@ -248,7 +248,7 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     int agreed = 0;
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
     if (gpu && L->W > 1) TRY(data_plane_open(L, S));
-    rc = backend_set_attention(o->attention);
+    rc = backend_set_attention(o->attention, o->deterministic);
     if (rc == 0) rc = backend_open(o->device, L->local_rank, arena_bytes, &L->be);
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
     if (L->be != L->cpu) data_plane_bind(L);

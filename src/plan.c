@@ -102,10 +102,12 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
         const size_t native = attention_bwd_ds_bytes(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
                                                      c->num_key_value_heads, ATTN_DS_CAP_BYTES, NULL, NULL);
         const size_t cudnn = attn_cudnn_workspace_bound(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
-                                                        c->num_key_value_heads, c->head_dim);
+                                                        c->num_key_value_heads, c->head_dim, r->deterministic);
         if (!r->attention_cudnn) add_item(p, MEM_WORKSPACE, native, "native attention backward dS^T workspace (bf16, one launch)");
         else if (cudnn >= native)
-            add_item(p, MEM_WORKSPACE, cudnn, "cuDNN attention workspace (fp32 dQ accumulator, row sums, engine)");
+            add_item(p, MEM_WORKSPACE, cudnn, r->deterministic
+                                                  ? "cuDNN attention workspace (bf16 dP for --deterministic, row sums, engine)"
+                                                  : "cuDNN attention workspace (fp32 dQ accumulator, row sums, engine)");
         else
             add_item(p, MEM_WORKSPACE, native, "cuDNN attention workspace, sized for the native backward's dS^T "
                                                "(bf16, one launch: larger, and the fallback)");

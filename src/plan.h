@@ -46,6 +46,7 @@ typedef struct {
     size_t elem_bytes;              // storage dtype of the backend: 4 (CPU, fp32), 2 (CUDA, bf16)
     int attention_cudnn;            // 1: GPU attention through cuDNN (--attention cudnn, bf16): its
                                     // per-call workspace (attn_cudnn_workspace_bound) is planned
+    int deterministic;              // 1: cuDNN's deterministic backward (--deterministic: + B H T^2 x 2)
     int mfu_benchmark;              // 1: train.c measures the matmul rate (--peak_tflops 0), whose
                                     // buffers (src/mfu.h) are workspace
     int offload_optimizer;          // 1: fp32 master + AdamW moments in host memory (MEM_HOST, not

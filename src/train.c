@@ -753,6 +753,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .lora = {o->lora_rank, (float)o->lora_alpha, o->lora_rank ? o->lora_target_mask : 0},
         .offload_optimizer = o->offload_optimizer,
         .attention_cudnn = elem_bytes == 2 && strcmp(o->attention, "cudnn") == 0,
+        .deterministic = o->deterministic,
     };
 }
 

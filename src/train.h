@@ -58,6 +58,7 @@ typedef struct {
     int world_size;               // --dry_run: ranks to plan for (0 = the launcher's)
     const char *device;           // "cpu" (fp32 storage) or "cuda" (bf16); the plan's dtype
     const char *attention;        // GPU attention: "cudnn" (default) or "native"
+    int deterministic;            // bitwise-reproducible GPU attention backward (cuDNN's dP-workspace graph)
     // failure detection (src/watchdog.h; configured by main)
     double collective_timeout;    // seconds without progress before the job is aborted (0 = off)
 } train_options;

@@ -20,9 +20,11 @@
 #   2b. a cuDNN failure at run time (TEST-ONLY late_fwd / late_bwd: a later plan fails): one
 #      warning naming the pass, native from then on, losses within tolerance (late_fwd bitwise
 #      native; late_bwd: a native backward after a cuDNN forward)
+#   1b. --deterministic: cudnn, no warning, the losses of the default cudnn run (the stand-in's
+#      sums are the same; the real deterministic graph is planned by test_cudnn_plan)
 #   4. --dry_run of CodeLlama-7b on a GPU: with cudnn the workspace holds exactly
 #      attn_cudnn_workspace_bound (2 B H T D 4 + B H T 4 + 16 MiB) in place of the native
-#      backward's 16 MiB dS^T workspace, on a line of its own
+#      backward's 16 MiB dS^T workspace, on a line of its own; --deterministic adds B H T^2 x 2
 #
 # Each check can fail; mutants run against this test (and test_backend_emu), each caught:
 #   the stand-in's GQA head mapping h % KVH            -> "runs cudnn, no warning" (dq NMSE 1.39)
@@ -69,6 +71,15 @@ for a in cudnn native; do
 done
 w=$(worst_rel "$(metric "$tmp/native" loss)" "$(metric "$tmp/cudnn" loss)")
 le "$w" 5e-3 && ok "cudnn vs native: 3 step losses, worst rel $w" || bad "cudnn vs native losses: worst rel $w"
+
+# 1b. --deterministic: the backward plans use the deterministic graph (the stand-in computes
+# the same sums either way, so the losses are bitwise the default cudnn run's; the real
+# graphs differ, test_cudnn_plan plans both) and reserve its dP (B H T^2 x 2) in the workspace
+run cudnn_det FT_EMU_SEED=1 -- --deterministic
+grep -q "), attention cudnn (deterministic backward))" "$tmp/cudnn_det.log" && [ "$(warnings "$tmp/cudnn_det.log")" = 0 ] \
+  && [ "$(metric "$tmp/cudnn_det" loss)" = "$(metric "$tmp/cudnn" loss)" ] \
+  && ok "--deterministic: cudnn with the deterministic backward, no warning, losses bitwise the default run's (the stand-in's arithmetic is the same)" \
+  || bad "--deterministic: $(grep -E 'warning|bootstrap' "$tmp/cudnn_det.log"); losses $(metric "$tmp/cudnn_det" loss | tr '\n' ' ')"
 
 # 2. the fallback: one warning naming the reason, then native (bitwise the native run)
 for fault in plan:"no engine supports the forward graph" mismatch:"disagrees with the native kernels on out"; do
@@ -118,6 +129,11 @@ ws() { "$build/finetune" --dry_run --model_dir $m7 --device cuda --world_size 4 
 a=$(ws); b=$(ws --attention native); want=$(( 2 * 32 * 512 * 128 * 4 + 32 * 512 * 4 + 16 * 1048576 - 16777216 ))
 [ -n "$a" ] && [ $((a - b)) = $want ] && "$build/finetune" --dry_run --model_dir $m7 --device cuda --world_size 4 | grep -q "cuDNN attention workspace" \
   && ok "--dry_run 7B: cuDNN attention workspace planned: $((a - b)) bytes (bound $want)" || bad "--dry_run workspace: cudnn $a, native $b, want +$want"
+# --deterministic adds cuDNN's bf16 dP, 32 heads x 512^2 x 2 bytes, on its own line's label
+d=$(ws --deterministic)
+[ -n "$d" ] && [ $((d - a)) = $(( 32 * 512 * 512 * 2 )) ] \
+  && "$build/finetune" --dry_run --model_dir $m7 --device cuda --world_size 4 --deterministic | grep -q "bf16 dP for --deterministic" \
+  && ok "--dry_run 7B --deterministic: + $((d - a)) bytes of dP (32 x 512^2 x 2)" || bad "--dry_run --deterministic: workspace $d vs $a"
 # with a GQA group of 4 at seq 8192 the native backward's dS^T (4 x 8192^2 x 2 = 512 MiB for one
 # kv head, past the 32 MiB cap: one launch) outgrows cuDNN's bound (~285 MB); a cudnn job plans
 # the larger, because a failed startup check or call falls back to the native kernels

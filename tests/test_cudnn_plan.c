@@ -17,6 +17,9 @@
 // as the driver (or finalizes: a cuDNN that needs no driver there); the workspace the chosen
 // configuration states, plus the backward's in-memory intermediates, must fit the memory
 // plan's reservation (attn_cudnn_workspace_bound; a plan past it falls back to native).
+// Deterministic rows (--deterministic): the backward whose dQ = dS K goes straight to dq; its
+// stated workspace must be at least the bf16 dP, B H T^2 x 2 (else cuDNN did not pick the
+// dP-workspace kernel, which is what makes it deterministic) and within the reservation.
 // usable 0: head dims cuDNN 9's fused attention engines refuse (a multiple of 8 is required;
 // the backward also refuses D > 256, the forward has an engine for D 264): no plan may get
 // that far. Printed per case: the configurations offered and, per one tried, its engine
@@ -47,30 +50,38 @@ typedef struct {
     const char *what;
     int bwd, B, T, H, KVH, D;
     int usable;   // 1: cuDNN must plan it; 0: it must not
+    int det;      // the backward's deterministic graph (--deterministic)
 } plan_case;
 
 static const plan_case CASES[] = {
-    {"startup check: GQA 4/2, odd T", 0, 2, 37, 4, 2, 64, 1},
-    {"startup check: GQA 4/2, odd T", 1, 2, 37, 4, 2, 64, 1},
-    {"T 1", 0, 1, 1, 4, 4, 64, 1},
-    {"T 1", 1, 1, 1, 4, 4, 64, 1},
-    {"MQA 4/1, D 16, T 13", 0, 2, 13, 4, 1, 16, 1},
-    {"MQA 4/1, D 16, T 13", 1, 2, 13, 4, 1, 16, 1},
-    {"T 257, D 32", 0, 2, 257, 4, 4, 32, 1},
-    {"T 257, D 32", 1, 2, 257, 4, 4, 32, 1},
-    {"bundled model: GQA 4/2, D 32, B 8, T 512", 0, 8, 512, 4, 2, 32, 1},
-    {"bundled model: GQA 4/2, D 32, B 8, T 512", 1, 8, 512, 4, 2, 32, 1},
-    {"7B: H 32, D 128, T 512", 0, 1, 512, 32, 32, 128, 1},
-    {"7B: H 32, D 128, T 512", 1, 1, 512, 32, 32, 128, 1},
-    {"7B: H 32, D 128, B 16, T 512", 0, 16, 512, 32, 32, 128, 1},
-    {"7B: H 32, D 128, B 16, T 512", 1, 16, 512, 32, 32, 128, 1},
-    {"GQA 32/8, D 128, T 4096", 0, 1, 4096, 32, 8, 128, 1},
-    {"GQA 32/8, D 128, T 4096", 1, 1, 4096, 32, 8, 128, 1},
-    {"D 256", 0, 2, 64, 4, 4, 256, 1},
-    {"D 256", 1, 2, 64, 4, 4, 256, 1},
-    {"D 36 (not a multiple of 8): refused", 0, 2, 16, 4, 4, 36, 0},
-    {"D 36 (not a multiple of 8): refused", 1, 2, 16, 4, 4, 36, 0},
-    {"D 264 (> 256): refused by the backward", 1, 2, 16, 4, 4, 264, 0},
+    {"startup check: GQA 4/2, odd T", 0, 2, 37, 4, 2, 64, 1, 0},
+    {"startup check: GQA 4/2, odd T", 1, 2, 37, 4, 2, 64, 1, 0},
+    {"T 1", 0, 1, 1, 4, 4, 64, 1, 0},
+    {"T 1", 1, 1, 1, 4, 4, 64, 1, 0},
+    {"MQA 4/1, D 16, T 13", 0, 2, 13, 4, 1, 16, 1, 0},
+    {"MQA 4/1, D 16, T 13", 1, 2, 13, 4, 1, 16, 1, 0},
+    {"T 257, D 32", 0, 2, 257, 4, 4, 32, 1, 0},
+    {"T 257, D 32", 1, 2, 257, 4, 4, 32, 1, 0},
+    {"bundled model: GQA 4/2, D 32, B 8, T 512", 0, 8, 512, 4, 2, 32, 1, 0},
+    {"bundled model: GQA 4/2, D 32, B 8, T 512", 1, 8, 512, 4, 2, 32, 1, 0},
+    {"7B: H 32, D 128, T 512", 0, 1, 512, 32, 32, 128, 1, 0},
+    {"7B: H 32, D 128, T 512", 1, 1, 512, 32, 32, 128, 1, 0},
+    {"7B: H 32, D 128, B 16, T 512", 0, 16, 512, 32, 32, 128, 1, 0},
+    {"7B: H 32, D 128, B 16, T 512", 1, 16, 512, 32, 32, 128, 1, 0},
+    {"GQA 32/8, D 128, T 4096", 0, 1, 4096, 32, 8, 128, 1, 0},
+    {"GQA 32/8, D 128, T 4096", 1, 1, 4096, 32, 8, 128, 1, 0},
+    {"D 256", 0, 2, 64, 4, 4, 256, 1, 0},
+    {"D 256", 1, 2, 64, 4, 4, 256, 1, 0},
+    {"D 36 (not a multiple of 8): refused", 0, 2, 16, 4, 4, 36, 0, 0},
+    {"D 36 (not a multiple of 8): refused", 1, 2, 16, 4, 4, 36, 0, 0},
+    {"D 264 (> 256): refused by the backward", 1, 2, 16, 4, 4, 264, 0, 0},
+    {"deterministic: startup check", 1, 2, 37, 4, 2, 64, 1, 1},
+    {"deterministic: T 1", 1, 1, 1, 4, 4, 64, 1, 1},
+    {"deterministic: MQA 4/1, D 16, T 13", 1, 2, 13, 4, 1, 16, 1, 1},
+    {"deterministic: 7B, T 512", 1, 1, 512, 32, 32, 128, 1, 1},
+    {"deterministic: 7B, B 16, T 512", 1, 16, 512, 32, 32, 128, 1, 1},
+    {"deterministic: GQA 32/8, D 128, T 4096", 1, 1, 4096, 32, 8, 128, 1, 1},
+    {"deterministic: D 256", 1, 2, 64, 4, 4, 256, 1, 1},
 };
 
 // ----------------------------------------------------------------------------
@@ -157,10 +168,10 @@ static const char *status_name(cudnnStatus_t st) {
 }
 
 static void run_case(const plan_case *c, cudnnBackendDescriptor_t dp) {
-    const attn_key key = {c->B, c->T, c->H, c->KVH, c->D, c->bwd};
+    const attn_key key = {c->B, c->T, c->H, c->KVH, c->D, c->bwd, c->det};
     char name[160];
-    snprintf(name, sizeof name, "%s B %d T %d H %d KVH %d D %d (%s)", c->bwd ? "bwd" : "fwd", c->B, c->T, c->H,
-             c->KVH, c->D, c->what);
+    snprintf(name, sizeof name, "%s B %d T %d H %d KVH %d D %d (%s)", c->bwd ? (c->det ? "bwd det" : "bwd") : "fwd",
+             c->B, c->T, c->H, c->KVH, c->D, c->what);
     attn_graph *g = graph_new(&key);
     EXPECT(g != NULL, "%s: %s", name, ft_error_message());
     if (!g) return;
@@ -193,9 +204,13 @@ static void run_case(const plan_case *c, cudnnBackendDescriptor_t dp) {
             const int64_t stated = g->cfg_ws[i] >= 0 ? g->cfg_ws[i] : 0;
             const size_t engine_ws = g->plan ? g->engine_ws : (size_t)(stated + 255) / 256 * 256;
             const size_t total = graph_workspace(&key, engine_ws);
-            const size_t bound = attn_cudnn_workspace_bound(c->B, c->T, c->H, c->KVH, c->D);
+            const size_t bound = attn_cudnn_workspace_bound(c->B, c->T, c->H, c->KVH, c->D, c->det);
             EXPECT(total <= bound, "%s: engine %lld's workspace %zu + intermediates = %zu bytes, over the %zu the "
                    "memory plan reserves", name, (long long)g->cfg_engine[i], engine_ws, total, bound);
+            const size_t dp_bytes = (size_t)c->B * c->H * c->T * c->T * 2;
+            EXPECT(!c->det || engine_ws >= dp_bytes, "%s: engine %lld's workspace %zu is smaller than the bf16 dP (%zu "
+                   "bytes) the deterministic kernel keeps: not the dP-workspace kernel", name,
+                   (long long)g->cfg_engine[i], engine_ws, dp_bytes);
         }
     } else {
         EXPECT(!planned, "%s: expected no usable engine, but engine %lld %s", name,
@@ -214,7 +229,7 @@ static void run_case(const plan_case *c, cudnnBackendDescriptor_t dp) {
 // (freed here afterwards).
 static void check_destroy_waits(void) {
     static const struct { double timeout; int polled; } WAITS[] = {{30, 1}, {0, 0}};
-    const attn_key key = {1, 1, 1, 1, 8, 0};
+    const attn_key key = {1, 1, 1, 1, 8, 0, 0};
     for (size_t i = 0; i < sizeof WAITS / sizeof WAITS[0]; i++) {
         attn_graph *g = graph_new(&key);   // operations only: destroy does not look further
         if (!g) {

@@ -163,7 +163,11 @@ int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace) 
     CHECK_ALLOC(g, sizeof *g);
     g->key = *key;
     g->scale = strcmp(fault(), "mismatch") == 0 ? 1.0f / (float)key->D : 1.0f / sqrtf((float)key->D);
-    *workspace = key->bwd ? rows * ((size_t)key->D + 1) * sizeof(float) : 0;
+    // the backward's workspace as the real graph lays it out (src/attention_cudnn_graph.c): the
+    // fp32 dQ accumulator (B, H, T, D) and row sums (B, H, T); deterministic (key->det): the
+    // row sums after the engine's bf16 dP (B, H, T, T), which this stand-in only reserves
+    *workspace = !key->bwd ? 0 : key->det ? rows * (size_t)key->T * 2 + rows * sizeof(float)
+                                          : rows * ((size_t)key->D + 1) * sizeof(float);
     *out = g;
     return 0;
 }
@@ -192,15 +196,26 @@ int attn_engine_bwd(attn_graph *g, void *dq, void *dk, void *dv, const void *dou
     const dims s = dims_of(g->key);
     const size_t qb = s.B * s.T * s.H * s.D * 2, kb = s.B * s.T * s.KVH * s.D * 2, rows = s.B * s.H * s.T;
     if (!workspace) return ft_error("cudnn attention (emulated): the backward needs its workspace");
-    bwd_args a = {*g, dq, dk, dv, dout, out, q, k, v, lse, (float *)workspace, (float *)workspace + rows * s.D};
+    const size_t ws_bytes = g->key.det ? rows * s.T * 2 + rows * sizeof(float) : rows * (s.D + 1) * sizeof(float);
+    // deterministic: the dQ accumulator is the stand-in's own (the real graph has none), the
+    // row sums after the dP bytes
+    float *own_acc = g->key.det ? (float *)malloc(rows * s.D * sizeof(float)) : nullptr;
+    if (g->key.det) CHECK_ALLOC(own_acc, rows * s.D * sizeof(float));
+    float *rowsum = g->key.det ? (float *)((char *)workspace + rows * s.T * 2) : (float *)workspace + rows * s.D;
+    bwd_args a = {*g, dq, dk, dv, dout, out, q, k, v, lse, g->key.det ? own_acc : (float *)workspace, rowsum};
     std::vector<cuemu::Access> acc = {
         {q, qb, cuemu::ACC_READ, false, true},     {k, kb, cuemu::ACC_READ, false, true},
         {v, kb, cuemu::ACC_READ, false, true},     {out, qb, cuemu::ACC_READ, false, true},
         {dout, qb, cuemu::ACC_READ, false, true},  {lse, rows * sizeof(float), cuemu::ACC_READ, false, true},
         {dq, qb, cuemu::ACC_WRITE, false, true},   {dk, kb, cuemu::ACC_WRITE, false, true},
-        {dv, kb, cuemu::ACC_WRITE, false, true},   {workspace, rows * (s.D + 1) * sizeof(float), cuemu::ACC_WRITE, false, true}};
-    if (cuemu::enqueue(g_stream, "cudnn attention backward (emulated)", acc, [a]() { bwd_run(a); }) != cudaSuccess)
+        {dv, kb, cuemu::ACC_WRITE, false, true},   {workspace, ws_bytes, cuemu::ACC_WRITE, false, true}};
+    if (cuemu::enqueue(g_stream, "cudnn attention backward (emulated)", acc, [a, own_acc]() {
+            bwd_run(a);
+            free(own_acc);
+        }) != cudaSuccess) {
+        free(own_acc);
         return ft_error("cudnn attention (emulated): enqueue of the backward failed");
+    }
     return 0;
 }
 
