@@ -22,6 +22,8 @@
 #      native; late_bwd: a native backward after a cuDNN forward)
 #   1b. --deterministic: cudnn, no warning, the losses of the default cudnn run (the stand-in's
 #      sums are the same; the real deterministic graph is planned by test_cudnn_plan)
+#   1c. tests/gpu/deterministic_gpu.sh (first light's check) passes here and reports a second
+#      run that differs
 #   4. --dry_run of CodeLlama-7b on a GPU: with cudnn the workspace holds exactly
 #      attn_cudnn_workspace_bound (2 B H T D 4 + B H T 4 + 16 MiB) in place of the native
 #      backward's 16 MiB dS^T workspace, on a line of its own; --deterministic adds B H T^2 x 2
@@ -80,6 +82,16 @@ grep -q "), attention cudnn (deterministic backward))" "$tmp/cudnn_det.log" && [
   && [ "$(metric "$tmp/cudnn_det" loss)" = "$(metric "$tmp/cudnn" loss)" ] \
   && ok "--deterministic: cudnn with the deterministic backward, no warning, losses bitwise the default run's (the stand-in's arithmetic is the same)" \
   || bad "--deterministic: $(grep -E 'warning|bootstrap' "$tmp/cudnn_det.log"); losses $(metric "$tmp/cudnn_det" loss | tr '\n' ' ')"
+
+# 1c. tests/gpu/deterministic_gpu.sh (first light's reproducibility check) on the emulated
+# device, where every run is deterministic: it passes; with its second --deterministic run
+# changed (TEST-ONLY FT_TEST_DET_RUN2_FLAGS: another learning rate) it fails
+out=$(bash tests/gpu/deterministic_gpu.sh "$emu" cuda 2>&1)
+[[ "$out" == *"deterministic_gpu: 1 passed, 0 failed"* ]] && ok "deterministic_gpu.sh on the emulated device: passes" \
+  || bad "deterministic_gpu.sh: $(tail -3 <<<"$out")"
+out=$(FT_TEST_DET_RUN2_FLAGS="--learning_rate 4e-3" bash tests/gpu/deterministic_gpu.sh "$emu" cuda 2>&1); rc=$?
+[ $rc != 0 ] && [[ "$out" == *"FAIL --deterministic: two runs differ"* ]] && ok "deterministic_gpu.sh: a second run that differs is reported" \
+  || bad "deterministic_gpu.sh missed a differing run: rc $rc, $(tail -3 <<<"$out")"
 
 # 2. the fallback: one warning naming the reason, then native (bitwise the native run)
 for fault in plan:"no engine supports the forward graph" mismatch:"disagrees with the native kernels on out"; do

@@ -17,6 +17,8 @@
 #              stop + resume, sampling) vs the CPU: tests/test_cuda_emu_soak.sh when it
 #              takes FT_SOAK_BIN/FT_SOAK_DEVICE (the emulated soak, pointed at this binary
 #              and --device cuda), else tests/gpu/soak_gpu.sh (the same job)
+#   deterministic   tests/gpu/deterministic_gpu.sh: two short runs with --deterministic
+#              bitwise equal (and whether two without it are: reported, not judged)
 #
 # Writes REPORT_DIR/first_light.md, first_light.json and first_light_logs.tar.gz (REPORT_DIR:
 # $OUT when set, else the argument, else out/first_light). Every check is pass, fail,
@@ -155,7 +157,7 @@ fi
 make_vars=(BUILD=$B CUDA=1 CUDA_HOME="$cuda_home" NVCC="$nvcc" NVCC_SASS_ARCHS="${sm:-90}" NVCC_PTX_ARCH= "${deps_arg[@]}")
 job=(--model_dir data/model --data_dir data/chess --batch_size_per_device 2 --total_batch_size 2
      --seq_len 128 --max_steps 2 --eval_every 0 --save_every 0 --max_eval_docs 4 --sample_tokens 0)
-checks=(build fatbin test-gpu memcheck racecheck synccheck soak)
+checks=(build fatbin test-gpu memcheck racecheck synccheck soak deterministic)
 blocked=""
 if [ $gpu_ok = 0 ]; then blocked=$why_gpu
 elif [ -z "$nvcc" ]; then blocked="no CUDA toolkit: nvcc not found on PATH or in /usr/local/cuda/bin"
@@ -190,6 +192,7 @@ else
     else
       phase soak 100 bash tests/gpu/soak_gpu.sh "$B/finetune" cuda "$logs/soak"
     fi
+    phase deterministic 40 bash tests/gpu/deterministic_gpu.sh "$B/finetune" cuda "$logs/deterministic"
   else
     for c in "${checks[@]:1}"; do not_run "$c" "the build failed (see build)"; done
   fi
