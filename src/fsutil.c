@@ -2,6 +2,7 @@
 #include "fsutil.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -106,4 +107,53 @@ int fs_publish_dir(const char *tmp, const char *dst) {
     TRY(st_fsync_parent_dir(dst));
     if (had) fs_remove_tree(old);
     return 0;
+}
+
+int fs_lock_dir(const char *dir, const char *what, int *fd, int *created) {
+    *fd = -1;
+    *created = 0;
+    struct stat sb;
+    if (stat(dir, &sb) != 0) *created = 1;
+    TRY(fs_mkdirs(dir));
+    char p[FT_PATH_MAX];
+    TRY(ft_path(p, sizeof p, "%s/.lock", dir));
+    const int f = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f < 0) return ft_error("%s: cannot create (%s's lock): %s", p, what, strerror(errno));
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (fcntl(f, F_SETLK, &fl) != 0) {
+        const int e = errno;
+        if (e == EACCES || e == EAGAIN) {
+            char holder[256] = "";
+            const ssize_t n = pread(f, holder, sizeof holder - 1, 0);
+            holder[n > 0 ? n : 0] = '\0';
+            holder[strcspn(holder, "\r\n")] = '\0';
+            close(f);
+            return ft_error("%s: %s %s is in use by another finetune job (%s); two jobs writing one directory would "
+                            "overwrite each other's checkpoints and metrics: wait for that job to end, or choose another %s",
+                            p, what, dir, holder[0] ? holder : "holder unknown", what);
+        }
+        close(f);   // a file system without locks (e.g. Lustre mounted without flock): go on unguarded
+        fprintf(stderr, "finetune: warning: %s: cannot lock (%s): nothing stops two jobs from writing %s %s at once\n",
+                p, strerror(e), what, dir);
+        return 0;
+    }
+    char host[128] = "?", text[256];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    const int len = snprintf(text, sizeof text, "pid %d on host %s\n", (int)getpid(), host);
+    const int written = ftruncate(f, 0) == 0 && pwrite(f, text, (size_t)len, 0) == len;
+    (void)written;   // the holder's name is informative only
+    *fd = f;
+    return 0;
+}
+
+void fs_unlock_dir(const char *dir, int fd, int remove_dir) {
+    if (fd < 0) return;
+    char p[FT_PATH_MAX];   // unlinked while still held: a job refused by it has gone already
+    if (ft_path(p, sizeof p, "%s/.lock", dir) == 0) unlink(p);
+    if (remove_dir) rmdir(dir);   // only when empty
+    close(fd);
 }

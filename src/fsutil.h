@@ -18,3 +18,14 @@ int fs_write_text_atomic(const char *path, const char *text);
 // Move the finished temporary directory `tmp` to `dst` (fsync'ed first), replacing an
 // existing `dst` (moved aside, then removed) and fsync'ing the parent.
 int fs_publish_dir(const char *tmp, const char *dst);
+// Hold `dir`/.lock exclusively (an fcntl write lock, released when the process ends or
+// fs_unlock_dir closes it) so that two jobs never write one directory at once; the file holds
+// "pid P on host H" of the holder. `dir` is created when missing (*created = 1: the caller may
+// undo it with fs_unlock_dir). *fd = the lock's descriptor, or -1 when the file system has
+// no locks (one warning on stderr, no error). A lock held by another process: -1 naming the
+// file, the flag `what` and the holder.
+int fs_lock_dir(const char *dir, const char *what, int *fd, int *created);
+// Release fs_lock_dir's lock (fd -1: nothing) and remove the lock file (a killed job leaves
+// it: harmless, the next job takes it over); `remove_dir`: also rmdir `dir` when it is empty
+// (a job that created it and failed before writing anything).
+void fs_unlock_dir(const char *dir, int fd, int remove_dir);

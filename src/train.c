@@ -95,6 +95,7 @@ typedef struct {
     int run_start;
     double run_secs, run_tokens, val_first, val_last;
     int n_evals;
+    int out_lock, out_created;    // rank 0: fs_lock_dir's descriptor of --out_dir/.lock (-1: none)
 } job;
 
 static int is_main(const job *j) { return j->rank == 0; }
@@ -763,8 +764,14 @@ int train_run(const train_options *o, const train_comms *cc, int *failure_agreed
     *failure_agreed = 0;
     j.cc = cc;
     j.failure_agreed = failure_agreed;
-    int rc = agree(&j, job_setup(&j, o, cc));
+    j.out_lock = -1;
+    // one job per --out_dir (rank 0 holds its lock until the end), taken before anything in
+    // it is read (--resume latest) or written
+    int rc = agree(&j, !o->eval_only && cc->world->rank == 0 ? fs_lock_dir(o->out_dir, "--out_dir", &j.out_lock,
+                                                                            &j.out_created) : 0);
+    if (rc == 0) rc = agree(&j, job_setup(&j, o, cc));
     if (rc == 0) rc = run(&j);
     job_teardown(&j);
+    fs_unlock_dir(o->out_dir, j.out_lock, rc != 0 && j.out_created);   // a directory this failed job created: gone if empty
     return rc;
 }

@@ -108,6 +108,11 @@ s="$tmp/sig"
 "$bin" "${small[@]}" --max_steps 100000 --out_dir "$s" > "$s.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 100); do grep -q "^step    2/" "$s.log" 2>/dev/null && break; sleep 0.1; done
+# a second job into the running job's --out_dir (a resubmission while the first still runs) is
+# refused before it reads or writes anything there: both would write checkpoints/ and
+# metrics.jsonl (its rewind replaced the file under the first job, whose records were lost)
+expect_error "$s/.lock: --out_dir $s is in use by another finetune job (pid $pid on host " "${small[@]}" \
+  --max_steps 3 --resume auto --out_dir "$s"
 kill -TERM $pid; wait $pid; rc=$?
 [ $rc -eq 0 ] && grep -q "signal received" "$s.log" && [ -f "$s/checkpoints/latest" ] \
   && ok "SIGTERM: checkpoint $(cat "$s/checkpoints/latest") saved, exit 0" || bad "SIGTERM: rc=$rc, log: $(tail -2 "$s.log")"
@@ -116,6 +121,7 @@ n=$(cat "$s/checkpoints/latest" 2>/dev/null | sed -E 's/step_0*//')
   && grep -q "^step *$((n + 2))/$((n + 2))" "$s.log2" && ok "resumed after SIGTERM and finished at step $((n + 2))" \
   || bad "resume after SIGTERM: $(tail -1 "$s.log2")"
 ls -a "$s/checkpoints" | grep -q tmp && bad "temporary files left in checkpoints/" || ok "no temporary files left in checkpoints/"
+[ ! -e "$s/.lock" ] && ok "the --out_dir lock is gone with its job" || bad "$s/.lock left behind"
 
 # a save or an export killed before its rename (kill -9) leaves its temporary directory, a
 # whole checkpoint's bytes: the next save and the next export remove it (any pid)
