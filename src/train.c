@@ -31,8 +31,22 @@
 // ----------------------------------------------------------------------------
 // signals: SIGTERM (Slurm before the time limit) and SIGINT save a checkpoint and stop
 
+// The first stops the job at the next step boundary (or, after training, before the export or
+// the next sampled game); a SIGINT after an earlier signal (Ctrl-C twice) ends the process at
+// once: a save under way is lost (its temporary directory is removed by the next save), the
+// checkpoints already published stay.
 static volatile sig_atomic_t g_stop_signal;
-static void on_signal(int sig) { g_stop_signal = sig; }
+static void on_signal(int sig) {
+    if (sig == SIGINT && g_stop_signal) {
+        static const char msg[] = "\nfinetune: SIGINT again: exiting now without saving (--resume latest continues from "
+                                  "the last complete checkpoint)\n";
+        const ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+    }
+    g_stop_signal = sig;
+}
 
 static void install_signal_handlers(void) {
     struct sigaction sa;
@@ -696,11 +710,27 @@ static void print_run_summary(const job *j, int step) {
 }
 
 // After the last step: the final evaluation, the Hugging Face export, samples, the memory report.
+// A stop signal on any rank (collective). *stop = 1 when one was received.
+static int stop_requested(job *j, int *stop) {
+    double flag[1] = {g_stop_signal ? 1.0 : 0.0};
+    TRY(comm_all_reduce_f64(j->cc->world, flag, 1));
+    *stop = flag[0] > 0;
+    return 0;
+}
+
 static int job_finish(job *j, int step) {
     const train_options *o = j->o;
     char path[FT_PATH_MAX];
-    int rc;
+    int rc, stop;
     TRY(eval_and_log(j, step));
+    // the checkpoint at `step` is saved: a signal now skips the rest (--resume latest redoes it)
+    TRY(stop_requested(j, &stop));
+    if (stop) {
+        if (is_main(j))
+            printf("finetune: stopping before the export (signal received); the checkpoint of step %d is saved: "
+                   "--resume latest writes the export%s\n", step, o->sample_tokens > 0 ? " and the samples" : "");
+        return 0;
+    }
     TRY(ft_path(path, sizeof path, "%s/final", o->out_dir));
     watchdog_set_phase("export");
     if (j->lora) rc = agree(j, ckpt_export_peft(path, o->model_dir, &j->afs, &j->ll, o->save_dtype, j->rank));
@@ -717,8 +747,16 @@ static int job_finish(job *j, int step) {
                                path, o->save_dtype);
     }
     watchdog_set_phase("sampling");
-    for (int g = 0; o->sample_tokens > 0 && g < o->sample_games; g++)
+    for (int g = 0; o->sample_tokens > 0 && g < o->sample_games; g++) {
+        TRY(stop_requested(j, &stop));
+        if (stop) {
+            if (is_main(j))
+                printf("finetune: stopping after %d of %d sampled games (signal received); the export is complete, "
+                       "--resume latest samples again\n", g, o->sample_games);
+            return 0;
+        }
         TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
+    }
     if (is_main(j)) {
         printf("finetune: peak memory %.1f MiB:", j->mem.peak_total / 1048576.0);
         for (int c = 0; c < MEM_CATEGORY_COUNT; c++)   // host (--offload_optimizer): not in the total

@@ -4,7 +4,9 @@
 #   1. resume equivalence: 6 steps straight == 3 steps + stop + resume + 3 steps, bitwise
 #      (weights, AdamW moments, per-step losses), in game mode and in pack mode with
 #      gradient checkpointing and gradient accumulation;
-#   2. SIGTERM mid-run saves a checkpoint and exits 0; the resumed run finishes;
+#   2. SIGTERM mid-run saves a checkpoint and exits 0; the resumed run finishes; a second job
+#      into a running job's --out_dir is refused; SIGTERM while sampling stops there; Ctrl-C
+#      twice exits at once;
 #   3. the Hugging Face export: layout, dtype, tokenizer files, our loss on it; and when a
 #      Python with transformers is available (FT_ORACLE_PYTHON, or /opt/oracle-venv), that
 #      transformers loads it and computes the same validation loss;
@@ -122,6 +124,36 @@ n=$(cat "$s/checkpoints/latest" 2>/dev/null | sed -E 's/step_0*//')
   || bad "resume after SIGTERM: $(tail -1 "$s.log2")"
 ls -a "$s/checkpoints" | grep -q tmp && bad "temporary files left in checkpoints/" || ok "no temporary files left in checkpoints/"
 [ ! -e "$s/.lock" ] && ok "the --out_dir lock is gone with its job" || bad "$s/.lock left behind"
+
+# SIGTERM after the last step (here during sampling; also the final evaluation or the export):
+# the last checkpoint is saved, so the job stops before the next sampled game (it used to
+# sample every game, minutes on a large model, and be killed at the time limit), exit 0;
+# --resume latest redoes the final evaluation (logged once) and all the samples
+s="$tmp/sigsample"
+"$bin" "${small[@]}" --max_steps 2 --sample_tokens 20 --sample_games 40 --out_dir "$s" > "$s.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do grep -q "prompt:" "$s.log" 2>/dev/null && break; sleep 0.05; done
+kill -TERM $pid; wait $pid; rc=$?
+ns=$(grep -c . "$s/samples.jsonl" 2>/dev/null)
+[ $rc -eq 0 ] && grep -q "^finetune: stopping after $ns of 40 sampled games (signal received)" "$s.log" && [ "$ns" -lt 40 ] \
+  && [ -f "$s/final/model.safetensors" ] && ok "SIGTERM while sampling: stopped after $ns of 40 games, exit 0, export complete" \
+  || bad "SIGTERM while sampling: rc=$rc, $ns samples, log: $(tail -1 "$s.log")"
+"$bin" "${small[@]}" --max_steps 2 --sample_tokens 20 --sample_games 40 --resume latest --out_dir "$s" > "$s.log2" 2>&1 \
+  && [ "$(grep -c . "$s/samples.jsonl")" = 40 ] && [ "$(grep -c '"type":"eval"' "$s/metrics.jsonl")" = 2 ] \
+  && ok "--resume latest after it: 40 samples, the final evaluation logged once" \
+  || bad "--resume latest after SIGTERM while sampling: $(tail -1 "$s.log2")"
+
+# Ctrl-C twice: the second SIGINT ends the process at once (status 130) with one line (the
+# first one only stops at the end of the step). Both arrive during the evaluation at step 0
+# (1.5 s over every validation game), before the first step's end checks for a stop
+s="$tmp/sigint2"
+"$bin" --seq_len 256 --batch_size_per_device 8 --total_batch_size 16 --max_steps 100000 --out_dir "$s" \
+  > "$s.log" 2> "$s.err" &
+pid=$!
+for _ in $(seq 1 200); do grep -q "^finetune: MFU denominator" "$s.log" 2>/dev/null && break; sleep 0.05; done
+sleep 0.1; kill -INT $pid; sleep 0.2; kill -INT $pid; wait $pid; rc=$?
+[ $rc -eq 130 ] && [ "$(grep -c . "$s.err")" = 1 ] && grep -q "^finetune: SIGINT again: exiting now without saving" "$s.err" \
+  && ok "SIGINT twice: exit 130 at once: $(grep . "$s.err")" || bad "SIGINT twice: rc=$rc, stderr: $(cat "$s.err")"
 
 # a save or an export killed before its rename (kill -9) leaves its temporary directory, a
 # whole checkpoint's bytes: the next save and the next export remove it (any pid)
