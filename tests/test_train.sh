@@ -145,9 +145,10 @@ ns=$(grep -c . "$s/samples.jsonl" 2>/dev/null)
 
 # Ctrl-C twice: the second SIGINT ends the process at once (status 130) with one line (the
 # first one only stops at the end of the step). Both arrive during the evaluation at step 0
-# (1.5 s over every validation game), before the first step's end checks for a stop
+# (1.5 s over every validation game), before the first step's end checks for a stop (stdout
+# line-buffered: the line that precedes the evaluation is seen when it is printed)
 s="$tmp/sigint2"
-"$bin" --seq_len 256 --batch_size_per_device 8 --total_batch_size 16 --max_steps 100000 --out_dir "$s" \
+stdbuf -oL "$bin" --seq_len 256 --batch_size_per_device 8 --total_batch_size 16 --max_steps 100000 --out_dir "$s" \
   > "$s.log" 2> "$s.err" &
 pid=$!
 for _ in $(seq 1 200); do grep -q "^finetune: MFU denominator" "$s.log" 2>/dev/null && break; sleep 0.05; done
