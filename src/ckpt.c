@@ -7,6 +7,8 @@
 // (not per-rank shards), so a checkpoint saved at one world size resumes at any other.
 #include "ckpt.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -307,8 +309,47 @@ fail:
     return -1;
 }
 
+static int step_desc(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x < y) - (x > y);
+}
+
+// Rank 0, step `step` published in root (latest points at it): remove the step_%08d
+// checkpoints of steps <= step beyond the newest `keep`. 0 / -1 naming the directory.
+static int prune_checkpoints(const char *root, int step, int keep) {
+    DIR *d = opendir(root);
+    if (!d) return ft_error("%s: cannot list (--save_total_limit): %s", root, strerror(errno));
+    int *steps = NULL, s;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strlen(e->d_name) != 13 || strncmp(e->d_name, "step_", 5) != 0 ||
+            strspn(e->d_name + 5, "0123456789") != 8 || (s = atoi(e->d_name + 5)) > step)
+            continue;
+        if (n == cap) {
+            int *grown = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
+            if (!grown) { free(steps); closedir(d); return ft_error("out of memory listing %s", root); }
+            steps = grown;
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    qsort(steps, n, sizeof *steps, step_desc);
+    int rc = 0;
+    for (size_t i = (size_t)keep; i < n && rc == 0; i++) {
+        char dir[FT_PATH_MAX], gone[FT_PATH_MAX];
+        rc = ft_path(dir, sizeof dir, "%s/step_%08d", root, steps[i]);
+        if (rc == 0) rc = ft_path(gone, sizeof gone, "%s/.tmp.step_%08d.pruned", root, steps[i]);
+        if (rc == 0 && rename(dir, gone) != 0)
+            rc = ft_error("%s: cannot remove (--save_total_limit %d): %s", dir, keep, strerror(errno));
+        if (rc == 0) fs_remove_tree(gone);
+    }
+    free(steps);
+    return rc;
+}
+
 int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const trainer_state *ts,
-              int world_rank) {
+              int world_rank, int keep) {
     static const char *const model_prefix[] = {""}, *const optim_prefix[] = {"exp_avg.", "exp_avg_sq."};
     static const fsdp_buffer model_which[] = {FSDP_MASTER}, optim_which[] = {FSDP_EXP_AVG, FSDP_EXP_AVG_SQ};
     static const param_file files[] = {{model_prefix, model_which, 1, ST_F32}, {optim_prefix, optim_which, 2, ST_F32}};
@@ -322,6 +363,7 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
     if (param_files_stream(s, tmp, files, names, 2, write) != 0) rc = -1;
     if (write && rc == 0) rc = save_dir_finish(model_dir, root, tmp, ts->step, state);
     else if (write) fs_remove_tree(tmp);
+    if (write && rc == 0 && keep > 0) rc = prune_checkpoints(root, ts->step, keep);
     free(state);
     return rc;
 }

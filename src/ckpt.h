@@ -88,8 +88,11 @@ int ckpt_load_weights(fsdp_state *s, const char *dir);
 // one host buffer of s->max_unit floats and its tensors written at their file offsets, so
 // saving needs one unit of host memory, not the model; every rank gathers every unit even
 // when rank 0 fails to write (no rank is left waiting). 0 / -1.
+// keep > 0: then the checkpoints of steps up to ts->step beyond the newest `keep` go (each
+// renamed to a .tmp.step_* name first, so a kill mid-removal leaves what the next save
+// clears; checkpoints of later steps, from a run this one resumed before the end of, stay).
 int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const trainer_state *ts,
-              int world_rank);
+              int world_rank, int keep);
 
 // Export the current weights in Hugging Face layout to <dir> (config.json with the dtype,
 // model.safetensors in `dtype` ("bf16" or "fp32"), tokenizer files copied from model_dir),

@@ -52,6 +52,7 @@ static const flag_spec flags[] = {
     {"--eval_every", FLAG_INT, OPT(eval_every), 0, 1 << 30, NULL, "validation loss every N steps (0 = only before and after)"},
     {"--max_eval_docs", FLAG_INT, OPT(max_eval_docs), 0, 1 << 30, NULL, "evaluate at most this many validation games (0 = all)"},
     {"--save_every", FLAG_INT, OPT(save_every), 0, 1 << 30, NULL, "checkpoint every N steps (0 = only at the end); SIGTERM/SIGINT also save"},
+    {"--save_total_limit", FLAG_INT, OPT(save_total_limit), 0, 1 << 30, NULL, "keep only the newest N checkpoints (up to the step just saved; older ones are removed after each save; 0 = keep all)"},
     {"--stop_at_step", FLAG_INT, OPT(stop_at_step), 0, 1 << 30, NULL, "save and stop after this step, as if preempted (0 = never)"},
     {"--save_dtype", FLAG_STR, OPT(save_dtype), 0, 0, "bf16|fp32", "dtype of the final Hugging Face export"},
     {"--sample_tokens", FLAG_INT, OPT(sample_tokens), 0, 100000, NULL, "after training, sample this many tokens continuing a validation game"},

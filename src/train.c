@@ -534,7 +534,7 @@ static trainer_state job_state(const job *j, int step) {
 static int save_checkpoint(job *j, int step) {
     watchdog_set_phase("checkpoint at step %d", step);
     const trainer_state ts = job_state(j, step);
-    int rc = agree(j, ckpt_save(j->o->out_dir, j->o->model_dir, j->opt, &ts, j->rank));
+    int rc = agree(j, ckpt_save(j->o->out_dir, j->o->model_dir, j->opt, &ts, j->rank, j->o->save_total_limit));
     if (rc != 0) return rc;
     if (is_main(j)) printf("checkpoint: %s/checkpoints/step_%08d\n", j->o->out_dir, step);
     return 0;

@@ -34,6 +34,7 @@ typedef struct {
     int eval_every;               // 0 = only at the end
     int max_eval_docs;
     int save_every;               // 0 = only at the end
+    int save_total_limit;         // keep the newest N checkpoints of this run's steps (0 = all)
     int stop_at_step;             // 0 = never; else save and stop after this step (preemption drill)
     const char *save_dtype;       // export dtype: "bf16" or "fp32"
     int sample_tokens;            // tokens to sample after training (0 = none)

@@ -12,7 +12,7 @@ help=$("$bin" --help); rc=$?
 [ $rc -eq 0 ] && ok "--help exits 0" || bad "--help exit $rc"
 for f in --model_dir --data_dir --out_dir --resume --eval_only --batch_size_per_device --total_batch_size --seq_len --pack \
          --gradient_checkpointing --learning_rate --lr_schedule --warmup_fraction --weight_decay --max_grad_norm \
-         --max_steps --epochs --seed --eval_every --save_every --save_dtype --no_fsdp --dp_shard --collective_timeout; do
+         --max_steps --epochs --seed --eval_every --save_every --save_total_limit --save_dtype --no_fsdp --dp_shard --collective_timeout; do
   printf '%s\n' "$help" | grep -q -- "$f .*(default: " && ok "--help lists $f with its default" || bad "--help does not list $f with its default"
 done
 

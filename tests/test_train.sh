@@ -165,6 +165,14 @@ touch "$k/checkpoints/.tmp.step_00000002.999999/model.safetensors" "$k/final.tmp
   && ok "a killed save's and export's temporary directories are removed by the next save and export" \
   || bad "stale temporaries left: $(ls -a "$k" "$k/checkpoints" | tr '\n' ' ')"
 
+# --save_total_limit 2: every save keeps the newest two checkpoints (a 7B checkpoint is 84 GB;
+# without it every --save_every checkpoint stays), the removed ones leave no temporary behind
+r="$tmp/retain"
+"$bin" "${small[@]}" --max_steps 5 --save_every 1 --save_total_limit 2 --out_dir "$r" > "$r.log" 2>&1 \
+  && [ "$(ls -A "$r/checkpoints" | tr '\n' ' ')" = "latest step_00000004 step_00000005 " ] \
+  && ok "--save_total_limit 2 over 5 saves: checkpoints/ holds latest, step_00000004, step_00000005" \
+  || bad "--save_total_limit 2: $(tail -1 "$r.log"); checkpoints: $(ls -A "$r/checkpoints" | tr '\n' ' ')"
+
 # a fresh run (no --resume) into an --out_dir holding an earlier run's checkpoints is refused
 # before it writes anything (its steps would mix with the old ones, and a later --resume auto
 # would pick up the old run); --overwrite_out_dir starts over, removing the old checkpoints
