@@ -595,7 +595,9 @@ static long metrics_record_step(const char *line) {
 // the interrupted run after the checkpoint it resumes from) go, and so does the final
 // evaluation at `start` when that was the last step (job_finish logs it again); a checkpoint
 // at step s follows step s's train record and its periodic evaluation, so those stay. A
-// missing file is fine (nothing to rewind). Written to path.tmp and renamed over. 0 / -1.
+// missing file is fine (nothing to rewind). A last record without its newline (torn: the
+// writer was killed or the disk was full) goes as well, with a warning: kept, the next record
+// would be appended to it on the same line. Written to path.tmp and renamed over. 0 / -1.
 static int metrics_rewind(const char *path, int start, int total_steps) {
     FILE *in = fopen(path, "r");
     if (!in) return errno == ENOENT ? 0 : ft_error("%s: cannot read: %s", path, strerror(errno));
@@ -605,7 +607,13 @@ static int metrics_rewind(const char *path, int start, int total_steps) {
     if (rc == 0 && !out) rc = ft_error("%s: cannot open for writing: %s", tmp, strerror(errno));
     char *line = NULL;
     size_t cap = 0;
-    while (rc == 0 && getline(&line, &cap, in) >= 0) {
+    ssize_t len;
+    while (rc == 0 && (len = getline(&line, &cap, in)) >= 0) {
+        if (len == 0 || line[len - 1] != '\n') {   // getline's last line: torn
+            fprintf(stderr, "finetune: warning: %s: its last record is incomplete (%zd bytes without a newline: the "
+                    "writer was killed or the disk was full); dropped\n", path, len);
+            break;
+        }
         const long step = metrics_record_step(line);
         const int final_eval = step == start && start >= total_steps && strstr(line, "\"type\":\"eval\"");
         if ((step <= start && !final_eval) && fputs(line, out) == EOF) rc = ft_error("%s: write failed", tmp);

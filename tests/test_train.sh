@@ -76,6 +76,17 @@ evals=$(grep -c '"type":"eval"' "$d/metrics.jsonl"); trains=$(grep -c '"type":"t
 [ "$(step_logs "$d")" = "$(step_logs "$tmp/games-a")" ] && [ "$trains" = 6 ] && [ "$evals" = 2 ] \
   && ok "resume from step 3 of 6, then of the finished run: metrics.jsonl has each step once (6 train, 2 eval records)" \
   || bad "metrics.jsonl after two resumes: $trains train and $evals eval records; step logs $( [ "$(step_logs "$d")" = "$(step_logs "$tmp/games-a")" ] && echo equal || echo differ)"
+# a torn last record in metrics.jsonl (the writer killed mid-line, or a full disk) is dropped
+# by the resume's rewind with one warning, not kept for the next record to be glued onto
+t="$tmp/torn"
+"$bin" "${small[@]}" --max_steps 4 --stop_at_step 2 --out_dir "$t" > "$t.log" 2>&1 || bad "torn: first run: $(tail -1 "$t.log")"
+truncate -s -40 "$t/metrics.jsonl"
+"$bin" "${small[@]}" --max_steps 4 --resume latest --out_dir "$t" > "$t.log2" 2> "$t.err" \
+  && grep -q "metrics.jsonl: its last record is incomplete" "$t.err" && ! grep -qv '^{.*}$' "$t/metrics.jsonl" \
+  && [ "$(grep -o '"type":"[a-z]*","step":[0-9]*' "$t/metrics.jsonl" | tr '\n' ' ')" = \
+       '"type":"eval","step":0 "type":"train","step":1 "type":"train","step":3 "type":"train","step":4 "type":"eval","step":4 ' ] \
+  && ok "a torn last metrics record is dropped on resume (warned), every line a whole record" \
+  || bad "torn metrics record: $(cat "$t.err"); $(grep -o '"type":"[a-z]*","step":[0-9]*' "$t/metrics.jsonl" | tr '\n' ' ')"
 grep -q "^finetune: done: no step to train (resumed at step 6 of 6); val loss [0-9.]*$" "$d.log3" \
   && ok "resuming the finished run: the summary says no step was trained" \
   || bad "resuming the finished run: summary '$(grep '^finetune: done' "$d.log3")'"
