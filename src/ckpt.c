@@ -440,7 +440,13 @@ int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n) {
     const int rc = latest_read_name(f, p, name);
     fclose(f);
     TRY(rc);
-    return ft_path(dir, n, "%s/checkpoints/%s", out_dir, name);
+    TRY(ft_path(dir, n, "%s/checkpoints/%s", out_dir, name));
+    struct stat sb;   // a checkpoint removed by hand (or by a cleanup) after latest named it
+    const int missing = stat(dir, &sb) != 0;
+    if (missing || !S_ISDIR(sb.st_mode))
+        return ft_error("--resume %s: %s names %s, which is not a checkpoint directory (%s); --resume DIR starts from "
+                        "another checkpoint", resume, p, name, missing ? strerror(errno) : "not a directory");
+    return 0;
 }
 
 // The weights of `dir` fit layout `l` (names, shapes, dtypes; no tensor data read). 0 / -1.

@@ -263,7 +263,8 @@ expect_error "$tmp/emptyval: the 2 validation game(s) evaluated have no token to
   --max_eval_docs 2 --data_dir "$tmp/emptyval"
 # auto starts fresh only when nothing was saved: a latest pointer to a missing checkpoint is an error
 mkdir -p "$tmp/lost/checkpoints"; echo step_00000009 > "$tmp/lost/checkpoints/latest"
-expect_error "$tmp/lost/checkpoints/step_00000009" "${small[@]}" --max_steps 1 --resume auto --out_dir "$tmp/lost"
+expect_error "--resume auto: $tmp/lost/checkpoints/latest names step_00000009, which is not a checkpoint directory (No \
+such file or directory); --resume DIR starts from another checkpoint" "${small[@]}" --max_steps 1 --resume auto --out_dir "$tmp/lost"
 # a latest pointer that is not one line naming a directory: refused by name, never cut or read in part
 bad_latest() {   # bad_latest WHY PRINTF_FORMAT [ARGS]: latest holds printf's output
   printf "${@:2}" > "$tmp/lost/checkpoints/latest"
