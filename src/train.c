@@ -99,6 +99,7 @@ typedef struct {
     int32_t *tokens, *targets;    // (accum, B, T) this rank's rows of the current step
     int32_t *rows_tok, *rows_tgt; // (B, T_used) one micro-batch, compacted
     FILE *metrics;                // rank 0: <out_dir>/metrics.jsonl
+    int metrics_failed;           // a write to it failed (warned once)
     double peak_flops;
     int *failure_agreed;          // train_run's: set when a failure was agreed by every rank
     // this run, for the closing summary: its start, the seconds and target tokens of its
@@ -172,12 +173,23 @@ static int evaluate(job *j, double *loss_out, double *tokens_out) {
     return 0;
 }
 
+// Push rank 0's latest metrics record to the file. A failed write (a full disk, an --out_dir
+// removed mid-run) does not stop training: one warning, the first time.
+static void metrics_flush(job *j) {
+    if (fflush(j->metrics) == 0 && !ferror(j->metrics)) return;
+    if (!j->metrics_failed)
+        fprintf(stderr, "finetune: warning: %s/metrics.jsonl: writing failed (%s); training goes on, but its records "
+                "from here on may be lost\n", j->o->out_dir, strerror(errno));
+    j->metrics_failed = 1;
+    clearerr(j->metrics);
+}
+
 static void log_eval(job *j, int step, double loss, double ntok, double secs) {
     if (!is_main(j)) return;
     printf("eval  step %d | val loss %.6f | perplexity %.2f | %.0f tokens | %.1f s\n", step, loss, exp(loss), ntok, secs);
     if (j->metrics) {
         fprintf(j->metrics, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"tokens\":%.0f}\n", step, loss, ntok);
-        fflush(j->metrics);
+        metrics_flush(j);
     }
 }
 
@@ -508,7 +520,7 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
             fprintf(j->metrics, "%s\"%s\":%zu", c ? "," : ",\"peak_bytes\":{", mem_category_name((mem_category)c),
                     j->mem.peak[c]);
         fprintf(j->metrics, "}}\n");
-        fflush(j->metrics);
+        metrics_flush(j);
     }
     if (j->o->profile) profile_step_report(stdout, step + 1);
 }

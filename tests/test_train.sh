@@ -381,6 +381,14 @@ other than --model_dir's $m/tokenizer.json (sha256 [0-9a-f]\{12\}...)" "$tmp/tok
   [ $rc = 0 ] && [ "$n" = "$want" ] && [ "$(grep -c warning "$tmp/tok.err")" = "$want" ] \
     && ok "tokenizer check, $name: exit 0, $want warning(s)" || bad "tokenizer check, $name: rc $rc, $(cat "$tmp/tok.err")"
 done
+# metrics.jsonl that cannot be written (here a link to /dev/full: every write fails with
+# ENOSPC, as on a full disk): training goes on, with one warning, the first time
+mkdir -p "$tmp/fullm" && ln -sf /dev/full "$tmp/fullm/metrics.jsonl"
+"$bin" "${small[@]}" --max_steps 2 --max_eval_docs 2 --out_dir "$tmp/fullm" > "$tmp/fullm.out" 2> "$tmp/fullm.err"; rc=$?
+[ $rc = 0 ] && [ "$(grep -c warning "$tmp/fullm.err")" = 1 ] \
+  && grep -q "^finetune: warning: $tmp/fullm/metrics.jsonl: writing failed (No space left on device); training goes on" "$tmp/fullm.err" \
+  && [ -d "$tmp/fullm/final" ] && ok "metrics.jsonl unwritable: one warning, training and export go on" \
+  || bad "metrics.jsonl on /dev/full: rc $rc, $(cat "$tmp/fullm.err")"
 expect_error "'foo' is not one of linear|cosine|constant" --lr_schedule foo
 expect_error "'-1x' is not a number" --learning_rate -1x
 expect_error "flag --learning_rate: -1 is out of range" --learning_rate -1
