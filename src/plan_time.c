@@ -194,6 +194,12 @@ void plan_ops_compute(plan *p, const llama_config *c) {
         const double root = (double)p->root_numel, root_slice = root / r->shard_size;
         grad_bytes += A * (root - root_slice) * (e + 8) + 4 * root;
     }
+    // --deterministic with cuDNN attention: the backward writes dP (B, H, T, T) bf16 to its
+    // workspace and reads it back, per layer and micro-batch (no operation of its own: inside
+    // the cuDNN graph)
+    if (r->attention_cudnn && r->deterministic)
+        op_add(p, "attention dP through HBM (--deterministic)", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0,
+               AL * 2 * 2 * (double)r->batch_size_per_device * H * (double)r->seq_len * r->seq_len, 0, 0);
     // operations: sharded, each unit's gradient is zeroed or added per micro-batch (an add
     // kernel, two memsets); one shard writes the step gradient directly
     const double units = L + 1;

@@ -146,6 +146,14 @@ d=$(ws --deterministic)
 [ -n "$d" ] && [ $((d - a)) = $(( 32 * 512 * 512 * 2 )) ] \
   && "$build/finetune" --dry_run --model_dir $m7 --device cuda --world_size 4 --deterministic | grep -q "bf16 dP for --deterministic" \
   && ok "--dry_run 7B --deterministic: + $((d - a)) bytes of dP (32 x 512^2 x 2)" || bad "--dry_run --deterministic: workspace $d vs $a"
+# and its step-time estimate the dP's round trip through HBM: written and read once per layer
+# and micro-batch, 16 micro-batches x 32 layers x 2 x 32 x 512^2 x 2 bytes = 17.18 GB per rank
+gb=$("$build/finetune" --dry_run --model_dir $m7 --device cuda --world_size 4 --deterministic \
+     | awk '/attention dP through HBM/ { print $(NF - 3) }')
+nodp=$("$build/finetune" --dry_run --model_dir $m7 --device cuda --world_size 4 | grep -c "attention dP through HBM")
+[ "$gb" = "$(awk 'BEGIN { printf "%.2f", 16 * 32 * 2 * 32 * 512 * 512 * 2 / 1e9 }')" ] && [ "$nodp" = 0 ] \
+  && ok "--dry_run 7B --deterministic: the dP round trip, $gb GB per step, in the memory-bound time" \
+  || bad "--dry_run --deterministic dP bytes: '$gb' GB (want 17.18), without the flag $nodp line(s)"
 # with a GQA group of 4 at seq 8192 the native backward's dS^T (4 x 8192^2 x 2 = 512 MiB for one
 # kv head, past the 32 MiB cap: one launch) outgrows cuDNN's bound (~285 MB); a cudnn job plans
 # the larger, because a failed startup check or call falls back to the native kernels
