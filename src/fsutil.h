@@ -15,8 +15,11 @@ int fs_fsync_path(const char *path);
 int fs_copy_file(const char *src, const char *dst);
 // Write `text` to `path` atomically: a temporary file, fsync, rename, fsync of the directory.
 int fs_write_text_atomic(const char *path, const char *text);
-// Move the finished temporary directory `tmp` to `dst` (fsync'ed first), replacing an
-// existing `dst` (moved aside, then removed) and fsync'ing the parent.
+// Move the finished temporary directory `tmp` to `dst` (fsync'ed first) and fsync the parent.
+// An existing `dst` is replaced atomically (renameat2 RENAME_EXCHANGE; where the file system
+// lacks it, moved aside as tmp + ".old" and put back on failure), then removed from under
+// tmp's name: a kill at any point leaves `dst` whole (old or new) and at most a directory
+// named after tmp, which the caller's cleanup of its temporary prefix removes.
 int fs_publish_dir(const char *tmp, const char *dst);
 // Hold `dir`/.lock exclusively (an fcntl write lock, released when the process ends or
 // fs_unlock_dir closes it) so that two jobs never write one directory at once; the file holds

@@ -381,6 +381,22 @@ other than --model_dir's $m/tokenizer.json (sha256 [0-9a-f]\{12\}...)" "$tmp/tok
   [ $rc = 0 ] && [ "$n" = "$want" ] && [ "$(grep -c warning "$tmp/tok.err")" = "$want" ] \
     && ok "tokenizer check, $name: exit 0, $want warning(s)" || bad "tokenizer check, $name: rc $rc, $(cat "$tmp/tok.err")"
 done
+# a save that replaces an existing step directory (a run resumed from step 2 saving step 4
+# again), killed right after the swap (TEST-ONLY FT_TEST_PUBLISH_KILL): latest's step_4 is
+# whole (the new one), the old copy lies under a temporary name, and the next save removes it
+"$bin" "${small[@]}" --max_steps 4 --save_every 2 --max_eval_docs 2 --out_dir "$tmp/swap" > /dev/null 2>&1
+FT_TEST_PUBLISH_KILL=1 "$bin" "${small[@]}" --max_steps 4 --save_every 2 --max_eval_docs 2 --out_dir "$tmp/swap" \
+  --resume "$tmp/swap/checkpoints/step_00000002" > /dev/null 2>&1; rc=$?
+ck=$tmp/swap/checkpoints
+left=$(ls -a "$ck" | grep -c '^\.tmp\.step_')
+[ $rc = 9 ] && [ "$(cat "$ck/latest")" = step_00000004 ] && [ -s "$ck/step_00000004/model.safetensors" ] \
+  && [ -s "$ck/step_00000004/trainer_state.json" ] && [ "$left" = 1 ] \
+  && ok "killed right after replacing step_4: latest's checkpoint whole, the old copy under a temporary name" \
+  || bad "killed mid-replace: rc $rc, latest '$(cat "$ck/latest" 2>/dev/null)', $(ls -a "$ck" | tr '\n' ' ')"
+"$bin" "${small[@]}" --max_steps 6 --save_every 2 --max_eval_docs 2 --out_dir "$tmp/swap" --resume latest > "$tmp/swap.out" 2>&1; rc=$?
+[ $rc = 0 ] && grep -q "^step *6/6" "$tmp/swap.out" && [ "$(ls -a "$ck" | grep -c '^\.tmp\.')" = 0 ] \
+  && ok "--resume latest after it: trains to step 6, the leftover removed by the next save" \
+  || bad "resume after the killed replace: rc $rc, $(ls -a "$ck" | tr '\n' ' '), $(tail -1 "$tmp/swap.out")"
 # metrics.jsonl that cannot be written (here a link to /dev/full: every write fails with
 # ENOSPC, as on a full disk): training goes on, with one warning, the first time
 mkdir -p "$tmp/fullm" && ln -sf /dev/full "$tmp/fullm/metrics.jsonl"
