@@ -148,14 +148,28 @@ int fs_lock_dir(const char *dir, const char *what, int *fd, int *created) {
     TRY(fs_mkdirs(dir));
     char p[FT_PATH_MAX];
     TRY(ft_path(p, sizeof p, "%s/.lock", dir));
-    const int f = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (f < 0) return ft_error("%s: cannot create (%s's lock): %s", p, what, strerror(errno));
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    if (fcntl(f, F_SETLK, &fl) != 0) {
-        const int e = errno;
+    int f = -1, e = 0;   // e: fcntl's errno when the lock was not taken
+    // A holder removes the file at exit while still holding it (fs_unlock_dir): a lock taken
+    // on a file opened just before that removal is on a file no longer at p, and the next job
+    // would create and lock a new one beside it. So the lock counts only on the file still at
+    // p; else open p again (a few times: each retry needs another job's exit in between).
+    for (int attempt = 0;; attempt++) {
+        f = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (f < 0) return ft_error("%s: cannot create (%s's lock): %s", p, what, strerror(errno));
+        struct flock fl;
+        memset(&fl, 0, sizeof fl);
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        if (fcntl(f, F_SETLK, &fl) != 0) {   // held by another job, or no locks: below
+            e = errno;
+            break;
+        }
+        struct stat held, now;
+        if (fstat(f, &held) == 0 && stat(p, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino) break;
+        close(f);
+        if (attempt == 8) return ft_error("%s: %s's lock file keeps being replaced; is another job starting?", p, what);
+    }
+    if (e != 0) {
         if (e == EACCES || e == EAGAIN) {
             char holder[256] = "";
             const ssize_t n = pread(f, holder, sizeof holder - 1, 0);

@@ -26,7 +26,8 @@ int fs_publish_dir(const char *tmp, const char *dst);
 // "pid P on host H" of the holder. `dir` is created when missing (*created = 1: the caller may
 // undo it with fs_unlock_dir). *fd = the lock's descriptor, or -1 when the file system has
 // no locks (one warning on stderr, no error). A lock held by another process: -1 naming the
-// file, the flag `what` and the holder.
+// file, the flag `what` and the holder. The lock counts only on the file still at `dir`/.lock
+// (one its holder removed at exit between our open and our lock is opened again).
 int fs_lock_dir(const char *dir, const char *what, int *fd, int *created);
 // Release fs_lock_dir's lock (fd -1: nothing) and remove the lock file (a killed job leaves
 // it: harmless, the next job takes it over); `remove_dir`: also rmdir `dir` when it is empty

@@ -1,0 +1,88 @@
+// test_fsutil.c: the --out_dir lock of src/fsutil.c (fs_lock_dir / fs_unlock_dir).
+//   A lock taken, then refused to a second process (fork) naming the holder, then released
+//   (the lock file removed). The race of a job that opened OUT/.lock just before its holder
+//   removed it at exit (fs_unlock_dir unlinks the file, then closes it): its lock lands on the
+//   unlinked file, and a third job creating a fresh OUT/.lock would run beside it. Simulated
+//   here by this binary's fcntl, which removes the lock file just before the first lock call
+//   goes through: fs_lock_dir must end up holding the file that is at OUT/.lock.
+// Runtime: well under a second.
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "fsutil.h"
+#include "test.h"
+
+// fsutil.c's fcntl resolves to this one (defined in the executable): when g_unlink_before_lock
+// is set, the next F_SETLK first removes that path, as a holder exiting between the caller's
+// open and its lock would.
+static const char *g_unlink_before_lock;
+int fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (cmd == F_SETLK && g_unlink_before_lock) {
+        unlink(g_unlink_before_lock);
+        g_unlink_before_lock = NULL;
+    }
+    return (int)syscall(SYS_fcntl, fd, cmd, arg);
+}
+
+// The lock descriptor `fd` holds the file now at `path`.
+static int holds_file_at(int fd, const char *path) {
+    struct stat a, b;
+    return fd >= 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// In a child process: fs_lock_dir on dir is refused (exit 0) or not (exit 1).
+static int refused_in_child(const char *dir) {
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        int fd, created;
+        const int rc = fs_lock_dir(dir, "--out_dir", &fd, &created);
+        _exit(rc != 0 && strstr(ft_error_message(), "is in use by another finetune job") ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+int main(void) {
+    char tmpl[] = "/tmp/test_fsutil.XXXXXX";
+    const char *base = mkdtemp(tmpl);
+    if (!base) { perror("mkdtemp"); return 1; }
+    char dir[256], lock[300];
+    snprintf(dir, sizeof dir, "%s/out", base);
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+
+    // taken, refused to another process, released
+    int fd = -1, created = 0;
+    EXPECT(fs_lock_dir(dir, "--out_dir", &fd, &created) == 0 && fd >= 0 && created == 1, "lock: %s", ft_error_message());
+    EXPECT(holds_file_at(fd, lock), "the lock is held on %s", lock);
+    EXPECT(refused_in_child(dir), "a second job is refused while the lock is held");
+    fs_unlock_dir(dir, fd, 0);
+    EXPECT(access(lock, F_OK) != 0, "%s removed on release", lock);
+
+    // the lock file removed between the open and the lock: the lock must end up on the file
+    // at OUT/.lock (else the next job creates a new one and runs beside this one)
+    g_unlink_before_lock = lock;
+    fd = -1;
+    EXPECT(fs_lock_dir(dir, "--out_dir", &fd, &created) == 0 && fd >= 0, "lock after a removal: %s", ft_error_message());
+    EXPECT(g_unlink_before_lock == NULL, "the removal was simulated");
+    EXPECT(holds_file_at(fd, lock), "the lock is held on the file at %s, not on a removed one", lock);
+    EXPECT(refused_in_child(dir), "after the removal race, a second job is still refused");
+    fs_unlock_dir(dir, fd, 1);
+    EXPECT(access(dir, F_OK) != 0, "an empty directory the job created is removed with remove_dir");
+    rmdir(base);
+    TEST_SUMMARY("test_fsutil");
+}
