@@ -69,6 +69,17 @@ NCCL_FUNCTIONS(NCCL_WEAK)
 #define CHECK_NCCL(call) do { ncclResult_t nccl_rc_ = (call); if (nccl_rc_ != ncclSuccess) \
     return ft_error("%s failed at %s:%d: %s", #call, FT_WHERE, N.ncclGetErrorString(nccl_rc_)); } while (0)
 
+// The resolved functions become N once the library says its version (until then N stays
+// empty: a later comm_nccl_load tries again rather than running on a half-known library).
+static int nccl_take(const nccl_functions *f) {
+    int v = 0;
+    const ncclResult_t r = f->ncclGetVersion(&v);
+    if (r != ncclSuccess) return ft_error("nccl: ncclGetVersion of %s failed: %s", nccl_file, f->ncclGetErrorString(r));
+    N = *f;
+    nccl_version = v;
+    return 0;
+}
+
 int comm_nccl_load(void) {
     if (N.ncclGetUniqueId) return 0;
     // Several communicators per GPU run collectives at once (the reduce-scatter lane, HSDP's
@@ -88,9 +99,7 @@ int comm_nccl_load(void) {
 #define NCCL_LINKED(name) if (!(f.name = name)) return ft_error("nccl: the linked NCCL has no %s", #name);
         NCCL_FUNCTIONS(NCCL_LINKED)
 #undef NCCL_LINKED
-        N = f;
-        CHECK_NCCL(N.ncclGetVersion(&nccl_version));
-        return 0;
+        return nccl_take(&f);
     }
     void *lib = dlopen(file ? file : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (!lib)
@@ -100,10 +109,8 @@ int comm_nccl_load(void) {
     return ft_error("GPU ranks need NCCL 2.18 or newer: %s has no %s", file ? file : "libnccl.so.2", #name);
     NCCL_FUNCTIONS(NCCL_RESOLVE)
 #undef NCCL_RESOLVE
-    N = f;
     nccl_file = file ? file : "libnccl.so.2";
-    CHECK_NCCL(N.ncclGetVersion(&nccl_version));
-    return 0;
+    return nccl_take(&f);
 }
 
 int comm_nccl_check_concurrent(void) {

@@ -196,9 +196,8 @@ int fs_lock_dir(const char *dir, const char *what, int *fd, int *created) {
 }
 
 void fs_unlock_dir(const char *dir, int fd, int remove_dir) {
-    if (fd < 0) return;
     char p[FT_PATH_MAX];   // unlinked while still held: a job refused by it has gone already
-    if (ft_path(p, sizeof p, "%s/.lock", dir) == 0) unlink(p);
-    if (remove_dir) rmdir(dir);   // only when empty
-    close(fd);
+    if (fd >= 0 && ft_path(p, sizeof p, "%s/.lock", dir) == 0) unlink(p);
+    if (remove_dir) rmdir(dir);   // only when empty (also without a lock: a file system without locks)
+    if (fd >= 0) close(fd);
 }

@@ -29,7 +29,7 @@ int fs_publish_dir(const char *tmp, const char *dst);
 // file, the flag `what` and the holder. The lock counts only on the file still at `dir`/.lock
 // (one its holder removed at exit between our open and our lock is opened again).
 int fs_lock_dir(const char *dir, const char *what, int *fd, int *created);
-// Release fs_lock_dir's lock (fd -1: nothing) and remove the lock file (a killed job leaves
+// Release fs_lock_dir's lock (fd -1: none was taken) and remove the lock file (a killed job leaves
 // it: harmless, the next job takes it over); `remove_dir`: also rmdir `dir` when it is empty
 // (a job that created it and failed before writing anything).
 void fs_unlock_dir(const char *dir, int fd, int remove_dir);

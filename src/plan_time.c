@@ -210,7 +210,7 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     const double tensors = lora ? 2 * nt * L : 9 * L + 3 - (c->tie_word_embeddings ? 1 : 0);
     const double adamw = r->shard_size == 1 ? tensors : tensors / r->shard_size + units;
     op_add(p, "optimizer: grad norm, AdamW", PLAN_OP_MEMORY, PLAN_PHASE_STEP, 0, p->optimizer_hbm_bytes, 0,
-           adamw + 3);
+           (r->offload_optimizer ? 0 : adamw) + 3);   // (offloaded: AdamW runs on the host)
 
     p->exec_flops = 0;
     p->launches = 0;

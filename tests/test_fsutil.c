@@ -4,7 +4,9 @@
 //   removed it at exit (fs_unlock_dir unlinks the file, then closes it): its lock lands on the
 //   unlinked file, and a third job creating a fresh OUT/.lock would run beside it. Simulated
 //   here by this binary's fcntl, which removes the lock file just before the first lock call
-//   goes through: fs_lock_dir must end up holding the file that is at OUT/.lock.
+//   goes through: fs_lock_dir must end up holding the file that is at OUT/.lock. Without a
+//   lock (a file system without them: fd -1), fs_unlock_dir still removes the empty directory
+//   a failed job created.
 // Runtime: well under a second.
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -83,6 +85,11 @@ int main(void) {
     EXPECT(refused_in_child(dir), "after the removal race, a second job is still refused");
     fs_unlock_dir(dir, fd, 1);
     EXPECT(access(dir, F_OK) != 0, "an empty directory the job created is removed with remove_dir");
+
+    // a file system without locks (fd -1): the failed job's empty directory still goes
+    EXPECT(mkdir(dir, 0755) == 0, "mkdir %s", dir);
+    fs_unlock_dir(dir, -1, 1);
+    EXPECT(access(dir, F_OK) != 0, "without a lock (fd -1), remove_dir still removes the empty directory");
     rmdir(base);
     TEST_SUMMARY("test_fsutil");
 }

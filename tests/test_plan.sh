@@ -48,7 +48,8 @@
 #      --device cuda without a GPU (also at 2 ranks: once) and a non-dividing --dp_shard give
 #      one error line.
 #   6. The device operations --dry_run counts per step (the issue floor of each op) against
-#      the emulated device's count (6 layouts: checkpointing, native attention, LoRA, FSDP 2),
+#      the emulated device's count (7 layouts: checkpointing, native attention, LoRA, offload,
+#      FSDP 2),
 #      and the bundled model's predicted tokens/s bounded by that floor.
 set -u
 build="${1:-build}"
@@ -397,6 +398,7 @@ if [ -x "$emu" ]; then
   ops_case "1 GPU, --attention native" 1 --attention native
   ops_case "1 GPU, LoRA q,k,v,o" 1 --lora_rank 4
   ops_case "1 GPU, LoRA on all 7 projections" 1 --lora_rank 4 --lora_targets q,k,v,o,gate,up,down
+  ops_case "1 GPU, --offload_optimizer (AdamW on the host)" 1 --offload_optimizer
   if command -v mpiexec >/dev/null; then ops_case "FSDP over 2" 2; else skip_or_fail "FSDP operation count (needs mpiexec)"; fi
 else
   skip_or_fail "$emu not built (make CUDA=1): device operations per step not compared"

@@ -117,7 +117,9 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataTyp
                                           int64_t ld) {
     if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;   // column-major: ld >= rows
     auto *o = new cublasLtMatrixLayoutOpaque_t();
-    emu_layout v = {type, rows, cols, ld};
+    emu_layout v;
+    memset(&v, 0, sizeof v);   // padding too: layouts are compared with memcmp (C == D in place)
+    v.type = type, v.rows = rows, v.cols = cols, v.ld = ld;
     memcpy(o, &v, sizeof v);
     *l = o;
     return CUBLAS_STATUS_SUCCESS;
