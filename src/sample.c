@@ -59,19 +59,35 @@ static int vocab_load(vocab *v, const char *path, int n) {
     return rc;
 }
 
-// Append the text of `id` to buf: the Metaspace marker U+2581 becomes a space.
-static void vocab_append(const vocab *v, int id, char *buf, size_t n) {
-    if (id < 0 || id >= v->n || v->special[id] || !v->piece[id]) return;
-    size_t k = strlen(buf);
-    for (const char *p = v->piece[id]; *p && k + 1 < n; p++) {
+// Decoded text that grows as tokens are appended (a fixed buffer truncated long continuations
+// without a word: 8 KiB held ~1,600 chess moves, fewer pieces of a larger vocabulary).
+typedef struct {
+    char *s;
+    size_t len, cap;
+} text_buf;
+
+// Append the text of `id` to buf: the Metaspace marker U+2581 becomes a space. 0 / -1.
+static int vocab_append(const vocab *v, int id, text_buf *buf) {
+    if (id < 0 || id >= v->n || v->special[id] || !v->piece[id]) return 0;
+    const size_t need = buf->len + strlen(v->piece[id]) + 1;   // the text only shrinks
+    if (need > buf->cap) {
+        size_t cap = buf->cap ? buf->cap : 256;
+        while (cap < need) cap *= 2;
+        char *s = realloc(buf->s, cap);
+        if (!s) return ft_error("out of memory for a sampled text of %zu bytes", cap);
+        buf->s = s;
+        buf->cap = cap;
+    }
+    for (const char *p = v->piece[id]; *p; p++) {
         if ((unsigned char)p[0] == 0xE2 && (unsigned char)p[1] == 0x96 && (unsigned char)p[2] == 0x81) {
-            buf[k++] = ' ';
+            buf->s[buf->len++] = ' ';
             p += 2;
         } else {
-            buf[k++] = *p;
+            buf->s[buf->len++] = *p;
         }
     }
-    buf[k] = '\0';
+    buf->s[buf->len] = '\0';
+    return 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -160,20 +176,26 @@ int sampler_continue(sampler *sp, int game, uint64_t seed) {
     for (int t = 0; t < len; t++) tokens[t] = loader_game_token(sp->val, (uint64_t)game, (uint64_t)t);
     uint64_t rng = seed ^ 0x5eed5eedull ^ ((uint64_t)game * 0x9e3779b97f4a7c15ull);
     const int eos = cfg->n_eos > 0 ? cfg->eos_token_ids[0] : -1;
-    char prompt[4096] = "", cont[8192] = "";
-    for (int t = 0; t < len; t++) vocab_append(&sp->vocab, tokens[t], prompt, sizeof prompt);
+    text_buf pbuf = {0}, cbuf = {0};
+    int rc = 0;
+    for (int t = 0; t < len && rc == 0; t++) rc = vocab_append(&sp->vocab, tokens[t], &pbuf);
     int n = len;
-    while (n < T) {
-        TRY(model_set_seq_len(&sp->m, backend_seq_len(sp->s->be, n, sp->T_alloc)));
-        TRY(model_logits_rows(&sp->m, &prov, tokens, n - 1, 1, sp->logits));   // the last real position
+    while (rc == 0 && n < T) {
+        rc = model_set_seq_len(&sp->m, backend_seq_len(sp->s->be, n, sp->T_alloc));
+        if (rc == 0) rc = model_logits_rows(&sp->m, &prov, tokens, n - 1, 1, sp->logits);   // the last real position
+        if (rc != 0) break;
         int next = sample_logits(sp->logits, V, &rng);
         tokens[n++] = next;
         if (next == eos) break;
-        vocab_append(&sp->vocab, next, cont, sizeof cont);
+        rc = vocab_append(&sp->vocab, next, &cbuf);
     }
-    if (sp->rank != 0) return 0;
-    printf("sample (validation game %d, %d prompt tokens, temperature %.1f):\n  prompt:      %s\n"
-           "  continuation:%s%s\n", game, len, SAMPLE_TEMPERATURE, prompt + (prompt[0] == ' '), cont,
-           n < T ? " <eos>" : "");
-    return sample_write_jsonl(sp->out_dir, game, prompt + (prompt[0] == ' '), cont, n < T);
+    if (rc == 0 && sp->rank == 0) {
+        const char *prompt = pbuf.s ? pbuf.s + (pbuf.s[0] == ' ') : "", *cont = cbuf.s ? cbuf.s : "";
+        printf("sample (validation game %d, %d prompt tokens, temperature %.1f):\n  prompt:      %s\n"
+               "  continuation:%s%s\n", game, len, SAMPLE_TEMPERATURE, prompt, cont, n < T ? " <eos>" : "");
+        rc = sample_write_jsonl(sp->out_dir, game, prompt, cont, n < T);
+    }
+    free(pbuf.s);
+    free(cbuf.s);
+    return rc;
 }

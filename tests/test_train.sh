@@ -367,6 +367,24 @@ mkdir -p "$tmp/notok" && cp data/model/config.json data/model/model.safetensors 
 expect_error "flag --sample_tokens: $tmp/notok/tokenizer.json: No such file or directory (samples are decoded with \
 --model_dir's tokenizer.json)" "${small[@]}" --model_dir "$tmp/notok" --max_steps 1 --sample_tokens 4 --out_dir "$tmp/notok-out"
 [ ! -e "$tmp/notok-out" ] && ok "the run refused for a missing tokenizer.json created nothing" || bad "$tmp/notok-out was created"
+# a continuation longer than 8 KiB of text: written whole (it was cut at 8,191 bytes without a
+# word, mid-piece). Every piece of this tokenizer ends in 100 bytes "X...X|", so 120 sampled
+# tokens are ~12 KB and a whole continuation ends with "|"
+mkdir -p "$tmp/longtok" && cp data/model/* "$tmp/longtok/"
+python3 - "$tmp/longtok/tokenizer.json" <<'PY' || bad "could not write the long-piece tokenizer"
+import json, sys
+t = json.load(open(sys.argv[1]))
+special = {a["content"] for a in t.get("added_tokens", [])}
+t["model"]["vocab"] = {(k if k in special else k + "X" * 99 + "|"): i for k, i in t["model"]["vocab"].items()}
+json.dump(t, open(sys.argv[1], "w"))
+PY
+"$bin" "${small[@]}" --max_steps 1 --model_dir "$tmp/longtok" --sample_tokens 120 --out_dir "$tmp/longtok-out" \
+  > "$tmp/longtok.log" 2>&1 || bad "sampling with long pieces failed: $(tail -1 "$tmp/longtok.log")"
+out=$(python3 -c 'import json, sys; r = json.loads(open(sys.argv[1]).readline()); c = r["continuation"]
+print(len(c), c.count("|"), c.endswith("|"))' "$tmp/longtok-out/samples.jsonl" 2>&1)
+read -r n pieces whole <<<"$out"
+[ "$whole" = True ] && [ "$n" -gt 8192 ] && [ "$pieces" -gt 100 ] \
+  && ok "a continuation of $n bytes ($pieces pieces) is written whole" || bad "long continuation cut: $out"
 # shards tokenized with another tokenizer than --model_dir's (data/chess/shards.json records
 # the sha256 of the one it used): trains, with one warning naming both files; none with the
 # bundled pair or without a shards.json to compare with
