@@ -22,6 +22,7 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "fsutil.h"
+#include "lora.h"
 
 #define CKPT_FORMAT "finetune-checkpoint-v1"
 
@@ -47,7 +48,7 @@ static const struct {
     {"pack", offsetof(trainer_state, pack), FIELD_BOOL, "--pack", 0, 1},
     {"total_steps", offsetof(trainer_state, total_steps), FIELD_INT, NULL, 0, 0},
     {"lora_rank", offsetof(trainer_state, lora_rank), FIELD_INT, "--lora_rank (0 = full fine-tuning)", 1, 0},
-    {"lora_targets", offsetof(trainer_state, lora_targets), FIELD_INT, "--lora_targets (as a mask)", 1, 0},
+    {"lora_targets", offsetof(trainer_state, lora_targets), FIELD_INT, "--lora_targets", 1, 0},   // a mask
     {"lora_alpha", offsetof(trainer_state, lora_alpha), FIELD_F64, "--lora_alpha", 1, 0},
     {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count", 0, 0},
     // 16 hex digits (a JSON integer is signed); written when not 0; compared by the caller
@@ -170,6 +171,14 @@ static int state_check(const char *dir, const trainer_state *got, const trainer_
                 return ft_error("%s: incompatible checkpoint: it was trained with %s %g, this run has %g", dir,
                                 state_fields[i].must_match, g, w);
             continue;
+        }
+        if (state_fields[i].must_match && !(want->eval_only && state_fields[i].training_order) &&
+            field_get(got, i) != field_get(want, i) && strcmp(state_fields[i].name, "lora_targets") == 0) {
+            char g[64], w[64];   // the flag's spelling, not the mask's number
+            lora_targets_string((unsigned)got->lora_targets, g, sizeof g);
+            lora_targets_string((unsigned)want->lora_targets, w, sizeof w);
+            return ft_error("%s: incompatible checkpoint: it was trained with --lora_targets %s, this run has %s", dir,
+                            g[0] ? g : "(none)", w[0] ? w : "(none)");
         }
         if (state_fields[i].must_match && !(want->eval_only && state_fields[i].training_order) &&
             field_get(got, i) != field_get(want, i))

@@ -195,7 +195,7 @@ expect_error "incompatible checkpoint: it was trained with --lora_rank (0 = full
   "${small[@]}" --max_steps 7 --resume latest --out_dir "$a"
 expect_error "incompatible checkpoint: it was trained with --lora_rank (0 = full fine-tuning) 8, this run has 4" \
   "${small[@]}" --lora_rank 4 --lora_targets q,k,v,o,gate,up,down --max_steps 7 --resume latest --out_dir "$a"
-expect_error "incompatible checkpoint: it was trained with --lora_targets (as a mask)" \
+expect_error "incompatible checkpoint: it was trained with --lora_targets q,k,v,o,gate,up,down, this run has q,k,v,o" \
   "${small[@]}" --lora_rank 8 --lora_alpha 16 --max_steps 7 --resume latest --out_dir "$a"
 expect_error "incompatible checkpoint: it was trained with --lora_alpha 16, this run has 32" \
   "${small[@]}" --lora_rank 8 --lora_alpha 32 --lora_targets q,k,v,o,gate,up,down --max_steps 7 --resume latest --out_dir "$a"
