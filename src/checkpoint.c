@@ -217,7 +217,19 @@ int hf_checkpoint_validate(const hf_checkpoint *ck, const param_layout *l) {
         const param_entry *e = &l->entries[i];
         const char *path = NULL;
         const st_tensor *t = find_entry(ck, l, e->name, &path);
-        if (!t) return ft_error("%s: missing tensor '%s'", ck->dir, e->name);
+        if (!t) {
+            // a LoRA run's checkpoint (adapters only, PEFT names) where a model was expected
+            static const char peft[] = "base_model.model.";
+            const int want_adapter = strncmp(e->name, peft, sizeof peft - 1) == 0;
+            for (int f = 0; !want_adapter && f < ck->n_files; f++)
+                for (int k = 0; k < ck->files[f].n_tensors; k++)
+                    if (strncmp(ck->files[f].tensors[k].name, peft, sizeof peft - 1) == 0)
+                        return ft_error("%s: missing tensor '%s': this is a LoRA run's checkpoint (its adapters only, "
+                                        "not a model): continue it with --resume and that run's --lora_* flags on its "
+                                        "base --model_dir, or use the run's merged export (--merge_lora: "
+                                        "OUT/final_merged)", ck->dir, e->name);
+            return ft_error("%s: missing tensor '%s'", ck->dir, e->name);
+        }
         if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
             return ft_error("%s: tensor '%s': dtype %s is not supported (F32, BF16, F16)", path,
                             e->name, st_dtype_name(t->dtype));

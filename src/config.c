@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -263,10 +264,33 @@ static int parse_config(const cfg_ctx *x, llama_config *c) {
     return parse_dtype(x, c);
 }
 
+// A directory whose config.json is missing but holds a PEFT adapter (adapter_config.json, e.g.
+// a LoRA run's OUT/final): -1 with an error that says so and names its base; 0 otherwise.
+static int refuse_adapter_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash || strcmp(slash, "/config.json") != 0) return 0;
+    char dir[FT_PATH_MAX], adapter[FT_PATH_MAX];
+    if (ft_path(dir, sizeof dir, "%.*s", (int)(slash - path), path) != 0 ||
+        ft_path(adapter, sizeof adapter, "%s/adapter_config.json", dir) != 0) {
+        ft_error_clear();
+        return 0;
+    }
+    json_t *a = json_load_file(adapter, 0, NULL);
+    if (!a) return 0;
+    const char *base = json_string_value(json_object_get(a, "base_model_name_or_path"));
+    int rc = ft_error("%s: no config.json: this is a PEFT adapter (adapter_config.json), not a model; pass its base "
+                      "model%s%s%s as --model_dir (with --lora_rank to train new adapters on it), or the merged model "
+                      "(a LoRA run's --merge_lora writes OUT/final_merged)", dir, base ? " (" : "", base ? base : "",
+                      base ? ")" : "");
+    json_decref(a);
+    return rc;
+}
+
 int llama_config_load(llama_config *c, const char *path) {
     memset(c, 0, sizeof *c);
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && access(path, F_OK) != 0) TRY(refuse_adapter_dir(path));
     if (!root) {
         if (jerr.line < 0 || jerr.position == 0) return ft_error("%s: cannot read: %s", path, jerr.text);
         return ft_error("%s: invalid JSON at line %d: %s", path, jerr.line, jerr.text);

@@ -187,6 +187,12 @@ expect_error "--lora_targets: unknown target 'lm_head'" "${small[@]}" --lora_ran
 expect_error "flag --lora_alpha needs --lora_rank" "${small[@]}" --lora_alpha 8 --out_dir "$tmp/bad0"
 expect_error "flag --merge_lora needs --lora_rank" "${small[@]}" --merge_lora --out_dir "$tmp/bad0"
 expect_error "flag --allow_other_base needs --lora_rank" "${small[@]}" --allow_other_base --out_dir "$tmp/bad0"
+# a LoRA run's final/ (a PEFT adapter, no config.json) as --model_dir: said so, naming its base
+expect_error "$a/final: no config.json: this is a PEFT adapter (adapter_config.json), not a model; pass its base model \
+(data/model) as --model_dir" "${small[@]}" --max_steps 1 --model_dir "$a/final" --out_dir "$tmp/bad0"
+# and one of its checkpoints (the adapters only, PEFT names) as --model_dir: said so
+expect_error "$a/checkpoints/step_00000006: missing tensor 'model.layers.0.input_layernorm.weight': this is a LoRA run's checkpoint \
+(its adapters only, not a model)" "${small[@]}" --max_steps 1 --model_dir "$a/checkpoints/step_00000006" --out_dir "$tmp/bad0"
 [ ! -e "$tmp/bad0" ] && ok "nothing left behind by the flag errors" || bad "$tmp/bad0 was created"
 "$bin" "${small[@]}" --max_steps 1 --out_dir "$tmp/full" > "$tmp/full.log" 2>&1 || bad "full fine-tune run failed"
 expect_error "incompatible checkpoint: it was trained with --lora_rank (0 = full fine-tuning) 0, this run has 8" \
