@@ -92,6 +92,27 @@ def check_sample(engine, prompt, continuation):
     return legal, legal, "end of sample"
 
 
+def read_samples(path):
+    """The samples of `path`, one JSON object per non-blank line, each with string fields
+    "prompt" and "continuation"; ValueError naming the file and line of the first bad one,
+    or saying that the file holds no sample (a rate over nothing is not 0%)."""
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"{path}:{n}: not JSON: {e}") from None
+            if not isinstance(r, dict) or not all(isinstance(r.get(k), str) for k in ("prompt", "continuation")):
+                raise ValueError(f"{path}:{n}: not a sample (an object with string fields 'prompt' and 'continuation')")
+            rows.append(r)
+    if not rows:
+        raise ValueError(f"{path}: no samples (finetune --sample_tokens N writes them)")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
@@ -100,9 +121,9 @@ def main():
     a = ap.parse_args()
     path = os.path.join(a.out_dir, "samples.jsonl")
     try:
-        rows = [json.loads(line) for line in open(path) if line.strip()]
+        rows = read_samples(path)
     except (OSError, ValueError) as e:
-        print(f"legal_moves: {path}: {e}", file=sys.stderr)
+        print(f"legal_moves: {e}", file=sys.stderr)
         return 2
     if not os.access(a.stockfish, os.X_OK):
         print(f"legal_moves: stockfish not found at {a.stockfish} (apt-get install stockfish)", file=sys.stderr)

@@ -35,6 +35,23 @@ for c in "${cases[@]}"; do
   i=$((i + 1))
 done
 
+# files that are not samples: one line naming the file (and line), exit 2; no traceback, and no
+# "0 of 0 attempted (0.0%)" for an empty file
+# case "file content (printf)" expected-message
+bad_files=(
+  "|samples.jsonl: no samples"
+  '[1, 2]\n|samples.jsonl:1: not a sample'
+  '{"game": 0, "prompt": "e2e4"}\n|samples.jsonl:1: not a sample'
+  '{"game": 0, "prompt": "e2e4", "continuation": " e7e5"}\n{"game": 1, "prom|samples.jsonl:2: not JSON'
+)
+for c in "${bad_files[@]}"; do
+  d=$tmp/bf$i; mkdir -p "$d"; i=$((i + 1))
+  printf "${c%%|*}" > "$d/samples.jsonl"
+  out=$(python3 scripts/legal_moves.py "$d" 2>&1); rc=$?
+  [ $rc = 2 ] && [ "$(grep -c . <<<"$out")" = 1 ] && [[ "$out" == "legal_moves: $d/${c#*|}"* ]] \
+    && ok "bad samples.jsonl -> $out" || bad "bad samples.jsonl '${c%%|*}' -> rc $rc: $out"
+done
+
 # a real run: 3 samples written to samples.jsonl, totals add up over the samples
 "$build/finetune" --model_dir data/model --data_dir data/chess --batch_size_per_device 4 --total_batch_size 4 \
   --seq_len 64 --max_steps 2 --sample_tokens 12 --sample_games 3 --out_dir "$tmp/run" >"$tmp/run.log" 2>&1 \
