@@ -189,6 +189,8 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
     if (o->world_size > 0 && !o->dry_run)
         return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");
     TRY(model_lmhead_chunk_env_check());
+    if (o->sample_games != options_default().sample_games && o->sample_tokens == 0)   // (it sampled nothing, silently)
+        return ft_error("flag --sample_games needs --sample_tokens (how many tokens to sample per game)");
     return options_check_lora(o);
 }
 

@@ -361,6 +361,9 @@ changes at step 2" "$tmp/dfp-longer.err" && grep -q "^step *5/5" "$tmp/dfp-longe
 expect_error "flag --sample_tokens: 501 tokens after the 12-token prompt exceed the model's max_position_embeddings 512 \
 (at most 500)" "${small[@]}" --max_steps 1 --sample_tokens 501 --out_dir "$tmp/sample-cap"
 [ ! -e "$tmp/sample-cap" ] && ok "the refused --sample_tokens run created nothing" || bad "$tmp/sample-cap was created"
+# --sample_games without --sample_tokens sampled nothing without a word: refused
+expect_error "flag --sample_games needs --sample_tokens" "${small[@]}" --max_steps 1 --sample_games 4 --out_dir "$tmp/sample-games"
+[ ! -e "$tmp/sample-games" ] && ok "the refused --sample_games run created nothing" || bad "$tmp/sample-games was created"
 # sampling with a --model_dir without tokenizer.json (a checkpoint brought without one): the
 # flag and the file named, before anything is written
 mkdir -p "$tmp/notok" && cp data/model/config.json data/model/model.safetensors "$tmp/notok/"
