@@ -678,7 +678,11 @@ static int write_adapter_config(const char *tmp, const char *model_dir, const lo
         if (ll->lc.targets & (1u << t)) json_array_append_new(targets, json_string(lora_module_name(t)));
     json_object_set_new(root, "peft_type", json_string("LORA"));
     json_object_set_new(root, "task_type", json_string("CAUSAL_LM"));
-    json_object_set_new(root, "base_model_name_or_path", json_string(model_dir));
+    // absolute: peft's AutoPeftModelForCausalLM loads the base from here, and a relative
+    // --model_dir resolved only from the training job's working directory
+    char *abs = realpath(model_dir, NULL);
+    json_object_set_new(root, "base_model_name_or_path", json_string(abs ? abs : model_dir));
+    free(abs);
     json_object_set_new(root, "r", json_integer(ll->lc.rank));
     json_object_set_new(root, "lora_alpha", json_real(ll->lc.alpha));
     json_object_set_new(root, "target_modules", targets);

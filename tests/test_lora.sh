@@ -71,6 +71,10 @@ else bad "export files: $(ls "$f" 2>&1 | tr '\n' ' ')"; fi
 grep -q '"r": 8' "$f/adapter_config.json" && grep -q '"lora_alpha": 16' "$f/adapter_config.json" \
   && grep -q '"down_proj"' "$f/adapter_config.json" && grep -q '"peft_type": "LORA"' "$f/adapter_config.json" \
   && ok "adapter_config.json: LORA, r 8, lora_alpha 16, targets include down_proj" || bad "adapter_config.json: $(tr -d '\n' < "$f/adapter_config.json")"
+# the base as an absolute path (peft's AutoPeftModelForCausalLM loads it from there; the relative
+# --model_dir data/model resolved only from the training job's directory)
+grep -qF "\"base_model_name_or_path\": \"$(realpath data/model)\"" "$f/adapter_config.json" \
+  && ok "adapter_config.json: base_model_name_or_path $(realpath data/model)" || bad "adapter_config.json base: $(grep base_model "$f/adapter_config.json")"
 hdr=$(head -c 200000 "$f/adapter_model.safetensors" | strings | head -1)
 grep -q '"base_model.model.model.layers.3.mlp.down_proj.lora_A.weight":{"dtype":"F32","shape":\[8,352\]' <<<"$hdr" \
   && grep -q '"base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight":{"dtype":"F32","shape":\[64,8\]' <<<"$hdr" \
@@ -189,7 +193,7 @@ expect_error "flag --merge_lora needs --lora_rank" "${small[@]}" --merge_lora --
 expect_error "flag --allow_other_base needs --lora_rank" "${small[@]}" --allow_other_base --out_dir "$tmp/bad0"
 # a LoRA run's final/ (a PEFT adapter, no config.json) as --model_dir: said so, naming its base
 expect_error "$a/final: no config.json: this is a PEFT adapter (adapter_config.json), not a model; pass its base model \
-(data/model) as --model_dir" "${small[@]}" --max_steps 1 --model_dir "$a/final" --out_dir "$tmp/bad0"
+($(realpath data/model)) as --model_dir" "${small[@]}" --max_steps 1 --model_dir "$a/final" --out_dir "$tmp/bad0"
 # and one of its checkpoints (the adapters only, PEFT names) as --model_dir: said so
 expect_error "$a/checkpoints/step_00000006: missing tensor 'model.layers.0.input_layernorm.weight': this is a LoRA run's checkpoint \
 (its adapters only, not a model)" "${small[@]}" --max_steps 1 --model_dir "$a/checkpoints/step_00000006" --out_dir "$tmp/bad0"
