@@ -191,6 +191,9 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
     TRY(model_lmhead_chunk_env_check());
     if (o->sample_games != options_default().sample_games && o->sample_tokens == 0)   // (it sampled nothing, silently)
         return ft_error("flag --sample_games needs --sample_tokens (how many tokens to sample per game)");
+    if (o->eval_only && o->sample_tokens > 0)   // (--eval_only writes nothing: it sampled nothing, silently)
+        return ft_error("flag --sample_tokens: --eval_only writes nothing, samples neither; to sample from a finished "
+                        "run's checkpoint, rerun it with --resume (it trains nothing more, then samples)");
     return options_check_lora(o);
 }
 

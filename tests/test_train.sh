@@ -363,6 +363,7 @@ expect_error "flag --sample_tokens: 501 tokens after the 12-token prompt exceed 
 [ ! -e "$tmp/sample-cap" ] && ok "the refused --sample_tokens run created nothing" || bad "$tmp/sample-cap was created"
 # --sample_games without --sample_tokens sampled nothing without a word: refused
 expect_error "flag --sample_games needs --sample_tokens" "${small[@]}" --max_steps 1 --sample_games 4 --out_dir "$tmp/sample-games"
+expect_error "flag --sample_tokens: --eval_only writes nothing, samples neither" --eval_only "${small[@]}" --sample_tokens 8
 [ ! -e "$tmp/sample-games" ] && ok "the refused --sample_games run created nothing" || bad "$tmp/sample-games was created"
 # sampling with a --model_dir without tokenizer.json (a checkpoint brought without one): the
 # flag and the file named, before anything is written
