@@ -99,7 +99,9 @@ typedef struct {
     int32_t *tokens, *targets;    // (accum, B, T) this rank's rows of the current step
     int32_t *rows_tok, *rows_tgt; // (B, T_used) one micro-batch, compacted
     FILE *metrics;                // rank 0: <out_dir>/metrics.jsonl
+    long metrics_ok;              // its size up to the last complete record (-1: unknown)
     int metrics_failed;           // a write to it failed (warned once)
+    int metrics_records;          // records written (FT_TEST_METRICS_TEAR)
     double peak_flops;
     int *failure_agreed;          // train_run's: set when a failure was agreed by every rank
     // this run, for the closing summary: its start, the seconds and target tokens of its
@@ -173,24 +175,44 @@ static int evaluate(job *j, double *loss_out, double *tokens_out) {
     return 0;
 }
 
-// Push rank 0's latest metrics record to the file. A failed write (a full disk, an --out_dir
-// removed mid-run) does not stop training: one warning, the first time.
-static void metrics_flush(job *j) {
-    if (fflush(j->metrics) == 0 && !ferror(j->metrics)) return;
+// Append one record (a whole line) to rank 0's metrics.jsonl. A failed write (a full disk)
+// does not stop training: one warning, the first time, and the file is cut back to its last
+// complete record (a part written before the failure would otherwise glue the next record to
+// it, mid-file), so the next record starts a line of its own; when even that fails, no more
+// records are written this run. TEST-ONLY: FT_TEST_METRICS_TEAR=N writes half of the N-th
+// record and fails it, as a disk that filled up mid-record would (tests/test_train.sh).
+static void metrics_put(job *j, const char *rec) {
+    FILE *f = j->metrics;
+    if (!f) return;
+    const size_t n = strlen(rec);
+    const char *tear = getenv("FT_TEST_METRICS_TEAR");
+    const int torn = tear && ++j->metrics_records == atoi(tear);
+    int e = ENOSPC;
+    if (!torn && fwrite(rec, 1, n, f) == n && fflush(f) == 0) {
+        j->metrics_ok = ftell(f);
+        return;
+    }
+    if (torn) {
+        (void)!fwrite(rec, 1, n / 2, f);
+        fflush(f);
+    } else e = errno;
     if (!j->metrics_failed)
-        fprintf(stderr, "finetune: warning: %s/metrics.jsonl: writing failed (%s); training goes on, but its records "
-                "from here on may be lost\n", j->o->out_dir, strerror(errno));
+        fprintf(stderr, "finetune: warning: %s/metrics.jsonl: writing failed (%s); training goes on, records that "
+                "cannot be written are lost\n", j->o->out_dir, strerror(e));
     j->metrics_failed = 1;
-    clearerr(j->metrics);
+    clearerr(f);
+    if (j->metrics_ok < 0 || ftruncate(fileno(f), j->metrics_ok) != 0 || fseek(f, j->metrics_ok, SEEK_SET) != 0) {
+        fclose(f);   // cannot cut back: stop here rather than glue records together
+        j->metrics = NULL;
+    }
 }
 
 static void log_eval(job *j, int step, double loss, double ntok, double secs) {
     if (!is_main(j)) return;
     printf("eval  step %d | val loss %.6f | perplexity %.2f | %.0f tokens | %.1f s\n", step, loss, exp(loss), ntok, secs);
-    if (j->metrics) {
-        fprintf(j->metrics, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"tokens\":%.0f}\n", step, loss, ntok);
-        metrics_flush(j);
-    }
+    char rec[256];
+    snprintf(rec, sizeof rec, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"tokens\":%.0f}\n", step, loss, ntok);
+    metrics_put(j, rec);
 }
 
 // ----------------------------------------------------------------------------
@@ -508,7 +530,8 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
            j->mem.peak_total / 1048576.0, eta);
     fflush(stdout);
     if (j->metrics) {
-        fprintf(j->metrics,
+        char rec[2048];
+        int len = snprintf(rec, sizeof rec,
                 "{\"type\":\"train\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens\":%.0f,"
                 "\"tokens_per_s\":%.1f,\"ms\":%.1f,\"mfu\":%.5f,\"peak_mem_bytes\":%zu,\"all_gather_bytes\":%zu,"
                 "\"reduce_scatter_bytes\":%zu,\"all_reduce_bytes\":%zu,\"model_state_bytes\":%zu",
@@ -516,11 +539,11 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
                 st->gather_bytes, st->rs_bytes, st->ar_bytes,
                 j->mem.peak[MEM_PARAMS] + j->mem.peak[MEM_GRADS] + j->mem.peak[MEM_OPTIMIZER]);
         // exact peaks per category so far, for comparison with the --dry_run plan (tests/test_plan.sh)
-        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-            fprintf(j->metrics, "%s\"%s\":%zu", c ? "," : ",\"peak_bytes\":{", mem_category_name((mem_category)c),
-                    j->mem.peak[c]);
-        fprintf(j->metrics, "}}\n");
-        metrics_flush(j);
+        for (int c = 0; c < MEM_CATEGORY_COUNT && len > 0 && (size_t)len < sizeof rec; c++)
+            len += snprintf(rec + len, sizeof rec - (size_t)len, "%s\"%s\":%zu", c ? "," : ",\"peak_bytes\":{",
+                            mem_category_name((mem_category)c), j->mem.peak[c]);
+        if (len > 0 && (size_t)len < sizeof rec) snprintf(rec + len, sizeof rec - (size_t)len, "}}\n");
+        metrics_put(j, rec);
     }
     if (j->o->profile) profile_step_report(stdout, step + 1);
 }
@@ -653,6 +676,7 @@ static int job_open_outputs(job *j, int start) {
         if (rc == 0 && start > 0) rc = metrics_rewind(path, start, j->total_steps);
         if (rc == 0 && !(j->metrics = fopen(path, start > 0 ? "a" : "w")))
             rc = ft_error("%s: cannot open for writing: %s", path, strerror(errno));
+        if (rc == 0) j->metrics_ok = fseek(j->metrics, 0, SEEK_END) == 0 ? ftell(j->metrics) : -1;
         if (rc == 0) rc = ft_path(path, sizeof path, "%s/samples.jsonl", o->out_dir);
         if (rc == 0) remove(path);
     }

@@ -427,6 +427,16 @@ mkdir -p "$tmp/fullm" && ln -sf /dev/full "$tmp/fullm/metrics.jsonl"
   && grep -q "^finetune: warning: $tmp/fullm/metrics.jsonl: writing failed (No space left on device); training goes on" "$tmp/fullm.err" \
   && [ -d "$tmp/fullm/final" ] && ok "metrics.jsonl unwritable: one warning, training and export go on" \
   || bad "metrics.jsonl on /dev/full: rc $rc, $(cat "$tmp/fullm.err")"
+# a record torn by a failed write mid-file (TEST-ONLY FT_TEST_METRICS_TEAR=2: half of the 2nd
+# record written, then the write fails, as a disk filling up mid-record): cut back to the last
+# whole record, so the next ones start their own lines; that record is lost, one warning
+FT_TEST_METRICS_TEAR=2 "$bin" "${small[@]}" --max_steps 3 --max_eval_docs 2 --out_dir "$tmp/tearm" > /dev/null 2> "$tmp/tearm.err"; rc=$?
+m=$tmp/tearm/metrics.jsonl
+[ $rc = 0 ] && [ "$(grep -c warning "$tmp/tearm.err")" = 1 ] && [ "$(grep -vc '^{.*}$' "$m")" = 0 ] \
+  && [ "$(grep -c '{"type".*{"type"' "$m")" = 0 ] \
+  && [ "$(grep -c '"type":"train"' "$m")" = 2 ] && ! grep -q '"type":"train","step":1,' "$m" \
+  && ok "metrics record torn mid-file: cut back, later records whole (steps 2 and 3), one warning" \
+  || bad "torn metrics record: rc $rc, $(cat "$tmp/tearm.err"), $(cat "$m" 2>/dev/null | cut -c1-60)"
 expect_error "'foo' is not one of linear|cosine|constant" --lr_schedule foo
 expect_error "'-1x' is not a number" --learning_rate -1x
 expect_error "flag --learning_rate: -1 is out of range" --learning_rate -1
