@@ -255,9 +255,16 @@ def torch_worker(a):
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
-    dev = torch.device("cuda", 0)
-    torch.cuda.set_device(dev)
-    model = LlamaForCausalLM.from_pretrained(a.worker_model, torch_dtype=torch.float32, attn_implementation="sdpa")
+    # --worker_device cpu: the same code on the CPU (tests/test_first_light.sh rehearses it
+    # there with the device's torch/transformers versions; gloo instead of NCCL, no timing)
+    dev = torch.device(a.worker_device)
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(dev)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    # dtype=, not torch_dtype= (deprecated in transformers 5; both honoured by 5.17 and 5.23):
+    # the checkpoint is bf16 and transformers 5 loads a checkpoint's dtype when none is named
+    model = LlamaForCausalLM.from_pretrained(a.worker_model, dtype=torch.float32, attn_implementation="sdpa")
     model.config.use_cache = False
     if a.torch_worker == "torch_fsdp":
         import functools
@@ -266,7 +273,7 @@ def torch_worker(a):
         from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
-        dist.init_process_group("nccl", rank=0, world_size=1)
+        dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
         policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={LlamaDecoderLayer})
         mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16)
         model = FSDP(model, auto_wrap_policy=policy, mixed_precision=mp, device_id=dev, use_orig_params=True)
@@ -278,9 +285,9 @@ def torch_worker(a):
     times = []
     for step in range(a.steps + 1):
         ids = torch.randint(0, V, (a.worker_batch, a.worker_seq), device=dev)
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         if a.torch_worker == "torch_fsdp":
@@ -289,10 +296,11 @@ def torch_worker(a):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        sync()
         if step > 0:
             times.append(1000 * (time.perf_counter() - t0))
-    print(json.dumps({"ms": times, "reserved_mib": torch.cuda.max_memory_reserved(dev) / 2**20,
+    reserved = torch.cuda.max_memory_reserved(dev) / 2**20 if cuda else 0.0
+    print(json.dumps({"ms": times, "reserved_mib": reserved, "dtype": str(next(model.parameters()).dtype),
                       "torch": torch.__version__, "transformers": transformers.__version__}))
     return 0
 
@@ -305,12 +313,13 @@ def make_model_worker(a):
 
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)
-    cfg = LlamaConfig(**json.load(open(os.path.join(a.make_model, "config.json"))))
+    with open(os.path.join(a.make_model, "config.json")) as f:
+        cfg = LlamaConfig(**json.load(f))
     # initialised on the GPU when there is one: billions of random numbers take minutes on
     # the CPU, well under a second there (the values differ, the benchmark does not care)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = LlamaForCausalLM(cfg)
-    model.save_pretrained(a.make_model, safe_serialization=True)
+    model.save_pretrained(a.make_model)   # safetensors (transformers 5 ignores safe_serialization=)
     for f in TOKENIZER_FILES:
         if os.path.exists(os.path.join(a.model_dir, f)):
             shutil.copy(os.path.join(a.model_dir, f), a.make_model)
@@ -431,6 +440,7 @@ def parse_args():
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     ap.add_argument("--worker_batch", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--worker_seq", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--worker_device", default="cuda:0", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_worker or a.make_model:
         return ap, a
@@ -513,7 +523,8 @@ def main():
             elif model_dir is None:
                 model_dir = os.path.join(tmp, "model_" + name)
                 os.makedirs(model_dir)
-                json.dump(job["config"], open(os.path.join(model_dir, "config.json"), "w"), indent=1)
+                with open(os.path.join(model_dir, "config.json"), "w") as f:   # closed before the child reads it
+                    json.dump(job["config"], f, indent=1)
                 print(f"bench_gpu: {name}: writing the model ...", flush=True)
                 t0 = time.time()
                 try:

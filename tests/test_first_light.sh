@@ -129,6 +129,44 @@ js=$(bench_json '(all("deadline_s" in r["jobs"][j][p]["not_run"] for j in ("bund
 [ $rc = 0 ] && [ "$js" = ok ] && grep -q "not run: not started" "$tmp/bench.log" \
   && ok "bench_gpu.py --deadline_s spent: every program recorded (and printed) as not run" \
   || bad "bench_gpu.py --deadline_s 1: rc $rc, $js; $(tail -3 "$tmp/bench.log")"
+# bench_gpu.py's PyTorch side on the CPU with whatever torch/transformers the Python at hand
+# has (FT_ORACLE_PYTHON, else python3; run it with the GPU machine's versions to rehearse
+# there): --make_model on the 7b job's config as plan_jobs writes it (4.x keys: torch_dtype,
+# rope_theta, rope_scaling null) shrunk to a toy width, finetune loading what it wrote, and
+# the worker (from_pretrained in fp32 with sdpa, autocast, fused AdamW, FSDP on gloo) for
+# --worker_device cpu: one timed step each, the weights in fp32 (the checkpoint is bf16)
+py=${FT_ORACLE_PYTHON:-python3}
+if "$py" -c 'import torch, transformers' 2>/dev/null; then
+  mkdir -p "$tmp/m7b"
+  PYTHONDONTWRITEBYTECODE=1 "$py" - "$tmp/m7b" <<'PY'
+import argparse, json, os, sys
+sys.path.insert(0, "scripts")
+import bench_gpu
+a = argparse.Namespace(jobs=["7b"], seq=64, batch_7b=2, layers="2", model_dir="data/model")
+cfg = bench_gpu.plan_jobs(a, 80 * 2**30)["7b"]["config"]
+cfg.update(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=4, vocab_size=2048)
+with open(os.path.join(sys.argv[1], "config.json"), "w") as f:
+    json.dump(cfg, f)
+PY
+  "$py" scripts/bench_gpu.py --make_model "$tmp/m7b" --model_dir data/model >"$tmp/make.log" 2>&1 && [ -s "$tmp/m7b/model.safetensors" ] \
+    && ok "bench_gpu.py --make_model (transformers $("$py" -c 'import transformers; print(transformers.__version__)'))" \
+    || bad "bench_gpu.py --make_model: $(tail -3 "$tmp/make.log")"
+  if [ -x "$bin" ]; then
+    "$bin" --model_dir "$tmp/m7b" --data_dir data/chess --pack --batch_size_per_device 1 --total_batch_size 1 \
+      --seq_len 32 --max_steps 1 --max_eval_docs 1 --eval_every 0 --save_every 0 --out_dir "$tmp/m7b_run" >"$tmp/m7b.log" 2>&1 \
+      && ok "finetune trains the model --make_model wrote" || bad "finetune on --make_model's model: $(tail -2 "$tmp/m7b.log")"
+  fi
+  for prog in torch torch_fsdp; do
+    line=$(MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + $$ % 1000)) RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
+      "$py" scripts/bench_gpu.py --torch_worker $prog --worker_device cpu --worker_model "$tmp/m7b" \
+      --worker_batch 2 --worker_seq 16 --steps 1 2>"$tmp/worker.log" | tail -1)
+    "$py" -c 'import json, sys; r = json.loads(sys.argv[1]); assert len(r["ms"]) == 1 and r["dtype"] == "torch.float32", r' \
+      "$line" 2>/dev/null && ok "bench_gpu.py --torch_worker $prog on the CPU: $line" \
+      || bad "bench_gpu.py --torch_worker $prog on the CPU: '$line' $(tail -3 "$tmp/worker.log")"
+  done
+else
+  skip_or_fail "bench_gpu.py's PyTorch worker unchecked: $py lacks torch or transformers (set FT_ORACLE_PYTHON)"
+fi
 # tests/gpu/gpu_session.sh (first light + the benchmark in one device call) without a GPU:
 # first light's exit 3 passes through, the benchmark says why it did not run
 out=$(OUT="$tmp/session" bash tests/gpu/gpu_session.sh 2>&1); rc=$?
