@@ -101,8 +101,11 @@ san=$(command -v compute-sanitizer 2>/dev/null || ls "$cuda_home/bin/compute-san
 # libcudnn_engines_*.so.9, ... from its own $ORIGIN (the folder it was loaded from), and
 # libcudnn_engines_runtime_compiled finds NVRTC at $ORIGIN/../../cuda_nvrtc/lib; loaded
 # through a link in another folder the shim finds nothing and aborts at its first call.
+# (CUDA 13's wheels of cuBLAS, NVRTC and the runtime share one folder, nvidia/cu13/{include,lib};
+# NCCL's and cuDNN's keep their own: nvidia/nccl, nvidia/cudnn)
 wheel_dir() {
-  python3 -c "import importlib.util as u; s = u.find_spec('nvidia.$1'); print(s.submodule_search_locations[0])" 2>/dev/null
+  python3 -c "import importlib.util as u; s = u.find_spec('nvidia.$1'); print(s.submodule_search_locations[0])" 2>/dev/null ||
+  python3 -c "import importlib.util as u; s = u.find_spec('nvidia.cu13'); print(s.submodule_search_locations[0])" 2>/dev/null
 }
 wheel_libs=""
 link_from_wheel() {   # link_from_wheel PKG HEADER LIB: 0 when the toolkit has it or a wheel does

@@ -39,9 +39,16 @@ if [ -x "$bin" ]; then
   # the wheel libraries' path the build was linked for (first_light.sh writes it)
   [ -f build/first_light/env.sh ] && . build/first_light/env.sh
   args+=(--bin "$bin")
-else
+elif ! grep -qE '"id": "build", "status": "(fail|timeout)"' "$report/first_light.json" 2>/dev/null ||
+     [ "${FT_GPU_SESSION_BENCH_WITHOUT_BUILD:-0}" = 1 ]; then
   args+=(--programs torch,torch_fsdp)   # no build: PyTorch's figures alone
   echo "gpu_session: $bin was not built (see first_light.md): benchmarking PyTorch alone"
+else
+  # the lease is short: a failed build ends the call at once, keeping the device time for a
+  # second call once it is fixed (FT_GPU_SESSION_BENCH_WITHOUT_BUILD=1 benchmarks PyTorch alone)
+  echo "gpu_session: $bin was not built (see first_light.md and build.log in first_light_logs.tar.gz): no benchmark"
+  tar -xzOf "$report/first_light_logs.tar.gz" ./build.log 2>/dev/null | grep -E -m 40 'error|Error|undefined|cannot|No such' 
+  exit 1
 fi
 echo "gpu_session: bench_gpu.py with ${left} s left ..."
 PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py "${args[@]}" >"$report/bench_gpu.log" 2>&1
