@@ -113,21 +113,26 @@ def plan_jobs(a, gpu_mem_bytes):
     """The jobs to run: name -> {config, batch, seq, layers note}."""
     jobs = {}
     seq = a.seq
-    for name in a.jobs:
+    batches = a.batch_7b if isinstance(a.batch_7b, list) else [a.batch_7b]
+    names = []
+    for name in a.jobs:   # 7b: one job per --batch_7b entry ("7b" the first, "7b_bN" the others)
+        names += [name] if name != "7b" else ["7b"] + [f"7b_b{b}" for b in batches[1:]]
+    for name in names:
         if name == "bundled":
             cfg = json.load(open(os.path.join(a.model_dir, "config.json")))
             jobs[name] = {"config": cfg, "batch": 16, "seq": min(seq, cfg.get("max_position_embeddings", seq)),
                           "model_dir": a.model_dir, "layers_from": "the bundled model"}
         else:
             cfg = json.load(open(os.path.join(REPO, "data", "configs", "codellama-7b", "config.json")))
-            tokens = a.batch_7b * seq
+            batch = batches[0] if name == "7b" else int(name[len("7b_b"):])
+            tokens = max(batches) * seq   # the same layers (one model) for every batch: the largest must fit
             if a.layers == "auto":
                 layers, how = auto_layers(cfg, gpu_mem_bytes, tokens), "auto (estimate, see --help)"
             else:
                 layers, how = int(a.layers), "--layers"
             cfg = dict(cfg, num_hidden_layers=layers, max_position_embeddings=max(seq, 512), torch_dtype="bfloat16")
             cfg.pop("transformers_version", None)
-            jobs[name] = {"config": cfg, "batch": a.batch_7b, "seq": seq, "model_dir": None, "layers_from": how}
+            jobs[name] = {"config": cfg, "batch": batch, "seq": seq, "model_dir": None, "layers_from": how}
     for j in jobs.values():
         j["params"] = (j["config"]["num_hidden_layers"] * layer_params(j["config"])
                        + (1 if j["config"].get("tie_word_embeddings") else 2) * j["config"]["vocab_size"]
@@ -190,15 +195,40 @@ class MemSampler:
 # ----------------------------------------------------------------------------
 # the programs (each in its own process)
 
+def finetune_cmd(a, job, model_dir, out, steps):
+    b, s = job["batch"], job["seq"]
+    return [a.bin, "--device", "cuda", "--model_dir", model_dir, "--data_dir", a.data_dir, "--pack",
+            "--batch_size_per_device", str(b), "--total_batch_size", str(b), "--seq_len", str(s),
+            "--max_steps", str(steps), "--learning_rate", "1e-4", "--weight_decay", "0.01",
+            "--max_grad_norm", "1.0", "--max_eval_docs", "1", "--eval_every", "0", "--save_every", "0",
+            "--sample_tokens", "0", "--out_dir", out]
+
+
+def run_finetune_profile(a, job, model_dir, tmp, limit):
+    """finetune --profile on the job for 3 steps (a separate run: profiling synchronises around
+    every op, so its times are not the benchmark's): the last step's profile lines."""
+    out = os.path.join(tmp, "ft_prof")
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = finetune_cmd(a, job, model_dir, out, 3) + ["--profile"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"finetune --profile: stopped at its {limit:.0f} s limit")
+    finally:
+        shutil.rmtree(out, ignore_errors=True)   # its checkpoint and export: not needed
+    lines, block = (r.stdout + r.stderr).splitlines(), []
+    for i, l in enumerate(lines):
+        if l.startswith("profile step"):
+            block = [l] + [m for m in lines[i + 1:i + 6] if m.startswith("  ")]
+    if r.returncode != 0 or not block:
+        raise RuntimeError(f"finetune --profile: rc {r.returncode}, no profile: {(r.stdout + r.stderr)[-800:]}")
+    return block
+
+
 def run_finetune(a, job, model_dir, tmp, limit):
     out = os.path.join(tmp, "ft_out")
     shutil.rmtree(out, ignore_errors=True)
-    b, s = job["batch"], job["seq"]
-    cmd = [a.bin, "--device", "cuda", "--model_dir", model_dir, "--data_dir", a.data_dir, "--pack",
-           "--batch_size_per_device", str(b), "--total_batch_size", str(b), "--seq_len", str(s),
-           "--max_steps", str(a.steps + 3), "--learning_rate", "1e-4", "--weight_decay", "0.01",
-           "--max_grad_norm", "1.0", "--max_eval_docs", "1", "--eval_every", "0", "--save_every", "0",
-           "--out_dir", out]
+    cmd = finetune_cmd(a, job, model_dir, out, a.steps + 3)
     metrics = os.path.join(out, "metrics.jsonl")
     with open(os.path.join(tmp, "ft.log"), "w") as log:
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -243,7 +273,13 @@ def run_torch(a, job, model_dir, tmp, program, limit):
     if p.returncode != 0:
         why = f"stopped at its {limit:.0f} s limit" if p.returncode == -signal.SIGKILL else f"rc {p.returncode}"
         raise RuntimeError(f"{program} failed ({why}):\n{text[-1500:]}")
-    r = json.loads(text.strip().splitlines()[-1])
+    # the worker's result is its last line that is a JSON object: PyTorch may print warnings
+    # after it (at exit, to stderr, which is merged here)
+    lines = [l for l in text.splitlines() if l.startswith("{")]
+    try:
+        r = json.loads(lines[-1])
+    except (IndexError, ValueError) as e:
+        raise RuntimeError(f"{program}: no result line ({e}):\n{text[-1500:]}")
     return {"ms": r["ms"], "device_peak_mib": peak, "own_peak_mib": r["reserved_mib"],
             "own_peak_what": "torch.cuda.max_memory_reserved", "torch": r["torch"], "transformers": r["transformers"]}
 
@@ -300,6 +336,8 @@ def torch_worker(a):
         if step > 0:
             times.append(1000 * (time.perf_counter() - t0))
     reserved = torch.cuda.max_memory_reserved(dev) / 2**20 if cuda else 0.0
+    if a.torch_worker == "torch_fsdp":
+        dist.destroy_process_group()   # else NCCL warns at exit
     print(json.dumps({"ms": times, "reserved_mib": reserved, "dtype": str(next(model.parameters()).dtype),
                       "torch": torch.__version__, "transformers": transformers.__version__}))
     return 0
@@ -390,16 +428,26 @@ def print_report(report):
             label = ""
         for k, v in res["ratios"].items():
             print(f"  {k}: {v:.3f}")
+        for line in res.get("finetune_profile", []):
+            print("  finetune " + line if line.startswith("profile") else "  " + line)
     for line in report["goals"]:
         print("goal " + line)
 
 
 def goals(report):
-    """The issue's goals, judged on the 7b job (else the first job)."""
-    res = report["jobs"].get("7b") or next(iter(report["jobs"].values()), None)
+    """The issue's goals, judged on each 7b job (else the first job); one line per goal and job."""
+    names = [n for n in report["jobs"] if n.startswith("7b")] or list(report["jobs"])[:1]
+    out = []
+    for name in names:
+        out += [(f"{name}: " if len(names) > 1 else "") + line for line in job_goals(report["jobs"][name])]
+    return out or ["not judged: no job ran"]
+
+
+def job_goals(res):
+    """The goal verdicts of one job's results."""
     if not res or not measured(res.get("finetune")):
         return ["not judged: finetune did not run"]
-    ft, r, out = res["finetune"], res["ratios"], []
+    ft, r, out = res["finetune"], res.get("ratios", {}), []
     if "speedup_vs_torch" in r:
         out.append(f"tokens/s >= {GOAL_SPEEDUP}x PyTorch: {r['speedup_vs_torch']:.2f}x, "
                    f"{'met' if r['speedup_vs_torch'] >= GOAL_SPEEDUP else 'NOT met'}")
@@ -422,7 +470,10 @@ def parse_args():
     ap.add_argument("--programs", default=",".join(PROGRAMS), help="comma-separated subset of: " + ",".join(PROGRAMS))
     ap.add_argument("--steps", type=int, default=10, help="timed steps per program (plus one warm-up)")
     ap.add_argument("--layers", default="auto", help="layers of the 7b job: auto (fit estimate) or a number")
-    ap.add_argument("--batch_7b", type=int, default=4, help="sequences per step of the 7b job")
+    ap.add_argument("--batch_7b", default="4", help="sequences per step of the 7b job; a comma-separated list "
+                    "runs it at each (one model: jobs 7b, 7b_bN, ...)")
+    ap.add_argument("--profile_finetune", action="store_true", help="after each job's finetune run, one more "
+                    "of 3 steps with --profile (ms per op; not the timed run)")
     ap.add_argument("--seq", type=int, default=512, help="tokens per sequence")
     ap.add_argument("--peak_tflops", type=float, default=0, help="the GPU's dense bf16 peak (0: by device name)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per program before it is killed")
@@ -456,7 +507,13 @@ def parse_args():
         ap.error("--jobs and --programs need at least one entry each")
     if a.deadline_s < 0 or a.timeout <= 0:
         ap.error("--deadline_s must be >= 0 and --timeout > 0")
-    if a.steps < 1 or a.batch_7b < 1 or a.seq < 2:
+    try:
+        a.batch_7b = [int(b) for b in a.batch_7b.split(",")]
+    except ValueError:
+        ap.error(f"--batch_7b: '{a.batch_7b}' is not a comma-separated list of numbers")
+    if len(set(a.batch_7b)) != len(a.batch_7b):
+        ap.error("--batch_7b: a batch is named twice")
+    if a.steps < 1 or min(a.batch_7b) < 1 or a.seq < 2:
         ap.error("--steps, --batch_7b must be >= 1 and --seq >= 2")
     if a.layers != "auto" and not (a.layers.isdigit() and 1 <= int(a.layers) <= 32):
         ap.error(f"--layers: '{a.layers}' is not auto or a number in [1, 32]")
@@ -512,12 +569,16 @@ def main():
         os.replace(a.json + ".tmp", a.json)
 
     late = f"not started: under {MIN_PROGRAM_S} s left of --deadline_s {a.deadline_s:.0f}"
+    written = {}   # config (JSON) -> the model directory written for it
     with tempfile.TemporaryDirectory() as tmp:
         for name, job in jobs.items():
             res = {"params": job["params"], "batch": job["batch"], "seq": job["seq"],
                    "layers": job["config"]["num_hidden_layers"], "flops_per_step": job["flops_per_step"]}
             report["jobs"][name] = res
             model_dir, why_not = job["model_dir"], None
+            key = json.dumps(job["config"], sort_keys=True)
+            if model_dir is None and key in written:   # another batch of the same model
+                model_dir = written[key]
             if left() is not None and left() < MIN_PROGRAM_S:
                 why_not = late
             elif model_dir is None:
@@ -531,6 +592,7 @@ def main():
                     subprocess.run([sys.executable, os.path.abspath(__file__), "--make_model", model_dir,
                                     "--model_dir", a.model_dir], check=True, timeout=limit())
                     res["model_write_s"] = round(time.time() - t0, 1)
+                    written[key] = model_dir
                 except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
                     why_not = f"writing the model failed: {e}"
             for prog in a.programs:
@@ -545,6 +607,12 @@ def main():
                     r = (run_finetune(a, job, model_dir, tmp, lim) if prog == "finetune"
                          else run_torch(a, job, model_dir, tmp, prog, lim))
                     res[prog] = summarise(job, r, peak * 1e12 if peak else None)
+                    if prog == "finetune" and a.profile_finetune and (left() is None or left() > MIN_PROGRAM_S):
+                        print(f"bench_gpu: {name}: finetune --profile ...", flush=True)
+                        try:
+                            res["finetune_profile"] = run_finetune_profile(a, job, model_dir, tmp, limit())
+                        except (RuntimeError, OSError) as e:
+                            res["finetune_profile"] = [f"failed: {e}"]
                     for k in ("torch", "transformers"):
                         if k in r:
                             report[k] = r[k]
@@ -553,7 +621,9 @@ def main():
                 res["ratios"] = compare(res)
                 save()
             res["ratios"] = compare(res)
-            if model_dir and model_dir != job["model_dir"]:
+            later = [j for j in list(jobs.values())[list(jobs).index(name) + 1:]
+                     if json.dumps(j["config"], sort_keys=True) == key]
+            if model_dir and model_dir != job["model_dir"] and not later:
                 shutil.rmtree(model_dir, ignore_errors=True)
     report["complete"] = True
     report["seconds"] = round(time.time() - start, 1)

@@ -188,6 +188,9 @@ static inline int backend_seq_len(const backend *be, int len, int cap) {
     return r < cap ? (int)r : cap;
 }
 
+// The CUDA backend's seq_bucket (the planner pads --sample_tokens' inference model with it).
+#define BACKEND_GPU_SEQ_BUCKET 64
+
 // The CPU backend (always available).
 const backend *backend_cpu(void);
 

@@ -508,7 +508,7 @@ static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_
 static const backend CUDA_BACKEND = {
     .name = "cuda",
     .dtype = ST_BF16,
-    .seq_bucket = 64,   // bounded shapes: 16 lengths up to 1024, 8 more per doubling (backend_seq_len)
+    .seq_bucket = BACKEND_GPU_SEQ_BUCKET,   // bounded shapes: 16 lengths up to 1024, 8 more per doubling (backend_seq_len)
     .attention_max_head_dim = cu_attention_max_head_dim,
     .close = backend_cuda_close,
     .describe = backend_cuda_describe,

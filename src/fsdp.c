@@ -104,7 +104,8 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
         mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[0]));
         if (S > 1) mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[1]));
     }
-    mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), root_once ? w->f32_root : w->f32, SLOT(s, unit_f32));
+    // (one shard: a checkpoint copies the fp32 slices, which are whole units, straight to the host)
+    if (S > 1) mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), root_once ? w->f32_root : w->f32, SLOT(s, unit_f32));
     if (offload) {
         mem_table_add(t, MEM_HOST, max_slice * sizeof(float), w->grad_host, SLOT(s, grad_host[0]));
         mem_table_add(t, MEM_HOST, max_slice * sizeof(float), w->grad_host, SLOT(s, grad_host[1]));

@@ -112,8 +112,8 @@ static int grid_open(launch *L, int S, const char *device) {
 // ----------------------------------------------------------------------------
 // device and data plane
 
-// Device memory for --device cuda: the plan of this job (bf16 storage) and the margin for
-// what it does not see (plan_arena_bytes: the inference model of --sample_tokens, alignment).
+// Device memory for --device cuda: the plan of this job (bf16 storage), the inference model of
+// --sample_tokens and the margin for what the plan does not see (plan_arena_bytes).
 static int device_arena_bytes(const train_options *o, int W, size_t *out) {
     llama_config cfg;
     char path[FT_PATH_MAX];
@@ -122,7 +122,7 @@ static int device_arena_bytes(const train_options *o, int W, size_t *out) {
     const plan_request req = train_plan_request(o, W, 2);
     plan p;
     TRY(plan_compute(&p, &cfg, &req));
-    *out = plan_arena_bytes(p.total);
+    *out = plan_arena_bytes(&p);
     return 0;
 }
 

@@ -35,7 +35,10 @@ const plan_device plan_devices[] = {
 };
 const int plan_n_devices = (int)(sizeof plan_devices / sizeof plan_devices[0]);
 
-size_t plan_arena_bytes(size_t planned) { return planned + planned / 20 + ((size_t)512 << 20); }
+static size_t arena_of(size_t planned, size_t sample) {
+    return planned + sample + planned / PLAN_ARENA_MARGIN_DIVISOR + PLAN_ARENA_MARGIN_FIXED;
+}
+size_t plan_arena_bytes(const plan *p) { return arena_of(p->total, p->sample_bytes); }
 
 // device memory the arena may take: all of it but the context and the communicators
 static size_t arena_room(const plan *p, const plan_device *d) {
@@ -43,14 +46,15 @@ static size_t arena_room(const plan *p, const plan_device *d) {
     return d->memory_bytes > outside ? d->memory_bytes - outside : 0;
 }
 
-int plan_fits(const plan *p, const plan_device *d) { return plan_arena_bytes(p->total) <= arena_room(p, d); }
+int plan_fits(const plan *p, const plan_device *d) { return plan_arena_bytes(p) <= arena_room(p, d); }
 
 size_t plan_device_budget(const plan *p, const plan_device *d) {
-    const size_t room = arena_room(p, d), fixed = plan_arena_bytes(0);
+    const size_t room = arena_room(p, d), fixed = arena_of(0, p->sample_bytes);
     if (room < fixed) return 0;
-    size_t t = (size_t)((double)(room - fixed) / 1.05);   // t + t / 20 <= room - fixed, then exact
-    while (t > 0 && plan_arena_bytes(t) > room) t--;
-    while (plan_arena_bytes(t + 1) <= room) t++;
+    // t + t / D <= room - fixed, then exact
+    size_t t = (size_t)((double)(room - fixed) / (1.0 + 1.0 / PLAN_ARENA_MARGIN_DIVISOR));
+    while (t > 0 && arena_of(t, p->sample_bytes) > room) t--;
+    while (arena_of(t + 1, p->sample_bytes) <= room) t++;
     return t;
 }
 
@@ -79,6 +83,11 @@ static int plan_table_add(mem_table *t, const mem_buffer *b) {
     return 0;
 }
 
+static int plan_sum_add(mem_table *t, const mem_buffer *b) {   // ctx: a size_t sum
+    *(size_t *)t->ctx += b->bytes;
+    return 0;
+}
+
 // The buffers of job_setup in its allocation order: model_init, then fsdp_init (in
 // p->grad_mode, which names the fp32 unit buffer's second use), with LoRA (ll not NULL) the
 // frozen base's state and then the adapters' state, then the MFU benchmark.
@@ -94,6 +103,14 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
         fsdp_buffer_table(&t, &ll->layout, r->shard_size, mode, FSDP_ADAPTERS, r->offload_optimizer,
                           r->keep_params_gathered, r->elem_bytes, NULL);
     if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
+    // --sample_tokens: after training, sampler_continue builds a (1, T) inference model beside
+    // the training buffers (its attention takes the training calls' per-call workspace, idle then)
+    if (r->sample_seq > 0) {
+        const backend gpu = {.seq_bucket = r->elem_bytes == 2 ? BACKEND_GPU_SEQ_BUCKET : 1};
+        p->sample_alloc_seq = backend_seq_len(&gpu, r->sample_seq, c->max_position_embeddings);
+        mem_table s = {plan_sum_add, &p->sample_bytes, 0};
+        model_buffer_table(&s, c, ll ? &r->lora : NULL, 1, p->sample_alloc_seq, 0, 0, r->elem_bytes, NULL);
+    }
     // cuDNN attention takes its workspace from the device arena around each call (the largest
     // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more. The
     // native tensor-core backward takes its bf16 dS^T workspace likewise (src/attention_ws.h),
@@ -417,6 +434,9 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     }
     fprintf(out, "  %-12s %15zu %9.3f   peak: every buffer lives from setup to the end of training\n", "total",
             p->total, gib(p->total));
+    if (p->sample_bytes)
+        fprintf(out, "  %-12s %15zu %9.3f   after training, beside the total: the (1, %d) inference model of "
+                "--sample_tokens\n", "sampling", p->sample_bytes, gib(p->sample_bytes), p->sample_alloc_seq);
     print_host_memory(out, p);
     const double state = (double)(p->bytes[MEM_PARAMS] + p->bytes[MEM_GRADS] + p->bytes[MEM_OPTIMIZER]);
     fprintf(out, "  model state (params + grads + optimizer): %.2f bytes per parameter over all %d rank(s), %.2f per rank\n",
@@ -426,8 +446,9 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     const size_t budget = plan_device_budget(p, d);
     fprintf(out, "\nfits an 80 GB GPU (A100/H100 80GB): %s (%.2f GiB of %.2f GiB: the H100's %.2f GiB, less %.0f GiB "
             "assumed for the CUDA context and the libraries, %d NCCL communicator(s) at %.2f GiB each (assumed), and "
-            "the arena's margin of 5%% + 512 MiB)%s\n", plan_fits(p, d) ? "yes" : "NO", gib(p->total), gib(budget),
+            "the arena's margin of %d%% + %zu MiB%s)%s\n", plan_fits(p, d) ? "yes" : "NO", gib(p->total), gib(budget),
             gib(d->memory_bytes), gib(PLAN_CONTEXT_BYTES), p->nccl_comms, gib(PLAN_NCCL_COMM_BYTES),
+            100 / PLAN_ARENA_MARGIN_DIVISOR, PLAN_ARENA_MARGIN_FIXED >> 20, p->sample_bytes ? ", with sampling's" : "",
             r->elem_bytes == 4 ? "; fp32 storage as on the CPU backend: plan with --device cuda for bf16" : "");
     print_max_batch(out, p, c, budget, max_batch);
     if (!plan_fits(p, d)) print_fit_alternatives(out, p, c);

@@ -14,8 +14,8 @@
 // cudnn) or the native kernels' dS^T (src/attention_ws.h), taken from the arena around each call. Not planned: what the
 // mem_tracker does not see (a CUDA context and the libraries' handles: PLAN_CONTEXT_BYTES in
 // the fit check; NCCL communicators: counted in the fit check at PLAN_NCCL_COMM_BYTES each)
-// and the inference model that --sample_tokens builds after training (in the arena's margin,
-// plan_arena_bytes).
+// and the inference model that --sample_tokens builds after training (sample_bytes, beside the
+// total: plan_arena_bytes adds it).
 //
 // The step-time estimate (src/plan_time.c) prices each op of the step by its class: tensor-core
 // GEMMs and attention at a stated fraction of the peak bf16 rate, the fp32 SIMT kernels at
@@ -53,6 +53,9 @@ typedef struct {
                                     // in `total`), AdamW on the host
     lora_config lora;               // rank 0: full fine-tuning; else LoRA: a frozen base (working
                                     // parameters only) and the adapters' own sharded state
+    int sample_seq;                 // --sample_tokens: the sampled sequence's length (prompt +
+                                    // tokens; the inference model is built for it after training,
+                                    // padded to the GPU's bucket); 0 = no sampling
 } plan_request;
 
 // ----------------------------------------------------------------------------
@@ -116,6 +119,9 @@ typedef struct {
     size_t bytes[MEM_CATEGORY_COUNT];
     size_t total;                   // device bytes: peak of the sum (= the sum: nothing is freed
                                     // early) of every category but MEM_HOST (bytes[MEM_HOST])
+    size_t sample_bytes;            // the inference model --sample_tokens builds after training
+                                    // beside the training buffers (sampler_continue); not in total
+    int sample_alloc_seq;           // its length: sample_seq padded to the GPU's bucket
     plan_item items[PLAN_MAX_ITEMS];
     int n_items;
 
@@ -176,9 +182,12 @@ typedef struct {
 extern const plan_device plan_devices[];
 extern const int plan_n_devices;
 
-// What a GPU rank allocates for a plan: one device arena of the planned bytes plus a margin
-// of 5% + 512 MiB for what the plan does not see (the inference model of --sample_tokens,
-// alignment; src/launch.c sizes the arena with this). Outside the arena the device holds
+// What a GPU rank allocates for a plan: one device arena of the planned bytes, the inference
+// model of --sample_tokens (p->sample_bytes) and a margin of 1% + 256 MiB for what the plan
+// does not see (kernel scratch such as the RMSNorm backward's partial sums, 2 MiB at 8192 x
+// 4096; 256-byte alignment of a few hundred buffers; src/launch.c sizes the arena with this).
+// It was 5% + 512 MiB with the inference model inside: 2.25 GiB on a 35 GiB plan, which put
+// the first H200 run (2026-11-26) 9% above PyTorch's peak memory on the same job. Outside the arena the device holds
 // the CUDA context and the libraries' handles and modules (cuBLASLt, cuDNN and its
 // runtime-compiled engines): PLAN_CONTEXT_BYTES, an assumption, and p's NCCL communicators:
 // PLAN_NCCL_COMM_BYTES each, an assumption (NCCL's buffers scale with its channels; measured
@@ -190,7 +199,9 @@ extern const int plan_n_devices;
 // far as those two assumptions hold.
 #define PLAN_CONTEXT_BYTES ((size_t)1 << 30)
 #define PLAN_NCCL_COMM_BYTES ((size_t)768 << 20)
-size_t plan_arena_bytes(size_t planned);
+#define PLAN_ARENA_MARGIN_FIXED ((size_t)256 << 20)
+#define PLAN_ARENA_MARGIN_DIVISOR 100
+size_t plan_arena_bytes(const plan *p);
 int plan_fits(const plan *p, const plan_device *d);
 // The largest planned total that fits d beside p's NCCL communicators (plan_fits's edge).
 size_t plan_device_budget(const plan *p, const plan_device *d);

@@ -802,7 +802,7 @@ static int job_finish(job *j, int step) {
         TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
     }
     if (is_main(j)) {
-        printf("finetune: peak memory %.1f MiB:", j->mem.peak_total / 1048576.0);
+        printf("finetune: peak memory %.1f MiB (%zu bytes):", j->mem.peak_total / 1048576.0, j->mem.peak_total);
         for (int c = 0; c < MEM_CATEGORY_COUNT; c++)   // host (--offload_optimizer): not in the total
             if (c != MEM_HOST || j->mem.peak[c])
                 printf("%s %s %.1f", c == MEM_HOST ? ";" : "", mem_category_name((mem_category)c), j->mem.peak[c] / 1048576.0);
@@ -837,6 +837,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .offload_optimizer = o->offload_optimizer,
         .attention_cudnn = elem_bytes == 2 && strcmp(o->attention, "cudnn") == 0,
         .deterministic = o->deterministic,
+        .sample_seq = o->sample_tokens > 0 ? SAMPLE_PROMPT_TOKENS + o->sample_tokens : 0,
     };
 }
 

@@ -128,6 +128,28 @@ if have_mpi; then
     --keep_params_gathered
 else skip_or_fail "multi-rank cases (no mpiexec, or $bin built without MPI)"; fi
 
+# ---------------------------------------------------------------- 1b. sampling's inference model
+# --sample_tokens builds a (1, 12 + N) model after training, beside the training buffers: the
+# plan's "sampling" line (which the GPU arena adds to its size, plan_arena_bytes) must be what
+# the tracker's peak grows by (the final "peak memory" line; its bytes are exact). Full and LoRA.
+sample_case() {
+  local name=$1 d=$tmp/$1 pt ps m; shift
+  local flags=(--batch_size_per_device 2 --seq_len 64 --total_batch_size 2 --peak_tflops 1 --sample_tokens 20 "$@")
+  "$bin" --max_steps 1 --max_eval_docs 2 --out_dir "$d" "${flags[@]}" > "$d.log" 2>&1 \
+    || { bad "$name: training run failed: $(grep -m1 error "$d.log")"; return; }
+  "$bin" --dry_run "${flags[@]}" > "$d.plan" 2>&1 || { bad "$name: --dry_run failed: $(cat "$d.plan")"; return; }
+  pt=$(planned "$d.plan" total); ps=$(planned "$d.plan" sampling)
+  m=$(sed -nE 's/^finetune: peak memory .* \(([0-9]+) bytes\).*/\1/p' "$d.log")
+  [ -n "$ps" ] && [ "$ps" -gt 0 ] && [ -n "$m" ] && [ "$((pt + ps))" = "$m" ] \
+    && ok "$name: plan total $pt + sampling $ps = the measured peak after sampling" \
+    || bad "$name: plan total '$pt' + sampling '$ps' vs measured peak after sampling '$m'"
+}
+sample_case sample_b2_s64
+sample_case sample_lora_b2_s64 --lora_rank 4
+"$bin" --dry_run --batch_size_per_device 2 --seq_len 64 --total_batch_size 2 > "$tmp/nosample.plan" 2>&1
+[ -z "$(planned "$tmp/nosample.plan" sampling)" ] && ok "no sampling line without --sample_tokens" \
+  || bad "a sampling line without --sample_tokens: $(grep sampling "$tmp/nosample.plan")"
+
 # ---------------------------------------------------------------- 2. the comparison can fail
 "$bin" --dry_run --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --peak_tflops 1 > "$tmp/wrong.plan"
 if out=$(compare_plan wrong "$tmp/wrong.plan" "$tmp/b2_s128_ckpt/metrics.jsonl"); then

@@ -186,8 +186,12 @@ else
       # memcheck with the default attention (cuDNN: our workspace sizes for it); racecheck and
       # synccheck judge our kernels, not cuDNN's runtime-compiled ones (slow under them, and
       # a report inside library code would say nothing about ours)
-      att=(); [ $tool != memcheck ] && att=(--attention native)
-      phase "$tool" "$lim" "$san" --tool "$tool" --error-exitcode 7 --print-limit 30 \
+      # racecheck instruments only our kernels (every one is named *_kernel): on the first H200
+      # run (2026-11-26) it reported 2 hazards inside cuBLASLt's own nvjet_sm90 GEMM kernel
+      # (TMA and wgmma, asynchronous shared-memory traffic), library code outside our reach
+      att=() only=(); [ $tool != memcheck ] && att=(--attention native)
+      [ $tool = racecheck ] && only=(--kernel-name kns=_kernel)
+      phase "$tool" "$lim" "$san" --tool "$tool" "${only[@]}" --error-exitcode 7 --print-limit 30 \
         "$B/finetune" --device cuda "${job[@]}" "${att[@]}" --out_dir "$logs/san-$tool"
     done
     if [ -f tests/test_cuda_emu_soak.sh ] && grep -q FT_SOAK_BIN tests/test_cuda_emu_soak.sh; then
@@ -270,6 +274,10 @@ md=$report/first_light.md
   done
   printf '\n]}\n'
 } >"$report/first_light.json"
+# a device call brings back files of at most 16 MB: a log over 2 MB keeps its first and last MB
+find "$logs" -path "$logs/san-*" -prune -o -type f -size +2M -print | while IFS= read -r f; do
+  { head -c 1M "$f"; printf '\n[... %s bytes cut by first_light.sh ...]\n' "$(stat -c %s "$f")"; tail -c 1M "$f"; } >"$f.cut" && mv "$f.cut" "$f"
+done
 tar -C "$logs" --exclude="./san-*" -czf "$report/first_light_logs.tar.gz" . 2>/dev/null
 echo "first_light: $npass passed, $nfail failed, $ntime timed out, $nnot not run in ${total} s; report in $md"
 [ $((nfail + ntime)) -gt 0 ] && exit 1

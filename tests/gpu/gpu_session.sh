@@ -9,8 +9,9 @@
 #      --deadline_s: finetune (the binary step 1 built) against PyTorch and PyTorch FSDP at
 #      CodeLlama-7b width with FT_BENCH_LAYERS layers (default 8: the model is written once
 #      and loaded three times inside the deadline; --layers auto's 15 fit an H100 but take
-#      longer), first, as the issue's goals are judged on it; then the bundled job; 5 timed
-#      steps each (issue 12 item 8)
+#      longer), at batch 4 and 16 (FT_BENCH_BATCH_7B: one model, two jobs), first, as the
+#      issue's goals are judged on it; then the bundled job; 5 timed steps each, and after each
+#      finetune run one of 3 steps with --profile (ms per op) (issue 12 item 8)
 #
 # Writes to REPORT_DIR ($OUT when set, else the argument, else out/gpu_session):
 # first_light.md, first_light.json, first_light_logs.tar.gz, bench_gpu.json, bench_gpu.log
@@ -33,8 +34,8 @@ fl=$?
 
 left=$((budget - ($(date +%s) - start)))
 bin=build/first_light/finetune
-args=(--jobs 7b,bundled --steps "${FT_BENCH_STEPS:-5}" --layers "${FT_BENCH_LAYERS:-8}"
-      --deadline_s "$left" --json "$report/bench_gpu.json")
+args=(--jobs 7b,bundled --batch_7b "${FT_BENCH_BATCH_7B:-4,16}" --steps "${FT_BENCH_STEPS:-5}"
+      --layers "${FT_BENCH_LAYERS:-8}" --profile_finetune --deadline_s "$left" --json "$report/bench_gpu.json")
 if [ -x "$bin" ]; then
   # the wheel libraries' path the build was linked for (first_light.sh writes it)
   [ -f build/first_light/env.sh ] && . build/first_light/env.sh
