@@ -150,7 +150,9 @@ NVCC_CODES := $(patsubst code=%,%,$(filter code=% sm_% compute_%,$(subst [,,$(su
 CFLAGS += -DFT_CUDA_CODES='"$(NVCC_CODES)"'
 NVCC_FLAGS := -O3 -std=c++17 -Isrc -Ikernels $(NVCC_ARCH_FLAGS) -Werror all-warnings \
               -Xptxas -v,--warn-on-spills,--warn-on-local-memory-usage \
-              -Xcompiler -Wall,-Wextra
+              -Xcompiler -Wall,-Wextra $(NVCC_EXTRA)
+# NVCC_EXTRA: more nvcc flags, e.g. -lineinfo (tests/gpu/first_light.sh: source lines in
+# compute-sanitizer's reports; no effect on the generated code's speed)
 NVCC_OBJS := $(patsubst kernels/%.cu,$(BUILD)/nvcc/%.o,$(KERNEL_SRCS))
 NVCC_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 NVCC_STAMP := $(BUILD)/nvcc/flags.stamp

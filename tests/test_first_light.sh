@@ -167,6 +167,26 @@ PY
 else
   skip_or_fail "bench_gpu.py's PyTorch worker unchecked: $py lacks torch or transformers (set FT_ORACLE_PYTHON)"
 fi
+# tests/gpu/racecheck_judge.sh: hazards only inside library kernels pass (the first H200 run's
+# report: cuBLASLt's nvjet kernel); one in our kernels (demangled or mangled), a failed program
+# or a log naming no kernel fail
+rc_log() { printf '========= COMPUTE-SANITIZER\n%s\n========= RACECHECK SUMMARY: 1 hazard displayed\n' "$1" >"$tmp/rc.log"; }
+judge() { bash tests/gpu/racecheck_judge.sh "$tmp/rc.log" >/dev/null 2>&1; }
+rc_log "========= Error: Race reported between Read access at nvjet_sm90_tst_64x8_64x16_2x4_h_bz_NNT+0xb00
+=========     and Write access at nvjet_sm90_tst_64x8_64x16_2x4_h_bz_NNT+0xc40 [12 hazards]"
+judge && ok "racecheck_judge: hazards in cuBLASLt's nvjet kernel alone pass" || bad "racecheck_judge: a library-only log failed"
+for who in "rmsnorm_bwd_dw_partial_kernel(float *, float const *)" "_Z29rmsnorm_bwd_dw_partial_kernelPfPKf" \
+           "attention_bwd_dq_wmma_kernel(int)"; do
+  rc_log "========= Error: Race reported between Read access at nvjet_x+0xb00
+========= Error: Race reported between Write access at $who+0x10 in rmsnorm.cu:120"
+  judge && bad "racecheck_judge: a hazard in $who passed" || ok "racecheck_judge: a hazard in $who fails"
+done
+rc_log "========= Error: Race reported between Read access at nvjet_x+0xb00
+========= Target application returned an error"
+judge && bad "racecheck_judge: a failed program passed" || ok "racecheck_judge: a failed program fails"
+rc_log "========= Internal Sanitizer Error"
+judge && bad "racecheck_judge: a log naming no kernel passed" || ok "racecheck_judge: a log naming no kernel fails"
+
 # tests/gpu/gpu_session.sh (first light + the benchmark in one device call) without a GPU:
 # first light's exit 3 passes through, the benchmark says why it did not run
 out=$(OUT="$tmp/session" bash tests/gpu/gpu_session.sh 2>&1); rc=$?
