@@ -15,13 +15,16 @@
 // ----------------------------------------------------------------------------
 // rates (fractions of the device peaks in plan_devices, src/plan.c)
 
-// cuBLASLt bf16 GEMMs (and any op moved onto them): the GPU review (gpu-review-a3de59d.md,
-// step-time table) estimates the 7B layers' 19.9 TFLOP per 512-token row at 35-40 ms on an
-// H100, i.e. 0.50-0.57 of the 989 TFLOP/s peak; REFERENCE.md section 7 has ~800 TFLOP/s
-// (0.81) for a large square 8192^3 GEMM through PyTorch. 0.55: the review's midpoint, for all
-// three devices (an assumption for the A100 and H200).
-#define PLAN_GEMM_FRACTION 0.55
-// Attention, by the path this build takes (no GPU has run either: assumptions, stated):
+// cuBLASLt bf16 GEMMs (and any op moved onto them): MEASURED on one H200 (2026-11-26,
+// scripts/bench_gpu.py --profile_finetune, CodeLlama-7b width, 8 layers, seq 512): the
+// forward projections ran at 0.72-0.75 of the 989 TFLOP/s peak, their dX + dW at 0.67-0.69,
+// the lm_head's three GEMMs at 0.58-0.65; all of a step's GEMM FLOPs over their time 0.69 at
+// batch 4 and at batch 16. 0.69 for the H100 too (the same chip and clocks) and the A100 (an
+// assumption: not measured). It was 0.55, the GPU review's estimate, before any GPU ran this.
+#define PLAN_GEMM_FRACTION 0.69
+// Attention, by the path this build takes (assumptions, stated; the one H200 measurement,
+// 2026-11-26, profiled per op at seq 512, put the cuDNN graph at 0.16-0.25 of peak, forward and
+// backward, 7B width at batch 4 and 16: under 3% of that step, so the estimate was kept):
 // - cuDNN (--attention cudnn, the default on a GPU): the FlashAttention-3 paper's H100 SXM5
 //   charts show cuDNN's fused SDPA forward at head dim 128 reaching about 0.5-0.6 of the
 //   989 TFLOP/s peak at seq 512-2k. Our graph (src/attention_cudnn_graph.c) is built from
@@ -56,12 +59,13 @@
 // these links at hand), so exposed collective time is a lower bound too.
 // Every device operation (kernel, cuBLASLt GEMM, cuDNN graph execution, memset) takes at least
 // PLAN_OP_FLOOR_S: one CPU thread issues the step's operations in order, and a
-// cudaLaunchKernel / cublasLtMatmul call costs the host a few microseconds (commonly quoted
-// 2-10 us; an assumption, not measured here), so a model whose kernels are shorter than that
-// runs at the issue rate, not at its FLOP or byte rate. An op class's time is the larger of its
-// work and its operations x 4 us. This only matters for small models (the bundled one: about
-// 100 operations per micro-batch of a few us of work each); for 7B each op is milliseconds.
-#define PLAN_OP_FLOOR_S 4e-6
+// cudaLaunchKernel / cublasLtMatmul call costs the host microseconds, so a model whose kernels
+// are shorter than that runs at the issue rate, not at its FLOP or byte rate. An op class's
+// time is the larger of its work and its operations x 8 us. MEASURED on one H200 machine
+// (2026-11-26): the bundled model at batch 16 x 512 issues 184 operations per step and took
+// 1.5 ms per step, 8.2 us each (the estimate was 0.77 ms with 4 us, an assumption before).
+// This only matters for small models; for 7B each op is milliseconds.
+#define PLAN_OP_FLOOR_S 8e-6
 
 const char *plan_op_class_name(plan_op_class k) {
     static const char *names[PLAN_OP_CLASS_COUNT] = {"gemm", "attention", "simt", "memory"};
@@ -174,7 +178,7 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     // hidden under their compute. FSDP_GRADS_DIRECT (one
     // shard) has no zero or add pass: the epilogues read and write the fp32 slice, 8 bytes,
     // and the 8 - 2e beyond a bf16 epilogue are counted here (an upper bound: at batch 1 x
-    // 512 a 7B dW GEMM does 1024 FLOPs per gradient element, 1.9 ps at 0.55 of an H100's
+    // 512 a 7B dW GEMM does 1024 FLOPs per gradient element, 1.5 ps at 0.69 of an H100's
     // peak, against 2.7 ps for 8 bytes at 0.9 of its HBM bandwidth: the fp32 epilogue
     // is partly exposed at small batches, hidden at large ones)
     double grad_bytes;
@@ -308,8 +312,9 @@ void plan_print_step_time(FILE *out, const plan *p) {
     plan_step_time t[8];
     const int nd = plan_n_devices < 8 ? plan_n_devices : 8;
     for (int j = 0; j < nd; j++) plan_estimate_step_time(p, &plan_devices[j], &t[j]);
+    _Static_assert(PLAN_GEMM_FRACTION == 0.69, "the gemm line below states the fraction");
     static const char *what[PLAN_OP_CLASS_COUNT] = {
-        "tensor-core GEMMs (cuBLASLt) at 0.55 of peak bf16",
+        "tensor-core GEMMs (cuBLASLt) at 0.69 of peak bf16 (measured on an H200)",
         "attention on tensor cores: cuDNN graph at 0.25, native wmma at 0.10 of peak bf16",
         "fp32 SIMT kernels (native attention when head_dim % 16 != 0): 15 FLOP/SM-clock",
         "memory-bound kernels at 0.9 of HBM bandwidth",
@@ -341,6 +346,7 @@ void plan_print_step_time(FILE *out, const plan *p) {
 #undef ROW
     fprintf(out, "  Peaks (bf16 TFLOP/s, HBM TB/s, fp32 TFLOP/s): A100 312/2.0/19.5, H100 989/3.35/67, H200 989/4.8/67;\n"
             "  NVLink 300/450/450 GB/s per direction within 8 GPUs, else InfiniBand 25/50/50 GB/s per GPU. The\n"
-            "  fractions are the GPU review's estimates (gpu-review-a3de59d.md) and REFERENCE.md section 7: see\n"
-            "  src/plan_time.c. Unverified on GPU.\n");
+            "  GEMM fraction and the 8 us floor were measured on one H200 (2026-11-26: this estimate was 1.16-1.20x\n"
+            "  the measured 7B-width steps with the constants before); the others are estimates (src/plan_time.c).\n"
+            "  Collectives, the A100 and multi-GPU runs: unmeasured.\n");
 }

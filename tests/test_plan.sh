@@ -36,7 +36,7 @@
 #      (printed to 0.01 ms: 5 rows, 6 with the offload row, each off by at most 0.005 plus the
 #      total's 0.005 -> |sum - total| <= 0.035 ms); the offload row = host AdamW bytes / 50 GB/s
 #      (derived here from P), the device optimizer op keeps 8 of its 38 bytes per element;
-#      the gemm row equals FLOPs / (0.55 x 989e12) computed here from the shapes (the layers'
+#      the gemm row equals FLOPs / (0.69 x 989e12) computed here from the shapes (the layers'
 #      matmuls and the lm_head's); GEMM time doubles with the tokens; attention
 #      time doubles when T doubles at the same tokens per step (quadratic in T per
 #      sequence); the attention rows by path (cuDNN, native wmma, SIMT for a head_dim that is
@@ -302,10 +302,10 @@ for job in "fsdp4_b1:--world_size 4" "fsdp4_b16:--world_size 4 --batch_size_per_
       && ok "7B $name device $d: classes sum to the total ($sum ~ $tot ms)" || bad "7B $name device $d: classes $sum != total '$tot'"
   done
   # derived: 6 FLOPs per matmul parameter (the layers' and the lm_head's C x V) per token at
-  # 0.55 x 989e12 (H100 column)
+  # 0.69 x 989e12 (H100 column)
   tokens=$(sed -nE 's/.*per optimizer step: ([0-9]+) tokens.*/\1/p' "$f")
-  want=$(awk -v n="$tokens" -v c=$C -v ff=$F -v l=$L -v v=$V 'BEGIN { printf "%.2f", 1e3 * 6 * n * (l * (4 * c * c + 3 * c * ff) + c * v) / (0.55 * 989e12) }')
-  [ "$(crow "$f" gemm 2)" = "$want" ] && ok "7B $name: H100 gemm = 6 x tokens x (layer + lm_head) params / (0.55 x 989e12) = $want ms" \
+  want=$(awk -v n="$tokens" -v c=$C -v ff=$F -v l=$L -v v=$V 'BEGIN { printf "%.2f", 1e3 * 6 * n * (l * (4 * c * c + 3 * c * ff) + c * v) / (0.69 * 989e12) }')
+  [ "$(crow "$f" gemm 2)" = "$want" ] && ok "7B $name: H100 gemm = 6 x tokens x (layer + lm_head) params / (0.69 x 989e12) = $want ms" \
     || bad "7B $name: H100 gemm '$(crow "$f" gemm 2)', derived $want"
   mfu=$(crow "$f" MFU 2); tps=$(crow "$f" tokens/s/GPU 2)
   [ -n "$mfu" ] && [ -n "$tps" ] && ok "7B $name: H100 predicted MFU $mfu%, $tps tokens/s/GPU" || bad "7B $name: no MFU/tokens per s"
