@@ -188,9 +188,9 @@ extern const int plan_n_devices;
 // does not see (kernel scratch such as the RMSNorm backward's partial sums, 2 MiB at 8192 x
 // 4096; 256-byte alignment of a few hundred buffers; src/launch.c sizes the arena with this).
 // It was 5% + 512 MiB with the inference model inside: 2.25 GiB on a 35 GiB plan, which put
-// the first H200 run (2026-11-26) 9% above PyTorch's peak memory on the same job. Outside the arena the device holds
-// the CUDA context and the libraries' handles and modules (cuBLASLt, cuDNN and its
-// runtime-compiled engines): PLAN_CONTEXT_BYTES, an assumption, and p's NCCL communicators:
+// the first H200 run (2026-11-26) 9% above PyTorch's peak memory on the same job.
+// Outside the arena the device holds the CUDA context and the libraries' handles and modules
+// (cuBLASLt, cuDNN and its runtime-compiled engines; about 0.5 GiB on the H200 run): PLAN_CONTEXT_BYTES, an assumption, and p's NCCL communicators:
 // PLAN_NCCL_COMM_BYTES each, an assumption (NCCL's buffers scale with its channels; measured
 // 544-688 MB per group on 4 x A100 NVLink, github.com/NVIDIA/nccl/issues/964; NVLS on
 // NVSwitch systems can take more, NCCL issue 864: about 1.6 GB, NCCL_NVLS_ENABLE=0 avoids
