@@ -353,9 +353,16 @@ static int prov_grad_begin(void *ctx, int u, unit_grad *ug) {
     if (s->role == FSDP_FROZEN) return frozen_error("gradients");
     const int L = s->layout->n_layers;
     ug->fresh = 0;
-    if (s->mode == FSDP_GRADS_DIRECT) {   // the step's fp32 gradient, zeroed by fsdp_zero_grads
+    if (s->mode == FSDP_GRADS_DIRECT) {   // the step's fp32 gradient itself (one shard)
         ug->data = s->grads + s->local_off[u];
         ug->dtype = ST_F32;
+        // a trained layer is handed over fresh in the step's first micro-batch: its dW GEMMs
+        // write it with beta 0 and the model zeroes the rest, so fsdp_zero_grads zeroes only
+        // the root (the embedding's scatter-add, the tied lm_head); later micro-batches add
+        if (s->micro_first && u < L && s->role == FSDP_TRAINED) {
+            ug->fresh = 1;
+            return s->poison_fresh ? poison(s, ug->data, s->layout->unit_numel[u] * sizeof(float)) : 0;
+        }
         return 0;
     }
     ug->dtype = s->accumulate_locally ? ST_F32 : s->be->dtype;
@@ -511,6 +518,10 @@ int fsdp_zero_moments(fsdp_state *s) {
 
 int fsdp_zero_grads(fsdp_state *s) {
     if (s->role == FSDP_FROZEN) return frozen_error("gradients");
+    if (s->mode == FSDP_GRADS_DIRECT && s->role == FSDP_TRAINED) {   // the layers come fresh (prov_grad_begin)
+        const int L = s->layout->n_layers;
+        return s->be->zero(s->grads + s->local_off[L], s->slice[L] * sizeof(float));
+    }
     return s->be->zero(s->grads, s->n_local * sizeof(float));
 }
 

@@ -175,7 +175,9 @@ int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full);
 // Zero the AdamW moments (a fresh start from pretrained weights). 0 / -1.
 int fsdp_zero_moments(fsdp_state *s);
 
-// Zero the fp32 gradient slices (start of an optimizer step).
+// Start an optimizer step's fp32 gradient: zero the slices, or with one shard (FSDP_GRADS_DIRECT)
+// only the root unit's: the layers are handed to the first micro-batch's backward fresh (written,
+// not added into), so a step must run a backward with fsdp_set_micro_batch(s, 1, ...) first.
 int fsdp_zero_grads(fsdp_state *s);
 // Say which micro-batch of the step comes next (before its model_forward_backward).
 void fsdp_set_micro_batch(fsdp_state *s, int first, int last);

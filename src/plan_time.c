@@ -184,7 +184,8 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     double grad_bytes;
     const char *grad_what = "unit gradients: zero root, add into fp32 slice";
     if (p->grad_mode == FSDP_GRADS_DIRECT) {
-        grad_bytes = A * (double)p->padded_total * (8 - 2 * e);
+        // (the first micro-batch's epilogues only write: its layers come fresh, beta 0)
+        grad_bytes = (double)p->padded_total * (A * (8 - 2 * e) - 4);
         grad_what = "unit gradients: fp32 dW epilogues (one shard)";
     } else if (p->grad_mode == FSDP_GRADS_LOCAL) {
         // the full-size fp32 sums: the same fp32 epilogues, the root zeroed once; the step's
@@ -205,10 +206,11 @@ void plan_ops_compute(plan *p, const llama_config *c) {
         op_add(p, "attention dP through HBM (--deterministic)", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0,
                AL * 2 * 2 * (double)r->batch_size_per_device * H * (double)r->seq_len * r->seq_len, 0, 0);
     // operations: sharded, each unit's gradient is zeroed or added per micro-batch (an add
-    // kernel, two memsets); one shard writes the step gradient directly
+    // kernel, two memsets); one shard writes the step gradient directly, its layers fresh in
+    // the first micro-batch (the two norm weights of each zeroed: two memsets per layer)
     const double units = L + 1;
     op_add(p, grad_what, PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, grad_bytes, 0,
-           p->grad_mode == FSDP_GRADS_DIRECT ? 0 : A * 3 * units);
+           p->grad_mode == FSDP_GRADS_DIRECT ? (lora ? 0 : 2 * L) : A * 3 * units);
     // AdamW: one kernel per trained tensor in this rank's slice (a sharded slice cuts up to one
     // tensor per unit), the grad norm's 2 kernels, a memset
     const double tensors = lora ? 2 * nt * L : 9 * L + 3 - (c->tie_word_embeddings ? 1 : 0);

@@ -61,7 +61,8 @@ emu=$build/tests/finetune_emu
 if [ ! -x "$emu" ]; then skip_or_fail "$emu not built (needs the CUDA toolkit's headers: make CUDA=1)"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export FT_EMU_SEED=1
-# sharded runs hand the backward fresh (not zeroed) layer gradient buffers; test-only, fill
+# the backward gets fresh (not zeroed) layer gradient buffers (sharded: per micro-batch; one
+# shard: the step gradient in its first micro-batch); test-only, fill
 # them with NaN first (a copy on the compute stream, ordered like the zero it replaces)
 export FT_TEST_POISON_FRESH_GRADS=1
 flags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3

@@ -26,7 +26,8 @@ nmse="$build/tests/st_nmse"
 if ! have_mpi; then skip_or_fail "no mpiexec, or $bin built without MPI (install mpich libmpich-dev; make MPI=1)"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
-# sharded runs hand the backward fresh (not zeroed) layer gradient buffers; test-only, fill
+# the backward gets fresh (not zeroed) layer gradient buffers (sharded: per micro-batch; one
+# shard: the step gradient in its first micro-batch); test-only, fill
 # them with NaN first so that an element it fails to overwrite cannot pass for a stale value
 export FT_TEST_POISON_FRESH_GRADS=1
 common=(--seq_len 64 --total_batch_size 8 --max_eval_docs 16 --learning_rate 3e-3 --max_steps 20)
