@@ -143,7 +143,7 @@ ls -a "$s/checkpoints" | grep -q tmp && bad "temporary files left in checkpoints
 s="$tmp/sigsample"
 "$bin" "${small[@]}" --max_steps 2 --sample_tokens 20 --sample_games 40 --out_dir "$s" > "$s.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 200); do grep -q "prompt:" "$s.log" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 1 1200); do grep -q "prompt:" "$s.log" 2>/dev/null && break; sleep 0.05; done
 kill -TERM $pid; wait $pid; rc=$?
 ns=$(grep -c . "$s/samples.jsonl" 2>/dev/null)
 [ $rc -eq 0 ] && grep -q "^finetune: stopping after $ns of 40 sampled games (signal received)" "$s.log" && [ "$ns" -lt 40 ] \
@@ -162,7 +162,7 @@ s="$tmp/sigint2"
 stdbuf -oL "$bin" --seq_len 256 --batch_size_per_device 8 --total_batch_size 16 --max_steps 100000 --out_dir "$s" \
   > "$s.log" 2> "$s.err" &
 pid=$!
-for _ in $(seq 1 200); do grep -q "^finetune: MFU denominator" "$s.log" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 1 1200); do grep -q "^finetune: MFU denominator" "$s.log" 2>/dev/null && break; sleep 0.05; done
 sleep 0.1; kill -INT $pid; sleep 0.2; kill -INT $pid; wait $pid; rc=$?
 [ $rc -eq 130 ] && [ "$(grep -c . "$s.err")" = 1 ] && grep -q "^finetune: SIGINT again: exiting now without saving" "$s.err" \
   && ok "SIGINT twice: exit 130 at once: $(grep . "$s.err")" || bad "SIGINT twice: rc=$rc, stderr: $(cat "$s.err")"
