@@ -195,9 +195,27 @@ int fs_lock_dir(const char *dir, const char *what, int *fd, int *created) {
     return 0;
 }
 
+int fs_still_at(int fd, const char *path, char *why, size_t n) {
+    struct stat held, now;
+    if (fstat(fd, &held) != 0) return 1;
+    const char *r;
+    char buf[96];
+    if (stat(path, &now) != 0) {
+        const int e = errno;
+        if (e != ENOENT && e != ENOTDIR && e != ESTALE && held.st_nlink > 0) return 1;
+        snprintf(buf, sizeof buf, "is gone (%s)", strerror(e));
+        r = buf;
+    } else if (held.st_dev == now.st_dev && held.st_ino == now.st_ino) return 1;
+    else r = held.st_nlink == 0 ? "was removed and another was made in its place"
+                                : "was renamed away and another now has its name";
+    if (why && n) snprintf(why, n, "%s", r);
+    return 0;
+}
+
 void fs_unlock_dir(const char *dir, int fd, int remove_dir) {
     char p[FT_PATH_MAX];   // unlinked while still held: a job refused by it has gone already
-    if (fd >= 0 && ft_path(p, sizeof p, "%s/.lock", dir) == 0) unlink(p);
+    if (fd >= 0 && ft_path(p, sizeof p, "%s/.lock", dir) == 0 && fs_still_at(fd, p, NULL, 0)) unlink(p);
     if (remove_dir) rmdir(dir);   // only when empty (also without a lock: a file system without locks)
     if (fd >= 0) close(fd);
 }
+

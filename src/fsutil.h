@@ -2,6 +2,8 @@
 // function returns 0, or -1 with ft_error naming the path (fs_remove_tree: -1, no message).
 #pragma once
 
+#include <stddef.h>
+
 // mkdir -p, then check that path is a writable directory.
 int fs_mkdirs(const char *path);
 // rm -rf (best effort: a missing path is success).
@@ -30,6 +32,13 @@ int fs_publish_dir(const char *tmp, const char *dst);
 // (one its holder removed at exit between our open and our lock is opened again).
 int fs_lock_dir(const char *dir, const char *what, int *fd, int *created);
 // Release fs_lock_dir's lock (fd -1: none was taken) and remove the lock file (a killed job leaves
-// it: harmless, the next job takes it over); `remove_dir`: also rmdir `dir` when it is empty
-// (a job that created it and failed before writing anything).
+// it: harmless, the next job takes it over) when `dir`/.lock is still that file (not another
+// job's, in a directory made in place of a removed one); `remove_dir`: also rmdir `dir` when it
+// is empty (a job that created it and failed before writing anything).
 void fs_unlock_dir(const char *dir, int fd, int remove_dir);
+// Whether `path` still names the file or directory open as `fd` (the same st_dev and st_ino):
+// 1 yes, or when that cannot be told (fstat fails, or stat fails otherwise than with ENOENT,
+// ENOTDIR or ESTALE while the file is still linked); 0 when it was removed, renamed away or
+// replaced by another, with a short reason ("is gone (No such file or directory)") in
+// why[n]. No ft_error: the caller decides what it means.
+int fs_still_at(int fd, const char *path, char *why, size_t n);

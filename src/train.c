@@ -9,6 +9,7 @@
 #include "train.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -113,6 +114,7 @@ typedef struct {
     double run_secs, run_tokens, val_first, val_last;
     int n_evals;
     int out_lock, out_created;    // rank 0: fs_lock_dir's descriptor of --out_dir/.lock (-1: none)
+    int out_dir_fd;               // rank 0: --out_dir itself, opened once locked (-1: none; check_out_dir)
 } job;
 
 static int is_main(const job *j) { return j->rank == 0; }
@@ -214,6 +216,26 @@ static void log_eval(job *j, int step, double loss, double ntok, double secs) {
     snprintf(rec, sizeof rec, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"tokens\":%.0f}\n", step, loss, ntok);
     metrics_put(j, rec);
 }
+
+// Rank 0: is --out_dir still the directory this job locked and writes into? A directory
+// removed (rm -rf) or replaced while training would take the metrics, the checkpoints and the
+// export with it: records appended to an unlinked metrics.jsonl, checkpoint paths recreated
+// half-way, and nothing said until the end. The directory, held open since the lock (so its
+// inode number cannot be reused by one made in its place), is compared with what the path
+// names now: a stat and an fstat, once a step, before the export and each sampled game. Gone:
+// one warning naming it, then an error (the caller agrees it with every rank and the job
+// stops, exit 1: nothing it saved from then on would reach the user). `after`: where the job
+// is, for the message. 0 / -1.
+static int check_out_dir(job *j, const char *after) {
+    char why[160];
+    if (j->out_dir_fd < 0 || fs_still_at(j->out_dir_fd, j->o->out_dir, why, sizeof why)) return 0;
+    fprintf(stderr, "finetune: warning: --out_dir %s was deleted or replaced while training: metrics, checkpoints and "
+            "the export would be lost\n", j->o->out_dir);
+    return ft_error("stopping %s: --out_dir %s %s, so nothing this job saves would reach it; start the job again",
+                    after, j->o->out_dir, why);
+}
+
+static int out_dir_still_there(job *j, const char *after) { return agree(j, check_out_dir(j, after)); }
 
 // ----------------------------------------------------------------------------
 // setup and teardown
@@ -718,6 +740,9 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
         if (step > start) { time_sum += st.secs; timed++; }   // the first step warms up
         log_step(j, step, &st, timed ? time_sum / timed : st.secs);
         step++;
+        char after[48];
+        snprintf(after, sizeof after, "after step %d", step);
+        if ((rc = out_dir_still_there(j, after)) != 0) return rc;
         if (o->eval_every > 0 && step % o->eval_every == 0 && step < j->total_steps) TRY(eval_and_log(j, step));
         double flag[1] = {g_stop_signal ? 1.0 : 0.0};
         TRY(comm_all_reduce_f64(j->cc->world, flag, 1));
@@ -775,6 +800,7 @@ static int job_finish(job *j, int step) {
                    "--resume latest writes the export%s\n", step, o->sample_tokens > 0 ? " and the samples" : "");
         return 0;
     }
+    if ((rc = out_dir_still_there(j, "before the export")) != 0) return rc;
     TRY(ft_path(path, sizeof path, "%s/final", o->out_dir));
     watchdog_set_phase("export");
     if (j->lora) rc = agree(j, ckpt_export_peft(path, o->model_dir, &j->afs, &j->ll, o->save_dtype, j->rank));
@@ -799,6 +825,7 @@ static int job_finish(job *j, int step) {
                        "--resume latest samples again\n", g, o->sample_games);
             return 0;
         }
+        if ((rc = out_dir_still_there(j, "while sampling")) != 0) return rc;
         TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
     }
     if (is_main(j)) {
@@ -848,13 +875,19 @@ int train_run(const train_options *o, const train_comms *cc, int *failure_agreed
     j.cc = cc;
     j.failure_agreed = failure_agreed;
     j.out_lock = -1;
+    j.out_dir_fd = -1;
     // one job per --out_dir (rank 0 holds its lock until the end), taken before anything in
     // it is read (--resume latest) or written
     int rc = agree(&j, !o->eval_only && cc->world->rank == 0 ? fs_lock_dir(o->out_dir, "--out_dir", &j.out_lock,
                                                                             &j.out_created) : 0);
+    if (rc == 0 && !o->eval_only && cc->world->rank == 0)   // check_out_dir's reference (-1: unchecked)
+        j.out_dir_fd = open(o->out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (rc == 0) rc = agree(&j, job_setup(&j, o, cc));
     if (rc == 0) rc = run(&j);
     job_teardown(&j);
-    fs_unlock_dir(o->out_dir, j.out_lock, rc != 0 && j.out_created);   // a directory this failed job created: gone if empty
+    // a directory this failed job created: gone if empty (not one made in its place)
+    const int ours = j.out_dir_fd < 0 || fs_still_at(j.out_dir_fd, o->out_dir, NULL, 0);
+    fs_unlock_dir(o->out_dir, j.out_lock, rc != 0 && j.out_created && ours);
+    if (j.out_dir_fd >= 0) close(j.out_dir_fd);
     return rc;
 }

@@ -17,6 +17,12 @@
 #   have_mpi                 finetune was built with MPI and mpiexec is on PATH
 #   kill_tree PID            SIGKILL every process below PID, then PID (our own processes only:
 #                            never by a name pattern)
+#   out_dir_removed NAME MODE OUT CMD..  CMD (a training job into --out_dir OUT, long enough) in
+#                            the background; once OUT/metrics.jsonl holds 3 train records, OUT is
+#                            removed (MODE removed) or replaced (MODE replaced: rm -rf, mkdir, and a
+#                            .lock as a new job's); the job must stop within 5 steps of it
+#                            with rank 0's warning and error, exit non-zero, and leave the path
+#                            as the test left it (nothing recreated; the new .lock kept)
 test_name="${1:?lib.sh: pass the suite name}"
 build="${build:-build}"   # the suite sets it from its first argument before sourcing
 bin="$build/finetune"
@@ -59,3 +65,24 @@ descendants() {   # every process below $1, deepest last
   for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$c"; descendants "$c"; done
 }
 kill_tree() { local p; for p in $(descendants "$1") "$1"; do kill -9 "$p" 2>/dev/null; done; return 0; }
+
+out_dir_removed() {
+  local name=$1 mode=$2 o=$3 n=0 rc stop; shift 3
+  rm -rf "$o" "$o.log" "$o.err"
+  "$@" > "$o.log" 2> "$o.err" &
+  local pid=$!
+  for _ in $(seq 1 600); do
+    n=$(grep -c '"type":"train"' "$o/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge 3 ] && break; sleep 0.05
+  done
+  n=$(grep -c '"type":"train"' "$o/metrics.jsonl" 2>/dev/null)   # the steps done before the removal
+  rm -rf "$o"
+  [ "$mode" = replaced ] && mkdir "$o" && echo "pid 1 on host another-job" > "$o/.lock"
+  wait $pid; rc=$?
+  stop=$(sed -nE "s|^finetune: error: stopping after step ([0-9]+): --out_dir $o .*|\1|p" "$o.err")
+  local left; left=$(ls -A "$o" 2>/dev/null | tr '\n' ' ')
+  if [ $rc -ne 0 ] && [ "$(grep -cxF "finetune: warning: --out_dir $o was deleted or replaced while training: metrics, \
+checkpoints and the export would be lost" "$o.err")" = 1 ] && [ -n "$stop" ] && [ "$stop" -le $((n + 5)) ] \
+     && { if [ "$mode" = removed ]; then [ ! -e "$o" ]; else [ "$left" = ".lock " ] && grep -q another-job "$o/.lock"; fi; }
+  then ok "$name: --out_dir $mode after step $n: stopped after step $stop, rc=$rc: $(grep error: "$o.err")"
+  else bad "$name: --out_dir $mode after step $n: rc=$rc, stop step '$stop', left in it: '$left', stderr: $(cat "$o.err"), stdout: $(tail -1 "$o.log")"; fi
+}

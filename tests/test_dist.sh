@@ -7,8 +7,10 @@
 #      per-step losses and final weights within the tolerance derived below;
 #   2. bytes sent per step by all-gather / reduce-scatter / all-reduce equal the formula;
 #   3. a checkpoint saved at 4 ranks resumes at 2 and at 1 rank with the same continuation;
-#   4. kill -9 of one rank ends the job (no hang) with a non-zero exit; resuming from the last
-#      checkpoint ends with the uninterrupted run's parameters and moments, exactly.
+#   4. an --out_dir removed or replaced under a 2-rank job stops every rank after the step that
+#      notices (exit 1, one warning and one error); kill -9 of one rank ends the job (no hang)
+#      with a non-zero exit; resuming from the last checkpoint ends with the uninterrupted
+#      run's parameters and moments, exactly.
 # Without MPI (no mpiexec, or finetune built without it) it skips, and fails when CI=true.
 #
 # Tolerance: ranks sum the same per-token gradients in a different order (reduce-scatter of
@@ -155,6 +157,13 @@ err=$(timeout 60 mpiexec -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --
 n=$(printf '%s\n' "$err" | grep -c "finetune: error")
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && printf '%s' "$err" | grep -q "baddata/train_000.bin" \
   && ok "a bad shard on one rank: all ranks exit (rc $rc), error printed once" || bad "bad shard on one rank: rc=$rc, $n error lines: $err"
+
+# ---------------------------------------------------------------- --out_dir removed under the job
+# rank 0 notices (its check, once a step) and every rank stops together after that step
+# (agreed like a failed save): one warning and one error, from rank 0, exit 1, nothing recreated
+gone=(--seq_len 64 --batch_size_per_device 1 --total_batch_size 2 --max_steps 400 --eval_every 0 --save_every 50)
+out_dir_removed "2 ranks" removed "$tmp/gone" mpirun_ 2 "${gone[@]}" --out_dir "$tmp/gone"
+out_dir_removed "2 ranks" replaced "$tmp/gone" mpirun_ 2 "${gone[@]}" --out_dir "$tmp/gone"
 
 # ---------------------------------------------------------------- 4. kill -9 of one rank
 # A 2-rank FSDP run saving every 4 steps loses a rank to kill -9 mid-run: the job must end

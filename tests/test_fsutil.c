@@ -6,7 +6,11 @@
 //   here by this binary's fcntl, which removes the lock file just before the first lock call
 //   goes through: fs_lock_dir must end up holding the file that is at OUT/.lock. Without a
 //   lock (a file system without them: fd -1), fs_unlock_dir still removes the empty directory
-//   a failed job created.
+//   a failed job created. fs_still_at, the check a running job makes on its --out_dir: the
+//   same directory, then one renamed away, one removed (rm -rf) with another made at its path
+//   (held open, its inode number cannot be reused: told apart even on a file system that would
+//   reuse it), and one removed outright; and fs_unlock_dir leaves alone a .lock at OUT that is
+//   not its own (another job's, in a directory made in place of the removed one).
 // Runtime: well under a second.
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -90,6 +94,33 @@ int main(void) {
     EXPECT(mkdir(dir, 0755) == 0, "mkdir %s", dir);
     fs_unlock_dir(dir, -1, 1);
     EXPECT(access(dir, F_OK) != 0, "without a lock (fd -1), remove_dir still removes the empty directory");
+
+    // fs_still_at: the directory a job opened, later renamed away, removed and replaced, removed
+    char why[160] = "", moved[300];
+    snprintf(moved, sizeof moved, "%s/moved", base);
+    EXPECT(fs_lock_dir(dir, "--out_dir", &fd, &created) == 0 && fd >= 0, "lock: %s", ft_error_message());
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    EXPECT(dfd >= 0 && fs_still_at(dfd, dir, why, sizeof why) == 1, "fs_still_at: the same directory");
+    EXPECT(rename(dir, moved) == 0 && mkdir(dir, 0755) == 0, "rename %s away, mkdir in its place", dir);
+    EXPECT(fs_still_at(dfd, dir, why, sizeof why) == 0 && strstr(why, "renamed away"), "renamed: '%s'", why);
+    fs_unlock_dir(dir, fd, 0);   // the lock file moved with its directory: stays there, and the new dir too
+    EXPECT(access(moved, F_OK) == 0 && access(dir, F_OK) == 0, "unlock after a rename leaves both directories");
+    close(dfd);
+    rmdir(dir);
+    EXPECT(rename(moved, dir) == 0, "rename back");
+    unlink(lock);
+    EXPECT(fs_lock_dir(dir, "--out_dir", &fd, &created) == 0 && fd >= 0, "lock: %s", ft_error_message());
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    EXPECT(dfd >= 0 && unlink(lock) == 0 && rmdir(dir) == 0 && mkdir(dir, 0755) == 0, "rm -rf %s; mkdir", dir);
+    EXPECT(fs_still_at(dfd, dir, why, sizeof why) == 0 && strstr(why, "removed and another"), "replaced: '%s'", why);
+    FILE *other = fopen(lock, "w");   // another job's lock in the new directory
+    EXPECT(other && fputs("pid 1 on host other\n", other) >= 0 && fclose(other) == 0, "write %s", lock);
+    fs_unlock_dir(dir, fd, 0);
+    EXPECT(access(lock, F_OK) == 0, "fs_unlock_dir leaves another job's %s alone", lock);
+    unlink(lock);
+    EXPECT(rmdir(dir) == 0 && fs_still_at(dfd, dir, why, sizeof why) == 0 && strstr(why, "is gone"),
+           "removed: '%s'", why);
+    close(dfd);
     rmdir(base);
     TEST_SUMMARY("test_fsutil");
 }

@@ -6,7 +6,7 @@
 #      gradient checkpointing and gradient accumulation;
 #   2. SIGTERM mid-run saves a checkpoint and exits 0; the resumed run finishes; a second job
 #      into a running job's --out_dir is refused; SIGTERM while sampling stops there; Ctrl-C
-#      twice exits at once;
+#      twice exits at once; an --out_dir removed or replaced under a running job stops it;
 #   3. the Hugging Face export: layout, dtype, tokenizer files, our loss on it; and when a
 #      Python with transformers is available (FT_ORACLE_PYTHON, or /opt/oracle-venv), that
 #      transformers loads it and computes the same validation loss;
@@ -135,6 +135,15 @@ n=$(cat "$s/checkpoints/latest" 2>/dev/null | sed -E 's/step_0*//')
   || bad "resume after SIGTERM: $(tail -1 "$s.log2")"
 ls -a "$s/checkpoints" | grep -q tmp && bad "temporary files left in checkpoints/" || ok "no temporary files left in checkpoints/"
 [ ! -e "$s/.lock" ] && ok "the --out_dir lock is gone with its job" || bad "$s/.lock left behind"
+
+# --out_dir removed (rm -rf) or replaced (rm -rf, then mkdir of the same path) under a running
+# job: its records went into an unlinked metrics.jsonl and its next save recreated the path,
+# and it trained on to the end saying nothing. It stops after the step that notices (checked
+# once a step), exit 1, and leaves the path alone (the replacement's .lock, as a new job's, too)
+gone=(--model_dir data/model --data_dir data/chess --seq_len 64 --batch_size_per_device 2 --total_batch_size 2
+      --max_steps 400 --eval_every 0 --save_every 50)
+out_dir_removed "out_dir gone" removed "$tmp/gone" "$bin" "${gone[@]}" --out_dir "$tmp/gone"
+out_dir_removed "out_dir gone" replaced "$tmp/gone" "$bin" "${gone[@]}" --out_dir "$tmp/gone"
 
 # SIGTERM after the last step (here during sampling; also the final evaluation or the export):
 # the last checkpoint is saved, so the job stops before the next sampled game (it used to
