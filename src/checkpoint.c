@@ -285,6 +285,7 @@ int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int 
         const st_tensor *t = find_entry(ck, l, e->name, &path);
         if (!t || t->numel != e->numel)
             return ft_error("%s: tensor '%s' missing or mis-sized (validate first)", ck->dir, e->name);
+        TRY(st_verify(t, path));   // its bytes against the checksum the file records, if any
         float *x = out + e->unit_offset;
         tensor_to_f32(t, x);
         const size_t bad = ft_first_nonfinite(x, e->numel);   // NaN / inf weights: a corrupt file

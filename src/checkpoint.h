@@ -37,6 +37,7 @@ const st_tensor *hf_checkpoint_find(const hf_checkpoint *ck, const char *name, c
 int hf_checkpoint_validate(const hf_checkpoint *ck, const param_layout *l);
 
 // Convert unit u's tensors to fp32 into host `out` (unit_numel[u] elements; padding is
-// zeroed). Call hf_checkpoint_validate first. 0, or -1 (also for a NaN or infinite value,
-// naming the file, tensor and element).
+// zeroed). Call hf_checkpoint_validate first. 0, or -1 (also for a tensor whose bytes fail the
+// checksum its file records, st_verify: "checksum mismatch (the file is corrupted)", and for a
+// NaN or infinite value, naming the file, tensor and element).
 int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int u, float *out);

@@ -4,7 +4,10 @@
 // A checkpoint directory is itself a Hugging Face checkpoint (config.json + model.safetensors
 // holding the fp32 master weights under HF names), plus optimizer.safetensors
 // (exp_avg.<name>, exp_avg_sq.<name>) and trainer_state.json. Tensors are consolidated
-// (not per-rank shards), so a checkpoint saved at one world size resumes at any other.
+// (not per-rank shards), so a checkpoint saved at one world size resumes at any other. Rank 0
+// writes every file from the gathered units, so the checksum the writer records per tensor
+// (safetensors.h) is over the whole tensor; every rank that loads one reads the whole tensor
+// and verifies it (hf_checkpoint_read_unit, load_moments) before taking its slice.
 #include "ckpt.h"
 
 #include <dirent.h>
@@ -573,8 +576,9 @@ static int load_moments(fsdp_state *s, const char *dir) {
                 char name[160];
                 snprintf(name, sizeof name, "%s%s", prefix, e->name);
                 const st_tensor *t = st_find(&f, name);   // there, of e's shape: checked above
-                memcpy(unit + e->unit_offset, t->data, e->numel * sizeof(float));
-                rc = moment_check_values(p, name, unit + e->unit_offset, e->numel, k == 1);
+                rc = st_verify(t, p);   // the checksum first: a damaged file is named as such
+                if (rc == 0) memcpy(unit + e->unit_offset, t->data, e->numel * sizeof(float));
+                if (rc == 0) rc = moment_check_values(p, name, unit + e->unit_offset, e->numel, k == 1);
             }
             if (rc == 0) rc = fsdp_set_unit(s, k == 0 ? FSDP_EXP_AVG : FSDP_EXP_AVG_SQ, u, unit);
         }

@@ -78,6 +78,57 @@ uint64_t ft_fingerprint_sampled(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
+// ft_hash64's two odd multipliers: 2^64 / the golden ratio, and the first 64 fractional bits
+// of sqrt(2) with the low bit set
+#define H64_K1 0x9e3779b97f4a7c15ull
+#define H64_K2 0x6a09e667f3bcc909ull
+
+static inline uint64_t h64_load(const unsigned char *p) {   // 8 bytes as a little-endian word
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+// One step: a bijection of v for fixed w, and of w for fixed v (xor, odd multiply, rotate).
+static inline uint64_t h64_step(uint64_t v, uint64_t w) {
+    const uint64_t x = (v ^ w) * H64_K1;
+    return (x << 27) | (x >> 37);
+}
+
+uint64_t ft_hash64(const void *p, size_t n) {
+    const unsigned char *b = p;
+    // lane i takes words i, i + 8, i + 16, ...: eight independent chains, in registers
+    uint64_t v0 = H64_K2, v1 = 3 * H64_K2, v2 = 5 * H64_K2, v3 = 7 * H64_K2, v4 = 9 * H64_K2, v5 = 11 * H64_K2,
+             v6 = 13 * H64_K2, v7 = 15 * H64_K2;
+    size_t k = 0;
+    for (; k + 64 <= n; k += 64) {
+        const unsigned char *q = b + k;
+        v0 = h64_step(v0, h64_load(q));
+        v1 = h64_step(v1, h64_load(q + 8));
+        v2 = h64_step(v2, h64_load(q + 16));
+        v3 = h64_step(v3, h64_load(q + 24));
+        v4 = h64_step(v4, h64_load(q + 32));
+        v5 = h64_step(v5, h64_load(q + 40));
+        v6 = h64_step(v6, h64_load(q + 48));
+        v7 = h64_step(v7, h64_load(q + 56));
+    }
+    const uint64_t lanes[8] = {v0, v1, v2, v3, v4, v5, v6, v7};
+    uint64_t h = (uint64_t)n * H64_K2;
+    for (int i = 0; i < 8; i++) h = h64_step(h, lanes[i]);
+    for (; k + 8 <= n; k += 8) h = h64_step(h, h64_load(b + k));
+    if (k < n) {   // the last 1..7 bytes, zero-extended (n tells them from trailing zeros)
+        unsigned char last[8] = {0};
+        memcpy(last, b + k, n - k);
+        h = h64_step(h, h64_load(last));
+    }
+    h ^= h >> 31;   // spread the high bits over the low ones: a bijection, too
+    h *= H64_K2;
+    return h ^ (h >> 29);
+}
+
 float ft_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
     float v;

@@ -178,6 +178,37 @@ static int st_check_coverage(const st_file *f, const char *path, st_span *spans,
     return 0;
 }
 
+// The checksums __metadata__ records (ST_CHECKSUM_KEY) into f->tensors; a tensor without one
+// is read unchecked (a file without any: Hugging Face's, an older build's). The function must
+// be ST_CHECKSUM_ALGO, and every ST_CHECKSUM_KEY ".<name>" must name a tensor of the file
+// and hold 16 hex digits: a header damaged there (a tensor's name, a digit) is refused, not
+// read unchecked. 0 / -1 naming path and the key.
+static int st_read_checksums(st_file *f, const char *path, json_t *root) {
+    json_t *meta = json_object_get(root, "__metadata__");   // (st_read_entries: an object of strings)
+    if (!meta) return 0;
+    json_t *algo = json_object_get(meta, ST_CHECKSUM_KEY);
+    if (algo && strcmp(json_string_value(algo), ST_CHECKSUM_ALGO) != 0)
+        return ft_error("%s: __metadata__['" ST_CHECKSUM_KEY "'] is '%s', a checksum this build does not know (it "
+                        "knows " ST_CHECKSUM_ALGO ")", path, json_string_value(algo));
+    const size_t plen = strlen(ST_CHECKSUM_KEY ".");
+    const char *key;
+    json_t *val;
+    json_object_foreach(meta, key, val) {
+        if (strncmp(key, ST_CHECKSUM_KEY ".", plen) != 0) continue;
+        if (!algo) return ft_error("%s: __metadata__['%s'] without __metadata__['" ST_CHECKSUM_KEY "']", path, key);
+        st_tensor *t = NULL;
+        for (int i = 0; i < f->n_tensors && !t; i++)
+            if (strcmp(f->tensors[i].name, key + plen) == 0) t = &f->tensors[i];
+        const char *hex = json_string_value(val);
+        if (!t) return ft_error("%s: __metadata__['%s'] names no tensor of the file", path, key);
+        if (strlen(hex) != 16 || strspn(hex, "0123456789abcdefABCDEF") != 16)
+            return ft_error("%s: __metadata__['%s'] is not 16 hex digits", path, key);
+        t->checksum = strtoull(hex, NULL, 16);
+        t->has_checksum = 1;
+    }
+    return 0;
+}
+
 int st_open(st_file *f, const char *path) {
     memset(f, 0, sizeof *f);
     json_t *root = NULL;
@@ -193,6 +224,7 @@ int st_open(st_file *f, const char *path) {
     if (!f->tensors || !spans) goto done;
     TRY_GOTO(st_read_entries(f, path, root, data_off, spans), done);
     rc = st_check_coverage(f, path, spans, f->map_size - data_off);
+    if (rc == 0) rc = st_read_checksums(f, path, root);
 done:
     json_decref(root);
     free(spans);
@@ -204,6 +236,11 @@ const st_tensor *st_find(const st_file *f, const char *name) {
     for (int i = 0; i < f->n_tensors; i++)
         if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
     return NULL;
+}
+
+int st_verify(const st_tensor *t, const char *path) {
+    if (!t->has_checksum || ft_hash64(t->data, t->nbytes) == t->checksum) return 0;
+    return ft_error("%s: tensor '%s': checksum mismatch (the file is corrupted)", path, t->name);
 }
 
 uint64_t st_fingerprint(const st_file *f, uint64_t h) {
@@ -248,28 +285,36 @@ int st_fsync_parent_dir(const char *path) {
     return 0;
 }
 
-// The header of `tensors` (data ignored): u64 length, compact JSON in the given order,
-// spaces up to 8-byte alignment, malloc'ed into *out (*out_len bytes); each tensor's byte
-// range in the data area into w->offset / w->nbytes. 0 / -1.
-static int header_build(st_writer *w, const st_write_tensor *tensors, int n_tensors, const char *const *metadata,
-                        char **out, size_t *out_len) {
-    json_t *root = json_object();
-    char *hdr = NULL;
-    int rc = -1;
-    if (!root) return ft_error("%s: out of memory building the header", w->path);
-    if (metadata) {
-        json_t *meta = json_object();
-        for (int i = 0; metadata[i] && metadata[i + 1]; i += 2)
-            json_object_set_new(meta, metadata[i], json_string(metadata[i + 1]));
-        json_object_set_new(root, "__metadata__", meta);
+// "finetune.checksum.<name>" (malloc'ed), or NULL with ft_error.
+static char *checksum_key(const char *name) {
+    const size_t n = strlen(ST_CHECKSUM_KEY ".") + strlen(name) + 1;
+    char *key = ft_malloc(n, "checksum key");
+    if (key) snprintf(key, n, ST_CHECKSUM_KEY ".%s", name);
+    return key;
+}
+
+// The header of `tensors` (data ignored) into w->header: __metadata__ (the caller's pairs, then
+// ST_CHECKSUM_KEY and one checksum per tensor, 16 zeros until st_writer_commit fills them in),
+// then the tensors in the given order; each tensor's byte range in the data area into
+// w->offset / w->nbytes. 0 / -1.
+static int header_build(st_writer *w, const st_write_tensor *tensors, int n_tensors, const char *const *metadata) {
+    json_t *root = w->header = json_object(), *meta = json_object();
+    if (!root || !meta) { json_decref(meta); return ft_error("%s: out of memory building the header", w->path); }
+    for (int i = 0; metadata && metadata[i] && metadata[i + 1]; i += 2)
+        json_object_set_new(meta, metadata[i], json_string(metadata[i + 1]));
+    json_object_set_new(meta, ST_CHECKSUM_KEY, json_string(ST_CHECKSUM_ALGO));
+    for (int i = 0; i < n_tensors; i++) {
+        char *key = checksum_key(tensors[i].name);
+        if (!key) { json_decref(meta); return -1; }
+        json_object_set_new(meta, key, json_string("0000000000000000"));
+        free(key);
     }
+    json_object_set_new(root, "__metadata__", meta);
     size_t off = 0;
     for (int i = 0; i < n_tensors; i++) {
         const st_write_tensor *t = &tensors[i];
-        if (t->ndim < 0 || t->ndim > ST_MAX_DIMS || t->dtype >= ST_DTYPE_COUNT) {
-            ft_error("%s: tensor '%s': bad dtype or rank", w->path, t->name);
-            goto done;
-        }
+        if (t->ndim < 0 || t->ndim > ST_MAX_DIMS || t->dtype >= ST_DTYPE_COUNT)
+            return ft_error("%s: tensor '%s': bad dtype or rank", w->path, t->name);
         size_t nbytes = st_dtype_size(t->dtype);
         json_t *shape = json_array();
         for (int d = 0; d < t->ndim; d++) {
@@ -280,25 +325,49 @@ static int header_build(st_writer *w, const st_write_tensor *tensors, int n_tens
         json_object_set_new(e, "dtype", json_string(st_dtype_name(t->dtype)));
         json_object_set_new(e, "shape", shape);
         json_object_set_new(e, "data_offsets", json_pack("[II]", (json_int_t)off, (json_int_t)(off + nbytes)));
-        if (json_object_get(root, t->name)) { ft_error("%s: duplicate tensor '%s'", w->path, t->name); json_decref(e); goto done; }
+        if (json_object_get(root, t->name)) { json_decref(e); return ft_error("%s: duplicate tensor '%s'", w->path, t->name); }
         json_object_set_new(root, t->name, e);
         w->offset[i] = off;
         w->nbytes[i] = nbytes;
         off += nbytes;
     }
-    // JSON_PRESERVE_ORDER keeps insertion order, so the header reads like the data layout
-    hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (!hdr) { ft_error("%s: cannot serialise the header", w->path); goto done; }
+    return 0;
+}
+
+// w->header as the file's first bytes: u64 length, compact JSON in insertion order (it reads
+// like the data layout), spaces up to 8-byte alignment; malloc'ed into *out (*out_len bytes).
+// 0 / -1.
+static int header_dump(const st_writer *w, char **out, size_t *out_len) {
+    char *hdr = json_dumps(w->header, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!hdr) return ft_error("%s: cannot serialise the header", w->path);
     const size_t hlen = strlen(hdr), padded = (8 + hlen + 7) / 8 * 8 - 8;
-    CHECK_ALLOC_GOTO(*out = malloc(8 + padded), 8 + padded, done);
+    if (!(*out = ft_malloc(8 + padded, "safetensors header"))) { free(hdr); return -1; }
     for (int i = 0; i < 8; i++) (*out)[i] = (char)(unsigned char)((uint64_t)padded >> (8 * i));
     memcpy(*out + 8, hdr, hlen);
     memset(*out + 8 + hlen, ' ', padded - hlen);
     *out_len = 8 + padded;
-    rc = 0;
-done:
     free(hdr);
-    json_decref(root);
+    return 0;
+}
+
+// The header again, each tensor's checksum filled in, over the one st_writer_open wrote (the
+// same length: 16 hex digits replace 16 zeros). 0 / -1.
+static int header_write_checksums(st_writer *w) {
+    json_t *meta = json_object_get(w->header, "__metadata__");
+    for (int i = 0; i < w->n_tensors; i++) {
+        char *key = checksum_key(w->names[i]), hex[17];
+        if (!key) return -1;
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)w->sum[i]);
+        json_string_set(json_object_get(meta, key), hex);
+        free(key);
+    }
+    char *hdr = NULL;
+    size_t hbytes = 0;
+    TRY(header_dump(w, &hdr, &hbytes));
+    int rc = hbytes == w->data_start ? write_all_at(w->fd, hdr, hbytes, 0, w->tmp)
+                                     : ft_error("%s: the header changed length (%zu, was %zu bytes) when its checksums "
+                                                "were filled in", w->tmp, hbytes, w->data_start);
+    free(hdr);
     return rc;
 }
 
@@ -314,12 +383,14 @@ int st_writer_open(st_writer *w, const char *path, const st_write_tensor *tensor
     w->nbytes = ft_calloc(n, sizeof *w->nbytes, "safetensors sizes");
     w->names = ft_calloc(n, sizeof *w->names, "safetensors names");
     w->written = ft_calloc(n, 1, "safetensors written flags");
+    w->sum = ft_calloc(n, sizeof *w->sum, "safetensors checksums");
     char *hdr = NULL;
     size_t hbytes = 0;
-    if (!w->path || !tmp || !w->offset || !w->nbytes || !w->names || !w->written) goto fail;
+    if (!w->path || !tmp || !w->offset || !w->nbytes || !w->names || !w->written || !w->sum) goto fail;
     for (int i = 0; i < n_tensors; i++)
         if (!(w->names[i] = ft_strdup(tensors[i].name))) goto fail;
-    TRY_GOTO(header_build(w, tensors, n_tensors, metadata, &hdr, &hbytes), fail);
+    TRY_GOTO(header_build(w, tensors, n_tensors, metadata), fail);
+    TRY_GOTO(header_dump(w, &hdr, &hbytes), fail);
     TRY_GOTO(ft_path(tmp, tmplen, "%s.tmp.%d", path, (int)getpid()), fail);
     w->fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) { ft_error("%s: cannot create: %s", tmp, strerror(errno)); goto fail; }
@@ -338,6 +409,7 @@ fail:
 
 int st_writer_put(st_writer *w, int i, const void *data) {
     if (w->fd < 0 || i < 0 || i >= w->n_tensors) return ft_error("%s: tensor %d: no such tensor or writer closed", w->path, i);
+    w->sum[i] = ft_hash64(data, w->nbytes[i]);   // the bytes as written: a reader compares (st_verify)
     TRY(write_all_at(w->fd, data, w->nbytes[i], w->data_start + w->offset[i], w->tmp));
     w->written[i] = 1;
     return 0;
@@ -348,6 +420,7 @@ int st_writer_commit(st_writer *w) {
     if (w->fd < 0) return ft_error("%s: commit of a writer that is not open", w->path ? w->path : "safetensors");
     for (int i = 0; i < w->n_tensors; i++)
         if (!w->written[i]) { ft_error("%s: tensor '%s' was never written", w->path, w->names[i]); goto done; }
+    TRY_GOTO(header_write_checksums(w), done);
     if (fsync(w->fd) != 0) { ft_error("%s: fsync failed: %s", w->tmp, strerror(errno)); goto done; }
     const int fd = w->fd;
     w->fd = -1;
@@ -371,6 +444,8 @@ void st_writer_abort(st_writer *w) {
     free(w->offset);
     free(w->nbytes);
     free(w->written);
+    free(w->sum);
+    json_decref(w->header);
     memset(w, 0, sizeof *w);
     w->fd = -1;
 }

@@ -14,6 +14,14 @@
 
 #define ST_MAX_DIMS 8
 
+// Checksums in "__metadata__" (string values, as the format requires): ST_CHECKSUM_KEY names
+// the function (ST_CHECKSUM_ALGO: common.h's ft_hash64), and ST_CHECKSUM_KEY ".<tensor name>"
+// holds each tensor's as 16 lowercase hex digits. The writer records them in every file it
+// writes; a file without them (Hugging Face's, an older build's) is read unchecked, and so is
+// a tensor without one. st_open refuses an unknown function or a key that names no tensor.
+#define ST_CHECKSUM_KEY "finetune.checksum"
+#define ST_CHECKSUM_ALGO "ft_hash64"
+
 typedef struct {
     char *name;                  // owned by the st_file
     st_dtype dtype;
@@ -22,6 +30,8 @@ typedef struct {
     size_t numel;                // product of shape (1 for a scalar)
     size_t nbytes;               // numel * st_dtype_size(dtype)
     const void *data;            // points into the read-only mapping (valid until st_close)
+    int has_checksum;            // the header records this tensor's checksum (ST_CHECKSUM_KEY)
+    uint64_t checksum;           // then: ft_hash64 of its nbytes as written (st_verify compares)
 } st_tensor;
 
 typedef struct {
@@ -42,6 +52,11 @@ void st_close(st_file *f);
 // The tensor called `name`, or NULL.
 const st_tensor *st_find(const st_file *f, const char *name);
 
+// Tensor t of the file at `path`: its bytes (all nbytes read) against the checksum its header
+// records. 0 when they match or none is recorded; else -1 with ft_error
+// "<path>: tensor '<name>': checksum mismatch (the file is corrupted)".
+int st_verify(const st_tensor *t, const char *path);
+
 // Content fingerprint of an open file, continuing `h` (FT_FNV_INIT for the first file): its
 // length field and JSON header (every name, dtype, shape and offset) whole, then its data area
 // through ft_fingerprint_sampled (common.h: what that tells apart and what it does not). The
@@ -61,14 +76,17 @@ typedef struct {
 // then renamed over `path` (and the directory fsync'ed), so `path` is either absent/old or
 // complete. Tensors are laid out in the given order, 8-byte aligned header (padded with
 // spaces as the format allows). `metadata` is NULL or a NULL-terminated list of
-// key, value, key, value, ..., NULL strings written under "__metadata__".
+// key, value, key, value, ..., NULL strings written under "__metadata__", followed there by
+// the checksums (ST_CHECKSUM_KEY).
 // Returns 0, or -1 with ft_error set (no partial file left behind).
 int st_write(const char *path, const st_write_tensor *tensors, int n_tensors,
              const char *const *metadata);
 
 // The same file written one tensor at a time, in any order, so that no caller needs all the
 // data in memory at once (checkpoints stream one FSDP unit at a time). The bytes are those
-// st_write writes for the same tensors, whatever the order of the puts.
+// st_write writes for the same tensors, whatever the order of the puts. The header goes out
+// first with each checksum 16 zeros; a put computes its tensor's from the bytes it writes, and
+// the commit writes the header again with them (the same length) before the rename.
 typedef struct {
     char *path;            // destination
     char *tmp;             // "<path>.tmp.<pid>" once created (NULL before, and after the rename)
@@ -79,6 +97,8 @@ typedef struct {
     size_t *offset;        // (n_tensors) byte offset of each tensor in the data area
     size_t *nbytes;        // (n_tensors) numel x dtype size
     unsigned char *written;   // (n_tensors) 1 once put
+    uint64_t *sum;         // (n_tensors) ft_hash64 of each tensor's bytes, once put
+    struct json_t *header; // jansson's: the header (owned), kept for the commit to fill the checksums in
 } st_writer;
 
 // Validate `tensors` (names, dtypes and shapes; their data pointers are not read), create
@@ -87,9 +107,10 @@ typedef struct {
 int st_writer_open(st_writer *w, const char *path, const st_write_tensor *tensors, int n_tensors,
                    const char *const *metadata);
 // Write tensor i (index in the st_writer_open list) from `data` (its full nbytes) at its
-// offset. 0, or -1 with ft_error set (the writer stays open: st_writer_abort it).
+// offset, and its checksum from those bytes. 0, or -1 with ft_error set (the writer stays open: st_writer_abort it).
 int st_writer_put(st_writer *w, int i, const void *data);
-// Refuse unless every tensor was put; fsync, close, rename over `path`, fsync the directory.
+// Refuse unless every tensor was put; write the header with the checksums, fsync, close,
+// rename over `path`, fsync the directory.
 // Releases *w either way; on failure the temporary file is removed. 0 / -1.
 int st_writer_commit(st_writer *w);
 // Close and remove the temporary file, release *w. Safe on a released writer.

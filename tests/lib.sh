@@ -23,6 +23,10 @@
 #                            .lock as a new job's); the job must stop within 5 steps of it
 #                            with rank 0's warning and error, exit non-zero, and leave the path
 #                            as the test left it (nothing recreated; the new .lock kept)
+#   strip_checksums FILE     FILE (a safetensors file) as an older build wrote it: __metadata__
+#                            without the per-tensor checksums (finetune.checksum*)
+#   flip_bit FILE            flip the lowest bit of the fp32 value in the middle of FILE's data
+#                            area (it stays finite: only the checksum tells); prints the tensor's name
 test_name="${1:?lib.sh: pass the suite name}"
 build="${build:-build}"   # the suite sets it from its first argument before sourcing
 bin="$build/finetune"
@@ -85,4 +89,26 @@ checkpoints and the export would be lost" "$o.err")" = 1 ] && [ -n "$stop" ] && 
      && { if [ "$mode" = removed ]; then [ ! -e "$o" ]; else [ "$left" = ".lock " ] && grep -q another-job "$o/.lock"; fi; }
   then ok "$name: --out_dir $mode after step $n: stopped after step $stop, rc=$rc: $(grep error: "$o.err")"
   else bad "$name: --out_dir $mode after step $n: rc=$rc, stop step '$stop', left in it: '$left', stderr: $(cat "$o.err"), stdout: $(tail -1 "$o.log")"; fi
+}
+strip_checksums() {
+  python3 - "$1" <<'PY' || bad "could not strip the checksums of $1"
+import json, struct, sys
+p = sys.argv[1]
+b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"] = {k: v for k, v in h["__metadata__"].items() if not k.startswith("finetune.checksum")}
+hb = json.dumps(h, separators=(",", ":")).encode(); hb += b" " * (-(8 + len(hb)) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
+PY
+}
+flip_bit() {
+  python3 - "$1" <<'PY' || bad "could not flip a bit of $1"
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); off = (len(b) - 8 - n) // 2 // 4 * 4
+b[8 + n + off] ^= 1
+open(p, "wb").write(b)
+print(next(k for k, v in h.items() if k != "__metadata__" and v["data_offsets"][0] <= off < v["data_offsets"][1]))
+PY
 }

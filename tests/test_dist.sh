@@ -6,7 +6,8 @@
 #      FSDP 2 keeping the gathered parameters for the step (--keep_params_gathered, 4 micro-batches):
 #      per-step losses and final weights within the tolerance derived below;
 #   2. bytes sent per step by all-gather / reduce-scatter / all-reduce equal the formula;
-#   3. a checkpoint saved at 4 ranks resumes at 2 and at 1 rank with the same continuation;
+#   3. a checkpoint saved at 4 ranks resumes at 2 and at 1 rank with the same continuation (its
+#      checksums verify); one bit flipped in it: refused at 2 ranks, said once;
 #   4. an --out_dir removed or replaced under a 2-rank job stops every rank after the step that
 #      notices (exit 1, one warning and one error); kill -9 of one rank ends the job (no hang)
 #      with a non-zero exit; resuming from the last checkpoint ends with the uninterrupted
@@ -147,6 +148,20 @@ if mpirun_ 4 "${common[@]}" --batch_size_per_device 1 --stop_at_step 10 --out_di
     [ $? -eq 0 ] && compare "saved at 4 ranks, resumed at $n" "$tmp/r4to$n" || bad "resume at $n ranks failed: $(grep -m1 error "$tmp/r4to$n.log")"
   done
 else bad "4-rank run with --stop_at_step failed"; fi
+# its checksums, recorded by rank 0 over the units it gathered from the 4 ranks' slices, verify
+# at 2 and at 1 rank above; one bit flipped in its weights or its moments (read whole by every
+# rank): the resume at 2 ranks ends on every rank, the file and tensor named once
+for f in model optimizer; do
+  rm -rf "$tmp/r4flip"; cp -r "$tmp/r4" "$tmp/r4flip"
+  ck="$tmp/r4flip/checkpoints/$(cat "$tmp/r4flip/checkpoints/latest" 2>/dev/null)"
+  name=$(flip_bit "$ck/$f.safetensors")
+  err=$(mpirun_ 2 "${common[@]}" --batch_size_per_device 2 --resume latest --out_dir "$tmp/r4flip" 2>&1 >/dev/null); rc=$?
+  n=$(printf '%s\n' "$err" | grep -c "finetune: error")
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] \
+    && grep -qF "finetune: error: $ck/$f.safetensors: tensor '$name': checksum mismatch (the file is corrupted)" <<<"$err" \
+    && ok "saved at 4 ranks, a bit flipped in $f.safetensors: the resume at 2 ranks refuses it (rc $rc), said once" \
+    || bad "a bit flipped in the 4-rank $f.safetensors, resumed at 2: rc=$rc, $n error lines: $err"
+done
 
 # ---------------------------------------------------------------- bad input seen by one rank
 # MPMD launch: rank 1 gets a data directory whose training shard is truncated (as if one

@@ -2,9 +2,11 @@
 // be rejected with one message naming the file and the field/tensor at fault, and must
 // never read outside the mapping: run under ASan in `make test-asan`), the writer's
 // round trip and atomicity, the streaming writer (any put order gives st_write's bytes; a
-// missing tensor refused), and the checkpoint directory layer (single file, sharded
-// index, missing/duplicate/unexpected tensors, wrong shapes, NaN/infinite values), and the
-// content fingerprint (st_fingerprint, hf_checkpoint_fingerprint: the same bytes give the same
+// missing tensor refused), the per-tensor checksums (ft_hash64 pinned and blind to no single
+// flipped bit; recorded by the writer, a flipped byte found by st_verify, malformed checksum
+// metadata refused), and the checkpoint directory layer (single file, sharded index,
+// missing/duplicate/unexpected tensors, wrong shapes, NaN/infinite values, a flipped byte),
+// and the content fingerprint (st_fingerprint, hf_checkpoint_fingerprint: the same bytes give the same
 // value, one byte changed in a sampled region another, bytes outside the samples are not read;
 // tiny files and an empty data area are fine; shard order does not matter).
 #include <jansson.h>
@@ -83,6 +85,23 @@ static const st_case st_cases[] = {
      "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
      "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", -1, 8, "duplicate"},
     {"metadata not strings", "{\"__metadata__\":{\"x\":1}}", -1, 0, "__metadata__['x']"},
+    // checksums in __metadata__ (a wrong value opens: st_verify finds it, test_checksum)
+    {"checksum recorded",
+     "{\"__metadata__\":{\"finetune.checksum\":\"ft_hash64\",\"finetune.checksum.a\":\"0123456789abcdef\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4, NULL},
+    {"checksum of an unknown function",
+     "{\"__metadata__\":{\"finetune.checksum\":\"crc32\",\"finetune.checksum.a\":\"01234567\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4,
+     "__metadata__['finetune.checksum'] is 'crc32', a checksum this build does not know"},
+    {"checksum without its function",
+     "{\"__metadata__\":{\"finetune.checksum.a\":\"0123456789abcdef\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4,
+     "__metadata__['finetune.checksum.a'] without __metadata__['finetune.checksum']"},
+    {"checksum of no tensor",
+     "{\"__metadata__\":{\"finetune.checksum\":\"ft_hash64\",\"finetune.checksum.a\":\"0123456789abcdef\","
+     "\"finetune.checksum.c\":\"0123456789abcdef\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4, "__metadata__['finetune.checksum.c'] names no tensor"},
+    {"checksum not hex",
+     "{\"__metadata__\":{\"finetune.checksum\":\"ft_hash64\",\"finetune.checksum.a\":\"0123456789abcdeg\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+     -1, 4, "__metadata__['finetune.checksum.a'] is not 16 hex digits"},
+    {"checksum missing for one tensor (read unchecked)",
+     "{\"__metadata__\":{\"finetune.checksum\":\"ft_hash64\",\"finetune.checksum.a\":\"0123456789abcdef\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", -1, 8, NULL},
 };
 
 static void test_reader_table(void) {
@@ -169,6 +188,15 @@ static void test_writer(void) {
            "unwritable path: %s", ft_error_message());
 }
 
+// Flip the lowest bit of byte `off` of `path` in place. 0 / -1.
+static int flip_byte(const char *path, long off) {
+    FILE *f = fopen(path, "r+b");
+    int c = f && fseek(f, off, SEEK_SET) == 0 ? fgetc(f) : EOF;
+    int ok = c != EOF && fseek(f, off, SEEK_SET) == 0 && fputc(c ^ 1, f) != EOF;
+    if (f) ok &= fclose(f) == 0;
+    return ok ? 0 : -1;
+}
+
 // The whole file at `path` (malloc'ed, *n bytes), or NULL.
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -225,6 +253,55 @@ static void test_writer_stream(void) {
     EXPECT(rc == 0 && access(streamed, F_OK) != 0 && access(tmp, F_OK) != 0, "no file after an abort");
 }
 
+// checksums: ft_hash64 pinned (a changed function would call every saved checkpoint corrupt)
+// and blind to no single flipped bit; the writer records one per tensor, the reader checks it
+static void test_checksum(void) {
+    unsigned char buf[200];
+    for (int i = 0; i < 200; i++) buf[i] = (unsigned char)(i * 37 + 11);
+    EXPECT(ft_hash64("finetune", 8) == 0x7af52c0445b49a41ull && ft_hash64(buf, 200) == 0xd747d00f18311fa0ull &&
+           ft_hash64(NULL, 0) == 0x4d8a53d1ccca6c0cull,
+           "ft_hash64 pinned: %016llx %016llx %016llx", (unsigned long long)ft_hash64("finetune", 8),
+           (unsigned long long)ft_hash64(buf, 200), (unsigned long long)ft_hash64(NULL, 0));
+    int missed = 0;   // lengths 1..200: blocks, tail words, a partial last word
+    for (size_t n = 1; n <= 200; n++) {
+        const uint64_t h = ft_hash64(buf, n);
+        for (size_t i = 0; i < n; i++)
+            for (int bit = 0; bit < 8; bit++) {
+                buf[i] ^= (unsigned char)(1u << bit);
+                missed += ft_hash64(buf, n) == h;
+                buf[i] ^= (unsigned char)(1u << bit);
+            }
+    }
+    unsigned char zeros[9] = {0};
+    EXPECT(missed == 0 && ft_hash64(zeros, 8) != ft_hash64(zeros, 9), "every flipped bit changes ft_hash64 (%d missed), "
+           "and so does a trailing zero byte", missed);
+    char path[256];
+    snprintf(path, sizeof path, "%s/sum.safetensors", dir);
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t b[3] = {0x3f80, 0x4000, 0xc040};
+    st_write_tensor ts[2] = {{"a.weight", ST_F32, 2, {2, 3}, a}, {"b", ST_BF16, 1, {3}, b}};
+    const char *meta[] = {"format", "pt", NULL};
+    ft_error_clear();
+    EXPECT(st_write(path, ts, 2, meta) == 0, "write: %s", ft_error_message());
+    st_file f;
+    int rc = st_open(&f, path);
+    const st_tensor *ta = rc == 0 ? st_find(&f, "a.weight") : NULL, *tb = rc == 0 ? st_find(&f, "b") : NULL;
+    EXPECT(ta && tb && ta->has_checksum && tb->has_checksum && ta->checksum == ft_hash64(a, sizeof a) &&
+           tb->checksum == ft_hash64(b, sizeof b) && st_verify(ta, path) == 0 && st_verify(tb, path) == 0,
+           "the writer records each tensor's checksum; they verify (%s)", ft_error_message());
+    long off = ta && tb ? (long)((const unsigned char *)tb->data - (const unsigned char *)f.map) + 3 : 0;
+    st_close(&f);
+    EXPECT(off > 0 && flip_byte(path, off) == 0 && st_open(&f, path) == 0, "one byte of 'b' flipped, still opens");
+    ft_error_clear();
+    ta = st_find(&f, "a.weight");
+    tb = st_find(&f, "b");
+    char want[400];
+    snprintf(want, sizeof want, "%s: tensor 'b': checksum mismatch (the file is corrupted)", path);
+    EXPECT(ta && tb && st_verify(ta, path) == 0 && st_verify(tb, path) != 0 && strcmp(ft_error_message(), want) == 0,
+           "the flipped tensor fails st_verify, the other passes: '%s'", ft_error_message());
+    st_close(&f);
+}
+
 // ----------------------------------------------------------------------------
 // checkpoint directories: a tiny config and its tensors, with one defect per case
 
@@ -234,7 +311,7 @@ static const char *tiny_config =
     "\"vocab_size\":10,\"rms_norm_eps\":1e-5,\"max_position_embeddings\":16,\"tie_word_embeddings\":false}";
 
 typedef enum { D_NONE, D_MISSING, D_EXTRA, D_SHAPE, D_DTYPE, D_INDEX_MISSING_FILE, D_INDEX_ESCAPE,
-               D_INDEX_WRONG_FILE, D_INDEX_DUP_ACROSS, D_NAN, D_INF,
+               D_INDEX_WRONG_FILE, D_INDEX_DUP_ACROSS, D_NAN, D_INF, D_FLIPPED,
                // tie_word_embeddings true: lm_head.weight stored too, equal / different; or instead
                // of model.embed_tokens.weight (transformers ties to the one stored)
                D_TIED_HEAD_EQUAL, D_TIED_HEAD_DIFF, D_TIED_HEAD_ONLY } ck_defect;
@@ -255,6 +332,8 @@ static const ck_case ck_cases[] = {
     // values: found when the units are read
     {"NaN weight", D_NAN, 0, "model.safetensors: tensor 'model.norm.weight': element 3 is nan (not finite)"},
     {"infinite weight (sharded)", D_INF, 1, "tensor 'model.norm.weight': element 3 is -inf (not finite)"},
+    {"a byte flipped in a weight", D_FLIPPED, 0,
+     "model.safetensors: tensor 'model.norm.weight': checksum mismatch (the file is corrupted)"},
     {"tied, lm_head stored equal", D_TIED_HEAD_EQUAL, 0, NULL},
     {"tied, lm_head stored different", D_TIED_HEAD_DIFF, 1,
      "tensor 'lm_head.weight' differs from model.embed_tokens.weight, but config.json has tie_word_embeddings true"},
@@ -316,6 +395,13 @@ static int make_checkpoint(const char *cdir, const ck_case *c) {
     if (!c->sharded) {
         snprintf(p, sizeof p, "%s/model.safetensors", cdir);
         rc = st_write(p, ts, n, NULL);
+        st_file f;
+        if (rc == 0 && c->defect == D_FLIPPED && (rc = st_open(&f, p)) == 0) {   // a finite value stays finite
+            const st_tensor *t = st_find(&f, "model.norm.weight");
+            const long off = (long)((const unsigned char *)t->data - (const unsigned char *)f.map);
+            st_close(&f);
+            rc = flip_byte(p, off + 1);
+        }
     } else {
         // two shards: first half / second half; index maps each name
         int h = n / 2;
@@ -382,15 +468,6 @@ static void test_checkpoint_table(void) {
 // ----------------------------------------------------------------------------
 // content fingerprints
 
-// Flip the lowest bit of byte `off` of `path` in place. 0 / -1.
-static int flip_byte(const char *path, long off) {
-    FILE *f = fopen(path, "r+b");
-    int c = f && fseek(f, off, SEEK_SET) == 0 ? fgetc(f) : EOF;
-    int ok = c != EOF && fseek(f, off, SEEK_SET) == 0 && fputc(c ^ 1, f) != EOF;
-    if (f) ok &= fclose(f) == 0;
-    return ok ? 0 : -1;
-}
-
 // The fingerprint of one file (FT_FNV_INIT continued), or 0 when it does not open.
 static uint64_t file_fp(const char *path) {
     st_file f;
@@ -406,7 +483,8 @@ static int write_big(const char *path, size_t n, long *data_off) {
     if (!x) return -1;
     for (size_t i = 0; i < n; i++) x[i] = (float)i;
     st_write_tensor t = {"w", ST_F32, 1, {(int64_t)n}, x};
-    int rc = st_write(path, &t, 1, NULL);
+    const char *meta[] = {"format", "pt", NULL};
+    int rc = st_write(path, &t, 1, meta);
     free(x);
     st_file f;
     if (rc == 0 && (rc = st_open(&f, path)) == 0) {
@@ -429,8 +507,14 @@ static void test_fingerprint(void) {
     EXPECT(fa != 0 && fa == file_fp(b) && fa == file_fp(a), "the same bytes in two files: the same fingerprint");
     EXPECT(fa != FT_FNV_INIT, "the fingerprint hashes something");
     // one byte changed in each sample (start, middle, end of the data area), and in the header
-    // (byte 10: the name "w" becomes "v", still a valid file)
-    const long at[4] = {off + 5, off + (long)((data - S) / 2 + S / 2), off + (long)data - 3, 10};
+    // (the metadata "pt" becomes "qt", still a valid file)
+    size_t nb = 0;
+    char *bytes = slurp(b, &nb);
+    long in_header = 0;
+    for (size_t i = 0; bytes && i + 4 <= nb && !in_header; i++)
+        if (memcmp(bytes + i, "\"pt\"", 4) == 0) in_header = (long)i + 1;
+    free(bytes);
+    const long at[4] = {off + 5, off + (long)((data - S) / 2 + S / 2), off + (long)data - 3, in_header};
     const char *where[4] = {"first sample", "middle sample", "last sample", "header"};
     for (int k = 0; k < 4; k++) {
         uint64_t g = flip_byte(b, at[k]) == 0 ? file_fp(b) : 0;
@@ -486,6 +570,7 @@ int main(void) {
     test_reader_table();
     test_writer();
     test_writer_stream();
+    test_checksum();
     test_checkpoint_table();
     test_fingerprint();
     char cmd[300];

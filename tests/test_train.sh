@@ -3,15 +3,17 @@
 # with small settings (seq 64, 8 sequences per step):
 #   1. resume equivalence: 6 steps straight == 3 steps + stop + resume + 3 steps, bitwise
 #      (weights, AdamW moments, per-step losses), in game mode and in pack mode with
-#      gradient checkpointing and gradient accumulation;
+#      gradient checkpointing and gradient accumulation; a checkpoint without checksums (an
+#      older build's) resumes the same;
 #   2. SIGTERM mid-run saves a checkpoint and exits 0; the resumed run finishes; a second job
 #      into a running job's --out_dir is refused; SIGTERM while sampling stops there; Ctrl-C
 #      twice exits at once; an --out_dir removed or replaced under a running job stops it;
 #   3. the Hugging Face export: layout, dtype, tokenizer files, our loss on it; and when a
 #      Python with transformers is available (FT_ORACLE_PYTHON, or /opt/oracle-venv), that
 #      transformers loads it and computes the same validation loss;
-#   4. bad input: one clear line, non-zero exit, nothing half-written; shards of another
-#      tokenizer than --model_dir's (shards.json's sha256): one warning.
+#   4. bad input: one clear line, non-zero exit, nothing half-written (among it a checkpoint
+#      with one bit flipped in model.safetensors or optimizer.safetensors: its checksum);
+#      shards of another tokenizer than --model_dir's (shards.json's sha256): one warning.
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_train
@@ -41,6 +43,20 @@ resume_case() {
 }
 resume_case games
 resume_case packed --pack --gradient_checkpointing --batch_size_per_device 2
+
+# a checkpoint whose files carry no checksums (an older build's: strip_checksums) resumes as
+# before, unchecked, bitwise as above; the checkpoints it saves carry them again
+o="$tmp/nosum"; mkdir -p "$o/checkpoints"; cp -r "$tmp/games-b/checkpoints/step_00000003" "$o/checkpoints/"
+echo step_00000003 > "$o/checkpoints/latest"
+for f in model optimizer; do strip_checksums "$o/checkpoints/step_00000003/$f.safetensors"; done
+if ! grep -q finetune.checksum "$o/checkpoints/step_00000003/"*.safetensors \
+   && "$bin" "${small[@]}" --max_steps 6 --resume latest --out_dir "$o" > "$o.log" 2>&1 \
+   && cmp -s "$tmp/games-a/checkpoints/step_00000006/model.safetensors" "$o/checkpoints/step_00000006/model.safetensors" \
+   && cmp -s "$tmp/games-a/checkpoints/step_00000006/optimizer.safetensors" "$o/checkpoints/step_00000006/optimizer.safetensors" \
+   && [ "$(grep -c '"finetune.checksum.exp_avg_sq.model.norm.weight":"[0-9a-f]\{16\}"' \
+          "$o/checkpoints/step_00000006/optimizer.safetensors")" = 1 ]; then
+  ok "a checkpoint without checksums resumes: step 6 bitwise the straight run's, saved with checksums"
+else bad "resume of a checkpoint without checksums: $(tail -1 "$o.log")"; fi
 
 # --resume auto, the one command line of a requeued job: the first run starts fresh (nothing
 # saved yet), the same command again continues from the latest checkpoint, bitwise as above
@@ -326,13 +342,27 @@ for extra in exp_avg.model.layers.99.mlp.up_proj.weight exp_avg_sq.lm_head.bias 
   bad_ck; opt_add_tensor "$extra"
   expect_error "optimizer.safetensors: unexpected tensor '$extra'" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
 done
-# a NaN first moment, a negative second moment (the data area: every exp_avg, then every exp_avg_sq)
+# a NaN first moment, a negative second moment (the data area: every exp_avg, then every exp_avg_sq),
+# in a checkpoint without checksums (an older build's; with them the checksum names the damage first)
 opt_data() { echo $((8 + $(od -An -t u8 -N8 "$tmp/bad-ck/optimizer.safetensors" | tr -d ' '))); }
-bad_ck; printf '\x00\x00\xc0\x7f' | dd of="$tmp/bad-ck/optimizer.safetensors" bs=1 seek="$(opt_data)" conv=notrunc status=none
+bad_ck; strip_checksums "$tmp/bad-ck/optimizer.safetensors"; printf '\x00\x00\xc0\x7f' | dd of="$tmp/bad-ck/optimizer.safetensors" bs=1 seek="$(opt_data)" conv=notrunc status=none
 expect_error "optimizer.safetensors: tensor 'exp_avg.model.layers.0.input_layernorm.weight': element 0 is nan" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
-bad_ck; d=$(opt_data); half=$((($(stat -c %s "$tmp/bad-ck/optimizer.safetensors") - d) / 2))
+bad_ck; strip_checksums "$tmp/bad-ck/optimizer.safetensors"; d=$(opt_data); half=$((($(stat -c %s "$tmp/bad-ck/optimizer.safetensors") - d) / 2))
 printf '\x00\x00\x80\xbf' | dd of="$tmp/bad-ck/optimizer.safetensors" bs=1 seek=$((d + half)) conv=notrunc status=none
 expect_error "tensor 'exp_avg_sq.model.layers.0.input_layernorm.weight': element 0 is -1 (a mean square must be >= 0)" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+# one bit flipped in a weight or a moment (a finite value stays finite: before the checksums this
+# resumed silently on damaged values): --resume latest names the file and the tensor, exit 1,
+# nothing in --out_dir written or changed
+fl="$tmp/flipped"
+for f in model optimizer; do
+  rm -rf "$fl"; cp -r "$tmp/games-b" "$fl"
+  name=$(flip_bit "$fl/checkpoints/step_00000006/$f.safetensors")
+  before=$(cd "$fl" && find . -type f | sort | xargs md5sum | md5sum)
+  expect_error "$fl/checkpoints/step_00000006/$f.safetensors: tensor '$name': checksum mismatch (the file is corrupted)" \
+    "${small[@]}" --max_steps 6 --resume latest --out_dir "$fl"
+  [ "$(cd "$fl" && find . -type f | sort | xargs md5sum | md5sum)" = "$before" ] \
+    && ok "the refused resume ($f.safetensors damaged) left --out_dir as it was" || bad "the refused resume changed $fl"
+done
 # a config.json that disagrees with its weights fails on the checkpoint's header, before the
 # model it describes is allocated (vocab 4M: gigabytes; here capped at 4 GB of address space)
 # (one thread: per-thread BLAS buffers on a many-core machine must not eat into the cap)
