@@ -63,6 +63,16 @@ out=$(python3 scripts/bench_gpu.py --plan_only --jobs 7b --gpu_name "NVIDIA H100
 grep -q "job 7b: 15 layers .*3.298B parameters, batch 4 x 512" <<<"$out" \
   && ok "bench_gpu.py --plan_only: $(grep 'job 7b' <<<"$out" | cut -c1-90)" || bad "bench_gpu.py --plan_only: $out"
 
+# --batch_7b 4,16: two jobs of one model (the layers that fit the larger batch), the second named 7b_b16
+out=$(python3 scripts/bench_gpu.py --plan_only --jobs 7b --batch_7b 4,16 --gpu_name "NVIDIA H100 80GB HBM3" --gpu_mem_gib 79.6 2>&1)
+l4=$(sed -nE 's/.*job 7b: ([0-9]+) layers.*batch 4 x 512.*/\1/p' <<<"$out"); l16=$(sed -nE 's/.*job 7b_b16: ([0-9]+) layers.*batch 16 x 512.*/\1/p' <<<"$out")
+[ -n "$l4" ] && [ "$l4" = "$l16" ] && [ "$l4" -lt 15 ] \
+  && ok "bench_gpu.py --batch_7b 4,16: jobs 7b and 7b_b16, both $l4 layers (fewer than batch 4 alone: 15)" \
+  || bad "bench_gpu.py --batch_7b 4,16: '$l4' / '$l16' layers: $out"
+out=$(python3 scripts/bench_gpu.py --plan_only --jobs 7b --batch_7b 4,4 --gpu_name X --gpu_mem_gib 80 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "a batch is named twice" <<<"$out" && ok "bench_gpu.py --batch_7b 4,4 refused" \
+  || bad "bench_gpu.py --batch_7b 4,4: rc $rc: $out"
+
 # bench_gpu.py's orchestration on a pretend GPU (it has never run on a real one; a GPU lease
 # is 15 minutes, so a bug here would cost a session): a fake nvidia-smi on PATH (an H100,
 # and 777 MiB for the fake trainer's pid) and a fake finetune that logs train lines in the
@@ -82,7 +92,12 @@ esac
 SMI
 cat >"$tmp/bin/fake_finetune" <<'FT'
 #!/usr/bin/env bash
-out=""; while [ $# -gt 0 ]; do [ "$1" = --out_dir ] && out=$2; shift; done
+out=""; prof=0; while [ $# -gt 0 ]; do [ "$1" = --out_dir ] && out=$2; [ "$1" = --profile ] && prof=1; shift; done
+if [ $prof = 1 ]; then   # --profile: what finetune prints per step (src/profile.c), 3 steps, exit 0
+  for i in 1 2 3; do echo "profile step $i (ms, op ms/calls): 9.$i = forward 3.0 + backward 6.$i"
+    echo "  forward   matmul_fwd 2.0/16"; echo "  backward  matmul_bwd 4.$i/16"; done
+  exit 0
+fi
 mkdir -p "$out" && echo $$ >"$FAKE_DIR/pid"
 for i in $(seq 1 "${FAKE_STEPS:-50}"); do
   echo "{\"type\":\"train\",\"step\":$i,\"loss\":7.5,\"ms\":$((100 + i)),\"peak_mem_bytes\":$((i * 1048576))}" >>"$out/metrics.jsonl"
@@ -119,6 +134,12 @@ want='r["complete"] and (lambda f: f["ms_per_step"] == 103 and f["ms_all"] == [1
 js=$(bench_json "$want")
 [ $rc = 0 ] && [ "$js" = ok ] && ok "bench_gpu.py on a fake H100: median, tokens/s, MFU, peak memory from the trainer's log" \
   || bad "bench_gpu.py on a fake H100: rc $rc, $js; $(tail -3 "$tmp/bench.log")"
+rm -f "$tmp/bench.json"; bench --steps 2 --profile_finetune; rc=$?
+js=$(bench_json 'r["jobs"]["bundled"]["finetune_profile"] == ["profile step 3 (ms, op ms/calls): 9.3 = forward 3.0 + backward 6.3",
+  "  forward   matmul_fwd 2.0/16", "  backward  matmul_bwd 4.3/16"] and r["jobs"]["bundled"]["finetune"]["ms_per_step"] == 102.5')
+[ $rc = 0 ] && [ "$js" = ok ] && grep -q "finetune profile step 3" "$tmp/bench.log" \
+  && ok "bench_gpu.py --profile_finetune: the last step's profile block kept and printed, the timed run unchanged" \
+  || bad "bench_gpu.py --profile_finetune: rc $rc, $js; $(tail -3 "$tmp/bench.log")"
 rm -f "$tmp/bench.json"; FAKE_STEPS=1 FAKE_HANG=60 bench --steps 3 --timeout 4; rc=$?
 js=$(bench_json '"logged 1 of 4 steps" in r["jobs"]["bundled"]["finetune"]["error"] and r["complete"]')
 [ $rc = 0 ] && [ "$js" = ok ] && ok "bench_gpu.py: a trainer that stops logging is killed at --timeout, recorded as an error" \
