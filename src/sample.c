@@ -18,14 +18,40 @@
 
 typedef sample_vocab vocab;
 
-static void vocab_free(vocab *v) {
-    for (int i = 0; i < v->n; i++) free(v->piece[i]);
+void sample_vocab_free(vocab *v) {
+    for (int i = 0; v->piece && i < v->n; i++) free(v->piece[i]);
     free(v->piece);
     free(v->special);
+    free(v->byte);
     memset(v, 0, sizeof *v);
 }
 
-static int vocab_load(vocab *v, const char *path, int n) {
+// The byte a byte-fallback piece "<0xHH>" stands for, or -1 for any other piece.
+static short piece_byte(const char *p) {
+    if (strlen(p) != 6 || p[0] != '<' || p[1] != '0' || p[2] != 'x' || p[5] != '>') return -1;
+    int b = 0;
+    for (int i = 3; i < 5; i++) {
+        const char c = p[i];
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        b = b * 16 + d;
+    }
+    return (short)b;
+}
+
+// Whether a tokenizer.json decoder (one, or a Sequence of them) turns "<0xHH>" pieces into
+// bytes: transformers does so by its decoder's ByteFallback step, whatever model.byte_fallback says.
+static int decoder_has_byte_fallback(const json_t *dec) {
+    const char *type = json_string_value(json_object_get(dec, "type"));
+    if (type && strcmp(type, "ByteFallback") == 0) return 1;
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(dec, "decoders"), i, d) if (decoder_has_byte_fallback(d)) return 1;
+    return 0;
+}
+
+int sample_vocab_load(vocab *v, const char *path, int n) {
     memset(v, 0, sizeof *v);
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
@@ -33,9 +59,10 @@ static int vocab_load(vocab *v, const char *path, int n) {
     v->n = n;
     v->piece = ft_calloc((size_t)n, sizeof(char *), "vocab");
     v->special = ft_calloc((size_t)n, sizeof(int), "vocab flags");
+    v->byte = ft_malloc((size_t)n * sizeof(short), "vocab bytes");
     json_t *vmap = json_object_get(json_object_get(root, "model"), "vocab");
     int rc = 0;
-    if (!v->piece || !v->special) rc = -1;
+    if (!v->piece || !v->special || !v->byte) rc = -1;
     else if (!json_is_object(vmap)) rc = ft_error("%s: field 'model.vocab' missing or not an object", path);
     else {
         const char *key;
@@ -53,40 +80,73 @@ static int vocab_load(vocab *v, const char *path, int n) {
             if (!v->piece[id]) v->piece[id] = ft_strdup(content);
             v->special[id] = json_is_true(json_object_get(tok, "special"));
         }
+        const int fallback = decoder_has_byte_fallback(json_object_get(root, "decoder"));
+        for (int id = 0; id < n; id++) v->byte[id] = fallback && v->piece[id] ? piece_byte(v->piece[id]) : -1;
     }
     json_decref(root);
-    if (rc != 0) vocab_free(v);
+    if (rc != 0) sample_vocab_free(v);
     return rc;
 }
 
-// Decoded text that grows as tokens are appended (a fixed buffer truncated long continuations
-// without a word: 8 KiB held ~1,600 chess moves, fewer pieces of a larger vocabulary).
-typedef struct {
-    char *s;
-    size_t len, cap;
-} text_buf;
+// Length of the valid UTF-8 sequence at s[0 .. n-1], or 0 if it is not one (overlong forms,
+// surrogates and code points above U+10FFFF are invalid, as in transformers' decoder).
+static int utf8_seq_len(const unsigned char *s, size_t n) {
+    const unsigned c = s[0];
+    const int len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || (size_t)len > n) return 0;
+    for (int i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return len;
+}
 
-// Append the text of `id` to buf: the Metaspace marker U+2581 becomes a space. 0 / -1.
-static int vocab_append(const vocab *v, int id, text_buf *buf) {
-    if (id < 0 || id >= v->n || v->special[id] || !v->piece[id]) return 0;
-    const size_t need = buf->len + strlen(v->piece[id]) + 1;   // the text only shrinks
-    if (need > buf->cap) {
-        size_t cap = buf->cap ? buf->cap : 256;
-        while (cap < need) cap *= 2;
-        char *s = realloc(buf->s, cap);
-        if (!s) return ft_error("out of memory for a sampled text of %zu bytes", cap);
-        buf->s = s;
-        buf->cap = cap;
+static int utf8_valid(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        const int len = utf8_seq_len(s + i, n - i);
+        if (len == 0) return 0;
+        i += (size_t)len;
     }
-    for (const char *p = v->piece[id]; *p; p++) {
-        if ((unsigned char)p[0] == 0xE2 && (unsigned char)p[1] == 0x96 && (unsigned char)p[2] == 0x81) {
-            buf->s[buf->len++] = ' ';
-            p += 2;
-        } else {
-            buf->s[buf->len++] = *p;
+    return 1;
+}
+
+// The run of byte pieces at the end of the text, s[start .. *len), as its bytes if they are
+// valid UTF-8, else one U+FFFD (3 bytes) per byte: the buffer has room for 3 per byte.
+static void flush_byte_run(char *s, size_t start, size_t *len) {
+    const size_t n = *len - start;
+    if (n == 0 || utf8_valid((const unsigned char *)s + start, n)) return;
+    for (size_t i = 0; i < n; i++) memcpy(s + start + 3 * i, "\xEF\xBF\xBD", 3);
+    *len = start + 3 * n;
+}
+
+int sample_vocab_decode(const vocab *v, const int32_t *ids, int n, char **out) {
+    size_t cap = 1;   // each piece's bytes, a byte piece at most 3 (U+FFFD), and the NUL
+    for (int t = 0; t < n; t++)
+        if (ids[t] >= 0 && ids[t] < v->n && v->piece[ids[t]]) cap += v->byte[ids[t]] >= 0 ? 3 : strlen(v->piece[ids[t]]);
+    char *s = ft_malloc(cap, "decoded sample text");
+    if (!s) return -1;
+    size_t len = 0, run = 0;   // s[run .. len): the current run of byte pieces
+    for (int t = 0; t < n; t++) {
+        const int id = ids[t];
+        if (id < 0 || id >= v->n || v->special[id] || !v->piece[id]) continue;
+        if (v->byte[id] >= 0) {
+            s[len++] = (char)v->byte[id];
+            continue;
         }
+        flush_byte_run(s, run, &len);
+        for (const char *p = v->piece[id]; *p; p++) {
+            if ((unsigned char)p[0] == 0xE2 && (unsigned char)p[1] == 0x96 && (unsigned char)p[2] == 0x81) {
+                s[len++] = ' ';   // the Metaspace marker U+2581
+                p += 2;
+            } else {
+                s[len++] = *p;
+            }
+        }
+        run = len;
     }
-    buf->s[buf->len] = '\0';
+    flush_byte_run(s, run, &len);
+    s[len] = '\0';
+    *out = s;
     return 0;
 }
 
@@ -148,7 +208,7 @@ int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit
     if (access(path, R_OK) != 0)   // a checkpoint without one: say which flag needs it
         return ft_error("flag --sample_tokens: %s: %s (samples are decoded with --model_dir's tokenizer.json)", path,
                         strerror(errno));
-    TRY(vocab_load(&sp->vocab, path, cfg->vocab_size));
+    TRY(sample_vocab_load(&sp->vocab, path, cfg->vocab_size));
     sp->tokens = ft_calloc((size_t)sp->T_alloc, sizeof(int32_t), "sample tokens");   // padding: any valid id
     sp->logits = ft_malloc((size_t)cfg->vocab_size * sizeof(float), "sample logits");   // (V) one row
     if (!sp->tokens || !sp->logits) { sampler_close(sp); return -1; }
@@ -157,7 +217,7 @@ int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit
 
 void sampler_close(sampler *sp) {
     model_free(&sp->m);
-    vocab_free(&sp->vocab);
+    sample_vocab_free(&sp->vocab);
     free(sp->tokens);
     free(sp->logits);
     memset(sp, 0, sizeof *sp);
@@ -176,26 +236,26 @@ int sampler_continue(sampler *sp, int game, uint64_t seed) {
     for (int t = 0; t < len; t++) tokens[t] = loader_game_token(sp->val, (uint64_t)game, (uint64_t)t);
     uint64_t rng = seed ^ 0x5eed5eedull ^ ((uint64_t)game * 0x9e3779b97f4a7c15ull);
     const int eos = cfg->n_eos > 0 ? cfg->eos_token_ids[0] : -1;
-    text_buf pbuf = {0}, cbuf = {0};
-    int rc = 0;
-    for (int t = 0; t < len && rc == 0; t++) rc = vocab_append(&sp->vocab, tokens[t], &pbuf);
-    int n = len;
+    int rc = 0, n = len, ended = 0;   // ended: the model sampled EOS
     while (rc == 0 && n < T) {
         rc = model_set_seq_len(&sp->m, backend_seq_len(sp->s->be, n, sp->T_alloc));
         if (rc == 0) rc = model_logits_rows(&sp->m, &prov, tokens, n - 1, 1, sp->logits);   // the last real position
         if (rc != 0) break;
         int next = sample_logits(sp->logits, V, &rng);
         tokens[n++] = next;
-        if (next == eos) break;
-        rc = vocab_append(&sp->vocab, next, &cbuf);
+        if (next == eos) { ended = 1; break; }
     }
+    const int n_cont = n - len - ended;   // the sampled tokens, without the EOS that ended them
+    char *ptext = NULL, *ctext = NULL;
+    if (rc == 0 && sp->rank == 0) rc = sample_vocab_decode(&sp->vocab, tokens, len, &ptext);
+    if (rc == 0 && sp->rank == 0) rc = sample_vocab_decode(&sp->vocab, tokens + len, n_cont, &ctext);
     if (rc == 0 && sp->rank == 0) {
-        const char *prompt = pbuf.s ? pbuf.s + (pbuf.s[0] == ' ') : "", *cont = cbuf.s ? cbuf.s : "";
+        const char *prompt = ptext + (ptext[0] == ' '), *cont = ctext;
         printf("sample (validation game %d, %d prompt tokens, temperature %.1f):\n  prompt:      %s\n"
-               "  continuation:%s%s\n", game, len, SAMPLE_TEMPERATURE, prompt, cont, n < T ? " <eos>" : "");
-        rc = sample_write_jsonl(sp->out_dir, game, prompt, cont, n < T);
+               "  continuation:%s%s\n", game, len, SAMPLE_TEMPERATURE, prompt, cont, ended ? " <eos>" : "");
+        rc = sample_write_jsonl(sp->out_dir, game, prompt, cont, ended);
     }
-    free(pbuf.s);
-    free(cbuf.s);
+    free(ptext);
+    free(ctext);
     return rc;
 }

@@ -16,8 +16,23 @@
 typedef struct {
     char **piece;      // (n) owned strings, NULL for unknown ids
     int *special;      // (n) 1 for added special tokens (not printed)
+    short *byte;       // (n) with a ByteFallback decoder, the byte a "<0xHH>" piece stands for, else -1
     int n;
 } sample_vocab;
+
+// Load id -> piece from a Hugging Face tokenizer.json (model.vocab, then added_tokens) for
+// ids 0 .. n-1. When its decoder has a ByteFallback step (Llama's and CodeLlama's do), the
+// pieces "<0x00>" .. "<0xFF>" stand for one byte each. 0 / -1 (an error names the file); sample_vocab_free releases it.
+int sample_vocab_load(sample_vocab *v, const char *path, int n);
+void sample_vocab_free(sample_vocab *v);
+
+// Decode ids[0 .. n-1] as transformers' decode(skip_special_tokens=True) does for a Metaspace
+// (+ ByteFallback) tokenizer: special and unknown ids dropped, U+2581 -> ' ', a run of byte
+// pieces joined into its bytes when they form valid UTF-8, else one U+FFFD per byte piece (a
+// special token inside a run does not end it), so the text is always valid UTF-8 (samples.jsonl
+// needs that). Unlike transformers the leading space is kept, and a "<0x00>" piece ends the
+// C string. *out: malloc'ed, NUL-terminated, "" for no text. 0 / -1.
+int sample_vocab_decode(const sample_vocab *v, const int32_t *ids, int n, char **out);
 
 typedef struct {
     fsdp_state *s;          // borrowed: the parameters, gathered through fsdp_provider
