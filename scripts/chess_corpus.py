@@ -103,9 +103,13 @@ def open_text(path):
 # ---------------------------------------------------------------- readers: (where, game)
 
 def check_game(path, where, moves, result):
-    """The shape every reader guarantees: a non-empty list of strings and a known result."""
+    """The shape every reader guarantees: a non-empty list of UCI-shaped moves (e2e4, e7e8q:
+    text that is not chess is refused here; legality needs --check_moves) and a known result."""
     if not isinstance(moves, list) or not moves or not all(isinstance(m, str) for m in moves):
         raise CorpusError("%s: %s: Moves is not a non-empty list of strings" % (path, where))
+    for ply, m in enumerate(moves, 1):
+        if not UCI_MOVE.match(m):
+            raise CorpusError("%s: %s: malformed move %r at ply %d (not UCI like e2e4 or e7e8q)" % (path, where, m, ply))
     if result not in RESULTS:
         raise CorpusError("%s: %s: Result %r is not one of %s" % (path, where, result, ", ".join(RESULTS)))
 

@@ -9,7 +9,8 @@ Inputs (--games, one or more; see scripts/chess_corpus.py):
   * PGN files (needs python-chess).
 Every game becomes the same text whatever its input: the UCI moves joined by spaces, then
 a space and the result ("e2e4 e7e5 ... 1-0"), as the tutorial's jsonl has it.
---check_moves replays every game with python-chess; the first malformed or illegal move
+Every move must have UCI's shape (e2e4, e7e8q): text that is not chess moves stops the run.
+--check_moves also replays every game with python-chess. The first malformed or illegal move
 stops the run with one line naming the file and the row (parquet, 0-based), line (JSON
 lines) or game (PGN).
 

@@ -8,7 +8,8 @@
 #   * a tokenizer with 70,211 entries (every move id >= 66,000) gives u32 shards that
 #     build/finetune --eval_only reads, with the loss transformers computes on the same
 #     tokens (tests/oracle/check_export.py, a 1-layer random model);
-#   * bad input (parquet without Moves, illegal or malformed moves with --check_moves, a
+#   * bad input (parquet without Moves, illegal moves with --check_moves, moves that are not
+#     UCI (e2e9, Nf3, prose) with or without it, a
 #     broken PGN, a missing file, no games, no validation game): one line naming the file and
 #     row, exit 1, no output left (a new --out_dir is not created; an existing one keeps its
 #     shards).
@@ -128,6 +129,12 @@ expect_tok_error "illegal.parquet: row 3: illegal move 'g2g4' at ply 10" "$TMP/r
 expect_tok_error "illegal.parquet: row 3: illegal move" "$TMP/new2" --games "$IN/pq" "$IN/illegal.parquet" "${T[@]}" --check_moves
 expect_tok_error "malformed.parquet: row 5: malformed move 'e2e9' at ply 7" "$TMP/new3" --games "$IN/malformed.parquet" "${T[@]}" --check_moves
 expect_tok_error "illegal.jsonl: line 4: illegal move 'g2g4' at ply 10" "$TMP/new4" --games "$IN/illegal.jsonl" "${T[@]}" --check_moves
+# moves that are not UCI are refused without --check_moves too: text that is not chess
+expect_tok_error "malformed.parquet: row 5: malformed move 'e2e9' at ply 7" "$TMP/new9" --games "$IN/malformed.parquet" "${T[@]}"
+printf '{"text": "e2e4 e7e5 g1f3 1-0"}\n{"text": "the quick brown fox 1-0"}\n' > "$TMP/prose.jsonl"
+expect_tok_error "prose.jsonl: line 2: malformed move 'the' at ply 1" "$TMP/new10" --games "$TMP/prose.jsonl" "${T[@]}"
+printf '{"text": "e2e4 e7e5 Nf3 1-0"}\n' > "$TMP/san.jsonl"
+expect_tok_error "san.jsonl: line 1: malformed move 'Nf3' at ply 3 (not UCI" "$TMP/new11" --games "$TMP/san.jsonl" "${T[@]}"
 expect_tok_error "illegal.pgn: game 2: illegal san: 'Ke4'" "$TMP/new5" --games "$IN/illegal.pgn" "${T[@]}"
 expect_tok_error "nothere.parquet: no such file or directory" "$TMP/new6" --games "$IN/nothere.parquet" "${T[@]}"
 expect_tok_error "bigvocab: cannot load tokenizer" "$TMP/new7" --games "$IN/pq" --tokenizer "$IN/bigvocab"
