@@ -257,11 +257,14 @@ static int request_record(comm *c, nccl_impl *lane, void **req) {
     return 0;
 }
 
+// A collective of 0 elements (LoRA's root unit, which has no adapters) is not handed to NCCL,
+// whose pointer checks (NCCL_CHECK_POINTERS=1) refuse its NULL buffers; the event bookkeeping
+// around it stays, so the callers' ordering is the same.
 static int nccl_all_gather(comm *c, void *recv, const void *send, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
     TRY(comm_after_compute(impl(c)));
-    CHECK_NCCL(N.ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
+    if (n > 0) CHECK_NCCL(N.ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
     TRY(track(impl(c), "all_gather", (size_t)c->size * n * st_dtype_size(dt)));
     return compute_after_comm(impl(c));
 }
@@ -270,7 +273,7 @@ static int nccl_iall_gather(comm *c, void *recv, const void *send, size_t n, st_
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
     TRY(comm_after_compute(impl(c)));
-    CHECK_NCCL(N.ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
+    if (n > 0) CHECK_NCCL(N.ncclAllGather(send, recv, n, t, impl(c)->comm, impl(c)->stream));
     TRY(track(impl(c), "all_gather", (size_t)c->size * n * st_dtype_size(dt)));
     return request_record(c, impl(c), req);
 }
@@ -291,7 +294,7 @@ static int nccl_reduce_scatter(comm *c, void *recv, const void *send, size_t n, 
     TRY(nccl_dtype(dt, &t));
     nccl_impl *m = rs_lane(c);
     TRY(comm_after_compute(m));
-    CHECK_NCCL(N.ncclReduceScatter(send, recv, n, t, ncclSum, m->comm, m->stream));
+    if (n > 0) CHECK_NCCL(N.ncclReduceScatter(send, recv, n, t, ncclSum, m->comm, m->stream));
     TRY(track(m, "reduce_scatter", (size_t)c->size * n * st_dtype_size(dt)));
     return compute_after_comm(m);
 }
@@ -307,7 +310,7 @@ static int nccl_ireduce_scatter(comm *c, void *recv, const void *send, size_t n,
     // does not wait for the backward that produces its gradients)
     TRY(comm_after_compute(m));
 #endif
-    CHECK_NCCL(N.ncclReduceScatter(send, recv, n, t, ncclSum, m->comm, m->stream));
+    if (n > 0) CHECK_NCCL(N.ncclReduceScatter(send, recv, n, t, ncclSum, m->comm, m->stream));
     TRY(track(m, "reduce_scatter", (size_t)c->size * n * st_dtype_size(dt)));
     return request_record(c, m, req);
 }
@@ -316,7 +319,7 @@ static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
     TRY(comm_after_compute(impl(c)));
-    CHECK_NCCL(N.ncclAllReduce(buf, buf, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
+    if (n > 0) CHECK_NCCL(N.ncclAllReduce(buf, buf, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
     TRY(track(impl(c), "all_reduce", n * st_dtype_size(dt)));
     return compute_after_comm(impl(c));
 }

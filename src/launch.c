@@ -44,6 +44,19 @@ int launch_env_world_size(void) {
 // ----------------------------------------------------------------------------
 // control plane
 
+// The number of tasks a launcher says it started together (srun's step, MPICH's hydra, Open
+// MPI), and the variable saying so; 1 when none does. A batch script's own shell sets none
+// of these (SLURM_NTASKS, which it sets, is the allocation's, not a step's).
+static int launch_env_tasks(const char **var) {
+    static const char *vars[] = {"SLURM_STEP_NUM_TASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", NULL};
+    for (int i = 0; vars[i]; i++)
+        if (getenv(vars[i]) && atoi(getenv(vars[i])) > 1) {
+            *var = vars[i];
+            return atoi(getenv(vars[i]));
+        }
+    return 1;
+}
+
 // MPI (mpirun, or srun with MPICH), else PMI2 without MPI (srun --mpi=pmi2), else one
 // process. 0 / -1.
 static int control_plane_open(launch *L, int *argc, char ***argv) {
@@ -70,6 +83,16 @@ static int control_plane_open(launch *L, int *argc, char ***argv) {
 #endif
     if (!L->mpi) comm_init_single(&L->world, L->cpu);
     L->W = L->mpi ? L->world.size : L->boot.size;
+    // one of N tasks started together that found no way to join the others (srun without a
+    // PMI this build speaks, mpirun of a build without MPI): N jobs each training the whole
+    // model alone (the --out_dir lock refuses all but one of them when they share it). Said,
+    // not refused: N independent runs in one step (a sweep, one --out_dir each) are legitimate.
+    const char *var = NULL;
+    const int tasks = launch_env_tasks(&var);
+    if (L->W == 1 && tasks > 1)
+        fprintf(stderr, "finetune: warning: this process is one of %d tasks (%s=%d) but joined none of the others "
+                "(this build: %s), so it trains alone; for one job over all of them under Slurm, run srun --mpi=pmi2 "
+                "(as slurm/*.sbatch do)\n", tasks, var, tasks, launch_build_description());
     L->rank = L->mpi ? L->world.rank : L->boot.rank;
     L->local_rank = L->boot.local_rank;
     L->local_size = L->boot.local_size;
@@ -276,6 +299,7 @@ void launch_print(const launch *L) {
 }
 
 void launch_abort(const launch *L) {
+    fflush(NULL);   // what this rank printed so far (neither MPI_Abort nor _exit flushes stdio)
 #ifdef FT_HAVE_MPI
     if (L && L->mpi) comm_mpi_abort(1);
 #else
@@ -296,12 +320,10 @@ void launch_close(launch *L, int rc, int failure_agreed) {
 #endif
         return;
     }
+    // a failure the other ranks do not know: end the job before anything waits on them
+    // (ncclCommDestroy synchronises streams that may wait on their collectives)
+    if (rc == -1 && L->W > 1 && !failure_agreed) launch_abort(L);
     data_plane_close(L);
-#ifdef FT_HAVE_MPI
-    if (L->mpi && rc == -1 && L->W > 1 && !failure_agreed) comm_mpi_abort(1);
-#else
-    (void)rc; (void)failure_agreed;
-#endif
     if (L->mpi_split) {
         comm_destroy(&L->shard);
         comm_destroy(&L->replica);

@@ -45,6 +45,7 @@ void launch_abort(const launch *L) __attribute__((noreturn));
 
 // Tear down after the job returned rc: a failure this rank saw but not every rank knows
 // (rc == -1, several ranks, !failure_agreed) would leave the others waiting in a collective,
-// so it aborts the MPI job; otherwise the groups are destroyed, the device closed and the
-// runtime finalized.
+// so it ends the job at once (launch_abort: MPI_Abort, or _exit(1) under PMI2, before any
+// communicator is destroyed, which would wait for them); otherwise the groups are destroyed,
+// the device closed and the runtime finalized.
 void launch_close(launch *L, int rc, int failure_agreed);

@@ -82,15 +82,21 @@ void watchdog_format_bytes(char *buf, size_t n, size_t bytes) {
     else snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
 }
 
-// The error is recorded: report it, abandon the transports' work, end the job (or, without
-// callbacks, return -1 and make every later wait fail at once).
+// The error is recorded: report it, then end the job through main's end callback (MPI_Abort
+// or _exit; the process's exit takes its CUDA context and NCCL kernels with it). The
+// transports' abort hooks are not run before that: ncclCommAbort synchronises the
+// communicator's internal stream, whose last kernel can wait (through our events) on compute
+// that waits on another communicator's stuck collective, so the abort, and the rank, would
+// hang instead of ending (NVIDIA/nccl issues 829 and 1013). Without an end callback (library
+// tests) the hooks abandon the transports' work and -1 is returned; every later wait fails
+// at once.
 static int fire(void) {
     W.fired = 1;
     if (W.report) W.report();
+    if (W.end) W.end();
     for (int i = 0; i < W.n_hooks; i++)
         if (W.hooks[i].abort) W.hooks[i].abort(W.hooks[i].ctx);
     W.n_hooks = 0;
-    if (W.end) W.end();
     return -1;
 }
 

@@ -9,11 +9,11 @@
 //   1. records ONE error line naming this rank, the phase (setup, step N, eval, checkpoint,
 //      ...), the operation, its group and size, and how long it waited,
 //   2. lets main print it (the report callback; main is the only place that prints),
-//   3. runs the abort hooks the transports registered (ncclCommAbort, which also ends the
-//      NCCL kernels the GPU streams wait on),
-//   4. ends the job through main's end callback (MPI_Abort, or _exit), which does not return.
-// Without callbacks (library tests) it returns -1 instead, and every later wait fails at
-// once. Transports may also register a health check (NCCL's asynchronous errors), polled
+//   3. ends the job through main's end callback (MPI_Abort, or _exit), which does not return;
+//      the transports' abort hooks (ncclCommAbort) are not run first: an abort synchronises
+//      a stream that may wait on another communicator's stuck collective, and would hang.
+// Without an end callback (library tests) it runs the abort hooks and returns -1 instead,
+// and every later wait fails at once. Transports may also register a health check (NCCL's asynchronous errors), polled
 // during waits, and a description of their oldest unfinished operation (added to the line).
 //
 // Not covered: waits inside third-party calls that cannot be polled (MPI_Init's PMI fence,

@@ -17,6 +17,7 @@
 #    b. slurm/finetune_1node.sbatch, 1 node x 4 ranks on the fake GPUs, SIGTERM to the steps
 #       (what --signal=TERM@120 does before the time limit): saves and exits 0, job COMPLETED;
 #       resubmitted with --resume latest it finishes, every step logged exactly once
+#    c. srun --mpi=none -n 2: two tasks that cannot join each other each warn and train alone
 # The daemons are stopped at the end if this script started them. Last line:
 # "test_slurm: N passed, M failed"; exit status non-zero on any failure.
 set -uo pipefail
@@ -229,5 +230,14 @@ check "resumed at step ${stopped:-?}" grep -q "resumed from .* at step ${stopped
 check "steps 1..$steps each logged exactly once across both jobs" \
     test "$(train_steps "$out/metrics.jsonl" 2>/dev/null | tr '\n' ' ')" = "$(seq -s ' ' 1 $steps) "
 check "final/model.safetensors after the resumed run" test -s "$out/final/model.safetensors"
+
+# c. srun without a PMI (--mpi=none): 2 tasks that cannot join each other each train alone,
+#    and each says so (one --out_dir per task: a sweep in one step is legitimate)
+srun --mpi=none -N 1 -n 2 --cpus-per-task=1 bash -c '"$FT_BIN" "$@" --out_dir "$0/$SLURM_PROCID" 2>"$0.$SLURM_PROCID.err"' \
+    "$TMP/nopmi" "${SMALL[@]}" --max_steps 1 </dev/null >"$TMP/nopmi.out" 2>&1
+rc=$?
+n=$(cat "$TMP"/nopmi.*.err 2>/dev/null | grep -c "warning: this process is one of 2 tasks (SLURM_STEP_NUM_TASKS=2) but joined none")
+check "srun --mpi=none -n 2: both tasks trained alone (rc $rc) and each warned ($n warnings)" \
+    test $rc = 0 -a "$n" = 2 -a -s "$TMP/nopmi/0/final/model.safetensors" -a -s "$TMP/nopmi/1/final/model.safetensors"
 
 finish
