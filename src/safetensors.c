@@ -178,11 +178,12 @@ static int st_check_coverage(const st_file *f, const char *path, st_span *spans,
     return 0;
 }
 
-// The checksums __metadata__ records (ST_CHECKSUM_KEY) into f->tensors; a tensor without one
-// is read unchecked (a file without any: Hugging Face's, an older build's). The function must
-// be ST_CHECKSUM_ALGO, and every ST_CHECKSUM_KEY ".<name>" must name a tensor of the file
-// and hold 16 hex digits: a header damaged there (a tensor's name, a digit) is refused, not
-// read unchecked. 0 / -1 naming path and the key.
+// The checksums __metadata__ records (ST_CHECKSUM_KEY) into f->tensors. A file without any
+// (Hugging Face's, an older build's) is read unchecked. One that records them (ST_CHECKSUM_KEY
+// present) must name ST_CHECKSUM_ALGO and hold one per tensor, each ST_CHECKSUM_KEY ".<name>"
+// naming a tensor of the file and holding 16 hex digits: our writer records one per tensor, so
+// a header damaged or edited there (a tensor's name, a digit, a tensor added or its checksum
+// dropped) is refused, not read unchecked. 0 / -1 naming path and the key or tensor.
 static int st_read_checksums(st_file *f, const char *path, json_t *root) {
     json_t *meta = json_object_get(root, "__metadata__");   // (st_read_entries: an object of strings)
     if (!meta) return 0;
@@ -206,6 +207,10 @@ static int st_read_checksums(st_file *f, const char *path, json_t *root) {
         t->checksum = strtoull(hex, NULL, 16);
         t->has_checksum = 1;
     }
+    for (int i = 0; algo && i < f->n_tensors; i++)
+        if (!f->tensors[i].has_checksum)
+            return ft_error("%s: tensor '%s' has no checksum though the file records finetune checksums (edited after "
+                            "finetune wrote it?)", path, f->tensors[i].name);
     return 0;
 }
 

@@ -17,8 +17,9 @@
 // Checksums in "__metadata__" (string values, as the format requires): ST_CHECKSUM_KEY names
 // the function (ST_CHECKSUM_ALGO: common.h's ft_hash64), and ST_CHECKSUM_KEY ".<tensor name>"
 // holds each tensor's as 16 lowercase hex digits. The writer records them in every file it
-// writes; a file without them (Hugging Face's, an older build's) is read unchecked, and so is
-// a tensor without one. st_open refuses an unknown function or a key that names no tensor.
+// writes; a file without them (Hugging Face's, an older build's) is read unchecked. st_open
+// refuses an unknown function, a key that names no tensor, and a file that records the function
+// but lacks some tensor's checksum (edited after finetune wrote it).
 #define ST_CHECKSUM_KEY "finetune.checksum"
 #define ST_CHECKSUM_ALGO "ft_hash64"
 

@@ -100,8 +100,13 @@ static const st_case st_cases[] = {
     {"checksum not hex",
      "{\"__metadata__\":{\"finetune.checksum\":\"ft_hash64\",\"finetune.checksum.a\":\"0123456789abcdeg\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
      -1, 4, "__metadata__['finetune.checksum.a'] is not 16 hex digits"},
-    {"checksum missing for one tensor (read unchecked)",
-     "{\"__metadata__\":{\"finetune.checksum\":\"ft_hash64\",\"finetune.checksum.a\":\"0123456789abcdef\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", -1, 8, NULL},
+    // our writer records one per tensor: a tensor without one was added (or its checksum dropped) since
+    {"checksum missing for one tensor",
+     "{\"__metadata__\":{\"finetune.checksum\":\"ft_hash64\",\"finetune.checksum.a\":\"0123456789abcdef\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+     -1, 8, "tensor 'b' has no checksum though the file records finetune checksums (edited after finetune wrote it?)"},
+    {"checksums recorded, none per tensor",
+     "{\"__metadata__\":{\"finetune.checksum\":\"ft_hash64\"},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+     -1, 4, "tensor 'a' has no checksum though the file records finetune checksums"},
 };
 
 static void test_reader_table(void) {

@@ -327,13 +327,15 @@ printf '\x00\x00\xc0\x7f' | dd of="$tmp/bad-ck/model.safetensors" bs=1 \
 expect_error "tensor 'exp_avg.model.layers.0.mlp.down_proj.weight' missing, not F32, or of the wrong shape" \
   --eval_only "${small[@]}" --resume "$tmp/bad-ck"
 # a tensor the moments file should not hold: refused by name, as one in the weights is
-opt_add_tensor() {   # opt_add_tensor NAME: one more F32 [1] tensor at the end of the bad copy's optimizer.safetensors
-  python3 - "$tmp/bad-ck/optimizer.safetensors" "$1" <<'PY' || bad "could not add tensor $1 to optimizer.safetensors"
+opt_add_tensor() {   # opt_add_tensor NAME [SUM]: one more F32 [1] tensor (zero) at the end of the bad copy's
+                     # optimizer.safetensors, with its checksum recorded (SUM 1) or not (SUM 0)
+  python3 - "$tmp/bad-ck/optimizer.safetensors" "$1" "${2:-1}" <<'PY' || bad "could not add tensor $1 to optimizer.safetensors"
 import json, struct, sys
-p, name = sys.argv[1:3]
+p, name, with_sum = sys.argv[1:4]
 b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
 h, data = json.loads(b[8:8 + n]), b[8 + n:]
 h[name] = {"dtype": "F32", "shape": [1], "data_offsets": [len(data), len(data) + 4]}
+if with_sum == "1": h["__metadata__"]["finetune.checksum." + name] = "485381fad106fc3b"   # ft_hash64 of 4 zero bytes
 hb = json.dumps(h).encode()
 open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + data + bytes(4))
 PY
@@ -342,6 +344,11 @@ for extra in exp_avg.model.layers.99.mlp.up_proj.weight exp_avg_sq.lm_head.bias 
   bad_ck; opt_add_tensor "$extra"
   expect_error "optimizer.safetensors: unexpected tensor '$extra'" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
 done
+# one added without its checksum (the writer records one per tensor: the file was edited since) is
+# refused as that when the file is opened, before its names are checked
+bad_ck; opt_add_tensor exp_avg.model.layers.99.mlp.up_proj.weight 0
+expect_error "$tmp/bad-ck/optimizer.safetensors: tensor 'exp_avg.model.layers.99.mlp.up_proj.weight' has no checksum \
+though the file records finetune checksums (edited after finetune wrote it?)" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
 # a NaN first moment, a negative second moment (the data area: every exp_avg, then every exp_avg_sq),
 # in a checkpoint without checksums (an older build's; with them the checksum names the damage first)
 opt_data() { echo $((8 + $(od -An -t u8 -N8 "$tmp/bad-ck/optimizer.safetensors" | tr -d ' '))); }
