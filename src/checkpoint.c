@@ -185,6 +185,10 @@ static float elem_f32(const st_tensor *t, size_t i) {
 // Tied embeddings with both model.embed_tokens.weight and lm_head.weight stored: transformers
 // 5 ties them only when they are equal and otherwise loads two matrices (with a warning), so a
 // different lm_head.weight would train another model than transformers loads: refused.
+// lm_head.weight is read here only, so its checksum is verified here (st_verify), before the
+// comparison; the embeddings' is verified when their unit is read (hf_checkpoint_read_unit),
+// and here too when the two differ, so that damage is named as such rather than as a
+// different lm_head. 0 / -1 naming the file and tensor.
 static int check_tied_lm_head(const hf_checkpoint *ck, const param_layout *l) {
     const char *epath = NULL, *hpath = NULL;
     const st_tensor *emb = hf_checkpoint_find(ck, "model.embed_tokens.weight", &epath);
@@ -193,11 +197,13 @@ static int check_tied_lm_head(const hf_checkpoint *ck, const param_layout *l) {
     if (head->dtype != ST_F32 && head->dtype != ST_BF16 && head->dtype != ST_F16)
         return ft_error("%s: tensor 'lm_head.weight': dtype %s is not supported (F32, BF16, F16)", hpath,
                         st_dtype_name(head->dtype));
+    TRY(st_verify(head, hpath));
     int same = head->ndim == emb->ndim && head->numel == emb->numel;   // (emb: validated, a float dtype)
     for (int d = 0; same && d < emb->ndim; d++) same = head->shape[d] == emb->shape[d];
     // bitwise equal, else equal as values (-0 == 0, another dtype), as torch.equal compares
     if (same && !(head->dtype == emb->dtype && memcmp(head->data, emb->data, emb->nbytes) == 0))
         for (size_t i = 0; same && i < emb->numel; i++) same = elem_f32(head, i) == elem_f32(emb, i);
+    if (!same && st_verify(emb, epath) != 0) return -1;
     if (!same)
         return ft_error("%s: tensor 'lm_head.weight' differs from model.embed_tokens.weight, but config.json has "
                         "tie_word_embeddings true (transformers would not tie them): set it to false to train both",

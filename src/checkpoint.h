@@ -33,7 +33,9 @@ const st_tensor *hf_checkpoint_find(const hf_checkpoint *ck, const char *name, c
 
 // Check the checkpoint against the layout: every expected tensor present with the expected
 // shape and a dtype of F32, BF16 or F16; no duplicates across shards; no unexpected tensor
-// (rotary inv_freq buffers are ignored; lm_head.weight is ignored when tied). 0 or -1.
+// (rotary inv_freq buffers are ignored; lm_head.weight is ignored when tied, but when it is
+// stored beside model.embed_tokens.weight it must pass its checksum, st_verify, and equal
+// them). 0 or -1.
 int hf_checkpoint_validate(const hf_checkpoint *ck, const param_layout *l);
 
 // Convert unit u's tensors to fp32 into host `out` (unit_numel[u] elements; padding is

@@ -5,7 +5,8 @@
 // missing tensor refused), the per-tensor checksums (ft_hash64 pinned and blind to no single
 // flipped bit; recorded by the writer, a flipped byte found by st_verify, malformed checksum
 // metadata refused), and the checkpoint directory layer (single file, sharded index,
-// missing/duplicate/unexpected tensors, wrong shapes, NaN/infinite values, a flipped byte),
+// missing/duplicate/unexpected tensors, wrong shapes, NaN/infinite values, a flipped byte; with
+// tied embeddings a stored lm_head.weight equal, different, or damaged: its checksum),
 // and the content fingerprint (st_fingerprint, hf_checkpoint_fingerprint: the same bytes give the same
 // value, one byte changed in a sampled region another, bytes outside the samples are not read;
 // tiny files and an empty data area are fine; shard order does not matter).
@@ -193,14 +194,17 @@ static void test_writer(void) {
            "unwritable path: %s", ft_error_message());
 }
 
-// Flip the lowest bit of byte `off` of `path` in place. 0 / -1.
-static int flip_byte(const char *path, long off) {
+// Flip the bits `mask` of byte `off` of `path` in place. 0 / -1.
+static int flip_bits(const char *path, long off, int mask) {
     FILE *f = fopen(path, "r+b");
     int c = f && fseek(f, off, SEEK_SET) == 0 ? fgetc(f) : EOF;
-    int ok = c != EOF && fseek(f, off, SEEK_SET) == 0 && fputc(c ^ 1, f) != EOF;
+    int ok = c != EOF && fseek(f, off, SEEK_SET) == 0 && fputc(c ^ mask, f) != EOF;
     if (f) ok &= fclose(f) == 0;
     return ok ? 0 : -1;
 }
+
+// Flip the lowest bit of byte `off` of `path` in place. 0 / -1.
+static int flip_byte(const char *path, long off) { return flip_bits(path, off, 1); }
 
 // The whole file at `path` (malloc'ed, *n bytes), or NULL.
 static char *slurp(const char *path, size_t *n) {
@@ -317,9 +321,10 @@ static const char *tiny_config =
 
 typedef enum { D_NONE, D_MISSING, D_EXTRA, D_SHAPE, D_DTYPE, D_INDEX_MISSING_FILE, D_INDEX_ESCAPE,
                D_INDEX_WRONG_FILE, D_INDEX_DUP_ACROSS, D_NAN, D_INF, D_FLIPPED,
-               // tie_word_embeddings true: lm_head.weight stored too, equal / different; or instead
-               // of model.embed_tokens.weight (transformers ties to the one stored)
-               D_TIED_HEAD_EQUAL, D_TIED_HEAD_DIFF, D_TIED_HEAD_ONLY } ck_defect;
+               // tie_word_embeddings true: lm_head.weight stored too, equal / different / equal with
+               // a bit of it or of the embeddings flipped since; or instead of
+               // model.embed_tokens.weight (transformers ties to the one stored)
+               D_TIED_HEAD_EQUAL, D_TIED_HEAD_DIFF, D_TIED_HEAD_FLIPPED, D_TIED_EMB_FLIPPED, D_TIED_HEAD_ONLY } ck_defect;
 
 typedef struct { const char *name; ck_defect defect; int sharded; const char *want; } ck_case;
 
@@ -342,10 +347,28 @@ static const ck_case ck_cases[] = {
     {"tied, lm_head stored equal", D_TIED_HEAD_EQUAL, 0, NULL},
     {"tied, lm_head stored different", D_TIED_HEAD_DIFF, 1,
      "tensor 'lm_head.weight' differs from model.embed_tokens.weight, but config.json has tie_word_embeddings true"},
+    // the stored lm_head is read only to compare it: its checksum is verified there (before, a
+    // 0 flipped to -0 in it passed, equal as a value, and damage to the embeddings was called a
+    // different lm_head)
+    {"tied, a 0 in the stored lm_head flipped to -0", D_TIED_HEAD_FLIPPED, 0,
+     "model.safetensors: tensor 'lm_head.weight': checksum mismatch (the file is corrupted)"},
+    {"tied, a bit flipped in the embeddings", D_TIED_EMB_FLIPPED, 0,
+     "model.safetensors: tensor 'model.embed_tokens.weight': checksum mismatch (the file is corrupted)"},
     {"tied, only lm_head stored", D_TIED_HEAD_ONLY, 0, NULL},
 };
 
-static int tied_case(ck_defect d) { return d == D_TIED_HEAD_EQUAL || d == D_TIED_HEAD_DIFF || d == D_TIED_HEAD_ONLY; }
+// lm_head.weight stored beside the embeddings, as a copy (equal, or flipped afterwards) or not
+static int tied_copy_case(ck_defect d) {
+    return d == D_TIED_HEAD_EQUAL || d == D_TIED_HEAD_DIFF || d == D_TIED_HEAD_FLIPPED || d == D_TIED_EMB_FLIPPED;
+}
+static int tied_case(ck_defect d) { return tied_copy_case(d) || d == D_TIED_HEAD_ONLY; }
+
+// The bits a case flips once the file is written: in byte `byte` of tensor `tensor` (element 0, all zeros)
+static const struct { ck_defect defect; const char *tensor; long byte; int mask; } ck_flips[] = {
+    {D_FLIPPED, "model.norm.weight", 1, 0x01},                // a finite value stays finite
+    {D_TIED_HEAD_FLIPPED, "lm_head.weight", 3, 0x80},         // 0 becomes -0: equal as a value
+    {D_TIED_EMB_FLIPPED, "model.embed_tokens.weight", 1, 0x01},
+};
 
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
@@ -388,7 +411,7 @@ static int make_checkpoint(const char *cdir, const ck_case *c) {
             t->data = ramp;
         }
     }
-    if (c->defect == D_TIED_HEAD_EQUAL || c->defect == D_TIED_HEAD_DIFF) {
+    if (tied_copy_case(c->defect)) {
         for (int i = 0; i < n; i++)   // a copy of model.embed_tokens.weight, maybe with other values
             if (strcmp(ts[i].name, "model.embed_tokens.weight") == 0) ts[n] = ts[i];
         ts[n].name = "lm_head.weight";
@@ -401,12 +424,13 @@ static int make_checkpoint(const char *cdir, const ck_case *c) {
         snprintf(p, sizeof p, "%s/model.safetensors", cdir);
         rc = st_write(p, ts, n, NULL);
         st_file f;
-        if (rc == 0 && c->defect == D_FLIPPED && (rc = st_open(&f, p)) == 0) {   // a finite value stays finite
-            const st_tensor *t = st_find(&f, "model.norm.weight");
-            const long off = (long)((const unsigned char *)t->data - (const unsigned char *)f.map);
-            st_close(&f);
-            rc = flip_byte(p, off + 1);
-        }
+        for (size_t k = 0; k < sizeof ck_flips / sizeof ck_flips[0]; k++)
+            if (rc == 0 && ck_flips[k].defect == c->defect && (rc = st_open(&f, p)) == 0) {
+                const st_tensor *t = st_find(&f, ck_flips[k].tensor);
+                const long off = (long)((const unsigned char *)t->data - (const unsigned char *)f.map);
+                st_close(&f);
+                rc = flip_bits(p, off + ck_flips[k].byte, ck_flips[k].mask);
+            }
     } else {
         // two shards: first half / second half; index maps each name
         int h = n / 2;
