@@ -99,7 +99,7 @@ typedef struct {
     int total_steps, steps_per_epoch;
     int32_t *tokens, *targets;    // (accum, B, T) this rank's rows of the current step
     int32_t *rows_tok, *rows_tgt; // (B, T_used) one micro-batch, compacted
-    FILE *metrics;                // rank 0: <out_dir>/metrics.jsonl
+    FILE *metrics;                // rank 0: <out_dir>/metrics.jsonl (check_out_dir: still at that path)
     long metrics_ok;              // its size up to the last complete record (-1: unknown)
     int metrics_failed;           // a write to it failed (warned once)
     int metrics_records;          // records written (FT_TEST_METRICS_TEAR)
@@ -113,7 +113,7 @@ typedef struct {
     int run_start;
     double run_secs, run_tokens, val_first, val_last;
     int n_evals;
-    int out_lock, out_created;    // rank 0: fs_lock_dir's descriptor of --out_dir/.lock (-1: none)
+    int out_lock, out_created;    // rank 0: fs_lock_dir's descriptor of --out_dir/.lock (-1: none; check_out_dir)
     int out_dir_fd;               // rank 0: --out_dir itself, opened once locked (-1: none; check_out_dir)
 } job;
 
@@ -217,22 +217,40 @@ static void log_eval(job *j, int step, double loss, double ntok, double secs) {
     metrics_put(j, rec);
 }
 
-// Rank 0: is --out_dir still the directory this job locked and writes into? A directory
-// removed (rm -rf) or replaced while training would take the metrics, the checkpoints and the
-// export with it: records appended to an unlinked metrics.jsonl, checkpoint paths recreated
-// half-way, and nothing said until the end. The directory, held open since the lock (so its
-// inode number cannot be reused by one made in its place), is compared with what the path
-// names now: a stat and an fstat, once a step, before the export and each sampled game. Gone:
-// one warning naming it, then an error (the caller agrees it with every rank and the job
-// stops, exit 1: nothing it saved from then on would reach the user). `after`: where the job
-// is, for the message. 0 / -1.
+// Rank 0: is --out_dir still the directory this job locked and writes into, and are its lock
+// and metrics.jsonl still the files this job holds open there? A directory removed (rm -rf) or
+// replaced while training would take the metrics, the checkpoints and the export with it:
+// records appended to an unlinked metrics.jsonl, checkpoint paths recreated half-way, and
+// nothing said until the end. The directory, held open since the lock (so its inode number
+// cannot be reused by one made in its place), is compared with what the path names now; so are
+// OUT/.lock (removed, the lock no longer keeps another job out: one started now creates and
+// locks a new one and writes into OUT beside this one) and OUT/metrics.jsonl (removed or
+// replaced, the records go to a file nobody sees). A stat and an fstat each, once a step,
+// before the export and each sampled game. The directory gone: one warning naming it, then an
+// error; a file gone: an error naming it. Either way the caller agrees it with every rank and
+// the job stops, exit 1 (it saves nothing more: a resume continues from the last checkpoint,
+// with the lock and the metrics file made anew). `after`: where the job is, for the message.
+// 0 / -1.
 static int check_out_dir(job *j, const char *after) {
-    char why[160];
-    if (j->out_dir_fd < 0 || fs_still_at(j->out_dir_fd, j->o->out_dir, why, sizeof why)) return 0;
-    fprintf(stderr, "finetune: warning: --out_dir %s was deleted or replaced while training: metrics, checkpoints and "
-            "the export would be lost\n", j->o->out_dir);
-    return ft_error("stopping %s: --out_dir %s %s, so nothing this job saves would reach it; start the job again",
-                    after, j->o->out_dir, why);
+    char why[160], p[FT_PATH_MAX];
+    if (j->out_dir_fd < 0) return 0;
+    if (!fs_still_at(j->out_dir_fd, j->o->out_dir, why, sizeof why)) {
+        fprintf(stderr, "finetune: warning: --out_dir %s was deleted or replaced while training: metrics, checkpoints "
+                "and the export would be lost\n", j->o->out_dir);
+        return ft_error("stopping %s: --out_dir %s %s, so nothing this job saves would reach it; start the job again",
+                        after, j->o->out_dir, why);
+    }
+    const struct { int fd; const char *name, *loss; } held[] = {   // fd -1: none (no locks; metrics closed)
+        {j->out_lock, ".lock", "this job no longer keeps another out of --out_dir"},
+        {j->metrics ? fileno(j->metrics) : -1, "metrics.jsonl", "the records this job appends would not reach it"},
+    };
+    for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
+        if (held[i].fd < 0) continue;
+        TRY(ft_path(p, sizeof p, "%s/%s", j->o->out_dir, held[i].name));
+        if (!fs_still_at(held[i].fd, p, why, sizeof why))
+            return ft_error("stopping %s: %s %s, so %s; start the job again", after, p, why, held[i].loss);
+    }
+    return 0;
 }
 
 static int out_dir_still_there(job *j, const char *after) { return agree(j, check_out_dir(j, after)); }

@@ -20,9 +20,11 @@
 #   out_dir_removed NAME MODE OUT CMD..  CMD (a training job into --out_dir OUT, long enough) in
 #                            the background; once OUT/metrics.jsonl holds 3 train records, OUT is
 #                            removed (MODE removed) or replaced (MODE replaced: rm -rf, mkdir, and a
-#                            .lock as a new job's); the job must stop within 5 steps of it
-#                            with rank 0's warning and error, exit non-zero, and leave the path
-#                            as the test left it (nothing recreated; the new .lock kept)
+#                            .lock as a new job's), or only the file OUT/MODE is removed (MODE .lock
+#                            or metrics.jsonl); the job must stop within 5 steps of it with rank 0's
+#                            error naming what went (for OUT itself after one warning; for a file
+#                            as the only line on stderr), exit non-zero, and leave the path as the
+#                            test left it (nothing recreated; the new .lock kept)
 #   strip_checksums FILE     FILE (a safetensors file) as an older build wrote it: __metadata__
 #                            without the per-tensor checksums (finetune.checksum*)
 #   flip_bit FILE            flip the lowest bit of the fp32 value in the middle of FILE's data
@@ -71,7 +73,7 @@ descendants() {   # every process below $1, deepest last
 kill_tree() { local p; for p in $(descendants "$1") "$1"; do kill -9 "$p" 2>/dev/null; done; return 0; }
 
 out_dir_removed() {
-  local name=$1 mode=$2 o=$3 n=0 rc stop; shift 3
+  local name=$1 mode=$2 o=$3 n=0 rc stop gone what; shift 3
   rm -rf "$o" "$o.log" "$o.err"
   "$@" > "$o.log" 2> "$o.err" &
   local pid=$!
@@ -79,16 +81,24 @@ out_dir_removed() {
     n=$(grep -c '"type":"train"' "$o/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge 3 ] && break; sleep 0.05
   done
   n=$(grep -c '"type":"train"' "$o/metrics.jsonl" 2>/dev/null)   # the steps done before the removal
-  rm -rf "$o"
+  case $mode in
+    removed|replaced) rm -rf "$o"; gone="--out_dir $o"; what="--out_dir $mode" ;;
+    *) rm "$o/$mode"; gone="$o/$mode"; what="$mode removed" ;;
+  esac
   [ "$mode" = replaced ] && mkdir "$o" && echo "pid 1 on host another-job" > "$o/.lock"
   wait $pid; rc=$?
-  stop=$(sed -nE "s|^finetune: error: stopping after step ([0-9]+): --out_dir $o .*|\1|p" "$o.err")
-  local left; left=$(ls -A "$o" 2>/dev/null | tr '\n' ' ')
-  if [ $rc -ne 0 ] && [ "$(grep -cxF "finetune: warning: --out_dir $o was deleted or replaced while training: metrics, \
-checkpoints and the export would be lost" "$o.err")" = 1 ] && [ -n "$stop" ] && [ "$stop" -le $((n + 5)) ] \
-     && { if [ "$mode" = removed ]; then [ ! -e "$o" ]; else [ "$left" = ".lock " ] && grep -q another-job "$o/.lock"; fi; }
-  then ok "$name: --out_dir $mode after step $n: stopped after step $stop, rc=$rc: $(grep error: "$o.err")"
-  else bad "$name: --out_dir $mode after step $n: rc=$rc, stop step '$stop', left in it: '$left', stderr: $(cat "$o.err"), stdout: $(tail -1 "$o.log")"; fi
+  stop=$(sed -nE "s|^finetune: error: stopping after step ([0-9]+): $gone .*|\1|p" "$o.err")
+  local left warned; left=$(ls -A "$o" 2>/dev/null | tr '\n' ' ')
+  warned=$(grep -cxF "finetune: warning: --out_dir $o was deleted or replaced while training: metrics, \
+checkpoints and the export would be lost" "$o.err")
+  if [ $rc -ne 0 ] && [ -n "$stop" ] && [ "$stop" -le $((n + 5)) ] \
+     && case $mode in
+          removed) [ "$warned" = 1 ] && [ ! -e "$o" ] ;;
+          replaced) [ "$warned" = 1 ] && [ "$left" = ".lock " ] && grep -q another-job "$o/.lock" ;;
+          *) [ "$(grep -c . "$o.err")" = 1 ] && [ ! -e "$o/$mode" ] ;;   # (OUT, made by the job: gone if empty)
+        esac
+  then ok "$name: $what after step $n: stopped after step $stop, rc=$rc: $(grep error: "$o.err")"
+  else bad "$name: $what after step $n: rc=$rc, stop step '$stop', left in it: '$left', stderr: $(cat "$o.err"), stdout: $(tail -1 "$o.log")"; fi
 }
 strip_checksums() {
   python3 - "$1" <<'PY' || bad "could not strip the checksums of $1"

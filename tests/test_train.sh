@@ -7,7 +7,8 @@
 #      older build's) resumes the same;
 #   2. SIGTERM mid-run saves a checkpoint and exits 0; the resumed run finishes; a second job
 #      into a running job's --out_dir is refused; SIGTERM while sampling stops there; Ctrl-C
-#      twice exits at once; an --out_dir removed or replaced under a running job stops it;
+#      twice exits at once; an --out_dir removed or replaced under a running job stops it, and so
+#      does its .lock or metrics.jsonl removed;
 #   3. the Hugging Face export: layout, dtype, tokenizer files, our loss on it; and when a
 #      Python with transformers is available (FT_ORACLE_PYTHON, or /opt/oracle-venv), that
 #      transformers loads it and computes the same validation loss;
@@ -160,6 +161,12 @@ gone=(--model_dir data/model --data_dir data/chess --seq_len 64 --batch_size_per
       --max_steps 400 --eval_every 0 --save_every 50)
 out_dir_removed "out_dir gone" removed "$tmp/gone" "$bin" "${gone[@]}" --out_dir "$tmp/gone"
 out_dir_removed "out_dir gone" replaced "$tmp/gone" "$bin" "${gone[@]}" --out_dir "$tmp/gone"
+# only its lock file removed: the job's lock no longer kept another out (one started then created
+# and locked a new .lock and wrote beside it); only metrics.jsonl removed: its records went into
+# the unlinked file. Either stops the job the same way, with one line naming the file
+for f in .lock metrics.jsonl; do
+  out_dir_removed "out_dir's $f gone" "$f" "$tmp/gone" "$bin" "${gone[@]}" --out_dir "$tmp/gone"
+done
 
 # SIGTERM after the last step (here during sampling; also the final evaluation or the export):
 # the last checkpoint is saved, so the job stops before the next sampled game (it used to
