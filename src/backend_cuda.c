@@ -643,6 +643,12 @@ int backend_cuda_select_device(int local_rank, int *device) {
     return 0;
 }
 
+int backend_cuda_free_bytes(size_t *free_bytes) {
+    size_t total = 0;
+    CHECK_CUDA(cudaMemGetInfo(free_bytes, &total));
+    return 0;
+}
+
 static int open_device(int local_rank, size_t arena_bytes) {
     TRY(backend_cuda_select_device(local_rank, &G.device));
     struct cudaDeviceProp prop;

@@ -10,6 +10,9 @@ int backend_cuda_device_count(int *count);
 // Make the device of this local rank current (*device: its index) without opening the
 // backend: NCCL communicators are created on it before the arena is sized. 0 / -1.
 int backend_cuda_select_device(int local_rank, int *device);
+// Bytes free on the current device now (cudaMemGetInfo): the bootstrap line's measure of the
+// memory NCCL's communicators took (free before them minus free after). 0 / -1.
+int backend_cuda_free_bytes(size_t *free_bytes);
 // Open the device of this local rank and its arena (arena_bytes; 0 = 92% of free memory,
 // checked against what is free now, after the NCCL communicators took theirs).
 int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out);

@@ -96,7 +96,8 @@ void comm_mpi_finalize(void);
 int comm_nccl_load(void);
 // Whether this NCCL can run several communicators per GPU at once (the reduce-scatter lane,
 // HSDP's groups): 2.26 or newer, which orders their launches (NCCL_LAUNCH_ORDER_IMPLICIT,
-// comm_nccl.c). Loads NCCL first. 0, or -1 with one line naming the version and the remedy.
+// comm_nccl.c; refused when the environment sets it to 0). Loads NCCL first. 0, or -1 with
+// one line naming the version (or the variable) and the remedy.
 int comm_nccl_check_concurrent(void);
 // A fresh NCCL unique id (n must be 128, sizeof(ncclUniqueId)); works without a GPU. 0 / -1.
 int comm_nccl_unique_id(void *id, size_t n);

@@ -115,6 +115,11 @@ int comm_nccl_load(void) {
 
 int comm_nccl_check_concurrent(void) {
     TRY(comm_nccl_load());
+    const char *order = getenv("NCCL_LAUNCH_ORDER_IMPLICIT");   // comm_nccl_load's default is 1
+    if (nccl_version >= 22600 && order && atoi(order) == 0)
+        return ft_error("NCCL_LAUNCH_ORDER_IMPLICIT=%s in the environment: sharded GPU jobs run reduce-scatters on a "
+                        "second communicator beside the all-gathers, which can deadlock unless NCCL orders their "
+                        "launches; unset it (finetune sets 1), or run unsharded (--no_fsdp)", order);
     if (nccl_version >= 22600) return 0;
     return ft_error("NCCL %d.%d.%d (%s) is older than 2.26: sharded GPU jobs run reduce-scatters on a second "
                     "communicator beside the all-gathers, and only NCCL 2.26+ orders concurrent communicators "

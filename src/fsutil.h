@@ -42,3 +42,12 @@ void fs_unlock_dir(const char *dir, int fd, int remove_dir);
 // replaced by another, with a short reason ("is gone (No such file or directory)") in
 // why[n]. No ft_error: the caller decides what it means.
 int fs_still_at(int fd, const char *path, char *why, size_t n);
+
+// Host memory this process can still take: the smaller of the kernel's MemAvailable
+// (<root>/proc/meminfo) and the room under every memory limit of its cgroup and the cgroup's
+// ancestors (v2: memory.max - memory.current; v1: memory.limit_in_bytes -
+// memory.usage_in_bytes; "max" and v1's near-2^63 values mean no limit), as a Slurm job's
+// --mem sets one on its job's cgroup. `root`: "" for this machine (tests give a fake tree).
+// *bytes, and in what[n] which bound it ("MemAvailable", "cgroup /job_5: memory.max").
+// 0, or -1 naming the meminfo file when it cannot be read.
+int fs_host_memory_available(const char *root, double *bytes, char *what, size_t n);

@@ -197,18 +197,29 @@ static int data_group_open(launch *L, int size, int color, int key, const char *
 // and the shard group's reduce-scatter lane (comm_nccl.c) are created, on the device already
 // made current and before the backend sizes its arena, so the arena's fit check sees the
 // memory NCCL took. The backend is not open yet: data_plane_bind gives the groups their be.
+// 0, -1, or COMM_PEER_FAILED on the other ranks when rank 0 could not make the id (over MPI
+// that failure is agreed before the broadcast; under PMI2 rank 0 shares zeros instead).
 static int data_plane_open(launch *L, int S) {
 #ifdef FT_HAVE_CUDA
-    unsigned char id[128] = {0}, got[128] = {0};
-    if (L->rank == 0) TRY(comm_nccl_unique_id(id, sizeof id));
-    if (L->mpi) {
-        memcpy(got, id, sizeof id);
-        TRY(comm_broadcast(&L->world, got, sizeof got, 0));
+    unsigned char id[128] = {0}, got[128] = {0}, zero[128] = {0};
+    // rank 0 shares the id even when it could not make one (zeros, and its own error): the
+    // others learn it at once instead of waiting for it (the PMI2 fence has no deadline)
+    const int id_rc = L->rank == 0 ? comm_nccl_unique_id(id, sizeof id) : 0;
+    int rc = 0, agreed = 0;
+    if (L->mpi) {   // agreed first: rank 0 alone says why, the others stop quietly
+        if ((rc = comm_agree(&L->world, id_rc, &agreed)) != 0) return rc;   // (COMM_PEER_FAILED kept: not printed)
+        memcpy(got, id, sizeof got);
+        rc = comm_broadcast(&L->world, got, sizeof got, 0);
     } else {
 #ifdef FT_HAVE_PMI2
-        TRY(boot_pmi2_share(&L->boot, 0, "ncclUniqueId", id, sizeof id, got));
+        rc = boot_pmi2_share(&L->boot, 0, "ncclUniqueId", id_rc == 0 ? id : zero, sizeof id, got);
 #endif
     }
+    if (id_rc != 0 || rc != 0) return -1;
+    if (memcmp(got, zero, sizeof got) == 0)
+        return ft_error("rank %d: rank 0 could not create NCCL's unique id (rank 0's error says why)", L->rank);
+    size_t free_before = 0, free_after = 0;
+    TRY(backend_cuda_free_bytes(&free_before));
     TRY(comm_nccl_init(&L->dworld, NULL, L->rank, L->W, got, -1));
     L->nccl = 1;
     L->n_nccl = 1;
@@ -222,6 +233,8 @@ static int data_plane_open(launch *L, int S) {
         L->n_nccl++;
     }
     L->cc = (train_comms){&L->dworld, shard, replica, 0};
+    TRY(backend_cuda_free_bytes(&free_after));   // (connected at init: NCCL_RUNTIME_CONNECT=0)
+    L->nccl_bytes = free_before > free_after ? free_before - free_after : 0;
     return 0;
 #else
     (void)L; (void)S;
@@ -270,7 +283,7 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     if (rc == 0 && gpu && L->W > 1) rc = device_select(L);
     int agreed = 0;
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
-    if (gpu && L->W > 1) TRY(data_plane_open(L, S));
+    if (gpu && L->W > 1 && (rc = data_plane_open(L, S)) != 0) return rc;   // -1, or COMM_PEER_FAILED
     rc = backend_set_attention(o->attention, o->deterministic);
     if (rc == 0) rc = backend_open(o->device, L->local_rank, arena_bytes, &L->be);
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
@@ -294,7 +307,9 @@ void launch_print(const launch *L) {
     printf("finetune: bootstrap: %s; world %d rank(s), %d per node, %s per rank (rank 0: local rank %d, %s)",
            L->launcher, L->W, L->local_size, L->be == L->cpu ? "cpu" : "one GPU", L->local_rank,
            backend_describe(L->be));
-    if (L->nccl) printf("; %d NCCL communicator(s)", L->n_nccl);
+    if (L->nccl)   // measured against the plan's assumption (PLAN_NCCL_COMM_BYTES each, src/plan.h)
+        printf("; %d NCCL communicator(s) took %.2f GiB of device memory on rank 0 (planned %.2f GiB)", L->n_nccl,
+               L->nccl_bytes / 1073741824.0, L->n_nccl * (double)PLAN_NCCL_COMM_BYTES / 1073741824.0);
     printf("\n");
 }
 

@@ -20,6 +20,7 @@ typedef struct {
     int mpi_split, nccl;            // which groups exist (to destroy): MPI splits; dworld is NCCL
     int dshard_own, dreplica_own;   // dshard / dreplica were created (not the world group)
     int n_nccl;                     // NCCL communicators created (the bootstrap line; the plan's count)
+    size_t nccl_bytes;              // device memory they took (cudaMemGetInfo before - after; bootstrap line)
     int ready;                      // launch_open succeeded
 } launch;
 

@@ -11,9 +11,13 @@
 //   (held open, its inode number cannot be reused: told apart even on a file system that would
 //   reuse it), and one removed outright; and fs_unlock_dir leaves alone a .lock at OUT that is
 //   not its own (another job's, in a directory made in place of the removed one).
+//   fs_host_memory_available on a table of fake /proc + /sys/fs/cgroup trees: MemAvailable
+//   alone, cgroup v2 limits (the job's, nested ones, a loose one, usage above the limit, the
+//   namespace root's), v1's limit and its "no limit" value, and a missing meminfo refused.
 // Runtime: well under a second.
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +65,84 @@ static int refused_in_child(const char *dir) {
     int st = 0;
     waitpid(pid, &st, 0);
     return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+// ----------------------------------------------------------------------------
+// fs_host_memory_available on fake /proc and /sys/fs/cgroup trees
+
+#define GIB 1073741824.0
+typedef struct {
+    const char *name;
+    const char *files[8];   // "relative/path=content" pairs, NULL-terminated
+    double want_gib;        // -1: an error is expected
+    const char *want_what;  // a substring of what[]
+} memory_case;
+
+static const memory_case memory_cases[] = {
+    {"MemAvailable alone (no cgroup file)", {"proc/meminfo=MemTotal: 16777216 kB\nMemAvailable: 8388608 kB\n"}, 8, "MemAvailable"},
+    {"v2: the job's memory.max - memory.current (a step below without a limit)",
+     {"proc/meminfo=MemAvailable: 8388608 kB\n", "proc/self/cgroup=0::/job_1/step_0\n",
+      "sys/fs/cgroup/job_1/memory.max=4294967296\n", "sys/fs/cgroup/job_1/memory.current=1073741824\n",
+      "sys/fs/cgroup/job_1/step_0/memory.max=max\n"}, 3, "cgroup /job_1: memory.max"},
+    {"v2: the tighter of two nested limits",
+     {"proc/meminfo=MemAvailable: 8388608 kB\n", "proc/self/cgroup=0::/a/b\n", "sys/fs/cgroup/a/memory.max=6442450944\n",
+      "sys/fs/cgroup/a/b/memory.max=2147483648\n", "sys/fs/cgroup/a/b/memory.current=536870912\n"}, 1.5, "cgroup /a/b"},
+    {"v2: a limit looser than MemAvailable leaves MemAvailable",
+     {"proc/meminfo=MemAvailable: 1048576 kB\n", "proc/self/cgroup=0::/j\n", "sys/fs/cgroup/j/memory.max=8589934592\n"}, 1,
+     "MemAvailable"},
+    {"v2: usage above the limit: nothing left",
+     {"proc/meminfo=MemAvailable: 1048576 kB\n", "proc/self/cgroup=0::/j\n", "sys/fs/cgroup/j/memory.max=1000\n",
+      "sys/fs/cgroup/j/memory.current=5000\n"}, 0, "cgroup /j"},
+    {"v2: the namespace root's own limit (cgroup /)",
+     {"proc/meminfo=MemAvailable: 8388608 kB\n", "proc/self/cgroup=0::/\n", "sys/fs/cgroup/memory.max=2147483648\n"}, 2,
+     "cgroup /: memory.max"},
+    {"v1: the memory controller's limit",
+     {"proc/meminfo=MemAvailable: 8388608 kB\n", "proc/self/cgroup=12:cpu,cpuacct:/slurm\n5:memory:/slurm/job_9\n",
+      "sys/fs/cgroup/memory/slurm/job_9/memory.limit_in_bytes=2147483648\n",
+      "sys/fs/cgroup/memory/slurm/job_9/memory.usage_in_bytes=536870912\n"}, 1.5, "memory.limit_in_bytes"},
+    {"v1: no limit (the near-2^63 default)",
+     {"proc/meminfo=MemAvailable: 4194304 kB\n", "proc/self/cgroup=5:memory:/\n",
+      "sys/fs/cgroup/memory/memory.limit_in_bytes=9223372036854771712\n"}, 4, "MemAvailable"},
+    {"no MemAvailable line: an error", {"proc/meminfo=MemTotal: 1 kB\n"}, -1, "no MemAvailable"},
+    {"no meminfo: an error", {NULL}, -1, "proc/meminfo"},
+};
+
+// Write each "path=content" of c under root (directories made as needed).
+static void write_tree(const char *root, const memory_case *c) {
+    for (int i = 0; c->files[i]; i++) {
+        char path[512], cmd[600];
+        const char *eq = strchr(c->files[i], '=');
+        snprintf(path, sizeof path, "%s/%.*s", root, (int)(eq - c->files[i]), c->files[i]);
+        snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", path);
+        EXPECT(system(cmd) == 0, "%s", cmd);
+        FILE *f = fopen(path, "w");
+        EXPECT(f && fputs(eq + 1, f) >= 0 && fclose(f) == 0, "write %s", path);
+    }
+}
+
+static void test_host_memory(const char *base) {
+    for (size_t k = 0; k < sizeof memory_cases / sizeof *memory_cases; k++) {
+        const memory_case *c = &memory_cases[k];
+        char root[300], cmd[400], what[256] = "";
+        snprintf(root, sizeof root, "%s/mem%zu", base, k);
+        write_tree(root, c);
+        double got = -2;
+        ft_error_clear();
+        const int rc = fs_host_memory_available(root, &got, what, sizeof what);
+        if (c->want_gib < 0)
+            EXPECT(rc == -1 && strstr(ft_error_message(), c->want_what), "%s: rc %d, '%s'", c->name, rc, ft_error_message());
+        else
+            EXPECT(rc == 0 && fabs(got / GIB - c->want_gib) < 1e-9 && strstr(what, c->want_what),
+                   "%s: rc %d, %.6f GiB (want %g) from '%s' (want '%s'): %s", c->name, rc, got / GIB, c->want_gib, what,
+                   c->want_what, ft_error_message());
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+        EXPECT(system(cmd) == 0, "%s", cmd);
+    }
+    ft_error_clear();
+    double here = 0;
+    char what[256];
+    EXPECT(fs_host_memory_available("", &here, what, sizeof what) == 0 && here > 0, "this machine: %.2f GiB (%s) %s",
+           here / GIB, what, ft_error_message());
 }
 
 int main(void) {
@@ -121,6 +203,7 @@ int main(void) {
     EXPECT(rmdir(dir) == 0 && fs_still_at(dfd, dir, why, sizeof why) == 0 && strstr(why, "is gone"),
            "removed: '%s'", why);
     close(dfd);
+    test_host_memory(base);
     rmdir(base);
     TEST_SUMMARY("test_fsutil");
 }

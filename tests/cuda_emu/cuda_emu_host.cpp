@@ -434,6 +434,7 @@ static ncclResult_t nccl_issue(ncclComm_t c, cudaStream_t stream, const char *wh
 extern "C" {
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    if (getenv("FT_EMU_NCCL_ID_FAIL")) return ncclSystemError;   // tests/test_cuda_bad_input.sh
     memset(id, 0, sizeof *id);
     snprintf(id->internal, sizeof id->internal, "cuda_emu nccl id (MPI world)");
     return ncclSuccess;

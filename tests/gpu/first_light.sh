@@ -197,7 +197,7 @@ else
     phase_sel fatbin 10 python3 kernels/fatbin_check.py --sass "$sm" --ptx "" "$B"/nvcc/*.o
     # cuDNN's errors and warnings (why a plan was refused: the startup check's fallback line
     # carries only the last error) go to their own log, in the logs tarball
-    phase_sel test-gpu 110 env "${link_env[@]}" CUDNN_LOGERR_DBG=1 CUDNN_LOGWARN_DBG=1 CUDNN_LOGDEST_DBG="$logs/cudnn.log" \
+    phase_sel test-gpu 150 env "${link_env[@]}" CUDNN_LOGERR_DBG=1 CUDNN_LOGWARN_DBG=1 CUDNN_LOGDEST_DBG="$logs/cudnn.log" \
       make "${make_vars[@]}" test-gpu
     for tool in memcheck racecheck synccheck; do
       lim=$([ $tool = racecheck ] && echo 55 || echo 40)
