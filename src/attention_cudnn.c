@@ -234,7 +234,7 @@ static int check_run(const check_bufs *c) {
 }
 
 // Every output compared; -1 with ft_error naming the first one past the threshold.
-static int check_compare(const check_bufs *c) {
+static int check_compare(const check_bufs *c, double *worst) {
     const size_t most = c->n[T_Q];
     float *ref = ft_malloc(2 * most * sizeof(float), "attention check compare");
     if (!ref) return -1;
@@ -243,6 +243,7 @@ static int check_compare(const check_bufs *c) {
     for (int t = T_OUT; t < N_TENSORS && rc == 0; t++) {
         rc = check_download(c, t, ref, got);
         const double e = rc == 0 ? nmse(ref, got, c->n[t]) : 0;
+        if (rc == 0 && e > *worst) *worst = e;
         if (rc == 0 && !(e <= ATTN_CUDNN_CHECK_NMSE))
             rc = ft_error("cudnn attention disagrees with the native kernels on %s (NMSE %.3g > %.0e; B %d T %d H %d "
                           "KVH %d D %d)", TENSOR_NAMES[t], e, ATTN_CUDNN_CHECK_NMSE, CHECK_B, CHECK_T, CHECK_H,
@@ -252,13 +253,14 @@ static int check_compare(const check_bufs *c) {
     return rc;
 }
 
-int attn_cudnn_selfcheck(const backend *native) {
+int attn_cudnn_selfcheck(const backend *native, double *worst_nmse) {
     check_bufs c;
     memset(&c, 0, sizeof c);
     c.be = native;
+    *worst_nmse = 0;
     int rc = check_alloc(&c);
     if (rc == 0) rc = check_run(&c);
-    if (rc == 0) rc = check_compare(&c);
+    if (rc == 0) rc = check_compare(&c, worst_nmse);
     check_free(&c);
     return rc;
 }

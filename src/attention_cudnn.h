@@ -92,6 +92,7 @@ void attn_cudnn_set_deterministic(int det);
 // The startup check: one small attention (B 2, T 37, H 4, KVH 2, D 64: odd length, GQA)
 // through cuDNN and through `native` (the backend table with its native attention ops; its
 // alloc / copy / free are used for the buffers), comparing out, lse, dq, dk, dv by NMSE.
-// Returns 0 when they agree; -1 with ft_error naming the reason (plan failure, or the tensor
-// and its NMSE) when cuDNN must not be used.
-int attn_cudnn_selfcheck(const backend *native);
+// Returns 0 when they agree (*worst_nmse: the largest of the five NMSEs, for the bootstrap
+// line); -1 with ft_error naming the reason (plan failure, or the tensor and its NMSE) when
+// cuDNN must not be used.
+int attn_cudnn_selfcheck(const backend *native, double *worst_nmse);

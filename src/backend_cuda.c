@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "arena.h"
 #include "attention_cudnn.h"
@@ -85,6 +86,7 @@ static struct {
     int deterministic;                     // --deterministic (set before open; attention_cudnn.c has it too)
     int attention_cudnn;                   // attention runs through cuDNN now
     int attention_checked;                 // cuDNN opened and passed the startup check
+    double check_seconds, check_nmse;      // its wall time (plans built, NVRTC included) and worst NMSE
     char name[160];
     char device_name[256];
 } G;
@@ -690,8 +692,12 @@ const char *backend_cuda_attention(void) { return G.attention_cudnn ? "cudnn" : 
 // ONE warning line names the reason and attention stays on the native kernels.
 static void attention_select(void) {
     if (G.attention_native) return;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = attn_cudnn_open(G.stream, cu_alloc, scratch_release);
-    if (rc == 0) rc = attn_cudnn_selfcheck(&CUDA_BACKEND);
+    if (rc == 0) rc = attn_cudnn_selfcheck(&CUDA_BACKEND, &G.check_nmse);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    G.check_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (rc == 0) {
         G.attention_cudnn = G.attention_checked = 1;
         return;
@@ -717,8 +723,11 @@ int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out) {
     }
     attention_select();
     const size_t len = strlen(G.name);
-    snprintf(G.name + len, sizeof G.name - len, ", attention %s%s", backend_cuda_attention(),
-             G.attention_cudnn && G.deterministic ? " (deterministic backward)" : "");
+    if (G.attention_cudnn)   // the startup check's cost (cuDNN's plans, compiled by NVRTC) and margin
+        snprintf(G.name + len, sizeof G.name - len, ", attention cudnn (%sstartup check %.2f s, worst NMSE %.1e)",
+                 G.deterministic ? "deterministic backward; " : "", G.check_seconds, G.check_nmse);
+    else
+        snprintf(G.name + len, sizeof G.name - len, ", attention native");
     G.open = 1;
     *out = &CUDA_BACKEND;
     return 0;

@@ -78,7 +78,7 @@ le "$w" 5e-3 && ok "cudnn vs native: 3 step losses, worst rel $w" || bad "cudnn 
 # the same sums either way, so the losses are bitwise the default cudnn run's; the real
 # graphs differ, test_cudnn_plan plans both) and reserve its dP (B H T^2 x 2) in the workspace
 run cudnn_det FT_EMU_SEED=1 -- --deterministic
-grep -q "), attention cudnn (deterministic backward))" "$tmp/cudnn_det.log" && [ "$(warnings "$tmp/cudnn_det.log")" = 0 ] \
+grep -qE "\), attention cudnn \(deterministic backward; startup check [0-9.]+ s, worst NMSE [0-9.e+-]+\)\)" "$tmp/cudnn_det.log" && [ "$(warnings "$tmp/cudnn_det.log")" = 0 ] \
   && [ "$(metric "$tmp/cudnn_det" loss)" = "$(metric "$tmp/cudnn" loss)" ] \
   && ok "--deterministic: cudnn with the deterministic backward, no warning, losses bitwise the default run's (the stand-in's arithmetic is the same)" \
   || bad "--deterministic: $(grep -E 'warning|bootstrap' "$tmp/cudnn_det.log"); losses $(metric "$tmp/cudnn_det" loss | tr '\n' ' ')"

@@ -69,7 +69,8 @@ else
     bad "GPU run failed: $(tail -1 "$tmp/gpu.log")"
 fi
 
-if grep -q "attention cudnn)" "$tmp/gpu.log" && ! grep -q "warning" "$tmp/gpu.log"; then ok "attention on cuDNN (startup check passed)"
+if line=$(grep -oE "attention cudnn \(startup check [^)]*\)" "$tmp/gpu.log") && ! grep -q "warning" "$tmp/gpu.log"; then
+    ok "attention on cuDNN (${line#attention cudnn (}"
 else bad "attention not on cuDNN: $(grep -E 'warning|bootstrap' "$tmp/gpu.log")"; fi
 if "$bin" --device cuda --attention native "${flags[@]}" --out_dir "$tmp/native" >"$tmp/native.log" 2>&1 &&
     w=$(compare "$tmp/cpu" "$tmp/native" 3e-2); then ok "--attention native: GPU losses follow the CPU's (worst rel $w)"
