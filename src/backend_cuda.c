@@ -87,7 +87,7 @@ static struct {
     int attention_cudnn;                   // attention runs through cuDNN now
     int attention_checked;                 // cuDNN opened and passed the startup check
     double check_seconds, check_nmse;      // its wall time (plans built, NVRTC included) and worst NMSE
-    char name[160];
+    char name[256];
     char device_name[256];
 } G;
 
