@@ -43,7 +43,9 @@
 #      not a multiple of 16: backward/forward FLOPs 2.5 or 3.5, rates 0.25 / 0.10 of peak, SIMT
 #      linear in the tokens); collective link time = bytes / 450 GB/s and scales as (W-1)/W from 4 to 8
 #      ranks (ratios within 1e-3: the values are 20+ ms,
-#      printed to 0.01 ms, so rounding moves a ratio by < 1e-3); MFU and tokens/s printed.
+#      printed to 0.01 ms, so rounding moves a ratio by < 1e-3); MFU and tokens/s printed;
+#      FSDP 4 at batch 1 (gathers exposed) is told --keep_params_gathered's predicted step,
+#      the numbers of that flag's own plan, and jobs with nothing to gain are not.
 #   5. Flag handling: --dry_run needs no weights and no data; --world_size without --dry_run,
 #      --device cuda without a GPU (also at 2 ranks: once) and a non-dividing --dp_shard give
 #      one error line.
@@ -325,6 +327,22 @@ for name in one_off:1 fsdp4_off:4; do
     && ok "7B ${name%%:*}: device optimizer bytes $opt_off GB = 8/38 of $opt_dev GB" || bad "7B ${name%%:*}: device optimizer bytes $opt_off vs $opt_dev"
 done
 ! grep -q '^  offload ' "$tmp/7b_t_one_b1.plan" && ok "no offload row without the flag" || bad "offload row without --offload_optimizer"
+# a sharded job whose gathers outrun the compute (FSDP 4, batch 1: collectives exposed) is told
+# what --keep_params_gathered would predict: its step time and exposed collectives are the
+# same numbers as that flag's own plan (H100 column), and it fits; not at batch 16 (hidden),
+# not with the flag already given, not on one rank
+line=$(grep "^faster, predicted on the H100" "$tmp/7b_t_fsdp4_b1.plan")
+plan7 --world_size 4 --keep_params_gathered > "$tmp/7b_t_fsdp4_keep.plan" 2>&1
+step_keep=$(crow "$tmp/7b_t_fsdp4_keep.plan" total 2); exp_keep=$(crow "$tmp/7b_t_fsdp4_keep.plan" comm_exposed 2)
+step_now=$(crow "$tmp/7b_t_fsdp4_b1.plan" total 2)
+[[ "$line" == *"--keep_params_gathered"*"step $step_now -> $step_keep ms (collectives exposed "*" -> $exp_keep ms"*": fits" ]] \
+  && awk -v a="$step_now" -v b="$step_keep" 'BEGIN { exit !(b < 0.95 * a) }' \
+  && ok "7B FSDP 4 batch 1: --keep_params_gathered suggested, $step_now -> $step_keep ms (its own plan's numbers)" \
+  || bad "7B FSDP 4 batch 1: suggestion '$line' (keep plan: step $step_keep, exposed $exp_keep)"
+for f in fsdp4_b16 fsdp4_keep one_b1; do
+  ! grep -q "^faster, predicted" "$tmp/7b_t_$f.plan" && ok "7B $f: no --keep_params_gathered suggestion" \
+    || bad "7B $f: suggests $(grep '^faster' "$tmp/7b_t_$f.plan")"
+done
 
 # GEMM linear in tokens (batch 2 -> 4 at one micro-batch), attention quadratic in T (seq 256 ->
 # 512 at the same tokens per step: x2 per token), collectives = bytes / link bandwidth
