@@ -51,8 +51,9 @@
 // --offload_optimizer (assumptions, no measurement): host memory bandwidth per rank 50 GB/s, a
 // STREAM-like 0.7 of a dual-socket DDR5-4800 node (2 x 8 channels x 38.4 GB/s = 614 GB/s)
 // shared by 8 GPUs (77 GB/s each at peak), rounded down; PCIe Gen5 x16 at 50 GB/s per
-// direction (0.8 of 64 GB/s). The copies run in both directions at once and behind the host
-// AdamW (src/fsdp.c offload pipeline), so the longer of host and PCIe time counts.
+// direction (0.8 of 64 GB/s). The copies run behind the host AdamW (src/fsdp.c offload
+// pipeline), so the longer of host and PCIe time counts; both directions share one copy stream
+// (src/backend_cuda.c), so they do not overlap each other: the PCIe time is their sum.
 #define PLAN_HOST_BYTES_PER_S 50e9
 #define PLAN_PCIE_BYTES_PER_S 50e9
 // Collectives at the link's peak per direction (no derating: no measured NCCL figure for
@@ -278,7 +279,7 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
     t->comm_exposed_s = root + all_reduce + (layer_rs - rs_hidden) + pos(ag_fwd - fwd_cover) +
                         pos(ag_bwd + rs_hidden - phase[PLAN_PHASE_BWD]);
     t->comm_hidden_s = t->link_s - t->comm_exposed_s;
-    const double pcie = fmax(p->offload_d2h_bytes, p->offload_h2d_bytes) / PLAN_PCIE_BYTES_PER_S;
+    const double pcie = (p->offload_d2h_bytes + p->offload_h2d_bytes) / PLAN_PCIE_BYTES_PER_S;
     t->offload_s = fmax(p->offload_host_bytes / PLAN_HOST_BYTES_PER_S, pcie);
     t->total_s = t->comm_exposed_s + t->offload_s;
     for (int k = 0; k < PLAN_OP_CLASS_COUNT; k++) t->total_s += t->class_s[k];
@@ -337,7 +338,7 @@ void plan_print_step_time(FILE *out, const plan *p) {
         "collectives not hidden: root gather/reduce, replica all-reduce, layer traffic beyond its phase's compute");
     if (p->req.offload_optimizer)
         ROW("offload", 1e3 * t[j].offload_s, "%15.2f",
-            "host AdamW at 50 GB/s of host memory, PCIe copies at 50 GB/s each way: the longer (assumed; "
+            "host AdamW at 50 GB/s of host memory, PCIe copies at 50 GB/s, one direction at a time: the longer (assumed; "
             "after the backward with clipping, --max_grad_norm 0 overlaps the layers' part with it)");
     ROW("total", 1e3 * t[j].total_s, "%15.2f", "the step");
     ROW("comm_hidden", 1e3 * t[j].comm_hidden_s, "%15.2f",

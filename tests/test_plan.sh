@@ -313,8 +313,8 @@ for job in "fsdp4_b1:--world_size 4" "fsdp4_b16:--world_size 4 --batch_size_per_
   [ -n "$mfu" ] && [ -n "$tps" ] && ok "7B $name: H100 predicted MFU $mfu%, $tps tokens/s/GPU" || bad "7B $name: no MFU/tokens per s"
 done
 # --offload_optimizer: the offload row prices the host AdamW (28 + 2 bytes of host memory per
-# element of this rank's slice, at the assumed 50 GB/s; PCIe moves 4 + 2 bytes at 50 GB/s each
-# way, less), and the device optimizer op keeps 8 bytes per element (zero + norm) of its 38
+# element of this rank's slice, at the assumed 50 GB/s; PCIe moves 4 + 2 bytes at 50 GB/s, one
+# direction at a time, less), and the device optimizer op keeps 8 bytes per element (zero + norm) of its 38
 for name in one_off:1 fsdp4_off:4; do
   f="$tmp/7b_t_${name%%:*}.plan"; S=${name#*:}
   want=$(awk -v p=$P -v s=$S 'BEGIN { printf "%.2f", 1e3 * (p / s) * 30 / 50e9 }')
