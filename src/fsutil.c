@@ -234,22 +234,17 @@ static double read_number(const char *path) {
     return v;
 }
 
-// Lower *room to what the memory limits of cgroup `cg` (a path in the hierarchy mounted at
-// dir) and of its ancestors leave, naming the tightest in what[n].
-static void cgroup_room(const char *dir, const char *cg, const char *max_file, const char *cur_file, double *room,
-                        char *what, size_t n) {
+// Lower *limit to the memory limits (file `max_file`) of cgroup `cg` (a path in the hierarchy
+// mounted at dir) and of its ancestors, naming the tightest in what[n].
+static void cgroup_limit(const char *dir, const char *cg, const char *max_file, double *limit, char *what, size_t n) {
     char path[2 * FT_PATH_MAX + 32], q[FT_PATH_MAX];   // (room for dir + q + the file: no truncation)
     snprintf(q, sizeof q, "%s", cg);
     for (;;) {
         snprintf(path, sizeof path, "%s%s/%s", dir, strcmp(q, "/") == 0 ? "" : q, max_file);
         const double max = read_number(path);
-        if (max >= 0 && max < 0x1p60) {   // v1 writes about 2^63 for "no limit"
-            snprintf(path, sizeof path, "%s%s/%s", dir, strcmp(q, "/") == 0 ? "" : q, cur_file);
-            const double cur = read_number(path), left = max - (cur > 0 ? cur : 0);
-            if (left < *room) {
-                *room = left > 0 ? left : 0;
-                snprintf(what, n, "cgroup %s: %s", q, max_file);
-            }
+        if (max >= 0 && max < 0x1p60 && max < *limit) {   // (v1 writes about 2^63 for "no limit")
+            *limit = max;
+            snprintf(what, n, "cgroup %s: %s", q, max_file);
         }
         char *slash = strrchr(q, '/');
         if (!slash || strcmp(q, "/") == 0) return;
@@ -258,33 +253,33 @@ static void cgroup_room(const char *dir, const char *cg, const char *max_file, c
     }
 }
 
-int fs_host_memory_available(const char *root, double *bytes, char *what, size_t n) {
+int fs_host_memory_limit(const char *root, double *bytes, char *what, size_t n) {
     char path[FT_PATH_MAX], line[FT_PATH_MAX];
     snprintf(path, sizeof path, "%s/proc/meminfo", root);
     FILE *f = fopen(path, "r");
     if (!f) return ft_error("%s: %s", path, strerror(errno));
-    double avail_kb = -1;
+    double total_kb = -1;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &avail_kb) == 1) break;
+        if (sscanf(line, "MemTotal: %lf kB", &total_kb) == 1) break;
     fclose(f);
-    if (avail_kb < 0) return ft_error("%s: no MemAvailable line", path);
-    *bytes = avail_kb * 1024;
-    snprintf(what, n, "MemAvailable");
+    if (total_kb < 0) return ft_error("%s: no MemTotal line", path);
+    *bytes = total_kb * 1024;
+    snprintf(what, n, "MemTotal");
     snprintf(path, sizeof path, "%s/proc/self/cgroup", root);
-    if (!(f = fopen(path, "r"))) return 0;   // no cgroups: the kernel's figure alone
+    if (!(f = fopen(path, "r"))) return 0;   // no cgroups: the machine's memory alone
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         char dir[FT_PATH_MAX];
         if (strncmp(line, "0::", 3) == 0) {   // v2: "0::/path"
             snprintf(dir, sizeof dir, "%s/sys/fs/cgroup", root);
-            cgroup_room(dir, line + 3, "memory.max", "memory.current", bytes, what, n);
+            cgroup_limit(dir, line + 3, "memory.max", bytes, what, n);
         } else {   // v1: "N:controllers:/path", the memory controller's hierarchy
             char *c = strchr(line, ':'), *p = c ? strchr(c + 1, ':') : NULL;
             if (!p) continue;
             *p = '\0';
             if (strcmp(c + 1, "memory") != 0 && !strstr(c + 1, "memory,") && !strstr(c + 1, ",memory")) continue;
             snprintf(dir, sizeof dir, "%s/sys/fs/cgroup/memory", root);
-            cgroup_room(dir, p + 1, "memory.limit_in_bytes", "memory.usage_in_bytes", bytes, what, n);
+            cgroup_limit(dir, p + 1, "memory.limit_in_bytes", bytes, what, n);
         }
     }
     fclose(f);

@@ -43,11 +43,12 @@ void fs_unlock_dir(const char *dir, int fd, int remove_dir);
 // why[n]. No ft_error: the caller decides what it means.
 int fs_still_at(int fd, const char *path, char *why, size_t n);
 
-// Host memory this process can still take: the smaller of the kernel's MemAvailable
-// (<root>/proc/meminfo) and the room under every memory limit of its cgroup and the cgroup's
-// ancestors (v2: memory.max - memory.current; v1: memory.limit_in_bytes -
-// memory.usage_in_bytes; "max" and v1's near-2^63 values mean no limit), as a Slurm job's
-// --mem sets one on its job's cgroup. `root`: "" for this machine (tests give a fake tree).
-// *bytes, and in what[n] which bound it ("MemAvailable", "cgroup /job_5: memory.max").
-// 0, or -1 naming the meminfo file when it cannot be read.
-int fs_host_memory_available(const char *root, double *bytes, char *what, size_t n);
+// The host memory this process may use at most: the smaller of the machine's MemTotal
+// (<root>/proc/meminfo) and every memory limit of its cgroup and the cgroup's ancestors (v2:
+// memory.max; v1: memory.limit_in_bytes; "max" and v1's near-2^63 value mean none), as a
+// Slurm job's --mem sets one on its job's cgroup. Limits, not what is free now: ranks of one
+// job checking at slightly different times must not see each other's allocations. `root`: ""
+// for this machine (tests give a fake tree). *bytes, and in what[n] which bound it
+// ("MemTotal", "cgroup /job_5: memory.max"). 0, or -1 naming the meminfo file when it cannot
+// be read.
+int fs_host_memory_limit(const char *root, double *bytes, char *what, size_t n);

@@ -259,12 +259,13 @@ static int out_dir_still_there(job *j, const char *after) { return agree(j, chec
 // setup and teardown
 
 // --offload_optimizer: the planned host bytes of the ranks on this node, pinned (never swapped
-// out), must fit in what the host can still give this job, less HOST_MEMORY_RESERVE of it for
-// everything else the processes hold: the smaller of the kernel's MemAvailable and the room
-// under the job's cgroup memory limit (a Slurm job's --mem; exceeding it gets the job killed,
-// not refused) (fs_host_memory_available). FT_HOST_MEMORY_BYTES replaces that figure (taken as
-// is, no reserve): a cap, and the tests' way to plan a small host. Checked before anything is
-// allocated. 0 / -1.
+// out), must fit in the host memory this job may use, less HOST_MEMORY_RESERVE of it for
+// everything else the processes hold: the smaller of the machine's memory and the job's cgroup
+// memory limits (a Slurm job's --mem: going past it gets the job killed while pinning, not
+// refused) (fs_host_memory_limit: limits, not free memory, so that ranks checking at slightly
+// different times do not count each other's pinned buffers). FT_HOST_MEMORY_BYTES replaces
+// that figure (taken as is, no reserve): a cap, and the tests' way to plan a small host.
+// Checked before anything is allocated. 0 / -1.
 #define HOST_MEMORY_RESERVE 0.10
 static int check_host_memory(const plan *p, int ranks_on_node) {
     const size_t need = p->bytes[MEM_HOST] * (size_t)ranks_on_node;
@@ -273,7 +274,7 @@ static int check_host_memory(const plan *p, int ranks_on_node) {
     char what[FT_PATH_MAX + 32] = "FT_HOST_MEMORY_BYTES";
     double have = env ? strtod(env, NULL) : 0;
     if (!env) {
-        if (fs_host_memory_available("", &have, what, sizeof what) != 0) {   // unknown: let the allocation decide
+        if (fs_host_memory_limit("", &have, what, sizeof what) != 0) {   // unknown: let the allocation decide
             ft_error_clear();
             return 0;
         }
@@ -281,7 +282,7 @@ static int check_host_memory(const plan *p, int ranks_on_node) {
     }
     if ((double)need > have)
         return ft_error("flag --offload_optimizer: the optimizer state needs %.2f GiB of pinned host memory on this node "
-                        "(%.2f GiB per rank x %d rank(s)), %.2f GiB are available (%s%s)", need / 1073741824.0,
+                        "(%.2f GiB per rank x %d rank(s)), this job may use %.2f GiB (%s%s)", need / 1073741824.0,
                         p->bytes[MEM_HOST] / 1073741824.0, ranks_on_node, have / 1073741824.0, what,
                         env ? "" : ", less the share kept for the rest of the job");
     return 0;

@@ -11,9 +11,10 @@
 //   (held open, its inode number cannot be reused: told apart even on a file system that would
 //   reuse it), and one removed outright; and fs_unlock_dir leaves alone a .lock at OUT that is
 //   not its own (another job's, in a directory made in place of the removed one).
-//   fs_host_memory_available on a table of fake /proc + /sys/fs/cgroup trees: MemAvailable
-//   alone, cgroup v2 limits (the job's, nested ones, a loose one, usage above the limit, the
-//   namespace root's), v1's limit and its "no limit" value, and a missing meminfo refused.
+//   fs_host_memory_limit on a table of fake /proc + /sys/fs/cgroup trees: MemTotal alone,
+//   cgroup v2 limits (the job's, with usage not counted; nested ones either way round; one
+//   above the machine's memory; the namespace root's), v1's limit and its "no limit" value,
+//   and a meminfo without MemTotal or missing refused.
 // Runtime: well under a second.
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -68,7 +69,7 @@ static int refused_in_child(const char *dir) {
 }
 
 // ----------------------------------------------------------------------------
-// fs_host_memory_available on fake /proc and /sys/fs/cgroup trees
+// fs_host_memory_limit on fake /proc and /sys/fs/cgroup trees
 
 #define GIB 1073741824.0
 typedef struct {
@@ -79,31 +80,31 @@ typedef struct {
 } memory_case;
 
 static const memory_case memory_cases[] = {
-    {"MemAvailable alone (no cgroup file)", {"proc/meminfo=MemTotal: 16777216 kB\nMemAvailable: 8388608 kB\n"}, 8, "MemAvailable"},
-    {"v2: the job's memory.max - memory.current (a step below without a limit)",
-     {"proc/meminfo=MemAvailable: 8388608 kB\n", "proc/self/cgroup=0::/job_1/step_0\n",
-      "sys/fs/cgroup/job_1/memory.max=4294967296\n", "sys/fs/cgroup/job_1/memory.current=1073741824\n",
-      "sys/fs/cgroup/job_1/step_0/memory.max=max\n"}, 3, "cgroup /job_1: memory.max"},
+    {"MemTotal alone (no cgroup file)", {"proc/meminfo=MemTotal: 16777216 kB\nMemAvailable: 1048576 kB\n"}, 16, "MemTotal"},
+    {"v2: the job's memory.max (a step below without a limit; usage does not count)",
+     {"proc/meminfo=MemTotal: 16777216 kB\n", "proc/self/cgroup=0::/job_1/step_0\n",
+      "sys/fs/cgroup/job_1/memory.max=4294967296\n", "sys/fs/cgroup/job_1/memory.current=3221225472\n",
+      "sys/fs/cgroup/job_1/step_0/memory.max=max\n"}, 4, "cgroup /job_1: memory.max"},
     {"v2: the tighter of two nested limits",
-     {"proc/meminfo=MemAvailable: 8388608 kB\n", "proc/self/cgroup=0::/a/b\n", "sys/fs/cgroup/a/memory.max=6442450944\n",
-      "sys/fs/cgroup/a/b/memory.max=2147483648\n", "sys/fs/cgroup/a/b/memory.current=536870912\n"}, 1.5, "cgroup /a/b"},
-    {"v2: a limit looser than MemAvailable leaves MemAvailable",
-     {"proc/meminfo=MemAvailable: 1048576 kB\n", "proc/self/cgroup=0::/j\n", "sys/fs/cgroup/j/memory.max=8589934592\n"}, 1,
-     "MemAvailable"},
-    {"v2: usage above the limit: nothing left",
-     {"proc/meminfo=MemAvailable: 1048576 kB\n", "proc/self/cgroup=0::/j\n", "sys/fs/cgroup/j/memory.max=1000\n",
-      "sys/fs/cgroup/j/memory.current=5000\n"}, 0, "cgroup /j"},
+     {"proc/meminfo=MemTotal: 16777216 kB\n", "proc/self/cgroup=0::/a/b\n", "sys/fs/cgroup/a/memory.max=6442450944\n",
+      "sys/fs/cgroup/a/b/memory.max=2147483648\n"}, 2, "cgroup /a/b"},
+    {"v2: the outer limit tighter than the inner one",
+     {"proc/meminfo=MemTotal: 16777216 kB\n", "proc/self/cgroup=0::/a/b\n", "sys/fs/cgroup/a/memory.max=1073741824\n",
+      "sys/fs/cgroup/a/b/memory.max=2147483648\n"}, 1, "cgroup /a: memory.max"},
+    {"v2: a limit above the machine's memory leaves MemTotal",
+     {"proc/meminfo=MemTotal: 1048576 kB\n", "proc/self/cgroup=0::/j\n", "sys/fs/cgroup/j/memory.max=8589934592\n"}, 1,
+     "MemTotal"},
     {"v2: the namespace root's own limit (cgroup /)",
-     {"proc/meminfo=MemAvailable: 8388608 kB\n", "proc/self/cgroup=0::/\n", "sys/fs/cgroup/memory.max=2147483648\n"}, 2,
+     {"proc/meminfo=MemTotal: 16777216 kB\n", "proc/self/cgroup=0::/\n", "sys/fs/cgroup/memory.max=2147483648\n"}, 2,
      "cgroup /: memory.max"},
-    {"v1: the memory controller's limit",
-     {"proc/meminfo=MemAvailable: 8388608 kB\n", "proc/self/cgroup=12:cpu,cpuacct:/slurm\n5:memory:/slurm/job_9\n",
-      "sys/fs/cgroup/memory/slurm/job_9/memory.limit_in_bytes=2147483648\n",
-      "sys/fs/cgroup/memory/slurm/job_9/memory.usage_in_bytes=536870912\n"}, 1.5, "memory.limit_in_bytes"},
+    {"v1: the memory controller's limit (other controllers' lines skipped)",
+     {"proc/meminfo=MemTotal: 16777216 kB\n", "proc/self/cgroup=12:cpu,cpuacct:/slurm\n5:memory:/slurm/job_9\n",
+      "sys/fs/cgroup/memory/slurm/job_9/memory.limit_in_bytes=3221225472\n",
+      "sys/fs/cgroup/memory/slurm/memory.limit_in_bytes=9223372036854771712\n"}, 3, "memory.limit_in_bytes"},
     {"v1: no limit (the near-2^63 default)",
-     {"proc/meminfo=MemAvailable: 4194304 kB\n", "proc/self/cgroup=5:memory:/\n",
-      "sys/fs/cgroup/memory/memory.limit_in_bytes=9223372036854771712\n"}, 4, "MemAvailable"},
-    {"no MemAvailable line: an error", {"proc/meminfo=MemTotal: 1 kB\n"}, -1, "no MemAvailable"},
+     {"proc/meminfo=MemTotal: 4194304 kB\n", "proc/self/cgroup=5:memory:/\n",
+      "sys/fs/cgroup/memory/memory.limit_in_bytes=9223372036854771712\n"}, 4, "MemTotal"},
+    {"no MemTotal line: an error", {"proc/meminfo=MemAvailable: 1 kB\n"}, -1, "no MemTotal"},
     {"no meminfo: an error", {NULL}, -1, "proc/meminfo"},
 };
 
@@ -128,7 +129,7 @@ static void test_host_memory(const char *base) {
         write_tree(root, c);
         double got = -2;
         ft_error_clear();
-        const int rc = fs_host_memory_available(root, &got, what, sizeof what);
+        const int rc = fs_host_memory_limit(root, &got, what, sizeof what);
         if (c->want_gib < 0)
             EXPECT(rc == -1 && strstr(ft_error_message(), c->want_what), "%s: rc %d, '%s'", c->name, rc, ft_error_message());
         else
@@ -141,7 +142,7 @@ static void test_host_memory(const char *base) {
     ft_error_clear();
     double here = 0;
     char what[256];
-    EXPECT(fs_host_memory_available("", &here, what, sizeof what) == 0 && here > 0, "this machine: %.2f GiB (%s) %s",
+    EXPECT(fs_host_memory_limit("", &here, what, sizeof what) == 0 && here > 0, "this machine: %.2f GiB (%s) %s",
            here / GIB, what, ft_error_message());
 }
 

@@ -86,8 +86,8 @@ run 1 "$tmp/lora_ref" "${lora[@]}"; run 1 "$tmp/lora_off" "${lora[@]}" --offload
 
 # ---------------------------------------------------------------- 4. not enough host memory
 # planned and checked before anything is allocated or written (FT_HOST_MEMORY_BYTES stands in
-# for what MemAvailable and the cgroup memory limits leave, src/fsutil.c, tested in
-# test_fsutil): one line, non-zero exit, no output directory
+# for the smaller of the machine's memory and the cgroup memory limits, src/fsutil.c, tested
+# in test_fsutil): one line, non-zero exit, no output directory
 FT_HOST_MEMORY_BYTES=64e9 expect_error "flag --offload_optimizer: the optimizer state needs 77.26 GiB of pinned host memory" \
   --model_dir data/configs/codellama-7b --offload_optimizer --out_dir "$tmp/nomem7b"
 FT_HOST_MEMORY_BYTES=1000 expect_error "flag --offload_optimizer: the optimizer state needs" --offload_optimizer --out_dir "$tmp/nomem"
