@@ -175,16 +175,20 @@ test-slurm: $(BUILD)/finetune $(TOOL_BINS)
 # and the Slurm test.
 check: test test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.mk)),nvcc-check) test-slurm
 
-# README's first command: train the bundled tiny model on the bundled chess games (CPU)
+# README's first command: train the bundled tiny model on the bundled chess games (CPU).
+# RUN_STEPS and RUN_OUT change the length and the output directory alone (tests/test_make_run.sh
+# runs it short); RUN_FLAGS replaces all the flags.
+RUN_STEPS ?= 1000
+RUN_OUT ?= out/default
 RUN_FLAGS ?= --pack --seq_len 256 --batch_size_per_device 8 --total_batch_size 16 --learning_rate 5e-3 \
-             --max_steps 1000 --eval_every 250 --save_every 250 --sample_tokens 40 --sample_games 64 \
-             --out_dir out/default --overwrite_out_dir
+             --max_steps $(RUN_STEPS) --eval_every 250 --save_every 250 --sample_tokens 40 --sample_games 64 \
+             --out_dir $(RUN_OUT) --overwrite_out_dir
 run: $(BUILD)/finetune
 	$(BUILD)/finetune --model_dir data/model --data_dir data/chess $(RUN_FLAGS)
-	@if command -v stockfish >/dev/null || [ -x /usr/games/stockfish ]; then python3 scripts/legal_moves.py out/default; \
+	@if command -v stockfish >/dev/null || [ -x /usr/games/stockfish ]; then python3 scripts/legal_moves.py $(RUN_OUT); \
 	 else echo "(apt-get install stockfish to check the sampled moves' legality)"; fi
-	@if python3 -c 'import matplotlib' 2>/dev/null; then python3 scripts/plot_metrics.py out/default; \
-	 else echo "(pip install matplotlib, then python3 scripts/plot_metrics.py out/default draws the curves)"; fi
+	@if python3 -c 'import matplotlib' 2>/dev/null; then python3 scripts/plot_metrics.py $(RUN_OUT); \
+	 else echo "(pip install matplotlib, then python3 scripts/plot_metrics.py $(RUN_OUT) draws the curves)"; fi
 
 clean:
 	rm -rf build out
