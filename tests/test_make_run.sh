@@ -12,7 +12,8 @@ build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_make_run
 [ -x "$bin" ] || { bad "$bin not built"; finish; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-out=$(make -s --no-print-directory run BUILD="$build" RUN_STEPS=20 RUN_OUT="$tmp/default" 2>&1); rc=$?
+# -o: the binary the suite tests is used as it is (never rebuilt under the other suites)
+out=$(make -s --no-print-directory -o "$build/finetune" run BUILD="$build" RUN_STEPS=20 RUN_OUT="$tmp/default" 2>&1); rc=$?
 check "make run RUN_STEPS=20: exit 0 (rc $rc)" test "$rc" = 0
 [ "$rc" = 0 ] || printf '%s\n' "$out" | tail -5
 check "the default job's flags (pack, seq 256, batch 8 of 16, lr 5e-3, 40 tokens x 64 games)" \
