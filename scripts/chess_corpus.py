@@ -108,7 +108,7 @@ def check_game(path, where, moves, result):
     if not isinstance(moves, list) or not moves or not all(isinstance(m, str) for m in moves):
         raise CorpusError("%s: %s: Moves is not a non-empty list of strings" % (path, where))
     for ply, m in enumerate(moves, 1):
-        if not UCI_MOVE.match(m):
+        if not UCI_MOVE.fullmatch(m):   # (match's $ also passes "e2e4\n")
             raise CorpusError("%s: %s: malformed move %r at ply %d (not UCI like e2e4 or e7e8q)" % (path, where, m, ply))
     if result not in RESULTS:
         raise CorpusError("%s: %s: Result %r is not one of %s" % (path, where, result, ", ".join(RESULTS)))
@@ -211,7 +211,7 @@ def move_checker():
         board = chess.Board()
         for ply, m in enumerate(moves, 1):
             try:
-                move = chess.Move.from_uci(m) if UCI_MOVE.match(m) else None
+                move = chess.Move.from_uci(m) if UCI_MOVE.fullmatch(m) else None
             except ValueError:
                 move = None
             if move is None:

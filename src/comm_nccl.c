@@ -24,8 +24,9 @@
 // stream synchronisations, which poll under the watchdog's deadline. Each communicator
 // registers with the watchdog: its asynchronous errors (ncclCommGetAsyncError) end a wait
 // at once, the oldest of its collectives not yet complete (an event recorded after each)
-// is named in the timeout message, and on a timeout ncclCommAbort ends its kernels, so the
-// streams that wait on them drain.
+// is named in the timeout message. On a timeout the job ends through main's end callback
+// (the process's exit ends the NCCL kernels); the abort hook (ncclCommAbort) runs only where
+// there is none (library tests): it could hang on a stream waiting on another communicator.
 //
 // NCCL is loaded at run time (nccl_load), not linked: it is not part of the CUDA toolkit and
 // only GPU jobs of more than one rank need it, so a machine without it still runs CPU and

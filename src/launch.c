@@ -48,7 +48,7 @@ int launch_env_world_size(void) {
 // MPI), and the variable saying so; 1 when none does. A batch script's own shell sets none
 // of these (SLURM_NTASKS, which it sets, is the allocation's, not a step's).
 static int launch_env_tasks(const char **var) {
-    static const char *vars[] = {"SLURM_STEP_NUM_TASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", NULL};
+    static const char *vars[] = {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", NULL};   // ranks first
     for (int i = 0; vars[i]; i++)
         if (getenv(vars[i]) && atoi(getenv(vars[i])) > 1) {
             *var = vars[i];
@@ -218,6 +218,9 @@ static int data_plane_open(launch *L, int S) {
     if (id_rc != 0 || rc != 0) return -1;
     if (memcmp(got, zero, sizeof got) == 0)
         return ft_error("rank %d: rank 0 could not create NCCL's unique id (rank 0's error says why)", L->rank);
+    // from here a failure on one rank leaves the others inside NCCL's init or split, which
+    // have no deadline: launch_close ends the job (launch_abort) instead of tearing down
+    L->nccl_setup = 1;
     size_t free_before = 0, free_after = 0;
     TRY(backend_cuda_free_bytes(&free_before));
     TRY(comm_nccl_init(&L->dworld, NULL, L->rank, L->W, got, -1));
@@ -328,6 +331,7 @@ void launch_close(launch *L, int rc, int failure_agreed) {
     watchdog_set_phase("teardown");
     if (L->ready && L->mpi && rc == 0 && L->W > 1) (void)comm_barrier(&L->world);
     if (!L->ready) {   // setup failed, agreed (or before the groups existed): no group is in use
+        if (rc == -1 && L->W > 1 && L->nccl_setup) launch_abort(L);   // ... but for NCCL's setup (above)
         data_plane_close(L);
         backend_close(L->be);
 #ifdef FT_HAVE_MPI

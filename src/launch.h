@@ -21,6 +21,7 @@ typedef struct {
     int dshard_own, dreplica_own;   // dshard / dreplica were created (not the world group)
     int n_nccl;                     // NCCL communicators created (the bootstrap line; the plan's count)
     size_t nccl_bytes;              // device memory they took (cudaMemGetInfo before - after; bootstrap line)
+    int nccl_setup;                 // the NCCL id was shared: a later setup failure is not agreed
     int ready;                      // launch_open succeeded
 } launch;
 
@@ -47,6 +48,7 @@ void launch_abort(const launch *L) __attribute__((noreturn));
 // Tear down after the job returned rc: a failure this rank saw but not every rank knows
 // (rc == -1, several ranks, !failure_agreed) would leave the others waiting in a collective,
 // so it ends the job at once (launch_abort: MPI_Abort, or _exit(1) under PMI2, before any
-// communicator is destroyed, which would wait for them); otherwise the groups are destroyed,
-// the device closed and the runtime finalized.
+// communicator is destroyed, which would wait for them), and so does a setup failure once the
+// NCCL communicators were being created (the others wait in NCCL's init or split, which have
+// no deadline); otherwise the groups are destroyed, the device closed and the runtime finalized.
 void launch_close(launch *L, int rc, int failure_agreed);

@@ -89,9 +89,12 @@ int sample_vocab_load(vocab *v, const char *path, int n) {
 }
 
 // Length of the valid UTF-8 sequence at s[0 .. n-1], or 0 if it is not one (overlong forms,
-// surrogates and code points above U+10FFFF are invalid, as in transformers' decoder).
+// surrogates and code points above U+10FFFF are invalid, as in transformers' decoder; so is
+// NUL here, which would end the C string: a "<0x00>" piece, CodeLlama's id 3, makes its run
+// U+FFFD rather than cut the sample short).
 static int utf8_seq_len(const unsigned char *s, size_t n) {
     const unsigned c = s[0];
+    if (c == 0) return 0;
     const int len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
     if (len == 0 || (size_t)len > n) return 0;
     for (int i = 1; i < len; i++)
@@ -246,6 +249,8 @@ int sampler_continue(sampler *sp, int game, uint64_t seed) {
         if (next == eos) { ended = 1; break; }
     }
     const int n_cont = n - len - ended;   // the sampled tokens, without the EOS that ended them
+    // (decoded apart: a character whose byte pieces straddle the prompt's end shows as U+FFFD
+    // on both sides, where transformers decoding the whole game would join it)
     char *ptext = NULL, *ctext = NULL;
     if (rc == 0 && sp->rank == 0) rc = sample_vocab_decode(&sp->vocab, tokens, len, &ptext);
     if (rc == 0 && sp->rank == 0) rc = sample_vocab_decode(&sp->vocab, tokens + len, n_cont, &ctext);

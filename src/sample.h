@@ -30,8 +30,9 @@ void sample_vocab_free(sample_vocab *v);
 // (+ ByteFallback) tokenizer: special and unknown ids dropped, U+2581 -> ' ', a run of byte
 // pieces joined into its bytes when they form valid UTF-8, else one U+FFFD per byte piece (a
 // special token inside a run does not end it), so the text is always valid UTF-8 (samples.jsonl
-// needs that). Unlike transformers the leading space is kept, and a "<0x00>" piece ends the
-// C string. *out: malloc'ed, NUL-terminated, "" for no text. 0 / -1.
+// needs that). Unlike transformers the leading space is kept, and a run holding a "<0x00>"
+// piece counts as invalid (U+FFFD per byte: a NUL would end the C string). *out: malloc'ed,
+// NUL-terminated, "" for no text. 0 / -1.
 int sample_vocab_decode(const sample_vocab *v, const int32_t *ids, int n, char **out);
 
 typedef struct {

@@ -133,6 +133,8 @@ expect_tok_error "illegal.jsonl: line 4: illegal move 'g2g4' at ply 10" "$TMP/ne
 expect_tok_error "malformed.parquet: row 5: malformed move 'e2e9' at ply 7" "$TMP/new9" --games "$IN/malformed.parquet" "${T[@]}"
 printf '{"text": "e2e4 e7e5 g1f3 1-0"}\n{"text": "the quick brown fox 1-0"}\n' > "$TMP/prose.jsonl"
 expect_tok_error "prose.jsonl: line 2: malformed move 'the' at ply 1" "$TMP/new10" --games "$TMP/prose.jsonl" "${T[@]}"
+printf '{"Moves": ["e2e4\\n", "e7e5"], "Result": "1-0"}\n' > "$TMP/newline.jsonl"   # (a regex's $ passes "e2e4\n")
+expect_tok_error "newline.jsonl: line 1: malformed move 'e2e4\\n' at ply 1" "$TMP/new12" --games "$TMP/newline.jsonl" "${T[@]}"
 printf '{"text": "e2e4 e7e5 Nf3 1-0"}\n' > "$TMP/san.jsonl"
 expect_tok_error "san.jsonl: line 1: malformed move 'Nf3' at ply 3 (not UCI" "$TMP/new11" --games "$TMP/san.jsonl" "${T[@]}"
 expect_tok_error "illegal.pgn: game 2: illegal san: 'Ke4'" "$TMP/new5" --games "$IN/illegal.pgn" "${T[@]}"

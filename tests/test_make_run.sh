@@ -6,7 +6,7 @@
 # default flags; 20 train records and a final evaluation in metrics.jsonl; final/ holds the
 # Hugging Face export; samples.jsonl holds the 64 sampled games; Stockfish judged them (when
 # it is installed: scripts/deps.sh installs it for the tests, so a failure under CI=true); the
-# plot step ran or named how to get matplotlib. About 40 s on 2 cores.
+# plot step ran or named how to get matplotlib. About 6 s on 2 cores.
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_make_run

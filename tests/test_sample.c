@@ -6,7 +6,8 @@
 // run), without one ("<0xHH>" stays text), ids outside the vocabulary, and validation games of
 // the bundled chess tokenizer (whose decoder strips one leading space, as the sampler's prompt
 // does). Every decoded text must also be valid UTF-8 (jansson refuses anything else in
-// samples.jsonl). A tokenizer.json that is not JSON is refused naming the file.
+// samples.jsonl). A "<0x00>" piece makes its run U+FFFD (a NUL would cut the text short); a
+// tokenizer.json that is not JSON is refused naming the file.
 // Runtime: well under a second.
 #include <jansson.h>
 #include <unistd.h>
@@ -56,6 +57,7 @@ int main(void) {
         if (!v || !want || !json_is_array(jids)) continue;
         int32_t ids[64];
         const int n = (int)json_array_size(jids);
+        EXPECT(n <= 64, "case %zu: %d ids, more than this test's 64", i, n);
         if (n > 64) continue;
         for (int t = 0; t < n; t++) ids[t] = (int32_t)json_integer_value(json_array_get(jids, (size_t)t));
         char *got = NULL;
@@ -80,14 +82,32 @@ int main(void) {
     for (int k = 0; k < n_tab; k++) sample_vocab_free(&tab[k].v);
     json_decref(root);
 
-    // a tokenizer.json that is not JSON: one error naming the file
+    // a "<0x00>" piece (CodeLlama's id 3): its run counts as invalid, U+FFFD per byte, rather
+    // than a NUL cutting the text short (transformers would keep the NUL; the golden cases
+    // leave byte 0 out)
     char path[] = "/tmp/test_sample_XXXXXX";
-    const int fd = mkstemp(path);
-    EXPECT(fd >= 0 && write(fd, "{\"model\":", 9) == 9, "temp file");
+    int fd = mkstemp(path);
+    static const char nul_tok[] = "{\"model\":{\"vocab\":{\"a\":0,\"<0x00>\":1,\"<0x41>\":2}},"
+                                  "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"}]}}";
+    EXPECT(fd >= 0 && write(fd, nul_tok, sizeof nul_tok - 1) == (ssize_t)(sizeof nul_tok - 1), "temp file");
     if (fd >= 0) close(fd);
     sample_vocab v;
-    EXPECT(sample_vocab_load(&v, path, 16) != 0 && strstr(ft_error_message(), path), "broken tokenizer.json: '%s'",
-           ft_error_message());
+    char *got = NULL;
+    const int32_t nul_ids[] = {0, 1, 2, 0};
+    EXPECT(sample_vocab_load(&v, path, 3) == 0 && sample_vocab_decode(&v, nul_ids, 4, &got) == 0 && got &&
+               strcmp(got, "a\xEF\xBF\xBD\xEF\xBF\xBD" "a") == 0,
+           "<0x00> <0x41>: '%s' (%s)", got ? got : "?", ft_error_message());
+    free(got);
+    sample_vocab_free(&v);
     unlink(path);
+
+    // a tokenizer.json that is not JSON: one error naming the file
+    char broken[] = "/tmp/test_sample_XXXXXX";
+    fd = mkstemp(broken);
+    EXPECT(fd >= 0 && write(fd, "{\"model\":", 9) == 9, "temp file");
+    if (fd >= 0) close(fd);
+    EXPECT(sample_vocab_load(&v, broken, 16) != 0 && strstr(ft_error_message(), broken), "broken tokenizer.json: '%s'",
+           ft_error_message());
+    unlink(broken);
     TEST_SUMMARY("test_sample");
 }
