@@ -111,11 +111,12 @@ static const memory_case memory_cases[] = {
 // Write each "path=content" of c under root (directories made as needed).
 static void write_tree(const char *root, const memory_case *c) {
     for (int i = 0; c->files[i]; i++) {
-        char path[512], cmd[600];
+        char path[512], dir[512];
         const char *eq = strchr(c->files[i], '=');
         snprintf(path, sizeof path, "%s/%.*s", root, (int)(eq - c->files[i]), c->files[i]);
-        snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", path);
-        EXPECT(system(cmd) == 0, "%s", cmd);
+        snprintf(dir, sizeof dir, "%s", path);
+        *strrchr(dir, '/') = '\0';
+        EXPECT(fs_mkdirs(dir) == 0, "mkdir -p %s: %s", dir, ft_error_message());
         FILE *f = fopen(path, "w");
         EXPECT(f && fputs(eq + 1, f) >= 0 && fclose(f) == 0, "write %s", path);
     }
@@ -124,7 +125,7 @@ static void write_tree(const char *root, const memory_case *c) {
 static void test_host_memory(const char *base) {
     for (size_t k = 0; k < sizeof memory_cases / sizeof *memory_cases; k++) {
         const memory_case *c = &memory_cases[k];
-        char root[300], cmd[400], what[256] = "";
+        char root[300], what[256] = "";
         snprintf(root, sizeof root, "%s/mem%zu", base, k);
         write_tree(root, c);
         double got = -2;
@@ -136,8 +137,7 @@ static void test_host_memory(const char *base) {
             EXPECT(rc == 0 && fabs(got / GIB - c->want_gib) < 1e-9 && strstr(what, c->want_what),
                    "%s: rc %d, %.6f GiB (want %g) from '%s' (want '%s'): %s", c->name, rc, got / GIB, c->want_gib, what,
                    c->want_what, ft_error_message());
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-        EXPECT(system(cmd) == 0, "%s", cmd);
+        EXPECT(fs_remove_tree(root) == 0 && access(root, F_OK) != 0, "rm -rf %s", root);
     }
     ft_error_clear();
     double here = 0;
