@@ -41,7 +41,17 @@ int loader_open(loader *ld, const char *dir, const char *prefix, int model_vocab
         ld->doc_base[i + 1] = ld->doc_base[i] + ld->shards[i].n_docs;
     }
     ld->n_docs = ld->doc_base[ld->n_shards];
-    ld->perm = ft_malloc(ld->n_docs * sizeof(uint64_t), "epoch permutation");
+    if (!pack) {   // a game of fewer than 2 tokens has no target: it is never a row
+        for (uint64_t g = 0; g < ld->n_docs; g++) ld->n_skipped += loader_game_len(ld, g) < 2;
+        if (ld->n_skipped) {
+            ld->row_doc = ft_malloc((ld->n_docs - ld->n_skipped) * sizeof(uint64_t), "row table");
+            if (!ld->row_doc) goto done;
+            for (uint64_t g = 0, r = 0; g < ld->n_docs; g++)
+                if (loader_game_len(ld, g) >= 2) ld->row_doc[r++] = g;
+        }
+    }
+    ld->n_perm = pack ? ld->n_docs : ld->n_docs - ld->n_skipped;
+    ld->perm = ft_malloc(ld->n_perm * sizeof(uint64_t), "epoch permutation");
     if (!ld->perm) goto done;
     if (pack) {
         ld->stream_off = ft_malloc((ld->n_docs + 1) * sizeof(uint64_t), "packed stream offsets");
@@ -50,7 +60,7 @@ int loader_open(loader *ld, const char *dir, const char *prefix, int model_vocab
         for (int s = 0; s < ld->n_shards; s++) total += ld->shards[s].n_tokens;
         ld->n_rows = total > 1 ? (total - 1) / (uint64_t)T : 0;
     } else {
-        ld->n_rows = ld->n_docs;
+        ld->n_rows = ld->n_perm;
     }
     if (ld->n_rows == 0) { ft_error("%s: the %s shards are too small for one row of %d tokens", dir, prefix, T); goto done; }
     rc = 0;
@@ -66,6 +76,7 @@ void loader_close(loader *ld) {
     free(ld->doc_base);
     free(ld->perm);
     free(ld->stream_off);
+    free(ld->row_doc);
     memset(ld, 0, sizeof *ld);
 }
 
@@ -76,6 +87,8 @@ uint64_t loader_fingerprint(const loader *ld) {
 }
 
 uint64_t loader_rows(const loader *ld) { return ld->n_rows; }
+
+uint64_t loader_skipped_games(const loader *ld) { return ld->n_skipped; }
 
 // global game index -> (shard, local index)
 static const token_shard *game_at(const loader *ld, uint64_t g, uint64_t *local) {
@@ -103,10 +116,10 @@ int32_t loader_game_token(const loader *ld, uint64_t g, uint64_t t) {
 }
 
 static void build_epoch(loader *ld, int epoch) {
-    for (uint64_t i = 0; i < ld->n_docs; i++) ld->perm[i] = i;
+    for (uint64_t i = 0; i < ld->n_perm; i++) ld->perm[i] = i;
     if (ld->shuffle) {
         uint64_t st = ld->seed * 0x100000001b3ull ^ (uint64_t)epoch * 0x9e3779b97f4a7c15ull;
-        for (uint64_t i = ld->n_docs - 1; i > 0; i--) {
+        for (uint64_t i = ld->n_perm - 1; i > 0; i--) {
             uint64_t j = rng_next(&st) % (i + 1);
             uint64_t t = ld->perm[i]; ld->perm[i] = ld->perm[j]; ld->perm[j] = t;
         }
@@ -147,7 +160,8 @@ int loader_fill_row(loader *ld, int epoch, uint64_t row, int32_t *tokens, int32_
     const int T = ld->T;
     if (!ld->pack) {
         uint64_t local;
-        const token_shard *s = game_at(ld, ld->perm[row], &local);
+        const uint64_t i = ld->perm[row];
+        const token_shard *s = game_at(ld, ld->row_doc ? ld->row_doc[i] : i, &local);
         return token_shard_fill_row(s, local, T, tokens, targets);
     }
     uint64_t base = row * (uint64_t)T, hint = 0;

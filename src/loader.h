@@ -2,7 +2,8 @@
 //
 // A "row" is one sequence of T input tokens and T targets. Two modes:
 //   games (default): row i of an epoch = game perm[i], truncated to T + 1 tokens, padded
-//                    with targets -100 (the tutorial's format).
+//                    with targets -100 (the tutorial's format); games of fewer than 2
+//                    tokens have no target and are left out.
 //   pack (--pack):   the epoch's games, in perm order, are one stream ([bos] game [eos] ...);
 //                    row i = stream[i*T .. i*T + T] (T inputs, T shifted targets).
 // perm is a seeded Fisher-Yates permutation per epoch (identity when shuffle is off), so row
@@ -21,7 +22,10 @@ typedef struct {
     int T, pack, shuffle;
     uint64_t seed;
     int epoch;               // epoch the tables below are built for (-1 = none)
-    uint64_t *perm;          // (n_docs) game order of `epoch`
+    uint64_t n_perm;         // games permuted: n_docs with pack, else the games of >= 2 tokens
+    uint64_t n_skipped;      // games: those of fewer than 2 tokens (no target; never a row)
+    uint64_t *row_doc;       // games, when n_skipped > 0: (n_perm) global index of each row's game
+    uint64_t *perm;          // (n_perm) order of `epoch`: of games (pack), else of row_doc's
     uint64_t *stream_off;    // pack: (n_docs + 1) stream offset of each perm position
     uint64_t n_rows;         // rows per epoch
 } loader;
@@ -40,6 +44,9 @@ uint64_t loader_fingerprint(const loader *ld);
 
 // Rows per epoch (the same for every epoch).
 uint64_t loader_rows(const loader *ld);
+// Games that are no row because they have no target (fewer than 2 tokens; games mode only, a
+// packed stream joins them to their neighbours): without them a step could have no target.
+uint64_t loader_skipped_games(const loader *ld);
 
 // Games of the shards (global index g: shard by shard in name order, then in file order), the
 // length of game g < loader_games in tokens, and its token t < that length.

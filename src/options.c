@@ -10,6 +10,7 @@
 #include "common.h"
 #include "lora.h"
 #include "model.h"
+#include "sample.h"
 #include "watchdog.h"
 
 // ----------------------------------------------------------------------------
@@ -36,7 +37,7 @@ static const flag_spec flags[] = {
     {"--batch_size_per_device", FLAG_INT, OPT(batch_size_per_device), 1, 4096, NULL, "sequences per forward pass on each device"},
     {"--total_batch_size", FLAG_INT, OPT(total_batch_size), 1, 1 << 24, NULL, "sequences per optimizer step over all ranks (gradient accumulation fills the rest)"},
     {"--seq_len", FLAG_INT, OPT(seq_len), 2, 1 << 20, NULL, "tokens per sequence; longer games are truncated"},
-    {"--pack", FLAG_BOOL, OPT(pack), 0, 1, NULL, "pack games back to back (separated by EOS/BOS) instead of one padded game per row"},
+    {"--pack", FLAG_BOOL, OPT(pack), 0, 1, NULL, "pack games back to back (separated by EOS/BOS) instead of one padded game per row; attention crosses games within a row, as transformers' run_clm group_texts"},
     {"--gradient_checkpointing", FLAG_BOOL, OPT(gradient_checkpointing), 0, 1, NULL, "keep only each layer's input, recompute in backward"},
     {"--learning_rate", FLAG_FLOAT, OPT(learning_rate), 0, 10, NULL, "peak AdamW learning rate"},
     {"--lr_schedule", FLAG_STR, OPT(lr_schedule), 0, 0, "linear|cosine|constant", "decay after warmup"},
@@ -57,6 +58,9 @@ static const flag_spec flags[] = {
     {"--save_dtype", FLAG_STR, OPT(save_dtype), 0, 0, "bf16|fp32", "dtype of the final Hugging Face export"},
     {"--sample_tokens", FLAG_INT, OPT(sample_tokens), 0, 100000, NULL, "after training, sample this many tokens continuing a validation game"},
     {"--sample_games", FLAG_INT, OPT(sample_games), 1, 10000, NULL, "with --sample_tokens: continue this many validation games (OUT/samples.jsonl)"},
+    {"--sample_temperature", FLAG_FLOAT, OPT(sample_temperature), 0, 100, NULL, "with --sample_tokens: softmax temperature (0 = greedy: the most likely token)"},
+    {"--sample_top_k", FLAG_INT, OPT(sample_top_k), 0, 1 << 30, NULL, "with --sample_tokens: draw from the k most likely tokens only (0 = all; transformers' generate defaults to 50)"},
+    {"--sample_top_p", FLAG_FLOAT, OPT(sample_top_p), 0, 1, NULL, "with --sample_tokens: draw from the smallest set of most likely tokens whose probability reaches p (1 = all)"},
     {"--peak_tflops", FLAG_FLOAT, OPT(peak_tflops), 0, 1e6, NULL, "device peak for MFU in TFLOP/s (0 = the GPU's published bf16 peak when known, else the measured matmul rate)"},
     {"--profile", FLAG_BOOL, OPT(profile), 0, 1, NULL, "print milliseconds per op per step (forward, backward, optimizer, comm; rank 0)"},
     {"--no_fsdp", FLAG_BOOL, OPT(no_fsdp), 0, 1, NULL, "replicate the model on every rank (DDP); with one rank: the single-device mode"},
@@ -85,7 +89,8 @@ static train_options options_default(void) {
         .learning_rate = 1e-5, .lr_schedule = "linear", .warmup_fraction = 0.1,
         .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
         .max_steps = 0, .epochs = 1, .seed = 42, .eval_every = 0, .max_eval_docs = 0, .save_every = 0,
-        .save_dtype = "bf16", .sample_tokens = 0, .sample_games = 1, .device = "cpu",
+        .save_dtype = "bf16", .sample_tokens = 0, .sample_games = 1, .sample_temperature = SAMPLE_TEMPERATURE,
+        .sample_top_k = 0, .sample_top_p = 1, .device = "cpu",
         .attention = "cudnn", .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S, .lora_alpha = 16,
         .lora_targets = "q,k,v,o",
     };
@@ -189,8 +194,13 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
     if (o->world_size > 0 && !o->dry_run)
         return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");
     TRY(model_lmhead_chunk_env_check());
-    if (o->sample_games != options_default().sample_games && o->sample_tokens == 0)   // (it sampled nothing, silently)
-        return ft_error("flag --sample_games needs --sample_tokens (how many tokens to sample per game)");
+    const train_options d = options_default();   // sampling flags without sampling: it sampled nothing, silently
+    const char *sampling = o->sample_games != d.sample_games ? "--sample_games"
+                           : o->sample_temperature != d.sample_temperature ? "--sample_temperature"
+                           : o->sample_top_k != d.sample_top_k ? "--sample_top_k"
+                           : o->sample_top_p != d.sample_top_p ? "--sample_top_p" : NULL;
+    if (sampling && o->sample_tokens == 0)
+        return ft_error("flag %s needs --sample_tokens (how many tokens to sample per game)", sampling);
     if (o->eval_only && o->sample_tokens > 0)   // (--eval_only writes nothing: it sampled nothing, silently)
         return ft_error("flag --sample_tokens: --eval_only writes nothing, samples neither; to sample from a finished "
                         "run's checkpoint, rerun it with --resume (it trains nothing more, then samples)");

@@ -156,17 +156,67 @@ int sample_vocab_decode(const vocab *v, const int32_t *ids, int n, char **out) {
 // ----------------------------------------------------------------------------
 // sampling
 
-static int sample_logits(const float *logits, int V, uint64_t *rng) {
-    float mx = logits[0];
-    for (int i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < V; i++) sum += exp((logits[i] - mx) / SAMPLE_TEMPERATURE);
-    double r = rng_uniform(rng) * sum, acc = 0;
-    for (int i = 0; i < V; i++) {
-        acc += exp((logits[i] - mx) / SAMPLE_TEMPERATURE);
-        if (acc >= r) return i;
+static int rank_descending(const void *a, const void *b) {
+    const sample_rank *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    // equal logits: the higher id first, the reverse of torch's stable ascending sort that
+    // transformers' top-p walks (so of tied ids at its boundary the same ones are dropped)
+    return (x->id < y->id) - (x->id > y->id);
+}
+
+int sample_probs(const float *logits, int V, const sample_params *p, sample_rank *order, double *probs) {
+    int top = 0;
+    for (int i = 1; i < V; i++) top = logits[i] > logits[top] ? i : top;
+    if (p->temperature == 0) {   // greedy: transformers' argmax (the first maximum)
+        memset(probs, 0, (size_t)V * sizeof *probs);
+        probs[top] = 1;
+        return 1;
     }
-    return V - 1;
+    const double inv_t = 1.0 / p->temperature;
+    const double mx = logits[top];
+    if (!(p->top_k > 0 && p->top_k < V) && !(p->top_p < 1)) {   // every id: no sort
+        double sum = 0;
+        for (int i = 0; i < V; i++) sum += probs[i] = exp((logits[i] - mx) * inv_t);
+        for (int i = 0; i < V; i++) probs[i] /= sum;
+        return V;
+    }
+    for (int i = 0; i < V; i++) order[i] = (sample_rank){logits[i], i};
+    qsort(order, (size_t)V, sizeof *order, rank_descending);
+    int kept = V;
+    if (p->top_k > 0 && p->top_k < V) {   // the k-th largest and every logit equal to it
+        kept = p->top_k;
+        while (kept < V && order[kept].logit >= order[p->top_k - 1].logit) kept++;
+    }
+    double sum = 0;
+    for (int j = 0; j < kept; j++) sum += exp((order[j].logit - mx) * inv_t);
+    if (p->top_p < 1) {   // ascending from the least likely kept id: drop while the sum is <= 1 - top_p
+        double cum = 0;
+        while (kept > 1) {
+            cum += exp((order[kept - 1].logit - mx) * inv_t) / sum;
+            if (cum > 1 - p->top_p) break;
+            kept--;
+        }
+        sum = 0;
+        for (int j = 0; j < kept; j++) sum += exp((order[j].logit - mx) * inv_t);
+    }
+    memset(probs, 0, (size_t)V * sizeof *probs);
+    for (int j = 0; j < kept; j++) probs[order[j].id] = exp((order[j].logit - mx) * inv_t) / sum;
+    return kept;
+}
+
+int sample_draw(const double *probs, int V, double u) {
+    double total = 0;
+    for (int i = 0; i < V; i++) total += probs[i];
+    const double r = u * total;
+    double acc = 0;
+    int last = 0;
+    for (int i = 0; i < V; i++) {
+        if (probs[i] <= 0) continue;
+        acc += probs[i];
+        last = i;
+        if (acc > r) return i;
+    }
+    return last;   // rounding left r at the very end
 }
 
 // Append {"game":g,"prompt":...,"continuation":...,"eos":0|1} to OUT/samples.jsonl. 0 / -1.
@@ -190,7 +240,7 @@ static int sample_write_jsonl(const char *out_dir, int game, const char *prompt,
 
 int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit_provider *adapters,
                  mem_tracker *mem, const loader *val, const char *model_dir, const char *out_dir, int rank,
-                 int n_tokens, int n_games) {
+                 int n_tokens, int n_games, const sample_params *params) {
     memset(sp, 0, sizeof *sp);
     const llama_config *cfg = &s->layout->cfg;
     if ((uint64_t)n_games > loader_games(val))
@@ -201,7 +251,7 @@ int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit
                         "max_position_embeddings %d (at most %d)", n_tokens, SAMPLE_PROMPT_TOKENS,
                         cfg->max_position_embeddings, cfg->max_position_embeddings - SAMPLE_PROMPT_TOKENS);
     *sp = (sampler){.s = s, .lora = lora, .adapters = adapters, .mem = mem, .val = val, .out_dir = out_dir,
-                    .rank = rank, .n_tokens = n_tokens};
+                    .rank = rank, .n_tokens = n_tokens, .params = *params};
     sp->T = SAMPLE_PROMPT_TOKENS + n_tokens;   // <= max_position_embeddings
     // The context runs padded to the backend's bucket (causal attention: the padding does
     // not change the real positions), so decoding adds no GEMM shape per token.
@@ -214,7 +264,9 @@ int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit
     TRY(sample_vocab_load(&sp->vocab, path, cfg->vocab_size));
     sp->tokens = ft_calloc((size_t)sp->T_alloc, sizeof(int32_t), "sample tokens");   // padding: any valid id
     sp->logits = ft_malloc((size_t)cfg->vocab_size * sizeof(float), "sample logits");   // (V) one row
-    if (!sp->tokens || !sp->logits) { sampler_close(sp); return -1; }
+    sp->order = ft_malloc((size_t)cfg->vocab_size * sizeof(sample_rank), "sample order");   // (V)
+    sp->probs = ft_malloc((size_t)cfg->vocab_size * sizeof(double), "sample probabilities");   // (V)
+    if (!sp->tokens || !sp->logits || !sp->order || !sp->probs) { sampler_close(sp); return -1; }
     return 0;
 }
 
@@ -223,6 +275,8 @@ void sampler_close(sampler *sp) {
     sample_vocab_free(&sp->vocab);
     free(sp->tokens);
     free(sp->logits);
+    free(sp->order);
+    free(sp->probs);
     memset(sp, 0, sizeof *sp);
 }
 
@@ -238,15 +292,16 @@ int sampler_continue(sampler *sp, int game, uint64_t seed) {
     int32_t *tokens = sp->tokens;
     for (int t = 0; t < len; t++) tokens[t] = loader_game_token(sp->val, (uint64_t)game, (uint64_t)t);
     uint64_t rng = seed ^ 0x5eed5eedull ^ ((uint64_t)game * 0x9e3779b97f4a7c15ull);
-    const int eos = cfg->n_eos > 0 ? cfg->eos_token_ids[0] : -1;
-    int rc = 0, n = len, ended = 0;   // ended: the model sampled EOS
+    int rc = 0, n = len, ended = 0;   // ended: the model sampled EOS (any of the config's)
     while (rc == 0 && n < T) {
         rc = model_set_seq_len(&sp->m, backend_seq_len(sp->s->be, n, sp->T_alloc));
         if (rc == 0) rc = model_logits_rows(&sp->m, &prov, tokens, n - 1, 1, sp->logits);   // the last real position
         if (rc != 0) break;
-        int next = sample_logits(sp->logits, V, &rng);
+        sample_probs(sp->logits, V, &sp->params, sp->order, sp->probs);
+        const int next = sample_draw(sp->probs, V, sp->params.temperature == 0 ? 0 : rng_uniform(&rng));
         tokens[n++] = next;
-        if (next == eos) { ended = 1; break; }
+        for (int e = 0; e < cfg->n_eos; e++) ended |= next == cfg->eos_token_ids[e];
+        if (ended) break;
     }
     const int n_cont = n - len - ended;   // the sampled tokens, without the EOS that ended them
     // (decoded apart: a character whose byte pieces straddle the prompt's end shows as U+FFFD
@@ -256,8 +311,14 @@ int sampler_continue(sampler *sp, int game, uint64_t seed) {
     if (rc == 0 && sp->rank == 0) rc = sample_vocab_decode(&sp->vocab, tokens + len, n_cont, &ctext);
     if (rc == 0 && sp->rank == 0) {
         const char *prompt = ptext + (ptext[0] == ' '), *cont = ctext;
-        printf("sample (validation game %d, %d prompt tokens, temperature %.1f):\n  prompt:      %s\n"
-               "  continuation:%s%s\n", game, len, SAMPLE_TEMPERATURE, prompt, cont, ended ? " <eos>" : "");
+        char how[96];
+        const sample_params *p = &sp->params;
+        int hl = p->temperature == 0 ? snprintf(how, sizeof how, "greedy")
+                                     : snprintf(how, sizeof how, "temperature %g", p->temperature);
+        if (p->temperature > 0 && p->top_k > 0) hl += snprintf(how + hl, sizeof how - (size_t)hl, ", top-k %d", p->top_k);
+        if (p->temperature > 0 && p->top_p < 1) snprintf(how + hl, sizeof how - (size_t)hl, ", top-p %g", p->top_p);
+        printf("sample (validation game %d, %d prompt tokens, %s):\n  prompt:      %s\n"
+               "  continuation:%s%s\n", game, len, how, prompt, cont, ended ? " <eos>" : "");
         rc = sample_write_jsonl(sp->out_dir, game, prompt, cont, ended);
     }
     free(ptext);

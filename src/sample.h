@@ -9,8 +9,22 @@
 
 // Tokens of a validation game the sampler gives the model as its prompt.
 #define SAMPLE_PROMPT_TOKENS 12
-// Softmax temperature of sampling.
+// Softmax temperature of sampling (the default of --sample_temperature).
 #define SAMPLE_TEMPERATURE 0.8
+
+// How a token is drawn from the last position's logits, as transformers' generate(do_sample=True)
+// with these warpers in its order: temperature, then top-k, then top-p.
+typedef struct {
+    double temperature;   // logits / temperature; 0 = greedy (argmax, the first of equal maxima)
+    int top_k;            // keep the k largest logits (and any equal to the k-th); 0 = all
+    double top_p;         // keep the most likely tokens whose probability reaches top_p (at least one); 1 = all
+} sample_params;
+
+// A logit and its id (scratch for sample_probs: sorted by logit, descending).
+typedef struct {
+    float logit;
+    int id;
+} sample_rank;
 
 // tokenizer.json, id -> piece, for decoding only
 typedef struct {
@@ -35,6 +49,18 @@ void sample_vocab_free(sample_vocab *v);
 // NUL-terminated, "" for no text. 0 / -1.
 int sample_vocab_decode(const sample_vocab *v, const int32_t *ids, int n, char **out);
 
+// The distribution one token is drawn from: probs[i] (V) is the probability of id i after
+// temperature, top-k and top-p as in transformers (TemperatureLogitsWarper, TopKLogitsWarper,
+// TopPLogitsWarper: of the tokens sorted by probability ascending, those whose cumulative
+// probability is <= 1 - top_p are removed, never the most likely), renormalised over the kept
+// ids; 0 elsewhere. Greedy (temperature 0): 1 at the argmax. `order` is scratch of V entries,
+// used only when top-k or top-p filter. Returns the number of kept ids (>= 1).
+int sample_probs(const float *logits, int V, const sample_params *p, sample_rank *order, double *probs);
+
+// The id whose cumulative probability (ids in increasing order) first reaches u x sum(probs),
+// u in [0, 1); never an id of probability 0.
+int sample_draw(const double *probs, int V, double u);
+
 typedef struct {
     fsdp_state *s;          // borrowed: the parameters, gathered through fsdp_provider
     const lora_layout *lora;        // borrowed, NULL without LoRA: the adapters' layout
@@ -50,6 +76,9 @@ typedef struct {
     model m;                // owned: the inference model (1, T_alloc), made by the first sample
     int32_t *tokens;        // owned (T_alloc); the positions after the context are padding
     float *logits;          // owned (V): the last real position's logits
+    sample_params params;   // how tokens are drawn (--sample_temperature / _top_k / _top_p)
+    sample_rank *order;     // owned (V): sample_probs' scratch
+    double *probs;          // owned (V): the distribution of the next token
 } sampler;
 
 // Prepare to continue games 0 .. n_games-1 of `val` by n_tokens tokens each: loads
@@ -61,11 +90,11 @@ typedef struct {
 // otherwise. Everything borrowed must outlive the sampler. 0 / -1.
 int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit_provider *adapters,
                  mem_tracker *mem, const loader *val, const char *model_dir, const char *out_dir, int rank,
-                 int n_tokens, int n_games);
+                 int n_tokens, int n_games, const sample_params *params);
 
-// Continue the first SAMPLE_PROMPT_TOKENS tokens of game `game`: n_tokens tokens sampled at
-// SAMPLE_TEMPERATURE (seeded by seed and game), full recomputation per token, stopping at
-// EOS. The context runs padded to the backend's seq_bucket (the GEMM shapes stay few) and
+// Continue the first SAMPLE_PROMPT_TOKENS tokens of game `game`: n_tokens tokens drawn as
+// sp->params says (sample_probs; seeded by seed and game), full recomputation per token (no KV
+// cache: the cost grows with the square of the length), stopping at any of the config's EOS ids. The context runs padded to the backend's seq_bucket (the GEMM shapes stay few) and
 // only the last real position's logits are computed. Collective (FSDP gathers); rank 0 prints it and appends
 // {"game", "prompt", "continuation", "eos"} to OUT/samples.jsonl. 0 / -1.
 int sampler_continue(sampler *sp, int game, uint64_t seed);

@@ -14,7 +14,10 @@ int schedule_kind_parse(const char *name, schedule_kind *out) {
     return ft_error("flag --lr_schedule: '%s' is not one of linear|cosine|constant", name);
 }
 
-int schedule_warmup_steps(double warmup_fraction, int total_steps) { return (int)(warmup_fraction * total_steps); }
+// transformers' TrainingArguments.get_warmup_steps: math.ceil(total x ratio), in the same double product
+int schedule_warmup_steps(double warmup_fraction, int total_steps) {
+    return (int)ceil((double)total_steps * warmup_fraction);
+}
 
 double schedule_lr(const schedule *s, int step) {
     const int warmup = s->warmup_steps;

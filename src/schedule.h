@@ -20,7 +20,8 @@ typedef struct {
 // the flag --lr_schedule.
 int schedule_kind_parse(const char *name, schedule_kind *out);
 
-// Warmup steps for a fraction of total steps: floor(fraction x total).
+// Warmup steps for a fraction of total steps: ceil(total x fraction), as transformers' Trainer
+// rounds its warmup_ratio (154 steps at 0.1: 16).
 int schedule_warmup_steps(double warmup_fraction, int total_steps);
 
 // Learning rate of optimizer step `step` (0-based): peak x step / warmup during warmup, then

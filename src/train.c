@@ -423,7 +423,8 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
 
     if (o->sample_tokens > 0)
         TRY(sampler_open(&j->sampler, &j->fs, j->lora ? &j->ll : NULL, j->lora ? &j->aprov : NULL, &j->mem, &j->val,
-                         o->model_dir, o->out_dir, j->rank, o->sample_tokens, o->sample_games));
+                         o->model_dir, o->out_dir, j->rank, o->sample_tokens, o->sample_games,
+                         &(sample_params){o->sample_temperature, o->sample_top_k, o->sample_top_p}));
     j->sched = (schedule){.learning_rate = o->learning_rate, .total_steps = j->total_steps,
                           .warmup_steps = schedule_warmup_steps(o->warmup_fraction, j->total_steps),
                           .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay,
@@ -466,6 +467,14 @@ static void print_job_summary(job *j) {
     printf("finetune: data %s: %llu training rows (%s), %llu validation games\n", o->data_dir,
            o->eval_only ? 0ull : (unsigned long long)loader_rows(&j->train), o->pack ? "packed" : "one game per row",
            (unsigned long long)loader_rows(&j->val));
+    const unsigned long long skipped = o->eval_only ? 0 : loader_skipped_games(&j->train),
+                             left = o->eval_only ? 0 : loader_rows(&j->train) % (uint64_t)o->total_batch_size;
+    if (skipped)
+        printf("finetune: note: %llu training game(s) of fewer than 2 tokens have no target and are left out\n",
+               skipped);
+    if (left)   // as a DataLoader with drop_last: every epoch reshuffles, so other rows are left each time
+        printf("finetune: note: %llu row(s) of each epoch beyond its last full --total_batch_size of %d are not "
+               "trained in it (each epoch reshuffles: other rows each time)\n", left, o->total_batch_size);
     printf("finetune: %d rank(s), backend %s, sharding %s (shard group %d x replica group %d); "
            "%d micro-batch(es) of %d per rank per step; %d steps (%d per epoch)\n",
            j->world, j->be->name, fsdp_sharding_name(j->cc->shard->size, j->world),

@@ -39,6 +39,9 @@ typedef struct {
     const char *save_dtype;       // export dtype: "bf16" or "fp32"
     int sample_tokens;            // tokens to sample after training (0 = none)
     int sample_games;             // validation games to continue (prompts), default 1
+    double sample_temperature;    // sampling: logits / temperature (0 = greedy), default SAMPLE_TEMPERATURE
+    int sample_top_k;             // sampling: keep the k most likely ids (0 = all)
+    double sample_top_p;          // sampling: nucleus of this probability (1 = all)
     double peak_tflops;           // for MFU; 0 = measure the backend's matmul rate
     int profile;                  // print ms per op per step, by phase (src/profile.h)
     // sharding

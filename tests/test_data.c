@@ -1,11 +1,14 @@
 // test_data.c: the token shard reader on a valid shard and on corrupt ones (a table of
 // byte-level corruptions, each expected to fail with a message naming the file and the
 // problem), plus the row filling contract (truncation, padding labels -100), and a table of
-// shards with nothing to learn from (empty documents, only bos/eos), refused by name.
+// shards with nothing to learn from (empty documents, only bos/eos), refused by name, and the
+// loader's rows over shards with games of fewer than 2 tokens (left out: no step without a target).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
 #include "data.h"
+#include "loader.h"
 #include "test.h"
 
 static char dir[] = "/tmp/ft_test_data_XXXXXX";
@@ -67,8 +70,8 @@ static const corruption cases[] = {
 typedef struct {
     const char *name;
     int n_docs;
-    int len[4];
-    uint32_t tok[4][4];
+    int len[8];
+    uint32_t tok[8][4];
     const char *whole;   // error substring with one document per row; NULL = accepted
     const char *packed;  // error substring for --pack; NULL = accepted
 } content_case;
@@ -128,6 +131,72 @@ static void test_content(void) {
         }
         token_shard_close(&s);
         unlink(path);
+    }
+}
+
+// The loader's rows (games mode and packed) over one shard with games of 0 and 1 tokens among
+// longer ones: games mode leaves those out (each row has a target, every other game is a row
+// exactly once per shuffled epoch); the packed stream keeps every token.
+typedef struct {
+    const char *name;
+    content_case shard;
+    int rows, skipped;       // games mode: rows per epoch, games left out
+    int packed_rows;         // --pack with T = 2: (tokens - 1) / 2
+} loader_case;
+
+static const loader_case loader_cases[] = {
+    {"short games among long ones", {"", 7, {3, 1, 0, 4, 1, 2, 4}, {{1, 10, 2}, {11}, {0}, {1, 13, 14, 2}, {1}, {15, 2},
+                                                                  {1, 16, 17, 2}}, NULL, NULL}, 4, 3, 7},
+    {"no short game", {"", 2, {2, 2}, {{1, 2}, {7, 2}}, NULL, NULL}, 2, 0, 1},
+    {"one game with a move", {"", 3, {1, 0, 3}, {{1}, {0}, {1, 7, 2}}, NULL, NULL}, 1, 2, 1},
+};
+
+static void test_loader(void) {
+    char sub[300], path[400];
+    unsigned char buf[256];
+    for (size_t i = 0; i < sizeof loader_cases / sizeof loader_cases[0]; i++) {
+        const loader_case *c = &loader_cases[i];
+        snprintf(sub, sizeof sub, "%s/loader%zu", dir, i);
+        EXPECT(mkdir(sub, 0700) == 0, "mkdir %s", sub);
+        snprintf(path, sizeof path, "%s/train_000.bin", sub);
+        write_file(path, buf, make_docs_shard(buf, &c->shard));
+        loader ld;
+        ft_error_clear();
+        if (loader_open(&ld, sub, "train", 50, 4, 0, 1, 7) != 0) {
+            EXPECT(0, "%s: open: %s", c->name, ft_error_message());
+        } else {
+            EXPECT((int)loader_rows(&ld) == c->rows && (int)loader_skipped_games(&ld) == c->skipped,
+                   "%s: %llu rows, %llu skipped (expected %d, %d)", c->name, (unsigned long long)loader_rows(&ld),
+                   (unsigned long long)loader_skipped_games(&ld), c->rows, c->skipped);
+            for (int epoch = 0; epoch < 3; epoch++) {
+                int seen[8] = {0};
+                for (uint64_t r = 0; r < loader_rows(&ld); r++) {
+                    int32_t tok[4], tgt[4];
+                    const int valid = loader_fill_row(&ld, epoch, r, tok, tgt);
+                    EXPECT(valid >= 1, "%s: epoch %d row %llu has %d targets", c->name, epoch, (unsigned long long)r,
+                           valid);
+                    for (int d = 0; d < c->shard.n_docs; d++)   // which game: its tokens
+                        if (c->shard.len[d] >= 2 && (uint32_t)tok[0] == c->shard.tok[d][0] &&
+                            (uint32_t)tok[1] == c->shard.tok[d][1])
+                            seen[d]++;
+                }
+                for (int d = 0; d < c->shard.n_docs; d++)
+                    EXPECT(seen[d] == (c->shard.len[d] >= 2), "%s: epoch %d: game %d was a row %d time(s)", c->name,
+                           epoch, d, seen[d]);
+            }
+            loader_close(&ld);
+        }
+        ft_error_clear();
+        if (loader_open(&ld, sub, "train", 50, 2, 1, 1, 7) != 0) {
+            EXPECT(0, "%s: open packed: %s", c->name, ft_error_message());
+        } else {
+            EXPECT((int)loader_rows(&ld) == c->packed_rows && loader_skipped_games(&ld) == 0,
+                   "%s: packed: %llu rows (expected %d)", c->name, (unsigned long long)loader_rows(&ld),
+                   c->packed_rows);
+            loader_close(&ld);
+        }
+        unlink(path);
+        rmdir(sub);
     }
 }
 
@@ -195,6 +264,7 @@ int main(void) {
         unlink(path);
     }
     test_content();
+    test_loader();
     ft_error_clear();
     token_shard s;
     EXPECT(token_shard_open(&s, "/nonexistent/x.bin", 0) == -1 && strstr(ft_error_message(), "/nonexistent/x.bin"),

@@ -8,11 +8,18 @@
 // does). Every decoded text must also be valid UTF-8 (jansson refuses anything else in
 // samples.jsonl). A "<0x00>" piece makes its run U+FFFD (a NUL would cut the text short); a
 // tokenizer.json that is not JSON is refused naming the file.
+// The next-token distribution (sample_probs) against transformers' own warpers:
+// tests/golden/sample/cases.json (tests/oracle/gen_sample_golden.py) holds logits, a
+// temperature (0 = greedy), top-k and top-p, and the ids and probabilities generate(do_sample)
+// draws from; sample_draw against a table, and draws against the probabilities they follow.
 // Runtime: well under a second.
 #include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "rng.h"
 #include "sample.h"
 #include "test.h"
 
@@ -36,7 +43,94 @@ static sample_vocab *vocab_for(loaded *tab, int *n, const char *name) {
     return &tab[(*n)++].v;
 }
 
+// ----------------------------------------------------------------------------
+// the next-token distribution
+
+// Probabilities: transformers computes the softmax in float32, we in double. Over 2048 ids a
+// float32 sum carries a relative error of a few 1e-7 (one ulp 6e-8 per addition, pairwise
+// sums), so each probability (<= 1) differs by well under 1e-6 absolute. A kept id's
+// probability may be 0 in float32 where ours is not: exp below 2^-149 underflows there
+// (temperature 0.05: logits 8 apart); we accept such an id when ours is below 1e-30.
+#define PROB_TOL 1e-6
+#define UNDERFLOW 1e-30
+
+static void test_probs(void) {
+    json_error_t jerr;
+    json_t *root = json_load_file("tests/golden/sample/cases.json", 0, &jerr);
+    EXPECT(root != NULL, "tests/golden/sample/cases.json: %s", jerr.text);
+    json_t *cases = json_object_get(root, "cases");
+    EXPECT(json_array_size(cases) >= 100, "sample cases.json holds %zu cases", json_array_size(cases));
+    size_t i;
+    json_t *c;
+    int n_filtered = 0;
+    double worst = 0;
+    json_array_foreach(cases, i, c) {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const int V = (int)json_integer_value(json_object_get(c, "V"));
+        json_t *jl = json_object_get(c, "logits"), *jk = json_object_get(c, "kept"), *jp = json_object_get(c, "probs");
+        const int ok = name && V >= 1 && (int)json_array_size(jl) == V && json_array_size(jk) == json_array_size(jp);
+        EXPECT(ok, "sample case %zu malformed", i);
+        if (!ok) continue;
+        const sample_params p = {json_number_value(json_object_get(c, "temperature")),
+                                 (int)json_integer_value(json_object_get(c, "top_k")),
+                                 json_number_value(json_object_get(c, "top_p"))};
+        float *logits = malloc((size_t)V * sizeof *logits);
+        double *ref = calloc((size_t)V, sizeof *ref), *got = malloc((size_t)V * sizeof *got);
+        sample_rank *order = malloc((size_t)V * sizeof *order);
+        for (int v = 0; v < V; v++) logits[v] = (float)json_number_value(json_array_get(jl, (size_t)v));
+        for (size_t k = 0; k < json_array_size(jk); k++)
+            ref[json_integer_value(json_array_get(jk, k))] = json_number_value(json_array_get(jp, k));
+        const int kept = sample_probs(logits, V, &p, order, got);
+        int n_got = 0, bad = 0;
+        for (int v = 0; v < V; v++) {
+            n_got += got[v] > 0;
+            const double d = fabs(got[v] - ref[v]);
+            worst = d > worst ? d : worst;
+            const int same_set = (got[v] > 0) == (ref[v] > 0) || (ref[v] == 0 && got[v] < UNDERFLOW);
+            if (!bad && (d > PROB_TOL || !same_set)) {
+                bad = 1;
+                EXPECT(0, "%s: id %d: probability %.9g, transformers %.9g", name, v, got[v], ref[v]);
+            }
+        }
+        EXPECT(kept == n_got, "%s: returned %d kept ids, %d have a probability", name, kept, n_got);
+        n_filtered += (int)json_array_size(jk) < V;
+        free(logits); free(ref); free(got); free(order);
+    }
+    EXPECT(n_filtered >= 50, "only %d cases filter any id", n_filtered);   // the table tests filtering
+    printf("  sample_probs: %zu cases (%d filter), worst |p - transformers| %.1e\n", json_array_size(cases),
+           n_filtered, worst);
+    json_decref(root);
+}
+
+// sample_draw: the first id whose cumulative probability passes u x sum, never one of
+// probability 0; and 200000 seeded draws from a top-k distribution follow it (5 sigma of a
+// binomial frequency: sqrt(p (1 - p) / n) <= 1.2e-3, so 6e-3)
+static void test_draw(void) {
+    static const struct { double probs[4], u; int want; } dc[] = {
+        {{0, 0.5, 0, 0.5}, 0, 1},       {{0, 0.5, 0, 0.5}, 0.49, 1}, {{0, 0.5, 0, 0.5}, 0.5, 3},
+        {{0, 0.5, 0, 0.5}, 0.999999, 3}, {{0, 0, 1, 0}, 0, 2},        {{0, 0, 1, 0}, 0.9999999, 2},
+        {{0.25, 0.25, 0.25, 0.25}, 0.74, 2}, {{2, 0, 0, 2}, 0.5, 3},  {{0.1, 0.2, 0.3, 0}, 0.9999999999, 2}};
+    for (size_t i = 0; i < sizeof dc / sizeof dc[0]; i++) {
+        const int got = sample_draw(dc[i].probs, 4, dc[i].u);
+        EXPECT(got == dc[i].want, "sample_draw case %zu (u %g): id %d, expected %d", i, dc[i].u, got, dc[i].want);
+    }
+    enum { V = 9, N = 200000 };
+    const float logits[V] = {0.5f, 2, -1, 1.5f, 0, 1, -3, 1.75f, 0.25f};
+    const sample_params p = {0.9, 4, 1};
+    sample_rank order[V];
+    double probs[V];
+    EXPECT(sample_probs(logits, V, &p, order, probs) == 4, "top-k 4 of 9");
+    int count[V] = {0};
+    uint64_t rng = 42;
+    for (int n = 0; n < N; n++) count[sample_draw(probs, V, rng_uniform(&rng))]++;
+    for (int v = 0; v < V; v++)
+        EXPECT(fabs((double)count[v] / N - probs[v]) < 6e-3, "id %d drawn %.4f of the time, probability %.4f", v,
+               (double)count[v] / N, probs[v]);
+}
+
 int main(void) {
+    test_probs();
+    test_draw();
     json_error_t jerr;
     json_t *root = json_load_file(GOLDEN_DIR "/cases.json", 0, &jerr);
     EXPECT(root != NULL, "%s/cases.json: %s", GOLDEN_DIR, jerr.text);

@@ -59,8 +59,12 @@ static void check_adamw(void) {
     EXPECT(schedule_kind_parse("polynomial", &k) != 0 && strstr(ft_error_message(), "--lr_schedule"),
            "unknown schedule: '%s'", ft_error_message());
     ft_error_clear();
-    EXPECT(schedule_warmup_steps(0.1, 120) == 12 && schedule_warmup_steps(0.1, 37) == 3 &&
-           schedule_warmup_steps(0, 50) == 0, "warmup steps = floor(fraction x total)");
+    // transformers' Trainer: math.ceil(total * warmup_ratio) (values from Python; 0.1 x 120 is 12.0 exactly)
+    static const struct { double fraction; int total, warmup; } wc[] = {
+        {0.1, 120, 12}, {0.1, 37, 4}, {0.1, 154, 16}, {0.1, 30, 3}, {0, 50, 0}, {0.5, 1, 1}, {1, 7, 7}};
+    for (size_t i = 0; i < sizeof wc / sizeof wc[0]; i++)
+        EXPECT(schedule_warmup_steps(wc[i].fraction, wc[i].total) == wc[i].warmup, "warmup %g x %d: %d steps, not %d",
+               wc[i].fraction, wc[i].total, schedule_warmup_steps(wc[i].fraction, wc[i].total), wc[i].warmup);
 }
 
 int main(void) {

@@ -109,6 +109,19 @@ grep -q "^finetune: done: no step to train (resumed at step 6 of 6); val loss [0
   || bad "resuming the finished run: summary '$(grep '^finetune: done' "$d.log3")'"
 [ "$(grep -c . "$d/samples.jsonl")" = 2 ] && ok "samples.jsonl holds the last run's 2 samples" \
   || bad "samples.jsonl has $(grep -c . "$d/samples.jsonl") lines after the resumes, want 2"
+# sampling flags: greedy (--sample_temperature 0) and top-k 1 at temperature 1 both take the
+# most likely token (transformers' argmax / TopKLogitsWarper; tests/test_sample.c checks the
+# distributions against transformers), so their samples are equal; without top-k, temperature
+# 1 over the barely trained model's ~2000 ids would differ
+g="$tmp/greedy"
+"$bin" "${small[@]}" --max_steps 1 --sample_tokens 8 --sample_games 2 --sample_temperature 0 --out_dir "$g-a" > "$g-a.log" 2>&1 \
+  && "$bin" "${small[@]}" --max_steps 1 --sample_tokens 8 --sample_games 2 --sample_temperature 1 --sample_top_k 1 \
+       --out_dir "$g-b" > "$g-b.log" 2>&1 \
+  && grep -q "^sample (validation game 1, 12 prompt tokens, greedy):" "$g-a.log" \
+  && grep -q "^sample (validation game 1, 12 prompt tokens, temperature 1, top-k 1):" "$g-b.log" \
+  && [ "$(grep -c . "$g-a/samples.jsonl")" = 2 ] && cmp -s "$g-a/samples.jsonl" "$g-b/samples.jsonl" \
+  && ok "--sample_temperature 0 (greedy) and --sample_top_k 1 sample the same continuations" \
+  || bad "greedy vs top-k 1: $(tail -1 "$g-a.log"); $(tail -1 "$g-b.log"); $(diff "$g-a/samples.jsonl" "$g-b/samples.jsonl" 2>&1 | head -3)"
 
 # the validation loss falls over the 6 steps
 a="$tmp/games-a"
@@ -289,10 +302,20 @@ expect_error "$tmp/emptytrain/train_001.bin: no document has a token to predict"
   --data_dir "$tmp/emptytrain" --out_dir "$tmp/x"
 expect_error "$tmp/emptytrain/train_001.bin: every document is empty (each of its 3 holds no token but bos/eos)" \
   "${small[@]}" --pack --max_steps 1 --data_dir "$tmp/emptytrain" --out_dir "$tmp/x"
-# the games evaluated (--max_eval_docs) can still all be empty: the evaluation says so
+# games of fewer than 2 tokens have no target: no row (the first --max_eval_docs games
+# evaluated used to be all empty here, an error; a step of only such games stopped training,
+# and its resume stopped at the same step again); the summary says how many were left out
 empty_shard "$tmp/emptyval/val_000.bin" '[[b], [], [b, 7, e]]'
-expect_error "$tmp/emptyval: the 2 validation game(s) evaluated have no token to predict" "${small[@]}" --eval_only \
-  --max_eval_docs 2 --data_dir "$tmp/emptyval"
+"$bin" "${small[@]}" --eval_only --max_eval_docs 2 --data_dir "$tmp/emptyval" > "$tmp/emptyval.log" 2>&1 \
+  && grep -q "^finetune: data .*, 1 validation games$" "$tmp/emptyval.log" && grep -q "^eval .*loss [0-9]" "$tmp/emptyval.log" \
+  && ok "validation games without a target are no rows: the one game with a move is evaluated" \
+  || bad "validation games without a target: $(tail -2 "$tmp/emptyval.log")"
+empty_shard "$tmp/emptytrain/train_001.bin" '[[b]] * 7 + [[b, 7, e]] + [[e]] * 8'
+"$bin" "${small[@]}" --total_batch_size 4 --batch_size_per_device 4 --max_steps 3 --max_eval_docs 4 \
+  --data_dir "$tmp/emptytrain" --out_dir "$tmp/shortgames" > "$tmp/shortgames.log" 2>&1 \
+  && grep -q "^finetune: note: 15 training game(s) of fewer than 2 tokens have no target and are left out$" "$tmp/shortgames.log" \
+  && ok "15 one-token training games are left out, said once; training runs" \
+  || bad "one-token training games: $(tail -2 "$tmp/shortgames.log")"
 # auto starts fresh only when nothing was saved: a latest pointer to a missing checkpoint is an error
 mkdir -p "$tmp/lost/checkpoints"; echo step_00000009 > "$tmp/lost/checkpoints/latest"
 expect_error "--resume auto: $tmp/lost/checkpoints/latest names step_00000009, which is not a checkpoint directory (No \
@@ -416,6 +439,9 @@ expect_error "flag --sample_tokens: 501 tokens after the 12-token prompt exceed 
 [ ! -e "$tmp/sample-cap" ] && ok "the refused --sample_tokens run created nothing" || bad "$tmp/sample-cap was created"
 # --sample_games without --sample_tokens sampled nothing without a word: refused
 expect_error "flag --sample_games needs --sample_tokens" "${small[@]}" --max_steps 1 --sample_games 4 --out_dir "$tmp/sample-games"
+for f in "--sample_temperature 0" "--sample_top_k 50" "--sample_top_p 0.9"; do
+  expect_error "flag ${f% *} needs --sample_tokens" "${small[@]}" --max_steps 1 $f --out_dir "$tmp/sample-games"
+done
 expect_error "flag --sample_tokens: --eval_only writes nothing, samples neither" --eval_only "${small[@]}" --sample_tokens 8
 [ ! -e "$tmp/sample-games" ] && ok "the refused --sample_games run created nothing" || bad "$tmp/sample-games was created"
 # sampling with a --model_dir without tokenizer.json (a checkpoint brought without one): the
