@@ -629,10 +629,25 @@ static trainer_state job_state(const job *j, int step) {
     };
 }
 
+// While world rank 0 alone writes `bytes` (a checkpoint, an export), the other ranks wait for
+// it in their collectives: their deadline grows by the time that takes at the slowest rate
+// granted (WATCHDOG_MIN_WRITE_BPS), named `what` in a timeout's line. 0 bytes: back to none.
+static void grace_for_write(double bytes, const char *what) {
+    char why[96], size[32];
+    watchdog_format_bytes(size, sizeof size, (size_t)bytes);
+    snprintf(why, sizeof why, "rank 0 writing the %s, %s", what, size);
+    watchdog_set_grace(bytes / WATCHDOG_MIN_WRITE_BPS, why);
+}
+
+// trained parameters: the full model's, or with LoRA the adapters'
+static double trained_params(const job *j) { return (double)(j->lora ? &j->ll.layout : &j->layout)->n_params; }
+
 static int save_checkpoint(job *j, int step) {
     watchdog_set_phase("checkpoint at step %d", step);
     const trainer_state ts = job_state(j, step);
+    grace_for_write(12 * trained_params(j), "checkpoint");   // fp32 weights + two fp32 AdamW moments
     int rc = agree(j, ckpt_save(j->o->out_dir, j->o->model_dir, j->opt, &ts, j->rank, j->o->save_total_limit));
+    watchdog_set_grace(0, NULL);
     if (rc != 0) return rc;
     if (is_main(j)) printf("checkpoint: %s/checkpoints/step_%08d\n", j->o->out_dir, step);
     return 0;
@@ -844,16 +859,21 @@ static int job_finish(job *j, int step) {
     if ((rc = out_dir_still_there(j, "before the export")) != 0) return rc;
     TRY(ft_path(path, sizeof path, "%s/final", o->out_dir));
     watchdog_set_phase("export");
+    const double dtype_bytes = strcmp(o->save_dtype, "fp32") == 0 ? 4 : 2;
+    grace_for_write(dtype_bytes * trained_params(j), "export");
     if (j->lora) rc = agree(j, ckpt_export_peft(path, o->model_dir, &j->afs, &j->ll, o->save_dtype, j->rank));
     else rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank));
+    watchdog_set_grace(0, NULL);
     if (rc != 0) return rc;
     if (is_main(j))
         printf("finetune: exported %s (%s, %s)\n", path, j->lora ? "PEFT LoRA adapter" : "Hugging Face layout",
                o->save_dtype);
     if (o->merge_lora) {
         snprintf(path, sizeof path, "%s/final_merged", o->out_dir);
-        if ((rc = agree(j, ckpt_export_merged(path, o->model_dir, &j->layout, &j->afs, &j->ll, o->save_dtype, j->rank))))
-            return rc;
+        grace_for_write(dtype_bytes * (double)j->layout.n_params, "merged export");
+        rc = agree(j, ckpt_export_merged(path, o->model_dir, &j->layout, &j->afs, &j->ll, o->save_dtype, j->rank));
+        watchdog_set_grace(0, NULL);
+        if (rc != 0) return rc;
         if (is_main(j)) printf("finetune: exported %s (the base with the adapters merged, Hugging Face layout, %s)\n",
                                path, o->save_dtype);
     }

@@ -16,6 +16,8 @@
 
 static struct {
     double timeout;               // seconds; 0 = off
+    double grace;                 // seconds added to it (watchdog_set_grace)
+    char grace_why[96];
     int rank;
     int fired;
     char phase[64];
@@ -29,6 +31,12 @@ void watchdog_configure(double timeout_s, int rank) {
     W.timeout = timeout_s > 0 ? timeout_s : 0;
     W.rank = rank;
     W.fired = 0;
+    W.grace = 0;
+}
+
+void watchdog_set_grace(double seconds, const char *why) {
+    W.grace = seconds > 0 ? seconds : 0;
+    snprintf(W.grace_why, sizeof W.grace_why, "%s", W.grace > 0 && why ? why : "");
 }
 
 int watchdog_enabled(void) { return W.timeout > 0; }
@@ -116,9 +124,12 @@ static int timed_out(const char *op, const char *group, size_t bytes, double wai
             snprintf(pending, sizeof pending, "; oldest unfinished: %s", d);
         }
     }
+    char grace[160] = "";
+    if (W.grace > 0) snprintf(grace, sizeof grace, " + %g s for %s", (double)(long)(W.grace * 10 + 0.5) / 10, W.grace_why);
     ft_error_clear();
-    ft_error("rank %d: %s: %s (%s%s) made no progress for %g s (--collective_timeout %g%s); aborting", W.rank,
-             W.phase, op, group ? group : "world", size, (double)(long)(waited * 10 + 0.5) / 10, W.timeout, pending);
+    ft_error("rank %d: %s: %s (%s%s) made no progress for %g s (--collective_timeout %g%s%s); aborting", W.rank,
+             W.phase, op, group ? group : "world", size, (double)(long)(waited * 10 + 0.5) / 10, W.timeout, grace,
+             pending);
     return fire();
 }
 
@@ -149,7 +160,7 @@ int watchdog_wait(watchdog_poll_fn poll, void *ctx, const char *op, const char *
         if (r < 0) return -1;   // an ordinary error: the caller's path reports it
         if (i % CHECK_EVERY == 0 && check_hooks() != 0) return -1;
         const double waited = now_seconds() - t0;
-        if (W.timeout > 0 && waited >= W.timeout) return timed_out(op, group, bytes, waited);
+        if (W.timeout > 0 && waited >= W.timeout + W.grace) return timed_out(op, group, bytes, waited);
         if (waited < WATCHDOG_SPIN_S) continue;
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);

@@ -25,11 +25,16 @@
 #pragma once
 #include <stddef.h>
 
-// Default --collective_timeout in seconds. The longest legitimate wait in a job is the other
-// ranks waiting in the all-reduce after a checkpoint while world rank 0 alone writes it: 12
-// bytes per parameter (fp32 master + two AdamW moments), 84 GB for a 7B model, about 7 min
-// at 200 MB/s on a slow shared filesystem; PyTorch's NCCL default is also 10 min.
+// Default --collective_timeout in seconds, as PyTorch's NCCL default (10 min). The longest
+// legitimate wait in a job, the other ranks waiting while world rank 0 alone writes a
+// checkpoint (12 bytes per parameter: fp32 master + two AdamW moments, 84 GB for 7B, 847 GB
+// for 70B), gets a grace on top, sized by the bytes (WATCHDOG_MIN_WRITE_BPS below).
 #define WATCHDOG_DEFAULT_TIMEOUT_S 600.0
+// The slowest write rate a checkpoint or an export is granted (bytes/s): while world rank 0
+// alone writes one, the other ranks wait for it in their collectives, for bytes / rate more
+// than --collective_timeout (watchdog_set_grace). 50 MB/s: a loaded network filesystem client;
+// a 70B checkpoint (847 GB) is granted 4.7 h, a 7B one (84 GB) 28 min.
+#define WATCHDOG_MIN_WRITE_BPS 50e6
 // Busy polling at the start of every wait (a collective's rounds progress only while MPI is
 // polled, so the normal, short waits must not sleep) ...
 #define WATCHDOG_SPIN_S 0.1
@@ -60,6 +65,11 @@ typedef struct {
 void watchdog_configure(double timeout_s, int rank);
 // 1 when a timeout is set.
 int watchdog_enabled(void);
+// Extra seconds every wait may take beyond the timeout, until set again (0 = none), and what
+// they are for (named in the timeout's line, e.g. "rank 0 writing the checkpoint, 84.0 GB";
+// copied). For the waits on one rank's long, legitimate work, as a checkpoint written by
+// world rank 0 alone: a timeout sized for 7B would end a 70B job in every save.
+void watchdog_set_grace(double seconds, const char *why);
 // The phase named in the message: printf-style, e.g. ("step %d", 7), ("setup").
 void watchdog_set_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // The callbacks that end the job (see the top of this file). report prints the recorded

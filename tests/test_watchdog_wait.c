@@ -13,6 +13,8 @@
 //   5. a transport's health check failing (an NCCL asynchronous error) ends the wait with
 //      that transport's message behind the rank and the phase; without an end callback (a
 //      library caller) every transport's abort hook runs and the wait returns -1
+//   6. a grace (rank 0 writing a checkpoint) lengthens every wait's deadline by its seconds,
+//      is named in the line, and is gone once set to 0
 #include <time.h>
 
 #include "common.h"
@@ -162,7 +164,31 @@ static void test_check_fails(int with_end) {
     watchdog_unregister(&g_t[1]);
 }
 
+static void test_grace(void) {
+    watchdog_configure(0.2, 0);
+    watchdog_set_fatal(NULL, NULL);
+    watchdog_set_phase("checkpoint at step %d", 5);
+    watchdog_set_grace(0.4, "rank 0 writing the checkpoint, 84.0 GB");
+    poll_state p = {.until = 0.45, .t0 = now()};
+    EXPECT(watchdog_wait(poll_fn, &p, "all_reduce of host doubles", "world", 0) == 0,
+           "a 0.45-s wait within timeout 0.2 + grace 0.4 completes: %s", ft_error_message());
+    poll_state q = {0};
+    const double t0 = now();
+    const int rc = watchdog_wait(poll_fn, &q, "all_reduce of host doubles", "world", 0);
+    const double took = now() - t0;
+    EXPECT(rc == -1 && took >= 0.6 && took < 1.2, "a stuck wait ends after timeout + grace: rc %d after %.3f s", rc, took);
+    const char *want = "rank 0: checkpoint at step 5: all_reduce of host doubles (world) made no progress for 0.6 s "
+                       "(--collective_timeout 0.2 + 0.4 s for rank 0 writing the checkpoint, 84.0 GB); aborting";
+    EXPECT(strcmp(ft_error_message(), want) == 0, "the line:\n  got  %s\n  want %s", ft_error_message(), want);
+    watchdog_configure(0.2, 0);   // afresh (it fired); the grace is gone too
+    watchdog_set_grace(0.4, "x");
+    watchdog_set_grace(0, NULL);
+    poll_state r = {.until = 0.45, .t0 = now()};
+    EXPECT(watchdog_wait(poll_fn, &r, "barrier", "world", 0) == -1, "grace 0: the 0.45-s wait times out at 0.2 s");
+}
+
 int main(void) {
+    test_grace();
     test_complete_and_fail();
     test_backoff();
     test_timeout();
