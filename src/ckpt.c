@@ -32,7 +32,7 @@
 // ----------------------------------------------------------------------------
 // trainer_state.json: every field once, by name
 
-typedef enum { FIELD_INT, FIELD_I64, FIELD_U64, FIELD_BOOL, FIELD_F64, FIELD_HEX64 } field_kind;
+typedef enum { FIELD_INT, FIELD_I64, FIELD_U64, FIELD_BOOL, FIELD_F64, FIELD_HEX64, FIELD_STR } field_kind;
 
 static const struct {
     const char *name;        // the JSON key
@@ -50,13 +50,22 @@ static const struct {
     {"seq_len", offsetof(trainer_state, seq_len), FIELD_INT, "--seq_len", 0, 0},
     {"pack", offsetof(trainer_state, pack), FIELD_BOOL, "--pack", 0, 1},
     {"total_steps", offsetof(trainer_state, total_steps), FIELD_INT, NULL, 0, 0},
-    {"lora_rank", offsetof(trainer_state, lora_rank), FIELD_INT, "--lora_rank (0 = full fine-tuning)", 1, 0},
+    {"lora_rank", offsetof(trainer_state, lora_rank), FIELD_INT, "--lora_rank", 1, 0},
     {"lora_targets", offsetof(trainer_state, lora_targets), FIELD_INT, "--lora_targets", 1, 0},   // a mask
     {"lora_alpha", offsetof(trainer_state, lora_alpha), FIELD_F64, "--lora_alpha", 1, 0},
-    {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "model parameter count", 0, 0},
+    {"n_params", offsetof(trainer_state, n_params), FIELD_I64, "a trained parameter count of", 0, 0},
     // 16 hex digits (a JSON integer is signed); written when not 0; compared by the caller
     {"base_fingerprint", offsetof(trainer_state, base_fingerprint), FIELD_HEX64, NULL, 1, 0},
     {"data_fingerprint", offsetof(trainer_state, data_fingerprint), FIELD_HEX64, NULL, 1, 0},
+    // the optimizer's settings, compared by the caller (a warning): optional, NaN / "" when absent
+    {"learning_rate", offsetof(trainer_state, opt[0]), FIELD_F64, NULL, 1, 0},
+    {"lr_schedule", offsetof(trainer_state, lr_schedule), FIELD_STR, NULL, 1, 0},
+    {"warmup_fraction", offsetof(trainer_state, opt[1]), FIELD_F64, NULL, 1, 0},
+    {"beta1", offsetof(trainer_state, opt[2]), FIELD_F64, NULL, 1, 0},
+    {"beta2", offsetof(trainer_state, opt[3]), FIELD_F64, NULL, 1, 0},
+    {"adam_eps", offsetof(trainer_state, opt[4]), FIELD_F64, NULL, 1, 0},
+    {"weight_decay", offsetof(trainer_state, opt[5]), FIELD_F64, NULL, 1, 0},
+    {"max_grad_norm", offsetof(trainer_state, opt[6]), FIELD_F64, NULL, 1, 0},
 };
 #define N_STATE_FIELDS (int)(sizeof state_fields / sizeof state_fields[0])
 
@@ -64,7 +73,8 @@ static const struct {
 static long long field_get(const trainer_state *ts, int i) {
     const char *p = (const char *)ts + state_fields[i].offset;
     switch (state_fields[i].kind) {
-    case FIELD_F64: return 0;
+    case FIELD_F64:
+    case FIELD_STR: return 0;
     case FIELD_I64: return *(const long long *)p;
     case FIELD_U64:
     case FIELD_HEX64: return (long long)*(const uint64_t *)p;
@@ -78,7 +88,8 @@ static void field_set(trainer_state *ts, int i, long long v) {
     case FIELD_I64: *(long long *)p = v; break;
     case FIELD_U64:
     case FIELD_HEX64: *(uint64_t *)p = (uint64_t)v; break;
-    case FIELD_F64: break;
+    case FIELD_F64:
+    case FIELD_STR: break;
     default: *(int *)p = (int)v; break;
     }
 }
@@ -100,9 +111,13 @@ static char *state_to_json(const trainer_state *ts) {
         const field_kind k = state_fields[i].kind;
         char hex[17];
         if (k == FIELD_HEX64 && v == 0) continue;   // not recorded
+        if (k == FIELD_F64 && isnan(field_real_get(ts, i))) continue;
+        const char *str = (const char *)ts + state_fields[i].offset;
+        if (k == FIELD_STR && !str[0]) continue;
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)v);
         ok = json_object_set_new(root, state_fields[i].name,
-                                 k == FIELD_F64     ? json_real(field_real_get(ts, i))   // %.17g: exact round trip
+                                 k == FIELD_STR     ? json_string(str)
+                                 : k == FIELD_F64   ? json_real(field_real_get(ts, i))   // %.17g: exact round trip
                                  : k == FIELD_BOOL  ? json_boolean(v)
                                  : k == FIELD_HEX64 ? json_string(hex)
                                                     : json_integer(v)) == 0;
@@ -139,9 +154,19 @@ static int state_read(const char *dir, trainer_state *ts) {
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), CKPT_FORMAT) != 0)
         rc = ft_error("%s: field 'format' is not \"" CKPT_FORMAT "\"", p);
     memset(ts, 0, sizeof *ts);
+    for (int k = 0; k < (int)(sizeof ts->opt / sizeof ts->opt[0]); k++) ts->opt[k] = NAN;   // not recorded
     for (int i = 0; rc == 0 && i < N_STATE_FIELDS; i++) {
         json_t *v = json_object_get(root, state_fields[i].name);
-        if (!v && state_fields[i].optional) continue;   // memset: 0
+        if (!v && state_fields[i].optional) continue;   // memset: 0, NaN, ""
+        if (state_fields[i].kind == FIELD_STR) {
+            char *dst = (char *)ts + state_fields[i].offset;
+            const char *str = json_string_value(v);
+            if (!str || !str[0] || strlen(str) >= sizeof ts->lr_schedule)
+                rc = ft_error("%s: field '%s' is not a name of 1 to %zu characters", p, state_fields[i].name,
+                              sizeof ts->lr_schedule - 1);
+            else snprintf(dst, sizeof ts->lr_schedule, "%s", str);
+            continue;
+        }
         const int is_bool = state_fields[i].kind == FIELD_BOOL;
         if (state_fields[i].kind == FIELD_HEX64) {
             uint64_t x = 0;
@@ -167,6 +192,8 @@ static int state_read(const char *dir, trainer_state *ts) {
 // Refuse a checkpoint that would continue on other data than this run's.
 static int state_check(const char *dir, const trainer_state *got, const trainer_state *want) {
     for (int i = 0; i < N_STATE_FIELDS; i++) {
+        if (state_fields[i].kind == FIELD_STR || (state_fields[i].kind == FIELD_F64 && !state_fields[i].must_match))
+            continue;   // compared by the caller
         if (state_fields[i].kind == FIELD_F64) {
             const double g = field_real_get(got, i), w = field_real_get(want, i);
             // lora_alpha 0 in a LoRA checkpoint: written before the field existed, not known
@@ -185,8 +212,16 @@ static int state_check(const char *dir, const trainer_state *got, const trainer_
         }
         if (state_fields[i].must_match && !(want->eval_only && state_fields[i].training_order) &&
             field_get(got, i) != field_get(want, i))
-            return ft_error("%s: incompatible checkpoint: it was trained with %s %lld, this run has %lld", dir,
-                            state_fields[i].must_match, field_get(got, i), field_get(want, i));
+        {
+            const char *name = state_fields[i].name;
+            const char *hint = strcmp(name, "lora_rank") == 0 ? " (0 = full fine-tuning)"
+                               : strcmp(name, "n_params") == 0
+                                   ? (want->lora_rank ? " (the adapters of another base model's shape)"
+                                                      : " (another model: --model_dir's config.json differs)")
+                                   : "";
+            return ft_error("%s: incompatible checkpoint: it was trained with %s %lld, this run has %lld%s", dir,
+                            state_fields[i].must_match, field_get(got, i), field_get(want, i), hint);
+        }
     }
     if (want->total_steps > 0 && got->step > want->total_steps)
         return ft_error("%s: checkpoint is at step %d, past this run's %d total steps", dir, got->step,
@@ -408,14 +443,18 @@ static int latest_read_name(FILE *f, const char *p, char name[NAME_MAX + 1]) {
 }
 
 int ckpt_check_fresh_out_dir(const char *out_dir, int overwrite) {
-    char p[FT_PATH_MAX];
-    TRY(ft_path(p, sizeof p, "%s/checkpoints/latest", out_dir));
-    struct stat sb;
-    if (overwrite || lstat(p, &sb) != 0) return 0;
-    return ft_error("%s: --out_dir holds an earlier run's checkpoints: --resume latest continues it, "
-                    "--overwrite_out_dir starts over (removing its checkpoints/, final/ and final_merged/), or choose another "
-                    "--out_dir",
-                    p);
+    static const struct { const char *path, *what; } earlier[] = {
+        {"checkpoints/latest", "checkpoints"}, {"final", "export"}, {"final_merged", "merged export"}};
+    for (size_t i = 0; i < sizeof earlier / sizeof earlier[0] && !overwrite; i++) {
+        char p[FT_PATH_MAX];
+        struct stat sb;
+        TRY(ft_path(p, sizeof p, "%s/%s", out_dir, earlier[i].path));
+        if (lstat(p, &sb) != 0) continue;
+        return ft_error("%s: --out_dir holds an earlier run's %s: %s--overwrite_out_dir starts over (removing its "
+                        "checkpoints/, final/ and final_merged/), or choose another --out_dir",
+                        p, earlier[i].what, i == 0 ? "--resume latest continues it, " : "");
+    }
+    return 0;
 }
 
 int ckpt_clear_out_dir(const char *out_dir) {

@@ -32,6 +32,12 @@ typedef struct {
                                   // (older checkpoints). A resume on other data is warned
                                   // about by the caller, not refused (a changed dataset can be
                                   // meant); not checked by ckpt_check_start.
+    // The optimizer's settings (--learning_rate, --warmup_fraction, --beta1, --beta2,
+    // --adam_eps, --weight_decay, --max_grad_norm; --lr_schedule's name). NaN / "": not
+    // recorded (older checkpoints). Not checked by ckpt_check_start: a resume with other ones
+    // is warned about by the caller (a deliberate change is common; a silent one surprises).
+    double opt[7];
+    char lr_schedule[16];
     int eval_only;                // `expect` only (never saved): an evaluation, which reads no
                                   // training rows: --seed, --total_batch_size and --pack are not
                                   // checked against the checkpoint's
@@ -45,8 +51,10 @@ int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n);
 
 // A fresh start (no --resume) writing into out_dir: refused when out_dir holds an earlier
 // run's checkpoints (OUT/checkpoints/latest exists), whose steps would mix with the new run's
-// and which --resume auto would later pick up, unless `overwrite` (--overwrite_out_dir).
-// Reads only. 0 / -1 naming that file and the flags that would do.
+// and which --resume auto would later pick up, or its export (OUT/final, OUT/final_merged:
+// the new run would replace a finished run's result, also after its checkpoints were deleted
+// to free the disk), unless `overwrite` (--overwrite_out_dir). Reads only. 0 / -1 naming that
+// file and the flags that would do.
 int ckpt_check_fresh_out_dir(const char *out_dir, int overwrite);
 
 // Rank 0, a fresh start with --overwrite_out_dir, before anything is written: remove the

@@ -5,6 +5,7 @@
 // collectives map one to one onto MPI's. Errors return (MPI_ERRORS_RETURN) and are recorded
 // through CHECK_MPI with the call, file:line and MPI's error string.
 #include <mpi.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,22 +119,54 @@ static int mpi_wait(comm *c, void *req) {
     return rc;
 }
 
+// The most elements one MPI call moves: MPI counts are int, and DDP's gradient all-reduce of a
+// 7B model holds 6.7e9 elements, so all-reduces and broadcasts go in chunks of at most this.
+// FT_MPI_MAX_COUNT (test-only) lowers it. 0 / -1 (the variable is not a count).
+static int mpi_max_count(size_t *out) {
+    *out = (size_t)INT32_MAX;
+    const char *s = getenv("FT_MPI_MAX_COUNT");
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    const unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < 1 || v > (unsigned long long)INT32_MAX || s[0] == '-')
+        return ft_error("environment variable FT_MPI_MAX_COUNT: '%s' is not a count in [1, %d] (test-only)", s, INT32_MAX);
+    *out = (size_t)v;
+    return 0;
+}
+
 static int mpi_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
-    MPI_Datatype t;
-    int k;
-    MPI_Request r;
-    TRY(mpi_args("all_reduce", n, dt, &t, &k));
-    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, k, t, MPI_SUM, mc(c), &r));
-    return complete(c, &r, dt == ST_F64 ? "all_reduce of host doubles" : "all_reduce", n * st_dtype_size(dt));
+    size_t chunk;
+    TRY(mpi_max_count(&chunk));
+    const size_t esz = st_dtype_size(dt);
+    size_t off = 0;
+    do {   // (one call for n = 0, as before)
+        const size_t m = n - off < chunk ? n - off : chunk;
+        MPI_Datatype t;
+        int k;
+        MPI_Request r;
+        TRY(mpi_args("all_reduce", m, dt, &t, &k));
+        CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esz, k, t, MPI_SUM, mc(c), &r));
+        TRY(complete(c, &r, dt == ST_F64 ? "all_reduce of host doubles" : "all_reduce", m * esz));
+        off += m;
+    } while (off < n);
+    return 0;
 }
 
 static int mpi_all_reduce_f64(comm *c, double *buf, size_t n) { return mpi_all_reduce(c, buf, n, ST_F64); }
 
 static int mpi_broadcast(comm *c, void *buf, size_t bytes, int root) {
-    if (bytes > (size_t)INT32_MAX) return ft_error("mpi: broadcast of %zu bytes exceeds MPI's int count", bytes);
-    MPI_Request r;
-    CHECK_MPI(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, mc(c), &r));
-    return complete(c, &r, "broadcast", bytes);
+    size_t chunk;
+    TRY(mpi_max_count(&chunk));
+    size_t off = 0;
+    do {
+        const size_t m = bytes - off < chunk ? bytes - off : chunk;
+        MPI_Request r;
+        CHECK_MPI(MPI_Ibcast((char *)buf + off, (int)m, MPI_BYTE, root, mc(c), &r));
+        TRY(complete(c, &r, "broadcast", m));
+        off += m;
+    } while (off < bytes);
+    return 0;
 }
 
 static int mpi_barrier(comm *c) {

@@ -361,6 +361,30 @@ static void check_total_steps(const job *j, const trainer_state *got) {
                 j->start_dir, got->total_steps, j->total_steps, j->total_steps, got->step);
 }
 
+// A resume with other optimizer settings than the checkpoint's run (--learning_rate,
+// --lr_schedule, --warmup_fraction, betas, eps, weight decay, clipping): one warning on rank
+// 0 naming each change, not an error (a deliberate change is common). PyTorch users expect
+// the optimizer's and scheduler's state_dict to bring them back; here the command line counts,
+// so a requeue line edited by mistake would change the training without a word.
+static void check_optimizer(const job *j, const trainer_state *got) {
+    if (!j->start_dir[0] || j->o->eval_only || !is_main(j)) return;
+    static const char *const flag[7] = {"--learning_rate", "--warmup_fraction", "--beta1", "--beta2", "--adam_eps",
+                                        "--weight_decay", "--max_grad_norm"};
+    const trainer_state now = job_state(j, 0);
+    char changes[1024] = "";
+    size_t len = 0;
+    if (got->lr_schedule[0] && strcmp(got->lr_schedule, now.lr_schedule) != 0)
+        len += (size_t)snprintf(changes + len, sizeof changes - len, ", --lr_schedule %s (the checkpoint's: %s)",
+                                now.lr_schedule, got->lr_schedule);
+    for (int k = 0; k < 7 && len < sizeof changes; k++)
+        if (!isnan(got->opt[k]) && got->opt[k] != now.opt[k])
+            len += (size_t)snprintf(changes + len, sizeof changes - len, ", %s %g (the checkpoint's: %g)", flag[k],
+                                    now.opt[k], got->opt[k]);
+    if (len)
+        fprintf(stderr, "finetune: warning: %s/trainer_state.json: this run changes the optimizer's settings: %s; "
+                "the resumed training uses this run's (the AdamW moments continue)\n", j->start_dir, changes + 2);
+}
+
 // Resolve --resume into j->start_dir (once: job_load_start reads from it), then check that the
 // checkpoint(s) the run will start from (that one, or model_dir's) fit config.json's layouts
 // and this run (headers only, ckpt_check_start), and with LoRA that the base is the one the
@@ -378,6 +402,7 @@ static int check_start_weights(job *j) {
     if (j->lora) TRY(hf_checkpoint_fingerprint(j->o->model_dir, &j->base_fp));
     TRY(check_base(j, &got));
     check_data(j, &got);
+    check_optimizer(j, &got);
     check_total_steps(j, &got);
     return 0;
 }
@@ -617,7 +642,7 @@ static void log_step(job *j, int step, const step_stats *st, double avg_secs) {
 // The trainer state after `step` optimizer steps (what a checkpoint saved then records).
 static trainer_state job_state(const job *j, int step) {
     const train_options *o = j->o;
-    return (trainer_state){
+    trainer_state ts = {
         .step = step, .epoch = step / j->steps_per_epoch,
         .row = (uint64_t)(step % j->steps_per_epoch) * (uint64_t)o->total_batch_size, .seed = o->seed,
         .total_batch_size = o->total_batch_size, .seq_len = o->seq_len, .pack = o->pack,
@@ -625,8 +650,12 @@ static trainer_state job_state(const job *j, int step) {
         .lora_rank = o->lora_rank, .lora_targets = o->lora_rank ? (int)o->lora_target_mask : 0,
         .lora_alpha = o->lora_rank ? o->lora_alpha : 0, .base_fingerprint = j->lora ? j->base_fp : 0,
         .data_fingerprint = j->data_fp,
+        .opt = {o->learning_rate, o->warmup_fraction, o->beta1, o->beta2, o->adam_eps, o->weight_decay,
+                o->max_grad_norm},
         .eval_only = o->eval_only,
     };
+    snprintf(ts.lr_schedule, sizeof ts.lr_schedule, "%s", o->lr_schedule);
+    return ts;
 }
 
 // While world rank 0 alone writes `bytes` (a checkpoint, an export), the other ranks wait for

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_dist.sh BUILD_DIR: multi-rank training on CPU ranks over MPI (mpiexec, MPICH), the
 # same global batch everywhere (8 sequences per step, 20 steps, seq 64):
-#   1. single process == FSDP 2 == FSDP 4 == DDP 2 (--no_fsdp) == HSDP 4 (--dp_shard 2), FSDP 2
+#   1. single process == FSDP 2 == FSDP 4 == DDP 2 (--no_fsdp; also with its all-reduce in
+#      chunks, bitwise) == HSDP 4 (--dp_shard 2), FSDP 2
 #      with gradient checkpointing, FSDP 2 accumulating gradients locally (4 micro-batches),
 #      FSDP 2 keeping the gathered parameters for the step (--keep_params_gathered, 4 micro-batches):
 #      per-step losses and final weights within the tolerance derived below;
@@ -64,6 +65,17 @@ run_case() {  # run_case NAME RANKS flags...
 run_case fsdp2 2 --batch_size_per_device 2
 run_case fsdp4 4 --batch_size_per_device 1
 run_case ddp2 2 --batch_size_per_device 2 --no_fsdp
+# MPI counts are int: DDP's gradient all-reduce (6.7e9 elements for 7B) goes in chunks; with
+# chunks of 1000 elements (test-only FT_MPI_MAX_COUNT) the same run, bitwise (two ranks: a + b)
+FT_MPI_MAX_COUNT=1000 run_case ddp2_chunked 2 --batch_size_per_device 2 --no_fsdp
+if [ -f "$tmp/ddp2_chunked/final/model.safetensors" ] \
+   && cmp -s "$tmp/ddp2/final/model.safetensors" "$tmp/ddp2_chunked/final/model.safetensors" \
+   && [ "$(metric "$tmp/ddp2" loss)" = "$(metric "$tmp/ddp2_chunked" loss)" ]; then
+  ok "DDP 2 with the all-reduce in chunks of 1000 elements: bitwise the losses and weights of one call"
+else bad "DDP 2 with chunked all-reduces differs from one call"; fi
+out=$(FT_MPI_MAX_COUNT=0 mpirun_ 2 "${common[@]}" --max_steps 1 --no_fsdp --batch_size_per_device 2 --out_dir "$tmp/chunk0" 2>&1)
+grep -q "FT_MPI_MAX_COUNT: '0' is not a count in \[1, 2147483647\]" <<<"$out" \
+  && ok "FT_MPI_MAX_COUNT is read (0 refused): the chunked run above did run in chunks" || bad "FT_MPI_MAX_COUNT=0: $out"
 run_case hsdp4 4 --batch_size_per_device 2 --dp_shard 2
 run_case fsdp2_ckpt 2 --batch_size_per_device 4 --gradient_checkpointing
 run_case fsdp2_keep 2 --batch_size_per_device 1 --keep_params_gathered

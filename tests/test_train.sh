@@ -109,6 +109,18 @@ grep -q "^finetune: done: no step to train (resumed at step 6 of 6); val loss [0
   || bad "resuming the finished run: summary '$(grep '^finetune: done' "$d.log3")'"
 [ "$(grep -c . "$d/samples.jsonl")" = 2 ] && ok "samples.jsonl holds the last run's 2 samples" \
   || bad "samples.jsonl has $(grep -c . "$d/samples.jsonl") lines after the resumes, want 2"
+# a resume with other optimizer settings (an edited requeue line): one warning naming each
+# change, and training goes on with this run's; a resume with the same ones says nothing
+o="$tmp/optchange"
+"$bin" "${small[@]}" --max_steps 4 --resume "$tmp/games-b/checkpoints/step_00000003" --learning_rate 1e-2 \
+  --lr_schedule cosine --weight_decay 0.5 --out_dir "$o" > "$o.log" 2> "$o.err" \
+  && grep -q "^finetune: warning: $tmp/games-b/checkpoints/step_00000003/trainer_state.json: this run changes the \
+optimizer's settings: --lr_schedule cosine (the checkpoint's: linear), --learning_rate 0.01 (the checkpoint's: 0.003), \
+--weight_decay 0.5 (the checkpoint's: 0.01); the resumed training uses this run's" "$o.err" \
+  && [ "$(grep -c "optimizer's settings" "$o.err")" = 1 ] && ! grep -q "optimizer's settings" "$tmp/games-b.log2" \
+  && ok "a resume with another lr, schedule and weight decay: one warning naming the three; the same settings: none" \
+  || bad "optimizer settings changed on resume: $(cat "$o.err")"
+
 # sampling flags: greedy (--sample_temperature 0) and top-k 1 at temperature 1 both take the
 # most likely token (transformers' argmax / TopKLogitsWarper; tests/test_sample.c checks the
 # distributions against transformers), so their samples are equal; without top-k, temperature
@@ -239,6 +251,15 @@ expect_error "$k/checkpoints/latest: --out_dir holds an earlier run's checkpoint
   && ok "the refused fresh run left the earlier run's files as they were" || bad "the refused fresh run changed $k"
 expect_error "flags --overwrite_out_dir and --resume latest contradict each other" "${small[@]}" --max_steps 2 \
   --overwrite_out_dir --resume latest --out_dir "$k"
+# the same for an earlier run's export without its checkpoints (deleted to free the disk) and
+# for a file named final: a fresh run would have replaced them without a word
+e="$tmp/exported"; mkdir -p "$e"; cp -r "$k/final" "$e/final"
+expect_error "$e/final: --out_dir holds an earlier run's export: --overwrite_out_dir starts over" "${small[@]}" \
+  --max_steps 2 --out_dir "$e"
+mkdir -p "$e.2"; echo notes > "$e.2/final"
+expect_error "$e.2/final: --out_dir holds an earlier run's export" "${small[@]}" --max_steps 2 --out_dir "$e.2"
+[ "$(cat "$e.2/final")" = notes ] && [ ! -e "$e.2/metrics.jsonl" ] && ok "the refused run left the file 'final' and wrote nothing" \
+  || bad "the refused run into $e.2 changed it: $(ls "$e.2")"
 mkdir -p "$k/checkpoints/step_00000099" "$k/final_merged"
 "$bin" "${small[@]}" --max_steps 2 --overwrite_out_dir --out_dir "$k" > "$k.log" 2>&1 \
   && [ "$(ls "$k/checkpoints")" = "$(printf 'latest\nstep_00000002')" ] && [ ! -e "$k/final_merged" ] \
@@ -336,7 +357,7 @@ expect_error "incompatible checkpoint: it was trained with --seq_len 64, this ru
 expect_error "incompatible checkpoint: it was trained with --total_batch_size 8" \
   "${small[@]}" --total_batch_size 16 --max_steps 6 --resume latest --out_dir "$tmp/games-a"
 mkdir -p "$tmp/m2"; cp data/model/* "$tmp/m2/"; sed -i 's/"intermediate_size": 352/"intermediate_size": 360/' "$tmp/m2/config.json"
-expect_error "incompatible checkpoint: it was trained with model parameter count" --eval_only --model_dir "$tmp/m2" "${small[@]}" --resume "$tmp/games-a/checkpoints/step_00000006"
+expect_error "(another model: --model_dir's config.json differs)" --eval_only --model_dir "$tmp/m2" "${small[@]}" --resume "$tmp/games-a/checkpoints/step_00000006"
 # a corrupt checkpoint (copies of step 6, one defect each): refused by name, not resumed
 ck="$tmp/games-a/checkpoints/step_00000006"
 bad_ck() { rm -rf "$tmp/bad-ck"; cp -r "$ck" "$tmp/bad-ck"; }
