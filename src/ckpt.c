@@ -675,6 +675,25 @@ static int export_dir_create(const char *dir, char *tmp, size_t ntmp) {
     return 0;
 }
 
+// The tokenizer files an export carries from model_dir (those it has), then, for a model's
+// export, generation_config.json: AutoTokenizer.from_pretrained(export) works for both kinds
+// (transformers' Trainer saves the tokenizer beside a PEFT adapter too).
+static const char *const export_extra[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                           "tokenizer.model", "generation_config.json"};
+#define N_TOKENIZER_FILES 4
+
+// Copy the first n of export_extra that model_dir has into tmp. 0 / -1.
+static int copy_export_extra(const char *model_dir, const char *tmp, size_t n) {
+    char p[FT_PATH_MAX], src[FT_PATH_MAX];
+    for (size_t i = 0; i < n; i++) {
+        TRY(ft_path(src, sizeof src, "%s/%s", model_dir, export_extra[i]));
+        if (access(src, R_OK) != 0) continue;
+        TRY(ft_path(p, sizeof p, "%s/%s", tmp, export_extra[i]));
+        TRY(fs_copy_file(src, p));
+    }
+    return 0;
+}
+
 // Rank 0, the weights written into tmp: config.json (with the dtype) and the tokenizer
 // files, then publish tmp as dir. 0 / -1 (tmp removed unless published).
 static int export_dir_finish(const char *dir, const char *model_dir, const char *tmp, const char *dtype) {
@@ -682,14 +701,7 @@ static int export_dir_finish(const char *dir, const char *model_dir, const char 
     TRY_GOTO(ft_path(src, sizeof src, "%s/config.json", model_dir), fail);
     TRY_GOTO(ft_path(p, sizeof p, "%s/config.json", tmp), fail);
     TRY_GOTO(write_config(src, p, dtype), fail);
-    static const char *extra[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                  "generation_config.json", "tokenizer.model"};
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
-        TRY_GOTO(ft_path(src, sizeof src, "%s/%s", model_dir, extra[i]), fail);
-        if (access(src, R_OK) != 0) continue;
-        TRY_GOTO(ft_path(p, sizeof p, "%s/%s", tmp, extra[i]), fail);
-        TRY_GOTO(fs_copy_file(src, p), fail);
-    }
+    TRY_GOTO(copy_export_extra(model_dir, tmp, sizeof export_extra / sizeof export_extra[0]), fail);
     TRY_GOTO(fs_publish_dir(tmp, dir), fail);
     return 0;
 fail:
@@ -754,6 +766,7 @@ int ckpt_export_peft(const char *dir, const char *model_dir, fsdp_state *s, cons
     const int write = world_rank == 0 && rc == 0;
     if (param_files_stream(s, tmp, &file, names, 1, write) != 0) rc = -1;
     if (write && rc == 0) rc = write_adapter_config(tmp, model_dir, ll);
+    if (write && rc == 0) rc = copy_export_extra(model_dir, tmp, N_TOKENIZER_FILES);
     if (write && rc == 0) rc = fs_publish_dir(tmp, dir);
     if (write && rc != 0) fs_remove_tree(tmp);
     return rc;

@@ -295,6 +295,11 @@ static int job_open_data(job *j) {
     char msg[3 * FT_PATH_MAX + 400];   // shards of another tokenizer: trains, but say so
     if (is_main(j) && data_tokenizer_differs(o->data_dir, o->model_dir, msg, sizeof msg))
         fprintf(stderr, "finetune: warning: %s\n", msg);
+    char tok[FT_PATH_MAX];   // none at all: nothing to check the shards against, nothing to export
+    if (is_main(j) && !o->eval_only && ft_path(tok, sizeof tok, "%s/tokenizer.json", o->model_dir) == 0 &&
+        access(tok, R_OK) != 0)
+        printf("finetune: note: %s: no tokenizer (%s): the shards' tokenizer cannot be checked against the model's, "
+               "and the exports will hold none\n", o->model_dir, strerror(errno));
     if (o->eval_only) {
         j->accum = 1;
         j->steps_per_epoch = 1;

@@ -65,8 +65,9 @@ awk -v a="$v0" -v b="$v6" 'BEGIN { exit !(b < a - 0.01) }' && ok "validation los
 
 # ---------------------------------------------------------------- 2. the PEFT export
 f="$a/final"
-if [ -f "$f/adapter_config.json" ] && [ -f "$f/adapter_model.safetensors" ] && [ ! -e "$f/model.safetensors" ]; then
-  ok "export: adapter_config.json + adapter_model.safetensors, no full model"
+if [ -f "$f/adapter_config.json" ] && [ -f "$f/adapter_model.safetensors" ] && [ ! -e "$f/model.safetensors" ] \
+   && cmp -s "$f/tokenizer.json" data/model/tokenizer.json && [ ! -e "$f/config.json" ]; then
+  ok "export: adapter_config.json + adapter_model.safetensors + the tokenizer files, no full model"
 else bad "export files: $(ls "$f" 2>&1 | tr '\n' ' ')"; fi
 grep -q '"r": 8' "$f/adapter_config.json" && grep -q '"lora_alpha": 16' "$f/adapter_config.json" \
   && grep -q '"down_proj"' "$f/adapter_config.json" && grep -q '"peft_type": "LORA"' "$f/adapter_config.json" \

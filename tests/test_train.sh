@@ -471,6 +471,11 @@ mkdir -p "$tmp/notok" && cp data/model/config.json data/model/model.safetensors 
 expect_error "flag --sample_tokens: $tmp/notok/tokenizer.json: No such file or directory (samples are decoded with \
 --model_dir's tokenizer.json)" "${small[@]}" --model_dir "$tmp/notok" --max_steps 1 --sample_tokens 4 --out_dir "$tmp/notok-out"
 [ ! -e "$tmp/notok-out" ] && ok "the run refused for a missing tokenizer.json created nothing" || bad "$tmp/notok-out was created"
+# without --sample_tokens it trains, and says once that there is no tokenizer to check or export
+"$bin" "${small[@]}" --model_dir "$tmp/notok" --max_steps 1 --max_eval_docs 2 --out_dir "$tmp/notok-run" > "$tmp/notok.log" 2>&1 \
+  && [ "$(grep -c "^finetune: note: $tmp/notok: no tokenizer (No such file or directory): the shards' tokenizer cannot be \
+checked against the model's, and the exports will hold none$" "$tmp/notok.log")" = 1 ] && [ -f "$tmp/notok-run/final/config.json" ] \
+  && ok "a --model_dir without tokenizer.json trains with one note" || bad "no tokenizer.json: $(grep -i tokenizer "$tmp/notok.log")"
 # a continuation longer than 8 KiB of text: written whole (it was cut at 8,191 bytes without a
 # word, mid-piece). Every piece of this tokenizer ends in 100 bytes "X...X|", so 120 sampled
 # tokens are ~12 KB and a whole continuation ends with "|"
