@@ -34,10 +34,10 @@ class CorpusError(ValueError):
     """Bad input; the message is one line naming the file (and row/line/game)."""
 
 
-def split_of(moves):
-    """sha1(" ".join(moves)) % 100 < 2 -> "validation", else "train" (append-stable)."""
+def split_of(moves, val_percent=2):
+    """sha1(" ".join(moves)) % 100 < val_percent -> "validation", else "train" (append-stable)."""
     h = int(hashlib.sha1(" ".join(moves).encode()).hexdigest(), 16)
-    return "validation" if h % 100 < 2 else "train"
+    return "validation" if h % 100 < val_percent else "train"
 
 
 def game_text(game):

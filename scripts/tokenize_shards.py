@@ -26,9 +26,10 @@ Outputs (in --out_dir): train_000.bin, train_001.bin, ... (at most --docs_per_sh
 each), val_000.bin, and shards.json (files, docs, tokens, sha256s, sources, tokenizer
 sha256). Everything is written to a temporary folder inside --out_dir first and moved in
 at the end: on any error the earlier shards stay as they were and nothing new is left
-behind (an --out_dir this run created is removed again). Split: sha1(moves) % 100 < 2 ->
-validation, else train; no games, or a split without a game (finetune needs both: a corpus
-of a few dozen games may have no validation game) is an error.
+behind (an --out_dir this run created is removed again). Split: sha1(moves) % 100 <
+--val_percent (default 2) -> validation, else train; no games, or a split without a game
+(finetune needs both: a corpus of a few dozen games may have no validation game at 2%: raise
+--val_percent for a smoke test) is an error.
 
 Examples:
   python scripts/tokenize_shards.py --games data/chess/games.jsonl.xz \
@@ -120,7 +121,7 @@ def write_shards(args, tok, vocab, bos, eos, stage):
 
     games = {"train": 0, "val": 0}
     for _, _, g in iter_games(args.games, check_moves=args.check_moves):
-        key = "val" if split_of(g["Moves"]) == "validation" else "train"
+        key = "val" if split_of(g["Moves"], args.val_percent) == "validation" else "train"
         pending[key].append(game_text(g))
         games[key] += 1
         if key == "train" and len(pending[key]) == args.docs_per_shard:
@@ -131,9 +132,10 @@ def write_shards(args, tok, vocab, bos, eos, stage):
         raise TokenizeError("%s: no games" % inputs)
     for key, split in (("val", "validation"), ("train", "training")):
         if not games[key]:
-            raise TokenizeError("%s: no game of the %d fell into the %s split (content hash: about 2 in 100 "
-                                "games validate); finetune needs one in each: give more games"
-                                % (inputs, games["train"] + games["val"], split))
+            raise TokenizeError("%s: no game of the %d fell into the %s split (content hash: about %d in 100 "
+                                "games validate, --val_percent); finetune needs one in each: give more games%s"
+                                % (inputs, games["train"] + games["val"], split, args.val_percent,
+                                   " or a larger --val_percent" if key == "val" else " or a smaller --val_percent"))
     if pending["train"]:
         flush("train")
     flush("val")   # one validation shard
@@ -147,7 +149,8 @@ def build_manifest(args, sources, shards, vocab, bos, eos):
            "tokenizer_sha256": sha256_file(args.tokenizer),
            "vocab_size": vocab, "token_bytes": token_bytes_for(vocab), "bos_id": bos, "eos_id": eos,
            "document": "[bos] + encode(' '.join(Moves) + ' ' + Result) + [eos]",
-           "split_rule": "int(sha1(' '.join(Moves)).hexdigest(), 16) % 100 < 2 -> val",
+           "split_rule": "int(sha1(' '.join(Moves)).hexdigest(), 16) %% 100 < %d -> val" % args.val_percent,
+           "val_percent": args.val_percent,
            "train": shards["train"], "val": shards["val"]}
     for key in ("train", "val"):
         man[key + "_docs"] = sum(x["docs"] for x in man[key])
@@ -244,7 +247,7 @@ def verify(args):
     seen = {"train": 0, "validation": 0}
     exact = True
     for _, _, g in iter_games(args.games):
-        split = split_of(g["Moves"])
+        split = split_of(g["Moves"], man.get("val_percent", 2))   # (older manifests: 2)
         pick = picks.get((split, seen[split]))
         seen[split] += 1
         if pick:
@@ -271,11 +274,15 @@ def main():
     ap.add_argument("--eos_token", default=None, help="EOS token text ('' = none; default: see above)")
     ap.add_argument("--out_dir", default="data/chess")
     ap.add_argument("--docs_per_shard", type=int, default=4096)
+    ap.add_argument("--val_percent", type=int, default=2,
+                    help="games whose content hash %% 100 is below this go to validation (1-99; default 2)")
     ap.add_argument("--check_moves", action="store_true", help="replay every game with python-chess")
     ap.add_argument("--verify", action="store_true", help="re-read and check the shards instead of writing")
     args = ap.parse_args()
     if args.docs_per_shard < 1:
         ap.error("--docs_per_shard must be at least 1")
+    if not 1 <= args.val_percent <= 99:
+        ap.error("--val_percent must be in [1, 99]")
     try:
         if not args.verify:
             write_all(args)

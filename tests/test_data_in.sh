@@ -142,7 +142,15 @@ expect_tok_error "nothere.parquet: no such file or directory" "$TMP/new6" --game
 expect_tok_error "bigvocab: cannot load tokenizer" "$TMP/new7" --games "$IN/pq" --tokenizer "$IN/bigvocab"
 # finetune refuses a split without documents ('val_000.bin: the shard holds no documents'), so
 # such shards are refused here, before anything is written
-expect_tok_error "trainonly.jsonl: no game of the 8 fell into the validation split" "$TMP/new8" --games "$IN/trainonly.jsonl" "${T[@]}"
+expect_tok_error "trainonly.jsonl: no game of the 8 fell into the validation split (content hash: about 2 in 100 games \
+validate, --val_percent); finetune needs one in each: give more games or a larger --val_percent" "$TMP/new8" \
+  --games "$IN/trainonly.jsonl" "${T[@]}"
+# --val_percent: those 8 games split at 50% (both splits hold some), recorded and verified
+if tok --games "$IN/trainonly.jsonl" "${T[@]}" --val_percent 50 --out_dir "$TMP/vp" > "$TMP/vp.log" 2>&1 \
+   && grep -q '"val_percent": 50' "$TMP/vp/shards.json" && grep -q "verify: all shards OK" "$TMP/vp.log" \
+   && "$py" -c 'import json, sys; m = json.load(open(sys.argv[1])); sys.exit(not (m["train_docs"] > 0 and m["val_docs"] > 0 and m["train_docs"] + m["val_docs"] == 8))' "$TMP/vp/shards.json"; then
+  ok "--val_percent 50 splits the 8 games into both splits, recorded in shards.json, verified"
+else bad "--val_percent 50: $(tail -2 "$TMP/vp.log")"; fi
 expect_tok_error "empty.jsonl: no games" "$TMP/ref" --games "$IN/empty.jsonl" "${T[@]}"
 [ "$(shards_sha "$TMP/ref")" = "$want" ] && ok "the shards in an existing --out_dir survive failed runs" \
   || bad "a failed run changed the shards in $TMP/ref"
