@@ -74,7 +74,11 @@ static int open_indexed(hf_checkpoint *ck, const char *index_path) {
     json_object_foreach(map, key, val) {
         const char *where = NULL;
         const st_tensor *t = hf_checkpoint_find(ck, key, &where);
-        if (!t) { ft_error("%s: tensor '%s' is listed in the index but in no shard", index_path, key); goto done; }
+        if (!t) {
+            ft_error("%s: tensor '%s' is mapped to %s, but no file the index names holds it", index_path, key,
+                     json_string_value(val) ? json_string_value(val) : "(not a file name)");
+            goto done;
+        }
         const char *base = strrchr(where, '/');
         if (strcmp(base ? base + 1 : where, json_string_value(val)) != 0) {
             ft_error("%s: tensor '%s' is listed in %s but found in %s", index_path, key,

@@ -320,7 +320,7 @@ static const char *tiny_config =
     "\"vocab_size\":10,\"rms_norm_eps\":1e-5,\"max_position_embeddings\":16,\"tie_word_embeddings\":false}";
 
 typedef enum { D_NONE, D_MISSING, D_EXTRA, D_SHAPE, D_DTYPE, D_INDEX_MISSING_FILE, D_INDEX_ESCAPE,
-               D_INDEX_WRONG_FILE, D_INDEX_DUP_ACROSS, D_NAN, D_INF, D_FLIPPED,
+               D_INDEX_WRONG_FILE, D_INDEX_UNLISTED_FILE, D_INDEX_DUP_ACROSS, D_NAN, D_INF, D_FLIPPED,
                // tie_word_embeddings true: lm_head.weight stored too, equal / different / equal with
                // a bit of it or of the embeddings flipped since; or instead of
                // model.embed_tokens.weight (transformers ties to the one stored)
@@ -338,6 +338,9 @@ static const ck_case ck_cases[] = {
     {"index names a missing shard", D_INDEX_MISSING_FILE, 1, "cannot open"},
     {"index escapes the directory", D_INDEX_ESCAPE, 1, "not a plain file name"},
     {"index points to the wrong shard", D_INDEX_WRONG_FILE, 1, "is listed in"},
+    // lm_head.weight in a third file the index does not name (it maps it to shard 2)
+    {"tensor only in a file the index does not name", D_INDEX_UNLISTED_FILE, 1,
+     "tensor 'lm_head.weight' is mapped to model-00002-of-00002.safetensors, but no file the index names holds it"},
     {"tensor in two shards", D_INDEX_DUP_ACROSS, 1, "lm_head.weight"},
     // values: found when the units are read
     {"NaN weight", D_NAN, 0, "model.safetensors: tensor 'model.norm.weight': element 3 is nan (not finite)"},
@@ -438,6 +441,12 @@ static int make_checkpoint(const char *cdir, const ck_case *c) {
         rc |= st_write(p, ts, h, NULL);
         snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", cdir);
         rc |= st_write(p, ts + h, n - h, NULL);
+        if (c->defect == D_INDEX_UNLISTED_FILE) {   // the last tensor (lm_head.weight) moved to a third file
+            snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", cdir);
+            rc |= st_write(p, ts + h, n - h - 1, NULL);
+            snprintf(p, sizeof p, "%s/model-00003-of-00003.safetensors", cdir);
+            rc |= st_write(p, ts + n - 1, 1, NULL);
+        }
         if (c->defect == D_INDEX_DUP_ACROSS) {  // shard 1 also holds the last tensor (lm_head.weight)
             st_write_tensor ts1[33];
             memcpy(ts1, ts, (size_t)h * sizeof *ts);
