@@ -271,13 +271,13 @@ int hf_checkpoint_validate(const hf_checkpoint *ck, const param_layout *l) {
 // ----------------------------------------------------------------------------
 // conversion to fp32
 
-static void tensor_to_f32(const st_tensor *t, float *out) {
-    const size_t n = t->numel;
+// Elements [from, from + n) of tensor t as fp32 into out.
+static void tensor_to_f32(const st_tensor *t, size_t from, size_t n, float *out) {
     if (t->dtype == ST_F32) {
-        memcpy(out, t->data, n * sizeof(float));
+        memcpy(out, (const float *)t->data + from, n * sizeof(float));
     } else {
         // the header length need not keep data 2-byte aligned: read through memcpy
-        const unsigned char *src = t->data;
+        const unsigned char *src = (const unsigned char *)t->data + 2 * from;
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
@@ -286,21 +286,33 @@ static void tensor_to_f32(const st_tensor *t, float *out) {
     }
 }
 
-int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int u, float *out) {
-    memset(out, 0, l->unit_numel[u] * sizeof(float));
-    for (int i = 0; i < l->n_entries; i++) {
+int hf_checkpoint_read_range(const hf_checkpoint *ck, const param_layout *l, int u, size_t lo, size_t hi,
+                             int verify_index, int verify_count, float *out) {
+    if (hi > l->unit_numel[u]) hi = l->unit_numel[u];
+    if (lo < hi) memset(out + lo, 0, (hi - lo) * sizeof(float));   // padding
+    for (int i = 0, k = 0; i < l->n_entries; i++) {
         const param_entry *e = &l->entries[i];
         if (e->unit != u) continue;
+        const int verify = k++ % verify_count == verify_index;
+        const size_t a = e->unit_offset > lo ? e->unit_offset : lo;   // [a, b): this entry's part of the range
+        const size_t b = e->unit_offset + e->numel < hi ? e->unit_offset + e->numel : hi;
+        if (!verify && a >= b) continue;
         const char *path = NULL;
         const st_tensor *t = find_entry(ck, l, e->name, &path);
         if (!t || t->numel != e->numel)
             return ft_error("%s: tensor '%s' missing or mis-sized (validate first)", ck->dir, e->name);
-        TRY(st_verify(t, path));   // its bytes against the checksum the file records, if any
-        float *x = out + e->unit_offset;
-        tensor_to_f32(t, x);
-        const size_t bad = ft_first_nonfinite(x, e->numel);   // NaN / inf weights: a corrupt file
-        if (bad < e->numel)
-            return ft_error("%s: tensor '%s': element %zu is %g (not finite)", path, e->name, bad, x[bad]);
+        if (verify) TRY(st_verify(t, path));   // its bytes against the checksum the file records, if any
+        if (a >= b) continue;
+        float *x = out + a;
+        tensor_to_f32(t, a - e->unit_offset, b - a, x);
+        const size_t bad = ft_first_nonfinite(x, b - a);   // NaN / inf weights: a corrupt file
+        if (bad < b - a)
+            return ft_error("%s: tensor '%s': element %zu is %g (not finite)", path, e->name,
+                            a - e->unit_offset + bad, x[bad]);
     }
     return 0;
+}
+
+int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int u, float *out) {
+    return hf_checkpoint_read_range(ck, l, u, 0, l->unit_numel[u], 0, 1, out);
 }

@@ -43,3 +43,14 @@ int hf_checkpoint_validate(const hf_checkpoint *ck, const param_layout *l);
 // checksum its file records, st_verify: "checksum mismatch (the file is corrupted)", and for a
 // NaN or infinite value, naming the file, tensor and element).
 int hf_checkpoint_read_unit(const hf_checkpoint *ck, const param_layout *l, int u, float *out);
+
+// What one rank of a sharded job reads of unit u: elements [lo, hi) of the unit converted to
+// fp32 into out + lo (out holds the whole unit; the rest is left as it was; padding in the
+// range is zeroed), the NaN / infinite check over that range only, and the checksum of every
+// tensor whose index among the unit's tensors is verify_index mod verify_count, read whole
+// (st_verify), whether it overlaps the range or not. Over ranks that split the unit's range
+// between them and take every verify_index, each byte is converted once and each tensor
+// verified once: a rank reads its slice plus 1/verify_count of the checksummed bytes, not the
+// whole model. (0, unit_numel[u], 0, 1) is hf_checkpoint_read_unit. 0 / -1 as it.
+int hf_checkpoint_read_range(const hf_checkpoint *ck, const param_layout *l, int u, size_t lo, size_t hi,
+                             int verify_index, int verify_count, float *out);

@@ -482,6 +482,16 @@ int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_ful
     return 0;
 }
 
+void fsdp_slice_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) {
+    *lo = (size_t)s->shard->rank * s->slice[u];
+    *hi = *lo + s->slice[u];
+}
+
+void fsdp_grid_place(const fsdp_state *s, int *index, int *count) {
+    *index = s->shard->rank + s->shard->size * s->replica->rank;
+    *count = s->shard->size * s->replica->size;
+}
+
 int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
     if (s->role == FSDP_FROZEN) return frozen_error("fp32 units");
     if (s->root_acc_live)

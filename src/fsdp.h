@@ -166,6 +166,12 @@ typedef enum { FSDP_MASTER, FSDP_EXP_AVG, FSDP_EXP_AVG_SQ } fsdp_buffer;
 // Set unit u of `which` from the full unit in host fp32 memory (unit_numel[u] elements; this
 // rank takes its slice). Setting FSDP_MASTER also refreshes the working parameters. 0 / -1.
 int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_full);
+// The elements [*lo, *hi) of unit u that fsdp_set_unit reads of host_full on this rank (its
+// slice), and this rank's place in the grid: *index in [0, *count) with count = S x R, a
+// different one on every rank (for splitting work every rank would otherwise repeat, such as
+// verifying a checkpoint's checksums).
+void fsdp_slice_range(const fsdp_state *s, int u, size_t *lo, size_t *hi);
+void fsdp_grid_place(const fsdp_state *s, int *index, int *count);
 // Gather unit u of `which` into host fp32 memory on every rank of the shard group
 // (collective). Only between optimizer steps (its buffer holds the root gradient sum from a
 // step's first micro-batch to its last; with offload over S > 1 the host slice is staged

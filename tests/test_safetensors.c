@@ -504,6 +504,127 @@ static void test_checkpoint_table(void) {
 }
 
 // ----------------------------------------------------------------------------
+// a rank's part of a unit (hf_checkpoint_read_range): tiny_config's tensors hold their position
+// in the unit (mod 200: exact in bf16); in F32 and BF16 files, every unit is read in S = 1..4
+// ranges: each range converted exactly and nothing outside it touched, their union the whole
+// unit (= hf_checkpoint_read_unit); a byte flipped in model.norm.weight (a finite value
+// still) is reported by exactly one of verify_count ranks, whether its range holds the tensor
+// or not; a NaN in it only by the ranges that hold the element
+
+static int write_positions(const char *cdir, const param_layout *l, st_dtype dt, int nan_at_norm3) {
+    static float f32[16][2048];
+    static uint16_t b16[16][2048];
+    st_write_tensor ts[16];
+    int n = 0;
+    for (int i = 0; i < l->n_entries && n < 16; i++) {
+        const param_entry *e = &l->entries[i];
+        if (e->numel > 2048) return -1;
+        float *x = f32[n];
+        for (size_t j = 0; j < e->numel; j++) x[j] = (float)((e->unit_offset + j) % 200);
+        if (nan_at_norm3 && strcmp(e->name, "model.norm.weight") == 0) x[3] = NAN;
+        for (size_t j = 0; j < e->numel; j++) b16[n][j] = ft_f32_to_bf16(x[j]);
+        st_write_tensor *t = &ts[n++];
+        memset(t, 0, sizeof *t);
+        t->name = e->name;
+        t->dtype = dt;
+        t->ndim = e->ndim;
+        for (int d = 0; d < e->ndim; d++) t->shape[d] = e->shape[d];
+        t->data = dt == ST_F32 ? (void *)x : (void *)b16[n - 1];
+    }
+    if (n != l->n_entries) return -1;   // (16 tensors at most: tiny_config has 12)
+    char p[512];
+    snprintf(p, sizeof p, "%s/model.safetensors", cdir);
+    return st_write(p, ts, n, NULL);
+}
+
+static void test_read_range(void) {
+    char cdir[300], p[512];
+    snprintf(cdir, sizeof cdir, "%s/range", dir);
+    mkdir(cdir, 0755);
+    snprintf(p, sizeof p, "%s/config.json", cdir);
+    write_text(p, tiny_config);
+    llama_config cfg;
+    param_layout l;
+    if (llama_config_load(&cfg, p) != 0 || param_layout_init(&l, &cfg, 1) != 0) { EXPECT(0, "range: setup"); return; }
+    for (int pass = 0; pass < 4; pass++) {   // F32, BF16, F32 with a flipped byte, F32 with a NaN
+        const st_dtype dt = pass == 1 ? ST_BF16 : ST_F32;
+        if (write_positions(cdir, &l, dt, pass == 3) != 0) { EXPECT(0, "range: writing pass %d", pass); break; }
+        long norm_off = -1;
+        int norm_index = -1, norm_unit = -1;
+        if (pass == 2) {   // flip bit 0 of model.norm.weight's second byte: a finite value still
+            st_file f;
+            snprintf(p, sizeof p, "%s/model.safetensors", cdir);
+            if (st_open(&f, p) == 0) {
+                const st_tensor *t = st_find(&f, "model.norm.weight");
+                norm_off = t ? (long)((const unsigned char *)t->data - (const unsigned char *)f.map) : -1;
+                st_close(&f);
+            }
+            EXPECT(norm_off > 0 && flip_bits(p, norm_off + 1, 0x01) == 0, "range: flipping a byte");
+        }
+        const param_entry *norm = param_layout_find(&l, "model.norm.weight");
+        norm_unit = norm ? norm->unit : -1;
+        for (int i = 0, k = 0; norm && i < l.n_entries; i++)   // its index among its unit's tensors
+            if (l.entries[i].unit == norm_unit && (k++, &l.entries[i] == norm)) norm_index = k - 1;
+        hf_checkpoint ck;
+        ft_error_clear();
+        if (hf_checkpoint_open(&ck, cdir) != 0 || hf_checkpoint_validate(&ck, &l) != 0) {
+            EXPECT(0, "range pass %d: open: %s", pass, ft_error_message());
+            continue;
+        }
+        for (int u = 0; u < l.n_units; u++) {
+            const size_t n = l.unit_numel[u];
+            for (int S = 1; S <= 4; S++) {
+                float whole[4096], part[4096];
+                for (size_t j = 0; j < n; j++) whole[j] = NAN;
+                int n_checksum = 0, n_nan = 0;
+                for (int r = 0; r < S; r++) {
+                    const size_t lo = n * (size_t)r / (size_t)S, hi = n * (size_t)(r + 1) / (size_t)S;
+                    for (size_t j = 0; j < n; j++) part[j] = -1.0f;   // a sentinel outside the range
+                    ft_error_clear();
+                    const int rc = hf_checkpoint_read_range(&ck, &l, u, lo, hi, r, S, part);
+                    const char *msg = ft_error_message();
+                    n_checksum += rc != 0 && strstr(msg, "model.norm.weight': checksum mismatch") != NULL;
+                    n_nan += rc != 0 && strstr(msg, "model.norm.weight': element 3 is nan") != NULL;
+                    const int holds_nan = pass == 3 && u == norm_unit && lo <= norm->unit_offset + 3 &&
+                                          norm->unit_offset + 3 < hi;
+                    const int verifies_norm = pass == 2 && u == norm_unit && norm_index % S == r;
+                    EXPECT((rc != 0) == (holds_nan || verifies_norm), "range pass %d unit %d S %d rank %d: rc %d (%s)",
+                           pass, u, S, r, rc, msg);
+                    if (rc != 0) continue;
+                    int outside = 0, wrong = 0;
+                    for (size_t j = 0; j < n; j++) {
+                        if (j < lo || j >= hi) outside += part[j] != -1.0f;
+                        else whole[j] = part[j];
+                    }
+                    for (int i = 0; i < l.n_entries; i++) {   // inside: each entry's position, padding 0
+                        const param_entry *e = &l.entries[i];
+                        for (size_t j = 0; e->unit == u && j < e->numel; j++) {
+                            const size_t x = e->unit_offset + j;
+                            const int flipped = pass == 2 && e == norm && j == 0;   // another value: read as stored
+                            if (x >= lo && x < hi && !flipped && part[x] != (float)(x % 200)) wrong++;
+                        }
+                    }
+                    EXPECT(outside == 0 && wrong == 0, "range pass %d unit %d S %d rank %d: %d touched outside, %d wrong",
+                           pass, u, S, r, outside, wrong);
+                }
+                if (pass == 2 && u == norm_unit)
+                    EXPECT(n_checksum == 1, "range: the flipped tensor reported by %d of %d ranks", n_checksum, S);
+                if (pass == 3 && u == norm_unit)
+                    EXPECT(n_nan == 1, "range: the NaN reported by %d of %d ranks", n_nan, S);
+                if (pass == 0) {   // the union is the whole unit
+                    float full[4096];
+                    EXPECT(hf_checkpoint_read_unit(&ck, &l, u, full) == 0 &&
+                               memcmp(full, whole, n * sizeof(float)) == 0,
+                           "range: unit %d over %d ranges differs from hf_checkpoint_read_unit", u, S);
+                }
+            }
+        }
+        hf_checkpoint_close(&ck);
+    }
+    param_layout_free(&l);
+}
+
+// ----------------------------------------------------------------------------
 // content fingerprints
 
 // The fingerprint of one file (FT_FNV_INIT continued), or 0 when it does not open.
@@ -610,6 +731,7 @@ int main(void) {
     test_writer_stream();
     test_checksum();
     test_checkpoint_table();
+    test_read_range();
     test_fingerprint();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
