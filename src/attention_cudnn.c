@@ -21,8 +21,10 @@ typedef struct {
 } attn_plan;
 
 static int g_det;   // --deterministic (kept across open / close)
+static int g_limit = ATTN_CUDNN_PLANS;   // attn_cudnn_set_plan_limit (idem)
 
 void attn_cudnn_set_deterministic(int det) { g_det = det != 0; }
+void attn_cudnn_set_plan_limit(int n) { g_limit = n < 1 ? 1 : n > ATTN_CUDNN_PLANS ? ATTN_CUDNN_PLANS : n; }
 
 static struct {
     int open;
@@ -79,7 +81,7 @@ static int plan_get(const attn_key *key, attn_plan **out) {
                         key->T, key->H, key->KVH, key->D, fresh.workspace, bound);
     }
     attn_plan *slot = &A.plans[A.n_plans];
-    if (A.n_plans == ATTN_CUDNN_PLANS) {
+    if (A.n_plans >= g_limit) {
         slot = lru;
         if (attn_engine_destroy(slot->graph) != 0) {   // its queued work did not finish: keep it
             (void)attn_engine_destroy(fresh.graph);

@@ -54,8 +54,11 @@ int attn_engine_bwd(attn_graph *g, void *dq, void *dk, void *dv, const void *dou
 // the front
 
 // Plans the front keeps (forward and backward count separately); a new shape beyond this
-// evicts the least recently used one.
-#define ATTN_CUDNN_PLANS 64
+// evicts the least recently used one (draining the stream, then NVRTC-compiling the new
+// plan: 0.3-0.45 s). 128: the training lengths of --seq_len 8192 (40 buckets, forward and
+// backward: 80) plus sampling's forward at its own batch size (40) fit, so a job does not
+// cycle through evictions every step (64 held 4096's 32 lengths, not 8192's 40).
+#define ATTN_CUDNN_PLANS 128
 
 // Workspace the memory plan reserves for one attention call (src/plan.c), in bytes: the fp32
 // dQ accumulator (B, H, T, D) and the fp32 row sums of dO * O (B, H, T) the backward graph keeps
@@ -84,6 +87,10 @@ int attn_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const void *o
                    const void *k, const void *v, int B, int T, int H, int KVH, int D);
 // For tests: plans cached now and evictions since open.
 void attn_cudnn_stats(int *cached, long *evictions);
+// For tests: hold at most n plans (1 .. ATTN_CUDNN_PLANS; kept across open / close), so that
+// the eviction path runs without building ATTN_CUDNN_PLANS plans first. Plans already cached
+// beyond n go as new ones come.
+void attn_cudnn_set_plan_limit(int n);
 // --deterministic: backward plans built from now on use the deterministic graph (attn_key.det).
 void attn_cudnn_set_deterministic(int det);
 

@@ -32,6 +32,7 @@
 // the gradient by NMSE 1e-5 .. 0.7; rounding down instead of up drops real tokens (length,
 // count, loss sum rel 1.5e-2, gradient NMSE 1.8e-2).
 // Runtime: 7 s of CPU (20 s wall on the shared 2-core machine under load).
+#include "attention_cudnn.h"
 #include "ckpt.h"
 #include "common.h"
 #include "fsdp.h"
@@ -153,8 +154,8 @@ static void run_case(const bucket_case *c, const llama_config *cfg, const char *
 // reach: a table of lengths, then over every length up to 16384 the properties the GPU
 // relies on: the result covers the row (>= len, or the cap), is a multiple of 64 (tensor
 // tiles) unless capped, grows with len, pads under 1/8 of the row past 1024, and the number
-// of distinct lengths of a job stays within what the plan caches hold (ATTN_CUDNN_PLANS 64
-// = 32 lengths x forward and backward at seq 4096).
+// of distinct lengths of a job stays within what the plan caches hold (ATTN_CUDNN_PLANS 128
+// = 40 lengths x forward and backward at seq 8192, plus sampling's 40 forward plans).
 static void check_rule(void) {
     backend b = *backend_cpu();
     b.seq_bucket = 64;
@@ -185,6 +186,11 @@ static void check_rule(void) {
         EXPECT(distinct <= jobs[j].max_lengths, "rule: cap %d gives %d lengths, want <= %d", cap, distinct,
                jobs[j].max_lengths);
         printf("  rule: seq_len %5d: %2d bucketed lengths\n", cap, distinct);
+        // the cuDNN plan cache holds a job at seq 8192: a forward and a backward plan per
+        // training length, and sampling's forward plans (another batch size) per length
+        if (cap == 8192)
+            EXPECT(3 * distinct <= ATTN_CUDNN_PLANS, "rule: seq 8192's %d lengths need %d attention plans, the cache "
+                   "holds %d", distinct, 3 * distinct, ATTN_CUDNN_PLANS);
     }
 }
 
