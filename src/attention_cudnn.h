@@ -88,8 +88,8 @@ int attn_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const void *o
 // For tests: plans cached now and evictions since open.
 void attn_cudnn_stats(int *cached, long *evictions);
 // For tests: hold at most n plans (1 .. ATTN_CUDNN_PLANS; kept across open / close), so that
-// the eviction path runs without building ATTN_CUDNN_PLANS plans first. Plans already cached
-// beyond n go as new ones come.
+// the eviction path runs without building ATTN_CUDNN_PLANS plans first. With more than n
+// cached, each new plan replaces the least recently used one (the count does not drop).
 void attn_cudnn_set_plan_limit(int n);
 // --deterministic: backward plans built from now on use the deterministic graph (attn_key.det).
 void attn_cudnn_set_deterministic(int det);

@@ -190,9 +190,10 @@ static float elem_f32(const st_tensor *t, size_t i) {
 // 5 ties them only when they are equal and otherwise loads two matrices (with a warning), so a
 // different lm_head.weight would train another model than transformers loads: refused.
 // lm_head.weight is read here only, so its checksum is verified here (st_verify), before the
-// comparison; the embeddings' is verified when their unit is read (hf_checkpoint_read_unit),
-// and here too when the two differ, so that damage is named as such rather than as a
-// different lm_head. 0 / -1 naming the file and tensor.
+// comparison; the embeddings' is verified when their unit is read (by one rank of a sharded
+// job: hf_checkpoint_read_range), and here too when the two differ, so that damage is named as
+// such rather than as a different lm_head. Every rank reads both whole here (a base that
+// stores both; not split over the ranks like the units). 0 / -1 naming the file and tensor.
 static int check_tied_lm_head(const hf_checkpoint *ck, const param_layout *l) {
     const char *epath = NULL, *hpath = NULL;
     const st_tensor *emb = hf_checkpoint_find(ck, "model.embed_tokens.weight", &epath);

@@ -9,8 +9,9 @@
 // (safetensors.h) is over the whole tensor. A rank that loads one reads only its slice of each
 // unit, and verifies the checksums of 1/(S x R) of the tensors, read whole, the ranks of the
 // grid splitting them (hf_checkpoint_read_range, load_moments): over the job each byte is read
-// about twice, not once per rank (a 70B resume on 64 ranks read 847 GB per rank). A damaged
-// tensor is reported by the rank that verified it; the load is agreed by every rank.
+// R + 1 times (each of R replica groups reads it once, one rank verifies it), not once per
+// rank (a 70B resume on 64 FSDP ranks read 847 GB per rank). A damaged tensor is reported by
+// the rank that verified it; the load is agreed by every rank.
 #include "ckpt.h"
 
 #include <dirent.h>

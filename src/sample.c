@@ -246,12 +246,22 @@ int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit
     if ((uint64_t)n_games > loader_games(val))
         return ft_error("flag --sample_games: %d exceeds the %llu games of the validation shards", n_games,
                         (unsigned long long)loader_games(val));
+    uint64_t *games = ft_malloc((size_t)n_games * sizeof *games, "sampled games");
+    if (!games) return -1;
+    int found = 0;
+    for (uint64_t g = 0; g < loader_games(val) && found < n_games; g++)
+        if (loader_game_len(val, g) > 0) games[found++] = g;
+    if (found < n_games) {
+        free(games);
+        return ft_error("flag --sample_games: %d exceeds the %d validation games that hold a token (the others give "
+                        "no prompt)", n_games, found);
+    }
     if (n_tokens > cfg->max_position_embeddings - SAMPLE_PROMPT_TOKENS)   // (it was capped without a word)
         return ft_error("flag --sample_tokens: %d tokens after the %d-token prompt exceed the model's "
                         "max_position_embeddings %d (at most %d)", n_tokens, SAMPLE_PROMPT_TOKENS,
                         cfg->max_position_embeddings, cfg->max_position_embeddings - SAMPLE_PROMPT_TOKENS);
     *sp = (sampler){.s = s, .lora = lora, .adapters = adapters, .mem = mem, .val = val, .out_dir = out_dir,
-                    .rank = rank, .n_tokens = n_tokens, .params = *params};
+                    .rank = rank, .n_tokens = n_tokens, .games = games, .params = *params};
     sp->T = SAMPLE_PROMPT_TOKENS + n_tokens;   // <= max_position_embeddings
     // The context runs padded to the backend's bucket (causal attention: the padding does
     // not change the real positions), so decoding adds no GEMM shape per token.
@@ -277,10 +287,12 @@ void sampler_close(sampler *sp) {
     free(sp->logits);
     free(sp->order);
     free(sp->probs);
+    free(sp->games);
     memset(sp, 0, sizeof *sp);
 }
 
-int sampler_continue(sampler *sp, int game, uint64_t seed) {
+int sampler_continue(sampler *sp, int i, uint64_t seed) {
+    const int game = (int)sp->games[i];   // (validation games: far fewer than 2^31)
     const llama_config *cfg = &sp->s->layout->cfg;
     const int V = cfg->vocab_size;
     if (!sp->m.layout)

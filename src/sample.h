@@ -70,6 +70,7 @@ typedef struct {
     const char *out_dir;    // borrowed: OUT/samples.jsonl
     int rank;               // world rank: rank 0 prints and writes
     int n_tokens;           // tokens to sample per game
+    uint64_t *games;        // owned (n_games): the validation games continued, those of >= 1 token
     int T;                  // SAMPLE_PROMPT_TOKENS + n_tokens (<= max_position_embeddings)
     int T_alloc;            // T rounded up to the backend's seq_bucket (capped likewise)
     sample_vocab vocab;     // owned, loaded by sampler_open
@@ -81,8 +82,9 @@ typedef struct {
     double *probs;          // owned (V): the distribution of the next token
 } sampler;
 
-// Prepare to continue games 0 .. n_games-1 of `val` by n_tokens tokens each: loads
-// <model_dir>/tokenizer.json and checks the games exist (an error names --sample_games) and
+// Prepare to continue the first n_games games of `val` that hold a token (an empty one gives no
+// prompt) by n_tokens tokens each: loads <model_dir>/tokenizer.json and checks the games exist
+// (an error names --sample_games) and
 // that prompt + n_tokens fit max_position_embeddings (an error names --sample_tokens).
 // The model's buffers are allocated by the first sampler_continue (after training, so they
 // are not part of the training's memory). With LoRA, `lora` and `adapters` (as for
@@ -92,11 +94,11 @@ int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit
                  mem_tracker *mem, const loader *val, const char *model_dir, const char *out_dir, int rank,
                  int n_tokens, int n_games, const sample_params *params);
 
-// Continue the first SAMPLE_PROMPT_TOKENS tokens of game `game`: n_tokens tokens drawn as
+// Continue the first SAMPLE_PROMPT_TOKENS tokens of the i-th game chosen by sampler_open: n_tokens tokens drawn as
 // sp->params says (sample_probs; seeded by seed and game), full recomputation per token (no KV
 // cache: the cost grows with the square of the length), stopping at any of the config's EOS ids. The context runs padded to the backend's seq_bucket (the GEMM shapes stay few) and
 // only the last real position's logits are computed. Collective (FSDP gathers); rank 0 prints it and appends
 // {"game", "prompt", "continuation", "eos"} to OUT/samples.jsonl. 0 / -1.
-int sampler_continue(sampler *sp, int game, uint64_t seed);
+int sampler_continue(sampler *sp, int i, uint64_t seed);
 
 void sampler_close(sampler *sp);

@@ -298,8 +298,8 @@ static int job_open_data(job *j) {
     char tok[FT_PATH_MAX];   // none at all: nothing to check the shards against, nothing to export
     if (is_main(j) && !o->eval_only && ft_path(tok, sizeof tok, "%s/tokenizer.json", o->model_dir) == 0 &&
         access(tok, R_OK) != 0)
-        printf("finetune: note: %s: no tokenizer (%s): the shards' tokenizer cannot be checked against the model's, "
-               "and the exports will hold none\n", o->model_dir, strerror(errno));
+        printf("finetune: note: %s: no tokenizer.json (%s): the shards' tokenizer cannot be checked against the "
+               "model's, and the exports will hold no tokenizer.json\n", o->model_dir, strerror(errno));
     if (o->eval_only) {
         j->accum = 1;
         j->steps_per_epoch = 1;
@@ -399,7 +399,9 @@ static void check_optimizer(const job *j, const trainer_state *got) {
 static int check_start_weights(job *j) {
     j->start_dir[0] = '\0';
     if (j->o->resume[0]) TRY(ckpt_resolve(j->o->out_dir, j->o->resume, j->start_dir, sizeof j->start_dir));
-    else if (!j->o->eval_only) TRY(ckpt_check_fresh_out_dir(j->o->out_dir, j->o->overwrite_out_dir));
+    // a fresh start, also --resume auto's when nothing was saved: not over an earlier run's
+    // export (a requeued auto job whose checkpoints were deleted would replace the result)
+    if (!j->start_dir[0] && !j->o->eval_only) TRY(ckpt_check_fresh_out_dir(j->o->out_dir, j->o->overwrite_out_dir));
     const trainer_state expect = job_state(j, 0);
     trainer_state got = expect;
     TRY(ckpt_check_start(j->o->model_dir, j->start_dir, &j->layout, j->lora ? &j->ll.layout : &j->layout, &expect,
@@ -663,15 +665,18 @@ static trainer_state job_state(const job *j, int step) {
     return ts;
 }
 
-// While world rank 0 alone writes `bytes` (a checkpoint, an export), the other ranks wait for
-// it in their collectives: their deadline grows by the time that takes at the slowest rate
-// granted (WATCHDOG_MIN_WRITE_BPS), named `what` in a timeout's line. 0 bytes: back to none.
-static void grace_for_write(double bytes, const char *what) {
+// While ranks move many bytes on their own (world rank 0 alone writes a checkpoint or an
+// export; each rank reads its part of one), the others wait for them in their collectives:
+// the deadline grows by the time `bytes` take at the slowest rate granted
+// (WATCHDOG_MIN_WRITE_BPS), named `who` ... `what` in a timeout's line. Reset with
+// watchdog_set_grace(0, NULL).
+static void grace_for_io(double bytes, const char *who, const char *what) {
     char why[96], size[32];
     watchdog_format_bytes(size, sizeof size, (size_t)bytes);
-    snprintf(why, sizeof why, "rank 0 writing the %s, %s", what, size);
+    snprintf(why, sizeof why, "%s the %s, %s", who, what, size);
     watchdog_set_grace(bytes / WATCHDOG_MIN_WRITE_BPS, why);
 }
+static void grace_for_write(double bytes, const char *what) { grace_for_io(bytes, "rank 0 writing", what); }
 
 // trained parameters: the full model's, or with LoRA the adapters'
 static double trained_params(const job *j) { return (double)(j->lora ? &j->ll.layout : &j->layout)->n_params; }
@@ -723,8 +728,16 @@ static int job_load_start(job *j, int *start) {
     int rc = o->eval_only ? 0 : fs_mkdirs(o->out_dir);   // fail before any work if unwritable
     const trainer_state expect = job_state(j, 0);
     trainer_state got = expect;
+    // a rank that fails early waits in the agreement for the others still reading: what one
+    // rank reads is its slice (1/S) of the weights (and the checkpoint's moments) and 1/W of
+    // them whole for the checksums; 4 bytes per weight bounds a pretrained model's dtype
+    const double S = j->cc->shard->size, W = j->world;
+    const double bytes = (j->lora || !dir[0] ? 4.0 * (double)j->layout.n_params : 0) + (dir[0] ? 12.0 * trained_params(j) : 0);
+    grace_for_io(bytes * (1 / S + 1 / W), "each rank reading its part of", dir[0] ? "checkpoint" : "model");
     if (rc == 0) rc = j->lora ? lora_load_start(j, dir, &expect, &got) : ckpt_load_start(&j->fs, o->model_dir, dir, &expect, &got);
-    if ((rc = agree(j, rc)) != 0) return rc;
+    rc = agree(j, rc);
+    watchdog_set_grace(0, NULL);
+    if (rc != 0) return rc;
     *start = got.step;
     if (*start > 0 && is_main(j)) printf("finetune: resumed from %s at step %d\n", dir, *start);
     else if (!dir[0] && strcmp(o->resume, "auto") == 0 && is_main(j))

@@ -27,13 +27,14 @@
 
 // Default --collective_timeout in seconds, as PyTorch's NCCL default (10 min). The longest
 // legitimate wait in a job, the other ranks waiting while world rank 0 alone writes a
-// checkpoint (12 bytes per parameter: fp32 master + two AdamW moments, 84 GB for 7B, 847 GB
-// for 70B), gets a grace on top, sized by the bytes (WATCHDOG_MIN_WRITE_BPS below).
+// checkpoint (12 bytes per parameter: fp32 master + two AdamW moments, 81 GB for CodeLlama-7b,
+// 847 GB for 70B), gets a grace on top, sized by the bytes (WATCHDOG_MIN_WRITE_BPS below).
 #define WATCHDOG_DEFAULT_TIMEOUT_S 600.0
 // The slowest write rate a checkpoint or an export is granted (bytes/s): while world rank 0
 // alone writes one, the other ranks wait for it in their collectives, for bytes / rate more
 // than --collective_timeout (watchdog_set_grace). 50 MB/s: a loaded network filesystem client;
-// a 70B checkpoint (847 GB) is granted 4.7 h, a 7B one (84 GB) 28 min.
+// a 70B checkpoint (847 GB) is granted 4.7 h, CodeLlama-7b's (81 GB) 27 min. Also while
+// every rank reads its part of a checkpoint at the start (a rank that failed early waits).
 #define WATCHDOG_MIN_WRITE_BPS 50e6
 // Busy polling at the start of every wait (a collective's rounds progress only while MPI is
 // polled, so the normal, short waits must not sleep) ...

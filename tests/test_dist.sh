@@ -161,8 +161,9 @@ if mpirun_ 4 "${common[@]}" --batch_size_per_device 1 --stop_at_step 10 --out_di
   done
 else bad "4-rank run with --stop_at_step failed"; fi
 # its checksums, recorded by rank 0 over the units it gathered from the 4 ranks' slices, verify
-# at 2 and at 1 rank above; one bit flipped in its weights or its moments (read whole by every
-# rank): the resume at 2 ranks ends on every rank, the file and tensor named once
+# at 2 and at 1 rank above; one bit flipped in its weights or its moments (each tensor's
+# checksum verified by one of the 2 ranks, each reading its slices otherwise): the resume at 2
+# ranks ends on every rank, the file and tensor named once
 for f in model optimizer; do
   rm -rf "$tmp/r4flip"; cp -r "$tmp/r4" "$tmp/r4flip"
   ck="$tmp/r4flip/checkpoints/$(cat "$tmp/r4flip/checkpoints/latest" 2>/dev/null)"

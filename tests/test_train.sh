@@ -256,6 +256,9 @@ expect_error "flags --overwrite_out_dir and --resume latest contradict each othe
 e="$tmp/exported"; mkdir -p "$e"; cp -r "$k/final" "$e/final"
 expect_error "$e/final: --out_dir holds an earlier run's export: --overwrite_out_dir starts over" "${small[@]}" \
   --max_steps 2 --out_dir "$e"
+# --resume auto with no checkpoint starts fresh: the same refusal (a requeued job would
+# replace the finished run's export)
+expect_error "$e/final: --out_dir holds an earlier run's export" "${small[@]}" --max_steps 2 --resume auto --out_dir "$e"
 mkdir -p "$e.2"; echo notes > "$e.2/final"
 expect_error "$e.2/final: --out_dir holds an earlier run's export" "${small[@]}" --max_steps 2 --out_dir "$e.2"
 [ "$(cat "$e.2/final")" = notes ] && [ ! -e "$e.2/metrics.jsonl" ] && ok "the refused run left the file 'final' and wrote nothing" \
@@ -331,6 +334,15 @@ empty_shard "$tmp/emptyval/val_000.bin" '[[b], [], [b, 7, e]]'
   && grep -q "^finetune: data .*, 1 validation games$" "$tmp/emptyval.log" && grep -q "^eval .*loss [0-9]" "$tmp/emptyval.log" \
   && ok "validation games without a target are no rows: the one game with a move is evaluated" \
   || bad "validation games without a target: $(tail -2 "$tmp/emptyval.log")"
+# sampling takes its prompts from validation games that hold a token (an empty game gave a
+# sequence of length 0 and failed the run after its export)
+"$bin" "${small[@]}" --max_steps 1 --max_eval_docs 2 --sample_tokens 4 --sample_games 2 --data_dir "$tmp/emptyval" \
+  --out_dir "$tmp/emptyval-s" > "$tmp/emptyval-s.log" 2>&1 \
+  && [ "$(grep -o '"game":[0-9]*' "$tmp/emptyval-s/samples.jsonl" | tr '\n' ' ')" = '"game":0 "game":2 ' ] \
+  && ok "--sample_games 2 over validation games [b], [], [b 7 e]: games 0 and 2 continued" \
+  || bad "sampling past an empty validation game: $(tail -1 "$tmp/emptyval-s.log")"
+expect_error "flag --sample_games: 3 exceeds the 2 validation games that hold a token" "${small[@]}" --max_steps 1 \
+  --sample_tokens 4 --sample_games 3 --data_dir "$tmp/emptyval" --out_dir "$tmp/emptyval-s3"
 empty_shard "$tmp/emptytrain/train_001.bin" '[[b]] * 7 + [[b, 7, e]] + [[e]] * 8'
 "$bin" "${small[@]}" --total_batch_size 4 --batch_size_per_device 4 --max_steps 3 --max_eval_docs 4 \
   --data_dir "$tmp/emptytrain" --out_dir "$tmp/shortgames" > "$tmp/shortgames.log" 2>&1 \
@@ -473,8 +485,9 @@ expect_error "flag --sample_tokens: $tmp/notok/tokenizer.json: No such file or d
 [ ! -e "$tmp/notok-out" ] && ok "the run refused for a missing tokenizer.json created nothing" || bad "$tmp/notok-out was created"
 # without --sample_tokens it trains, and says once that there is no tokenizer to check or export
 "$bin" "${small[@]}" --model_dir "$tmp/notok" --max_steps 1 --max_eval_docs 2 --out_dir "$tmp/notok-run" > "$tmp/notok.log" 2>&1 \
-  && [ "$(grep -c "^finetune: note: $tmp/notok: no tokenizer (No such file or directory): the shards' tokenizer cannot be \
-checked against the model's, and the exports will hold none$" "$tmp/notok.log")" = 1 ] && [ -f "$tmp/notok-run/final/config.json" ] \
+  && [ "$(grep -c "^finetune: note: $tmp/notok: no tokenizer.json (No such file or directory): the shards' tokenizer cannot \
+be checked against the model's, and the exports will hold no tokenizer.json$" "$tmp/notok.log")" = 1 ] \
+  && [ -f "$tmp/notok-run/final/config.json" ] \
   && ok "a --model_dir without tokenizer.json trains with one note" || bad "no tokenizer.json: $(grep -i tokenizer "$tmp/notok.log")"
 # a continuation longer than 8 KiB of text: written whole (it was cut at 8,191 bytes without a
 # word, mid-piece). Every piece of this tokenizer ends in 100 bytes "X...X|", so 120 sampled
