@@ -163,6 +163,8 @@ extern "C" int ftk_rmsnorm_bwd(void *dinp, void *dweight, int dw_f32, const void
     if (launch_check("rmsnorm_bwd") != 0) return -1;
 
     const int nchunks = (N + DW_CHUNK_ROWS - 1) / DW_CHUNK_ROWS;
+    if (nchunks > 65535)   // gridDim.y (4.2M rows: far past any batch x seq that fits a GPU)
+        return ft_error("rmsnorm_bwd: %d rows are more than %d chunks of %d", N, 65535, DW_CHUNK_ROWS);
     float *partial = NULL;
     if (ftk_scratch_get((void **)&partial, sizeof(float) * (size_t)nchunks * C, stream,
                         "rmsnorm_bwd (dweight partials)") != 0)
