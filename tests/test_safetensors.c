@@ -379,6 +379,18 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
+// A tensor to write for layout entry e: its name and shape, `dt`, `data`.
+static st_write_tensor entry_tensor(const param_entry *e, st_dtype dt, const void *data) {
+    st_write_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = e->name;
+    t.dtype = dt;
+    t.ndim = e->ndim;
+    for (int d = 0; d < e->ndim; d++) t.shape[d] = e->shape[d];
+    t.data = data;
+    return t;
+}
+
 static int make_checkpoint(const char *cdir, const ck_case *c) {
     char p[512];
     mkdir(cdir, 0755);
@@ -399,12 +411,7 @@ static int make_checkpoint(const char *cdir, const ck_case *c) {
         const param_entry *e = &l.entries[i];
         if (c->defect == D_MISSING && strstr(e->name, "down_proj")) continue;
         st_write_tensor *t = &ts[n++];
-        memset(t, 0, sizeof *t);
-        t->name = e->name;
-        t->dtype = ST_F32;
-        t->ndim = e->ndim;
-        for (int d = 0; d < e->ndim; d++) t->shape[d] = e->shape[d];
-        t->data = zeros;
+        *t = entry_tensor(e, ST_F32, zeros);
         if (strcmp(e->name, "model.norm.weight") == 0 && c->defect == D_SHAPE) t->shape[0] = 9;
         if (strcmp(e->name, "model.norm.weight") == 0 && c->defect == D_DTYPE) t->dtype = ST_I32;
         if (strcmp(e->name, "model.norm.weight") == 0 && (c->defect == D_NAN || c->defect == D_INF))
@@ -523,13 +530,8 @@ static int write_positions(const char *cdir, const param_layout *l, st_dtype dt,
         for (size_t j = 0; j < e->numel; j++) x[j] = (float)((e->unit_offset + j) % 200);
         if (nan_at_norm3 && strcmp(e->name, "model.norm.weight") == 0) x[3] = NAN;
         for (size_t j = 0; j < e->numel; j++) b16[n][j] = ft_f32_to_bf16(x[j]);
-        st_write_tensor *t = &ts[n++];
-        memset(t, 0, sizeof *t);
-        t->name = e->name;
-        t->dtype = dt;
-        t->ndim = e->ndim;
-        for (int d = 0; d < e->ndim; d++) t->shape[d] = e->shape[d];
-        t->data = dt == ST_F32 ? (void *)x : (void *)b16[n - 1];
+        ts[n] = entry_tensor(e, dt, dt == ST_F32 ? (const void *)x : (const void *)b16[n]);
+        n++;
     }
     if (n != l->n_entries) return -1;   // (16 tensors at most: tiny_config has 12)
     char p[512];
