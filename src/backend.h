@@ -165,8 +165,9 @@ struct backend {
                  const adamw_params *p);
     // *host_out = sum of x (n, fp32)^2, computed in double, returned to the host
     int (*sum_squares)(double *host_out, const float *x, size_t n);
-    // dst (n, fp32) += alpha * src (n, dtype)
-    int (*accumulate)(float *dst, const void *src, size_t n, float alpha);
+    // dst (n, fp32) += alpha * src (n, src_dtype); src_dtype is the backend's dtype or ST_F32
+    // (--reduce_dtype fp32: fp32 reduce-scatter outputs), anything else an error
+    int (*accumulate)(float *dst, const void *src, st_dtype src_dtype, size_t n, float alpha);
     // dst (n, dtype) = src (n, fp32) (rounded to nearest even for bf16)
     int (*cast_from_f32)(void *dst, const float *src, size_t n);
 };

@@ -419,7 +419,8 @@ static int cpu_sum_squares(double *host_out, const float *x, size_t n) {
     return 0;
 }
 
-static int cpu_accumulate(float *dst, const void *src_, size_t n, float alpha) {
+static int cpu_accumulate(float *dst, const void *src_, st_dtype src_dtype, size_t n, float alpha) {
+    if (src_dtype != ST_F32) return ft_error("cpu accumulate: source dtype %s, the CPU backend's is F32", st_dtype_name(src_dtype));
     const float *src = src_;
 #pragma omp parallel for simd if (parallel : n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) dst[i] += alpha * src[i];

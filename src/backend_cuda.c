@@ -394,7 +394,7 @@ static int cu_lmhead_xent(float *losses, void *dx, void *dw, st_dtype gdt, const
             TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw, C, dw_f32, dloss, 1.0f));
     }
     if (!dx || !dw || !several) return 0;
-    TRY(ftk_accumulate(dw_acc, dw, (size_t)V * C, 1.0f, G.stream));   // the sum + dweight's old value
+    TRY(ftk_accumulate(dw_acc, dw, 0, (size_t)V * C, 1.0f, G.stream));   // the sum + dweight's old value
     return ftk_cast_from_f32(dw, dw_acc, (size_t)V * C, G.stream);
 }
 
@@ -499,9 +499,11 @@ static int cu_sum_squares(double *host_out, const float *x, size_t n) {
     TRY(compute_wait("gradient norm", n * sizeof(float)));
     return ftk_sum_squares(host_out, x, n, G.stream);
 }
-static int cu_accumulate(float *dst, const void *src, size_t n, float alpha) {
+static int cu_accumulate(float *dst, const void *src, st_dtype src_dtype, size_t n, float alpha) {
+    if (src_dtype != ST_BF16 && src_dtype != ST_F32)
+        return ft_error("cuda accumulate: source dtype %s (BF16 or F32 only)", st_dtype_name(src_dtype));
     emu_extent(dst, n * sizeof(float));   // (n,) fp32: one unit's gradient slice
-    const int rc = ftk_accumulate(dst, src, n, alpha, G.stream);
+    const int rc = ftk_accumulate(dst, src, src_dtype == ST_F32, n, alpha, G.stream);
     emu_extent(NULL, 0);
     return rc;
 }

@@ -50,7 +50,7 @@
 
 #define NCCL_FUNCTIONS(X) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommSplit) X(ncclCommUserRank) \
     X(ncclCommCount) X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString) \
-    X(ncclAllGather) X(ncclReduceScatter) X(ncclAllReduce) X(ncclBroadcast) X(ncclGetVersion)
+    X(ncclAllGather) X(ncclReduceScatter) X(ncclAllReduce) X(ncclBroadcast) X(ncclGetVersion) X(ncclGetLastError)
 
 typedef struct {
 #define NCCL_POINTER(f) __typeof__(f) *f;
@@ -67,8 +67,17 @@ static const char *nccl_file = "the linked NCCL";
 NCCL_FUNCTIONS(NCCL_WEAK)
 #undef NCCL_WEAK
 
-#define CHECK_NCCL(call) do { ncclResult_t nccl_rc_ = (call); if (nccl_rc_ != ncclSuccess) \
-    return ft_error("%s failed at %s:%d: %s", #call, FT_WHERE, N.ncclGetErrorString(nccl_rc_)); } while (0)
+// NCCL's own words on its last error ("" when it has none): the reason behind a status as
+// general as "unhandled system error" (which interface, which peer, which call)
+static const char *nccl_last_error(void) {
+    const char *s = N.ncclGetLastError ? N.ncclGetLastError(NULL) : NULL;
+    return s ? s : "";
+}
+
+#define CHECK_NCCL(call) do { ncclResult_t nccl_rc_ = (call); if (nccl_rc_ != ncclSuccess) { \
+    const char *nccl_last_ = nccl_last_error(); \
+    return ft_error("%s failed at %s:%d: %s%s%s%s", #call, FT_WHERE, N.ncclGetErrorString(nccl_rc_), \
+                    nccl_last_[0] ? " (" : "", nccl_last_, nccl_last_[0] ? ")" : ""); } } while (0)
 
 // The resolved functions become N once the library says its version (until then N stays
 // empty: a later comm_nccl_load tries again rather than running on a half-known library).
@@ -237,8 +246,9 @@ static int hook_check(void *ctx, char *buf, size_t n) {
     if (rc == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) return 0;
     char group[64];
     group_name(m->owner, group, sizeof group);
-    snprintf(buf, n, "nccl: the %s reports an asynchronous error: %s", group,
-             N.ncclGetErrorString(rc != ncclSuccess ? rc : async));
+    const char *last = nccl_last_error();
+    snprintf(buf, n, "nccl: the %s reports an asynchronous error: %s%s%s%s", group,
+             N.ncclGetErrorString(rc != ncclSuccess ? rc : async), last[0] ? " (" : "", last, last[0] ? ")" : "");
     return -1;
 }
 

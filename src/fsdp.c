@@ -32,7 +32,8 @@ static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) 
 
 // The --dry_run lines of a state's buffers, per role (the adapters' are told apart from the model's).
 typedef struct {
-    const char *params, *opt, *opt_host, *grad_host, *param_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1, *f32, *f32_root, *kept;
+    const char *params, *opt, *opt_host, *grad_host, *param_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1,
+        *micro_s_f32, *micro_layers_f32, *f32, *f32_root, *kept;
 } fsdp_lines;
 static const fsdp_lines model_lines = {
     "working parameters, this rank's slice", "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)",
@@ -43,7 +44,10 @@ static const fsdp_lines model_lines = {
     "two layer units: in use + prefetched", "reduce-scatter output (largest slice)",
     "second layer reduce-scatter output (one in flight)", "full-size fp32 gradients summed over micro-batches",
     "one micro-batch's root + two layer gradients (one reducing while the next computes)",
-    "one micro-batch's root + layer gradients", "fp32 unit buffer (checkpoint gathers)",
+    "one micro-batch's root + layer gradients",
+    "one micro-batch's root + two layer gradients, fp32 (--reduce_dtype fp32; one reducing while the next computes)",
+    "one micro-batch's two layer gradients, fp32 (one reducing while the next computes; the root's add into the fp32 sum)",
+    "fp32 unit buffer (checkpoint gathers)",
     "fp32 unit buffer (checkpoint gathers; during a step the root gradient sum)",
     "every unit, gathered once per optimizer step and kept (--keep_params_gathered)"};
 static const fsdp_lines adapter_lines = {
@@ -55,14 +59,29 @@ static const fsdp_lines adapter_lines = {
     "LoRA adapters: two layer units, gathered", "LoRA adapters: reduce-scatter outputs",
     "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size fp32 gradients summed over micro-batches",
     "LoRA adapters: one micro-batch's gradients", "LoRA adapters: one micro-batch's gradients",
+    "LoRA adapters: one micro-batch's gradients, fp32", "LoRA adapters: one micro-batch's gradients, fp32",
     "LoRA adapters: fp32 unit buffer (checkpoint gathers)", "LoRA adapters: fp32 unit buffer (checkpoint gathers)",
     "LoRA adapters: every unit, gathered once per optimizer step and kept (--keep_params_gathered)"};
 
-void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp_grad_mode mode, fsdp_role role,
-                       int offload, int keep_gathered, size_t esz, fsdp_state *s) {
-    mode = fsdp_resolve_grad_mode(mode, shard_size);
+// The dtype of a state's per-micro-batch gradient buffers and reduce-scatters (fsdp_state.gdt).
+static st_dtype grad_dtype(const fsdp_setup *setup, st_dtype working) {
+    return setup->reduce_f32 && setup->role != FSDP_FROZEN ? ST_F32 : working;
+}
+// Whether the root's micro-batch gradients go straight into the fp32 step sum (root_acc):
+// FSDP_GRADS_ROOT_ONCE with fp32 gradient buffers (no root buffer, no add pass).
+static int root_into_acc(fsdp_grad_mode resolved, size_t gesz) {
+    return resolved == FSDP_GRADS_ROOT_ONCE && gesz == sizeof(float);
+}
+
+void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, const fsdp_setup *setup, size_t esz,
+                       fsdp_state *s) {
+    const fsdp_grad_mode mode = fsdp_resolve_grad_mode(setup->mode, shard_size);
+    const fsdp_role role = setup->role;
+    const int offload = setup->offload, keep_gathered = setup->keep_gathered;
     const size_t S = (size_t)shard_size, n_local = l->total / S, nf = n_local * sizeof(float);
     const int accumulate_locally = mode == FSDP_GRADS_LOCAL, root_once = mode == FSDP_GRADS_ROOT_ONCE && S > 1;
+    // per-micro-batch gradients and reduce-scatter outputs: esz, or fp32 (grad_dtype)
+    const size_t gesz = setup->reduce_f32 && role != FSDP_FROZEN ? sizeof(float) : esz;
     const fsdp_lines *w = role == FSDP_ADAPTERS ? &adapter_lines : &model_lines;
     const size_t layer = l->unit_numel[0], root = l->unit_numel[l->n_layers];
     size_t max_unit = 0;
@@ -93,16 +112,17 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
     }
     if (role == FSDP_FROZEN) return;
     if (S > 1 && !accumulate_locally) {   // (local accumulation reduce-scatters into the fp32 slices)
-        mem_table_add(t, MEM_WORKSPACE, max_slice * esz, w->rs, SLOT(s, rs_out[0]));
-        mem_table_add(t, MEM_WORKSPACE, layer / S * esz, w->rs2, SLOT(s, rs_out[1]));
+        mem_table_add(t, MEM_WORKSPACE, max_slice * gesz, w->rs, SLOT(s, rs_out[0]));
+        mem_table_add(t, MEM_WORKSPACE, layer / S * gesz, w->rs2, SLOT(s, rs_out[1]));
     }
     if (accumulate_locally) {   // fp32 whatever the backend: A micro-batches summed without rounding
         mem_table_add(t, MEM_GRADS, l->total * sizeof(float), w->full, SLOT(s, grad_full));
     } else if (mode != FSDP_GRADS_DIRECT) {
-        const char *g = S > 1 ? w->micro_s : w->micro_1;
-        mem_table_add(t, MEM_GRADS, root * esz, g, SLOT(s, root_grad));
-        mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[0]));
-        if (S > 1) mem_table_add(t, MEM_GRADS, layer * esz, g, SLOT(s, layer_grad[1]));
+        const int f32 = gesz != esz, into_acc = root_into_acc(mode, gesz);
+        const char *g = into_acc ? w->micro_layers_f32 : f32 ? w->micro_s_f32 : S > 1 ? w->micro_s : w->micro_1;
+        if (!into_acc) mem_table_add(t, MEM_GRADS, root * gesz, g, SLOT(s, root_grad));
+        mem_table_add(t, MEM_GRADS, layer * gesz, g, SLOT(s, layer_grad[0]));
+        if (S > 1) mem_table_add(t, MEM_GRADS, layer * gesz, g, SLOT(s, layer_grad[1]));
     }
     // (one shard: a checkpoint copies the fp32 slices, which are whole units, straight to the host)
     if (S > 1) mem_table_add(t, MEM_WORKSPACE, max_unit * sizeof(float), root_once ? w->f32_root : w->f32, SLOT(s, unit_f32));
@@ -118,11 +138,13 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, fsdp
 
 int fsdp_init(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem,
               comm *shard, comm *replica, fsdp_grad_mode mode) {
-    return fsdp_init_role(s, l, be, mem, shard, replica, mode, FSDP_TRAINED, 0, 0);
+    return fsdp_init_role(s, l, be, mem, shard, replica, &(fsdp_setup){.mode = mode, .role = FSDP_TRAINED});
 }
 
 int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_tracker *mem, comm *shard,
-                   comm *replica, fsdp_grad_mode mode, fsdp_role role, int offload, int keep_gathered) {
+                   comm *replica, const fsdp_setup *setup) {
+    const fsdp_role role = setup->role;
+    const int offload = setup->offload, keep_gathered = setup->keep_gathered;
     memset(s, 0, sizeof *s);
     s->layout = l;
     s->role = role;
@@ -137,9 +159,10 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->shard = shard;
     s->replica = replica;
     s->esz = st_dtype_size(be->dtype);
+    s->gdt = grad_dtype(setup, be->dtype);
     s->keep_gathered = keep_gathered && shard->size > 1;
     s->poison_fresh = getenv("FT_TEST_POISON_FRESH_GRADS") != NULL;
-    s->mode = fsdp_resolve_grad_mode(mode, shard->size);
+    s->mode = fsdp_resolve_grad_mode(setup->mode, shard->size);
     s->accumulate_locally = s->mode == FSDP_GRADS_LOCAL;
     s->micro_first = s->micro_last = 1;
     s->held[0] = s->held[1] = -1;
@@ -162,8 +185,9 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
         s->n_local += s->slice[u];
         if (l->unit_numel[u] > s->max_unit) s->max_unit = l->unit_numel[u];
     }
+    s->setup = (fsdp_setup){s->mode, role, s->offload, s->keep_gathered, setup->reduce_f32};
     mem_table t = mem_table_allocator(mem);
-    fsdp_buffer_table(&t, l, shard->size, s->mode, role, s->offload, s->keep_gathered, s->esz, s);
+    fsdp_buffer_table(&t, l, shard->size, &s->setup, s->esz, s);
     if (t.failed) { fsdp_free(s); return -1; }
     // the checkpoint gather buffer (max_unit >= the root's elements) is idle during a step
     if (s->mode == FSDP_GRADS_ROOT_ONCE) s->root_acc = s->unit_f32;
@@ -190,7 +214,7 @@ void fsdp_free(fsdp_state *s) {
         if (s->offload)
             for (int k = 0; k < BACKEND_COPY_TICKETS; k++) (void)s->be->copy_wait(k);
         mem_table t = mem_table_releaser(s->mem);
-        fsdp_buffer_table(&t, s->layout, s->shard->size, s->mode, s->role, s->offload, s->keep_gathered, s->esz, s);
+        fsdp_buffer_table(&t, s->layout, s->shard->size, &s->setup, s->esz, s);
     }
     free(s->slice);
     free(s->local_off);
@@ -305,9 +329,11 @@ static int overlapped(const fsdp_state *s) { return s->shard->size > 1 && !s->ac
 static int offload_grad_final(fsdp_state *s, int u);
 static int grad_buffer(const fsdp_state *s, int u) { return overlapped(s) ? u % 2 : 0; }
 
+// the buffer unit u's micro-batch gradient goes to (gdt; the fp32 root sum when root_into_acc)
 static void *unit_grad_buffer(fsdp_state *s, int u) {
     if (s->accumulate_locally) return (float *)s->grad_full + s->layout->unit_offset[u];
-    return u == s->layout->n_layers ? s->root_grad : s->layer_grad[grad_buffer(s, u)];
+    if (u == s->layout->n_layers) return root_into_acc(s->mode, st_dtype_size(s->gdt)) ? s->root_acc : s->root_grad;
+    return s->layer_grad[grad_buffer(s, u)];
 }
 
 // complete the outstanding reduce-scatter of buffer pair b, if any
@@ -318,7 +344,7 @@ static int rs_finish(fsdp_state *s, int b) {
     s->rs_unit[b] = -1;
     s->rs_pending[b] = NULL;
     TRY(comm_wait(s->shard, req));
-    TRY(s->be->accumulate(s->grads + s->local_off[u], s->rs_out[b], s->slice[u], 1.0f));
+    TRY(s->be->accumulate(s->grads + s->local_off[u], s->rs_out[b], s->gdt, s->slice[u], 1.0f));
     return offload_grad_final(s, u);
 }
 
@@ -365,7 +391,7 @@ static int prov_grad_begin(void *ctx, int u, unit_grad *ug) {
         }
         return 0;
     }
-    ug->dtype = s->accumulate_locally ? ST_F32 : s->be->dtype;
+    ug->dtype = s->accumulate_locally ? ST_F32 : s->gdt;
     const size_t gesz = st_dtype_size(ug->dtype);
     if (overlapped(s)) TRY(u == L ? fsdp_flush_grads(s) : rs_finish(s, grad_buffer(s, u)));
     void *g = unit_grad_buffer(s, u);
@@ -378,6 +404,13 @@ static int prov_grad_begin(void *ctx, int u, unit_grad *ug) {
         ug->fresh = 1;
         return s->poison_fresh ? poison(s, g, s->layout->unit_numel[u] * gesz) : 0;
     }
+    if (g == s->root_acc) {   // root_into_acc: the backward adds into the step's fp32 sum
+        if (s->micro_first) {
+            TRY(s->be->zero(s->root_acc, s->layout->unit_numel[u] * sizeof(float)));
+            s->root_acc_live = 1;
+        }
+        return 0;
+    }
     TRY(s->be->zero(g, s->layout->unit_numel[u] * gesz));
     if (u == L && s->root_acc && s->micro_first) {
         TRY(s->be->zero(s->root_acc, s->layout->unit_numel[u] * sizeof(float)));
@@ -386,12 +419,13 @@ static int prov_grad_begin(void *ctx, int u, unit_grad *ug) {
     return 0;
 }
 
-// FSDP_GRADS_ROOT_ONCE: the root's micro-batch gradient is added into the fp32 sum; after
-// the last micro-batch the sum is reduce-scattered, in fp32, straight into the root's
-// gradient slice (its only contribution of the step, so = is +=)
+// FSDP_GRADS_ROOT_ONCE: the root's micro-batch gradient is added into the fp32 sum (unless
+// the backward added it there itself: root_into_acc); after the last micro-batch the sum is
+// reduce-scattered, in fp32, straight into the root's gradient slice (its only contribution
+// of the step, so = is +=)
 static int root_grad_end(fsdp_state *s) {
     const int L = s->layout->n_layers;
-    TRY(s->be->accumulate(s->root_acc, s->root_grad, s->layout->unit_numel[L], 1.0f));
+    if (s->root_grad) TRY(s->be->accumulate(s->root_acc, s->root_grad, s->gdt, s->layout->unit_numel[L], 1.0f));
     if (!s->micro_last) return 0;
     s->root_acc_live = 0;
     return comm_reduce_scatter(s->shard, s->grads + s->local_off[L], s->root_acc, s->slice[L], ST_F32);
@@ -409,17 +443,17 @@ static int prov_grad_end(void *ctx, int u) {
     if (overlapped(s) && u < s->layout->n_layers) {
         const int b = grad_buffer(s, u);
         TRY(rs_finish(s, b));   // normally done by grad_begin already
-        TRY(comm_ireduce_scatter(s->shard, s->rs_out[b], g, s->slice[u], s->be->dtype, &s->rs_pending[b]));
+        TRY(comm_ireduce_scatter(s->shard, s->rs_out[b], g, s->slice[u], s->gdt, &s->rs_pending[b]));
         s->rs_unit[b] = u;
         return 0;
     }
     if (overlapped(s)) TRY(fsdp_flush_grads(s));   // the root ends the backward
     if (s->root_acc) return root_grad_end(s);
     if (s->shard->size > 1) {
-        TRY(comm_reduce_scatter(s->shard, s->rs_out[0], g, s->slice[u], s->be->dtype));
+        TRY(comm_reduce_scatter(s->shard, s->rs_out[0], g, s->slice[u], s->gdt));
         g = s->rs_out[0];
     }
-    TRY(s->be->accumulate(s->grads + s->local_off[u], g, s->slice[u], 1.0f));
+    TRY(s->be->accumulate(s->grads + s->local_off[u], g, s->gdt, s->slice[u], 1.0f));
     return offload_grad_final(s, u);
 }
 

@@ -17,6 +17,11 @@
 // kept across micro-batches (and evaluations) until fsdp_invalidate_gathered. Its gradient
 // (FSDP_GRADS_ROOT_ONCE, see plan.h) is summed over the micro-batches in an fp32 buffer and
 // reduce-scattered once per step, in fp32.
+//
+// The per-micro-batch gradient buffers and their reduce-scatters are in the backend dtype
+// (bf16 on a GPU: FSDP's reduce_dtype=bf16), or in fp32 with reduce_f32 (--reduce_dtype fp32,
+// torchtitan's default: the backward's dW GEMMs write fp32, the ranks' sums are not rounded
+// to bf16; twice the gradient buffers and reduce-scatter bytes).
 #pragma once
 #include "comm.h"
 #include "model.h"
@@ -46,8 +51,11 @@ typedef enum {
 // and LOCAL as asked. fsdp_init and the planner both resolve through this.
 fsdp_grad_mode fsdp_resolve_grad_mode(fsdp_grad_mode asked, int shard_size);
 // 1 when a (resolved) mode hands the backward fp32 gradient units whatever the backend dtype
-// (FSDP_GRADS_DIRECT: the step's slices; FSDP_GRADS_LOCAL: the full-size fp32 sums).
-static inline int fsdp_grads_f32(fsdp_grad_mode mode) { return mode == FSDP_GRADS_DIRECT || mode == FSDP_GRADS_LOCAL; }
+// (FSDP_GRADS_DIRECT: the step's slices; FSDP_GRADS_LOCAL: the full-size fp32 sums; any mode
+// with reduce_f32: fp32 per-micro-batch buffers).
+static inline int fsdp_grads_f32(fsdp_grad_mode mode, int reduce_f32) {
+    return reduce_f32 || mode == FSDP_GRADS_DIRECT || mode == FSDP_GRADS_LOCAL;
+}
 
 // What a state's parameters are (the buffers it holds, and their --dry_run lines).
 typedef enum {
@@ -56,9 +64,19 @@ typedef enum {
     FSDP_ADAPTERS = 2,            // LoRA adapters: like FSDP_TRAINED, named as adapters in the plan
 } fsdp_role;
 
+// How a state is set up beyond its layout, backend and groups (fsdp_init_role, fsdp_buffer_table).
+typedef struct {
+    fsdp_grad_mode mode;          // as asked (resolved by fsdp_resolve_grad_mode)
+    fsdp_role role;
+    int offload;                  // --offload_optimizer (ignored for FSDP_FROZEN)
+    int keep_gathered;            // --keep_params_gathered (ignored unless S > 1)
+    int reduce_f32;               // --reduce_dtype fp32: per-micro-batch gradients in fp32
+} fsdp_setup;
+
 typedef struct {
     const param_layout *layout;   // padded: shard->size divides every unit_numel
     fsdp_role role;
+    fsdp_setup setup;             // as fsdp_init_role resolved it (the buffer table's input)
     int offload;                  // --offload_optimizer: master + moments in host memory (MEM_HOST),
                                   // AdamW on the host, unit by unit (fsdp_optimizer_step)
     const backend *be;
@@ -66,6 +84,8 @@ typedef struct {
     comm *shard;                  // S ranks splitting each unit
     comm *replica;                // R ranks holding the same slice
     size_t esz;                   // bytes per backend element
+    st_dtype gdt;                 // per-micro-batch gradient buffers and their reduce-scatters:
+                                  // the backend dtype, or ST_F32 (reduce_f32)
     size_t n_local;               // elements of this rank's slice of all units
     size_t *slice;                // (n_units) unit_numel[u] / S
     size_t *local_off;            // (n_units) where unit u's slice starts in local buffers
@@ -85,7 +105,8 @@ typedef struct {
     void *layer_full[2];          // two gathered layer buffers (S > 1): in use + prefetched
     int held[2];                  // which layer each holds (-1 = none / stale)
     void *pending[2];             // outstanding non-blocking gather into each, or NULL
-    void *root_grad;              // one micro-batch's root gradients, backend dtype
+    void *root_grad;              // one micro-batch's root gradients, gdt (none when gdt is fp32
+                                  // in FSDP_GRADS_ROOT_ONCE: the backward adds into root_acc)
     void *layer_grad[2];          // layer gradients; two when S > 1 (per micro-batch mode): while
                                   // one layer's reduce-scatter runs, the next layer computes
     void *rs_pending[2];          // outstanding non-blocking reduce-scatter of each, or NULL
@@ -99,7 +120,7 @@ typedef struct {
     float *grad_full;             // (layout->total) fp32, when accumulate_locally
     int micro_first, micro_last;  // position of the current micro-batch in the step
     int poison_fresh;             // FT_TEST_POISON_FRESH_GRADS set (test-only): NaN-fill fresh buffers
-    void *rs_out[2];              // reduce-scatter outputs (S > 1), backend dtype: [0] max slice
+    void *rs_out[2];              // reduce-scatter outputs (S > 1), gdt: [0] max slice
                                   // (root, or layers with even index), [1] a layer slice
     float *unit_f32;              // (max_unit) fp32 gather buffer for checkpoints
     float *grad_host[2];          // (largest slice each) --offload_optimizer: host copies of two
@@ -127,28 +148,31 @@ typedef struct {
 // per step; it needs S > 1 (with S = 1 every mode is FSDP_GRADS_DIRECT).
 int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem,
               comm *shard, comm *replica, fsdp_grad_mode mode);
-// The same for a state of `role` (fsdp_init = FSDP_TRAINED). A FSDP_FROZEN state holds the
+// The same set up as `setup` says (fsdp_init: FSDP_TRAINED, no offload, not kept gathered,
+// gradients reduced in the backend dtype). A FSDP_FROZEN state holds the
 // working parameters and the gather buffers only: its provider gives no gradients (grad_begin
 // fails), fsdp_set_unit(FSDP_MASTER) converts on the host straight into the working
 // parameters, fsdp_zero_moments does nothing, and the gradient/optimizer calls and
-// fsdp_get_unit fail. offload 1 (--offload_optimizer; ignored for FSDP_FROZEN): the fp32
+// fsdp_get_unit fail. offload (--offload_optimizer; ignored for FSDP_FROZEN): the fp32
 // master weights and AdamW moments are host memory (MEM_HOST, be->host_alloc), updated there
-// unit by unit (fsdp_optimizer_step). keep_gathered 1 (--keep_params_gathered; S > 1, else
+// unit by unit (fsdp_optimizer_step). keep_gathered (--keep_params_gathered; S > 1, else
 // ignored): one buffer holds every unit gathered; a unit is gathered at its first use and
 // kept until the parameters change (fsdp_invalidate_gathered: the optimizer step), so a step
 // gathers each unit once instead of twice per micro-batch (a frozen LoRA base: once per run),
 // for the memory of the whole model's working parameters instead of root + two layers.
+// reduce_f32 (--reduce_dtype fp32): the per-micro-batch gradient buffers, their
+// reduce-scatters and the reduce-scatter outputs in fp32 (see the top of this file).
 int fsdp_init_role(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem, comm *shard,
-                   comm *replica, fsdp_grad_mode mode, fsdp_role role, int offload, int keep_gathered);
+                   comm *replica, const fsdp_setup *setup);
 void fsdp_free(fsdp_state *s);
 
-// Every backend buffer fsdp_init_role allocates for `layout` in `role` over a shard group of
-// shard_size ranks (S divides every unit), offered to `t` in allocation order with esz bytes
-// per storage element; offload 1 moves master + moments to MEM_HOST; keep_gathered 1 one
-// gather buffer of the whole layout. `s` NULL: only sizes (the planner); otherwise slots are
-// s's fields.
-void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, fsdp_grad_mode mode,
-                       fsdp_role role, int offload, int keep_gathered, size_t esz, fsdp_state *s);
+// Every backend buffer fsdp_init_role allocates for `layout` set up as `setup` over a shard
+// group of shard_size ranks (S divides every unit), offered to `t` in allocation order with
+// esz bytes per storage element; offload moves master + moments to MEM_HOST; keep_gathered
+// one gather buffer of the whole layout; reduce_f32 fp32 gradient buffers. `s` NULL: only
+// sizes (the planner); otherwise slots are s's fields.
+void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, const fsdp_setup *setup,
+                       size_t esz, fsdp_state *s);
 
 // The provider the model uses for forward/backward over this state. With S > 1 it gathers a
 // layer while the previous one computes: acquiring layer l (forward) starts the gather of

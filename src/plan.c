@@ -96,12 +96,12 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
     mem_table t = {plan_table_add, p, 0};
     const fsdp_grad_mode mode = (fsdp_grad_mode)p->grad_mode;
     model_buffer_table(&t, c, ll ? &r->lora : NULL, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing,
-                       fsdp_grads_f32(mode), r->elem_bytes, NULL);
-    fsdp_buffer_table(&t, l, r->shard_size, mode, ll ? FSDP_FROZEN : FSDP_TRAINED, r->offload_optimizer,
-                      r->keep_params_gathered, r->elem_bytes, NULL);
-    if (ll)
-        fsdp_buffer_table(&t, &ll->layout, r->shard_size, mode, FSDP_ADAPTERS, r->offload_optimizer,
-                          r->keep_params_gathered, r->elem_bytes, NULL);
+                       fsdp_grads_f32(mode, r->reduce_f32), r->elem_bytes, NULL);
+    fsdp_setup setup = {mode, ll ? FSDP_FROZEN : FSDP_TRAINED, r->offload_optimizer, r->keep_params_gathered,
+                        r->reduce_f32};
+    fsdp_buffer_table(&t, l, r->shard_size, &setup, r->elem_bytes, NULL);
+    setup.role = FSDP_ADAPTERS;
+    if (ll) fsdp_buffer_table(&t, &ll->layout, r->shard_size, &setup, r->elem_bytes, NULL);
     if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
     // --sample_tokens: after training, sampler_continue builds a (1, T) inference model beside
     // the training buffers (its attention takes the training calls' per-call workspace, idle then)
@@ -157,18 +157,19 @@ static void plan_step_work(plan *p, const llama_config *c) {
         if (r->lora.rank) p->all_gather_bytes += (S - 1) * (A * 2 * reuse * (p->layer_numel / S)) * esz;
         // --keep_params_gathered: every trained unit once per step; the frozen base once per run
         if (r->keep_params_gathered) p->all_gather_bytes = (S - 1) * (tt / S) * esz;
-        // gradients of the trained state: every unit per micro-batch, or once per step
-        // (locally accumulated); the root once per step in fp32 when FSDP_GRADS_ROOT_ONCE
-        const size_t layers = tt - tr;
+        // gradients of the trained state: every unit per micro-batch (in gesz: the working
+        // dtype, or fp32 with --reduce_dtype fp32), or once per step (locally accumulated);
+        // the root once per step in fp32 when FSDP_GRADS_ROOT_ONCE
+        const size_t layers = tt - tr, gesz = r->reduce_f32 ? sizeof(float) : esz;
         if (p->grad_mode == FSDP_GRADS_LOCAL) {   // the fp32 sums, once per step
             p->reduce_scatter_bytes = (S - 1) * (tt / S) * sizeof(float);
             p->root_reduce_scatter_bytes = (S - 1) * (tr / S) * sizeof(float);
         } else if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
             p->root_reduce_scatter_bytes = (S - 1) * (tr / S) * sizeof(float);
-            p->reduce_scatter_bytes = (S - 1) * A * (layers / S) * esz + p->root_reduce_scatter_bytes;
+            p->reduce_scatter_bytes = (S - 1) * A * (layers / S) * gesz + p->root_reduce_scatter_bytes;
         } else {
-            p->reduce_scatter_bytes = A * (S - 1) * (tt / S) * esz;
-            p->root_reduce_scatter_bytes = A * (S - 1) * (tr / S) * esz;
+            p->reduce_scatter_bytes = A * (S - 1) * (tt / S) * gesz;
+            p->root_reduce_scatter_bytes = A * (S - 1) * (tr / S) * gesz;
         }
     }
     const size_t n_trained_local = p->trained_padded_total / S;
@@ -287,6 +288,12 @@ int plan_find_max_batch(const llama_config *c, const plan_request *req, size_t b
 // the report
 
 static double gib(double bytes) { return bytes / (double)(1ull << 30); }
+
+// --reduce_dtype fp32 changes something: a bf16 job that reduce-scatters per micro-batch
+static int plan_reduces_f32(const plan *p) {
+    return p->req.reduce_f32 && p->req.elem_bytes != sizeof(float) && p->req.shard_size > 1 &&
+           p->grad_mode != FSDP_GRADS_LOCAL;
+}
 
 static void print_max_batch(FILE *out, const plan *p, const llama_config *c, size_t budget, int max_batch) {
     int best[2][2];   // [checkpointing][dividing]
@@ -421,14 +428,15 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads,
             c->intermediate_size, c->vocab_size);
     fprintf(out, "job: %d rank(s), sharding %s (shard group %d x replica group %d), batch %d x seq %d per device, "
-            "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s%s; storage %s (--device %s)\n",
+            "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s%s%s; storage %s (--device %s)\n",
             r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
             p->accum, r->total_batch_size, r->gradient_checkpointing ? "on" : "off",
             p->grad_mode == FSDP_GRADS_LOCAL       ? ", gradients accumulated locally in fp32"
             : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? ", root gradient summed over micro-batches in fp32, reduced once per step"
             : p->grad_mode == FSDP_GRADS_DIRECT    ? ", gradients added into the fp32 step gradient directly (one shard)"
                                                    : "",
-            r->keep_params_gathered && r->shard_size > 1 ? ", parameters gathered once per step and kept" : "", dtype,
+            r->keep_params_gathered && r->shard_size > 1 ? ", parameters gathered once per step and kept" : "",
+            plan_reduces_f32(p) ? ", per-micro-batch gradients reduce-scattered in fp32 (--reduce_dtype fp32)" : "", dtype,
             device);
     if (r->lora.rank) {
         char targets[64];
@@ -484,8 +492,10 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
                                  : "parameters of the units not still gathered (the root once per step)"},
         {"reduce_scatter", p->reduce_scatter_bytes,
          p->grad_mode == FSDP_GRADS_LOCAL       ? "gradients, once per step (fp32)"
-         : p->grad_mode == FSDP_GRADS_ROOT_ONCE ? "layer gradients once per micro-batch; the root's once per step (fp32)"
-                                                : "gradients, once per micro-batch"},
+         : p->grad_mode == FSDP_GRADS_ROOT_ONCE
+             ? (plan_reduces_f32(p) ? "layer gradients once per micro-batch (fp32); the root's once per step (fp32)"
+                                    : "layer gradients once per micro-batch; the root's once per step (fp32)")
+             : (plan_reduces_f32(p) ? "gradients, once per micro-batch (fp32)" : "gradients, once per micro-batch")},
         {"all_reduce", p->all_reduce_bytes, "fp32 gradient slices across replicas (scalars not counted)"},
     };
     for (int i = 0; i < 3; i++)

@@ -44,6 +44,8 @@ typedef struct {
     int gradient_checkpointing;     // 1: keep each layer's input only, recompute in backward
     int accumulate_grads_locally;   // 1: full-size gradients summed locally, reduced once per step
     int keep_params_gathered;       // 1: every unit gathered once per step and kept (S > 1)
+    int reduce_f32;                 // 1: --reduce_dtype fp32: per-micro-batch gradient buffers
+                                    // and their reduce-scatters in fp32 (no effect at elem_bytes 4)
     size_t elem_bytes;              // storage dtype of the backend: 4 (CPU, fp32), 2 (CUDA, bf16)
     int attention_cudnn;            // 1: GPU attention through cuDNN (--attention cudnn, bf16): its
                                     // per-call workspace (attn_cudnn_workspace_bound) is planned

@@ -167,7 +167,8 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     // itself: fsdp_grads_f32)
     // (operations per micro-batch: embedding forward and backward (not with LoRA), the final
     // norm's 1 + 3, a memset, one softmax/xent kernel per chunk)
-    const double lm_dw = chunks > 1 && !lora && !fsdp_grads_f32((fsdp_grad_mode)p->grad_mode) ? (8 + e) * V * C : 0;
+    const double lm_dw =
+        chunks > 1 && !lora && !fsdp_grads_f32((fsdp_grad_mode)p->grad_mode, r->reduce_f32) ? (8 + e) * V * C : 0;
     op_add(p, "embedding, final norm, softmax/xent rows", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
            A * (N * e * 14 * C + 6 * N * V + 20 * N + lm_dw), 0, A * (6 - lora + chunks));
     // the root unit's gradient zeroed (grad_begin; a layer's is fresh: its dW GEMMs overwrite
@@ -194,11 +195,18 @@ void plan_ops_compute(plan *p, const llama_config *c) {
         grad_bytes = A * (double)p->padded_total * (8 - 2 * e) + 4.0 * (double)p->root_numel;
         grad_what = "unit gradients: fp32 dW epilogues (local sums)";
     } else {
-        grad_bytes = A * ((double)p->root_numel * e + (double)p->n_local * (e + 8));
+        // per-micro-batch buffers of g bytes an element (--reduce_dtype fp32: 4); fp32 ones
+        // make every dW epilogue write 4 - e bytes more than the bf16 one taken as hidden
+        const double g = r->reduce_f32 ? 4 : e;
+        grad_bytes = A * ((double)p->root_numel * g + (double)p->n_local * (g + 8)) + A * (double)p->padded_total * (g - e);
     }
     if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
         const double root = (double)p->root_numel, root_slice = root / r->shard_size;
-        grad_bytes += A * (root - root_slice) * (e + 8) + 4 * root;
+        // fp32 micro-batch gradients add into the root's fp32 sum directly (fsdp.c
+        // root_into_acc): no per-micro-batch zero, no add pass; else a bf16 root buffer
+        // added into the sum
+        if (r->reduce_f32 || e == 4) grad_bytes += 4 * root - A * root * (r->reduce_f32 ? 4 : e);
+        else grad_bytes += A * (root - root_slice) * (e + 8) + 4 * root;
     }
     // --deterministic with cuDNN attention: the backward writes dP (B, H, T, T) bf16 to its
     // workspace and reads it back, per layer and micro-batch (no operation of its own: inside

@@ -108,7 +108,7 @@ PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, st_dtype g, const void *x,
 PROF_WRAP(adamw, (float *m, void *p, const float *g, float *a, float *v, size_t n, const adamw_params *ap),
           (m, p, g, a, v, n, ap))
 PROF_WRAP(sum_squares, (double *o, const float *x, size_t n), (o, x, n))
-PROF_WRAP(accumulate, (float *d, const void *s, size_t n, float a), (d, s, n, a))
+PROF_WRAP(accumulate, (float *d, const void *s, st_dtype sdt, size_t n, float a), (d, s, sdt, n, a))
 PROF_WRAP(cast_from_f32, (void *d, const float *s, size_t n), (d, s, n))
 
 const backend *profile_backend(const backend *inner) {

@@ -239,7 +239,7 @@ static int sample_write_jsonl(const char *out_dir, int game, const char *prompt,
 // the sampler
 
 int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit_provider *adapters,
-                 mem_tracker *mem, const loader *val, const char *model_dir, const char *out_dir, int rank,
+                 mem_tracker *mem, const loader *val, const char *model_dir, const char *out_dir, comm *world,
                  int n_tokens, int n_games, const sample_params *params) {
     memset(sp, 0, sizeof *sp);
     const llama_config *cfg = &s->layout->cfg;
@@ -256,12 +256,14 @@ int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit
         return ft_error("flag --sample_games: %d exceeds the %d validation games that hold a token (the others give "
                         "no prompt)", n_games, found);
     }
-    if (n_tokens > cfg->max_position_embeddings - SAMPLE_PROMPT_TOKENS)   // (it was capped without a word)
+    if (n_tokens > cfg->max_position_embeddings - SAMPLE_PROMPT_TOKENS) {   // (it was capped without a word)
+        free(games);
         return ft_error("flag --sample_tokens: %d tokens after the %d-token prompt exceed the model's "
                         "max_position_embeddings %d (at most %d)", n_tokens, SAMPLE_PROMPT_TOKENS,
                         cfg->max_position_embeddings, cfg->max_position_embeddings - SAMPLE_PROMPT_TOKENS);
+    }
     *sp = (sampler){.s = s, .lora = lora, .adapters = adapters, .mem = mem, .val = val, .out_dir = out_dir,
-                    .rank = rank, .n_tokens = n_tokens, .games = games, .params = *params};
+                    .world = world, .rank = world->rank, .skew_test = getenv("FT_TEST_SAMPLE_SKEW") != NULL, .n_tokens = n_tokens, .games = games, .params = *params};
     sp->T = SAMPLE_PROMPT_TOKENS + n_tokens;   // <= max_position_embeddings
     // The context runs padded to the backend's bucket (causal attention: the padding does
     // not change the real positions), so decoding adds no GEMM shape per token.
@@ -310,7 +312,19 @@ int sampler_continue(sampler *sp, int i, uint64_t seed) {
         if (rc == 0) rc = model_logits_rows(&sp->m, &prov, tokens, n - 1, 1, sp->logits);   // the last real position
         if (rc != 0) break;
         sample_probs(sp->logits, V, &sp->params, sp->order, sp->probs);
-        const int next = sample_draw(sp->probs, V, sp->params.temperature == 0 ? 0 : rng_uniform(&rng));
+        int next = sample_draw(sp->probs, V, sp->params.temperature == 0 ? 0 : rng_uniform(&rng));
+        // Every rank draws from its own logits with the same seed, so normally the same token;
+        // but a rank whose logits differ in the last bit (one rank's GPU fell back to another
+        // attention kernel) could draw another and stop at another length, leaving the others
+        // in the next forward's collectives: every rank takes rank 0's token.
+        // TEST-ONLY (tests/test_dist.sh): FT_TEST_SAMPLE_SKEW makes the other ranks draw EOS,
+        // as a rank whose draw differs would; without the agreement their sampling would end
+        // there and the ranks' collectives would no longer pair up
+        if (sp->skew_test && sp->rank != 0 && cfg->n_eos > 0) next = cfg->eos_token_ids[0];
+        double agreed = sp->rank == 0 ? next : 0;
+        rc = comm_all_reduce_f64(sp->world, &agreed, 1);
+        if (rc != 0) break;
+        next = (int)agreed;
         tokens[n++] = next;
         for (int e = 0; e < cfg->n_eos; e++) ended |= next == cfg->eos_token_ids[e];
         if (ended) break;
@@ -331,6 +345,7 @@ int sampler_continue(sampler *sp, int i, uint64_t seed) {
         if (p->temperature > 0 && p->top_p < 1) snprintf(how + hl, sizeof how - (size_t)hl, ", top-p %g", p->top_p);
         printf("sample (validation game %d, %d prompt tokens, %s):\n  prompt:      %s\n"
                "  continuation:%s%s\n", game, len, how, prompt, cont, ended ? " <eos>" : "");
+        fflush(stdout);   // a log file (Slurm's) shows each sample as it comes
         rc = sample_write_jsonl(sp->out_dir, game, prompt, cont, ended);
     }
     free(ptext);

@@ -68,7 +68,9 @@ typedef struct {
     mem_tracker *mem;       // borrowed: counts the inference model's buffers
     const loader *val;      // borrowed: the prompts are its games
     const char *out_dir;    // borrowed: OUT/samples.jsonl
+    comm *world;            // borrowed: every rank takes rank 0's sampled token (sampler_continue)
     int rank;               // world rank: rank 0 prints and writes
+    int skew_test;          // FT_TEST_SAMPLE_SKEW set (test-only): ranks other than 0 draw EOS
     int n_tokens;           // tokens to sample per game
     uint64_t *games;        // owned (n_games): the validation games continued, those of >= 1 token
     int T;                  // SAMPLE_PROMPT_TOKENS + n_tokens (<= max_position_embeddings)
@@ -89,14 +91,16 @@ typedef struct {
 // The model's buffers are allocated by the first sampler_continue (after training, so they
 // are not part of the training's memory). With LoRA, `lora` and `adapters` (as for
 // model_init_lora) make the samples come from the base plus the trained adapters; both NULL
-// otherwise. Everything borrowed must outlive the sampler. 0 / -1.
+// otherwise. `world`: every rank of the job (the sampled tokens are agreed over it; rank 0
+// prints and writes). Everything borrowed must outlive the sampler. 0 / -1.
 int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit_provider *adapters,
-                 mem_tracker *mem, const loader *val, const char *model_dir, const char *out_dir, int rank,
+                 mem_tracker *mem, const loader *val, const char *model_dir, const char *out_dir, comm *world,
                  int n_tokens, int n_games, const sample_params *params);
 
 // Continue the first SAMPLE_PROMPT_TOKENS tokens of the i-th game chosen by sampler_open: n_tokens tokens drawn as
 // sp->params says (sample_probs; seeded by seed and game), full recomputation per token (no KV
-// cache: the cost grows with the square of the length), stopping at any of the config's EOS ids. The context runs padded to the backend's seq_bucket (the GEMM shapes stay few) and
+// cache: the cost grows with the square of the length), stopping at any of the config's EOS ids;
+// every rank takes world rank 0's token (one scalar all-reduce per token). The context runs padded to the backend's seq_bucket (the GEMM shapes stay few) and
 // only the last real position's logits are computed. Collective (FSDP gathers); rank 0 prints it and appends
 // {"game", "prompt", "continuation", "eos"} to OUT/samples.jsonl. 0 / -1.
 int sampler_continue(sampler *sp, int i, uint64_t seed);

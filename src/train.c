@@ -443,19 +443,18 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->aprov = fsdp_provider(&j->afs);   // (initialised below, after the model: the plan's order)
     TRY(model_init_lora(&j->m, &j->layout, j->lora ? &j->ll : NULL, &j->aprov, j->be, &j->mem,
                         o->batch_size_per_device, o->seq_len, o->gradient_checkpointing,
-                        fsdp_grads_f32((fsdp_grad_mode)pl.grad_mode)));
-    const fsdp_grad_mode gm = (fsdp_grad_mode)pl.grad_mode;
-    TRY(fsdp_init_role(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, gm,
-                       j->lora ? FSDP_FROZEN : FSDP_TRAINED, o->offload_optimizer, o->keep_params_gathered));
-    if (j->lora)
-        TRY(fsdp_init_role(&j->afs, &j->ll.layout, j->be, &j->mem, cc->shard, cc->replica, gm, FSDP_ADAPTERS,
-                           o->offload_optimizer, o->keep_params_gathered));
+                        fsdp_grads_f32((fsdp_grad_mode)pl.grad_mode, req.reduce_f32)));
+    fsdp_setup setup = {(fsdp_grad_mode)pl.grad_mode, j->lora ? FSDP_FROZEN : FSDP_TRAINED, o->offload_optimizer,
+                        o->keep_params_gathered, req.reduce_f32};
+    TRY(fsdp_init_role(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, &setup));
+    setup.role = FSDP_ADAPTERS;
+    if (j->lora) TRY(fsdp_init_role(&j->afs, &j->ll.layout, j->be, &j->mem, cc->shard, cc->replica, &setup));
     j->prov = fsdp_provider(&j->fs);
     if (o->profile) j->prov = profile_provider(&j->prov);
 
     if (o->sample_tokens > 0)
         TRY(sampler_open(&j->sampler, &j->fs, j->lora ? &j->ll : NULL, j->lora ? &j->aprov : NULL, &j->mem, &j->val,
-                         o->model_dir, o->out_dir, j->rank, o->sample_tokens, o->sample_games,
+                         o->model_dir, o->out_dir, j->cc->world, o->sample_tokens, o->sample_games,
                          &(sample_params){o->sample_temperature, o->sample_top_k, o->sample_top_p}));
     j->sched = (schedule){.learning_rate = o->learning_rate, .total_steps = j->total_steps,
                           .warmup_steps = schedule_warmup_steps(o->warmup_fraction, j->total_steps),
@@ -596,6 +595,9 @@ static int train_step(job *j, int step, step_stats *st) {
     double sums[2] = {loss_sum, used_sum};
     TRY(comm_all_reduce_f64(j->cc->world, sums, 2));
     st->loss = sums[0] / counts[0];
+    if (!isfinite(st->loss))
+        return ft_error("step %d: the training loss is %s (diverged); lower --learning_rate", step + 1,
+                        isnan(st->loss) ? "NaN" : "infinite");
     st->norm = norm;
     st->lr = schedule_lr(&j->sched, step);
     st->tokens = counts[0];
@@ -696,6 +698,12 @@ static int eval_and_log(job *j, int step) {
     watchdog_set_phase("eval at step %d", step);
     double loss = 0, ntok = 0, t0 = now_seconds();
     TRY(evaluate(j, &loss, &ntok));
+    // (every rank has the all-reduced loss: the same error everywhere; nothing non-finite
+    // reaches metrics.jsonl, whose readers take JSON, which has no NaN)
+    if (!isfinite(loss))
+        return ft_error("eval at step %d: the validation loss is %s: the model's logits are not finite (%s)", step,
+                        isnan(loss) ? "NaN" : "infinite",
+                        step > 0 ? "training diverged: lower --learning_rate" : "check the weights in --model_dir");
     log_eval(j, step, loss, ntok, now_seconds() - t0);
     if (j->n_evals++ == 0) j->val_first = loss;
     j->val_last = loss;
@@ -966,7 +974,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         // --eval_only takes no optimizer step: one micro-batch, whatever --total_batch_size says
         .seq_len = o->seq_len, .total_batch_size = o->eval_only ? o->batch_size_per_device * W : o->total_batch_size,
         .gradient_checkpointing = o->gradient_checkpointing, .accumulate_grads_locally = o->accumulate_grads_locally,
-        .keep_params_gathered = o->keep_params_gathered,
+        .keep_params_gathered = o->keep_params_gathered, .reduce_f32 = strcmp(o->reduce_dtype, "fp32") == 0,
         .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0,
         .lora = {o->lora_rank, (float)o->lora_alpha, o->lora_rank ? o->lora_target_mask : 0},
         .offload_optimizer = o->offload_optimizer,

@@ -48,6 +48,8 @@ typedef struct {
     int no_fsdp;
     int dp_shard;                 // HSDP shard group size (0 = all ranks)
     int accumulate_grads_locally; // reduce gradients once per step instead of per micro-batch
+    const char *reduce_dtype;     // "bf16" or "fp32": per-micro-batch gradients and their
+                                  // reduce-scatters on a GPU (the CPU's are fp32 anyway)
     int keep_params_gathered;     // gather each unit once per step and keep it (fsdp keep_gathered)
     // LoRA (src/lora.h): rank 0 = full fine-tuning
     int lora_rank;

@@ -197,7 +197,12 @@ m scale.first_skipped scale.cu scale 'i = (size_t)blockIdx.x * blockDim.x + thre
 
 m accumulate.vec_no_alpha accumulate.cu accumulate 'd[k] += alpha * s[k];' 'd[k] += s[k];'
 m accumulate.tail_overwrites accumulate.cu accumulate \
-  'dst[i] += alpha * bf2f(src[i]);' 'dst[i] = alpha * bf2f(src[i]);'
+  'dst[i] += alpha * acc_load1(src + i);' 'dst[i] = alpha * acc_load1(src + i);'
+m accumulate.f32_second_half accumulate.cu accumulate 'load4f(out + 4, p + 4);' 'load4f(out + 4, p);'
+m accumulate.f32_as_bf16 accumulate.cu accumulate \
+  'accumulate_f32_kernel)(
+            dst, (const float *)src' 'accumulate_bf16_kernel)(
+            dst, (const bf16 *)src'
 
 m cast.second_half cast.cu cast 'load4f(v + 4, src + idx * 8 + 4);' 'load4f(v + 4, src + idx * 8);'
 m cast.last_element cast.cu cast \

@@ -101,6 +101,21 @@ if [ -x "$py" ] && "$py" -c "import transformers, torch" 2>/dev/null; then
 elif [ -n "${FT_ORACLE_PYTHON:-}" ]; then bad "FT_ORACLE_PYTHON cannot import transformers"
 else skip_or_fail "transformers check of the sharded export (no Python with transformers; set FT_ORACLE_PYTHON)"; fi
 
+# sampling over FSDP 2 (--sample_tokens: every token a forward with the ranks' all-gathers):
+# every rank takes rank 0's token. FT_TEST_SAMPLE_SKEW (test-only) makes rank 1 draw EOS at
+# every token, as a rank whose logits differ in the last bit could draw another token: with
+# the agreement the samples are those of the plain run, exactly; without it rank 1 would end
+# each game after one token and its collectives would pair with rank 0's of another forward
+# (a hang: --collective_timeout 60 ends it)
+samp=(--batch_size_per_device 2 --max_steps 2 --sample_tokens 12 --sample_games 3 --collective_timeout 60)
+if mpirun_ 2 "${common[@]}" "${samp[@]}" --out_dir "$tmp/samp" > "$tmp/samp.log" 2>&1 \
+   && FT_TEST_SAMPLE_SKEW=1 mpirun_ 2 "${common[@]}" "${samp[@]}" --out_dir "$tmp/samp_skew" > "$tmp/samp_skew.log" 2>&1; then
+  n=$(grep -c '"game"' "$tmp/samp/samples.jsonl")
+  [ "$n" = 3 ] && cmp -s "$tmp/samp/samples.jsonl" "$tmp/samp_skew/samples.jsonl" \
+    && ok "FSDP 2 sampling: 3 games; with rank 1 drawing EOS the samples are rank 0's, the same file" \
+    || bad "FSDP 2 sampling: $n games; skewed run: $(head -c 200 "$tmp/samp_skew/samples.jsonl")"
+else bad "FSDP 2 sampling: $(grep -m1 -i 'error\|timeout' "$tmp/samp.log" "$tmp/samp_skew.log")"; fi
+
 # ---------------------------------------------------------------- 2. bytes per step
 # default model: L = 4 layer units of 184,576 params, root 524,416 (embeddings + norm +
 # lm_head); P = 1,262,720 (units already multiples of 64, so no padding). Per step FSDP
@@ -132,13 +147,16 @@ check_bytes fsdp2_local reduce_scatter_bytes $(( P * 4 / 2 ))
 check_bytes ddp2 all_reduce_bytes $(( 2 * P * 4 / 2 ))
 check_bytes ddp2 all_gather_bytes 0
 # per-rank model state: params (fp32 on CPU) + master + 2 moments + fp32 grads = 20 bytes per
-# parameter, sharded 1/N, plus when sharded one micro-batch's full-unit gradient buffers: root
-# + two layers (one layer's reduce-scatter overlaps the next's backward; the root's fp32
-# gradient sum reuses the checkpoint gather buffer, a workspace). Unsharded (one process,
-# DDP) the backward adds into the fp32 gradient itself: no unit buffers (FSDP_GRADS_DIRECT).
+# parameter, sharded 1/N, plus when sharded one micro-batch's full-unit gradient buffers: two
+# layers (one layer's reduce-scatter overlaps the next's backward). These jobs take 2
+# micro-batches per step, so the root's gradient is summed over them in fp32 and
+# reduce-scattered once, in the checkpoint gather buffer (a workspace); its micro-batch
+# gradients, fp32 on the CPU, add into that sum directly (no root buffer: fsdp.c
+# root_into_acc). Unsharded (one process, DDP) the backward adds into the fp32 gradient
+# itself: no unit buffers (FSDP_GRADS_DIRECT).
 for c in ref:1:0 fsdp2:2:2 fsdp4:4:2 ddp2:1:0; do
   n=${c#*:}; n=${n%%:*}; nl=${c##*:}
-  units=$(( nl > 0 ? (root + nl * layer) * 4 : 0 ))
+  units=$(( nl * layer * 4 ))
   check_bytes "${c%%:*}" model_state_bytes $(( P * 20 / n + units ))
 done
 check_bytes fsdp2_local model_state_bytes $(( P * 20 / 2 + P * 4 ))   # + full-size local gradients

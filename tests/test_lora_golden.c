@@ -149,7 +149,7 @@ static void check_fused(model *m, const unit_provider *base, fsdp_state *s, cons
         if (ok) ok = fsdp_set_unit(s, FSDP_MASTER, u, unit) == 0;
     }
     ok = ok && lora_layout_init(&ll2, cfg, &lc2, fsdp_pad_multiple(1)) == 0 &&
-         fsdp_init_role(&s2, &ll2.layout, s->be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_ADAPTERS, 0, 0) == 0 &&
+         fsdp_init_role(&s2, &ll2.layout, s->be, &mem, &one, &one, &(fsdp_setup){.role = FSDP_ADAPTERS}) == 0 &&
          load_adapter(&s2, &ll2, adapter) == 0;
     unit_provider ad2 = fsdp_provider(&s2);
     ok = ok && model_init_lora(&m2, m->layout, &ll2, &ad2, s->be, &mem, m->B, m->T_alloc, 0, 0) == 0 &&
@@ -210,9 +210,9 @@ int main(void) {
     memset(m, 0, sizeof m);
     int ok = param_layout_init(&layout, &cfg, fsdp_pad_multiple(1)) == 0 &&
              lora_layout_init(&ll, &cfg, &lc, fsdp_pad_multiple(1)) == 0 &&
-             fsdp_init_role(&bs, &layout, be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_FROZEN, 0, 0) == 0 &&
+             fsdp_init_role(&bs, &layout, be, &mem, &one, &one, &(fsdp_setup){.role = FSDP_FROZEN}) == 0 &&
              ckpt_load_weights(&bs, DIR) == 0 &&
-             fsdp_init_role(&s, &ll.layout, be, &mem, &one, &one, FSDP_GRADS_PER_MICRO_BATCH, FSDP_ADAPTERS, 0, 0) == 0 &&
+             fsdp_init_role(&s, &ll.layout, be, &mem, &one, &one, &(fsdp_setup){.role = FSDP_ADAPTERS}) == 0 &&
              load_adapter(&s, &ll, &adapter) == 0;
     EXPECT(ok && ll.layout.n_entries == 28, "setup: %s (%d adapter tensors)", ft_error_message(), ll.layout.n_entries);
     EXPECT(bs.master == NULL && bs.grads == NULL && bs.exp_avg == NULL, "the frozen base holds fp32 or gradient buffers");

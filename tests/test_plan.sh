@@ -179,6 +179,22 @@ expect7 "$tmp/7b_fsdp4.plan" grads $(( P * 4 / 4 + (root + 2 * layer) * 2 ))
 expect7 "$tmp/7b_fsdp4.plan" gathered $(( (root + 2 * layer) * 2 ))
 expect7 "$tmp/7b_one.plan" params $(( P * 2 ))
 expect7 "$tmp/7b_one.plan" optimizer $(( P * 12 ))
+# --reduce_dtype fp32 (FSDP 4, 16 micro-batches: the root summed once per step): the two layer
+# gradient buffers in fp32 and no root buffer (the root's micro-batch gradients add into the
+# fp32 sum, the checkpoint gather buffer); the reduce-scatter outputs (largest slice, the
+# root's, and a layer's) twice as large; reduce-scatter bytes: 16 micro-batches x 3/4 x the
+# layers in fp32 + 3/4 x the root once in fp32 (bf16: the layers in 2 bytes). Changes nothing
+# on the CPU (fp32 already): the CPU plan is identical.
+plan7 --world_size 4 --reduce_dtype fp32 > "$tmp/7b_fsdp4_rf32.plan" 2>&1 || bad "7B FSDP 4 fp32 reduce dry run: $(cat "$tmp/7b_fsdp4_rf32.plan")"
+expect7 "$tmp/7b_fsdp4_rf32.plan" grads $(( P * 4 / 4 + 2 * layer * 4 ))
+expect7 "$tmp/7b_fsdp4_rf32.plan" workspace $(( $(planned "$tmp/7b_fsdp4.plan" workspace) + (root / 4 + layer / 4) * 2 ))
+expect7 "$tmp/7b_fsdp4_rf32.plan" reduce_scatter $(( 16 * 3 * (L * layer / 4) * 4 + 3 * (root / 4) * 4 ))
+expect7 "$tmp/7b_fsdp4.plan" reduce_scatter $(( 16 * 3 * (L * layer / 4) * 2 + 3 * (root / 4) * 4 ))
+grep -q "per-micro-batch gradients reduce-scattered in fp32" "$tmp/7b_fsdp4_rf32.plan" && ! grep -q "in fp32 (--reduce" "$tmp/7b_fsdp4.plan" \
+  && ok "7B FSDP 4: --reduce_dtype fp32 named on the job line (and only there)" || bad "7B --reduce_dtype fp32: job line '$(grep '^job' "$tmp/7b_fsdp4_rf32.plan")'"
+a=$("$bin" --dry_run --world_size 2 --reduce_dtype fp32 | sed -n '/^memory/,/^  total/p'); b=$("$bin" --dry_run --world_size 2 | sed -n '/^memory/,/^  total/p')
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "--reduce_dtype fp32 on the CPU (fp32 gradients already): the same memory plan" \
+  || bad "--reduce_dtype fp32 changed the CPU plan"
 grep -q "^fits an 80 GB GPU.*: yes" "$tmp/7b_fsdp4.plan" && ok "7B: FSDP over 4 ranks, batch 1: fits 80 GB" || bad "7B FSDP 4 does not fit: $(grep fits "$tmp/7b_fsdp4.plan")"
 grep -q "^fits an 80 GB GPU.*: NO" "$tmp/7b_one.plan" && ok "7B: one GPU without sharding: does not fit 80 GB" || bad "7B on one GPU fits: $(grep fits "$tmp/7b_one.plan")"
 grep -q "root gradient summed over micro-batches in fp32" "$tmp/7b_fsdp4.plan" && ok "7B FSDP 4, 16 micro-batches: root gradient summed in fp32" \

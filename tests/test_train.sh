@@ -568,4 +568,29 @@ expect_error "$tmp/d2/val_000.bin" --eval_only "${small[@]}" --data_dir "$tmp/d2
 expect_error "vocab" --eval_only --model_dir tests/golden/mha --data_dir data/chess --seq_len 32
 [ ! -e "$tmp/x/final" ] && ! ls "$tmp/x" 2>/dev/null | grep -q tmp && ok "failed runs left no export or temporary files" || bad "leftovers in $tmp/x"
 
+# weights whose logits overflow (every RMSNorm weight 3e38, finite): the validation loss is
+# NaN. --eval_only and training both stop with one line naming it, and metrics.jsonl holds
+# only JSON (a "val_loss":nan record once made the file unreadable to json.loads and plots)
+mkdir -p "$tmp/hot" && cp data/model/config.json data/model/tokenizer.json "$tmp/hot/"
+python3 - data/model/model.safetensors "$tmp/hot/model.safetensors" <<'PY' || bad "could not write the overflowing model"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h, data = json.loads(b[8:8 + n]), bytearray(b[8 + n:])
+for k, v in h.items():
+    if k.endswith("norm.weight") and v["dtype"] == "F32":
+        lo, hi = v["data_offsets"]; data[lo:hi] = struct.pack("<f", 3e38) * ((hi - lo) // 4)
+open(sys.argv[2], "wb").write(b[:8 + n] + data)
+PY
+expect_error "eval at step 0: the validation loss is NaN: the model's logits are not finite (check the weights in --model_dir)" \
+  --eval_only "${small[@]}" --model_dir "$tmp/hot"
+err=$("$bin" "${small[@]}" --model_dir "$tmp/hot" --max_steps 2 --out_dir "$tmp/hotrun" 2>&1 >/dev/null); rc=$?
+bad_json=$(python3 -c 'import json, sys
+n = 0
+for line in open(sys.argv[1]): json.loads(line); n += 1
+print(n)' "$tmp/hotrun/metrics.jsonl" 2>&1 | tail -1)
+[ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" = 1 ] && [[ "$err" == *"validation loss is NaN"* ]] && [[ "$bad_json" =~ ^[0-9]+$ ]] \
+  && ! grep -qi nan "$tmp/hotrun/metrics.jsonl" && [ ! -e "$tmp/hotrun/final" ] \
+  && ok "training on overflowing weights: '$err', metrics.jsonl all JSON ($bad_json records), no export" \
+  || bad "training on overflowing weights: rc $rc, '$err', metrics.jsonl: $bad_json"
+
 finish

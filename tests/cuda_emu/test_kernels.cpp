@@ -544,15 +544,17 @@ static void test_scale(size_t n, size_t mis, bool alias) {
     });
 }
 
-static void test_accumulate(size_t n, size_t mis) {
+// src bf16 (a bf16 gradient or reduce-scatter output) or fp32 (--reduce_dtype fp32's)
+static void test_accumulate(size_t n, size_t mis, int src_f32) {
     const float alpha = 0.37f;
-    std::vector<float> dst0 = randn_f(n, 1.0f), src = randn_bf(n, 1.0f), ref = dst0;
-    CPU->accumulate(ref.data(), src.data(), n, alpha);
-    run_case("accumulate", fmt("n=%zu%s", n, mis ? " misaligned" : ""), {nmse_ref("dst", ref, THR_F32)},
-             [&](Run &r) {
+    std::vector<float> dst0 = randn_f(n, 1.0f), src = src_f32 ? randn_f(n, 1.0f) : randn_bf(n, 1.0f), ref = dst0;
+    CPU->accumulate(ref.data(), src.data(), ST_F32, n, alpha);
+    run_case("accumulate", fmt("n=%zu %s%s", n, src_f32 ? "f32" : "bf16", mis ? " misaligned" : ""),
+             {nmse_ref("dst", ref, THR_F32)}, [&](Run &r) {
                  Dev d;
                  float *dst = d.f32(dst0);
-                 r.rc = ftk_accumulate(dst, d.bf16(src, mis), n, alpha, 0);
+                 r.rc = ftk_accumulate(dst, src_f32 ? (const void *)d.f32(src, mis) : d.bf16(src, mis), src_f32, n,
+                                       alpha, 0);
                  r.guards = d.guards_ok();
                  r.outs = {read_f32(dst, n)};
              });
@@ -779,8 +781,10 @@ static void cases_scale() {
 }
 
 static void cases_accumulate() {
-    for (size_t n : EW_SIZES) test_accumulate(ew_size(n), 0);
-    test_accumulate(1003, 2);
+    for (int f32 = 0; f32 < 2; f32++) {
+        for (size_t n : EW_SIZES) test_accumulate(ew_size(n), 0, f32);
+        test_accumulate(1003, 2, f32);
+    }
 }
 
 static void cases_cast() {

@@ -474,8 +474,11 @@ static void case_optimizer(size_t n) {
     double rel = (sg - sc) / sc;
     printf("%-14s %-28s %-8s %10.3e %8.1e  %s\n", "sum_squares", s, "sum", rel * rel, 1e-20, rel * rel <= 1e-20 ? "pass" : "FAIL");
     EXPECT(rel * rel <= 1e-20, "sum_squares %s: relative error %.3e", s, rel);
-    BOTH(CPU->accumulate(grad.cpu, src.cpu, n, 0.25f), GPU->accumulate(grad.gpu, src.gpu, n, 0.25f));
+    BOTH(CPU->accumulate(grad.cpu, src.cpu, ST_F32, n, 0.25f), GPU->accumulate(grad.gpu, src.gpu, ST_BF16, n, 0.25f));
     report("accumulate", s, "dst", &grad);
+    // an fp32 source (--reduce_dtype fp32's reduce-scatter output): the master slice
+    BOTH(CPU->accumulate(grad.cpu, master.cpu, ST_F32, n, -0.5f), GPU->accumulate(grad.gpu, master.gpu, ST_F32, n, -0.5f));
+    report("accumulate", s, "dst (f32 src)", &grad);
     BOTH(CPU->cast_from_f32(param.cpu, master.cpu, n), GPU->cast_from_f32(param.gpu, master.gpu, n));
     report("cast_from_f32", s, "dst", &param);
     pair *all[] = {&master, &grad, &m, &v, &param, &src};

@@ -1,7 +1,9 @@
 // st_nmse A.safetensors B.safetensors: for every F32 tensor of B (the reference), the NMSE
-// of A's tensor of the same name; prints "worst <name> <nmse>" and exits 0, or 1 when a
-// tensor is missing or mis-shaped (a test tool for tests/test_dist.sh and the emulated-GPU
-// suites).
+// of A's tensor of the same name; prints "worst <name> <nmse>" and exits 0, or prints
+// "worst <name> FAILED" and exits 1 when a file cannot be read or a tensor is missing or
+// mis-shaped (a test tool for tests/test_dist.sh and the emulated-GPU suites: their checks
+// read the last field as a number, and FAILED is none, so a caller that ignores the exit
+// status still fails).
 //
 // st_nmse --lora_products A B: the same over LoRA adapters, compared as what the model uses:
 // for every "...lora_B.weight" (out, r) of B and its "...lora_A.weight" (r, in), the NMSE of
@@ -51,7 +53,11 @@ int main(int argc, char **argv) {
     }
     const char *pa = argv[argc - 2], *pb = argv[argc - 1];
     st_file a, b;
-    if (st_open(&a, pa) || st_open(&b, pb)) { fprintf(stderr, "st_nmse: %s\n", ft_error_message()); return 1; }
+    if (st_open(&a, pa) || st_open(&b, pb)) {
+        fprintf(stderr, "st_nmse: %s\n", ft_error_message());
+        printf("worst - FAILED\n");
+        return 1;
+    }
     double worst = 0;
     char worst_name[256] = "";
     int rc = 0, compared = 0;
@@ -89,7 +95,8 @@ int main(int argc, char **argv) {
         if (e >= worst) { worst = e; snprintf(worst_name, sizeof worst_name, "%s", tb->name); }
     }
     if (compared == 0) { fprintf(stderr, "st_nmse: %s: nothing to compare\n", pb); rc = 1; }
-    printf("worst %s %.3e\n", worst_name, worst);
+    if (rc) printf("worst %s FAILED\n", worst_name[0] ? worst_name : "-");
+    else printf("worst %s %.3e\n", worst_name, worst);
     st_close(&a);
     st_close(&b);
     return rc;
