@@ -12,7 +12,8 @@
 #   4. an --out_dir removed or replaced under a 2-rank job stops every rank after the step that
 #      notices (exit 1, one warning and one error); kill -9 of one rank ends the job (no hang)
 #      with a non-zero exit; resuming from the last checkpoint ends with the uninterrupted
-#      run's parameters and moments, exactly.
+#      run's parameters and moments, exactly;
+#   5. a rank that does not see rank 0's --out_dir (a node-local path) is refused at startup.
 # Without MPI (no mpiexec, or finetune built without it) it skips, and fails when CI=true.
 #
 # Tolerance: ranks sum the same per-token gradients in a different order (reduce-scatter of
@@ -245,5 +246,22 @@ if mpirun_ 2 "${kflags[@]}" --max_steps 16 --resume latest --out_dir "$tmp/kill"
     && ok "resumed from $last after kill -9: step 16 weights and moments equal the uninterrupted run's ($e; $o)" \
     || bad "resume after kill -9 (from '$last'): weights $e, moments $o"
 else bad "resume after kill -9: $(grep -m1 error "$tmp/resume.log")"; fi
+
+# ---------------------------------------------------------------- 5. --out_dir seen by every rank
+# a node-local --out_dir gives each node its own directory (each rank resolved --resume in
+# its own: mixed weights, then a hang). Simulated with mpiexec's MPMD form, rank 1 given
+# another directory: one error line naming rank 1, exit 1, both directories gone (created by
+# this job); with --resume auto over a checkpoint only rank 0's directory holds, the same
+out=$(timeout 120 mpiexec -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --out_dir "$tmp/own0" : \
+      -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --out_dir "$tmp/own1" 2>&1 >/dev/null); rc=$?
+[ $rc -ne 0 ] && [ "$(grep -c 'error' <<<"$out")" = 1 ] \
+  && grep -q "^finetune: error: --out_dir $tmp/own1: rank 1 (host .*) does not see the lock rank 0 holds in it (no .lock there)" <<<"$out" \
+  && [ ! -e "$tmp/own0" ] && [ ! -e "$tmp/own1" ] && ok "a different --out_dir on rank 1: refused at startup: $(grep error <<<"$out")" \
+  || bad "a different --out_dir on rank 1: rc $rc, $out"
+mkdir -p "$tmp/own3"
+out=$(timeout 120 mpiexec -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --resume auto --out_dir "$tmp/fsdp2" : \
+      -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --resume auto --out_dir "$tmp/own3" 2>&1 >/dev/null); rc=$?
+[ $rc -ne 0 ] && grep -q "rank 1 (host .*) does not see the lock rank 0 holds" <<<"$out" && [ ! -e "$tmp/fsdp2/.lock" ] \
+  && ok "--resume auto with rank 1 in an empty --out_dir: refused before anything is resumed" || bad "--resume auto, rank 1 elsewhere: rc $rc, $out"
 
 finish
