@@ -16,6 +16,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -459,6 +460,41 @@ int ckpt_check_fresh_out_dir(const char *out_dir, int overwrite) {
                         p, earlier[i].what, i == 0 ? "--resume latest continues it, " : "");
     }
     return 0;
+}
+
+// A node-local path (a job's --out_dir under /tmp, or a filesystem mounted on some nodes
+// only) gives each node its own directory: one rank resumed at step 3 while another started
+// fresh and mixed their weights, then the job hung until the watchdog blamed the network.
+// Rank 0's lock file names it ("pid P on host H"): each rank reads OUT/.lock and compares its
+// hash with rank 0's (sent as 16-bit pieces through a sum, exact in doubles). Skipped when rank 0 holds
+// no lock (a filesystem without locks: warned about already).
+int ckpt_check_out_dir_shared(const char *out_dir, int rank0_locked, comm *world) {
+    const comm *w = world;
+    char path[FT_PATH_MAX], text[256] = "";
+    TRY(ft_path(path, sizeof path, "%s/.lock", out_dir));
+    const int f = open(path, O_RDONLY | O_CLOEXEC);
+    const ssize_t n = f >= 0 ? read(f, text, sizeof text - 1) : -1;
+    if (f >= 0) close(f);
+    text[n > 0 ? n : 0] = '\0';
+    const uint64_t mine = n > 0 ? ft_hash64(text, (size_t)n) : 0;
+    double theirs[5] = {0};   // rank 0's hash in four 16-bit pieces, and whether it holds a lock
+    if (w->rank == 0) {
+        for (int k = 0; k < 4; k++) theirs[k] = (double)((mine >> (16 * k)) & 0xffff);
+        theirs[4] = rank0_locked;
+    }
+    TRY(comm_all_reduce_f64(world, theirs, 5));
+    if (theirs[4] == 0 || w->rank == 0) return 0;
+    uint64_t want = 0;
+    for (int k = 0; k < 4; k++) want |= (uint64_t)theirs[k] << (16 * k);
+    if (mine == want) return 0;
+    char host[128] = "?";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    text[strcspn(text, "\r\n")] = '\0';
+    return ft_error("--out_dir %s: rank %d (host %s) does not see the lock rank 0 holds in it (%s): every rank must "
+                    "see the same directory (a filesystem shared by all nodes, not a node-local path), or checkpoints "
+                    "and --resume differ between nodes", out_dir, w->rank, host,
+                    n > 0 ? "it finds another .lock" : "no .lock there");
 }
 
 int ckpt_clear_out_dir(const char *out_dir) {

@@ -984,43 +984,6 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
     };
 }
 
-// Every rank must see the --out_dir rank 0 locked: --resume latest/auto is resolved by each
-// rank in it, and the checkpoints rank 0 writes there are what every rank resumes from. A
-// node-local path (a job's --out_dir under /tmp, or a filesystem mounted on some nodes only)
-// gives each node its own directory: one rank resumed at step 3 while another started fresh
-// and mixed their weights, then the job hung until the watchdog blamed the network. Rank 0's
-// lock file names it ("pid P on host H"): each rank reads OUT/.lock and compares its hash with
-// rank 0's (sent as 16-bit pieces through a sum, exact in doubles). Skipped when rank 0 holds
-// no lock (a filesystem without locks: warned about already). 0 / -1 (this rank's error).
-static int check_out_dir_shared(const job *j, const train_options *o, const train_comms *cc) {
-    const comm *w = cc->world;
-    char path[FT_PATH_MAX], text[256] = "";
-    TRY(ft_path(path, sizeof path, "%s/.lock", o->out_dir));
-    const int f = open(path, O_RDONLY | O_CLOEXEC);
-    const ssize_t n = f >= 0 ? read(f, text, sizeof text - 1) : -1;
-    if (f >= 0) close(f);
-    text[n > 0 ? n : 0] = '\0';
-    const uint64_t mine = n > 0 ? ft_hash64(text, (size_t)n) : 0;
-    double theirs[5] = {0};   // rank 0's hash in four 16-bit pieces, and whether it holds a lock
-    if (w->rank == 0) {
-        for (int k = 0; k < 4; k++) theirs[k] = (double)((mine >> (16 * k)) & 0xffff);
-        theirs[4] = j->out_lock >= 0;
-    }
-    TRY(comm_all_reduce_f64(cc->world, theirs, 5));
-    if (theirs[4] == 0 || w->rank == 0) return 0;
-    uint64_t want = 0;
-    for (int k = 0; k < 4; k++) want |= (uint64_t)theirs[k] << (16 * k);
-    if (mine == want) return 0;
-    char host[128] = "?";
-    gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = '\0';
-    text[strcspn(text, "\r\n")] = '\0';
-    return ft_error("--out_dir %s: rank %d (host %s) does not see the lock rank 0 holds in it (%s): every rank must "
-                    "see the same directory (a filesystem shared by all nodes, not a node-local path), or checkpoints "
-                    "and --resume differ between nodes", o->out_dir, w->rank, host,
-                    n > 0 ? "it finds another .lock" : "no .lock there");
-}
-
 int train_run(const train_options *o, const train_comms *cc, int *failure_agreed) {
     job j;
     memset(&j, 0, sizeof j);
@@ -1035,7 +998,8 @@ int train_run(const train_options *o, const train_comms *cc, int *failure_agreed
                                                                             &j.out_created) : 0);
     if (rc == 0 && !o->eval_only && cc->world->rank == 0)   // check_out_dir's reference (-1: unchecked)
         j.out_dir_fd = open(o->out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (rc == 0 && !o->eval_only && cc->world->size > 1) rc = agree(&j, check_out_dir_shared(&j, o, cc));
+    if (rc == 0 && !o->eval_only && cc->world->size > 1)   // (rank 0's lock: its own check)
+        rc = agree(&j, ckpt_check_out_dir_shared(o->out_dir, cc->world->rank == 0 && j.out_lock >= 0, cc->world));
     if (rc == 0) rc = agree(&j, job_setup(&j, o, cc));
     if (rc == 0) rc = run(&j);
     job_teardown(&j);
