@@ -152,12 +152,18 @@ test-bins: $(TEST_BINS) $(TOOL_BINS) $(GPU_TEST_BINS) $(BUILD)/finetune $(EXTRA_
 test: test-bins
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} tests/run_all.sh $(TEST_CMDS)
 
-# C tests under ASan+UBSan in a separate build dir (slow paths skipped by the tests
-# themselves when FT_SANITIZED is set).
+# C tests, and finetune itself through the CLI and training suites, under ASan+UBSan in a
+# separate build dir (slow paths skipped by the tests themselves when FT_SANITIZED is set).
+# Every report goes to a log file (log_path), and any file there fails the run: a process
+# whose exit status a test does not look at cannot hide one.
+SAN_LOGS := $(CURDIR)/build/asan/san-logs
 test-asan:
 	$(MAKE) BUILD=build/asan SAN=1 CUDA=0 test-bins
-	FT_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  OMP_NUM_THREADS=2 tests/run_all.sh $(patsubst $(BUILD)/%,build/asan/%,$(filter-out $(CUDA_ONLY_TEST_BINS),$(TEST_BINS)))
+	rm -rf $(SAN_LOGS) && mkdir -p $(SAN_LOGS)
+	FT_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:log_path=$(SAN_LOGS)/asan \
+	  UBSAN_OPTIONS=print_stacktrace=1:log_path=$(SAN_LOGS)/ubsan \
+	  OMP_NUM_THREADS=2 tests/run_all.sh $(patsubst $(BUILD)/%,build/asan/%,$(filter-out $(CUDA_ONLY_TEST_BINS),$(TEST_BINS))) \
+	  "bash tests/test_cli.sh build/asan" "bash tests/test_train.sh build/asan" "bash tests/test_sanitizer_logs.sh $(SAN_LOGS)"
 
 # On a machine with a GPU: kernels on the device vs the CPU, GPU vs CPU training, 2-GPU FSDP
 # vs 1 GPU. Elsewhere it says it skipped and exits 0.

@@ -293,8 +293,11 @@ static int param_file_put_unit(st_writer *w, const param_layout *l, const param_
 
 // Write `pf` to `path`, one unit at a time through `host` (max_unit floats). Collective:
 // every rank gathers every unit of every block in the same order, whatever happens to the
-// writing, so a failure on the writer cannot leave the others waiting in a gather. `write`:
-// this rank writes (rank 0 of the world, and nothing failed before). 0 / -1 (on -1 no file).
+// writing, so a failure on the writer cannot leave the others waiting in a gather; nor can
+// a failed gather on this rank (it goes on with the next one, so that its collectives keep
+// pairing with the other ranks': on NCCL a rank leaving the sequence early would pair its
+// next collective, an all-reduce, with their all-gathers). `write`: this rank writes (rank 0
+// of the world, and nothing failed before). 0 / -1 (on -1 no file).
 static int param_file_stream(fsdp_state *s, const char *path, const param_file *pf, int write, float *host) {
     const param_layout *l = s->layout;
     st_writer w = {.fd = -1};
@@ -302,7 +305,12 @@ static int param_file_stream(fsdp_state *s, const char *path, const param_file *
     int writing = write && rc == 0;
     for (int k = 0; k < pf->n_parts; k++)
         for (int u = 0; u < l->n_units; u++) {
-            if (fsdp_get_unit(s, pf->which[k], u, host) != 0) { st_writer_abort(&w); return -1; }   // unit: (unit_numel[u],)
+            if (fsdp_get_unit(s, pf->which[k], u, host) != 0) {   // unit: (unit_numel[u],)
+                if (writing) st_writer_abort(&w);
+                writing = 0;
+                rc = -1;
+                continue;
+            }
             if (!writing) continue;
             unit_to_dtype(pf, host, l->unit_numel[u]);
             if (param_file_put_unit(&w, l, pf, k, u, host) != 0) { st_writer_abort(&w); writing = 0; rc = -1; }

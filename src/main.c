@@ -43,6 +43,9 @@ static void watchdog_report(void) {
 static void watchdog_end(void) { launch_abort(g_launch); }
 
 int main(int argc, char **argv) {
+    // stdout line by line also into a file (a Slurm job's log, `| tee`): each step's line
+    // shows when it is printed, not a buffer later (one write per line: a line per step)
+    setvbuf(stdout, NULL, _IOLBF, 0);
     train_options o;
     int want_help;
     if (options_parse(&o, argc, argv, &want_help) != 0) return report(2, launch_env_rank() == 0);

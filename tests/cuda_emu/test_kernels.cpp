@@ -553,8 +553,10 @@ static void test_accumulate(size_t n, size_t mis, int src_f32) {
              {nmse_ref("dst", ref, THR_F32)}, [&](Run &r) {
                  Dev d;
                  float *dst = d.f32(dst0);
-                 r.rc = ftk_accumulate(dst, src_f32 ? (const void *)d.f32(src, mis) : d.bf16(src, mis), src_f32, n,
-                                       alpha, 0);
+                 // (misalignment in bytes: one element of the source's type, as a real
+                                 // buffer can be; a float at a 2-byte offset cannot)
+                 r.rc = ftk_accumulate(dst, src_f32 ? (const void *)d.f32(src, mis * 2) : d.bf16(src, mis), src_f32,
+                                       n, alpha, 0);
                  r.guards = d.guards_ok();
                  r.outs = {read_f32(dst, n)};
              });
