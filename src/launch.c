@@ -149,6 +149,13 @@ static int device_arena_bytes(const train_options *o, int W, size_t *out) {
     return 0;
 }
 
+// TEST-ONLY: FT_TEST_NCCL_SELF set gives a one-rank GPU job the NCCL data plane (a one-rank
+// communicator and, as a shard group gets, a reduce-scatter lane split from it) instead of the
+// single transport, so that one GPU runs comm_nccl.c: loading NCCL, its version gates, init,
+// split, the host all-reduces of losses and norms, the watchdog's hooks and teardown
+// (tests/gpu/test_gpu.sh; on the emulator, tests/test_cuda_emu_train.sh under mpiexec -n 1).
+static int nccl_self_test(const launch *L) { return L->W == 1 && getenv("FT_TEST_NCCL_SELF") != NULL; }
+
 // GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c), and with shards of
 // S > 1 ranks one that runs concurrent communicators (the reduce-scatter lane). 0 / -1.
 static int nccl_available(int S) {
@@ -206,7 +213,10 @@ static int data_plane_open(launch *L, int S) {
     // others learn it at once instead of waiting for it (the PMI2 fence has no deadline)
     const int id_rc = L->rank == 0 ? comm_nccl_unique_id(id, sizeof id) : 0;
     int rc = 0, agreed = 0;
-    if (L->mpi) {   // agreed first: rank 0 alone says why, the others stop quietly
+    if (L->W == 1) {   // (nccl_self_test: no one to share it with)
+        rc = id_rc;
+        memcpy(got, id, sizeof got);
+    } else if (L->mpi) {   // agreed first: rank 0 alone says why, the others stop quietly
         if ((rc = comm_agree(&L->world, id_rc, &agreed)) != 0) return rc;   // (COMM_PEER_FAILED kept: not printed)
         memcpy(got, id, sizeof got);
         rc = comm_broadcast(&L->world, got, sizeof got, 0);
@@ -230,7 +240,7 @@ static int data_plane_open(launch *L, int S) {
     TRY(data_group_open(L, S, L->rank / S, L->rank % S, "shard group", &L->dshard, &shard, &L->dshard_own));
     TRY(data_group_open(L, L->W / S, L->rank % S, L->rank / S, "replica group", &L->dreplica, &replica,
                         &L->dreplica_own));
-    if (S > 1) {
+    if (S > 1 || nccl_self_test(L)) {
         TRY(split_barrier(L));
         TRY(comm_nccl_add_reduce_scatter_lane(shard));
         L->n_nccl++;
@@ -282,11 +292,12 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     const int gpu = strcmp(o->device, "cpu") != 0;
     size_t arena_bytes = 0;
     if (rc == 0 && gpu) rc = device_arena_bytes(o, L->W, &arena_bytes);
-    if (rc == 0 && gpu && L->W > 1) rc = nccl_available(S);
-    if (rc == 0 && gpu && L->W > 1) rc = device_select(L);
+    const int nccl = gpu && (L->W > 1 || nccl_self_test(L));
+    if (rc == 0 && nccl) rc = nccl_available(nccl_self_test(L) ? 2 : S);   // (the self-test's lane: concurrent)
+    if (rc == 0 && nccl) rc = device_select(L);
     int agreed = 0;
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
-    if (gpu && L->W > 1 && (rc = data_plane_open(L, S)) != 0) return rc;   // -1, or COMM_PEER_FAILED
+    if (nccl && (rc = data_plane_open(L, S)) != 0) return rc;   // -1, or COMM_PEER_FAILED
     rc = backend_set_attention(o->attention, o->deterministic);
     if (rc == 0) rc = backend_open(o->device, L->local_rank, arena_bytes, &L->be);
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;

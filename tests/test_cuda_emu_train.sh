@@ -185,6 +185,16 @@ else
   skip_or_fail "multi-rank emulated GPUs (needs mpiexec)"
 fi
 
+# FT_TEST_NCCL_SELF (test-only): one rank through the NCCL data plane (a one-rank
+# communicator and its reduce-scatter lane; emulated NCCL needs MPI: mpiexec -n 1), as
+# tests/gpu/test_gpu.sh runs it on a real GPU: the single device's 8 losses, bitwise
+if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
+  if FT_TEST_NCCL_SELF=1 timeout 300 mpiexec -n 1 "$emu" --device cuda "${flags[@]}" --out_dir "$tmp/nccl1" >"$tmp/nccl1.log" 2>&1 \
+     && grep -q "; 2 NCCL communicator(s) took" "$tmp/nccl1.log" && [ "$(metric "$tmp/nccl1" loss)" = "$(metric "$tmp/emu" loss)" ]; then
+    ok "FT_TEST_NCCL_SELF: one rank on 2 NCCL communicators, the single device's 8 losses bitwise"
+  else bad "FT_TEST_NCCL_SELF: $(grep -m1 'error\|HAZARD' "$tmp/nccl1.log" || tail -1 "$tmp/nccl1.log")"; fi
+fi
+
 # same_start DIR REF: DIR's 2 steps have bitwise REF's first 2 losses and gradient norms
 same_start() {
   [ "$(metric "$1" loss | wc -l)" = 2 ] && [ "$(metric "$1" loss)" = "$(metric "$2" loss | head -2)" ] \

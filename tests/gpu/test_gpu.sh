@@ -14,7 +14,9 @@
 #      and with --max_grad_norm 0 (each layer's update during the backward) against the same
 #      job without offload
 #   5. LoRA (rank 5 on all seven projections) on the GPU against the same LoRA job on the CPU
-#   6. with >= 2 GPUs and mpiexec: FSDP over 2 GPUs against 1 GPU, same global batch
+#   6. NCCL on one GPU (FT_TEST_NCCL_SELF, test-only): the run of 2 through a one-rank NCCL
+#      data plane, the same losses bitwise
+#   7. with >= 2 GPUs and mpiexec: FSDP over 2 GPUs against 1 GPU, same global batch
 #
 # Tolerances: the GPU stores weights, activations and gradients in bf16 (unit roundoff
 # u = 2^-8 = 0.4%); one rounding per stored tensor moves the loss by a small multiple of u
@@ -100,6 +102,15 @@ if "$bin" --device cpu "${lora[@]}" "${flags[@]}" --out_dir "$tmp/lora_cpu" >"$t
     "$bin" --device cuda "${lora[@]}" "${flags[@]}" --out_dir "$tmp/lora_gpu" >"$tmp/lora_gpu.log" 2>&1 &&
     w=$(compare "$tmp/lora_cpu" "$tmp/lora_gpu" 3e-2); then ok "LoRA (rank 5, all 7 projections): GPU losses follow the CPU's (worst rel $w)"
 else bad "LoRA on the GPU: $(tail -1 "$tmp/lora_cpu.log") / $(tail -1 "$tmp/lora_gpu.log") $w"; fi
+
+# NCCL on one GPU (test-only FT_TEST_NCCL_SELF: a one-rank communicator and its reduce-scatter
+# lane carry the job's host all-reduces): the real libnccl loaded, its version gates, init,
+# split, the watchdog's hooks and teardown, which a one-GPU machine runs nowhere else. A sum
+# over one rank changes nothing: the 30 losses of the run of 2, bitwise.
+if FT_TEST_NCCL_SELF=1 "$bin" --device cuda "${flags[@]}" --out_dir "$tmp/nccl1" >"$tmp/nccl1.log" 2>&1 &&
+    grep -q "2 NCCL communicator(s) took" "$tmp/nccl1.log" && [ "$(metric "$tmp/nccl1" loss)" = "$(metric "$tmp/gpu" loss)" ]; then
+    ok "NCCL on one GPU: $(grep -o '2 NCCL communicator(s) took[^;]*' "$tmp/nccl1.log"); the same 30 losses, bitwise"
+else bad "NCCL on one GPU (FT_TEST_NCCL_SELF): $(grep -m1 -i 'error\|nccl' "$tmp/nccl1.log")"; fi
 
 ngpu=$(sed -nE 's/^([0-9]+) device.*/\1/p' <<<"$info")
 if [ "${ngpu:-0}" -ge 2 ] && command -v mpiexec >/dev/null; then
