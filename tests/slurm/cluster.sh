@@ -52,7 +52,9 @@ SlurmctldHost=localhost
 SlurmctldPort=17000
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket=$D/munge/munge.socket.2
+# cred_expire: a requeued job waits this long before it may start again (default 120 s; the
+# requeue test waits for it); bf_interval: the backfill scheduler, which starts it, runs every 5 s
+AuthInfo=socket=$D/munge/munge.socket.2,cred_expire=30
 CredType=cred/munge
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool/%n
@@ -71,6 +73,7 @@ JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=5
 MpiDefault=pmi2
 # advertise the CPUs, memory (512 GiB: the scripts ask --mem=256G) and GPUs below, whatever
 # the machine has (memory is not a consumable here: SelectTypeParameters=CR_Core)

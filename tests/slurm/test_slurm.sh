@@ -11,13 +11,23 @@
 #    2 nodes x 2 ranks, rank 0's 128-byte id reaches every rank (same hash everywhere) and every
 #    rank reads every other rank's value; a corrupted value is detected; the same from a batch
 #    job (sbatch -> srun)
-# 3. when BUILD_DIR/finetune is linked with MPI (or FT_SLURM_TRAIN=1; FT_SLURM_TRAIN=0 skips):
+# 3. the sbatch scripts' own logic, with a stub finetune (prints its limits and arguments):
+#    a. multi-node script submitted under a login node's `ulimit -S -l 64`: the job raises the
+#       locked-memory limit to the hard one and says so, the ranks get the raised limit; no
+#       --cpus-per-task asked: each rank gets the node's 4 CPUs / 1 task; the defaults the
+#       script adds are omitted when the flags give them (an empty array under set -u)
+#    b. a build without MPI and PMI2, 2 tasks: refused in one line before srun, nothing runs
+#    c. the same build, 1 task: runs; the default periodic saves are added
+# 4. when BUILD_DIR/finetune is linked with MPI (or FT_SLURM_TRAIN=1; FT_SLURM_TRAIN=0 skips):
 #    a. slurm/finetune_multinode.sbatch, 2 nodes x 2 CPU ranks (HSDP: shard 2 x replicate 2):
 #       COMPLETED, the validation loss fell, final/model.safetensors exists
 #    b. slurm/finetune_1node.sbatch, 1 node x 4 ranks on the fake GPUs, SIGTERM to the steps
-#       (what --signal=TERM@120 does before the time limit): saves and exits 0, job COMPLETED;
+#       (what --signal=TERM@300 does before the time limit): saves and exits 0, job COMPLETED;
 #       resubmitted with --resume latest it finishes, every step logged exactly once
 #    c. srun --mpi=none -n 2: two tasks that cannot join each other each warn and train alone
+#    d. finetune_1node.sbatch with --overwrite_out_dir --save_every 2, `scontrol requeue` once a
+#       checkpoint is saved: the requeued run (SLURM_RESTART_COUNT=1) resumes from it instead of
+#       starting over, both runs' logs are in the output file, every step logged exactly once
 # The daemons are stopped at the end if this script started them. Last line:
 # "test_slurm: N passed, M failed"; exit status non-zero on any failure.
 set -uo pipefail
@@ -77,7 +87,7 @@ wait_job() {
         line=$(scontrol -o show job "$id" 2>/dev/null)
         STATE=$(sed -n 's/.* JobState=\([A-Z_]*\).*/\1/p' <<<"$line")
         EXIT=$(sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p' <<<"$line")
-        case $STATE in PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | "") ;; *) return 0 ;; esac
+        case $STATE in PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | REQUEUED | "") ;; *) return 0 ;; esac
         if [ "$t" -ge $((limit * 10)) ]; then
             scancel "$id" 2>/dev/null
             STATE="TEST_TIMEOUT($STATE)"
@@ -151,7 +161,73 @@ else
     skip_or_fail "$NX not built (needs the CUDA toolkit, libpmi2 and MPICH: CUDA=1 PMI2=1 MPI=1)"
 fi
 
-# --- 3. finetune through the shipped scripts -------------------------------------------------
+# --- 3. the scripts' own logic, with a stub finetune ------------------------------------------
+# the scripts' jobs get --time well above their --signal=TERM@300 margin: with --time=5 or
+# less Slurm sends that SIGTERM as soon as it looks, and finetune stops after its first step
+JOB_MIN=10
+# The stub answers --version with STUB_LAUNCHERS (default: what a build with MPI and PMI2
+# prints) and otherwise prints what a rank would get: its locked-memory limit, its OpenMP
+# threads and its arguments. The scripts find slurm/common.sh through FT_ROOT.
+STUB=$TMP/stub-finetune
+cat >"$STUB" <<'STUB_EOF'
+#!/bin/bash
+if [ "${1:-}" = --version ]; then
+    printf 'finetune stub\nbackends: cpu\nlaunchers: %s\n' \
+        "${STUB_LAUNCHERS:-single process, MPI (mpirun, or srun with MPICH), Slurm PMI2 (srun --mpi=pmi2)}"
+    exit 0
+fi
+echo "stub: rank ${SLURM_PROCID:-?} on ${SLURMD_NODENAME:-?}: memlock $(ulimit -S -l), omp ${OMP_NUM_THREADS:-?}, args: $*"
+STUB_EOF
+chmod +x "$STUB"
+NOMPI="single process only (built without MPI and PMI2)"
+
+# a. a login node's 64 KB memlock limit (propagated by sbatch/srun); no --cpus-per-task under
+#    --exclusive; every default given by the flags (--dp_shard, --device, --save_every): the
+#    script adds nothing, its array of defaults stays empty
+id=$( (ulimit -S -l 64 && FT_BIN=$STUB FT_ROOT=$ROOT sbatch --parsable --nodes=2 --ntasks-per-node=1 --gres=none \
+    --time=$JOB_MIN -o "$TMP/stub-mn-%j.out" "$ROOT/slurm/finetune_multinode.sbatch" --dp_shard 1 --device cpu --save_every 5) \
+    </dev/null 2>"$TMP/stub-mn.err")
+log=$TMP/stub-mn-$id.out
+if [ -n "$id" ] && wait_job "$id" 60 && [ "$STATE" = COMPLETED ]; then
+    ok "finetune_multinode.sbatch with a stub finetune, submitted under ulimit -S -l 64: job $id COMPLETED"
+else
+    bad "stub multi-node job '$id' $STATE exit $EXIT"; show "$TMP/stub-mn.err"; show "$log" 30
+fi
+raised=$(sed -n 's/.* memlock \([0-9a-z]*\).* (raised from 64).*/\1/p' "$log")
+check "the job raised the locked-memory limit from 64 to its hard limit (${raised:-?}) and said so in its header" \
+    test -n "$raised" -a "$raised" != 64
+check "both ranks got the raised limit (memlock $raised)" \
+    test "$(grep -c "^stub: rank [01] on n[12]: memlock $raised," "$log")" = 2
+check "no --cpus-per-task asked: each rank gets the node's 4 CPUs (OMP_NUM_THREADS=4)" \
+    test "$(grep -c '^stub: rank [01] .*, omp 4, ' "$log")" = 2
+check "defaults given by the flags: the script adds none (empty array under set -u)" \
+    grep -q "^stub: rank 0 .*, args: --dp_shard 1 --device cpu --save_every 5\$" "$log"
+
+# b. a build without MPI and PMI2 under srun with 2 tasks: refused before srun, in one line
+id=$(FT_BIN=$STUB FT_ROOT=$ROOT STUB_LAUNCHERS=$NOMPI sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 \
+    --time=$JOB_MIN -o "$TMP/stub-nompi-%j.out" "$ROOT/slurm/finetune_1node.sbatch" </dev/null 2>"$TMP/stub-nompi.err")
+log=$TMP/stub-nompi-$id.out
+wait_job "${id:-0}" 60
+refused() {
+    [ "$STATE" = FAILED ] && ! grep -q '^stub:' "$log" &&
+        [ "$(grep -c "^finetune_1node: error: .* was built without MPI and PMI2 (launchers: $NOMPI), so its 2 tasks could not join one job; install MPICH" "$log")" = 1 ]
+}
+check "a build without MPI and PMI2, 2 tasks: job '$id' $STATE, one line naming the rebuild, nothing started" refused
+refused || show "$log"
+
+# c. the same build with 1 task is fine; the periodic saves are on by default
+id=$(FT_BIN=$STUB FT_ROOT=$ROOT STUB_LAUNCHERS=$NOMPI sbatch --parsable --ntasks-per-node=1 --cpus-per-task=1 \
+    --time=$JOB_MIN -o "$TMP/stub-one-%j.out" "$ROOT/slurm/finetune_1node.sbatch" --max_steps 3 </dev/null 2>"$TMP/stub-one.err")
+log=$TMP/stub-one-$id.out
+wait_job "${id:-0}" 60
+ran_with_saves() {
+    [ "$STATE" = COMPLETED ] &&
+        grep -q '^stub: rank 0 .*, args: --device cpu --save_every 2000 --save_total_limit 2 --max_steps 3$' "$log"
+}
+check "the same build with 1 task runs (job '$id' $STATE), with periodic saves by default" ran_with_saves
+ran_with_saves || show "$log"
+
+# --- 4. finetune through the shipped scripts -------------------------------------------------
 FT=$BUILD/finetune
 train=${FT_SLURM_TRAIN:-auto}
 if [ "$train" = auto ]; then
@@ -173,7 +249,7 @@ train_steps() { grep '"type":"train"' "$1" | grep '"loss":' | sed -n 's/.*"step"
 # a. multi-node script: 2 nodes x 2 CPU ranks, HSDP (shard within a node, replicate across)
 out=$TMP/mn
 t0=$SECONDS
-id=$(sbatch --parsable --nodes=2 --ntasks-per-node=2 --gres=none --cpus-per-task=1 --time=5 \
+id=$(sbatch --parsable --nodes=2 --ntasks-per-node=2 --gres=none --cpus-per-task=1 --time=$JOB_MIN \
     -o "$TMP/mn-%j.out" slurm/finetune_multinode.sbatch "${SMALL[@]}" --max_steps 6 --out_dir "$out" \
     </dev/null 2>"$TMP/mn.err")
 if [ -n "$id" ] && wait_job "$id" 150 && [ "$STATE" = COMPLETED ] && [ "$EXIT" = 0:0 ]; then
@@ -197,9 +273,9 @@ check "outputs: final/model.safetensors and checkpoints/latest" \
 out=$TMP/one
 steps=20
 t0=$SECONDS
-id=$(sbatch --parsable --cpus-per-task=1 --time=5 -o "$TMP/one-%j.out" slurm/finetune_1node.sbatch \
+id=$(sbatch --parsable --cpus-per-task=1 --time=$JOB_MIN -o "$TMP/one-%j.out" slurm/finetune_1node.sbatch \
     "${SMALL[@]}" --max_steps $steps --out_dir "$out" </dev/null 2>"$TMP/one.err")
-# signal the steps (not the batch shell), as --signal=TERM@120 does, once training runs
+# signal the steps (not srun or the batch shell), as --signal=TERM@300 does, once training runs
 t=0
 while [ -n "$id" ] && [ "$(train_steps "$out/metrics.jsonl" 2>/dev/null | wc -l)" -lt 2 ] && [ $t -lt 600 ]; do
     squeue -h -j "$id" 2>/dev/null | grep -q . || break
@@ -219,7 +295,7 @@ check "finetune saved a checkpoint and stopped after step ${stopped:-?} of $step
     test -n "$stopped" -a "${stopped:-0}" -lt $steps -a -s "$out/checkpoints/latest"
 
 t0=$SECONDS
-id=$(sbatch --parsable --cpus-per-task=1 --time=5 -o "$TMP/two-%j.out" slurm/finetune_1node.sbatch \
+id=$(sbatch --parsable --cpus-per-task=1 --time=$JOB_MIN -o "$TMP/two-%j.out" slurm/finetune_1node.sbatch \
     "${SMALL[@]}" --max_steps $steps --out_dir "$out" --resume latest </dev/null 2>"$TMP/two.err")
 if [ -n "$id" ] && wait_job "$id" 150 && [ "$STATE" = COMPLETED ] && [ "$EXIT" = 0:0 ]; then
     ok "resubmitted with --resume latest: job $id COMPLETED in $((SECONDS - t0)) s"
@@ -239,5 +315,36 @@ rc=$?
 n=$(cat "$TMP"/nopmi.*.err 2>/dev/null | grep -c "warning: this process is one of 2 tasks (SLURM_STEP_NUM_TASKS=2) but joined none")
 check "srun --mpi=none -n 2: both tasks trained alone (rc $rc) and each warned ($n warnings)" \
     test $rc = 0 -a "$n" = 2 -a -s "$TMP/nopmi/0/final/model.safetensors" -a -s "$TMP/nopmi/1/final/model.safetensors"
+
+# d. a requeued job (node failure, preemption; here scontrol requeue) runs the script again with
+#    the first submission's flags: it must continue from its checkpoint, not start over
+out=$TMP/rq
+steps=40
+t0=$SECONDS
+id=$(sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 --time=$JOB_MIN -o "$TMP/rq-%j.out" slurm/finetune_1node.sbatch \
+    "${SMALL[@]}" --max_steps $steps --save_every 2 --overwrite_out_dir --out_dir "$out" </dev/null 2>"$TMP/rq.err")
+t=0
+while [ -n "$id" ] && [ ! -e "$out/checkpoints/step_00000004" ] && [ $t -lt 600 ]; do
+    squeue -h -j "$id" 2>/dev/null | grep -q . || break
+    sleep 0.2; t=$((t + 1))
+done
+[ -n "$id" ] && scontrol requeue "$id" 2>"$TMP/rq-requeue.err"
+# a requeued job may start again after AuthInfo's cred_expire (30 s in tests/slurm/cluster.sh)
+if [ -n "$id" ] && wait_job "$id" 240 && [ "$STATE" = COMPLETED ] && [ "$EXIT" = 0:0 ]; then
+    ok "finetune_1node.sbatch requeued after its step-4 checkpoint: job $id COMPLETED in $((SECONDS - t0)) s"
+else
+    bad "requeued job '$id' $STATE exit $EXIT"; show "$TMP/rq.err"; show "$TMP/rq-requeue.err"; show "$TMP/rq-$id.out" 40
+fi
+log=$TMP/rq-$id.out
+check "the first run was stopped by the requeue" grep -q "CANCELLED AT .* DUE TO JOB REQUEUE" "$log"
+check "the requeued run said it continues: --resume auto, without --overwrite_out_dir" \
+    grep -q '^finetune_1node: requeued (SLURM_RESTART_COUNT=1): continuing with --resume auto, without --overwrite_out_dir$' "$log"
+resumed=$(sed -n 's/^finetune: resumed from .*step_0*\([0-9]*\) at step \([0-9]*\)$/\2/p' "$log")
+check "it resumed from its checkpoint at step ${resumed:-?} (>= 4), not from step 1" test "${resumed:-0}" -ge 4
+check "--open-mode=append: both runs' logs in the output file (2 headers, step 1 once)" \
+    test "$(grep -c "^finetune_1node: job $id on " "$log")" = 2 -a "$(grep -c "^step  *1/$steps " "$log")" = 1
+check "steps 1..$steps each logged exactly once in metrics.jsonl across both runs" \
+    test "$(train_steps "$out/metrics.jsonl" 2>/dev/null | tr '\n' ' ')" = "$(seq -s ' ' 1 $steps) "
+check "final/model.safetensors after the requeued run" test -s "$out/final/model.safetensors"
 
 finish
