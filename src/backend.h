@@ -170,7 +170,19 @@ struct backend {
     int (*accumulate)(float *dst, const void *src, st_dtype src_dtype, size_t n, float alpha);
     // dst (n, dtype) = src (n, fp32) (rounded to nearest even for bf16)
     int (*cast_from_f32)(void *dst, const float *src, size_t n);
+
+    // ---------------------------------------------------------------- pacing
+    // Called after each layer's forward and backward (model.c): a device backend lets the host
+    // queue at most BACKEND_PACE_LAG layers of work ahead of the device, waiting (a host wait
+    // under --collective_timeout) for the point its compute stream had two calls before. So
+    // the host never fills the device's launch queue (about a thousand launches), where a
+    // launch blocks the host outside every deadline when the stream is stuck behind a peer's
+    // collective. NULL: nothing to pace (the CPU computes as it goes).
+    int (*pace)(void);
 };
+
+// How many pace() calls (layers) the host may run ahead of the device.
+#define BACKEND_PACE_LAG 2
 
 // The compute length for a micro-batch whose longest row has `len` real positions: len
 // rounded up to a multiple of a step, at most `cap` (the allocated length). The step is

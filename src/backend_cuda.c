@@ -72,6 +72,8 @@ static struct {
     cudaStream_t stream;
     cudaStream_t copy_stream;              // copy_async's copies (--offload_optimizer)
     cudaEvent_t compute_mark;              // the compute stream's position when a copy is issued
+    cudaEvent_t pace_mark[BACKEND_PACE_LAG + 1];   // the compute stream's position at the last pace() calls
+    long pace_calls;                       // pace() calls so far (call k records pace_mark[k % (LAG + 1)])
     cudaEvent_t copy_done[BACKEND_COPY_TICKETS];
     int copy_live[BACKEND_COPY_TICKETS];   // a copy under this ticket is not yet waited for
     cublasLtHandle_t lt;
@@ -509,6 +511,21 @@ static int cu_accumulate(float *dst, const void *src, st_dtype src_dtype, size_t
 }
 static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_cast_from_f32(dst, src, n, G.stream); }
 
+// Call k waits for the mark of call k - LAG (recorded LAG layers ago), then records its own
+// in the slot that mark k - LAG - 1 held (waited for by call k - 1). A wait rarely blocks
+// for long: the device still has the LAG layers queued since (a 7B layer's backward is
+// about 30 launches and milliseconds of work; queueing it takes the host a fraction of one).
+static int cu_pace(void) {
+    const long k = G.pace_calls++;
+    if (k >= BACKEND_PACE_LAG) {
+        cudaEvent_t e = G.pace_mark[(k - BACKEND_PACE_LAG) % (BACKEND_PACE_LAG + 1)];
+        if (watchdog_enabled()) TRY(watchdog_wait(poll_event, e, "pacing: the work of two layers back", "compute stream", 0));
+        else CHECK_CUDA(cudaEventSynchronize(e));
+    }
+    CHECK_CUDA(cudaEventRecord(G.pace_mark[k % (BACKEND_PACE_LAG + 1)], G.stream));
+    return 0;
+}
+
 static const backend CUDA_BACKEND = {
     .name = "cuda",
     .dtype = ST_BF16,
@@ -548,6 +565,7 @@ static const backend CUDA_BACKEND = {
     .sum_squares = cu_sum_squares,
     .accumulate = cu_accumulate,
     .cast_from_f32 = cu_cast_from_f32,
+    .pace = cu_pace,
 };
 
 // ----------------------------------------------------------------------------
@@ -592,6 +610,8 @@ void backend_cuda_close(void) {
     for (int i = 0; i < BACKEND_COPY_TICKETS; i++)
         if (G.copy_done[i]) cudaEventDestroy(G.copy_done[i]);
     if (G.compute_mark) cudaEventDestroy(G.compute_mark);
+    for (int i = 0; i <= BACKEND_PACE_LAG; i++)
+        if (G.pace_mark[i]) cudaEventDestroy(G.pace_mark[i]);
     if (G.copy_stream) cudaStreamDestroy(G.copy_stream);
     if (G.stream) cudaStreamDestroy(G.stream);
     const int native = G.attention_native, det = G.deterministic;   // settings, not state: kept for the next open
@@ -669,6 +689,8 @@ static int open_device(int local_rank, size_t arena_bytes) {
     CHECK_CUDA(cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking));
     CHECK_CUDA(cudaStreamCreateWithFlags(&G.copy_stream, cudaStreamNonBlocking));
     CHECK_CUDA(cudaEventCreateWithFlags(&G.compute_mark, cudaEventDisableTiming));
+    for (int i = 0; i <= BACKEND_PACE_LAG; i++)
+        CHECK_CUDA(cudaEventCreateWithFlags(&G.pace_mark[i], cudaEventDisableTiming));
     for (int i = 0; i < BACKEND_COPY_TICKETS; i++)
         CHECK_CUDA(cudaEventCreateWithFlags(&G.copy_done[i], cudaEventDisableTiming));
     CHECK_CUDA(cudaMalloc(&G.arena_mem, arena_bytes));

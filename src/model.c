@@ -515,6 +515,7 @@ static int forward_trunk(model *m, const unit_provider *p, const int32_t *tokens
         TRY(layer_forward(m, l, w, aw, acts_of(m, l)));
         TRY(adapters_release(m, l));
         TRY(p->release(p->ctx, l));
+        if (m->be->pace) TRY(m->be->pace());   // the host at most BACKEND_PACE_LAG layers ahead
     }
     TRY(m->be->rmsnorm_fwd(m->lnf, m->lnf_rstd, m->resid[c->num_hidden_layers],
                            at(m, *root, m->layout->root_off[RT_NORM]), N, C, c->rms_norm_eps));
@@ -648,6 +649,7 @@ static int model_backward(model *m, const unit_provider *p, void *root, void *dr
         TRY(grads_end(m, p, l));
         TRY(adapters_release(m, l));
         TRY(p->release(p->ctx, l));
+        if (be->pace) TRY(be->pace());
     }
     // the root's gradient unit again (the layers' grads_begin replaced the current unit's state)
     m->gdt = root_gdt;

@@ -110,6 +110,7 @@ typedef struct {
     char start_dir[FT_PATH_MAX];  // --resume's checkpoint directory, resolved once; "" = fresh
     uint64_t base_fp;             // LoRA: hf_checkpoint_fingerprint of model_dir (0 without LoRA)
     uint64_t data_fp;             // loader_fingerprint of the training shards (0: --eval_only)
+    int test_stop_step;           // FT_TEST_STOP_AT_STEP on world rank 1, else -1 (test-only: train_step)
     int run_start;
     double run_secs, run_tokens, val_first, val_last;
     int n_evals;
@@ -573,6 +574,10 @@ static int train_step(job *j, int step, step_stats *st) {
         used_sum += used;
         fsdp_set_micro_batch(j->opt, a == 0, a == j->accum - 1);
         TRY(model_set_seq_len(&j->m, used));
+        // TEST-ONLY (tests/test_watchdog.sh): FT_TEST_STOP_AT_STEP=N stops world rank 1 (SIGSTOP
+        // to itself) as step N's first forward begins, past the step's host all-reduce: the
+        // other ranks then queue a whole micro-batch of device work behind their first gather
+        if (a == 0 && step + 1 == j->test_stop_step) raise(SIGSTOP);
         double sum;
         int n;
         TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 1, dloss, &sum, &n));
@@ -843,6 +848,8 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
         return 0;
     }
     if (start == 0) TRY(eval_and_log(j, 0));
+    const char *stop_env = getenv("FT_TEST_STOP_AT_STEP");   // (test-only: train_step)
+    j->test_stop_step = stop_env && j->rank == 1 ? atoi(stop_env) : -1;
     while (step < j->total_steps) {
         step_stats st = {0};
         TRY(train_step(j, step, &st));

@@ -20,6 +20,8 @@
 #      the steps with exactly the uninterrupted run's weights and AdamW moments: the final
 #      model.safetensors and optimizer.safetensors are equal byte for byte (the same ranks
 #      sum in the same order; the watchdog changes how a wait is done, not what is computed).
+#   4. (below) the emulated GPUs with a bounded launch queue: the host must not block inside a
+#      launch (backend pace()), so a stopped peer still ends the job with the line.
 # Timeouts: 4 s on CPU ranks; 8 s on the emulated GPUs, whose longest normal wait (the host
 # waiting for a whole emulated step) stayed under 2 s with the machine at load 11 (a 2-s
 # timeout did not fire). A missing prerequisite (MPI, the emulated binary) is a skip, a FAIL
@@ -128,4 +130,34 @@ if [ -x "$emu" ]; then
     "^finetune: error: rank 0: ((checkpoint|eval) at )?step [0-9]+: [a-z_ ]+ \([a-z ]+(, $size)?\) made no progress for 8(\.[0-9])? s \(--collective_timeout 8($grace)?; oldest unfinished: [a-z_ ]+ on the (shard|replica) group of 2 ranks, $size, enqueued in step [0-9]+\); aborting$" \
     --device cuda --seq_len 64 --batch_size_per_device 1 --total_batch_size 4 --max_eval_docs 4 --save_every 2 "${common[@]}"
 else skip_or_fail "$emu not built (needs the CUDA headers, CUDA=1): the emulated-GPU case"; fi
+
+# 4. A full launch queue. A real device queues about a thousand launches, then blocks the host
+# inside the next launch, outside every deadline; a 7B micro-batch queues more than that
+# before its next host wait. The emulated device gets a queue of 96 (FT_EMU_MAX_QUEUE, below
+# the ~155 operations of the bundled model's micro-batch) and rank 1 stops itself as step 3
+# begins its first forward (test-only FT_TEST_STOP_AT_STEP, past the step's host all-reduce): rank 0's
+# compute stream stalls at the step's first gather while its host keeps queueing. The host
+# paces itself (backend pace(): at most 2 layers ahead, a deadline-bound wait), so the job
+# must end with the one line. Can fail: with pace() made a no-op this check failed, the job
+# still running 60 s after its start, rank 0 blocked in a kernel launch (measured
+# 2026-11-26; it ends in about 10 s with pacing); at a queue of 50 even
+# the paced host blocks (2 layers of this model's backward and their waits are ~60 items).
+if [ -x "$emu" ]; then
+  name=queue96
+  FT_EMU_MAX_QUEUE=96 FT_TEST_STOP_AT_STEP=3 mpiexec -n 2 "$emu" --device cuda --seq_len 64 --batch_size_per_device 1 \
+    --total_batch_size 4 --max_eval_docs 4 --max_steps 100000 --collective_timeout 8 "${common[@]}" --out_dir "$tmp/$name" \
+    > "$tmp/$name.log" 2> "$tmp/$name.err" &
+  mp=$!; jobs_started+=("$mp"); start=$(date +%s.%N)
+  while kill -0 "$mp" 2>/dev/null && awk -v t="$(elapsed "$start")" 'BEGIN { exit !(t < 60) }'; do sleep 0.2; done
+  if kill -0 "$mp" 2>/dev/null; then
+    bad "$name: launch queue of 96, rank 1 stopped at step 3: the job still runs $(elapsed "$start") s after its start (rank 0: $(tail -1 "$tmp/$name.log"))"
+    kill_tree "$mp"
+  else
+    wait "$mp"; rc=$?; line=$(grep "finetune: error" "$tmp/$name.err")
+    [ "$rc" -ne 0 ] && [ "$(grep -c "finetune: error" "$tmp/$name.err")" = 1 ] \
+      && [[ "$line" =~ ^"finetune: error: rank 0: step 3: ".*" made no progress for 8"(\.[0-9])?" s".*"oldest unfinished: ".*"; aborting"$ ]] \
+      && ok "$name: a launch queue of 96, rank 1 stopped at step 3's first forward: the job ended, exit $rc: $line" \
+      || bad "$name: exit $rc: $(cat "$tmp/$name.err")"
+  fi
+fi
 finish

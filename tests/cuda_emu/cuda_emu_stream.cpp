@@ -336,6 +336,11 @@ cudaError_t enqueue(cudaStream_t stream, std::string name, const std::vector<Acc
     Lock l;
     Stream *s = resolve(stream);
     if (!s) return cudaErrorInvalidResourceHandle;
+    // FT_EMU_MAX_QUEUE=N (tests): a stream holds at most N unfinished operations, and issuing
+    // one more blocks the host, with no deadline, until one finishes: a real device's launch
+    // queue (about a thousand) does that. Host-issued work only (a worker never issues).
+    static const long max_queue = getenv("FT_EMU_MAX_QUEUE") ? atol(getenv("FT_EMU_MAX_QUEUE")) : 0;
+    while (max_queue > 0 && s->enq - s->done >= (uint64_t)max_queue) pthread_cond_wait(&R->done_cv, &R->mu);
     issue(s, std::move(name), acc, std::move(fn));
     return cudaSuccess;
 }
