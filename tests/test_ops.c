@@ -3,7 +3,12 @@
 //
 // For each case the scalar objective is J = sum(out * R) with a fixed random R, so
 // dJ/dout = R is what the backward receives. The analytic gradient of each input is
-// compared with (J(x + e) - J(x - e)) / 2e at up to FD_SAMPLES coordinates per input.
+// compared with (J(x + e) - J(x - e)) / 2e at up to FD_SAMPLES coordinates per input, spread
+// over the whole input (one in each of FD_SAMPLES equal strata of its elements, the last
+// element always among them), so every attention tile and lm_head chunk holds some: a bug
+// confined to a late tile or chunk passed 48 uniformly random coordinates. The ops with tiles
+// or chunks (attention, lm_head) also have their full gradients compared with a textbook
+// reference in double (check_attention_backward, check_lmhead_reference).
 //
 // Threshold (NMSE over sampled coordinates): J is accumulated in double from fp32 outputs,
 // each with relative rounding ~6e-8; with |out|, |R| ~ 1 and n outputs the rounding noise
@@ -14,6 +19,7 @@
 #include "backend.h"
 #include "backend_cpu_internal.h"
 #include "common.h"
+#include "model.h"
 #include "test.h"
 
 #define FD_EPS 1e-2f
@@ -42,10 +48,18 @@ static float *copy_of(const float *src, size_t n) {
     return p;
 }
 
+// Coordinate k of `samples` FD samples of an input of n elements: all of them when n is small,
+// else one at random in each of `samples` equal strata, the last sample the last element (the
+// last row of a tiled or chunked input: a partial tile or chunk is always at the end).
+static size_t fd_coord(size_t k, size_t samples, size_t n) {
+    if (samples == n) return k;
+    if (k + 1 == samples) return n - 1;
+    const size_t lo = k * n / samples, hi = (k + 1) * n / samples;
+    return lo + rng_u32() % (hi - lo);
+}
+
 // ----------------------------------------------------------------------------
 // cases
-
-#define OPS_LMHEAD_CHUNK 128   // lm_head rows per chunk in these tests (131 rows: 2 chunks)
 
 typedef enum { OP_EMBEDDING, OP_RMSNORM, OP_ROPE, OP_ROPE_QKV, OP_MATMUL, OP_ATTENTION, OP_SWIGLU, OP_LMHEAD } op_kind;
 
@@ -54,6 +68,8 @@ typedef struct {
     const char *name;
     int B, T, H, KVH, D;   // attention / rope shapes (N = B*T)
     int N, C, V, F;        // rows, width, vocab / out-width
+    int chunk, chunks;     // lm_head: rows per chunk (0: the trainer's, model_lmhead_chunk_rows(N,
+                           // V)) and how many chunks that makes (checked, so the case keeps them)
 } op_case;
 
 static const op_case cases[] = {
@@ -73,14 +89,20 @@ static const op_case cases[] = {
     {OP_ATTENTION, "attention GQA8 B2 T5 H8 KV1 D6", .B = 2, .T = 5, .H = 8, .KVH = 1, .D = 6},
     {OP_ATTENTION, "attention T1 B3 H2 KV1 D4", .B = 3, .T = 1, .H = 2, .KVH = 1, .D = 4},
     // longer than one CPU tile of 64 query rows: off-diagonal key blocks, a partial last tile
+    // (T130: tiles of 64, 64, 2 rows; T197: 64, 64, 64, 5 rows over 2 batches and a GQA group)
     {OP_ATTENTION, "attention tiles B1 T130 H2 KV1 D4", .B = 1, .T = 130, .H = 2, .KVH = 1, .D = 4},
     {OP_ATTENTION, "attention tiles MHA B2 T70 H2 KV2 D6", .B = 2, .T = 70, .H = 2, .KVH = 2, .D = 6},
+    {OP_ATTENTION, "attention tiles B2 T197 H2 KV1 D3", .B = 2, .T = 197, .H = 2, .KVH = 1, .D = 3},
     {OP_SWIGLU, "swiglu 37", .N = 37, .F = 1},
     {OP_SWIGLU, "swiglu 4x9 separate", .N = 4, .F = 9},
     // .C = 1: gate and up are the halves of one (N, 2F) buffer (the fused gate|up GEMM output)
     {OP_SWIGLU, "swiglu 5x6 fused (N,2F)", .N = 5, .F = 6, .C = 1},
-    {OP_LMHEAD, "lmhead_xent 5x7 V11", .N = 5, .C = 7, .V = 11},
-    {OP_LMHEAD, "lmhead_xent 131x6 V5 (2 chunks)", .N = 131, .C = 6, .V = 5},
+    {OP_LMHEAD, "lmhead_xent 5x7 V11", .N = 5, .C = 7, .V = 11, .chunks = 1},
+    {OP_LMHEAD, "lmhead_xent 131x6 V5 (128+3)", .N = 131, .C = 6, .V = 5, .chunk = 128, .chunks = 2},
+    {OP_LMHEAD, "lmhead_xent 131x6 V5 (48+48+35)", .N = 131, .C = 6, .V = 5, .chunk = 48, .chunks = 3},
+    // the trainer's chunk (model_lmhead_chunk_rows: LMHEAD_CHUNK_ROWS_MAX = 2048 rows at this
+    // vocab), so the rows past 2048 are a second chunk as in a real step of B*T > 2048
+    {OP_LMHEAD, "lmhead_xent 2053x3 V7 (2048+5)", .N = 2053, .C = 3, .V = 7, .chunks = 2},
 };
 
 // Inputs of one case (fp32 host buffers; the CPU backend works on them directly).
@@ -96,6 +118,7 @@ typedef struct {
     float *cos, *sin;   // rope tables
     float *R;           // dJ/dout
     size_t out_n;
+    int chunk_rows;     // lm_head: rows per chunk (the case's, or the trainer's)
 } state;
 
 static double objective(state *s) {
@@ -129,8 +152,8 @@ static double objective(state *s) {
         else be->swiglu_fwd(out, s->in[0], s->in[1], c->N, c->F, c->F);
         break;
     case OP_LMHEAD: {
-        float *ws = malloc(sizeof(float) * OPS_LMHEAD_CHUNK * c->V);
-        be->lmhead_xent(out, NULL, NULL, ST_F32, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, OPS_LMHEAD_CHUNK,
+        float *ws = malloc(sizeof(float) * s->chunk_rows * c->V);
+        be->lmhead_xent(out, NULL, NULL, ST_F32, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, s->chunk_rows,
                         ws, NULL);
         free(ws);
         break;
@@ -213,12 +236,12 @@ static void analytic(state *s, int *contract_ok) {
     case OP_LMHEAD: {
         // J = sum(losses * R) is only linear in the losses when R is constant per row;
         // the op takes one scalar dloss, so R is set to that constant in setup()
-        float *ws = malloc(sizeof(float) * OPS_LMHEAD_CHUNK * c->V), *losses = malloc(sizeof(float) * c->N);
+        float *ws = malloc(sizeof(float) * s->chunk_rows * c->V), *losses = malloc(sizeof(float) * c->N);
         s->grad[0] = filled(s->in_n[0], NAN);
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[1] = copy_of(base[1], s->in_n[1]);
         be->lmhead_xent(losses, s->grad[0], s->grad[1], ST_F32, s->in[0], s->in[1], s->tokens, c->N, c->C,
-                        c->V, s->R[0], OPS_LMHEAD_CHUNK, ws, NULL);
+                        c->V, s->R[0], s->chunk_rows, ws, NULL);
         free(ws); free(losses);
         break;
     }
@@ -284,6 +307,7 @@ static void setup(state *s, const op_case *c, const backend *be) {
         s->tokens = malloc(sizeof(int32_t) * N);
         for (size_t i = 0; i < N; i++) s->tokens[i] = (i % 4 == 3) ? -100 : (int32_t)(rng_u32() % c->V);
         s->out_n = N;
+        s->chunk_rows = c->chunk ? c->chunk : model_lmhead_chunk_rows(c->N, c->V);
         break;
     }
     for (int i = 0; i < s->n_in; i++) s->in[i] = randn(s->in_n[i], 1.0f);
@@ -356,9 +380,18 @@ static void check_rope_qkv_split(const backend *be, const state *s) {
 // forward references: the attention tiles and the vectorised exp against double precision
 
 // Causal GQA attention in double, the textbook loop nest. out (B, T, H, D); lse (B, H, T).
+// With dout (B, T, H, D) also the backward, row by row from the exact probabilities P:
+// dP = dO V^T, dS = P (dP - dO . O), dq = dS K / sqrt(D), dk += dS^T q / sqrt(D), dv += P^T dO
+// (dq, dk, dv like q, k, v; zeroed here).
 static void attention_ref(double *out, double *lse, const float *q, const float *k, const float *v,
-                          int B, int T, int H, int KVH, int D) {
+                          int B, int T, int H, int KVH, int D, const float *dout, double *dq, double *dk,
+                          double *dv) {
     double *p = malloc(sizeof(double) * T);
+    if (dout) {
+        memset(dq, 0, sizeof(double) * B * T * H * D);
+        memset(dk, 0, sizeof(double) * B * T * KVH * D);
+        memset(dv, 0, sizeof(double) * B * T * KVH * D);
+    }
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++) {
@@ -379,8 +412,37 @@ static void attention_ref(double *out, double *lse, const float *q, const float 
                     for (int d = 0; d < D; d++) o[d] += exp(p[j] - m) / sum * vj[d];
                 }
                 lse[((size_t)b * H + h) * T + t] = m + log(sum);
+                if (!dout) continue;
+                const float *g = dout + (((size_t)b * T + t) * H + h) * D;
+                double delta = 0;   // dO . O of this row
+                for (int d = 0; d < D; d++) delta += (double)g[d] * o[d];
+                double *dqt = dq + (((size_t)b * T + t) * H + h) * D;
+                for (int j = 0; j <= t; j++) {
+                    const size_t kv = (((size_t)b * T + j) * KVH + h / (H / KVH)) * D;
+                    const double pj = exp(p[j] - m) / sum;
+                    double dp = 0;
+                    for (int d = 0; d < D; d++) dp += (double)g[d] * v[kv + d];
+                    const double ds = pj * (dp - delta) / sqrt((double)D);
+                    for (int d = 0; d < D; d++) {
+                        dqt[d] += ds * k[kv + d];
+                        dk[kv + d] += ds * qt[d];
+                        dv[kv + d] += pj * g[d];
+                    }
+                }
             }
     free(p);
+}
+
+// NMSE of n fp32 values against a double reference (test_nmse with the reference rounded to
+// fp32 would add its own rounding, ~1e-15, to what is measured: negligible either way)
+static double nmse_vs_double(const float *a, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        const double d = (double)a[i] - ref[i];
+        num += d * d; den += ref[i] * ref[i];
+    }
+    return den > 0 ? num / den : num;
 }
 
 // Threshold: each output is a convex combination of v rows (|v| ~ 1) with weights from fp32
@@ -396,7 +458,7 @@ static void check_attention_forward(const backend *be, const state *s) {
     float *out = malloc(sizeof(float) * s->out_n), *lse = malloc(sizeof(float) * nl), *ref32 = malloc(sizeof(float) * s->out_n);
     double *ref = malloc(sizeof(double) * s->out_n), *lse_ref = malloc(sizeof(double) * nl);
     be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D);
-    attention_ref(ref, lse_ref, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D);
+    attention_ref(ref, lse_ref, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL, NULL, NULL, NULL);
     for (size_t i = 0; i < s->out_n; i++) ref32[i] = (float)ref[i];
     double e = test_nmse(out, ref32, s->out_n), lse_err = 0;
     for (size_t i = 0; i < nl; i++) lse_err = fmax(lse_err, fabs(lse[i] - lse_ref[i]));
@@ -405,6 +467,84 @@ static void check_attention_forward(const backend *be, const state *s) {
            ok ? "pass" : "FAIL", lse_err);
     EXPECT(ok, "%s forward vs double reference: NMSE %.3e, lse max error %.3e", c->name, e, lse_err);
     free(out); free(lse); free(ref32); free(ref); free(lse_ref);
+}
+
+// Full gradients against a reference in double: every element, so a bug confined to one
+// attention tile or one lm_head chunk (a few rows of many) cannot hide between the FD samples.
+// Threshold, derived: each analytic element is an fp32 sum of K products (K: the keys of a
+// query row, <= 197 here; for dW the rows of a chunk, <= 2048), every product and partial sum
+// rounded to ~6e-8 relative. Rounding errors of random sign grow like sqrt(K) * 6e-8, <= 3e-6
+// relative -> NMSE <= ~1e-11 (all of one sign, K * 6e-8 = 1.2e-4 at 2048 rows, NMSE ~1.5e-8:
+// sgemm's blocked partial sums are far from that); the backward also reads the forward's fp32
+// out and lse (~1e-7 relative), and cpu_expf is within 2 ulp: the same order or less. We allow
+// 1e-9; measured at most 1.1e-13 (T197 dk). Audit mutants: dq of the rows past 128 x1.5 gives
+// NMSE 9e-4 (T130) and 3e-2 (T197); dx of the chunks after the first x1.5 gives 7e-4 (2048+5)
+// to 0.16 (48+48+35).
+#define GRAD_REF_NMSE_MAX 1e-9
+
+static void check_attention_backward(const state *s) {
+    const op_case *c = s->c;
+    double *ref = malloc(sizeof(double) * s->out_n), *lse_ref = malloc(sizeof(double) * c->B * c->H * c->T);
+    double *dref[3];
+    for (int i = 0; i < 3; i++) dref[i] = malloc(sizeof(double) * s->in_n[i]);
+    attention_ref(ref, lse_ref, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->R, dref[0], dref[1],
+                  dref[2]);
+    for (int i = 0; i < 3; i++) {
+        double e = nmse_vs_double(s->grad[i], dref[i], s->in_n[i]);
+        int ok = e <= GRAD_REF_NMSE_MAX;
+        char what[16];
+        snprintf(what, sizeof what, "d%s/ref", s->in_name[i]);
+        printf("%-36s %-7s %12.3e %10.1e %s\n", c->name, what, e, GRAD_REF_NMSE_MAX, ok ? "pass" : "FAIL");
+        EXPECT(ok, "%s d%s vs double reference (every element): NMSE %.3e", c->name, s->in_name[i], e);
+        free(dref[i]);
+    }
+    free(ref); free(lse_ref);
+}
+
+// lm_head + cross-entropy in double: logits = x W^T, loss = logsumexp - logit[target] (0 when
+// ignored), dlogits = dloss (softmax - onehot(target)), dx = dlogits W, dW = dlogits^T x. The
+// op's losses (forward) and both gradients (from analytic(), chunk by chunk) against it, and
+// the number of chunks the case's rows make.
+static void check_lmhead_reference(const backend *be, const state *s) {
+    const op_case *c = s->c;
+    const int N = c->N, C = c->C, V = c->V;
+    const float *x = s->in[0], *w = s->in[1];
+    const double dloss = s->R[0];
+    double *loss = calloc((size_t)N, sizeof(double)), *dx = calloc((size_t)N * C, sizeof(double));
+    double *dw = calloc((size_t)V * C, sizeof(double)), *l = malloc(sizeof(double) * V);
+    for (int n = 0; n < N; n++) {
+        if (s->tokens[n] == -100) continue;
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j < V; j++) {
+            l[j] = 0;
+            for (int i = 0; i < C; i++) l[j] += (double)x[(size_t)n * C + i] * w[(size_t)j * C + i];
+            m = l[j] > m ? l[j] : m;
+        }
+        for (int j = 0; j < V; j++) sum += exp(l[j] - m);
+        loss[n] = m + log(sum) - l[s->tokens[n]];
+        for (int j = 0; j < V; j++) {
+            const double g = dloss * (exp(l[j] - m) / sum - (j == s->tokens[n]));
+            for (int i = 0; i < C; i++) {
+                dx[(size_t)n * C + i] += g * w[(size_t)j * C + i];
+                dw[(size_t)j * C + i] += g * x[(size_t)n * C + i];
+            }
+        }
+    }
+    float *losses = malloc(sizeof(float) * N), *ws = malloc(sizeof(float) * s->chunk_rows * V);
+    int rc = be->lmhead_xent(losses, NULL, NULL, ST_F32, x, w, s->tokens, N, C, V, 1.0f, s->chunk_rows, ws, NULL);
+    const double e[3] = {rc ? INFINITY : nmse_vs_double(losses, loss, N), nmse_vs_double(s->grad[0], dx, (size_t)N * C),
+                         nmse_vs_double(s->grad[1], dw, (size_t)V * C)};
+    static const char *what[3] = {"fwd/ref", "dx/ref", "dW/ref"};
+    const int chunks = (N + s->chunk_rows - 1) / s->chunk_rows;
+    for (int i = 0; i < 3; i++) {
+        int ok = e[i] <= GRAD_REF_NMSE_MAX;
+        printf("%-36s %-7s %12.3e %10.1e %s (%d chunk%s of %d rows)\n", c->name, what[i], e[i], GRAD_REF_NMSE_MAX,
+               ok ? "pass" : "FAIL", chunks, chunks > 1 ? "s" : "", s->chunk_rows);
+        EXPECT(ok, "%s %s vs double reference (every element, %d chunks): NMSE %.3e", c->name, what[i], chunks, e[i]);
+    }
+    EXPECT(chunks == c->chunks, "%s: %d rows in chunks of %d make %d chunks, the case is meant for %d", c->name, N,
+           s->chunk_rows, chunks, c->chunks);
+    free(loss); free(dx); free(dw); free(l); free(losses); free(ws);
 }
 
 // cpu_expf against exp in double: at most 2 ulp (2 * 2^-23 relative) over [-87, 88]. Derived:
@@ -436,6 +576,8 @@ int main(void) {
         int contract_ok;
         analytic(&s, &contract_ok);
         if (cases[ci].op == OP_ATTENTION) check_attention_forward(be, &s);
+        if (cases[ci].op == OP_ATTENTION) check_attention_backward(&s);
+        if (cases[ci].op == OP_LMHEAD) check_lmhead_reference(be, &s);
         if (cases[ci].op == OP_ROPE_QKV) check_rope_qkv_split(be, &s);
         if (cases[ci].op == OP_MATMUL) check_matmul_residual(be, &s);
         if (cases[ci].op == OP_MATMUL)   // the only op with an accumulate_dinp mode
@@ -444,7 +586,7 @@ int main(void) {
             size_t n = s.in_n[i], samples = n < FD_SAMPLES ? n : FD_SAMPLES;
             float *fd = malloc(sizeof(float) * samples), *an = malloc(sizeof(float) * samples);
             for (size_t k = 0; k < samples; k++) {
-                size_t j = samples == n ? k : rng_u32() % n;
+                size_t j = fd_coord(k, samples, n);
                 float keep = s.in[i][j];
                 s.in[i][j] = keep + FD_EPS;
                 double jp = objective(&s);
