@@ -326,6 +326,15 @@ expect_error "$tmp/emptytrain/train_001.bin: no document has a token to predict"
   --data_dir "$tmp/emptytrain" --out_dir "$tmp/x"
 expect_error "$tmp/emptytrain/train_001.bin: every document is empty (each of its 3 holds no token but bos/eos)" \
   "${small[@]}" --pack --max_steps 1 --data_dir "$tmp/emptytrain" --out_dir "$tmp/x"
+# too little to train on: 3 games, fewer rows than one --total_batch_size of 8; with --pack their
+# 9 tokens, fewer than one row of 64. Refused at load, before --out_dir is made
+mkdir -p "$tmp/fewrows"; cp data/chess/val_000.bin "$tmp/fewrows/"
+empty_shard "$tmp/fewrows/train_000.bin" '[[b, 7, e]] * 3'
+expect_error "$tmp/fewrows: 3 training rows, fewer than one --total_batch_size of 8" "${small[@]}" --max_steps 1 \
+  --data_dir "$tmp/fewrows" --out_dir "$tmp/fewrows-out"
+expect_error "$tmp/fewrows: the train shards are too small for one row of 64 tokens" "${small[@]}" --pack --max_steps 1 \
+  --data_dir "$tmp/fewrows" --out_dir "$tmp/fewrows-out"
+[ ! -e "$tmp/fewrows-out" ] && ok "the runs refused for too little training data created nothing" || bad "$tmp/fewrows-out was created"
 # games of fewer than 2 tokens have no target: no row (the first --max_eval_docs games
 # evaluated used to be all empty here, an error; a step of only such games stopped training,
 # and its resume stopped at the same step again); the summary says how many were left out
@@ -368,6 +377,17 @@ expect_error "incompatible checkpoint: it was trained with --seq_len 64, this ru
   "${small[@]}" --seq_len 32 --max_steps 6 --resume latest --out_dir "$tmp/games-a"
 expect_error "incompatible checkpoint: it was trained with --total_batch_size 8" \
   "${small[@]}" --total_batch_size 16 --max_steps 6 --resume latest --out_dir "$tmp/games-a"
+# --seed and --pack set the data order too: another value is refused, as --seq_len is; and a
+# checkpoint past this run's --max_steps (a shortened requeue line) is refused, not trained on
+before_a=$(cd "$tmp/games-a" && find . -type f | sort | xargs md5sum | md5sum)
+expect_error "$tmp/games-a/checkpoints/step_00000006: incompatible checkpoint: it was trained with --seed 42, this run has 7" \
+  "${small[@]}" --seed 7 --max_steps 6 --resume latest --out_dir "$tmp/games-a"
+expect_error "$tmp/games-a/checkpoints/step_00000006: incompatible checkpoint: it was trained with --pack 0, this run has 1" \
+  "${small[@]}" --pack --max_steps 6 --resume latest --out_dir "$tmp/games-a"
+expect_error "$tmp/games-a/checkpoints/step_00000006: checkpoint is at step 6, past this run's 4 total steps" \
+  "${small[@]}" --max_steps 4 --resume latest --out_dir "$tmp/games-a"
+[ "$(cd "$tmp/games-a" && find . -type f | sort | xargs md5sum | md5sum)" = "$before_a" ] \
+  && ok "the refused resumes (--seed, --pack, past --max_steps) left --out_dir as it was" || bad "a refused resume changed $tmp/games-a"
 mkdir -p "$tmp/m2"; cp data/model/* "$tmp/m2/"; sed -i 's/"intermediate_size": 352/"intermediate_size": 360/' "$tmp/m2/config.json"
 expect_error "(another model: --model_dir's config.json differs)" --eval_only --model_dir "$tmp/m2" "${small[@]}" --resume "$tmp/games-a/checkpoints/step_00000006"
 # a corrupt checkpoint (copies of step 6, one defect each): refused by name, not resumed
@@ -376,6 +396,19 @@ bad_ck() { rm -rf "$tmp/bad-ck"; cp -r "$ck" "$tmp/bad-ck"; }
 # an int field past INT_MAX, which used to wrap to this run's value (2^32 + 64 -> 64)
 bad_ck; sed -i 's/"seq_len": 64/"seq_len": 4294967360/' "$tmp/bad-ck/trainer_state.json"
 expect_error "field 'seq_len' = 4294967360 is too large" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+# trainer_state.json damaged otherwise: cut short (not JSON), another format, a negative
+# integer or number, a non-finite number (JSON has no NaN or inf: 1e999 overflows the parser,
+# and a string "nan" is not a number)
+bad_state() {   # bad_state WANT SED_SCRIPT: the bad copy's trainer_state.json edited by SED_SCRIPT
+  bad_ck; sed -i "$2" "$tmp/bad-ck/trainer_state.json"
+  expect_error "$tmp/bad-ck/trainer_state.json: $1" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+}
+bad_state "not a finetune checkpoint: " '$d'
+bad_state "field 'format' is not \"finetune-checkpoint-v1\"" 's/finetune-checkpoint-v1/finetune-checkpoint-v2/'
+bad_state "field 'step' is negative" 's/"step": 6,/"step": -6,/'
+bad_state "field 'learning_rate' is not a finite number >= 0" 's/"learning_rate": [0-9.e-]*/"learning_rate": -0.003/'
+bad_state "not a finetune checkpoint: real number overflow near '1e999'" 's/"beta2": [0-9.e-]*/"beta2": 1e999/'
+bad_state "field 'beta2' is not a finite number >= 0" 's/"beta2": [0-9.e-]*/"beta2": "nan"/'
 # a moment of another shape with the same size ([352, 128] for down_proj's [128, 352])
 bad_ck; LC_ALL=C sed -i 's/\("exp_avg.model.layers.0.mlp.down_proj.weight":{"dtype":"F32","shape":\)\[128,352\]/\1[352,128]/' \
   "$tmp/bad-ck/optimizer.safetensors"
