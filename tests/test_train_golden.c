@@ -5,16 +5,26 @@
 // corrections, learning rate) come from the trainer's own code, schedule_adamw.
 //
 // Thresholds, derived: gradients agree to NMSE ~1e-12 (see test_golden.c), and the first
-// steps agree to ~1e-8 relative. But AdamW normalises each element by sqrt(v): where the
+// steps agree to ~1e-7 relative. But AdamW normalises each element by sqrt(v): where the
 // true gradient is ~0 (elements whose contributions cancel, e.g. through the softmax's
 // shift invariance in q/k), both sides compute rounding noise of ~1e-9 and Adam turns it
 // into an update of size ~lr in a direction set by the noise. That floor grows with each
-// step (measured here: loss rel 1e-8 at steps 1-4, 5e-6 at step 5; final weights NMSE 4e-9,
-// moments 3e-8). We therefore allow 1e-4 relative on losses and pre-clip norms, 1e-7 NMSE
-// on the final weights and 1e-6 on the moments. Real bugs are far above: weight decay on
-// the norm weights or a wrong decay shifts weights by lr x wd x 5 steps = 5e-3 relative
-// (NMSE 2.5e-5); a missing clip makes the first update and the moments 3-5x larger (NMSE
-// ~1 and loss changes ~1e-2); a wrong bias correction scales step 1's update by 10x.
+// step, and with how the rounding falls: it depends on the thread count (the order of the
+// reductions). Measured (2026-11, OpenBLAS-OpenMP, worst over steps 1-4 | step 5 | final):
+//   OMP_NUM_THREADS=1: loss rel 1.1e-7, norm rel 2.5e-7 | loss 3.6e-6, norm 7.3e-6 |
+//                      weights NMSE 1.8e-9, moments 1.1e-8
+//   OMP_NUM_THREADS=2: loss rel 1.3e-7, norm rel 4.8e-7 | loss 1.1e-5, norm 2.4e-5 |
+//                      weights NMSE 2.1e-8, moments 1.3e-7
+// (3, 4 and 8 threads fall between or below: weights 1.1e-8, 5.5e-11, 2.8e-9). Step 1 has no
+// update behind it, so only the forward/backward rounding separates the two sides: loss ~1e-7
+// relative, and the norm of gradients of NMSE <= ~1e-12 at most sqrt(1e-12) = 1e-6 relative;
+// we allow 1e-5 there (measured at most 7.9e-8). From step 2 on the Adam noise floor above has
+// no derived bound (step 5 is 100x step 4): we allow 1e-4 relative on losses and pre-clip
+// norms, 1e-7 NMSE on the final weights and 1e-6 on the moments (4-8x above the worst
+// measured, at 2 threads). Real bugs are far above: weight decay on the norm weights or a
+// wrong decay shifts weights by lr x wd x 5 steps = 5e-3 relative (NMSE 2.5e-5); a missing
+// clip makes the first update and the moments 3-5x larger (NMSE ~1 and loss changes ~1e-2);
+// a wrong bias correction scales step 1's update by 10x.
 #include "comm.h"
 #include "common.h"
 #include "safetensors.h"
@@ -109,8 +119,9 @@ int main(void) {
         double lrel = rl ? fabs(sum / n - rl[0]) / rl[0] : 1, nrel = rn ? fabs(norm - rn[0]) / rn[0] : 1;
         printf("  step %d: loss %.7f vs %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)\n", k + 1, sum / n,
                rl ? rl[0] : NAN, lrel, norm, rn ? rn[0] : NAN, nrel);
-        EXPECT(lrel <= 1e-4, "step %d loss rel %.2e", k + 1, lrel);
-        EXPECT(nrel <= 1e-4, "step %d grad norm rel %.2e", k + 1, nrel);
+        const double max_rel = k == 0 ? 1e-5 : 1e-4;   // step 1: no update yet (see the top)
+        EXPECT(lrel <= max_rel, "step %d loss rel %.2e > %.0e", k + 1, lrel, max_rel);
+        EXPECT(nrel <= max_rel, "step %d grad norm rel %.2e > %.0e", k + 1, nrel, max_rel);
         const adamw_params ap = schedule_adamw(&sched, k, norm);
         if (ok) ok = fsdp_optimizer_step(&s, &ap) == 0;
     }
