@@ -55,7 +55,7 @@ compare() {  # compare NAME DIR
     && ok "$name: 20 step losses match the single process (worst rel $worst)" || bad "$name: losses differ: $worst"
   local e
   e=$("$nmse" "$d/checkpoints/step_00000020/model.safetensors" "$tmp/ref/checkpoints/step_00000020/model.safetensors")
-  awk -v e="${e##* }" 'BEGIN { exit !(e <= 1e-8) }' && ok "$name: final weights match ($e)" || bad "$name: final weights: $e"
+  le "${e##* }" 1e-8 && ok "$name: final weights match ($e)" || bad "$name: final weights: '$e'"
 }
 run_case() {  # run_case NAME RANKS flags...
   local name="$1" n="$2"; shift 2
@@ -242,7 +242,7 @@ last=$(cat "$tmp/kill/checkpoints/latest" 2>/dev/null)
 if mpirun_ 2 "${kflags[@]}" --max_steps 16 --resume latest --out_dir "$tmp/kill" > "$tmp/resume.log" 2>&1; then
   e=$("$nmse" "$tmp/kill/checkpoints/step_00000016/model.safetensors" "$tmp/nokill/checkpoints/step_00000016/model.safetensors")
   o=$("$nmse" "$tmp/kill/checkpoints/step_00000016/optimizer.safetensors" "$tmp/nokill/checkpoints/step_00000016/optimizer.safetensors")
-  awk -v e="${e##* }" -v o="${o##* }" 'BEGIN { exit !(e == 0 && o == 0) }' \
+  le "${e##* }" 0 && le "${o##* }" 0 \
     && ok "resumed from $last after kill -9: step 16 weights and moments equal the uninterrupted run's ($e; $o)" \
     || bad "resume after kill -9 (from '$last'): weights $e, moments $o"
 else bad "resume after kill -9: $(grep -m1 error "$tmp/resume.log")"; fi
