@@ -14,7 +14,8 @@
 #   worst_rel REF GOT        worst |ref - got| / |ref| over two lists of numbers (one a line),
 #                            printed as %.2e ("none" when empty)
 #   le A B                   A is a number and A <= B
-#   have_mpi                 finetune was built with MPI and mpiexec is on PATH
+#   have_mpi                 finetune was built with MPI (its --version names the MPI launcher)
+#                            and mpiexec is on PATH
 #   kill_tree PID            SIGKILL every process below PID, then PID (our own processes only:
 #                            never by a name pattern)
 #   out_dir_removed NAME MODE OUT CMD..  CMD (a training job into --out_dir OUT, long enough) in
@@ -62,8 +63,10 @@ worst_rel() {
 }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 == a && a <= b) }'; }
 
+# (the binary's own word: a .d file lists paths, never the -DFT_HAVE_MPI it was built with, and
+# a build directory keeps comm_mpi.o and its .d from an earlier MPI=1 build after MPI=0)
 have_mpi() {
-  command -v mpiexec >/dev/null && { grep -q FT_HAVE_MPI "$build/obj/main.d" 2>/dev/null || nm "$bin" 2>/dev/null | grep -q MPI_Init; }
+  command -v mpiexec >/dev/null && "$bin" --version 2>/dev/null | grep -q '^launchers: .*MPI (mpirun'
 }
 
 descendants() {   # every process below $1, deepest last

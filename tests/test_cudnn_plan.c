@@ -117,7 +117,15 @@ static int prerequisites(void) {
         skip_or_fail(why);
         return 0;
     }
-    EXPECT(1, "cuDNN's sub-libraries load (load_sublibraries)");
+    // load_sublibraries said 0: both sub-libraries it loads must now be resident (by soname)
+    static const char *const subs[] = {"libcudnn_graph", "libcudnn_engines_runtime_compiled"};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        char soname[64];
+        snprintf(soname, sizeof soname, "%s.so.%d", subs[i], CUDNN_MAJOR);
+        void *lib = dlopen(soname, RTLD_NOW | RTLD_NOLOAD);
+        EXPECT(lib, "load_sublibraries returned 0 but %s is not loaded", soname);
+        if (lib) dlclose(lib);
+    }
     const size_t v = cudnnGetVersion();
     if (v < ATTN_CUDNN_MIN_VERSION) {
         snprintf(why, sizeof why, "libcudnn %zu at run time; the graphs are written for %d or newer", v,
