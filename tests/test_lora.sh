@@ -135,20 +135,25 @@ else skip_or_fail "LoRA over MPI ranks (no mpiexec, or $bin built without MPI)";
 # kernels (bf16 storage; the adapter path's GEMMs through the emulated cuBLASLt, the scale
 # kernel) against the fp32 CPU run, with test_cuda_emu_train.sh's bf16 tolerances and their
 # derivation: step losses and the final validation loss rel 5e-3, step-1 gradient norm rel
-# 2e-3 (measured: 7.6e-5, 8.1e-4, 7e-6). The adapters themselves are compared in a second
-# pair of runs where AdamW is made linear in the gradient: with --adam_eps 1 the update is
+# 2e-3 (measured 2026-11-26: 6.8e-5, 9.1e-6, 4.4e-6). The adapters themselves are compared
+# in a second pair of runs where AdamW is made linear in the gradient: with --adam_eps 1 the update is
 # lr m / (sqrt(v) + 1) ~ lr m (the gradients are ~1e-2, sqrt(v) << 1), momentum SGD. In the
 # first pair the adapters are not a fair measure: Adam's first steps are sign-like (scale
 # invariant, so a wrongly scaled adapter gradient would not show) and B starts at 0, so bf16
 # noise on near-zero gradient entries flips lr-sized steps (worst lora_B NMSE 8e-3, product
 # B A 1e-2: noise, not a bug). In the linear runs every adapter and every product B A must be
 # within NMSE 2e-3 of the CPU: measured 2.4e-4 (bf16 operands and activations, round-off
-# 2^-9 relative per element, through 8 steps), 8x margin. What it catches that the rest does
-# not, measured on the CPU with --lora_alpha 16.8 against 16 (a 5% error in the adapter
-# path): adapters NMSE 3.4e-3 here, but only 1.1e-3 in the AdamW pair and loss rel 1.2e-4,
-# both far inside their bounds. Then FSDP over 2 emulated GPUs (NCCL emulated over MPI: the frozen
-# base all-gathered in bf16, the adapters reduce-scattered) against the single emulated
-# device, loss tolerance as above. No ordering hazard (exit 86) in any.
+# 2^-9 relative per element, through 8 steps), 8x margin (so not tightened: 10x is 2.4e-3).
+# A 5% error of the adapter path's scale, measured on the CPU with --lora_alpha 16.8 against
+# 16: step-1 gradient norm rel 5.0e-2 (B starts at 0, so every adapter gradient of step 1 is
+# proportional to the scale), 25x its bound; adapters NMSE 3.4e-3 in the linear pair; loss
+# rel only 1.9e-4 over the 8 steps, below 10x the measured bf16 noise (6.8e-5): no loss bound
+# can tell it, so the loss bounds stay the derived bf16 ones and the step-1 gradient norm is
+# what guards the scale. Then FSDP over 2 emulated GPUs (NCCL emulated over MPI: the frozen
+# base all-gathered in bf16, the adapters reduce-scattered in bf16) against the single
+# emulated device: losses and the step-1 gradient norm, with the tolerances above, as
+# test_cuda_emu_train.sh compares its FSDP runs (the bf16 reduce rounds like the device's
+# bf16 against fp32; measured 3.3e-5 and 5.7e-5). No ordering hazard (exit 86) in any.
 emu=$build/tests/finetune_emu
 eflags=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 8 --learning_rate 5e-3 --max_eval_docs 8
         --warmup_fraction 0 --peak_tflops 1 "${lora[@]}" --sample_tokens 8)
@@ -177,8 +182,10 @@ if [ -x "$emu" ]; then
     if have_mpi; then
       if timeout 600 mpiexec -n 2 "$emu" --device cuda "${eflags[@]}" --out_dir "$tmp/emu2" > "$tmp/emu2.log" 2>&1; then
         w=$(worst_rel "$(metric "$tmp/emu" loss)" "$(metric "$tmp/emu2" loss)")
-        [ "$(metric "$tmp/emu2" loss | wc -l)" = 8 ] && le "$w" 5e-3 && ok "emulated FSDP 2: LoRA step losses vs one emulated device: worst rel $w" \
-          || bad "emulated FSDP 2 losses: worst rel $w"
+        g=$(worst_rel "$(metric "$tmp/emu" grad_norm | head -1)" "$(metric "$tmp/emu2" grad_norm | head -1)")
+        [ "$(metric "$tmp/emu2" loss | wc -l)" = 8 ] && le "$w" 5e-3 && le "$g" 2e-3 \
+          && ok "emulated FSDP 2: LoRA step losses vs one emulated device: worst rel $w, step-1 adapter gradient norm rel $g" \
+          || bad "emulated FSDP 2 vs one emulated device: losses worst rel $w, step-1 gradient norm rel $g"
       else bad "emulated FSDP 2 LoRA run: $(grep -m1 HAZARD "$tmp/emu2.log" || tail -1 "$tmp/emu2.log")"; fi
     fi
   else bad "emulated LoRA run failed: $(grep -m1 HAZARD "$tmp/emu.log" || tail -1 "$tmp/emu.log")"; fi
