@@ -294,9 +294,10 @@ static int param_file_put_unit(st_writer *w, const param_layout *l, const param_
 // Write `pf` to `path`, one unit at a time through `host` (max_unit floats). Collective:
 // every rank gathers every unit of every block in the same order, whatever happens to the
 // writing, so a failure on the writer cannot leave the others waiting in a gather; nor can
-// a failed gather on this rank (it goes on with the next one, so that its collectives keep
-// pairing with the other ranks': on NCCL a rank leaving the sequence early would pair its
-// next collective, an all-reduce, with their all-gathers). `write`: this rank writes (rank 0
+// a gather that failed after its collective on this rank (a copy to the host: it goes on
+// with the next one, so that its collectives keep pairing with the other ranks': on NCCL a
+// rank leaving the sequence early would pair its next collective, an all-reduce, with their
+// all-gathers; a failure before the collective, as a sticky device error, fails them too). `write`: this rank writes (rank 0
 // of the world, and nothing failed before). 0 / -1 (on -1 no file).
 static int param_file_stream(fsdp_state *s, const char *path, const param_file *pf, int write, float *host) {
     const param_layout *l = s->layout;
@@ -476,33 +477,49 @@ int ckpt_check_fresh_out_dir(const char *out_dir, int overwrite) {
 // Rank 0's lock file names it ("pid P on host H"): each rank reads OUT/.lock and compares its
 // hash with rank 0's (sent as 16-bit pieces through a sum, exact in doubles). Skipped when rank 0 holds
 // no lock (a filesystem without locks: warned about already).
+// OUT/.lock's text (up to n - 1 bytes, "" when it cannot be read) and its hash (0: none).
+static uint64_t lock_text(const char *path, char *text, size_t n) {
+    text[0] = '\0';
+    const int f = path[0] ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    const ssize_t got = f >= 0 ? read(f, text, n - 1) : -1;
+    if (f >= 0) close(f);
+    text[got > 0 ? got : 0] = '\0';
+    return got > 0 ? ft_hash64(text, (size_t)got) : 0;
+}
+
 int ckpt_check_out_dir_shared(const char *out_dir, int rank0_locked, comm *world) {
     const comm *w = world;
-    char path[FT_PATH_MAX], text[256] = "";
-    TRY(ft_path(path, sizeof path, "%s/.lock", out_dir));
-    const int f = open(path, O_RDONLY | O_CLOEXEC);
-    const ssize_t n = f >= 0 ? read(f, text, sizeof text - 1) : -1;
-    if (f >= 0) close(f);
-    text[n > 0 ? n : 0] = '\0';
-    const uint64_t mine = n > 0 ? ft_hash64(text, (size_t)n) : 0;
+    char path[FT_PATH_MAX] = "", text[256];
+    const int path_rc = ft_path(path, sizeof path, "%s/.lock", out_dir);   // (its error kept for after the collective)
+    uint64_t mine = path_rc == 0 ? lock_text(path, text, sizeof text) : 0;
     double theirs[5] = {0};   // rank 0's hash in four 16-bit pieces, and whether it holds a lock
     if (w->rank == 0) {
         for (int k = 0; k < 4; k++) theirs[k] = (double)((mine >> (16 * k)) & 0xffff);
         theirs[4] = rank0_locked;
     }
     TRY(comm_all_reduce_f64(world, theirs, 5));
+    if (path_rc != 0) return -1;
     if (theirs[4] == 0 || w->rank == 0) return 0;
     uint64_t want = 0;
     for (int k = 0; k < 4; k++) want |= (uint64_t)theirs[k] << (16 * k);
+    // A network filesystem may answer from its cache for a while (NFS keeps a directory's
+    // attributes, and a name it found missing, up to acdirmax, 60 s by default): look again,
+    // once a second, before calling the directory another (FT_TEST_OUT_DIR_WAIT_S: test-only)
+    const char *wait_env = getenv("FT_TEST_OUT_DIR_WAIT_S");
+    const int wait_s = wait_env ? atoi(wait_env) : 60;
+    for (int t = 0; mine != want && t < wait_s; t++) {
+        sleep(1);
+        mine = lock_text(path, text, sizeof text);
+    }
     if (mine == want) return 0;
     char host[128] = "?";
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
     text[strcspn(text, "\r\n")] = '\0';
-    return ft_error("--out_dir %s: rank %d (host %s) does not see the lock rank 0 holds in it (%s): every rank must "
-                    "see the same directory (a filesystem shared by all nodes, not a node-local path), or checkpoints "
-                    "and --resume differ between nodes", out_dir, w->rank, host,
-                    n > 0 ? "it finds another .lock" : "no .lock there");
+    return ft_error("--out_dir %s: rank %d (host %s) does not see the lock rank 0 holds in it (%s%s%s, after %d s): "
+                    "every rank must see the same directory (a filesystem shared by all nodes, not a node-local "
+                    "path), or checkpoints and --resume differ between nodes", out_dir, w->rank, host,
+                    text[0] ? "it finds another job's: " : "no .lock there", text, "", wait_s);
 }
 
 int ckpt_clear_out_dir(const char *out_dir) {

@@ -61,8 +61,10 @@ int ckpt_check_fresh_out_dir(const char *out_dir, int overwrite);
 // every rank must see that directory, for --resume latest/auto is resolved by each rank in
 // it and the checkpoints rank 0 writes there are what every rank resumes from. Each rank
 // compares OUT/.lock's content with rank 0's; rank0_locked: rank 0 holds the lock (0 on the
-// other ranks; 0 on rank 0 too when the filesystem has no locks: nothing to compare). 0, or
-// -1 on a rank that does not see it (one line naming the rank, its host and the remedy).
+// other ranks; 0 on rank 0 too when the filesystem has no locks: nothing to compare). A rank
+// that does not see it looks again once a second for up to 60 s (a network filesystem's
+// cache). 0, or -1 on a rank that does not see it (one line naming the rank, its host, what
+// it found and the remedy).
 int ckpt_check_out_dir_shared(const char *out_dir, int rank0_locked, comm *world);
 
 // Rank 0, a fresh start with --overwrite_out_dir, before anything is written: remove the

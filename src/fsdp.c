@@ -32,7 +32,8 @@ static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) 
 
 // The --dry_run lines of a state's buffers, per role (the adapters' are told apart from the model's).
 typedef struct {
-    const char *params, *opt, *opt_host, *grad_host, *param_host, *grads, *root, *layers, *rs, *rs2, *full, *micro_s, *micro_1,
+    const char *params, *opt, *opt_host, *grad_host, *param_host, *grads, *root, *layers, *rs, *rs2, *rs_layers, *full,
+        *micro_s, *micro_1,
         *micro_s_f32, *micro_layers_f32, *f32, *f32_root, *kept;
 } fsdp_lines;
 static const fsdp_lines model_lines = {
@@ -42,7 +43,9 @@ static const fsdp_lines model_lines = {
     "offloaded optimizer: two units' updated working parameters, host memory (largest slice)",
     "fp32 gradients of the step (slice)", "root unit (embeddings, norm, lm_head), gathered",
     "two layer units: in use + prefetched", "reduce-scatter output (largest slice)",
-    "second layer reduce-scatter output (one in flight)", "full-size fp32 gradients summed over micro-batches",
+    "second layer reduce-scatter output (one in flight)",
+    "two layer reduce-scatter outputs (one in flight; the root's goes to its gradient slice once per step)",
+    "full-size fp32 gradients summed over micro-batches",
     "one micro-batch's root + two layer gradients (one reducing while the next computes)",
     "one micro-batch's root + layer gradients",
     "one micro-batch's root + two layer gradients, fp32 (--reduce_dtype fp32; one reducing while the next computes)",
@@ -57,7 +60,7 @@ static const fsdp_lines adapter_lines = {
     "LoRA adapters: two units' updated working parameters, host memory (largest slice)",
     "LoRA adapters: fp32 gradients of the step (slice)", "LoRA adapters: root unit (empty), gathered",
     "LoRA adapters: two layer units, gathered", "LoRA adapters: reduce-scatter outputs",
-    "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size fp32 gradients summed over micro-batches",
+    "LoRA adapters: reduce-scatter outputs", "LoRA adapters: reduce-scatter outputs", "LoRA adapters: full-size fp32 gradients summed over micro-batches",
     "LoRA adapters: one micro-batch's gradients", "LoRA adapters: one micro-batch's gradients",
     "LoRA adapters: one micro-batch's gradients, fp32", "LoRA adapters: one micro-batch's gradients, fp32",
     "LoRA adapters: fp32 unit buffer (checkpoint gathers)", "LoRA adapters: fp32 unit buffer (checkpoint gathers)",
@@ -112,8 +115,11 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, cons
     }
     if (role == FSDP_FROZEN) return;
     if (S > 1 && !accumulate_locally) {   // (local accumulation reduce-scatters into the fp32 slices)
-        mem_table_add(t, MEM_WORKSPACE, max_slice * gesz, w->rs, SLOT(s, rs_out[0]));
-        mem_table_add(t, MEM_WORKSPACE, layer / S * gesz, w->rs2, SLOT(s, rs_out[1]));
+        // [0] takes the root's slice too, unless the root is reduce-scattered once per step
+        // from its fp32 sum straight into its gradient slice (ROOT_ONCE): then layers only
+        const size_t rs0 = root_once ? layer / S : max_slice;
+        mem_table_add(t, MEM_WORKSPACE, rs0 * gesz, root_once ? w->rs_layers : w->rs, SLOT(s, rs_out[0]));
+        mem_table_add(t, MEM_WORKSPACE, layer / S * gesz, root_once ? w->rs_layers : w->rs2, SLOT(s, rs_out[1]));
     }
     if (accumulate_locally) {   // fp32 whatever the backend: A micro-batches summed without rounding
         mem_table_add(t, MEM_GRADS, l->total * sizeof(float), w->full, SLOT(s, grad_full));

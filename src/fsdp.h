@@ -120,8 +120,9 @@ typedef struct {
     float *grad_full;             // (layout->total) fp32, when accumulate_locally
     int micro_first, micro_last;  // position of the current micro-batch in the step
     int poison_fresh;             // FT_TEST_POISON_FRESH_GRADS set (test-only): NaN-fill fresh buffers
-    void *rs_out[2];              // reduce-scatter outputs (S > 1), gdt: [0] max slice
-                                  // (root, or layers with even index), [1] a layer slice
+    void *rs_out[2];              // reduce-scatter outputs (S > 1), gdt: [0] the largest slice
+                                  // (root, or layers with even index; a layer slice when the root
+                                  // is reduced once per step: ROOT_ONCE), [1] a layer slice
     float *unit_f32;              // (max_unit) fp32 gather buffer for checkpoints
     float *grad_host[2];          // (largest slice each) --offload_optimizer: host copies of two
                                   // units' fp32 gradient slices (one arriving while the host AdamW

@@ -189,7 +189,7 @@ int fs_lock_dir(const char *dir, const char *what, int *fd, int *created) {
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
     const int len = snprintf(text, sizeof text, "pid %d on host %s\n", (int)getpid(), host);
-    // (fsync: the other ranks compare the file with rank 0's, train.c check_out_dir_shared; on
+    // (fsync: the other ranks compare the file with rank 0's, ckpt.c ckpt_check_out_dir_shared; on
     // NFS they see what reached the server)
     const int written = ftruncate(f, 0) == 0 && pwrite(f, text, (size_t)len, 0) == len && fsync(f) == 0;
     (void)written;   // the holder's name is informative (and a failed write shows as a mismatch)

@@ -265,11 +265,36 @@ static void data_plane_bind(launch *L) {
     L->dworld.be = L->dshard.be = L->dreplica.be = L->be;
 }
 
-// The device of this rank made current, before NCCL and the arena (GPU builds only).
+// The device of this rank made current, before NCCL and the arena (GPU builds only). A rank
+// takes the device of its place among the ranks of its node that see the same GPUs (the same
+// host and CUDA_VISIBLE_DEVICES): its local rank when every task sees every GPU, 0 when each
+// sees one, and with srun --gpu-bind=closest its place among its socket's tasks, however srun
+// spread the tasks over the sockets (local rank modulo the visible count is right only for a
+// block distribution; srun's default within a node is cyclic). The places come from one
+// all-reduce of a key per rank over MPI; without MPI (a PMI2-only build) the local rank.
 static int device_select(launch *L) {
 #ifdef FT_HAVE_CUDA
+    L->gpu_index = L->local_rank;
+    if (L->mpi && L->W > 1) {
+        char key_text[320] = "", host[128] = "?";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = '\0';
+        const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+        snprintf(key_text, sizeof key_text, "%s|%s", host, cvd ? cvd : "(all)");
+        // 52 bits and never 0: exact in a double, and told apart from the empty slots
+        const double key = (double)((ft_hash64(key_text, strlen(key_text)) >> 12) | 1);
+        double *keys = ft_calloc((size_t)L->W, sizeof(double), "GPU keys");
+        if (!keys) return -1;
+        keys[L->rank] = key;
+        const int rc = comm_all_reduce_f64(&L->world, keys, (size_t)L->W);
+        int before = 0;
+        for (int r = 0; r < L->rank; r++) before += keys[r] == key;
+        free(keys);
+        TRY(rc);
+        L->gpu_index = before;
+    }
     int device = 0;
-    return backend_cuda_select_device(L->local_rank, &device);
+    return backend_cuda_select_device(L->gpu_index, &device);
 #else
     (void)L;
     return 0;
@@ -294,12 +319,13 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     if (rc == 0 && gpu) rc = device_arena_bytes(o, L->W, &arena_bytes);
     const int nccl = gpu && (L->W > 1 || nccl_self_test(L));
     if (rc == 0 && nccl) rc = nccl_available(nccl_self_test(L) ? 2 : S);   // (the self-test's lane: concurrent)
-    if (rc == 0 && nccl) rc = device_select(L);
     int agreed = 0;
+    if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
+    if (nccl) rc = device_select(L);   // (collective: every rank or none, after the agreement)
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
     if (nccl && (rc = data_plane_open(L, S)) != 0) return rc;   // -1, or COMM_PEER_FAILED
     rc = backend_set_attention(o->attention, o->deterministic);
-    if (rc == 0) rc = backend_open(o->device, L->local_rank, arena_bytes, &L->be);
+    if (rc == 0) rc = backend_open(o->device, nccl ? L->gpu_index : L->local_rank, arena_bytes, &L->be);
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
     if (L->be != L->cpu) data_plane_bind(L);
     L->cc.local_size = L->local_size;

@@ -16,6 +16,8 @@ typedef struct {
     boot_info boot;                 // PMI2's view (or one process)
     const char *launcher;           // for the bootstrap line
     int W, rank, local_rank, local_size;
+    int gpu_index;                // this rank's place among the ranks of its node that see the same
+                                  // GPUs (device_select; = local_rank without MPI): picks its device
     int mpi, pmi2_open, pmi2_ranks; // MPI is up; PMI2 is up; PMI2 without MPI started > 1 rank
     int mpi_split, nccl;            // which groups exist (to destroy): MPI splits; dworld is NCCL
     int dshard_own, dreplica_own;   // dshard / dreplica were created (not the world group)

@@ -203,9 +203,10 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
         const double root = (double)p->root_numel, root_slice = root / r->shard_size;
         // fp32 micro-batch gradients add into the root's fp32 sum directly (fsdp.c
-        // root_into_acc): no per-micro-batch zero, no add pass; else a bf16 root buffer
-        // added into the sum
-        if (r->reduce_f32 || e == 4) grad_bytes += 4 * root - A * root * (r->reduce_f32 ? 4 : e);
+        // root_into_acc): no per-micro-batch zero and no add of the root's slice (the base
+        // term counted both), the sum zeroed once; else a bf16 root buffer added into the sum
+        const double g = r->reduce_f32 ? 4 : e;
+        if (g == 4) grad_bytes += 4 * root - A * root * g - A * root_slice * (g + 8);
         else grad_bytes += A * (root - root_slice) * (e + 8) + 4 * root;
     }
     // --deterministic with cuDNN attention: the backward writes dP (B, H, T, T) bf16 to its

@@ -195,6 +195,25 @@ if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
   else bad "FT_TEST_NCCL_SELF: $(grep -m1 'error\|HAZARD' "$tmp/nccl1.log" || tail -1 "$tmp/nccl1.log")"; fi
 fi
 
+# Which GPU a rank drives (src/launch.c device_select). FT_EMU_SHARED_DEVICES (test-only)
+# makes the emulated device numbers a node's and the emulated NCCL refuse two ranks on one GPU,
+# as NCCL does. 4 ranks, each seeing 2 of 4 GPUs as srun --gpu-bind=closest shows them when
+# the tasks go round-robin over 2 sockets (ranks 0 and 2: GPUs 0,1; ranks 1 and 3: GPUs 2,3):
+# each must take its place among the ranks that see the same GPUs (local rank modulo 2 put
+# ranks 0 and 2 both on GPU 0). And 2 ranks left on one GPU: NCCL's refusal, its reason in
+# the line.
+if command -v mpiexec >/dev/null; then
+  g=(--device cuda --seq_len 64 --batch_size_per_device 1 --total_batch_size 4 --max_steps 2 --max_eval_docs 4)
+  mp=(); for cvd in 0,1 2,3 0,1 2,3; do mp+=(: -n 1 -env CUDA_VISIBLE_DEVICES "$cvd" "$emu" "${g[@]}" --out_dir "$tmp/gpubind"); done
+  if FT_EMU_SHARED_DEVICES=1 FT_EMU_DEVICES=2 timeout 300 mpiexec "${mp[@]:1}" > "$tmp/gpubind.log" 2>&1 \
+     && [ "$(metric "$tmp/gpubind" loss | wc -l)" = 2 ]; then
+    ok "4 ranks, each seeing 2 of 4 GPUs, sockets round-robin (--gpu-bind=closest): 4 distinct GPUs, trained"
+  else bad "4 ranks over GPUs bound round-robin: $(grep -m1 error "$tmp/gpubind.log")"; fi
+  out=$(FT_EMU_SHARED_DEVICES=1 timeout 300 mpiexec -n 2 "$emu" "${g[@]}" --out_dir "$tmp/dupgpu" 2>&1); rc=$?
+  [ $rc -ne 0 ] && grep -q "^finetune: error: .*ncclCommInitRank.* (Duplicate GPU detected : rank [01] and rank [01] both on CUDA device 0 (emulated))$" <<<"$out" \
+    && ok "2 ranks on one GPU: NCCL's refusal with its reason: $(grep -m1 error <<<"$out")" || bad "2 ranks on one GPU: rc $rc, $out"
+fi
+
 # same_start DIR REF: DIR's 2 steps have bitwise REF's first 2 losses and gradient norms
 same_start() {
   [ "$(metric "$1" loss | wc -l)" = 2 ] && [ "$(metric "$1" loss)" = "$(metric "$2" loss | head -2)" ] \

@@ -252,16 +252,19 @@ else bad "resume after kill -9: $(grep -m1 error "$tmp/resume.log")"; fi
 # its own: mixed weights, then a hang). Simulated with mpiexec's MPMD form, rank 1 given
 # another directory: one error line naming rank 1, exit 1, both directories gone (created by
 # this job); with --resume auto over a checkpoint only rank 0's directory holds, the same
+# (a rank that does not see it looks again for 60 s, a network filesystem's cache; 2 s here)
+export FT_TEST_OUT_DIR_WAIT_S=2
 out=$(timeout 120 mpiexec -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --out_dir "$tmp/own0" : \
       -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --out_dir "$tmp/own1" 2>&1 >/dev/null); rc=$?
 [ $rc -ne 0 ] && [ "$(grep -c 'error' <<<"$out")" = 1 ] \
-  && grep -q "^finetune: error: --out_dir $tmp/own1: rank 1 (host .*) does not see the lock rank 0 holds in it (no .lock there)" <<<"$out" \
+  && grep -q "^finetune: error: --out_dir $tmp/own1: rank 1 (host .*) does not see the lock rank 0 holds in it (no .lock there, after 2 s)" <<<"$out" \
   && [ ! -e "$tmp/own0" ] && [ ! -e "$tmp/own1" ] && ok "a different --out_dir on rank 1: refused at startup: $(grep error <<<"$out")" \
   || bad "a different --out_dir on rank 1: rc $rc, $out"
-mkdir -p "$tmp/own3"
+mkdir -p "$tmp/own3"; echo "pid 1 on host elsewhere" > "$tmp/own3/.lock"   # (another job's, left there)
 out=$(timeout 120 mpiexec -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --resume auto --out_dir "$tmp/fsdp2" : \
       -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --resume auto --out_dir "$tmp/own3" 2>&1 >/dev/null); rc=$?
-[ $rc -ne 0 ] && grep -q "rank 1 (host .*) does not see the lock rank 0 holds" <<<"$out" && [ ! -e "$tmp/fsdp2/.lock" ] \
-  && ok "--resume auto with rank 1 in an empty --out_dir: refused before anything is resumed" || bad "--resume auto, rank 1 elsewhere: rc $rc, $out"
+[ $rc -ne 0 ] && grep -q "rank 1 (host .*) does not see the lock rank 0 holds in it (it finds another job's: pid 1 on host elsewhere, after 2 s)" <<<"$out" \
+  && [ ! -e "$tmp/fsdp2/.lock" ] && ok "--resume auto with rank 1 in another directory (another job's .lock): refused before anything is resumed" \
+  || bad "--resume auto, rank 1 elsewhere: rc $rc, $out"
 
 finish

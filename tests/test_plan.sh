@@ -181,13 +181,13 @@ expect7 "$tmp/7b_one.plan" params $(( P * 2 ))
 expect7 "$tmp/7b_one.plan" optimizer $(( P * 12 ))
 # --reduce_dtype fp32 (FSDP 4, 16 micro-batches: the root summed once per step): the two layer
 # gradient buffers in fp32 and no root buffer (the root's micro-batch gradients add into the
-# fp32 sum, the checkpoint gather buffer); the reduce-scatter outputs (largest slice, the
-# root's, and a layer's) twice as large; reduce-scatter bytes: 16 micro-batches x 3/4 x the
+# fp32 sum, the checkpoint gather buffer); the two reduce-scatter outputs (layer slices: the
+# root's once-per-step reduce-scatter writes its gradient slice directly) twice as large; reduce-scatter bytes: 16 micro-batches x 3/4 x the
 # layers in fp32 + 3/4 x the root once in fp32 (bf16: the layers in 2 bytes). Changes nothing
 # on the CPU (fp32 already): the CPU plan is identical.
 plan7 --world_size 4 --reduce_dtype fp32 > "$tmp/7b_fsdp4_rf32.plan" 2>&1 || bad "7B FSDP 4 fp32 reduce dry run: $(cat "$tmp/7b_fsdp4_rf32.plan")"
 expect7 "$tmp/7b_fsdp4_rf32.plan" grads $(( P * 4 / 4 + 2 * layer * 4 ))
-expect7 "$tmp/7b_fsdp4_rf32.plan" workspace $(( $(planned "$tmp/7b_fsdp4.plan" workspace) + (root / 4 + layer / 4) * 2 ))
+expect7 "$tmp/7b_fsdp4_rf32.plan" workspace $(( $(planned "$tmp/7b_fsdp4.plan" workspace) + (layer / 4 + layer / 4) * 2 ))
 expect7 "$tmp/7b_fsdp4_rf32.plan" reduce_scatter $(( 16 * 3 * (L * layer / 4) * 4 + 3 * (root / 4) * 4 ))
 expect7 "$tmp/7b_fsdp4.plan" reduce_scatter $(( 16 * 3 * (L * layer / 4) * 2 + 3 * (root / 4) * 4 ))
 grep -q "per-micro-batch gradients reduce-scattered in fp32" "$tmp/7b_fsdp4_rf32.plan" && ! grep -q "in fp32 (--reduce" "$tmp/7b_fsdp4.plan" \

@@ -604,7 +604,9 @@ expect_error "vocab" --eval_only --model_dir tests/golden/mha --data_dir data/ch
 
 # weights whose logits overflow (every RMSNorm weight 3e38, finite): the validation loss is
 # NaN. --eval_only and training both stop with one line naming it, and metrics.jsonl holds
-# only JSON (a "val_loss":nan record once made the file unreadable to json.loads and plots)
+# only JSON (a "val_loss":nan record once made the file unreadable to json.loads and plots).
+# (Training stops at its step-0 evaluation; the training loss's own check stays a guard
+# behind the gradient norm's, which a non-finite loss trips first.)
 mkdir -p "$tmp/hot" && cp data/model/config.json data/model/tokenizer.json "$tmp/hot/"
 python3 - data/model/model.safetensors "$tmp/hot/model.safetensors" <<'PY' || bad "could not write the overflowing model"
 import json, struct, sys

@@ -35,7 +35,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "cuda_emu_async.h"
@@ -61,11 +64,14 @@ cudaError_t cudaGetDeviceCount(int *count) {
     *count = emu_device_count();
     return *count > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
+static int g_current_device;   // cudaSetDevice's (the emulated NCCL's duplicate check reads it)
 cudaError_t cudaSetDevice(int device) {
-    return device >= 0 && device < emu_device_count() ? cudaSuccess : cudaErrorInvalidDevice;
+    if (device < 0 || device >= emu_device_count()) return cudaErrorInvalidDevice;
+    g_current_device = device;
+    return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *device) {
-    *device = 0;
+    *device = g_current_device;
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
@@ -328,8 +334,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
 // is the whole MPI world (finetune makes exactly that one, then splits it). Without MPI
 // every call fails with a clear status.
 
-// ncclGetLastError: the emulation keeps no message of its own beyond the status
-const char *ncclGetLastError(ncclComm_t) { return ""; }
+// ncclGetLastError: the reason of the last failed init (the duplicate-GPU check), else ""
+static char g_nccl_last_error[256];
+const char *ncclGetLastError(ncclComm_t) { return g_nccl_last_error; }
 
 const char *ncclGetErrorString(ncclResult_t r) {
     switch (r) {
@@ -449,6 +456,31 @@ ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId, int rank)
     MPI_Comm_rank(MPI_COMM_WORLD, &wr);
     MPI_Comm_size(MPI_COMM_WORLD, &ws);
     if (wr != rank || ws != nranks) return ncclInvalidUsage;   // only the world group is emulated
+    // Two ranks on one GPU: NCCL refuses ("Duplicate GPU detected"). Each emulated process has
+    // devices of its own, unless FT_EMU_SHARED_DEVICES (tests) makes the device numbers a
+    // node's: then the GPU a rank drives is CUDA_VISIBLE_DEVICES' entry for its current
+    // device (all visible without it), and two ranks of a host on one GPU are refused.
+    if (getenv("FT_EMU_SHARED_DEVICES")) {
+        int phys = g_current_device;
+        const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+        for (int i = 0; cvd && *cvd; i++) {
+            const int v = atoi(cvd);
+            if (i == g_current_device) { phys = v; break; }
+            cvd = strchr(cvd, ',');
+            if (cvd) cvd++;
+        }
+        char host[64] = "?";
+        gethostname(host, sizeof host - 1);
+        long long mine[2] = {(long long)std::hash<std::string>{}(host), phys};
+        std::vector<long long> all((size_t)ws * 2);
+        MPI_Allgather(mine, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, MPI_COMM_WORLD);
+        for (int r = 0; r < ws; r++)
+            if (r != wr && all[2 * r] == mine[0] && all[2 * r + 1] == phys) {
+                snprintf(g_nccl_last_error, sizeof g_nccl_last_error,
+                         "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d (emulated)", wr, r, phys);
+                return ncclInvalidUsage;
+            }
+    }
     ncclComm *m = new ncclComm();
     MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
     m->rank = rank;
