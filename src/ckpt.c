@@ -512,14 +512,12 @@ int ckpt_check_out_dir_shared(const char *out_dir, int rank0_locked, comm *world
         mine = lock_text(path, text, sizeof text);
     }
     if (mine == want) return 0;
-    char host[128] = "?";
-    gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = '\0';
     text[strcspn(text, "\r\n")] = '\0';
-    return ft_error("--out_dir %s: rank %d (host %s) does not see the lock rank 0 holds in it (%s%s%s, after %d s): "
-                    "every rank must see the same directory (a filesystem shared by all nodes, not a node-local "
-                    "path), or checkpoints and --resume differ between nodes", out_dir, w->rank, host,
-                    text[0] ? "it finds another job's: " : "no .lock there", text, "", wait_s);
+    // (the line main prints names this rank and its host)
+    return ft_error("--out_dir %s: this rank does not see the lock rank 0 holds in it (%s%s, after %d s): every rank "
+                    "must see the same directory (a filesystem shared by all nodes, not a node-local path), or "
+                    "checkpoints and --resume differ between nodes", out_dir,
+                    text[0] ? "it finds another job's: " : "no .lock there", text, wait_s);
 }
 
 int ckpt_clear_out_dir(const char *out_dir) {

@@ -3,6 +3,7 @@
 // errors and decides the exit code.
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "launch.h"
@@ -27,14 +28,25 @@ static int dry_run(const train_options *o) {
     return 0;
 }
 
-// The error of this rank, once (flag errors: rank 0 of the launcher's environment).
+// The watchdog's way out (src/watchdog.h) needs the launch; report() names the rank from it.
+static const launch *g_launch;
+
+// The error of this rank, once (flag errors: rank 0 of the launcher's environment). In a job of
+// several ranks the line names this rank and its host (which node lacks a file, fails its
+// GPU, ...), unless the message names a rank itself (the watchdog's "rank 0: step 7: ...").
 static int report(int exit_code, int print) {
-    if (print) fprintf(stderr, "finetune: error: %s\n", ft_error_message());
+    if (!print) return exit_code;
+    const char *msg = ft_error_message();
+    if (g_launch && g_launch->W > 1 && strncmp(msg, "rank ", 5) != 0) {
+        char host[128] = "?";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = '\0';
+        fprintf(stderr, "finetune: error: rank %d (host %s): %s\n", g_launch->rank, host, msg);
+    } else {
+        fprintf(stderr, "finetune: error: %s\n", msg);
+    }
     return exit_code;
 }
-
-// The watchdog's way out (src/watchdog.h): print its one line, then end every rank.
-static const launch *g_launch;
 static void watchdog_report(void) {
     fflush(stdout);
     report(1, 1);

@@ -90,7 +90,7 @@ out_dir_removed() {
   esac
   [ "$mode" = replaced ] && mkdir "$o" && echo "pid 1 on host another-job" > "$o/.lock"
   wait $pid; rc=$?
-  stop=$(sed -nE "s|^finetune: error: stopping after step ([0-9]+): $gone .*|\1|p" "$o.err")
+  stop=$(sed -nE "s|^finetune: error: (rank [0-9]+ \(host [^)]*\): )?stopping after step ([0-9]+): $gone .*|\2|p" "$o.err")
   local left warned; left=$(ls -A "$o" 2>/dev/null | tr '\n' ' ')
   warned=$(grep -cxF "finetune: warning: --out_dir $o was deleted or replaced while training: metrics, \
 checkpoints and the export would be lost" "$o.err")

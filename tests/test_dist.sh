@@ -190,7 +190,8 @@ for f in model optimizer; do
   err=$(mpirun_ 2 "${common[@]}" --batch_size_per_device 2 --resume latest --out_dir "$tmp/r4flip" 2>&1 >/dev/null); rc=$?
   n=$(printf '%s\n' "$err" | grep -c "finetune: error")
   [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] \
-    && grep -qF "finetune: error: $ck/$f.safetensors: tensor '$name': checksum mismatch (the file is corrupted)" <<<"$err" \
+    && grep -qE "^finetune: error: rank [0-9]+ \(host [^)]*\): " <<<"$err" \
+    && grep -qF ": $ck/$f.safetensors: tensor '$name': checksum mismatch (the file is corrupted)" <<<"$err" \
     && ok "saved at 4 ranks, a bit flipped in $f.safetensors: the resume at 2 ranks refuses it (rc $rc), said once" \
     || bad "a bit flipped in the 4-rank $f.safetensors, resumed at 2: rc=$rc, $n error lines: $err"
 done
@@ -257,13 +258,13 @@ export FT_TEST_OUT_DIR_WAIT_S=2
 out=$(timeout 120 mpiexec -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --out_dir "$tmp/own0" : \
       -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --out_dir "$tmp/own1" 2>&1 >/dev/null); rc=$?
 [ $rc -ne 0 ] && [ "$(grep -c 'error' <<<"$out")" = 1 ] \
-  && grep -q "^finetune: error: --out_dir $tmp/own1: rank 1 (host .*) does not see the lock rank 0 holds in it (no .lock there, after 2 s)" <<<"$out" \
+  && grep -q "^finetune: error: rank 1 (host [^)]*): --out_dir $tmp/own1: this rank does not see the lock rank 0 holds in it (no .lock there, after 2 s)" <<<"$out" \
   && [ ! -e "$tmp/own0" ] && [ ! -e "$tmp/own1" ] && ok "a different --out_dir on rank 1: refused at startup: $(grep error <<<"$out")" \
   || bad "a different --out_dir on rank 1: rc $rc, $out"
 mkdir -p "$tmp/own3"; echo "pid 1 on host elsewhere" > "$tmp/own3/.lock"   # (another job's, left there)
 out=$(timeout 120 mpiexec -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --resume auto --out_dir "$tmp/fsdp2" : \
       -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 --resume auto --out_dir "$tmp/own3" 2>&1 >/dev/null); rc=$?
-[ $rc -ne 0 ] && grep -q "rank 1 (host .*) does not see the lock rank 0 holds in it (it finds another job's: pid 1 on host elsewhere, after 2 s)" <<<"$out" \
+[ $rc -ne 0 ] && grep -q "rank 1 (host [^)]*): --out_dir $tmp/own3: this rank does not see the lock rank 0 holds in it (it finds another job's: pid 1 on host elsewhere, after 2 s)" <<<"$out" \
   && [ ! -e "$tmp/fsdp2/.lock" ] && ok "--resume auto with rank 1 in another directory (another job's .lock): refused before anything is resumed" \
   || bad "--resume auto, rank 1 elsewhere: rc $rc, $out"
 

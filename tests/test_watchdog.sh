@@ -120,14 +120,16 @@ size='[0-9.]+ (B|KiB|MiB)'
 # the phase: usually the step; a rank 1 ahead of rank 0 can let rank 0 finish the step and
 # stop in the checkpoint (save_every 4) or evaluation after it, or in the next step's
 # world all-reduce of the token count (each seen once in CI). In a checkpoint the deadline
-# has the grace for rank 0's writing on top (src/watchdog.h), named in the line.
+# has the grace for rank 0's writing on top (src/watchdog.h), named in the line. On the emulated
+# GPUs the host may be waiting in its pacing after a layer ("pacing: the work of two layers
+# back", backend pace()) rather than in a synchronisation.
 grace=" \\+ [0-9.]+ s for rank 0 writing the checkpoint, $size"
 run_case cpu "$bin" 12 4 6 \
   "^finetune: error: rank 0: ((checkpoint|eval) at )?step [0-9]+: [a-z_ ]+ \(((shard|replica) group|world) of 2 ranks, $size\) made no progress for 4(\.[0-9])? s \(--collective_timeout 4($grace)?\); aborting$" \
   --seq_len 64 --batch_size_per_device 2 --total_batch_size 8 --max_eval_docs 16 --save_every 4 "${common[@]}"
 if [ -x "$emu" ]; then
   run_case emulated_gpus "$emu" 4 8 3 \
-    "^finetune: error: rank 0: ((checkpoint|eval) at )?step [0-9]+: [a-z_ ]+ \([a-z ]+(, $size)?\) made no progress for 8(\.[0-9])? s \(--collective_timeout 8($grace)?; oldest unfinished: [a-z_ ]+ on the (shard|replica) group of 2 ranks, $size, enqueued in step [0-9]+\); aborting$" \
+    "^finetune: error: rank 0: ((checkpoint|eval) at )?step [0-9]+: (pacing: )?[a-z_ ]+ \([a-z ]+(, $size)?\) made no progress for 8(\.[0-9])? s \(--collective_timeout 8($grace)?; oldest unfinished: [a-z_ ]+ on the (shard|replica) group of 2 ranks, $size, enqueued in step [0-9]+\); aborting$" \
     --device cuda --seq_len 64 --batch_size_per_device 1 --total_batch_size 4 --max_eval_docs 4 --save_every 2 "${common[@]}"
 else skip_or_fail "$emu not built (needs the CUDA headers, CUDA=1): the emulated-GPU case"; fi
 
