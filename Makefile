@@ -163,7 +163,7 @@ test-asan:
 	FT_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:log_path=$(SAN_LOGS)/asan \
 	  UBSAN_OPTIONS=print_stacktrace=1:log_path=$(SAN_LOGS)/ubsan \
 	  OMP_NUM_THREADS=2 tests/run_all.sh $(patsubst $(BUILD)/%,build/asan/%,$(filter-out $(CUDA_ONLY_TEST_BINS),$(TEST_BINS))) \
-	  "bash tests/test_cli.sh build/asan" "bash tests/test_train.sh build/asan" "bash tests/test_sanitizer_logs.sh $(SAN_LOGS)"
+	  "bash tests/test_cli.sh build/asan" "bash tests/test_train.sh build/asan" "bash tests/sanitizer_logs.sh $(SAN_LOGS)"
 
 # On a machine with a GPU: kernels on the device vs the CPU, GPU vs CPU training, 2-GPU FSDP
 # vs 1 GPU. Elsewhere it says it skipped and exits 0.
