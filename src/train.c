@@ -861,9 +861,15 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
         char after[48];
         snprintf(after, sizeof after, "after step %d", step);
         if ((rc = out_dir_still_there(j, after)) != 0) return rc;
-        if (o->eval_every > 0 && step % o->eval_every == 0 && step < j->total_steps) TRY(eval_and_log(j, step));
+        // a signal (the scheduler's warning before its time limit) is agreed before the step's
+        // evaluation, which it skips: the margin it leaves is for the checkpoint, not for an
+        // evaluation of the whole validation set
         double flag[1] = {g_stop_signal ? 1.0 : 0.0};
         TRY(comm_all_reduce_f64(j->cc->world, flag, 1));
+        const int eval_due = o->eval_every > 0 && step % o->eval_every == 0 && step < j->total_steps;
+        if (eval_due && flag[0] > 0 && is_main(j))
+            printf("finetune: skipping the evaluation at step %d (signal received: the checkpoint first)\n", step);
+        else if (eval_due) TRY(eval_and_log(j, step));
         *stopped = flag[0] > 0 || (o->stop_at_step > 0 && step >= o->stop_at_step);
         if ((o->save_every > 0 && step % o->save_every == 0) || *stopped || step == j->total_steps)
             if ((rc = save_checkpoint(j, step)) != 0) return rc;

@@ -211,6 +211,21 @@ ns=$(grep -c . "$s/samples.jsonl" 2>/dev/null)
   && ok "--resume latest after it: 40 samples, the final evaluation logged once" \
   || bad "--resume latest after SIGTERM while sampling: $(tail -1 "$s.log2")"
 
+# SIGTERM (a scheduler's warning before its time limit) during the evaluation at step 0 of a
+# job that evaluates every step: step 1 ends, its evaluation is skipped (the margin is for the
+# checkpoint), the checkpoint of step 1 is saved, exit 0; metrics.jsonl has step 0's
+# evaluation only
+s="$tmp/termeval"
+"$bin" --seq_len 256 --batch_size_per_device 8 --total_batch_size 16 --max_steps 100 --eval_every 1 --out_dir "$s" \
+  > "$s.log" 2> "$s.err" &
+pid=$!
+for _ in $(seq 1 1200); do grep -q "^finetune: MFU denominator" "$s.log" 2>/dev/null && break; sleep 0.05; done
+sleep 0.1; kill -TERM $pid; wait $pid; rc=$?
+[ $rc -eq 0 ] && grep -q "^finetune: skipping the evaluation at step 1 (signal received: the checkpoint first)" "$s.log" \
+  && [ "$(grep -c '"type":"eval"' "$s/metrics.jsonl")" = 1 ] && [ "$(cat "$s/checkpoints/latest" 2>/dev/null)" = step_00000001 ] \
+  && ok "SIGTERM in the evaluation at step 0, --eval_every 1: step 1's evaluation skipped, its checkpoint saved, exit 0" \
+  || bad "SIGTERM with an evaluation due: rc=$rc, $(grep -c '"type":"eval"' "$s/metrics.jsonl" 2>/dev/null) evals, latest $(cat "$s/checkpoints/latest" 2>/dev/null), log: $(tail -2 "$s.log")"
+
 # Ctrl-C twice: the second SIGINT ends the process at once (status 130) with one line (the
 # first one only stops at the end of the step). Both arrive during the evaluation at step 0
 # (1.5 s over every validation game), before the first step's end checks for a stop (finetune
