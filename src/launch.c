@@ -265,6 +265,49 @@ static void data_plane_bind(launch *L) {
     L->dworld.be = L->dshard.be = L->dreplica.be = L->be;
 }
 
+// A key per rank (collective over the MPI world): keys[r] = rank r's hash of its host name
+// (FT_TEST_HOST replaces it: test-only) and `extra`, 52 bits and never 0, exact in a double.
+// *keys: malloc'ed (W). 0 / -1.
+static int rank_keys(launch *L, const char *extra, double **keys) {
+    char text[320] = "", host[128] = "?";
+    const char *fake = getenv("FT_TEST_HOST");
+    if (fake) snprintf(host, sizeof host, "%s", fake);
+    else gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    snprintf(text, sizeof text, "%s|%s", host, extra);
+    *keys = ft_calloc((size_t)L->W, sizeof(double), "rank keys");
+    if (!*keys) return -1;
+    (*keys)[L->rank] = (double)((ft_hash64(text, strlen(text)) >> 12) | 1);
+    if (comm_all_reduce_f64(&L->world, *keys, (size_t)L->W) == 0) return 0;
+    free(*keys);
+    *keys = NULL;
+    return -1;
+}
+
+// Shard groups are S consecutive ranks; a launcher that places ranks round-robin over the
+// hosts (mpiexec -hosts a,b) spreads a group that would fit on one node over several, and
+// every all-gather and reduce-scatter then crosses the network. One warning (rank 0) when a
+// group of S <= ranks per node spans hosts. Collective over the MPI world. 0 / -1.
+static int warn_spread_shards(launch *L, int S) {
+    double *keys = NULL;
+    TRY(rank_keys(L, "", &keys));
+    int spread = 0, first = -1;
+    for (int g = 0; g < L->W / S; g++)
+        for (int r = g * S + 1; r < (g + 1) * S; r++)
+            if (keys[r] != keys[g * S]) {
+                if (first < 0) first = g;
+                spread++;
+                break;
+            }
+    free(keys);
+    if (spread && L->rank == 0)
+        fprintf(stderr, "finetune: warning: %d of %d shard groups of %d ranks span several hosts (the first: ranks %d-%d), "
+                "though %d ranks run per node: their all-gathers and reduce-scatters cross the network; place "
+                "consecutive ranks on one node (srun's block distribution, mpiexec -ppn %d)\n", spread, L->W / S, S,
+                first * S, first * S + S - 1, L->local_size, L->local_size);
+    return 0;
+}
+
 // The device of this rank made current, before NCCL and the arena (GPU builds only). A rank
 // takes the device of its place among the ranks of its node that see the same GPUs (the same
 // host and CUDA_VISIBLE_DEVICES): its local rank when every task sees every GPU, 0 when each
@@ -276,21 +319,12 @@ static int device_select(launch *L) {
 #ifdef FT_HAVE_CUDA
     L->gpu_index = L->local_rank;
     if (L->mpi && L->W > 1) {
-        char key_text[320] = "", host[128] = "?";
-        gethostname(host, sizeof host - 1);
-        host[sizeof host - 1] = '\0';
         const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-        snprintf(key_text, sizeof key_text, "%s|%s", host, cvd ? cvd : "(all)");
-        // 52 bits and never 0: exact in a double, and told apart from the empty slots
-        const double key = (double)((ft_hash64(key_text, strlen(key_text)) >> 12) | 1);
-        double *keys = ft_calloc((size_t)L->W, sizeof(double), "GPU keys");
-        if (!keys) return -1;
-        keys[L->rank] = key;
-        const int rc = comm_all_reduce_f64(&L->world, keys, (size_t)L->W);
+        double *keys = NULL;
+        TRY(rank_keys(L, cvd ? cvd : "(all)", &keys));
         int before = 0;
-        for (int r = 0; r < L->rank; r++) before += keys[r] == key;
+        for (int r = 0; r < L->rank; r++) before += keys[r] == keys[L->rank];
         free(keys);
-        TRY(rc);
         L->gpu_index = before;
     }
     int device = 0;
@@ -321,7 +355,8 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     if (rc == 0 && nccl) rc = nccl_available(nccl_self_test(L) ? 2 : S);   // (the self-test's lane: concurrent)
     int agreed = 0;
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
-    if (nccl) rc = device_select(L);   // (collective: every rank or none, after the agreement)
+    if (L->mpi && S > 1 && S <= L->local_size && L->W > S) rc = warn_spread_shards(L, S);   // (collective)
+    if (rc == 0 && nccl) rc = device_select(L);   // (collective: every rank or none, after the agreement)
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
     if (nccl && (rc = data_plane_open(L, S)) != 0) return rc;   // -1, or COMM_PEER_FAILED
     rc = backend_set_attention(o->attention, o->deterministic);

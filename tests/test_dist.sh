@@ -13,7 +13,8 @@
 #      notices (exit 1, one warning and one error); kill -9 of one rank ends the job (no hang)
 #      with a non-zero exit; resuming from the last checkpoint ends with the uninterrupted
 #      run's parameters and moments, exactly;
-#   5. a rank that does not see rank 0's --out_dir (a node-local path) is refused at startup.
+#   5. a rank that does not see rank 0's --out_dir (a node-local path) is refused at startup;
+#   6. shard groups spread over hosts though they would fit on one: a warning.
 # Without MPI (no mpiexec, or finetune built without it) it skips, and fails when CI=true.
 #
 # Tolerance: ranks sum the same per-token gradients in a different order (reduce-scatter of
@@ -268,4 +269,17 @@ out=$(timeout 120 mpiexec -n 1 "$bin" "${common[@]}" --batch_size_per_device 2 -
   && [ ! -e "$tmp/fsdp2/.lock" ] && ok "--resume auto with rank 1 in another directory (another job's .lock): refused before anything is resumed" \
   || bad "--resume auto, rank 1 elsewhere: rc $rc, $out"
 
+
+# ---------------------------------------------------------------- 6. shard groups across hosts
+# HSDP 2 x 2 with the ranks placed round-robin over two hosts (test-only FT_TEST_HOST names
+# each rank's host, as mpiexec -hosts a,b would place them): both shard groups span the two
+# hosts though each fits on one: one warning from rank 0; placed in blocks (one real host): none
+hsdp=(--seq_len 64 --total_batch_size 8 --max_eval_docs 4 --max_steps 1 --batch_size_per_device 2 --dp_shard 2)
+mp=(); for h in a b a b; do mp+=(: -n 1 -env FT_TEST_HOST "$h" "$bin" "${hsdp[@]}" --out_dir "$tmp/spread"); done
+err=$(timeout 120 mpiexec "${mp[@]:1}" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c "warning: .*span several hosts" <<<"$err")" = 1 ] \
+  && grep -q "^finetune: warning: 2 of 2 shard groups of 2 ranks span several hosts (the first: ranks 0-1)" <<<"$err" \
+  && ! grep -q "span several hosts" "$tmp/hsdp4.log" \
+  && ok "HSDP shard groups spread round-robin over hosts: one warning; in blocks (hsdp4): none" \
+  || bad "shard groups across hosts: rc $rc, $err"
 finish
