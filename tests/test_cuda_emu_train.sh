@@ -49,7 +49,7 @@
 #
 # Tolerances: bf16 keeps 8 significant bits (u = 2^-8 = 3.9e-3 relative per stored value);
 # losses and norms are sums over many rounded terms, whose errors mostly cancel: measured
-# here, loss rel <= 2.5e-4 and step-1 grad norm rel 1.5e-4. AdamW's sign-like updates turn
+# here, loss rel <= 3.4e-4 and step-1 grad norm rel 3.3e-4 (2026-11-26; 2.5e-4 and 1.5e-4 earlier). AdamW's sign-like updates turn
 # bf16 gradient noise into lr-sized steps on small-gradient elements (test_train_golden.c),
 # so the final weights differ by NMSE ~2e-3 after 8 steps at lr 5e-3. We allow loss and
 # val-loss rel 5e-3, step-1 grad norm rel 2e-3 and weight NMSE 1e-2. A real host-side bug
