@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -391,7 +392,14 @@ void launch_print(const launch *L) {
 void launch_abort(const launch *L) {
     fflush(NULL);   // what this rank printed so far (neither MPI_Abort nor _exit flushes stdio)
 #ifdef FT_HAVE_MPI
-    if (L && L->mpi) comm_mpi_abort(1);
+    // The launcher forwards a rank's output through its proxy, which the abort kills: when
+    // every rank aborted at once (two ranks on one GPU: NCCL's init fails on both), the error
+    // lines were lost with it and the job ended silently (seen in CI). A moment first.
+    if (L && L->mpi) {
+        const struct timespec pause = {0, 300000000L};   // 0.3 s, once per failed job
+        nanosleep(&pause, NULL);
+        comm_mpi_abort(1);
+    }
 #else
     (void)L;
 #endif
