@@ -657,12 +657,10 @@ static int check_device(const struct cudaDeviceProp *prop, size_t arena_bytes, s
 int backend_cuda_select_device(int local_rank, int *device) {
     int count = 0;
     TRY(backend_cuda_device_count(&count));
-    // one GPU per rank: ranks of a node take devices in local-rank order; with per-task GPU
-    // binding (srun --gpus-per-task / CUDA_VISIBLE_DEVICES per rank) each rank sees one; with
-    // a binding that shows each task a subset (srun --gpu-bind=closest: the 4 GPUs of its
-    // socket to local ranks 0-3 and, renumbered 0-3, the other 4 to local ranks 4-7) local rank
-    // modulo the visible count. Two ranks left on one GPU are refused by NCCL's init
-    // ("Duplicate GPU detected", in its error line: comm_nccl.c nccl_last_error).
+    // one GPU per rank: the caller passes the rank's place among the ranks of its node that
+    // see the same GPUs (launch.c device_select; the local rank without MPI), taken modulo
+    // the visible count. Two ranks left on one GPU are refused by NCCL's init ("Duplicate GPU
+    // detected", in its error line: comm_nccl.c nccl_last_error).
     if (local_rank < 0) return ft_error("flag --device cuda: local rank %d", local_rank);
     *device = local_rank % count;
     CHECK_CUDA(cudaSetDevice(*device));

@@ -7,8 +7,9 @@
 
 // Number of CUDA devices, or -1 with a clear "no usable GPU" error (no driver, no device).
 int backend_cuda_device_count(int *count);
-// Make the device of this local rank current (*device: its index) without opening the
-// backend: NCCL communicators are created on it before the arena is sized. 0 / -1.
+// Make device local_rank modulo the visible GPUs current (*device: its index) without opening
+// the backend: NCCL communicators are created on it before the arena is sized. local_rank:
+// the rank's place among its node's ranks that see the same GPUs (launch.c). 0 / -1.
 int backend_cuda_select_device(int local_rank, int *device);
 // Bytes free on the current device now (cudaMemGetInfo): the bootstrap line's measure of the
 // memory NCCL's communicators took (free before them minus free after). 0 / -1.

@@ -297,8 +297,9 @@ static int param_file_put_unit(st_writer *w, const param_layout *l, const param_
 // a gather that failed after its collective on this rank (a copy to the host: it goes on
 // with the next one, so that its collectives keep pairing with the other ranks': on NCCL a
 // rank leaving the sequence early would pair its next collective, an all-reduce, with their
-// all-gathers; a failure before the collective, as a sticky device error, fails them too). `write`: this rank writes (rank 0
-// of the world, and nothing failed before). 0 / -1 (on -1 no file).
+// all-gathers; a failure before the collective, as a sticky device error, fails them too).
+// `write`: this rank writes (rank 0 of the world, and nothing failed before). 0 / -1 (on -1
+// no file).
 static int param_file_stream(fsdp_state *s, const char *path, const param_file *pf, int write, float *host) {
     const param_layout *l = s->layout;
     st_writer w = {.fd = -1};
@@ -475,8 +476,8 @@ int ckpt_check_fresh_out_dir(const char *out_dir, int overwrite) {
 // only) gives each node its own directory: one rank resumed at step 3 while another started
 // fresh and mixed their weights, then the job hung until the watchdog blamed the network.
 // Rank 0's lock file names it ("pid P on host H"): each rank reads OUT/.lock and compares its
-// hash with rank 0's (sent as 16-bit pieces through a sum, exact in doubles). Skipped when rank 0 holds
-// no lock (a filesystem without locks: warned about already).
+// hash with rank 0's (sent as 16-bit pieces through a sum, exact in doubles). Skipped when
+// rank 0 holds no lock (a filesystem without locks: warned about already).
 // OUT/.lock's text (up to n - 1 bytes, "" when it cannot be read) and its hash (0: none).
 static uint64_t lock_text(const char *path, char *text, size_t n) {
     text[0] = '\0';
@@ -488,18 +489,17 @@ static uint64_t lock_text(const char *path, char *text, size_t n) {
 }
 
 int ckpt_check_out_dir_shared(const char *out_dir, int rank0_locked, comm *world) {
-    const comm *w = world;
     char path[FT_PATH_MAX] = "", text[256];
     const int path_rc = ft_path(path, sizeof path, "%s/.lock", out_dir);   // (its error kept for after the collective)
     uint64_t mine = path_rc == 0 ? lock_text(path, text, sizeof text) : 0;
     double theirs[5] = {0};   // rank 0's hash in four 16-bit pieces, and whether it holds a lock
-    if (w->rank == 0) {
+    if (world->rank == 0) {
         for (int k = 0; k < 4; k++) theirs[k] = (double)((mine >> (16 * k)) & 0xffff);
         theirs[4] = rank0_locked;
     }
     TRY(comm_all_reduce_f64(world, theirs, 5));
     if (path_rc != 0) return -1;
-    if (theirs[4] == 0 || w->rank == 0) return 0;
+    if (theirs[4] == 0 || world->rank == 0) return 0;
     uint64_t want = 0;
     for (int k = 0; k < 4; k++) want |= (uint64_t)theirs[k] << (16 * k);
     // A network filesystem may answer from its cache for a while (NFS keeps a directory's

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 // ----------------------------------------------------------------------------
 // error record (one per thread; the first error wins)
@@ -96,6 +97,12 @@ static inline uint64_t h64_load(const unsigned char *p) {   // 8 bytes as a litt
 static inline uint64_t h64_step(uint64_t v, uint64_t w) {
     const uint64_t x = (v ^ w) * H64_K1;
     return (x << 27) | (x >> 37);
+}
+
+void ft_hostname(char *buf, size_t n) {
+    if (n == 0) return;
+    if (gethostname(buf, n - 1) != 0) snprintf(buf, n, "?");
+    buf[n - 1] = '\0';
 }
 
 uint64_t ft_hash64(const void *p, size_t n) {

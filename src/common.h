@@ -118,6 +118,10 @@ uint64_t ft_fingerprint_sampled(uint64_t h, const void *p, size_t n);
 // not tampering.
 uint64_t ft_hash64(const void *p, size_t n);
 
+// This machine's host name into buf (n bytes, always terminated; "?" when it cannot be read):
+// for the lock file's holder and the lines that name a rank's host.
+void ft_hostname(char *buf, size_t n);
+
 // SHA-256 (FIPS 180-4), for comparing files with the digests scripts/*.py record (hashlib's):
 // init, update over the bytes in any pieces, final writes the 32-byte digest.
 typedef struct {

@@ -185,9 +185,8 @@ int fs_lock_dir(const char *dir, const char *what, int *fd, int *created) {
                 p, strerror(e), what, dir);
         return 0;
     }
-    char host[128] = "?", text[256];
-    gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = '\0';
+    char host[128], text[256];
+    ft_hostname(host, sizeof host);
     const int len = snprintf(text, sizeof text, "pid %d on host %s\n", (int)getpid(), host);
     // (fsync: the other ranks compare the file with rank 0's, ckpt.c ckpt_check_out_dir_shared; on
     // NFS they see what reached the server)

@@ -270,11 +270,10 @@ static void data_plane_bind(launch *L) {
 // (FT_TEST_HOST replaces it: test-only) and `extra`, 52 bits and never 0, exact in a double.
 // *keys: malloc'ed (W). 0 / -1.
 static int rank_keys(launch *L, const char *extra, double **keys) {
-    char text[320] = "", host[128] = "?";
+    char text[320], host[128];
     const char *fake = getenv("FT_TEST_HOST");
     if (fake) snprintf(host, sizeof host, "%s", fake);
-    else gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = '\0';
+    else ft_hostname(host, sizeof host);
     snprintf(text, sizeof text, "%s|%s", host, extra);
     *keys = ft_calloc((size_t)L->W, sizeof(double), "rank keys");
     if (!*keys) return -1;

@@ -3,7 +3,6 @@
 // errors and decides the exit code.
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common.h"
 #include "launch.h"
@@ -38,9 +37,8 @@ static int report(int exit_code, int print) {
     if (!print) return exit_code;
     const char *msg = ft_error_message();
     if (g_launch && g_launch->W > 1 && strncmp(msg, "rank ", 5) != 0) {
-        char host[128] = "?";
-        gethostname(host, sizeof host - 1);
-        host[sizeof host - 1] = '\0';
+        char host[128];
+        ft_hostname(host, sizeof host);
         fprintf(stderr, "finetune: error: rank %d (host %s): %s\n", g_launch->rank, host, msg);
     } else {
         fprintf(stderr, "finetune: error: %s\n", msg);
