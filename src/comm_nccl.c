@@ -74,10 +74,18 @@ static const char *nccl_last_error(void) {
     return s ? s : "";
 }
 
-#define CHECK_NCCL(call) do { ncclResult_t nccl_rc_ = (call); if (nccl_rc_ != ncclSuccess) { \
+#define CHECK_NCCL(call) CHECK_NCCL_AS(#call, call)
+#define CHECK_NCCL_AS(text, call) do { ncclResult_t nccl_rc_ = (call); if (nccl_rc_ != ncclSuccess) { \
     const char *nccl_last_ = nccl_last_error(); \
-    return ft_error("%s failed at %s:%d: %s%s%s%s", #call, FT_WHERE, N.ncclGetErrorString(nccl_rc_), \
+    return ft_error("%s failed at %s:%d: %s%s%s%s", text, FT_WHERE, N.ncclGetErrorString(nccl_rc_), \
                     nccl_last_[0] ? " (" : "", nccl_last_, nccl_last_[0] ? ")" : ""); } } while (0)
+// NCCL's init and split wait, without a deadline of their own, for every rank of the group
+// (bootstrap connections): they run under the watchdog's guard (src/watchdog.h), `op` and
+// `group` naming them in its line
+#define CHECK_NCCL_GUARDED(op, group, call) do { TRY(watchdog_guard_begin(op, group)); \
+    ncclResult_t guarded_rc_ = (call); \
+    TRY(watchdog_guard_end()); \
+    CHECK_NCCL_AS(#call, guarded_rc_); } while (0)
 
 // The resolved functions become N once the library says its version (until then N stays
 // empty: a later comm_nccl_load tries again rather than running on a half-known library).
@@ -401,6 +409,17 @@ int comm_nccl_unique_id(void *id, size_t n) {
     return 0;
 }
 
+// A collective's stream: non-blocking, at the device's highest priority, as FSDP2 gives its
+// all-gather and reduce-scatter streams, so that a collective's blocks are scheduled ahead of
+// the compute kernels queued when it became ready (its peers wait on it; the compute does not
+// wait on it until the next layer). Effect on GPU time unmeasured.
+static int nccl_stream_create(cudaStream_t *s) {
+    int least = 0, greatest = 0;
+    CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CHECK_CUDA(cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, greatest));
+    return 0;
+}
+
 // the transport's functions and its stream, events and staging buffer; m->comm is set by
 // the caller (init from an id, or split)
 static int nccl_setup(comm *c, const backend *be, int rank, int size, nccl_impl **out) {
@@ -423,7 +442,7 @@ static int nccl_setup(comm *c, const backend *be, int rank, int size, nccl_impl 
     c->barrier = nccl_barrier;
     c->destroy = nccl_destroy;
     *out = m;
-    CHECK_CUDA(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
+    TRY(nccl_stream_create(&m->stream));
     CHECK_CUDA(cudaEventCreateWithFlags(&m->produced, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventCreateWithFlags(&m->finished, cudaEventDisableTiming));
     CHECK_CUDA(cudaMalloc((void **)&m->dev_f64, F64_SLOTS * sizeof(double)));
@@ -448,13 +467,15 @@ int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *i
     TRY(nccl_setup(c, be, rank, size, &m));
     ncclUniqueId uid;
     memcpy(&uid, id, sizeof uid);
-    CHECK_NCCL(N.ncclCommInitRank(&m->comm, size, uid, rank));
+    char group[48];
+    snprintf(group, sizeof group, "world of %d ranks", size);
+    CHECK_NCCL_GUARDED("ncclCommInitRank", group, N.ncclCommInitRank(&m->comm, size, uid, rank));
     return nccl_register(m);
 }
 
 int comm_nccl_split(comm *parent, int color, int key, comm *out) {
     ncclComm_t sub = NULL;
-    CHECK_NCCL(N.ncclCommSplit(impl(parent)->comm, color, key, &sub, NULL));
+    CHECK_NCCL_GUARDED("ncclCommSplit", parent->label, N.ncclCommSplit(impl(parent)->comm, color, key, &sub, NULL));
     int rank = 0, size = 0;
     CHECK_NCCL(N.ncclCommUserRank(sub, &rank));
     CHECK_NCCL(N.ncclCommCount(sub, &size));
@@ -474,8 +495,9 @@ int comm_nccl_add_reduce_scatter_lane(comm *c) {
     if (!lane) return -1;
     m->rs = lane;   // freed with the group, also when the rest fails
     lane->owner = c;
-    CHECK_NCCL(N.ncclCommSplit(m->comm, 0, c->rank, &lane->comm, NULL));
-    CHECK_CUDA(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
+    CHECK_NCCL_GUARDED("ncclCommSplit of the reduce-scatter lane", c->label,
+                       N.ncclCommSplit(m->comm, 0, c->rank, &lane->comm, NULL));
+    TRY(nccl_stream_create(&lane->stream));
     CHECK_CUDA(cudaEventCreateWithFlags(&lane->produced, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventCreateWithFlags(&lane->finished, cudaEventDisableTiming));
     for (int i = 0; i < TRACKED; i++)

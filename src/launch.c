@@ -3,6 +3,7 @@
 #include "launch.h"
 
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,8 +171,17 @@ static int nccl_available(int S) {
 }
 
 #ifdef FT_HAVE_CUDA
-// ncclCommSplit blocks, without a deadline, until every rank of the parent entered it: start
-// each split only once a deadline-bound barrier showed every rank alive (src/watchdog.h)
+// TEST-ONLY (tests/test_watchdog.sh): FT_TEST_STOP_BEFORE=nccl_init or nccl_split stops world
+// rank 1 (SIGSTOP) right before that NCCL call, after the exchange or barrier before it: its
+// peers then wait inside NCCL's call, which only the watchdog's guard ends
+static void test_stop_before(const launch *L, const char *call) {
+    const char *v = getenv("FT_TEST_STOP_BEFORE");
+    if (v && L->rank == 1 && strcmp(v, call) == 0) raise(SIGSTOP);
+}
+
+// ncclCommSplit blocks until every rank of the parent entered it (under the watchdog's guard
+// only): start each split once a deadline-bound barrier showed every rank alive, so that a
+// rank that failed before it is named by the barrier's line (src/watchdog.h)
 static int split_barrier(launch *L) { return L->mpi ? comm_barrier(&L->world) : 0; }
 
 // A group of the data plane: the world group itself when it has every rank (pure FSDP's
@@ -191,6 +201,7 @@ static int data_group_open(launch *L, int size, int color, int key, const char *
     if (size == 1) comm_init_single(out, L->be);
     else {
         TRY(split_barrier(L));
+        test_stop_before(L, "nccl_split");
         TRY(comm_nccl_split(&L->dworld, color, key, out));
         L->n_nccl++;
     }
@@ -223,7 +234,11 @@ static int data_plane_open(launch *L, int S) {
         rc = comm_broadcast(&L->world, got, sizeof got, 0);
     } else {
 #ifdef FT_HAVE_PMI2
-        rc = boot_pmi2_share(&L->boot, 0, "ncclUniqueId", id_rc == 0 ? id : zero, sizeof id, got);
+        // (PMI2's fence waits for every rank without a deadline: under the watchdog's guard)
+        if ((rc = watchdog_guard_begin("PMI2 exchange of the NCCL id", "world")) == 0) {
+            rc = boot_pmi2_share(&L->boot, 0, "ncclUniqueId", id_rc == 0 ? id : zero, sizeof id, got);
+            if (watchdog_guard_end() != 0) rc = -1;
+        }
 #endif
     }
     if (id_rc != 0 || rc != 0) return -1;
@@ -234,6 +249,7 @@ static int data_plane_open(launch *L, int S) {
     L->nccl_setup = 1;
     size_t free_before = 0, free_after = 0;
     TRY(backend_cuda_free_bytes(&free_before));
+    test_stop_before(L, "nccl_init");
     TRY(comm_nccl_init(&L->dworld, NULL, L->rank, L->W, got, -1));
     L->nccl = 1;
     L->n_nccl = 1;
@@ -243,6 +259,7 @@ static int data_plane_open(launch *L, int S) {
                         &L->dreplica_own));
     if (S > 1 || nccl_self_test(L)) {
         TRY(split_barrier(L));
+        test_stop_before(L, "nccl_split");
         TRY(comm_nccl_add_reduce_scatter_lane(shard));
         L->n_nccl++;
     }

@@ -1,6 +1,7 @@
 // watchdog.c: deadlines on a rank's waits (see watchdog.h).
 #include "watchdog.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,7 +10,8 @@
 #include "common.h"
 
 // ----------------------------------------------------------------------------
-// state (one per process; waits happen on the main thread)
+// state (one per process; waits happen on the main thread, a guard's thread acts only while
+// the main thread is blocked in the guarded call)
 
 #define MAX_HOOKS 16
 #define CHECK_EVERY 256   // polls between two health checks of the transports
@@ -167,4 +169,79 @@ int watchdog_wait(watchdog_poll_fn poll, void *ctx, const char *op, const char *
         sleep_ns = sleep_ns * 2 < WATCHDOG_SLEEP_MAX_NS ? sleep_ns * 2 : WATCHDOG_SLEEP_MAX_NS;
         if (check_hooks() != 0) return -1;
     }
+}
+
+// ----------------------------------------------------------------------------
+// the guard of a blocking call
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int active, done, fired;
+    const char *op, *group;
+    double t0;
+    char msg[1024];   // the line, recorded on the guard's thread (the error record is per thread)
+} G = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+// The guard's thread: sleeps on the condition until the call returned (done) or the deadline
+// passed; then fires while holding the mutex, so that a call returning at that moment waits
+// in watchdog_guard_end until the process ends (or, without an end callback, until the
+// error is recorded).
+static void *guard_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&G.mu);
+    for (;;) {
+        if (G.done) break;
+        const double deadline = G.t0 + W.timeout + W.grace;
+        const double left = deadline - now_seconds();
+        if (left <= 0) {
+            G.fired = 1;
+            (void)timed_out(G.op, G.group, 0, now_seconds() - G.t0);
+            snprintf(G.msg, sizeof G.msg, "%s", ft_error_message());
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        const double wake = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + (left < 1.0 ? left : 1.0);
+        ts.tv_sec = (time_t)wake;
+        ts.tv_nsec = (long)((wake - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&G.cv, &G.mu, &ts);
+    }
+    pthread_mutex_unlock(&G.mu);
+    return NULL;
+}
+
+int watchdog_guard_begin(const char *op, const char *group) {
+    if (W.timeout <= 0 || W.fired) return 0;
+    if (G.active) return ft_error("watchdog: a guard is already active (%s)", G.op);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);   // (the deadline ignores wall-clock jumps)
+    pthread_cond_init(&G.cv, &attr);
+    pthread_condattr_destroy(&attr);
+    G.op = op;
+    G.group = group;
+    G.done = G.fired = 0;
+    G.t0 = now_seconds();
+    if (pthread_create(&G.thread, NULL, guard_main, NULL) != 0) {
+        pthread_cond_destroy(&G.cv);
+        return ft_error("watchdog: could not start the guard of %s", op);
+    }
+    G.active = 1;
+    return 0;
+}
+
+int watchdog_guard_end(void) {
+    if (!G.active) return 0;
+    pthread_mutex_lock(&G.mu);
+    G.done = 1;
+    pthread_cond_signal(&G.cv);
+    pthread_mutex_unlock(&G.mu);
+    pthread_join(G.thread, NULL);
+    pthread_cond_destroy(&G.cv);
+    G.active = 0;
+    if (!G.fired) return 0;
+    ft_error_clear();   // (this thread's record: the line was recorded on the guard's)
+    return ft_error("%s", G.msg);
 }

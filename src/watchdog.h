@@ -16,12 +16,17 @@
 // and every later wait fails at once. Transports may also register a health check (NCCL's asynchronous errors), polled
 // during waits, and a description of their oldest unfinished operation (added to the line).
 //
-// Not covered: waits inside third-party calls that cannot be polled (MPI_Init's PMI fence,
-// the PMI2 exchange of the NCCL id under srun without MPI, ncclCommInitRank / ncclCommSplit
-// once every rank entered them, file I/O), and a rank stuck in its own host code with no
-// peer waiting for it (a single rank: nothing waits on it). Setup collectives
-// that block (MPI_Comm_split, NCCL init) are entered only after a deadline-bound barrier has
-// shown that every rank reached them.
+// Calls that block inside a library and cannot be polled (ncclCommInitRank, ncclCommSplit,
+// the PMI2 exchange of the NCCL id under srun without MPI) run under a guard instead
+// (watchdog_guard_begin/end): a thread watches the clock while the caller blocks and, past
+// the timeout, records the same line and ends the job from that thread. NCCL's init waits
+// without a deadline of its own for every rank's bootstrap connection (a rank that died or
+// stopped after the last barrier, a network NCCL cannot reach: NCCL_SOCKET_IFNAME).
+//
+// Not covered: MPI_Init's PMI fence (before the timeout is known), file I/O, and a rank stuck
+// in its own host code with no peer waiting for it (a single rank: nothing waits on it).
+// Setup collectives that block (MPI_Comm_split, NCCL init and split) are entered only after a
+// deadline-bound barrier has shown that every rank reached them.
 #pragma once
 #include <stddef.h>
 
@@ -86,6 +91,13 @@ void watchdog_unregister(void *ctx);
 // With a timeout set, an operation that does not complete in time ends the job (or returns
 // -1 without callbacks); without one, it polls until completion.
 int watchdog_wait(watchdog_poll_fn poll, void *ctx, const char *op, const char *group, size_t bytes);
+// Guard one blocking call that cannot be polled (see the top of this file): between begin
+// and end, a thread ends the job as a timed-out wait would, `op` and `group` naming the call
+// in the line. Without a timeout set, nothing is started. One guard at a time, on the main
+// thread. begin: 0 / -1 (the thread could not start). end: 0, or -1 when the guard fired
+// without ending the process (no end callback: library tests), with the line recorded.
+int watchdog_guard_begin(const char *op, const char *group);
+int watchdog_guard_end(void);
 // 1 after a timeout or a transport failure was reported.
 int watchdog_fired(void);
 // A process-wide increasing number for transports to order their operations (describe).

@@ -144,22 +144,42 @@ else skip_or_fail "$emu not built (needs the CUDA headers, CUDA=1): the emulated
 # still running 60 s after its start, rank 0 blocked in a kernel launch (measured
 # 2026-11-26; it ends in about 10 s with pacing); at a queue of 50 even
 # the paced host blocks (2 layers of this model's backward and their waits are ~60 items).
-if [ -x "$emu" ]; then
-  name=queue96
-  FT_EMU_MAX_QUEUE=96 FT_TEST_STOP_AT_STEP=3 mpiexec -n 2 "$emu" --device cuda --seq_len 64 --batch_size_per_device 1 \
-    --total_batch_size 4 --max_eval_docs 4 --max_steps 100000 --collective_timeout 8 "${common[@]}" --out_dir "$tmp/$name" \
+# stopped_case NAME REGEX VAR=VALUE...: two emulated GPU ranks with the environment given,
+# rank 1 stopping itself somewhere (a test-only variable); the job must end within 60 s, non-zero,
+# with exactly one error line matching REGEX.
+stopped_case() {
+  local name=$1 want=$2; shift 2
+  env "$@" mpiexec -n 2 "$emu" --device cuda --seq_len 64 --batch_size_per_device 1 --total_batch_size 4 \
+    --max_eval_docs 4 --max_steps 100000 --collective_timeout 8 "${common[@]}" --out_dir "$tmp/$name" \
     > "$tmp/$name.log" 2> "$tmp/$name.err" &
-  mp=$!; jobs_started+=("$mp"); start=$(date +%s.%N)
+  local mp=$! start; jobs_started+=("$mp"); start=$(date +%s.%N)
   while kill -0 "$mp" 2>/dev/null && awk -v t="$(elapsed "$start")" 'BEGIN { exit !(t < 60) }'; do sleep 0.2; done
   if kill -0 "$mp" 2>/dev/null; then
-    bad "$name: launch queue of 96, rank 1 stopped at step 3: the job still runs $(elapsed "$start") s after its start (rank 0: $(tail -1 "$tmp/$name.log"))"
+    bad "$name ($*): the job still runs $(elapsed "$start") s after its start (rank 0: $(tail -1 "$tmp/$name.log"))"
     kill_tree "$mp"
-  else
-    wait "$mp"; rc=$?; line=$(grep "finetune: error" "$tmp/$name.err")
-    [ "$rc" -ne 0 ] && [ "$(grep -c "finetune: error" "$tmp/$name.err")" = 1 ] \
-      && [[ "$line" =~ ^"finetune: error: rank 0: step 3: ".*" made no progress for 8"(\.[0-9])?" s".*"oldest unfinished: ".*"; aborting"$ ]] \
-      && ok "$name: a launch queue of 96, rank 1 stopped at step 3's first forward: the job ended, exit $rc: $line" \
-      || bad "$name: exit $rc: $(cat "$tmp/$name.err")"
+    return
   fi
+  local rc line
+  wait "$mp"; rc=$?; line=$(grep "finetune: error" "$tmp/$name.err")
+  [ "$rc" -ne 0 ] && [ "$(grep -c "finetune: error" "$tmp/$name.err")" = 1 ] && [[ "$line" =~ $want ]] \
+    && ok "$name ($*): the job ended after $(elapsed "$start") s, exit $rc: $line" \
+    || bad "$name ($*): exit $rc: $(cat "$tmp/$name.err")"
+}
+if [ -x "$emu" ]; then
+  stopped_case queue96 "^finetune: error: rank 0: step 3: .* made no progress for 8(\.[0-9])? s.*oldest unfinished: .*; aborting$" \
+    FT_EMU_MAX_QUEUE=96 FT_TEST_STOP_AT_STEP=3
+fi
+
+# 5. NCCL's init and split. They wait for every rank of the group without a deadline of their
+# own (a rank that stopped or died after the last barrier, a network NCCL cannot reach); they
+# run under the watchdog's guard (a thread that ends the job from outside the blocked call).
+# Rank 1 stops itself right before the call (test-only FT_TEST_STOP_BEFORE), after the id's
+# broadcast / the split's barrier; rank 0 blocks inside the emulated NCCL call (an MPI
+# collective). Can fail: without the guard (CHECK_NCCL instead of CHECK_NCCL_GUARDED) both
+# jobs ran past 60 s (measured 2026-11-26).
+if [ -x "$emu" ]; then
+  for call in nccl_init nccl_split; do
+    stopped_case "stop_before_$call" "^finetune: error: rank 0: setup: (ncclCommInitRank \\(world of 2 ranks\\)|ncclCommSplit of the reduce-scatter lane \\(shard group\\)) made no progress for 8(\\.[0-9])? s \\(--collective_timeout 8\\); aborting$" FT_TEST_STOP_BEFORE=$call
+  done
 fi
 finish

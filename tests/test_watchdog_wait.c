@@ -1,5 +1,5 @@
 // test_watchdog_wait.c: the deadline on a rank's waits (src/watchdog.c), without MPI or a GPU.
-// About 1.5 s (two deliberate timeouts and one 1-s wait).
+// About 2 s (three deliberate timeouts and one 1-s wait).
 //   1. a wait whose poll completes returns 0; a failing poll returns -1 with its own error
 //   2. with --collective_timeout off, a slow operation is waited for to the end
 //   3. a poll that never completes: after the timeout (not before) one line naming the rank,
@@ -15,6 +15,10 @@
 //      library caller) every transport's abort hook runs and the wait returns -1
 //   6. a grace (rank 0 writing a checkpoint) lengthens every wait's deadline by its seconds,
 //      is named in the line, and is gone once set to 0
+//   7. a guarded blocking call (NCCL's init): one that returns in time leaves no trace; one
+//      blocked past the timeout gets the line and main's callbacks from the guard's thread
+//      while it still blocks, and watchdog_guard_end returns -1 with the line recorded on the
+//      caller's thread (the error record is per thread); with the timeout off, no guard
 #include <time.h>
 
 #include "common.h"
@@ -197,7 +201,44 @@ static void test_grace(void) {
     EXPECT(watchdog_wait(poll_fn, &r, "barrier", "world", 0) == -1, "grace 0: the 0.45-s wait times out at 0.2 s");
 }
 
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void test_guard(void) {
+    watchdog_configure(0.3, 2);
+    watchdog_set_phase("setup");
+    watchdog_set_fatal(on_report, on_end);
+    g_reports = g_ends = 0;
+    EXPECT(watchdog_guard_begin("ncclCommInitRank", "world of 4 ranks") == 0, "guard starts");
+    sleep_s(0.1);   // a call that returns in time
+    EXPECT(watchdog_guard_end() == 0 && g_reports == 0 && !watchdog_fired(),
+           "a 0.1-s call under a 0.3-s guard: no line");
+    const double t0 = now();
+    EXPECT(watchdog_guard_begin("ncclCommInitRank", "world of 4 ranks") == 0, "guard starts again");
+    while (g_ends == 0 && now() - t0 < 2) sleep_s(0.01);   // the blocked call (the end callback returns here)
+    const double fired_after = now() - t0;
+    EXPECT(g_reports == 1 && g_ends == 1 && fired_after >= 0.3 && fired_after < 1.0,
+           "the guard's thread reported and ended after %.3f s while the call blocked (%d reports, %d ends)",
+           fired_after, g_reports, g_ends);
+    const char *head = "rank 2: setup: ncclCommInitRank (world of 4 ranks) made no progress for ";
+    EXPECT(strncmp(g_reported, head, strlen(head)) == 0, "the reported line: %s", g_reported);
+    ft_error_clear();
+    EXPECT(watchdog_guard_end() == -1 && strcmp(ft_error_message(), g_reported) == 0 && watchdog_fired(),
+           "guard end: -1 with the line on this thread: %s", ft_error_message());
+    ft_error_clear();
+    watchdog_configure(0, 0);
+    g_reports = 0;
+    EXPECT(watchdog_guard_begin("ncclCommSplit", "shard group") == 0, "timeout off: begin");
+    sleep_s(0.05);
+    EXPECT(watchdog_guard_end() == 0 && g_reports == 0, "timeout off: nothing fires");
+    watchdog_set_fatal(NULL, NULL);
+    g_reports = g_ends = 0;
+}
+
 int main(void) {
+    test_guard();
     test_grace();
     test_complete_and_fail();
     test_backoff();

@@ -452,6 +452,18 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+// Priorities order the scheduling of thread blocks on a real device; one worker per stream
+// here runs everything in order anyway, so the priority is checked against the range and dropped.
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;   // (an H100's range)
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int priority) {
+    if (priority > 0 || priority < -5)
+        return cudaErrorInvalidValue;   // (a real device clamps; our callers ask the range)
+    return cudaStreamCreateWithFlags(s, flags);
+}
 
 // returns at once; the worker finishes the queued work, then ends
 cudaError_t cudaStreamDestroy(cudaStream_t h) {
