@@ -59,13 +59,19 @@ ifeq ($(MPI),1)
   LDLIBS += $(filter-out -I%,$(MPI_FLAGS))
 endif
 
-# PMI2 (Slurm's libpmi2) for bootstrapping ranks under srun without MPI
+# PMI2 (Slurm's libpmi2) for bootstrapping ranks under srun without MPI: slurm/pmi2.h under
+# SLURM_DIR, by default the prefix of the srun on PATH (a cluster's Slurm in /opt/slurm:
+# /opt/slurm/bin/srun -> /opt/slurm/include/slurm/pmi2.h, libpmi2 in its lib64/ or lib/: the
+# library of the Slurm that runs the job), else in the system's include directory (Debian's
+# libpmi2-0-dev). PMI2=0/1 and SLURM_DIR=... override.
+SLURM_DIR ?= $(patsubst %/bin/srun,%,$(shell command -v srun 2>/dev/null))
+PMI2_PREFIX := $(if $(filter-out /usr,$(SLURM_DIR)),$(if $(wildcard $(SLURM_DIR)/include/slurm/pmi2.h),$(SLURM_DIR)))
 ifeq ($(origin PMI2), undefined)
-  PMI2 := $(if $(wildcard /usr/include/slurm/pmi2.h),1,0)
+  PMI2 := $(if $(PMI2_PREFIX)$(wildcard /usr/include/slurm/pmi2.h),1,0)
 endif
 ifeq ($(PMI2),1)
-  CFLAGS += -DFT_HAVE_PMI2
-  LDLIBS += -lpmi2
+  CFLAGS += -DFT_HAVE_PMI2 $(if $(PMI2_PREFIX),-I$(PMI2_PREFIX)/include)
+  LDLIBS += $(foreach d,$(wildcard $(PMI2_PREFIX:%=%/lib64) $(PMI2_PREFIX:%=%/lib)),-L$(d) -Wl,-rpath,$(d)) -lpmi2
 endif
 
 # CUDA toolkit: host C files that talk to the CUDA runtime, cuBLASLt, cuDNN and NCCL

@@ -6,7 +6,8 @@
 #   2. jansson and OpenBLAS found under DEPS_PREFIX (a folder of extracted .deb files, the
 #      GPU-machine bundle) count as present, as do commands on PATH;
 #   3. with everything present it prints nothing and exits 0;
-#   4. the Makefile runs it for `make run` and stops before compiling when it fails.
+#   4. the Makefile runs it for `make run` and stops before compiling when it fails;
+#   5. the Makefile finds Slurm's pmi2.h and libpmi2 under the prefix of the srun on PATH.
 # Runtime: under 2 s.
 set -u
 build="${1:-build}"
@@ -49,5 +50,18 @@ args=(check); out=$(deps DEPS_PREFIX="$b" 2>&1); rc=$?
 out=$(env DEPS_ROOT="$tmp/root" DEPS_NO_INSTALL=1 PATH="$tmp/bin:/usr/bin:/bin" make -n run BUILD="$tmp/build" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -qF "apt-get install" <<<"$out" && ! grep -q "finetune --model_dir" <<<"$out" && [ ! -e "$tmp/build" ] \
   && ok "make run with a dependency missing: the apt-get line, no build, rc $rc" || bad "make run: rc $rc: $out"
+
+# 5. the Makefile finds Slurm's pmi2.h and libpmi2 under the prefix of the srun on PATH (a
+# cluster's Slurm in /opt/slurm, not the system's): -I on every compile, -L and an rpath at
+# the link; SLURM_DIR= (empty) falls back to the system's header (or none)
+s="$tmp/opt/slurm"; mkdir -p "$s/bin" "$s/include/slurm" "$s/lib64"; touch "$s/include/slurm/pmi2.h"
+printf '#!/bin/sh\n' > "$s/bin/srun"; chmod +x "$s/bin/srun"
+out=$(PATH="$s/bin:$PATH" make -n -B BUILD="$tmp/mk" "$tmp/mk/finetune" 2>&1); rc=$?
+n_cc=$(grep -c -- "-DFT_HAVE_PMI2 -I$s/include" <<<"$out")
+[ $rc -eq 0 ] && [ "$n_cc" -gt 10 ] && grep -q -- "-L$s/lib64 -Wl,-rpath,$s/lib64 .*-lpmi2" <<<"$out" && [ ! -e "$tmp/mk" ] \
+  && ok "make: Slurm under the srun on PATH ($s): -I on $n_cc compiles, -L/rpath and -lpmi2 at the link" \
+  || bad "make with srun in $s: rc $rc, $n_cc compiles with its -I: $(grep -- '-o .*/finetune$' <<<"$out")"
+out=$(PATH="$s/bin:$PATH" make -n -B BUILD="$tmp/mk" SLURM_DIR= "$tmp/mk/finetune" 2>&1)
+! grep -q -- "$s" <<<"$out" && ok "make SLURM_DIR= (empty): nothing from $s" || bad "SLURM_DIR= still uses $s"
 
 finish
