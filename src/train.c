@@ -688,14 +688,44 @@ static void grace_for_write(double bytes, const char *what) { grace_for_io(bytes
 // trained parameters: the full model's, or with LoRA the adapters'
 static double trained_params(const job *j) { return (double)(j->lora ? &j->ll.layout : &j->layout)->n_params; }
 
-static int save_checkpoint(job *j, int step) {
+// The seconds a stop signal leaves before the time limit under Slurm: slurm/*.sbatch's
+// --signal=TERM@300, or FT_SIGNAL_MARGIN_S for a job submitted with another margin.
+#define SLURM_SIGNAL_MARGIN_S 300
+
+// Under Slurm, once: a step plus a checkpoint that do not fit in the signal's margin (a
+// SIGTERM's checkpoint would be SIGKILLed at the time limit; the run would continue from the
+// last periodic one). Rank 0.
+static void warn_signal_margin(double step_secs, double save_secs, const char *size) {
+    static int warned;
+    const char *env = getenv("FT_SIGNAL_MARGIN_S");
+    const double margin = env && atof(env) > 0 ? atof(env) : SLURM_SIGNAL_MARGIN_S;
+    if (warned || !getenv("SLURM_JOB_ID") || step_secs + save_secs <= margin) return;
+    warned = 1;
+    const int want = 60 * (int)ceil(1.5 * (step_secs + save_secs) / 60);
+    fprintf(stderr, "finetune: warning: a step (%.1f s) and a checkpoint (%s in %.1f s) take longer than the %g s "
+            "a stop signal leaves before Slurm's time limit (%s): a SIGTERM's checkpoint would not finish; submit "
+            "with sbatch --signal=TERM@%d and FT_SIGNAL_MARGIN_S=%d, or write --out_dir to faster storage\n", step_secs,
+            size, save_secs, margin, env ? "FT_SIGNAL_MARGIN_S" : "slurm/*.sbatch's --signal=TERM@300", want, want);
+}
+
+// step_secs: the last step's seconds (for the margin's warning)
+static int save_checkpoint(job *j, int step, double step_secs) {
     watchdog_set_phase("checkpoint at step %d", step);
     const trainer_state ts = job_state(j, step);
-    grace_for_write(12 * trained_params(j), "checkpoint");   // fp32 weights + two fp32 AdamW moments
+    const double bytes = 12 * trained_params(j);   // fp32 weights + two fp32 AdamW moments
+    grace_for_write(bytes, "checkpoint");
+    const double t0 = now_seconds();
     int rc = agree(j, ckpt_save(j->o->out_dir, j->o->model_dir, j->opt, &ts, j->rank, j->o->save_total_limit));
+    const double secs = now_seconds() - t0;
     watchdog_set_grace(0, NULL);
     if (rc != 0) return rc;
-    if (is_main(j)) printf("checkpoint: %s/checkpoints/step_%08d\n", j->o->out_dir, step);
+    if (is_main(j)) {
+        char size[32];
+        watchdog_format_bytes(size, sizeof size, (size_t)bytes);
+        printf("checkpoint: %s/checkpoints/step_%08d (%s in %.1f s, %.0f MB/s)\n", j->o->out_dir, step, size, secs,
+               bytes / 1e6 / (secs > 1e-3 ? secs : 1e-3));
+        warn_signal_margin(step_secs, secs, size);
+    }
     return 0;
 }
 
@@ -872,7 +902,7 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
         else if (eval_due) TRY(eval_and_log(j, step));
         *stopped = flag[0] > 0 || (o->stop_at_step > 0 && step >= o->stop_at_step);
         if ((o->save_every > 0 && step % o->save_every == 0) || *stopped || step == j->total_steps)
-            if ((rc = save_checkpoint(j, step)) != 0) return rc;
+            if ((rc = save_checkpoint(j, step, st.secs)) != 0) return rc;
         if (*stopped) {
             if (is_main(j))
                 printf("finetune: stopping after step %d (%s); continue with --resume latest\n", step,

@@ -5,7 +5,8 @@
 #      (weights, AdamW moments, per-step losses), in game mode and in pack mode with
 #      gradient checkpointing and gradient accumulation; a checkpoint without checksums (an
 #      older build's) resumes the same;
-#   2. SIGTERM mid-run saves a checkpoint and exits 0; the resumed run finishes; a second job
+#   2. the checkpoint line (size, seconds, rate) and, under Slurm, the warning when a step and a
+#      checkpoint exceed the stop signal's margin; SIGTERM mid-run saves a checkpoint and exits 0; the resumed run finishes; a second job
 #      into a running job's --out_dir is refused; SIGTERM while sampling stops there; Ctrl-C
 #      twice exits at once; an --out_dir removed or replaced under a running job stops it, and so
 #      does its .lock or metrics.jsonl removed;
@@ -44,6 +45,20 @@ resume_case() {
 }
 resume_case games
 resume_case packed --pack --gradient_checkpointing --batch_size_per_device 2
+
+# the checkpoint line names its size, seconds and rate; under Slurm (SLURM_JOB_ID), a step and a
+# checkpoint longer than the stop signal's margin (FT_SIGNAL_MARGIN_S, here 1 us) warn once
+# (two checkpoints here), naming the sbatch margin to use; outside Slurm, no warning
+m="$tmp/margin"
+env SLURM_JOB_ID=1 FT_SIGNAL_MARGIN_S=0.000001 "$bin" "${small[@]}" --max_steps 2 --save_every 1 --out_dir "$m" \
+  > "$m.log" 2> "$m.err"; rc=$?
+[ $rc -eq 0 ] && [ "$(grep -cE "^checkpoint: $m/checkpoints/step_0000000[12] \([0-9.]+ MiB in [0-9.]+ s, [0-9]+ MB/s\)$" "$m.log")" = 2 ] \
+  && [ "$(grep -c "warning: a step" "$m.err")" = 1 ] \
+  && grep -q "than the 1e-06 s a stop signal leaves before Slurm's time limit (FT_SIGNAL_MARGIN_S).*sbatch --signal=TERM@60 " "$m.err" \
+  && ok "checkpoint lines with size, seconds and rate; under Slurm one margin warning: $(grep -o 'warning: a step.*limit' "$m.err")" \
+  || bad "checkpoint line / margin warning: rc $rc: $(grep checkpoint: "$m.log") $(cat "$m.err")"
+env -u SLURM_JOB_ID FT_SIGNAL_MARGIN_S=0.000001 "$bin" "${small[@]}" --max_steps 1 --out_dir "$m-2" > "$m-2.log" 2>&1 \
+  && ! grep -q "warning: a step" "$m-2.log" && ok "outside Slurm: no margin warning" || bad "outside Slurm: $(cat "$m-2.log")"
 
 # a checkpoint whose files carry no checksums (an older build's: strip_checksums) resumes as
 # before, unchecked, bitwise as above; the checkpoints it saves carry them again
