@@ -9,6 +9,13 @@
 //
 // Shapes: q, out, dq, dout (B, T, H, D); k, v, dk, dv (B, T, KVH, D); lse (B, H, T) fp32.
 // Query head h reads kv head h / (H / KVH); scale = 1/sqrt(D); D <= 128, H % KVH == 0.
+// Segment starts (seg (B, T) int32 or NULL, backend.h; --pack_attention per_game): query t
+// sees keys seg[b, t] .. t. seg is nondecreasing along a row, so a query tile's smallest
+// start is its first row's: its key loop starts at the tile holding that key, keys before a
+// row's start are masked like those past the diagonal (score -inf / probability 0), a
+// backward key tile stops at the first query tile that starts after its last key, and a
+// 16x16 block no row of which sees a key of is skipped (no work, no dS written or read).
+// NULL: start 0 everywhere, the same arithmetic as plain causal attention (bitwise).
 //
 // forward: grid (ceil(T/16), H, B), 256 threads; a block owns 16 query rows of one head.
 //   Loop over 16-key tiles up to its last row (causal): S = Q K^T * scale on the tile
@@ -120,6 +127,11 @@ __device__ __forceinline__ void load_tile(float *s, int ld, const bf16 *x, int b
     }
 }
 
+// the segment start of query row t < T of batch b (0 without segments)
+__device__ __forceinline__ int seg_start(const int32_t *seg, int b, int T, int t) {
+    return seg ? seg[(size_t)b * T + t] : 0;
+}
+
 __device__ __forceinline__ float dot_smem(const float *a, const float *b, int D) {
     float s = 0.0f;
     for (int d = 0; d < D; d++) s += a[d] * b[d];
@@ -128,7 +140,7 @@ __device__ __forceinline__ float dot_smem(const float *a, const float *b, int D)
 
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T,
-                     int H, int KVH, int D, float scale, bool vec) {
+                     int H, int KVH, int D, float scale, bool vec, const int32_t *seg) {
     DYNAMIC_SMEM(float, smem);
     float *sQ = smem;                          // [BQ][D]
     float *sK = sQ + ATT_BQ * D;               // [BK][D+1]
@@ -146,8 +158,9 @@ attention_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const 
     for (int i = 0; i < ATT_EPT; i++) acc[i] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;     // row statistics (threads tid < BQ)
     const int kend = T < q0 + ATT_BQ ? T : q0 + ATT_BQ;
+    const int kbeg = seg_start(seg, b, T, q0) / ATT_BK * ATT_BK;   // the tile of the first row's start
 
-    for (int k0 = 0; k0 < kend; k0 += ATT_BK) {
+    for (int k0 = kbeg; k0 < kend; k0 += ATT_BK) {
         __syncthreads();                       // previous tile fully used
         load_tile(sK, D + 1, k, b, k0, T, KVH, kh, D, vec);
         load_tile(sV, D, v, b, k0, T, KVH, kh, D, vec);
@@ -157,7 +170,8 @@ attention_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const 
             const int e = tid + ATT_THREADS * i, r = e / ATT_BK, j = e % ATT_BK;
             const int tq = q0 + r, tk = k0 + j;
             float s = -INFINITY;
-            if (tk <= tq && tq < T) s = dot_smem(sQ + r * D, sK + j * (D + 1), D) * scale;
+            if (tk <= tq && tq < T && tk >= seg_start(seg, b, T, tq))
+                s = dot_smem(sQ + r * D, sK + j * (D + 1), D) * scale;
             sS[e] = s;
         }
         __syncthreads();
@@ -242,7 +256,7 @@ __device__ __forceinline__ void prob_and_dscore(float *p_out, float *ds_out, con
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
                           const float *delta, const bf16 *q, const bf16 *k, const bf16 *v,
-                          int T, int H, int KVH, int D, float scale, bool vec) {
+                          int T, int H, int KVH, int D, float scale, bool vec, const int32_t *seg) {
     DYNAMIC_SMEM(float, smem);
     float *sK = smem;                          // [BK][D+1]
     float *sV = sK + ATT_BK * (D + 1);         // [BK][D+1]
@@ -264,6 +278,7 @@ attention_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse
 
     for (int h = kh * group; h < (kh + 1) * group; h++) {
         for (int q0 = k0 / ATT_BQ * ATT_BQ; q0 < T; q0 += ATT_BQ) {
+            if (seg_start(seg, b, T, q0) >= k0 + ATT_BK) break;   // block-uniform: no later query sees these keys
             __syncthreads();                   // previous query tile fully used
             load_tile(sQ, D, q, b, q0, T, H, h, D, vec);
             load_tile(sdO, D, dout, b, q0, T, H, h, D, vec);
@@ -278,8 +293,8 @@ attention_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse
                 const int e = tid + ATT_THREADS * i, r = e / ATT_BK, j = e % ATT_BK;
                 const int tq = q0 + r, tk = k0 + j;
                 prob_and_dscore(&sP[e], &sdS[e], sQ + r * D, sdO + r * D, sK + j * (D + 1),
-                                sV + j * (D + 1), sLse[r], sDelta[r], tk <= tq && tq < T, D,
-                                scale);
+                                sV + j * (D + 1), sLse[r], sDelta[r],
+                                tk <= tq && tq < T && tk >= seg_start(seg, b, T, tq), D, scale);
             }
             __syncthreads();
 #pragma unroll
@@ -315,7 +330,7 @@ attention_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse, const float *delta,
                         const bf16 *q, const bf16 *k, const bf16 *v, int T, int H, int KVH,
-                        int D, float scale, bool vec) {
+                        int D, float scale, bool vec, const int32_t *seg) {
     DYNAMIC_SMEM(float, smem);
     float *sK = smem;                          // [BK][D+1]
     float *sV = sK + ATT_BK * (D + 1);         // [BK][D+1]
@@ -340,8 +355,9 @@ attention_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse, const floa
 #pragma unroll
     for (int i = 0; i < ATT_EPT; i++) adq[i] = 0.0f;
     const int kend = T < q0 + ATT_BQ ? T : q0 + ATT_BQ;
+    const int kbeg = seg_start(seg, b, T, q0) / ATT_BK * ATT_BK;   // as in the forward
 
-    for (int k0 = 0; k0 < kend; k0 += ATT_BK) {
+    for (int k0 = kbeg; k0 < kend; k0 += ATT_BK) {
         __syncthreads();
         load_tile(sK, D + 1, k, b, k0, T, KVH, kh, D, vec);
         load_tile(sV, D + 1, v, b, k0, T, KVH, kh, D, vec);
@@ -351,7 +367,8 @@ attention_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse, const floa
             const int e = tid + ATT_THREADS * i, r = e / ATT_BK, j = e % ATT_BK;
             const int tq = q0 + r, tk = k0 + j;
             prob_and_dscore(&sP[e], &sdS[e], sQ + r * D, sdO + r * D, sK + j * (D + 1),
-                            sV + j * (D + 1), sLse[r], sDelta[r], tk <= tq && tq < T, D, scale);
+                            sV + j * (D + 1), sLse[r], sDelta[r],
+                            tk <= tq && tq < T && tk >= seg_start(seg, b, T, tq), D, scale);
         }
         __syncthreads();
 #pragma unroll
@@ -407,7 +424,8 @@ __device__ __forceinline__ void copy_tile_bf16(bf16 *s, int ld, const bf16 *x, i
 
 __global__ void __launch_bounds__(ATT_TC_WARPS * 32)
 attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                          int T, int H, int KVH, int D, float scale, bool vec, bool vec_out) {
+                          int T, int H, int KVH, int D, float scale, bool vec, bool vec_out,
+                          const int32_t *seg) {
     using namespace nvcuda;
     DYNAMIC_SMEM(unsigned char, smem);
     const int ld = D + ATT_TC_PAD;
@@ -439,12 +457,15 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
         for (int e = 0; e < 8; e++) o[ds][e] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;           // statistics of row r (both lanes)
     const int kend = T < q0 + ATT_TC_BQ ? T : q0 + ATT_TC_BQ;
+    const int kbeg = seg_start(seg, b, T, q0) / ATT_TC_BK * ATT_TC_BK;   // the round of the first row's start
+    const int wseg = wq0 < T ? seg_start(seg, b, T, wq0) : 0;          // the warp's smallest start
+    const int rseg = tq < T ? seg_start(seg, b, T, tq) : 0;            // row r's
 
     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fk;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fv;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
 
-    for (int k0 = 0; k0 < kend; k0 += ATT_TC_BK) {
+    for (int k0 = kbeg; k0 < kend; k0 += ATT_TC_BK) {
         __syncthreads();                             // previous K/V tile fully used
         copy_tile_bf16(sK, ld, k, ATT_TC_BK, b, k0, T, KVH, kh, D, vec);
         copy_tile_bf16(sV, ld, v, ATT_TC_BK, b, k0, T, KVH, kh, D, vec);
@@ -452,6 +473,7 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
         for (int sub = 0; sub < ATT_TC_BK; sub += 16) {
             const int kt = k0 + sub;                 // this 16-key sub-tile's first key
             if (wq0 >= T || kt > wq0 + 15) break;    // warp-uniform: nothing visible from here
+            if (kt + 15 < wseg) continue;            // warp-uniform: before every row's segment
 
             // S = Q K^T (K^T as a column-major view of the row-major K tile)
             wmma::fill_fragment(acc, 0.0f);
@@ -471,7 +493,7 @@ attention_fwd_wmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 const int tk = kt + c0 + e;
-                s[e] = tk <= tq && tq < T ? wS[r * ATT_TC_LDS + c0 + e] * scale : -INFINITY;
+                s[e] = tk <= tq && tq < T && tk >= rseg ? wS[r * ATT_TC_LDS + c0 + e] * scale : -INFINITY;
                 mx = fmaxf(mx, s[e]);
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -587,7 +609,8 @@ __device__ __forceinline__ void tile_abt(float *wS, const bf16 *a, const bf16 *b
 __device__ __forceinline__ void warp_p_ds(bf16 *wP, bf16 *wdS, float *wS, const bf16 *sKw,
                                           const bf16 *sVw, const bf16 *sQ, const bf16 *sdO,
                                           const float *sLse, const float *sDelta, int ld, int DT,
-                                          int wk0, int q0, int T, float scale) {
+                                          int wk0, int q0, int T, float scale, const int32_t *seg,
+                                          int b) {
     const int er = (threadIdx.x % 32) >> 2, ec = threadIdx.x & 3;
     // P^T = exp(S^T * scale - lse), S^T = K_w Q^T
     tile_abt(wS, sKw, sQ, ld, DT);
@@ -597,7 +620,7 @@ __device__ __forceinline__ void warp_p_ds(bf16 *wP, bf16 *wdS, float *wS, const 
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int j = er + 8 * i, c = ec + 4 * e, tk = wk0 + j, tq = q0 + c;
-            p[i][e] = tk <= tq && tq < T
+            p[i][e] = tk <= tq && tq < T && tk >= seg_start(seg, b, T, tq < T ? tq : 0)
                           ? __expf(wS[j * ATT_TC_LDS + c] * scale - sLse[c]) : 0.0f;
         }
     __syncwarp();                                    // S^T read before dP^T overwrites it
@@ -619,7 +642,8 @@ __global__ void __launch_bounds__(ATT_BW_WARPS * 32)
 attention_bwd_dkdv_wmma_kernel(bf16 *dk, bf16 *dv, bf16 *ds_ws, const bf16 *dout,
                                const float *lse, const float *delta, const bf16 *q,
                                const bf16 *k, const bf16 *v, int T, int Tp, int H, int KVH,
-                               int D, float scale, int b0, int kh0, bool vec, bool vec_out) {
+                               int D, float scale, int b0, int kh0, bool vec, bool vec_out,
+                               const int32_t *seg) {
     using namespace nvcuda;
     DYNAMIC_SMEM(unsigned char, smem);
     const int ld = D + ATT_TC_PAD;
@@ -655,6 +679,8 @@ attention_bwd_dkdv_wmma_kernel(bf16 *dk, bf16 *dv, bf16 *ds_ws, const bf16 *dout
         const int h = kh * group + hl;
         bf16 *ws = ds_ws + (slab0 + hl) * Tp * Tp;   // dS^T of (b, h): [Tp keys][Tp queries]
         for (int q0 = k0; q0 < T; q0 += ATT_BW_BQ) {
+            const int qseg = seg_start(seg, b, T, q0);   // the query tile's smallest start
+            if (qseg >= k0 + ATT_BW_BK) break;       // block-uniform: no later query sees these keys
             __syncthreads();                         // previous query tile fully used
             copy_tile_bf16(sQ, ld, q, ATT_BW_BQ, b, q0, T, H, h, D, vec);
             copy_tile_bf16(sdO, ld, dout, ATT_BW_BQ, b, q0, T, H, h, D, vec);
@@ -665,9 +691,10 @@ attention_bwd_dkdv_wmma_kernel(bf16 *dk, bf16 *dv, bf16 *ds_ws, const bf16 *dout
             }
             __syncthreads();
             if (wk0 >= T || wk0 > q0 + 15) continue; // warp-uniform: no visible (key, query)
-
+            if (qseg > wk0 + 15) continue;           // warp-uniform: before every row's segment
+                                                     // (the dQ kernel skips this block too)
             warp_p_ds(wP, wdS, wS, sK + 16 * warp * ld, sV + 16 * warp * ld, sQ, sdO, sLse, sDelta,
-                      ld, DT, wk0, q0, T, scale);
+                      ld, DT, wk0, q0, T, scale, seg, b);
             {   // dS^T rows wk0 .. +15, columns q0 .. +15 to the workspace (one 16-byte copy per lane)
                 const int r = lane >> 1, c0 = (lane & 1) * 8;
                 *reinterpret_cast<uint4 *>(ws + (size_t)(wk0 + r) * Tp + q0 + c0) =
@@ -705,7 +732,8 @@ attention_bwd_dkdv_wmma_kernel(bf16 *dk, bf16 *dv, bf16 *ds_ws, const bf16 *dout
 
 __global__ void __launch_bounds__(ATT_DQ_WARPS * 32)
 attention_bwd_dq_wmma_kernel(bf16 *dq, const bf16 *ds_ws, const bf16 *k, int T, int Tp, int H,
-                             int KVH, int D, int b0, int h0, bool vec, bool vec_out) {
+                             int KVH, int D, int b0, int h0, bool vec, bool vec_out,
+                             const int32_t *seg) {
     using namespace nvcuda;
     DYNAMIC_SMEM(unsigned char, smem);
     const int ld = D + ATT_TC_PAD;
@@ -725,8 +753,10 @@ attention_bwd_dq_wmma_kernel(bf16 *dq, const bf16 *ds_ws, const bf16 *k, int T, 
 #pragma unroll
     for (int ds = 0; ds < ATT_DMAX / 16; ds++) wmma::fill_fragment(adq[ds], 0.0f);
     const int kend = T < q0 + ATT_DQ_BQ ? T : q0 + ATT_DQ_BQ;
+    const int kbeg = seg_start(seg, b, T, q0) / ATT_DQ_BK * ATT_DQ_BK;   // the tile of the first row's start
+    const int wseg = wq0 < T ? seg_start(seg, b, T, wq0) : 0;           // the warp's smallest start
 
-    for (int k0 = 0; k0 < kend; k0 += ATT_DQ_BK) {
+    for (int k0 = kbeg; k0 < kend; k0 += ATT_DQ_BK) {
         __syncthreads();                             // previous K tile fully used
         copy_tile_bf16(sK, ld, k, ATT_DQ_BK, b, k0, T, KVH, kh, D, vec);
         __syncthreads();
@@ -734,6 +764,7 @@ attention_bwd_dq_wmma_kernel(bf16 *dq, const bf16 *ds_ws, const bf16 *k, int T, 
         for (int kb = 0; kb < ATT_DQ_BK / 16; kb++) {
             const int tk0 = k0 + 16 * kb;
             if (tk0 > wq0) break;                    // warp-uniform causal bound (tk0 < T too)
+            if (tk0 + 15 < wseg) continue;           // warp-uniform: a block the dK/dV kernel skipped
 #pragma unroll
             for (int ds = 0; ds < ATT_DMAX / 16; ds++) {
                 if (ds < DT) {
@@ -771,7 +802,7 @@ static int attention_check(const char *op, int B, int H, int KVH, int D) {
 
 extern "C" int ftk_attention_fwd(void *out, float *lse, const void *q, const void *k,
                                  const void *v, int B, int T, int H, int KVH, int D,
-                                 ftk_stream stream) {
+                                 const int32_t *seg, ftk_stream stream) {
     if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return 0;
     if (attention_check("attention_fwd", B, H, KVH, D) != 0) return -1;
     const bool vec = D % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
@@ -782,14 +813,14 @@ extern "C" int ftk_attention_fwd(void *out, float *lse, const void *q, const voi
         LAUNCH_KERNEL(dim3(ceil_div(T, ATT_TC_BQ), H, B), dim3(ATT_TC_WARPS * 32), smem, stream,
                       attention_fwd_wmma_kernel)((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
                                                  (const bf16 *)v, T, H, KVH, D, scale, vec,
-                                                 aligned16(out));
+                                                 aligned16(out), seg);
         return launch_check("attention_fwd (tensor cores)");
     }
     const size_t smem = sizeof(float) * (size_t)(ATT_BQ * D + ATT_BK * (D + 1) + ATT_BK * D +
                                                  ATT_BQ * ATT_BK + 2 * ATT_BQ);
     LAUNCH_KERNEL(dim3(ceil_div(T, ATT_BQ), H, B), dim3(ATT_THREADS), smem, stream,
                   attention_fwd_kernel)((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
-                                        (const bf16 *)v, T, H, KVH, D, scale, vec);
+                                        (const bf16 *)v, T, H, KVH, D, scale, vec, seg);
     return launch_check("attention_fwd");
 }
 
@@ -799,7 +830,7 @@ extern "C" int ftk_attention_fwd(void *out, float *lse, const void *q, const voi
 static int attention_bwd_wmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
                               const float *delta, const bf16 *q, const bf16 *k, const bf16 *v,
                               int B, int T, int H, int KVH, int D, float scale, bool vec,
-                              ftk_stream stream) {
+                              const int32_t *seg, ftk_stream stream) {
     const int group = H / KVH, Tp = (int)ceil_div(T, 16) * 16;
     int nkv, nb;   // kv heads and sequences per launch (src/attention_ws.h, shared with the plan)
     const size_t ws_bytes = attention_bwd_ds_bytes(B, T, H, KVH, g_attention_ds_cap, &nb, &nkv);
@@ -819,12 +850,12 @@ static int attention_bwd_wmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, co
             LAUNCH_KERNEL(dim3(ceil_div(T, ATT_BW_BK), nkc, nbc), dim3(ATT_BW_WARPS * 32), smem_kv, stream,
                           attention_bwd_dkdv_wmma_kernel)(dk, dv, ws, dout, lse, delta, q, k, v, T, Tp, H,
                                                           KVH, D, scale, b0, kh0, vec,
-                                                          aligned16(dk) && aligned16(dv));
+                                                          aligned16(dk) && aligned16(dv), seg);
             rc = launch_check("attention_bwd (dk, dv; tensor cores)");
             if (rc != 0) break;
             LAUNCH_KERNEL(dim3(ceil_div(T, ATT_DQ_BQ), nkc * group, nbc), dim3(ATT_DQ_WARPS * 32), smem_q,
                           stream, attention_bwd_dq_wmma_kernel)(dq, ws, k, T, Tp, H, KVH, D, b0, kh0 * group,
-                                                                vec, aligned16(dq));
+                                                                vec, aligned16(dq), seg);
             rc = launch_check("attention_bwd (dq; tensor cores)");
         }
     }
@@ -834,7 +865,8 @@ static int attention_bwd_wmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, co
 
 extern "C" int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out,
                                  const float *lse, const void *q, const void *k, const void *v,
-                                 int B, int T, int H, int KVH, int D, ftk_stream stream) {
+                                 int B, int T, int H, int KVH, int D, const int32_t *seg,
+                                 ftk_stream stream) {
     if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return 0;
     if (attention_check("attention_bwd", B, H, KVH, D) != 0) return -1;
     const float scale = 1.0f / sqrtf((float)D);
@@ -848,7 +880,7 @@ extern "C" int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout,
     if (rc == 0 && g_attention_tensor_cores && D % 16 == 0) {
         rc = attention_bwd_wmma((bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, lse, delta,
                                 (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, B, T, H, KVH, D,
-                                scale, vec, stream);
+                                scale, vec, seg, stream);
         ftk_scratch_put(delta, stream);
         return rc;
     }
@@ -858,14 +890,14 @@ extern "C" int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout,
         LAUNCH_KERNEL(dim3(ceil_div(T, ATT_BK), KVH, B), dim3(ATT_THREADS), smem, stream,
                       attention_bwd_dkdv_kernel)((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, lse,
                                                  delta, (const bf16 *)q, (const bf16 *)k,
-                                                 (const bf16 *)v, T, H, KVH, D, scale, vec);
+                                                 (const bf16 *)v, T, H, KVH, D, scale, vec, seg);
         rc = launch_check("attention_bwd (dk, dv)");
     }
     if (rc == 0) {
         LAUNCH_KERNEL(dim3(ceil_div(T, ATT_BQ), H, B), dim3(ATT_THREADS), smem, stream,
                       attention_bwd_dq_kernel)((bf16 *)dq, (const bf16 *)dout, lse, delta,
                                                (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                                               T, H, KVH, D, scale, vec);
+                                               T, H, KVH, D, scale, vec, seg);
         rc = launch_check("attention_bwd (dq)");
     }
     ftk_scratch_put(delta, stream);

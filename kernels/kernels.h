@@ -32,32 +32,35 @@ int ftk_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight,
 int ftk_rmsnorm_bwd(void *dinp, void *dweight, int dw_f32, const void *dout, const void *inp,
                     const void *weight, const float *rstd, int N, int C, ftk_stream stream);
 // rope.cu
+// seg (B, T) int32 device memory or NULL: segment starts, position t - seg[b, t] (backend.h)
 int ftk_rope_fwd(void *out, const void *inp, const float *cos, const float *sin, int B, int T,
-                 int NH, int D, ftk_stream stream);
+                 int NH, int D, const int32_t *seg, ftk_stream stream);
 int ftk_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T,
-                 int NH, int D, ftk_stream stream);
+                 int NH, int D, const int32_t *seg, ftk_stream stream);
 // q (B, T, H, D), k, v (B, T, KVH, D) from the fused projection qkv (B, T, (H + 2 KVH) D):
 // q and k rotated, v copied; the backward gathers dqkv from dq, dk (rotated back) and dv;
 // cos = sin = NULL: the split / gather without rotation
 int ftk_rope_qkv_fwd(void *q, void *k, void *v, const void *qkv, const float *cos,
-                     const float *sin, int B, int T, int H, int KVH, int D, ftk_stream stream);
+                     const float *sin, int B, int T, int H, int KVH, int D, const int32_t *seg,
+                     ftk_stream stream);
 int ftk_rope_qkv_bwd(void *dqkv, const void *dq, const void *dk, const void *dv,
                      const float *cos, const float *sin, int B, int T, int H, int KVH, int D,
-                     ftk_stream stream);
+                     const int32_t *seg, ftk_stream stream);
 // attention.cu (head dim D <= 128). Forward and backward use tensor cores (wmma) when
 // D % 16 == 0, the SIMT kernels otherwise; ftk_attention_set_tensor_cores(0) forces SIMT
 // (tests, comparisons), (1) restores the default. The tensor-core backward takes a bf16 dS
 // workspace of up to 32 MiB from ftk_scratch_get (more when one kv head of one sequence
 // needs more: group * ceil16(T)^2 * 2 bytes); ftk_attention_set_ds_cap(bytes) changes that
 // cap (tests: 1 = one kv head of one sequence per launch), 0 restores it. Process-wide, not
-// thread-safe.
+// thread-safe. seg (B, T) int32 device memory or NULL: segment starts (backend.h), query t
+// sees keys seg[b, t] .. t only.
 void ftk_attention_set_tensor_cores(int on);
 void ftk_attention_set_ds_cap(size_t bytes);
 int ftk_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                      int T, int H, int KVH, int D, ftk_stream stream);
+                      int T, int H, int KVH, int D, const int32_t *seg, ftk_stream stream);
 int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out,
                       const float *lse, const void *q, const void *k, const void *v, int B, int T,
-                      int H, int KVH, int D, ftk_stream stream);
+                      int H, int KVH, int D, const int32_t *seg, ftk_stream stream);
 // lmhead_xent.cu: the softmax + cross-entropy step of backend.h's lmhead_xent, between the
 // backend's cuBLASLt GEMMs, for one chunk of rows: losses (rows) from logits (rows, V) fp32;
 // when `backward`, the logits are overwritten in place by bf16 softmax - onehot(target)

@@ -222,9 +222,9 @@ static int check_run(const check_bufs *c) {
         void *const *d = c->dev[w];
         if (w == 0) {
             TRY(c->be->attention_fwd(d[T_OUT], d[T_LSE], d[T_Q], d[T_K], d[T_V], CHECK_B, CHECK_T, CHECK_H, CHECK_KVH,
-                                     CHECK_D));
+                                     CHECK_D, NULL));
             TRY(c->be->attention_bwd(d[T_DQ], d[T_DK], d[T_DV], d[T_DOUT], d[T_OUT], d[T_LSE], d[T_Q], d[T_K], d[T_V],
-                                     CHECK_B, CHECK_T, CHECK_H, CHECK_KVH, CHECK_D));
+                                     CHECK_B, CHECK_T, CHECK_H, CHECK_KVH, CHECK_D, NULL));
         } else {
             TRY(attn_cudnn_fwd(d[T_OUT], d[T_LSE], d[T_Q], d[T_K], d[T_V], CHECK_B, CHECK_T, CHECK_H, CHECK_KVH,
                                CHECK_D));

@@ -94,21 +94,29 @@ struct backend {
     int (*rmsnorm_bwd)(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
                        const void *weight, const float *rstd, int N, int C);
 
-    // Rotary embedding, HF rotate_half convention, positions 0..T-1.
+    // Segment starts (the rope and attention ops' last argument, `seg`): NULL = one sequence
+    // per row (positions 0..T-1, plain causal attention: bitwise today's results); else
+    // seg (B, T) int32 in backend memory, seg[b, t] = the first position of the segment
+    // (packed game) holding t: nondecreasing along a row, 0 <= seg[b, t] <= t, and
+    // seg[b, t] = t or seg[b, t - 1] (--pack_attention per_game; model.c builds it). RoPE then
+    // uses position t - seg[b, t], and query t attends to keys seg[b, t] .. t only.
+    //
+    // Rotary embedding, HF rotate_half convention, positions 0..T-1 (or t - seg[b, t]).
     // out/inp (B, T, NH, D); cos/sin (T, D/2) fp32. out may equal inp.
     int (*rope_fwd)(void *out, const void *inp, const float *cos, const float *sin,
-                    int B, int T, int NH, int D);
+                    int B, int T, int NH, int D, const int32_t *seg);
     // dinp/dout (B, T, NH, D): the transpose rotation. dinp may equal dout.
     int (*rope_bwd)(void *dinp, const void *dout, const float *cos, const float *sin,
-                    int B, int T, int NH, int D);
+                    int B, int T, int NH, int D, const int32_t *seg);
     // The same on the fused q|k|v projection: qkv (B, T, (H + 2 KVH) D) = [q | k | v] per row
     // in, q (B, T, H, D) and k (B, T, KVH, D) rotated and v (B, T, KVH, D) copied out.
     // cos = sin = NULL (both ops): no rotation, the split (gather) alone.
     int (*rope_qkv_fwd)(void *q, void *k, void *v, const void *qkv, const float *cos,
-                        const float *sin, int B, int T, int H, int KVH, int D);
+                        const float *sin, int B, int T, int H, int KVH, int D, const int32_t *seg);
     // dqkv (B, T, (H + 2 KVH) D) = [rope_bwd(dq) | rope_bwd(dk) | dv] per row (overwritten).
     int (*rope_qkv_bwd)(void *dqkv, const void *dq, const void *dk, const void *dv,
-                        const float *cos, const float *sin, int B, int T, int H, int KVH, int D);
+                        const float *cos, const float *sin, int B, int T, int H, int KVH, int D,
+                        const int32_t *seg);
 
     // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T      (nn.Linear without bias)
     //               + residual (N, OC) when not NULL (a residual stream, or out itself: +=)
@@ -123,12 +131,14 @@ struct backend {
     // Causal softmax attention with GQA (query head h uses kv head h / (H / KVH)),
     // scale 1/sqrt(D). q, out (B, T, H, D); k, v (B, T, KVH, D);
     // lse (B, H, T) fp32 = logsumexp of each query row's scaled scores, saved for backward.
+    // seg (B, T) or NULL (above): query t sees keys seg[b, t] .. t (NULL: 0 .. t).
     int (*attention_fwd)(void *out, float *lse, const void *q, const void *k, const void *v,
-                         int B, int T, int H, int KVH, int D);
-    // dq (B, T, H, D), dk, dv (B, T, KVH, D) overwritten; dout, out (B, T, H, D).
+                         int B, int T, int H, int KVH, int D, const int32_t *seg);
+    // dq (B, T, H, D), dk, dv (B, T, KVH, D) overwritten; dout, out (B, T, H, D); seg as
+    // given to the forward.
     int (*attention_bwd)(void *dq, void *dk, void *dv, const void *dout, const void *out,
                          const float *lse, const void *q, const void *k, const void *v,
-                         int B, int T, int H, int KVH, int D);
+                         int B, int T, int H, int KVH, int D, const int32_t *seg);
 
     // out (N, F) = silu(gate) * up. gate and up are (N, F) with row stride ld (>= F), so
     // they may be the two halves of the fused (N, 2F) gate|up GEMM output (gate = gu,

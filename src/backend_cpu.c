@@ -173,14 +173,17 @@ static int cpu_rmsnorm_bwd(void *dinp_, void *dweight_, st_dtype gdt, const void
 // RoPE, rotate_half convention: pairs (i, i + D/2)
 
 // NH heads of D per row for B*T rows, rows ld_out / ld_inp floats apart; rotate 0 copies.
+// Row t of batch b takes the angles of position t, or t - seg[b, t] (seg not NULL).
 static void rope_rotate(float *out, size_t ld_out, const float *inp, size_t ld_inp, const float *cos,
-                        const float *sin, int B, int T, int NH, int D, float sign, int rotate) {
+                        const float *sin, int B, int T, int NH, int D, float sign, int rotate,
+                        const int32_t *seg) {
     int half = D / 2;
 #pragma omp parallel for collapse(2) if ((size_t)B * T * NH * D >= PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            const float *ct = rotate ? cos + (size_t)t * half : NULL, *st = rotate ? sin + (size_t)t * half : NULL;
             const size_t row = (size_t)b * T + t;
+            const size_t pos = seg ? (size_t)(t - seg[row]) : (size_t)t;
+            const float *ct = rotate ? cos + pos * half : NULL, *st = rotate ? sin + pos * half : NULL;
             for (int h = 0; h < NH; h++) {
                 const float *x = inp + row * ld_inp + (size_t)h * D;
                 float *y = out + row * ld_out + (size_t)h * D;
@@ -198,40 +201,41 @@ static void rope_rotate(float *out, size_t ld_out, const float *inp, size_t ld_i
 }
 
 static int cpu_rope_fwd(void *out, const void *inp, const float *cos, const float *sin, int B,
-                        int T, int NH, int D) {
+                        int T, int NH, int D, const int32_t *seg) {
     const size_t ld = (size_t)NH * D;
-    rope_rotate(out, ld, inp, ld, cos, sin, B, T, NH, D, 1.0f, 1);
+    rope_rotate(out, ld, inp, ld, cos, sin, B, T, NH, D, 1.0f, 1, seg);
     return 0;
 }
 
 // the backward of a rotation by +theta is a rotation by -theta
 static int cpu_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B,
-                        int T, int NH, int D) {
+                        int T, int NH, int D, const int32_t *seg) {
     const size_t ld = (size_t)NH * D;
-    rope_rotate(dinp, ld, dout, ld, cos, sin, B, T, NH, D, -1.0f, 1);
+    rope_rotate(dinp, ld, dout, ld, cos, sin, B, T, NH, D, -1.0f, 1, seg);
     return 0;
 }
 
 // q|k|v rows of the fused projection, W = (H + 2 KVH) D floats each
 static int cpu_rope_qkv_fwd(void *q, void *k, void *v, const void *qkv, const float *cos,
-                            const float *sin, int B, int T, int H, int KVH, int D) {
+                            const float *sin, int B, int T, int H, int KVH, int D, const int32_t *seg) {
     const size_t W = (size_t)(H + 2 * KVH) * D, QD = (size_t)H * D, KVD = (size_t)KVH * D;
     const float *x = qkv;
     const int rot = cos != NULL;   // NULL tables: split only
-    rope_rotate(q, QD, x, W, cos, sin, B, T, H, D, 1.0f, rot);
-    rope_rotate(k, KVD, x + QD, W, cos, sin, B, T, KVH, D, 1.0f, rot);
-    rope_rotate(v, KVD, x + QD + KVD, W, cos, sin, B, T, KVH, D, 1.0f, 0);
+    rope_rotate(q, QD, x, W, cos, sin, B, T, H, D, 1.0f, rot, seg);
+    rope_rotate(k, KVD, x + QD, W, cos, sin, B, T, KVH, D, 1.0f, rot, seg);
+    rope_rotate(v, KVD, x + QD + KVD, W, cos, sin, B, T, KVH, D, 1.0f, 0, seg);
     return 0;
 }
 
 static int cpu_rope_qkv_bwd(void *dqkv, const void *dq, const void *dk, const void *dv,
-                            const float *cos, const float *sin, int B, int T, int H, int KVH, int D) {
+                            const float *cos, const float *sin, int B, int T, int H, int KVH, int D,
+                            const int32_t *seg) {
     const size_t W = (size_t)(H + 2 * KVH) * D, QD = (size_t)H * D, KVD = (size_t)KVH * D;
     float *y = dqkv;
     const int rot = cos != NULL;   // NULL tables: gather only
-    rope_rotate(y, W, dq, QD, cos, sin, B, T, H, D, -1.0f, rot);
-    rope_rotate(y + QD, W, dk, KVD, cos, sin, B, T, KVH, D, -1.0f, rot);
-    rope_rotate(y + QD + KVD, W, dv, KVD, cos, sin, B, T, KVH, D, -1.0f, 0);
+    rope_rotate(y, W, dq, QD, cos, sin, B, T, H, D, -1.0f, rot, seg);
+    rope_rotate(y + QD, W, dk, KVD, cos, sin, B, T, KVH, D, -1.0f, rot, seg);
+    rope_rotate(y + QD + KVD, W, dv, KVD, cos, sin, B, T, KVH, D, -1.0f, 0, seg);
     return 0;
 }
 

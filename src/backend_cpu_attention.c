@@ -1,8 +1,10 @@
 // backend_cpu_attention.c: causal softmax attention with GQA on the CPU, as BLAS tiles.
 //
-// A tile is ATT_ROWS query rows [i0, i1) of one (batch, head) against the keys [0, i1) it
+// A tile is ATT_ROWS query rows [i0, i1) of one (batch, head) against the keys [k0, i1) it
 // may see: key blocks above the diagonal are never computed, and only the upper triangle of
-// the diagonal block is (then masked). Per tile the forward is two sgemm calls with the
+// the diagonal block is (then masked). k0 = 0, or with segment starts (seg, backend.h) the
+// first row's seg: keys before it are never computed, and those of a later row's earlier
+// segments are masked like the upper triangle (zero probability). Per tile the forward is two sgemm calls with the
 // softmax between them (scores -> probabilities in place, the row's logsumexp saved); the
 // backward recomputes the probabilities from the saved logsumexp (the (T, T) matrix is never
 // stored, as in a flash kernel) and makes four sgemm calls: dP = dO V^T, dQ = dS K,
@@ -43,6 +45,7 @@ typedef struct {
     const float *o, *l;         // the same, as backward inputs
     const float *dout;          // (B, T, H, D)
     float *dq, *dk, *dv;        // like q, k, v
+    const int32_t *seg;         // (B, T) segment starts, or NULL (backend.h)
 } att_io;
 
 static att_shape att_shape_of(int B, int T, int H, int KVH, int D) {
@@ -57,40 +60,46 @@ static size_t k_at(const att_shape *s, int b, int t, int kh) { return ((size_t)b
 // ----------------------------------------------------------------------------
 // forward
 
-// Row r of a score tile (scaled scores of n visible keys, then `width - n` masked ones) ->
-// probabilities, zeros past the diagonal; returns the row's logsumexp.
-CPU_VECTOR_CLONES static float softmax_row(float *row, int n, int width) {
-    const float m = cpu_row_max(row, n);
+// Row r of a score tile (`lo` masked keys of earlier segments, scaled scores of the visible
+// keys lo .. n - 1, then `width - n` masked ones) -> probabilities, zeros where masked;
+// returns the row's logsumexp.
+CPU_VECTOR_CLONES static float softmax_row(float *row, int lo, int n, int width) {
+    const float m = cpu_row_max(row + lo, n - lo);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; j++) {
+    for (int j = lo; j < n; j++) {
         row[j] = cpu_expf(row[j] - m);
         sum += row[j];
     }
     const float inv = 1.0f / sum;
 #pragma omp simd
-    for (int j = 0; j < n; j++) row[j] *= inv;
+    for (int j = lo; j < n; j++) row[j] *= inv;
+    for (int j = 0; j < lo; j++) row[j] = 0.0f;
     for (int j = n; j < width; j++) row[j] = 0.0f;
     return m + logf(sum);
 }
 
-// Query rows [i0, i1) of head h in batch b. S: (ATT_ROWS, T) scratch.
+// the first key row t of batch b sees (seg: backend.h)
+static int seg_of(const int32_t *seg, const att_shape *s, int b, int t) { return seg ? seg[(size_t)b * s->T + t] : 0; }
+
+// Query rows [i0, i1) of head h in batch b against keys [k0, i1). S: (ATT_ROWS, T) scratch.
 static void attention_fwd_tile(const att_io *io, const att_shape *s, int b, int h, int i0, int i1, float *S) {
-    const int rows = i1 - i0, keys = i1, kh = h / s->group;
-    const float *Q = io->q + q_at(s, b, i0, h), *K = io->k + k_at(s, b, 0, kh), *V = io->v + k_at(s, b, 0, kh);
+    const int k0 = seg_of(io->seg, s, b, i0), rows = i1 - i0, keys = i1 - k0, kh = h / s->group;
+    const float *Q = io->q + q_at(s, b, i0, h), *K = io->k + k_at(s, b, k0, kh), *V = io->v + k_at(s, b, k0, kh);
     // S (rows, keys) = scale * Q (rows, D) @ K (keys, D)^T
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, s->D, s->scale, Q, (int)s->ldq, K,
                 (int)s->ldk, 0.0f, S, keys);
     float *l = io->lse + ((size_t)b * s->H + h) * s->T;   // (T) of this (b, h)
-    for (int r = 0; r < rows; r++) l[i0 + r] = softmax_row(S + (size_t)r * keys, i0 + r + 1, keys);
+    for (int r = 0; r < rows; r++)
+        l[i0 + r] = softmax_row(S + (size_t)r * keys, seg_of(io->seg, s, b, i0 + r) - k0, i0 + r + 1 - k0, keys);
     // out (rows, D) = P (rows, keys) @ V (keys, D)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, s->D, keys, 1.0f, S, keys, V, (int)s->ldk,
                 0.0f, io->out + q_at(s, b, i0, h), (int)s->ldq);
 }
 
 int cpu_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
-                      int H, int KVH, int D) {
-    const att_io io = {.q = q, .k = k, .v = v, .out = out, .lse = lse};
+                      int H, int KVH, int D, const int32_t *seg) {
+    const att_io io = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .seg = seg};
     const att_shape s = att_shape_of(B, T, H, KVH, D);
     const int tiles = (T + ATT_ROWS - 1) / ATT_ROWS, heads = B * H;
     float *ws = cpu_scratch(CPU_SCRATCH_ATTENTION, (size_t)omp_get_max_threads() * ATT_ROWS * T);
@@ -109,25 +118,27 @@ int cpu_attention_fwd(void *out, float *lse, const void *q, const void *k, const
 // backward
 
 // Row of a tile: S holds scaled scores, dP holds dO . V; on return S = P (probabilities,
-// zeros past the diagonal) and dP = dS = P * (dP - delta) * scale (the gradient of the
-// pre-scale score; zeros past the diagonal). n visible keys of `width`.
-CPU_VECTOR_CLONES static void softmax_bwd_row(float *S, float *dP, int n, int width, float lse, float delta, float scale) {
+// zeros where masked) and dP = dS = P * (dP - delta) * scale (the gradient of the
+// pre-scale score; zeros where masked). Visible keys lo .. n - 1 of `width`.
+CPU_VECTOR_CLONES static void softmax_bwd_row(float *S, float *dP, int lo, int n, int width, float lse, float delta,
+                                              float scale) {
 #pragma omp simd
-    for (int j = 0; j < n; j++) {
+    for (int j = lo; j < n; j++) {
         const float p = cpu_expf(S[j] - lse);
         S[j] = p;
         dP[j] = p * (dP[j] - delta) * scale;
     }
+    for (int j = 0; j < lo; j++) S[j] = dP[j] = 0.0f;
     for (int j = n; j < width; j++) S[j] = dP[j] = 0.0f;
 }
 
 // Query rows [i0, i1) of head h in batch b: dQ of those rows overwritten, dK/dV of keys
-// [0, i1) of h's kv head accumulated. S, dP: (ATT_ROWS, T) scratch each.
+// [k0, i1) of h's kv head accumulated (k0 as in the forward). S, dP: (ATT_ROWS, T) scratch each.
 static void attention_bwd_tile(const att_io *io, const att_shape *s, int b, int h, int i0, int i1, float *S,
                                float *dP) {
-    const int rows = i1 - i0, keys = i1, kh = h / s->group, D = s->D;
+    const int k0 = seg_of(io->seg, s, b, i0), rows = i1 - i0, keys = i1 - k0, kh = h / s->group, D = s->D;
     const int ldq = (int)s->ldq, ldk = (int)s->ldk;
-    const size_t qo = q_at(s, b, i0, h), ko = k_at(s, b, 0, kh);
+    const size_t qo = q_at(s, b, i0, h), ko = k_at(s, b, k0, kh);
     const float *Q = io->q + qo, *dO = io->dout + qo, *K = io->k + ko, *V = io->v + ko;
     // S (rows, keys) = scale * Q K^T; dP (rows, keys) = dO V^T
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, D, s->scale, Q, ldq, K, ldk, 0.0f, S, keys);
@@ -138,7 +149,8 @@ static void attention_bwd_tile(const att_io *io, const att_shape *s, int b, int 
         float delta = 0.0f;   // sum_d dO * O of this row
 #pragma omp simd reduction(+ : delta)
         for (int d = 0; d < D; d++) delta += g[d] * o[d];
-        softmax_bwd_row(S + (size_t)r * keys, dP + (size_t)r * keys, i0 + r + 1, keys, l[r], delta, s->scale);
+        softmax_bwd_row(S + (size_t)r * keys, dP + (size_t)r * keys, seg_of(io->seg, s, b, i0 + r) - k0, i0 + r + 1 - k0,
+                        keys, l[r], delta, s->scale);
     }
     // dQ (rows, D) = dS @ K; dK (keys, D) += dS^T @ Q; dV (keys, D) += P^T @ dO
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, keys, 1.0f, dP, keys, K, ldk, 0.0f, io->dq + qo, ldq);
@@ -147,8 +159,10 @@ static void attention_bwd_tile(const att_io *io, const att_shape *s, int b, int 
 }
 
 int cpu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
-                      const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D) {
-    const att_io io = {.q = q, .k = k, .v = v, .o = out, .l = lse, .dout = dout, .dq = dq, .dk = dk, .dv = dv};
+                      const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D,
+                      const int32_t *seg) {
+    const att_io io = {.q = q, .k = k, .v = v, .o = out, .l = lse, .dout = dout, .dq = dq, .dk = dk, .dv = dv,
+                       .seg = seg};
     const att_shape s = att_shape_of(B, T, H, KVH, D);
     const size_t per_thread = (size_t)2 * ATT_ROWS * T;
     float *ws = cpu_scratch(CPU_SCRATCH_ATTENTION, (size_t)omp_get_max_threads() * per_thread);

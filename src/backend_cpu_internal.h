@@ -88,7 +88,7 @@ static inline float cpu_row_max(const float *x, int n) {
 // attention (backend_cpu_attention.c), contracts as in backend.h
 
 int cpu_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                      int T, int H, int KVH, int D);
+                      int T, int H, int KVH, int D, const int32_t *seg);
 int cpu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out,
                       const float *lse, const void *q, const void *k, const void *v, int B, int T,
-                      int H, int KVH, int D);
+                      int H, int KVH, int D, const int32_t *seg);

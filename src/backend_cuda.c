@@ -433,19 +433,21 @@ static int cu_rmsnorm_bwd(void *dinp, void *dw, st_dtype gdt, const void *dout, 
     emu_extent(NULL, 0);
     return rc;
 }
-static int cu_rope_fwd(void *out, const void *inp, const float *cos, const float *sin, int B, int T, int NH, int D) {
-    return ftk_rope_fwd(out, inp, cos, sin, B, T, NH, D, G.stream);
+static int cu_rope_fwd(void *out, const void *inp, const float *cos, const float *sin, int B, int T, int NH, int D,
+                       const int32_t *seg) {
+    return ftk_rope_fwd(out, inp, cos, sin, B, T, NH, D, seg, G.stream);
 }
-static int cu_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T, int NH, int D) {
-    return ftk_rope_bwd(dinp, dout, cos, sin, B, T, NH, D, G.stream);
+static int cu_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T, int NH, int D,
+                       const int32_t *seg) {
+    return ftk_rope_bwd(dinp, dout, cos, sin, B, T, NH, D, seg, G.stream);
 }
 static int cu_rope_qkv_fwd(void *q, void *k, void *v, const void *qkv, const float *cos, const float *sin, int B, int T,
-                           int H, int KVH, int D) {
-    return ftk_rope_qkv_fwd(q, k, v, qkv, cos, sin, B, T, H, KVH, D, G.stream);
+                           int H, int KVH, int D, const int32_t *seg) {
+    return ftk_rope_qkv_fwd(q, k, v, qkv, cos, sin, B, T, H, KVH, D, seg, G.stream);
 }
 static int cu_rope_qkv_bwd(void *dqkv, const void *dq, const void *dk, const void *dv, const float *cos,
-                           const float *sin, int B, int T, int H, int KVH, int D) {
-    return ftk_rope_qkv_bwd(dqkv, dq, dk, dv, cos, sin, B, T, H, KVH, D, G.stream);
+                           const float *sin, int B, int T, int H, int KVH, int D, const int32_t *seg) {
+    return ftk_rope_qkv_bwd(dqkv, dq, dk, dv, cos, sin, B, T, H, KVH, D, seg, G.stream);
 }
 // cuDNN attention failed on a shape the startup check did not cover (no engine builds its
 // plan, a workspace past the memory plan, an execute error): ONE warning line, then the
@@ -466,23 +468,35 @@ static int attention_no_fallback(const char *pass, int D) {
                     "take head_dim up to %d, the model's is %d", pass, why, ATTN_NATIVE_MAX_HEAD_DIM, D);
 }
 static int cu_attention_max_head_dim(void) { return G.attention_cudnn ? 0 : ATTN_NATIVE_MAX_HEAD_DIM; }
+// Segment starts (--pack_attention per_game) always take the native kernels: our cuDNN
+// graphs are plain causal (train.c says so once at startup); a head_dim they cannot take is
+// an error.
+static int attention_segments_native(const int32_t *seg, int D) {
+    if (seg && D > ATTN_NATIVE_MAX_HEAD_DIM)
+        return ft_error("--pack_attention per_game runs the native attention kernels, which take head_dim up to %d; "
+                        "the model's is %d", ATTN_NATIVE_MAX_HEAD_DIM, D);
+    return 0;
+}
 static int cu_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
-                            int KVH, int D) {
-    if (G.attention_cudnn) {
+                            int KVH, int D, const int32_t *seg) {
+    TRY(attention_segments_native(seg, D));
+    if (G.attention_cudnn && !seg) {
         if (attn_cudnn_fwd(out, lse, q, k, v, B, T, H, KVH, D) == 0) return 0;
         if (D > ATTN_NATIVE_MAX_HEAD_DIM) return attention_no_fallback("forward", D);
         attention_cudnn_failed("forward");
     }
-    return ftk_attention_fwd(out, lse, q, k, v, B, T, H, KVH, D, G.stream);
+    return ftk_attention_fwd(out, lse, q, k, v, B, T, H, KVH, D, seg, G.stream);
 }
 static int cu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
-                            const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D) {
-    if (G.attention_cudnn) {
+                            const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D,
+                            const int32_t *seg) {
+    TRY(attention_segments_native(seg, D));
+    if (G.attention_cudnn && !seg) {
         if (attn_cudnn_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D) == 0) return 0;
         if (D > ATTN_NATIVE_MAX_HEAD_DIM) return attention_no_fallback("backward", D);
         attention_cudnn_failed("backward");
     }
-    return ftk_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D, G.stream);
+    return ftk_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D, seg, G.stream);
 }
 static int cu_swiglu_fwd(void *out, const void *gate, const void *up, int N, int F, int ld) {
     return ftk_swiglu_fwd(out, gate, up, N, F, ld, G.stream);

@@ -16,6 +16,7 @@ int loader_open(loader *ld, const char *dir, const char *prefix, int model_vocab
     memset(ld, 0, sizeof *ld);
     ld->T = T;
     ld->pack = pack;
+    ld->ignore_target = -1;
     ld->shuffle = shuffle;
     ld->seed = seed;
     ld->epoch = -1;
@@ -165,9 +166,16 @@ int loader_fill_row(loader *ld, int epoch, uint64_t row, int32_t *tokens, int32_
         return token_shard_fill_row(s, local, T, tokens, targets);
     }
     uint64_t base = row * (uint64_t)T, hint = 0;
+    int valid = T;
     for (int t = 0; t < T; t++) {
         tokens[t] = stream_token(ld, base + t, &hint);
         targets[t] = stream_token(ld, base + t + 1, &hint);
+        if (ld->ignore_target >= 0 && targets[t] == ld->ignore_target) {
+            targets[t] = -100;
+            valid--;
+        }
     }
-    return T;
+    return valid;
 }
+
+void loader_set_ignore_target(loader *ld, int32_t id) { ld->ignore_target = id; }

@@ -28,6 +28,7 @@ typedef struct {
     uint64_t *perm;          // (n_perm) order of `epoch`: of games (pack), else of row_doc's
     uint64_t *stream_off;    // pack: (n_docs + 1) stream offset of each perm position
     uint64_t n_rows;         // rows per epoch
+    int32_t ignore_target;   // pack: a target equal to this id becomes -100 (-1 = none; loader_set_ignore_target)
 } loader;
 
 // Open every `<dir>/<prefix>_*.bin` (sorted by name), validating each against model_vocab and
@@ -53,6 +54,10 @@ uint64_t loader_skipped_games(const loader *ld);
 uint64_t loader_games(const loader *ld);
 uint64_t loader_game_len(const loader *ld, uint64_t g);
 int32_t loader_game_token(const loader *ld, uint64_t g, uint64_t t);
+
+// Pack mode, --pack_attention per_game: every target equal to `id` (the BOS id: a game's last
+// token would predict the next game's first) becomes -100 and is not counted. -1: none.
+void loader_set_ignore_target(loader *ld, int32_t id);
 
 // Fill tokens (T), targets (T) with row `row` of epoch `epoch`; returns the number of valid
 // targets, or -1 with ft_error (row out of range, allocation failure).

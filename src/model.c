@@ -243,6 +243,7 @@ void model_buffer_table(mem_table *t, const llama_config *c, const lora_config *
     mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_sin));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, tokens));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, targets));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), "segment starts (--pack_attention per_game)", SLOT(m, seg));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(float), io, SLOT(m, losses));
     if (m) m->lmhead_rows = (int)chunk;
     mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head row chunk",
@@ -312,7 +313,9 @@ int model_init_lora(model *m, const param_layout *layout, const lora_layout *lor
     m->n_act_sets = grad_ckpt ? 1 : L;
     m->acts = ft_calloc((size_t)m->n_act_sets, sizeof(layer_acts), "activation table");
     m->losses_host = ft_malloc((size_t)B * T * sizeof(float), "host losses");
-    if (!m->resid || !m->acts || !m->losses_host) { model_free(m); return -1; }
+    m->seg_host = ft_malloc((size_t)B * T * sizeof(int32_t), "host segment starts");
+    m->seg_bos = -1;
+    if (!m->resid || !m->acts || !m->losses_host || !m->seg_host) { model_free(m); return -1; }
     mem_table t = mem_table_allocator(mem);
     model_buffer_table(&t, cfg, lora ? &lora->lc : NULL, B, T, grad_ckpt, grads_f32, m->esz, m);
     if (t.failed || model_upload_rope(m) != 0) { model_free(m); return -1; }
@@ -328,6 +331,7 @@ void model_free(model *m) {
     free(m->resid);
     free(m->acts);
     free(m->losses_host);
+    free(m->seg_host);
     memset(m, 0, sizeof *m);
 }
 
@@ -425,13 +429,13 @@ static int attn_qkv_fwd(model *m, void *w, void *aw, layer_acts *s) {
     const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
     TRY(be->matmul_fwd(m->dgu, s->ln1, at(m, w, m->layout->layer_off[LT_WQ]), NULL, N, C,
                        (H + 2 * KVH) * D));                                   // (N, (H + 2 KVH) D)
-    if (!attn_lora(m)) return be->rope_qkv_fwd(s->q, s->k, s->v, m->dgu, m->rope_cos, m->rope_sin, B, T, H, KVH, D);
-    TRY(be->rope_qkv_fwd(s->q, s->k, s->v, m->dgu, NULL, NULL, B, T, H, KVH, D));   // split only
+    if (!attn_lora(m)) return be->rope_qkv_fwd(s->q, s->k, s->v, m->dgu, m->rope_cos, m->rope_sin, B, T, H, KVH, D, m->seg_cur);
+    TRY(be->rope_qkv_fwd(s->q, s->k, s->v, m->dgu, NULL, NULL, B, T, H, KVH, D, NULL));   // split only
     TRY(lora_fwd(m, LT_WQ, aw, s, s->q, s->ln1));
     TRY(lora_fwd(m, LT_WK, aw, s, s->k, s->ln1));
     TRY(lora_fwd(m, LT_WV, aw, s, s->v, s->ln1));
-    TRY(be->rope_fwd(s->q, s->q, m->rope_cos, m->rope_sin, B, T, H, D));
-    return be->rope_fwd(s->k, s->k, m->rope_cos, m->rope_sin, B, T, KVH, D);
+    TRY(be->rope_fwd(s->q, s->q, m->rope_cos, m->rope_sin, B, T, H, D, m->seg_cur));
+    return be->rope_fwd(s->k, s->k, m->rope_cos, m->rope_sin, B, T, KVH, D, m->seg_cur);
 }
 
 // From m->dq, m->dk, m->dv (attention's input gradients, before RoPE's backward): m->dln =
@@ -443,12 +447,12 @@ static int attn_qkv_bwd(model *m, void *w, void *dw, void *aw, void *daw, layer_
     const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
     const size_t wq = m->layout->layer_off[LT_WQ];
     if (!attn_lora(m)) {
-        TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, T, H, KVH, D));
+        TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, m->rope_cos, m->rope_sin, B, T, H, KVH, D, m->seg_cur));
         return be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->gdt, m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0, !m->gfresh);
     }
-    TRY(be->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, B, T, H, D));
-    TRY(be->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, B, T, KVH, D));
-    TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, NULL, NULL, B, T, H, KVH, D));   // gather only
+    TRY(be->rope_bwd(m->dq, m->dq, m->rope_cos, m->rope_sin, B, T, H, D, m->seg_cur));
+    TRY(be->rope_bwd(m->dk, m->dk, m->rope_cos, m->rope_sin, B, T, KVH, D, m->seg_cur));
+    TRY(be->rope_qkv_bwd(m->dgu, m->dq, m->dk, m->dv, NULL, NULL, B, T, H, KVH, D, NULL));   // gather only
     TRY(be->matmul_bwd(m->dln, grad_at(m, dw, wq), m->gdt, m->dgu, s->ln1, at(m, w, wq), N, C, (H + 2 * KVH) * D, 0, !m->gfresh));
     TRY(lora_bwd(m, LT_WQ, aw, daw, s, m->dln, m->dq, s->ln1));
     TRY(lora_bwd(m, LT_WK, aw, daw, s, m->dln, m->dk, s->ln1));
@@ -470,7 +474,7 @@ static int layer_forward(model *m, int l, void *w, void *aw, layer_acts *s) {
 
     TRY(be->rmsnorm_fwd(s->ln1, s->ln1_rstd, x, at(m, w, o[LT_ATTN_NORM]), N, C, c->rms_norm_eps));
     TRY(attn_qkv_fwd(m, w, aw, s));
-    TRY(be->attention_fwd(s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D));
+    TRY(be->attention_fwd(s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, m->seg_cur));
     TRY(be->matmul_fwd(s->h, s->att, at(m, w, o[LT_WO]), x, N, H * D, C));   // (N, C) h = x + o_proj(att)
     TRY(lora_fwd(m, LT_WO, aw, s, s->h, s->att));
 
@@ -538,6 +542,7 @@ int model_logits_rows(model *m, const unit_provider *p, const int32_t *tokens, i
     uint16_t *half = NULL;
     if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)chunk * V * 2), (size_t)chunk * V * 2);
     void *root;
+    m->seg_cur = NULL;   // one sequence per row (sampling, golden logits)
     int rc = forward_trunk(m, p, tokens, &root);
     for (int r = 0; rc == 0 && r < nrows; r += chunk) {
         const int rows = nrows - r < chunk ? nrows - r : chunk;
@@ -585,7 +590,7 @@ static int layer_backward(model *m, int l, void *w, void *dw, void *aw, void *da
     // attention branch: h = x + o_proj(attention(rope(q(ln1)), rope(k(ln1)), v(ln1)))
     TRY(be->matmul_bwd(m->datt, grad_at(m, dw, o[LT_WO]), m->gdt, m->dresid, s->att, at(m, w, o[LT_WO]), N, H * D, C, 0, !m->gfresh));
     TRY(lora_bwd(m, LT_WO, aw, daw, s, m->datt, m->dresid, s->att));
-    TRY(be->attention_bwd(m->dq, m->dk, m->dv, m->datt, s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D));
+    TRY(be->attention_bwd(m->dq, m->dk, m->dv, m->datt, s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, m->seg_cur));
     TRY(attn_qkv_bwd(m, w, dw, aw, daw, s));
     TRY(be->rmsnorm_bwd(m->dresid, norm_grad_at(m, dw, o[LT_ATTN_NORM]), norm_gdt(m, dw), m->dln, x, at(m, w, o[LT_ATTN_NORM]),
                         s->ln1_rstd, N, C));                          // dresid = dL/dx
@@ -666,6 +671,12 @@ int model_forward_backward(model *m, const unit_provider *p, const int32_t *toke
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
 
     TRY(be->copy_h2d(m->targets, targets, (size_t)N * sizeof(int32_t)));
+    m->seg_cur = NULL;
+    if (m->seg_bos >= 0) {   // --pack_attention per_game: each game attends to itself only
+        model_segment_starts(tokens, m->B, m->T, m->seg_bos, m->seg_host);
+        TRY(be->copy_h2d(m->seg, m->seg_host, (size_t)N * sizeof(int32_t)));
+        m->seg_cur = m->seg;
+    }
     void *root, *droot = NULL, *daroot = NULL;
     TRY(forward_trunk(m, p, tokens, &root));
     if (backward) {
@@ -687,6 +698,19 @@ int model_forward_backward(model *m, const unit_provider *p, const int32_t *toke
     *n_valid = count;
     return roots_release(m, p);
 }
+
+void model_segment_starts(const int32_t *tokens, int B, int T, int bos, int32_t *seg) {
+    for (int b = 0; b < B; b++) {
+        const int32_t *x = tokens + (size_t)b * T;
+        int32_t *s = seg + (size_t)b * T, start = 0;   // a row that starts mid-game: a segment at 0
+        for (int t = 0; t < T; t++) {
+            if (x[t] == bos) start = t;
+            s[t] = start;
+        }
+    }
+}
+
+void model_set_segments(model *m, int bos) { m->seg_bos = bos; }
 
 int model_set_seq_len(model *m, int T) {
     if (T < 1 || T > m->T_alloc)

@@ -135,6 +135,10 @@ typedef struct {
 
     float *rope_cos, *rope_sin;     // (T, D/2) backend memory
     int32_t *tokens, *targets;      // (N) backend memory
+    int32_t *seg;                   // (N) backend memory: segment starts (model_set_segments)
+    int32_t *seg_host;              // (N) host: the same, built from the tokens
+    int seg_bos;                    // model_set_segments' BOS id, -1 = off
+    const int32_t *seg_cur;         // what the rope/attention ops get now: seg or NULL
     void **resid;                   // (L + 1) x (N, C): input of each layer + final output
     layer_acts *acts;               // L sets, or 1 set reused when grad_ckpt
     int n_act_sets;
@@ -205,6 +209,16 @@ void model_free(model *m);
 // the provider's gradient buffers. Outputs the sum of valid token losses and their count.
 int model_forward_backward(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
                            int backward, float dloss, double *loss_sum, int *n_valid);
+
+// --pack_attention per_game: with bos >= 0, model_forward_backward (training and
+// evaluation; not model_logits) treats every `bos` token as the start of a segment: RoPE
+// positions restart at 0 there and attention stays within the segment (backend.h, `seg`).
+// bos < 0: off (the default; plain causal attention over the row). The targets are the
+// caller's: a segment's last token should not predict the next one's `bos` (loader.h).
+void model_set_segments(model *m, int bos);
+// seg (B, T) = for each row position the last position <= t holding `bos`, 0 when none (a
+// row that starts mid-game). E.g. bos 1, tokens [5 1 7 8 1 9] -> seg [0 1 1 1 4 4].
+void model_segment_starts(const int32_t *tokens, int B, int T, int bos, int32_t *seg);
 
 // Run the next micro-batches with sequence length T <= the allocated one (a batch whose
 // rows all end early needs no compute on the padding: causal attention makes the result

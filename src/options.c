@@ -37,7 +37,8 @@ static const flag_spec flags[] = {
     {"--batch_size_per_device", FLAG_INT, OPT(batch_size_per_device), 1, 4096, NULL, "sequences per forward pass on each device"},
     {"--total_batch_size", FLAG_INT, OPT(total_batch_size), 1, 1 << 24, NULL, "sequences per optimizer step over all ranks (gradient accumulation fills the rest)"},
     {"--seq_len", FLAG_INT, OPT(seq_len), 2, 1 << 20, NULL, "tokens per sequence; longer games are truncated"},
-    {"--pack", FLAG_BOOL, OPT(pack), 0, 1, NULL, "pack games back to back (separated by EOS/BOS) instead of one padded game per row; attention crosses games within a row, as transformers' run_clm group_texts"},
+    {"--pack", FLAG_BOOL, OPT(pack), 0, 1, NULL, "pack games back to back (separated by EOS/BOS) instead of one padded game per row; attention as --pack_attention says"},
+    {"--pack_attention", FLAG_STR, OPT(pack_attention), 0, 0, "row|per_game", "with --pack: row = attention crosses games within a row and positions run over the row (transformers' run_clm group_texts); per_game = each game attends only to itself, positions restart at each game's BOS and a game's last token does not predict the next game's BOS (TRL's padding-free packing, DataCollatorWithFlattening)"},
     {"--gradient_checkpointing", FLAG_BOOL, OPT(gradient_checkpointing), 0, 1, NULL, "keep only each layer's input, recompute in backward"},
     {"--learning_rate", FLAG_FLOAT, OPT(learning_rate), 0, 10, NULL, "peak AdamW learning rate"},
     {"--lr_schedule", FLAG_STR, OPT(lr_schedule), 0, 0, "linear|cosine|constant", "decay after warmup"},
@@ -91,7 +92,7 @@ static train_options options_default(void) {
         .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
         .max_steps = 0, .epochs = 1, .seed = 42, .eval_every = 0, .max_eval_docs = 0, .save_every = 0,
         .save_dtype = "bf16", .reduce_dtype = "bf16", .sample_tokens = 0, .sample_games = 1, .sample_temperature = SAMPLE_TEMPERATURE,
-        .sample_top_k = 0, .sample_top_p = 1, .device = "cpu",
+        .sample_top_k = 0, .sample_top_p = 1, .device = "cpu", .pack_attention = "row",
         .attention = "cudnn", .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S, .lora_alpha = 16,
         .lora_targets = "q,k,v,o",
     };
@@ -205,6 +206,9 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
     if (o->eval_only && o->sample_tokens > 0)   // (--eval_only writes nothing: it sampled nothing, silently)
         return ft_error("flag --sample_tokens: --eval_only writes nothing, samples neither; to sample from a finished "
                         "run's checkpoint, rerun it with --resume (it trains nothing more, then samples)");
+    if (!o->pack && strcmp(o->pack_attention, d.pack_attention) != 0)
+        return ft_error("flag --pack_attention %s needs --pack (rows of one game each attend within their game already)",
+                        o->pack_attention);
     return options_check_lora(o);
 }
 

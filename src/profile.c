@@ -78,26 +78,29 @@ PROF_WRAP(rmsnorm_fwd, (void *o, float *r, const void *x, const void *w, int N, 
 PROF_WRAP(rmsnorm_bwd, (void *dx, void *dw, st_dtype g, const void *d, const void *x, const void *w, const float *r,
                         int N, int C),
           (dx, dw, g, d, x, w, r, N, C))
-PROF_WRAP(rope_fwd, (void *o, const void *x, const float *c, const float *s, int B, int T, int NH, int D),
-          (o, x, c, s, B, T, NH, D))
-PROF_WRAP(rope_bwd, (void *dx, const void *d, const float *c, const float *s, int B, int T, int NH, int D),
-          (dx, d, c, s, B, T, NH, D))
+PROF_WRAP(rope_fwd, (void *o, const void *x, const float *c, const float *s, int B, int T, int NH, int D,
+                     const int32_t *sg),
+          (o, x, c, s, B, T, NH, D, sg))
+PROF_WRAP(rope_bwd, (void *dx, const void *d, const float *c, const float *s, int B, int T, int NH, int D,
+                     const int32_t *sg),
+          (dx, d, c, s, B, T, NH, D, sg))
 PROF_WRAP(rope_qkv_fwd, (void *q, void *k, void *v, const void *x, const float *c, const float *s, int B, int T, int H,
-                         int KVH, int D),
-          (q, k, v, x, c, s, B, T, H, KVH, D))
+                         int KVH, int D, const int32_t *sg),
+          (q, k, v, x, c, s, B, T, H, KVH, D, sg))
 PROF_WRAP(rope_qkv_bwd, (void *dx, const void *dq, const void *dk, const void *dv, const float *c, const float *s, int B,
-                         int T, int H, int KVH, int D),
-          (dx, dq, dk, dv, c, s, B, T, H, KVH, D))
+                         int T, int H, int KVH, int D, const int32_t *sg),
+          (dx, dq, dk, dv, c, s, B, T, H, KVH, D, sg))
 PROF_WRAP(matmul_fwd, (void *o, const void *x, const void *w, const void *r, int N, int IC, int OC),
           (o, x, w, r, N, IC, OC))
 PROF_WRAP(matmul_bwd, (void *dx, void *dw, st_dtype g, const void *d, const void *x, const void *w, int N, int IC, int OC,
                        int acc, int acc_dw),
           (dx, dw, g, d, x, w, N, IC, OC, acc, acc_dw))
-PROF_WRAP(attention_fwd, (void *o, float *l, const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D),
-          (o, l, q, k, v, B, T, H, KVH, D))
+PROF_WRAP(attention_fwd, (void *o, float *l, const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D,
+                          const int32_t *sg),
+          (o, l, q, k, v, B, T, H, KVH, D, sg))
 PROF_WRAP(attention_bwd, (void *dq, void *dk, void *dv, const void *d, const void *o, const float *l, const void *q,
-                          const void *k, const void *v, int B, int T, int H, int KVH, int D),
-          (dq, dk, dv, d, o, l, q, k, v, B, T, H, KVH, D))
+                          const void *k, const void *v, int B, int T, int H, int KVH, int D, const int32_t *sg),
+          (dq, dk, dv, d, o, l, q, k, v, B, T, H, KVH, D, sg))
 PROF_WRAP(swiglu_fwd, (void *o, const void *g, const void *u, int N, int F, int ld), (o, g, u, N, F, ld))
 PROF_WRAP(swiglu_bwd, (void *dg, void *du, const void *d, const void *g, const void *u, int N, int F, int ld),
           (dg, du, d, g, u, N, F, ld))

@@ -119,6 +119,8 @@ typedef struct {
 } job;
 
 static int is_main(const job *j) { return j->rank == 0; }
+// --pack --pack_attention per_game: each packed game attends to itself only (model_set_segments)
+static int pack_per_game(const train_options *o) { return o->pack && strcmp(o->pack_attention, "per_game") == 0; }
 
 // Collective status check where a failure may hit some ranks only (comm.h).
 static int agree(job *j, int rc) { return comm_agree(j->cc->world, rc, j->failure_agreed); }
@@ -307,6 +309,12 @@ static int job_open_data(job *j) {
         return 0;
     }
     TRY(loader_open(&j->train, o->data_dir, "train", j->cfg.vocab_size, o->seq_len, o->pack, 1, (uint64_t)o->seed));
+    if (pack_per_game(o)) {   // a game's last token does not predict the next game's BOS
+        if (j->cfg.bos_token_id < 0)
+            return ft_error("flag --pack_attention per_game: %s/config.json has no bos_token_id (games are found by it)",
+                            o->model_dir);
+        loader_set_ignore_target(&j->train, j->cfg.bos_token_id);
+    }
     uint64_t rows = loader_rows(&j->train);
     if (rows < (uint64_t)o->total_batch_size)
         return ft_error("%s: %llu training rows, fewer than one --total_batch_size of %d", o->data_dir,
@@ -445,6 +453,12 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     TRY(model_init_lora(&j->m, &j->layout, j->lora ? &j->ll : NULL, &j->aprov, j->be, &j->mem,
                         o->batch_size_per_device, o->seq_len, o->gradient_checkpointing,
                         fsdp_grads_f32((fsdp_grad_mode)pl.grad_mode, req.reduce_f32)));
+    if (pack_per_game(o) && !o->eval_only) {
+        model_set_segments(&j->m, j->cfg.bos_token_id);
+        if (is_main(j) && strcmp(j->be->name, "cuda") == 0 && strcmp(o->attention, "cudnn") == 0)
+            printf("finetune: note: --pack_attention per_game: attention in training and evaluation runs on the "
+                   "native kernels (our cuDNN graphs are plain causal; sampling keeps cuDNN)\n");
+    }
     fsdp_setup setup = {(fsdp_grad_mode)pl.grad_mode, j->lora ? FSDP_FROZEN : FSDP_TRAINED, o->offload_optimizer,
                         o->keep_params_gathered, req.reduce_f32};
     TRY(fsdp_init_role(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, &setup));

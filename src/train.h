@@ -21,6 +21,7 @@ typedef struct {
     int total_batch_size;         // sequences per optimizer step, all ranks together
     int seq_len;
     int pack;
+    const char *pack_attention;   // with pack: "row" (attention over the whole row) or "per_game"
     int gradient_checkpointing;
     // optimizer and schedule
     double learning_rate;

@@ -134,16 +134,16 @@ static double objective(state *s) {
         free(rstd);
         break;
     }
-    case OP_ROPE: be->rope_fwd(out, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D); break;
+    case OP_ROPE: be->rope_fwd(out, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D, NULL); break;
     case OP_ROPE_QKV: {   // out = [q (B,T,H,D) | k (B,T,KVH,D) | v (B,T,KVH,D)]
         size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
-        be->rope_qkv_fwd(out, out + nq, out + nq + nkv, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->KVH, c->D);
+        be->rope_qkv_fwd(out, out + nq, out + nq + nkv, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->KVH, c->D, NULL);
         break;
     }
     case OP_MATMUL: be->matmul_fwd(out, s->in[0], s->in[1], NULL, c->N, c->C, c->F); break;
     case OP_ATTENTION: {
         float *lse = malloc(sizeof(float) * c->B * c->H * c->T);
-        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D);
+        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL);
         free(lse);
         break;
     }
@@ -190,13 +190,13 @@ static void analytic(state *s, int *contract_ok) {
     }
     case OP_ROPE:
         s->grad[0] = filled(s->in_n[0], NAN);
-        be->rope_bwd(s->grad[0], s->R, s->cos, s->sin, c->B, c->T, c->H, c->D);
+        be->rope_bwd(s->grad[0], s->R, s->cos, s->sin, c->B, c->T, c->H, c->D, NULL);
         break;
     case OP_ROPE_QKV: {
         size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
         s->grad[0] = filled(s->in_n[0], NAN);
         be->rope_qkv_bwd(s->grad[0], s->R, s->R + nq, s->R + nq + nkv, s->cos, s->sin, c->B, c->T, c->H, c->KVH,
-                         c->D);
+                         c->D, NULL);
         break;
     }
     case OP_MATMUL:
@@ -219,10 +219,10 @@ static void analytic(state *s, int *contract_ok) {
         break;
     case OP_ATTENTION: {
         float *lse = malloc(sizeof(float) * c->B * c->H * c->T), *out = malloc(sizeof(float) * s->out_n);
-        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D);
+        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL);
         for (int i = 0; i < 3; i++) s->grad[i] = filled(s->in_n[i], NAN);
         be->attention_bwd(s->grad[0], s->grad[1], s->grad[2], s->R, out, lse, s->in[0], s->in[1],
-                          s->in[2], c->B, c->T, c->H, c->KVH, c->D);
+                          s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL);
         free(lse); free(out);
         break;
     }
@@ -358,18 +358,18 @@ static void check_rope_qkv_split(const backend *be, const state *s) {
     }
     // without tables: the split alone
     be->rope_qkv_fwd(got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), s->in[0], NULL, NULL, c->B, c->T,
-                     c->H, c->KVH, c->D);
+                     c->H, c->KVH, c->D, NULL);
     int ok = memcmp(got, want, sizeof(float) * s->out_n) == 0;
     // and back: the gather alone restores the fused rows
     float *back = malloc(sizeof(float) * s->out_n);
     be->rope_qkv_bwd(back, got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), NULL, NULL, c->B, c->T, c->H,
-                     c->KVH, c->D);
+                     c->KVH, c->D, NULL);
     ok &= memcmp(back, s->in[0], sizeof(float) * s->out_n) == 0;
     free(back);
-    be->rope_fwd(q, q, s->cos, s->sin, c->B, c->T, c->H, c->D);
-    be->rope_fwd(k, k, s->cos, s->sin, c->B, c->T, c->KVH, c->D);
+    be->rope_fwd(q, q, s->cos, s->sin, c->B, c->T, c->H, c->D, NULL);
+    be->rope_fwd(k, k, s->cos, s->sin, c->B, c->T, c->KVH, c->D, NULL);
     be->rope_qkv_fwd(got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), s->in[0], s->cos, s->sin, c->B, c->T,
-                     c->H, c->KVH, c->D);
+                     c->H, c->KVH, c->D, NULL);
     ok &= memcmp(got, want, sizeof(float) * s->out_n) == 0;
     printf("%-36s %-7s %12s %10s %s\n", c->name, "split", "bitwise", "", ok ? "pass" : "FAIL");
     EXPECT(ok, "%s: rope_qkv_fwd differs from rope_fwd on the gathered q, k and the copied v", c->name);
@@ -457,7 +457,7 @@ static void check_attention_forward(const backend *be, const state *s) {
     size_t nl = (size_t)c->B * c->H * c->T;
     float *out = malloc(sizeof(float) * s->out_n), *lse = malloc(sizeof(float) * nl), *ref32 = malloc(sizeof(float) * s->out_n);
     double *ref = malloc(sizeof(double) * s->out_n), *lse_ref = malloc(sizeof(double) * nl);
-    be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D);
+    be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL);
     attention_ref(ref, lse_ref, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL, NULL, NULL, NULL);
     for (size_t i = 0; i < s->out_n; i++) ref32[i] = (float)ref[i];
     double e = test_nmse(out, ref32, s->out_n), lse_err = 0;

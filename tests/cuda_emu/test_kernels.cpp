@@ -272,8 +272,8 @@ static void test_rope(int B, int T, int NH, int D, bool inplace, size_t mis, int
     std::string shape = fmt("B=%d T=%d NH=%d D=%d%s%s%s", B, T, NH, D, inplace ? " inplace" : "",
                             mis ? " misal" : "", kind == ROPE_LLAMA3 ? " llama3" : "");
     std::vector<float> yf(n), yb(n);
-    CPU->rope_fwd(yf.data(), x.data(), cs.data(), sn.data(), B, T, NH, D);
-    CPU->rope_bwd(yb.data(), x.data(), cs.data(), sn.data(), B, T, NH, D);
+    CPU->rope_fwd(yf.data(), x.data(), cs.data(), sn.data(), B, T, NH, D, NULL);
+    CPU->rope_bwd(yb.data(), x.data(), cs.data(), sn.data(), B, T, NH, D, NULL);
     for (int dir = 0; dir < 2; dir++)
         run_case(dir ? "rope_bwd" : "rope_fwd", shape, {nmse_ref("out", dir ? yb : yf, THR_BF16)},
                  [&](Run &r) {
@@ -281,8 +281,8 @@ static void test_rope(int B, int T, int NH, int D, bool inplace, size_t mis, int
                      void *in = d.bf16(x, mis);
                      void *out = inplace ? in : d.alloc(n * 2, mis);
                      const float *c = d.f32(cs), *s = d.f32(sn);
-                     r.rc = dir ? ftk_rope_bwd(out, in, c, s, B, T, NH, D, 0)
-                                : ftk_rope_fwd(out, in, c, s, B, T, NH, D, 0);
+                     r.rc = dir ? ftk_rope_bwd(out, in, c, s, B, T, NH, D, NULL, 0)
+                                : ftk_rope_fwd(out, in, c, s, B, T, NH, D, NULL, 0);
                      r.guards = d.guards_ok();
                      r.outs = {read_bf16(out, n)};
                  });
@@ -299,8 +299,8 @@ static void test_rope_qkv(int B, int T, int H, int KVH, int D, size_t mis, int k
                             kind == ROPE_LLAMA3 ? " llama3" : "", norot ? " no tables" : "");
     std::vector<float> yf(n), yb(n);   // fwd: [q | k | v] packed; bwd: the fused rows
     const float *hc = norot ? nullptr : cs.data(), *hs = norot ? nullptr : sn.data();
-    CPU->rope_qkv_fwd(yf.data(), yf.data() + nq, yf.data() + nq + nkv, x.data(), hc, hs, B, T, H, KVH, D);
-    CPU->rope_qkv_bwd(yb.data(), x.data(), x.data() + nq, x.data() + nq + nkv, hc, hs, B, T, H, KVH, D);
+    CPU->rope_qkv_fwd(yf.data(), yf.data() + nq, yf.data() + nq + nkv, x.data(), hc, hs, B, T, H, KVH, D, NULL);
+    CPU->rope_qkv_bwd(yb.data(), x.data(), x.data() + nq, x.data() + nq + nkv, hc, hs, B, T, H, KVH, D, NULL);
     for (int dir = 0; dir < 2; dir++)
         run_case(dir ? "rope_qkv_bwd" : "rope_qkv_fwd", shape, {nmse_ref("out", dir ? yb : yf, THR_BF16)},
                  [&](Run &r) {
@@ -309,13 +309,13 @@ static void test_rope_qkv(int B, int T, int H, int KVH, int D, size_t mis, int k
                      if (dir) {   // x read as dq | dk | dv (packed), out = the fused rows
                          char *in = (char *)d.bf16(x, 0);
                          void *out = d.alloc(n * 2, mis);
-                         r.rc = ftk_rope_qkv_bwd(out, in, in + nq * 2, in + (nq + nkv) * 2, c, s, B, T, H, KVH, D, 0);
+                         r.rc = ftk_rope_qkv_bwd(out, in, in + nq * 2, in + (nq + nkv) * 2, c, s, B, T, H, KVH, D, NULL, 0);
                          r.guards = d.guards_ok();
                          r.outs = {read_bf16(out, n)};
                      } else {     // x read as the fused rows, out = q | k | v (packed)
                          void *in = d.bf16(x, mis);
                          char *out = (char *)d.alloc(n * 2, 0);
-                         r.rc = ftk_rope_qkv_fwd(out, out + nq * 2, out + (nq + nkv) * 2, in, c, s, B, T, H, KVH, D, 0);
+                         r.rc = ftk_rope_qkv_fwd(out, out + nq * 2, out + (nq + nkv) * 2, in, c, s, B, T, H, KVH, D, NULL, 0);
                          r.guards = d.guards_ok();
                          r.outs = {read_bf16(out, n)};
                      }
@@ -335,7 +335,7 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
                             qscale > 10 ? " scores~100" : qscale > 1 ? " peaky" : "",
                             mis ? " misal" : "");
     std::vector<float> out_ref(nq), lse_ref((size_t)B * H * T);
-    CPU->attention_fwd(out_ref.data(), lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D);
+    CPU->attention_fwd(out_ref.data(), lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D, NULL);
     for (int tc = 0; tc < (D % 16 == 0 ? 2 : 1); tc++) {
         ftk_attention_set_tensor_cores(tc);
         run_case(tc ? "attention_fwd_tc" : "attention_fwd", shape,
@@ -346,7 +346,7 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
                      void *out = d.alloc(nq * 2, mis);
                      float *lse = (float *)d.alloc(lse_ref.size() * 4);
                      r.rc = ftk_attention_fwd(out, lse, d.bf16(q, mis), d.bf16(k), d.bf16(v), B,
-                                              T, H, KVH, D, 0);
+                                              T, H, KVH, D, NULL, 0);
                      r.guards = d.guards_ok();
                      r.outs = {read_bf16(out, nq), read_f32(lse, lse_ref.size())};
                  });
@@ -358,7 +358,7 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
     for (size_t i = 0; i < nq; i++) out_bf[i] = bfround(out_ref[i]);
     std::vector<float> dq_ref(nq), dk_ref(nk), dv_ref(nk);
     CPU->attention_bwd(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.data(), out_bf.data(),
-                       lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D);
+                       lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D, NULL);
     // T = 1: one key, so P = 1 and dS = P (dout.v - dout.out) scale = 0 exactly; dq and dk
     // are fp32 cancellation noise on both sides (their summation orders differ), checked
     // as an absolute RMS (THR_T1_RMS) instead of relative to noise
@@ -388,7 +388,7 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
                      void *dq = d.alloc(nq * 2), *dk = d.alloc(nk * 2), *dv = d.alloc(nk * 2);
                      r.rc = ftk_attention_bwd(dq, dk, dv, d.bf16(dout, mis), d.bf16(out_bf),
                                               d.f32(lse_ref), d.bf16(q), d.bf16(k), d.bf16(v), B,
-                                              T, H, KVH, D, 0);
+                                              T, H, KVH, D, NULL, 0);
                      r.guards = d.guards_ok();
                      r.outs = {read_bf16(dq, nq), read_bf16(dk, nk), read_bf16(dv, nk)};
                  });

@@ -218,8 +218,8 @@ static void case_attention(int B, int T, int H, int KVH, int D) {
     pair q = pair_new(nq, 0, 1, 0), k = pair_new(nk, 0, 1, 0), v = pair_new(nk, 0, 1, 0);
     pair o = pair_new(nq, 0, 1, 1), lse = pair_new((size_t)B * H * T, 1, 1, 1), dout = pair_new(nq, 0, 1, 0);
     pair dq = pair_new(nq, 0, 1, 1), dk = pair_new(nk, 0, 1, 1), dv = pair_new(nk, 0, 1, 1);
-    BOTH(CPU->attention_fwd(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
-         GPU->attention_fwd(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
+    BOTH(CPU->attention_fwd(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D, NULL),
+         GPU->attention_fwd(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D, NULL));
     // native on tensor cores when D % 16 == 0; on cuDNN thr_bf16 is THR_CUDNN, the larger
     const double thr = fmax(thr_bf16, D % 16 == 0 ? THR_ATT_TC : THR_BF16);
     report_thr("attention_fwd", s, "out", &o, thr);
@@ -232,8 +232,8 @@ static void case_attention(int B, int T, int H, int KVH, int D) {
     for (int run = 0; run < (D % 16 == 0 ? 3 : 1); run++) {
         ftk_attention_set_tensor_cores(run != 1);
         ftk_attention_set_ds_cap(run == 2 ? 1 : 0);
-        BOTH(CPU->attention_bwd(dq.cpu, dk.cpu, dv.cpu, dout.cpu, o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
-             GPU->attention_bwd(dq.gpu, dk.gpu, dv.gpu, dout.gpu, o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
+        BOTH(CPU->attention_bwd(dq.cpu, dk.cpu, dv.cpu, dout.cpu, o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D, NULL),
+             GPU->attention_bwd(dq.gpu, dk.gpu, dv.gpu, dout.gpu, o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D, NULL));
         const double t = run == 1 ? thr_bf16 : thr;
         report_thr(names[run], s, "dq", &dq, t);
         report_thr(names[run], s, "dk", &dk, t);
@@ -281,10 +281,10 @@ static void case_attention_cache(void) {
         pair q = pair_new(nq, 0, 1, 0), k = pair_new(nk, 0, 1, 0), v = pair_new(nk, 0, 1, 0);
         pair o = pair_new(nq, 0, 1, 1), lse = pair_new((size_t)B * H * T, 1, 1, 1), dout = pair_new(nq, 0, 1, 0);
         pair dq = pair_new(nq, 0, 1, 1), dk = pair_new(nk, 0, 1, 1), dv = pair_new(nk, 0, 1, 1);
-        BOTH(CPU->attention_fwd(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
-             GPU->attention_fwd(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
-        BOTH(CPU->attention_bwd(dq.cpu, dk.cpu, dv.cpu, dout.cpu, o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D),
-             GPU->attention_bwd(dq.gpu, dk.gpu, dv.gpu, dout.gpu, o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D));
+        BOTH(CPU->attention_fwd(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D, NULL),
+             GPU->attention_fwd(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D, NULL));
+        BOTH(CPU->attention_bwd(dq.cpu, dk.cpu, dv.cpu, dout.cpu, o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D, NULL),
+             GPU->attention_bwd(dq.gpu, dk.gpu, dv.gpu, dout.gpu, o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D, NULL));
         pair *all[] = {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv};
         for (int i = 3; i < 9; i++) {
             const double e = pair_nmse(all[i]);
@@ -357,9 +357,9 @@ static void case_rope(int B, int T, int NH, int D) {
     CPU->copy_h2d(cs.cpu, cs.host, half * 4); GPU->copy_h2d(cs.gpu, cs.host, half * 4);
     CPU->copy_h2d(sn.cpu, sn.host, half * 4); GPU->copy_h2d(sn.gpu, sn.host, half * 4);
     pair x = pair_new(n, 0, 1, 0), y = pair_new(n, 0, 1, 1), dx = pair_new(n, 0, 1, 1);
-    BOTH(CPU->rope_fwd(y.cpu, x.cpu, cs.cpu, sn.cpu, B, T, NH, D), GPU->rope_fwd(y.gpu, x.gpu, cs.gpu, sn.gpu, B, T, NH, D));
+    BOTH(CPU->rope_fwd(y.cpu, x.cpu, cs.cpu, sn.cpu, B, T, NH, D, NULL), GPU->rope_fwd(y.gpu, x.gpu, cs.gpu, sn.gpu, B, T, NH, D, NULL));
     report("rope_fwd", s, "out", &y);
-    BOTH(CPU->rope_bwd(dx.cpu, x.cpu, cs.cpu, sn.cpu, B, T, NH, D), GPU->rope_bwd(dx.gpu, x.gpu, cs.gpu, sn.gpu, B, T, NH, D));
+    BOTH(CPU->rope_bwd(dx.cpu, x.cpu, cs.cpu, sn.cpu, B, T, NH, D, NULL), GPU->rope_bwd(dx.gpu, x.gpu, cs.gpu, sn.gpu, B, T, NH, D, NULL));
     report("rope_bwd", s, "dinp", &dx);
     pair *all[] = {&cs, &sn, &x, &y, &dx};
     for (int i = 0; i < 5; i++) pair_free(all[i]);
