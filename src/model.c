@@ -502,6 +502,18 @@ static int roots_release(model *m, const unit_provider *p) {
     return p->release(p->ctx, m->cfg.num_hidden_layers);
 }
 
+// --pack_attention per_game (model_set_segments): the micro-batch's segment starts from its
+// tokens, uploaded, and handed to the rope and attention ops; otherwise NULL (one sequence
+// per row).
+static int segments_upload(model *m, const int32_t *tokens) {
+    m->seg_cur = NULL;
+    if (m->seg_bos < 0) return 0;
+    model_segment_starts(tokens, m->B, m->T, m->seg_bos, m->seg_host);
+    TRY(m->be->copy_h2d(m->seg, m->seg_host, (size_t)m->B * m->T * sizeof(int32_t)));
+    m->seg_cur = m->seg;
+    return 0;
+}
+
 // Embedding and all decoder layers; leaves the root unit acquired in *root.
 static int forward_trunk(model *m, const unit_provider *p, const int32_t *tokens, void **root) {
     const llama_config *c = &m->cfg;
@@ -542,8 +554,8 @@ int model_logits_rows(model *m, const unit_provider *p, const int32_t *tokens, i
     uint16_t *half = NULL;
     if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)chunk * V * 2), (size_t)chunk * V * 2);
     void *root;
-    m->seg_cur = NULL;   // one sequence per row (sampling, golden logits)
-    int rc = forward_trunk(m, p, tokens, &root);
+    int rc = segments_upload(m, tokens);
+    if (rc == 0) rc = forward_trunk(m, p, tokens, &root);
     for (int r = 0; rc == 0 && r < nrows; r += chunk) {
         const int rows = nrows - r < chunk ? nrows - r : chunk;
         const size_t n = (size_t)rows * V;
@@ -671,12 +683,7 @@ int model_forward_backward(model *m, const unit_provider *p, const int32_t *toke
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
 
     TRY(be->copy_h2d(m->targets, targets, (size_t)N * sizeof(int32_t)));
-    m->seg_cur = NULL;
-    if (m->seg_bos >= 0) {   // --pack_attention per_game: each game attends to itself only
-        model_segment_starts(tokens, m->B, m->T, m->seg_bos, m->seg_host);
-        TRY(be->copy_h2d(m->seg, m->seg_host, (size_t)N * sizeof(int32_t)));
-        m->seg_cur = m->seg;
-    }
+    TRY(segments_upload(m, tokens));
     void *root, *droot = NULL, *daroot = NULL;
     TRY(forward_trunk(m, p, tokens, &root));
     if (backward) {

@@ -210,8 +210,7 @@ void model_free(model *m);
 int model_forward_backward(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
                            int backward, float dloss, double *loss_sum, int *n_valid);
 
-// --pack_attention per_game: with bos >= 0, model_forward_backward (training and
-// evaluation; not model_logits) treats every `bos` token as the start of a segment: RoPE
+// --pack_attention per_game: with bos >= 0, model_forward_backward and model_logits treat every `bos` token as the start of a segment: RoPE
 // positions restart at 0 there and attention stays within the segment (backend.h, `seg`).
 // bos < 0: off (the default; plain causal attention over the row). The targets are the
 // caller's: a segment's last token should not predict the next one's `bos` (loader.h).

@@ -24,7 +24,9 @@
 #define GRAD_NMSE_MAX 1e-9
 #define LOSS_REL_MAX 1e-6
 
-static const char *configs[] = {"mha", "gqa", "tied", "odd", "headdim", "llama3", "sharded", "bf16"};
+// packed: --pack --pack_attention per_game rows (games found by their BOS; model_set_segments)
+// against transformers given the per-game position_ids and a block-diagonal 4D mask
+static const char *configs[] = {"mha", "gqa", "tied", "odd", "headdim", "llama3", "sharded", "bf16", "packed"};
 
 typedef struct {
     llama_config cfg;
@@ -33,6 +35,7 @@ typedef struct {
     int B, T;
     int32_t *tokens, *targets;
     int n_valid;
+    int packed;   // the "packed" case: per-game segments
 } golden_case;
 
 static const st_tensor *need(const st_file *f, const char *name) {
@@ -51,6 +54,7 @@ static int case_open(golden_case *g, const char *dir) {
     TRY(st_open(&g->golden, path));
     const st_tensor *ids = need(&g->golden, "input_ids"), *labels = need(&g->golden, "labels");
     if (!ids || !labels || ids->dtype != ST_I32 || ids->ndim != 2) return ft_error("bad golden inputs");
+    g->packed = strstr(dir, "packed") != NULL;
     g->B = (int)ids->shape[0];
     g->T = (int)ids->shape[1];
     size_t N = (size_t)g->B * g->T;
@@ -83,6 +87,7 @@ static int run(golden_case *g, const param_layout *layout, const backend *be, in
     mem_tracker_init(&mem, be);
     model m;
     TRY(model_init(&m, layout, be, &mem, g->B, g->T, grad_ckpt));
+    if (g->packed) model_set_segments(&m, g->cfg.bos_token_id);
     flat_provider_state st = {layout, be, params, grads, fresh};
     unit_provider p = unit_provider_flat(&st);
     memset(grads, 0, layout->total * sizeof(float));

@@ -70,7 +70,15 @@ CONFIGS = {
     "sharded": (1007, dict(MHA, num_hidden_layers=3), {"rope_type": "default", "rope_theta": 10000.0},
                 {"max_shard_size": "200KB"}),
     "bf16": (1008, GQA, {"rope_type": "default", "rope_theta": 10000.0}, {"bf16": True}),
+    # --pack --pack_attention per_game: games packed in rows, each attending to itself only
+    # (make_packed_batch); T = 37 is odd and crosses 16- and 32-row tiles.
+    "packed": (1009, GQA, {"rope_type": "default", "rope_theta": 10000.0}, {"B": 3, "T": 37, "packed": True}),
 }
+
+# Game starts (BOS positions) per row of the "packed" case: row 0 starts mid-game, row 1 is one
+# game, row 2 has a game of its BOS alone (positions 0 and 1) and one starting at its last row
+# but 4.
+PACKED_STARTS = [[9, 25], [0], [0, 1, 17, 33]]
 
 TRAIN = dict(seed=2001, model=MHA, rope={"rope_type": "default", "rope_theta": 10000.0}, B=4, T=16, steps=5,
              lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, max_grad_norm=1.0)
@@ -99,6 +107,59 @@ def make_batch(gen, B, T, V):
     labels[0, :3] = IGNORE          # a masked prompt at the start of row 0
     labels[B - 1, -2:] = IGNORE     # masked tail of the last row
     return ids, labels
+
+
+def make_packed_batch(gen, B, T, V, bos):
+    """Rows of packed games as TRL's padding-free packing (DataCollatorWithFlattening) feeds
+    them: a game starts at each BOS; position_ids restart at 0 there (a row that starts
+    mid-game starts at 0 too); a 4D block-diagonal causal float mask keeps each game's
+    attention inside it; the label of every BOS is -100 (the token before a game does not
+    predict its BOS). Returns ids, labels and the model's extra keyword arguments."""
+    assert B == len(PACKED_STARTS)
+    ids = torch.randint(bos + 2, V, (B, T), generator=gen, dtype=torch.int64)   # no BOS/EOS by chance
+    for b, starts in enumerate(PACKED_STARTS):
+        ids[b, starts] = bos
+    labels = ids.clone()
+    labels[ids == bos] = IGNORE
+    return ids, labels, packed_kwargs(ids, bos)
+
+
+def packed_kwargs(ids, bos):
+    """position_ids and the 4D float mask of packed rows, games found by their BOS."""
+    B, T = ids.shape
+    seg = torch.zeros(B, T, dtype=torch.int64)   # the start of each position's game
+    for b in range(B):
+        start = 0
+        for t in range(T):
+            start = t if ids[b, t] == bos else start
+            seg[b, t] = start
+    t = torch.arange(T)
+    position_ids = t[None, :] - seg
+    keep = (seg[:, :, None] <= t[None, None, :]) & (t[None, None, :] <= t[None, :, None])   # (B, i, j)
+    mask = torch.zeros(B, 1, T, T, dtype=torch.float32)
+    mask.masked_fill_(~keep[:, None], torch.finfo(torch.float32).min)
+    return {"position_ids": position_ids, "attention_mask": mask}
+
+
+def check_packed_games(name, model, ids, labels, kw, loss):
+    """The oracle's own check of the packed case: the summed token losses of the packed rows
+    equal those of every game run alone (unpacked, positions from 0, no mask)."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for b, starts in enumerate(PACKED_STARTS):
+            bounds = ([0] if starts[0] > 0 else []) + starts + [ids.shape[1]]
+            for t0, t1 in zip(bounds[:-1], bounds[1:]):
+                n = int((labels[b, t0 + 1:t1] != IGNORE).sum())
+                if n == 0:
+                    continue
+                out = model(input_ids=ids[b:b + 1, t0:t1], labels=labels[b:b + 1, t0:t1])
+                total += out.loss.item() * n
+                count += n
+    n_all = int((labels[:, 1:] != IGNORE).sum())
+    assert count == n_all, (count, n_all)
+    rel = abs(total / count - loss.item()) / abs(loss.item())
+    assert rel < 1e-5, f"{name}: packed loss {loss.item()} vs games alone {total / count} (rel {rel:.1e})"
+    print(f"  {name}: packed rows = games alone: loss {loss.item():.6f} vs {total / count:.6f} (rel {rel:.1e})")
 
 
 def ref_inv_freq(head_dim, rope):
@@ -148,9 +209,9 @@ def f32(t):
     return t.detach().to(torch.float32).contiguous()
 
 
-def forward_backward(model, ids, labels):
+def forward_backward(model, ids, labels, **kw):
     model.zero_grad(set_to_none=True)
-    out = model(input_ids=ids, labels=labels)
+    out = model(input_ids=ids, labels=labels, **kw)
     out.loss.backward()
     grads = {n: f32(p.grad) for n, p in model.named_parameters()}
     return f32(out.logits), f32(out.loss.reshape(1)), grads
@@ -198,8 +259,14 @@ def gen_config(out, name, spec):
                 p.copy_(p.to(torch.bfloat16).to(torch.float32))
     check_rope(name, model, cfg, rope, opt.get("llama3_bands"))
 
-    ids, labels = make_batch(gen, B, T, cfg.vocab_size)
-    logits, loss, grads = forward_backward(model, ids, labels)
+    kw = {}
+    if opt.get("packed"):
+        ids, labels, kw = make_packed_batch(gen, B, T, cfg.vocab_size, cfg.bos_token_id)
+    else:
+        ids, labels = make_batch(gen, B, T, cfg.vocab_size)
+    logits, loss, grads = forward_backward(model, ids, labels, **kw)
+    if opt.get("packed"):
+        check_packed_games(name, model, ids, labels, kw, loss)
 
     d = os.path.join(out, name)
     fresh_dir(d)
@@ -252,7 +319,10 @@ def verify_config(out, name, spec):
         assert (cj.get("dtype") or cj.get("torch_dtype")) == "bfloat16", cj
 
     ids, labels = g["input_ids"].long(), g["labels"].long()
-    logits, loss, grads = forward_backward(model, ids, labels)
+    kw = {}
+    if opt.get("packed"):
+        kw = packed_kwargs(ids, model.config.bos_token_id)
+    logits, loss, grads = forward_backward(model, ids, labels, **kw)
     rel = abs(loss.item() - g["loss"].item()) / abs(g["loss"].item())
     assert rel < 1e-6, f"{name}: reloaded loss {loss.item()} vs golden {g['loss'].item()}"
     assert torch.allclose(logits, g["logits"], rtol=1e-5, atol=1e-5), name
