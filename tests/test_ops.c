@@ -70,6 +70,9 @@ typedef struct {
     int N, C, V, F;        // rows, width, vocab / out-width
     int chunk, chunks;     // lm_head: rows per chunk (0: the trainer's, model_lmhead_chunk_rows(N,
                            // V)) and how many chunks that makes (checked, so the case keeps them)
+    const char *games;     // rope / attention with segment starts (--pack_attention per_game):
+                           // each batch row's game starts, rows separated by '|' (the last
+                           // repeats), e.g. "0,5|9" (row 1 starts mid-game); NULL = no segments
 } op_case;
 
 static const op_case cases[] = {
@@ -93,6 +96,16 @@ static const op_case cases[] = {
     {OP_ATTENTION, "attention tiles B1 T130 H2 KV1 D4", .B = 1, .T = 130, .H = 2, .KVH = 1, .D = 4},
     {OP_ATTENTION, "attention tiles MHA B2 T70 H2 KV2 D6", .B = 2, .T = 70, .H = 2, .KVH = 2, .D = 6},
     {OP_ATTENTION, "attention tiles B2 T197 H2 KV1 D3", .B = 2, .T = 197, .H = 2, .KVH = 1, .D = 3},
+    // segment starts (packed games, each attending to itself; RoPE positions restart): a row
+    // starting mid-game, a one-token game, starts mid-tile and at a tile boundary (CPU tiles of
+    // 64 rows), a single game, a game starting at the last row, T = 1
+    {OP_ROPE, "rope games B2 T17 H3 D8", .B = 2, .T = 17, .H = 3, .D = 8, .games = "5,9|0,16"},
+    {OP_ROPE_QKV, "rope_qkv games B2 T13 H4 KV2 D6", .B = 2, .T = 13, .H = 4, .KVH = 2, .D = 6, .games = "0,7|3"},
+    {OP_ATTENTION, "attention games B3 T130 H2 KV1 D4", .B = 3, .T = 130, .H = 2, .KVH = 1, .D = 4,
+     .games = "0,1,64,100|37|0"},
+    {OP_ATTENTION, "attention games B2 T17 H4 KV2 D6", .B = 2, .T = 17, .H = 4, .KVH = 2, .D = 6, .games = "5,9,16|0,16"},
+    {OP_ATTENTION, "attention games B1 T63 MHA H2 D8", .B = 1, .T = 63, .H = 2, .KVH = 2, .D = 8, .games = "0,20,21,50"},
+    {OP_ATTENTION, "attention games T1 B2 H2 KV1 D4", .B = 2, .T = 1, .H = 2, .KVH = 1, .D = 4, .games = "0|"},
     {OP_SWIGLU, "swiglu 37", .N = 37, .F = 1},
     {OP_SWIGLU, "swiglu 4x9 separate", .N = 4, .F = 9},
     // .C = 1: gate and up are the halves of one (N, 2F) buffer (the fused gate|up GEMM output)
@@ -116,6 +129,7 @@ typedef struct {
     float *grad[3];     // analytic gradients
     int32_t *tokens;    // embedding tokens / lmhead targets
     float *cos, *sin;   // rope tables
+    int32_t *seg;       // (B, T) segment starts of c->games, or NULL
     float *R;           // dJ/dout
     size_t out_n;
     int chunk_rows;     // lm_head: rows per chunk (the case's, or the trainer's)
@@ -134,16 +148,16 @@ static double objective(state *s) {
         free(rstd);
         break;
     }
-    case OP_ROPE: be->rope_fwd(out, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D, NULL); break;
+    case OP_ROPE: be->rope_fwd(out, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D, s->seg); break;
     case OP_ROPE_QKV: {   // out = [q (B,T,H,D) | k (B,T,KVH,D) | v (B,T,KVH,D)]
         size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
-        be->rope_qkv_fwd(out, out + nq, out + nq + nkv, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->KVH, c->D, NULL);
+        be->rope_qkv_fwd(out, out + nq, out + nq + nkv, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->KVH, c->D, s->seg);
         break;
     }
     case OP_MATMUL: be->matmul_fwd(out, s->in[0], s->in[1], NULL, c->N, c->C, c->F); break;
     case OP_ATTENTION: {
         float *lse = malloc(sizeof(float) * c->B * c->H * c->T);
-        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL);
+        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
         free(lse);
         break;
     }
@@ -190,13 +204,13 @@ static void analytic(state *s, int *contract_ok) {
     }
     case OP_ROPE:
         s->grad[0] = filled(s->in_n[0], NAN);
-        be->rope_bwd(s->grad[0], s->R, s->cos, s->sin, c->B, c->T, c->H, c->D, NULL);
+        be->rope_bwd(s->grad[0], s->R, s->cos, s->sin, c->B, c->T, c->H, c->D, s->seg);
         break;
     case OP_ROPE_QKV: {
         size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
         s->grad[0] = filled(s->in_n[0], NAN);
         be->rope_qkv_bwd(s->grad[0], s->R, s->R + nq, s->R + nq + nkv, s->cos, s->sin, c->B, c->T, c->H, c->KVH,
-                         c->D, NULL);
+                         c->D, s->seg);
         break;
     }
     case OP_MATMUL:
@@ -219,10 +233,10 @@ static void analytic(state *s, int *contract_ok) {
         break;
     case OP_ATTENTION: {
         float *lse = malloc(sizeof(float) * c->B * c->H * c->T), *out = malloc(sizeof(float) * s->out_n);
-        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL);
+        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
         for (int i = 0; i < 3; i++) s->grad[i] = filled(s->in_n[i], NAN);
         be->attention_bwd(s->grad[0], s->grad[1], s->grad[2], s->R, out, lse, s->in[0], s->in[1],
-                          s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL);
+                          s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
         free(lse); free(out);
         break;
     }
@@ -253,10 +267,34 @@ static void analytic(state *s, int *contract_ok) {
     }
 }
 
+// (B, T) segment starts of a case's `games` ("0,5|9": row 0 has games starting at 0 and 5,
+// row 1 one at 9 after the end of a game begun in an earlier row; the last row spec repeats),
+// through model_segment_starts on tokens with a BOS (1) at each start
+static int32_t *segments_of(const char *games, int B, int T) {
+    int32_t *tok = malloc(sizeof(int32_t) * B * T), *seg = malloc(sizeof(int32_t) * B * T);
+    const char *row = games;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) tok[b * T + t] = 2;
+        const char *end = strchr(row, '|');
+        for (const char *p = row; *p && p != end;) {
+            char *next;
+            const long t0 = strtol(p, &next, 10);
+            if (next == p) break;
+            if (t0 >= 0 && t0 < T) tok[b * T + t0] = 1;
+            p = *next == ',' ? next + 1 : next;
+        }
+        if (end) row = end + 1;
+    }
+    model_segment_starts(tok, B, T, 1, seg);
+    free(tok);
+    return seg;
+}
+
 static void setup(state *s, const op_case *c, const backend *be) {
     memset(s, 0, sizeof *s);
     s->c = c;
     s->be = be;
+    if (c->games) s->seg = segments_of(c->games, c->B, c->T);
     size_t N = (size_t)c->N;
     switch (c->op) {
     case OP_EMBEDDING:
@@ -318,7 +356,7 @@ static void setup(state *s, const op_case *c, const backend *be) {
 
 static void teardown(state *s) {
     for (int i = 0; i < s->n_in; i++) { free(s->in[i]); free(s->grad[i]); }
-    free(s->tokens); free(s->cos); free(s->sin); free(s->R);
+    free(s->tokens); free(s->cos); free(s->sin); free(s->R); free(s->seg);
 }
 
 // matmul_fwd's residual: out = x W^T + r with r a separate buffer, and with r = out (+=),
@@ -376,6 +414,39 @@ static void check_rope_qkv_split(const backend *be, const state *s) {
     free(got); free(want);
 }
 
+// rope_fwd / rope_qkv_fwd with segment starts against the rotation written out: row t of
+// batch b rotated by the angles of position t - seg[b, t] (the tables' row of that position);
+// bitwise (the same products). A row left at position t shows as an O(1) difference.
+static void check_rope_segments(const backend *be, const state *s) {
+    const op_case *c = s->c;
+    const int half = c->D / 2, heads = c->op == OP_ROPE ? c->H : c->H + 2 * c->KVH;
+    const int rotated = c->op == OP_ROPE ? c->H : c->H + c->KVH;   // v is copied
+    const size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
+    float *got = malloc(sizeof(float) * s->out_n);
+    if (c->op == OP_ROPE) be->rope_fwd(got, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D, s->seg);
+    else be->rope_qkv_fwd(got, got + nq, got + nq + nkv, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->KVH, c->D, s->seg);
+    int ok = 1;
+    for (int b = 0; b < c->B; b++)
+        for (int t = 0; t < c->T; t++) {
+            const size_t row = (size_t)b * c->T + t, pos = (size_t)(t - s->seg[row]);
+            const float *ct = s->cos + pos * half, *st = s->sin + pos * half, *x = s->in[0] + row * heads * c->D;
+            for (int h = 0; h < heads; h++) {
+                // where head h of this row went: q (or the rope output) | k | v
+                const int part = h < c->H ? 0 : h < rotated ? 1 : 2, hh = part == 0 ? h : part == 1 ? h - c->H : h - rotated;
+                const int nh = part == 0 ? c->H : c->KVH;
+                const float *y = got + (part == 0 ? 0 : part == 1 ? nq : nq + nkv) + (row * nh + hh) * c->D;
+                for (int i = 0; i < half; i++) {
+                    const float x1 = x[h * c->D + i], x2 = x[h * c->D + i + half];
+                    const float y1 = part == 2 ? x1 : x1 * ct[i] - x2 * st[i], y2 = part == 2 ? x2 : x2 * ct[i] + x1 * st[i];
+                    ok &= y[i] == y1 && y[i + half] == y2;
+                }
+            }
+        }
+    printf("%-36s %-7s %12s %10s %s\n", c->name, "fwd/pos", "bitwise", "", ok ? "pass" : "FAIL");
+    EXPECT(ok, "%s: rotation with segment starts is not that of position t - seg[t]", c->name);
+    free(got);
+}
+
 // ----------------------------------------------------------------------------
 // forward references: the attention tiles and the vectorised exp against double precision
 
@@ -383,9 +454,10 @@ static void check_rope_qkv_split(const backend *be, const state *s) {
 // With dout (B, T, H, D) also the backward, row by row from the exact probabilities P:
 // dP = dO V^T, dS = P (dP - dO . O), dq = dS K / sqrt(D), dk += dS^T q / sqrt(D), dv += P^T dO
 // (dq, dk, dv like q, k, v; zeroed here).
+// seg (B, T) or NULL: query t sees keys seg[b, t] .. t only (the others have P = 0).
 static void attention_ref(double *out, double *lse, const float *q, const float *k, const float *v,
                           int B, int T, int H, int KVH, int D, const float *dout, double *dq, double *dk,
-                          double *dv) {
+                          double *dv, const int32_t *seg) {
     double *p = malloc(sizeof(double) * T);
     if (dout) {
         memset(dq, 0, sizeof(double) * B * T * H * D);
@@ -396,18 +468,19 @@ static void attention_ref(double *out, double *lse, const float *q, const float 
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++) {
                 const float *qt = q + (((size_t)b * T + t) * H + h) * D;
+                const int j0 = seg ? seg[(size_t)b * T + t] : 0;
                 double m = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= t; j++) {
                     const float *kj = k + (((size_t)b * T + j) * KVH + h / (H / KVH)) * D;
                     double dot = 0;
                     for (int d = 0; d < D; d++) dot += (double)qt[d] * kj[d];
                     p[j] = dot / sqrt((double)D);
                     m = p[j] > m ? p[j] : m;
                 }
-                for (int j = 0; j <= t; j++) sum += exp(p[j] - m);
+                for (int j = j0; j <= t; j++) sum += exp(p[j] - m);
                 double *o = out + (((size_t)b * T + t) * H + h) * D;
                 for (int d = 0; d < D; d++) o[d] = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= t; j++) {
                     const float *vj = v + (((size_t)b * T + j) * KVH + h / (H / KVH)) * D;
                     for (int d = 0; d < D; d++) o[d] += exp(p[j] - m) / sum * vj[d];
                 }
@@ -417,7 +490,7 @@ static void attention_ref(double *out, double *lse, const float *q, const float 
                 double delta = 0;   // dO . O of this row
                 for (int d = 0; d < D; d++) delta += (double)g[d] * o[d];
                 double *dqt = dq + (((size_t)b * T + t) * H + h) * D;
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= t; j++) {
                     const size_t kv = (((size_t)b * T + j) * KVH + h / (H / KVH)) * D;
                     const double pj = exp(p[j] - m) / sum;
                     double dp = 0;
@@ -457,8 +530,9 @@ static void check_attention_forward(const backend *be, const state *s) {
     size_t nl = (size_t)c->B * c->H * c->T;
     float *out = malloc(sizeof(float) * s->out_n), *lse = malloc(sizeof(float) * nl), *ref32 = malloc(sizeof(float) * s->out_n);
     double *ref = malloc(sizeof(double) * s->out_n), *lse_ref = malloc(sizeof(double) * nl);
-    be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL);
-    attention_ref(ref, lse_ref, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL, NULL, NULL, NULL);
+    be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
+    attention_ref(ref, lse_ref, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL, NULL, NULL, NULL,
+                  s->seg);
     for (size_t i = 0; i < s->out_n; i++) ref32[i] = (float)ref[i];
     double e = test_nmse(out, ref32, s->out_n), lse_err = 0;
     for (size_t i = 0; i < nl; i++) lse_err = fmax(lse_err, fabs(lse[i] - lse_ref[i]));
@@ -488,7 +562,7 @@ static void check_attention_backward(const state *s) {
     double *dref[3];
     for (int i = 0; i < 3; i++) dref[i] = malloc(sizeof(double) * s->in_n[i]);
     attention_ref(ref, lse_ref, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->R, dref[0], dref[1],
-                  dref[2]);
+                  dref[2], s->seg);
     for (int i = 0; i < 3; i++) {
         double e = nmse_vs_double(s->grad[i], dref[i], s->in_n[i]);
         int ok = e <= GRAD_REF_NMSE_MAX;
@@ -578,7 +652,8 @@ int main(void) {
         if (cases[ci].op == OP_ATTENTION) check_attention_forward(be, &s);
         if (cases[ci].op == OP_ATTENTION) check_attention_backward(&s);
         if (cases[ci].op == OP_LMHEAD) check_lmhead_reference(be, &s);
-        if (cases[ci].op == OP_ROPE_QKV) check_rope_qkv_split(be, &s);
+        if (cases[ci].op == OP_ROPE_QKV && !s.seg) check_rope_qkv_split(be, &s);
+        if ((cases[ci].op == OP_ROPE || cases[ci].op == OP_ROPE_QKV) && s.seg) check_rope_segments(be, &s);
         if (cases[ci].op == OP_MATMUL) check_matmul_residual(be, &s);
         if (cases[ci].op == OP_MATMUL)   // the only op with an accumulate_dinp mode
             EXPECT(contract_ok, "%s: accumulate_dinp did not add to the existing values", cases[ci].name);
