@@ -210,9 +210,83 @@ static void check_config(const char *root, const char *name, const backend *be) 
     case_close(&g);
 }
 
+// --pack_attention per_game, end to end through the model on the "packed" checkpoint: row 0
+// packs game A (positions 0..19) and game B (20..36), row 1 holds game B alone (0..16, then
+// padding without targets). With segments, B's per-token losses in the packed row equal those
+// of B alone: the same products, only the key ranges the GEMMs run over differ (row 0's tile
+// holds A's keys, masked to probability 0, adding exact zeros), so they may differ in the last
+// bits of a sum: we allow 2e-5 absolute on losses of ~5 (~30 ulps of fp32 at 5, where the
+// rounding of a chain of ~100 fp32 sums is ~1e-6). Without segments (row attention, the
+// control) B sees A and its positions start at 20: the losses differ by 1e-2 or more.
+#define PACKED_ALONE_MAX_DIFF 2e-5
+static void check_packed_equivalence(const char *root, const backend *be) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/packed", root);
+    llama_config cfg;
+    hf_checkpoint ck;
+    param_layout layout;
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int ok = llama_config_load(&cfg, path) == 0 && hf_checkpoint_open(&ck, dir) == 0 &&
+             param_layout_init(&layout, &cfg, 1) == 0;
+    EXPECT(ok, "packed equivalence: open %s: %s", dir, ft_error_message());
+    if (!ok) return;
+    enum { B = 2, T = 37, A = 20, LB = T - A };
+    const int bos = cfg.bos_token_id;
+    int32_t tokens[B * T], targets[B * T];
+    uint64_t st = 77;
+    for (int t = 0; t < T; t++) tokens[t] = bos + 2 + (int32_t)(test_rand_u32(&st) % (uint32_t)(cfg.vocab_size - bos - 2));
+    tokens[0] = tokens[A] = bos;
+    for (int t = 0; t < T; t++) tokens[T + t] = t < LB ? tokens[A + t] : bos + 2;   // B alone, then padding
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {   // the loader's rule: a target that is a BOS is ignored
+            const int32_t y = t + 1 < T ? tokens[b * T + t + 1] : -100;
+            targets[b * T + t] = y == bos || (b == 1 && t + 1 >= LB) ? -100 : y;
+        }
+    float *params = malloc(layout.total * sizeof(float)), *grads = malloc(layout.total * sizeof(float));
+    float alone[LB], packed[2][LB];
+    ok = hf_checkpoint_load_params(&ck, &layout, be, params) == 0;
+    for (int mode = 0; ok && mode < 2; mode++) {   // 0: per_game, 1: row (the control)
+        mem_tracker mem;
+        mem_tracker_init(&mem, be);
+        model m;
+        ok = model_init(&m, &layout, be, &mem, B, T, 0) == 0;
+        if (!ok) break;
+        if (mode == 0) model_set_segments(&m, bos);
+        flat_provider_state fs = {&layout, be, params, grads, 0};
+        unit_provider p = unit_provider_flat(&fs);
+        memset(grads, 0, layout.total * sizeof(float));
+        double sum;
+        int n;
+        ok = model_forward_backward(&m, &p, tokens, targets, 1, 1.0f, &sum, &n) == 0;
+        for (int t = 0; ok && t < LB - 1; t++) {
+            packed[mode][t] = m.losses_host[A + t];
+            if (mode == 0) alone[t] = m.losses_host[T + t];
+        }
+        model_free(&m);
+    }
+    EXPECT(ok, "packed equivalence: %s", ft_error_message());
+    if (ok) {
+        double worst = 0, control = 0;
+        for (int t = 0; t < LB - 1; t++) {
+            worst = fmax(worst, fabs((double)packed[0][t] - alone[t]));
+            control = fmax(control, fabs((double)packed[1][t] - alone[t]));
+        }
+        printf("  %-8s game B packed after game A vs alone, per-token losses: per_game max diff %.1e (max %.0e); "
+               "row attention (control) %.1e\n", "packed", worst, PACKED_ALONE_MAX_DIFF, control);
+        EXPECT(worst <= PACKED_ALONE_MAX_DIFF, "packed per_game: game B's losses differ from B alone by %.3e", worst);
+        EXPECT(control > 1e-2, "packed control: row attention should change game B's losses (max diff %.3e)", control);
+    }
+    free(params);
+    free(grads);
+    param_layout_free(&layout);
+    hf_checkpoint_close(&ck);
+}
+
 int main(void) {
     const char *root = getenv("FT_GOLDEN_DIR") ? getenv("FT_GOLDEN_DIR") : "tests/golden";
     const backend *be = backend_cpu();
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) check_config(root, configs[i], be);
+    check_packed_equivalence(root, be);
     TEST_SUMMARY("test_golden");
 }
