@@ -265,15 +265,43 @@ static void test_rope_llama3_tables(int D) {
            divided, blended, half);
 }
 
-static void test_rope(int B, int T, int NH, int D, bool inplace, size_t mis, int kind) {
+// Segment starts (--pack_attention per_game; backend.h) of `games`: each batch row's game
+// starts, rows separated by '|' (the last repeats; an empty row starts mid-game), e.g.
+// "0,5|9". Empty vector for NULL (no segments).
+static std::vector<int32_t> segments_of(const char *games, int B, int T) {
+    std::vector<int32_t> seg;
+    if (!games) return seg;
+    std::vector<int32_t> tok((size_t)B * T, 2);
+    const char *row = games;
+    for (int b = 0; b < B; b++) {
+        const char *end = strchr(row, '|');
+        for (const char *p = row; *p && p != end;) {
+            char *next;
+            const long t0 = strtol(p, &next, 10);
+            if (next == p) break;
+            if (t0 >= 0 && t0 < T) tok[(size_t)b * T + t0] = 1;
+            p = *next == ',' ? next + 1 : next;
+        }
+        if (end) row = end + 1;
+    }
+    seg.resize((size_t)B * T);
+    model_segment_starts(tok.data(), B, T, 1, seg.data());
+    return seg;
+}
+static const int32_t *seg_host(const std::vector<int32_t> &seg) { return seg.empty() ? nullptr : seg.data(); }
+static const int32_t *seg_dev(Dev &d, const std::vector<int32_t> &seg) { return seg.empty() ? nullptr : d.i32(seg); }
+
+static void test_rope(int B, int T, int NH, int D, bool inplace, size_t mis, int kind, const char *games = nullptr) {
     size_t n = (size_t)B * T * NH * D;
     std::vector<float> x = randn_bf(n, 1.0f), cs, sn;
     rope_tables(kind, T, D, cs, sn);
-    std::string shape = fmt("B=%d T=%d NH=%d D=%d%s%s%s", B, T, NH, D, inplace ? " inplace" : "",
-                            mis ? " misal" : "", kind == ROPE_LLAMA3 ? " llama3" : "");
+    std::string shape = fmt("B=%d T=%d NH=%d D=%d%s%s%s%s%s", B, T, NH, D, inplace ? " inplace" : "",
+                            mis ? " misal" : "", kind == ROPE_LLAMA3 ? " llama3" : "", games ? " games=" : "",
+                            games ? games : "");
+    const std::vector<int32_t> seg = segments_of(games, B, T);
     std::vector<float> yf(n), yb(n);
-    CPU->rope_fwd(yf.data(), x.data(), cs.data(), sn.data(), B, T, NH, D, NULL);
-    CPU->rope_bwd(yb.data(), x.data(), cs.data(), sn.data(), B, T, NH, D, NULL);
+    CPU->rope_fwd(yf.data(), x.data(), cs.data(), sn.data(), B, T, NH, D, seg_host(seg));
+    CPU->rope_bwd(yb.data(), x.data(), cs.data(), sn.data(), B, T, NH, D, seg_host(seg));
     for (int dir = 0; dir < 2; dir++)
         run_case(dir ? "rope_bwd" : "rope_fwd", shape, {nmse_ref("out", dir ? yb : yf, THR_BF16)},
                  [&](Run &r) {
@@ -281,8 +309,9 @@ static void test_rope(int B, int T, int NH, int D, bool inplace, size_t mis, int
                      void *in = d.bf16(x, mis);
                      void *out = inplace ? in : d.alloc(n * 2, mis);
                      const float *c = d.f32(cs), *s = d.f32(sn);
-                     r.rc = dir ? ftk_rope_bwd(out, in, c, s, B, T, NH, D, NULL, 0)
-                                : ftk_rope_fwd(out, in, c, s, B, T, NH, D, NULL, 0);
+                     const int32_t *sg = seg_dev(d, seg);
+                     r.rc = dir ? ftk_rope_bwd(out, in, c, s, B, T, NH, D, sg, 0)
+                                : ftk_rope_fwd(out, in, c, s, B, T, NH, D, sg, 0);
                      r.guards = d.guards_ok();
                      r.outs = {read_bf16(out, n)};
                  });
@@ -291,16 +320,19 @@ static void test_rope(int B, int T, int NH, int D, bool inplace, size_t mis, int
 // The fused q|k|v split (forward: q, k rotated, v copied out of (B, T, (H + 2 KVH) D) rows)
 // and gather (backward), on the vector path (D/2 % 8 == 0, rows 16-byte aligned) and the
 // scalar one; `mis` misaligns the fused buffer by 2 bytes.
-static void test_rope_qkv(int B, int T, int H, int KVH, int D, size_t mis, int kind, bool norot = false) {
+static void test_rope_qkv(int B, int T, int H, int KVH, int D, size_t mis, int kind, bool norot = false,
+                          const char *games = nullptr) {
     const size_t N = (size_t)B * T, nq = N * H * D, nkv = N * KVH * D, n = nq + 2 * nkv;
     std::vector<float> x = randn_bf(n, 1.0f), cs, sn;
     rope_tables(kind, T, D, cs, sn);
-    std::string shape = fmt("B=%d T=%d H=%d KVH=%d D=%d%s%s%s", B, T, H, KVH, D, mis ? " misal" : "",
-                            kind == ROPE_LLAMA3 ? " llama3" : "", norot ? " no tables" : "");
+    std::string shape = fmt("B=%d T=%d H=%d KVH=%d D=%d%s%s%s%s%s", B, T, H, KVH, D, mis ? " misal" : "",
+                            kind == ROPE_LLAMA3 ? " llama3" : "", norot ? " no tables" : "", games ? " games=" : "",
+                            games ? games : "");
+    const std::vector<int32_t> seg = segments_of(games, B, T);
     std::vector<float> yf(n), yb(n);   // fwd: [q | k | v] packed; bwd: the fused rows
     const float *hc = norot ? nullptr : cs.data(), *hs = norot ? nullptr : sn.data();
-    CPU->rope_qkv_fwd(yf.data(), yf.data() + nq, yf.data() + nq + nkv, x.data(), hc, hs, B, T, H, KVH, D, NULL);
-    CPU->rope_qkv_bwd(yb.data(), x.data(), x.data() + nq, x.data() + nq + nkv, hc, hs, B, T, H, KVH, D, NULL);
+    CPU->rope_qkv_fwd(yf.data(), yf.data() + nq, yf.data() + nq + nkv, x.data(), hc, hs, B, T, H, KVH, D, seg_host(seg));
+    CPU->rope_qkv_bwd(yb.data(), x.data(), x.data() + nq, x.data() + nq + nkv, hc, hs, B, T, H, KVH, D, seg_host(seg));
     for (int dir = 0; dir < 2; dir++)
         run_case(dir ? "rope_qkv_bwd" : "rope_qkv_fwd", shape, {nmse_ref("out", dir ? yb : yf, THR_BF16)},
                  [&](Run &r) {
@@ -309,13 +341,15 @@ static void test_rope_qkv(int B, int T, int H, int KVH, int D, size_t mis, int k
                      if (dir) {   // x read as dq | dk | dv (packed), out = the fused rows
                          char *in = (char *)d.bf16(x, 0);
                          void *out = d.alloc(n * 2, mis);
-                         r.rc = ftk_rope_qkv_bwd(out, in, in + nq * 2, in + (nq + nkv) * 2, c, s, B, T, H, KVH, D, NULL, 0);
+                         r.rc = ftk_rope_qkv_bwd(out, in, in + nq * 2, in + (nq + nkv) * 2, c, s, B, T, H, KVH, D,
+                                                 seg_dev(d, seg), 0);
                          r.guards = d.guards_ok();
                          r.outs = {read_bf16(out, n)};
                      } else {     // x read as the fused rows, out = q | k | v (packed)
                          void *in = d.bf16(x, mis);
                          char *out = (char *)d.alloc(n * 2, 0);
-                         r.rc = ftk_rope_qkv_fwd(out, out + nq * 2, out + (nq + nkv) * 2, in, c, s, B, T, H, KVH, D, NULL, 0);
+                         r.rc = ftk_rope_qkv_fwd(out, out + nq * 2, out + (nq + nkv) * 2, in, c, s, B, T, H, KVH, D,
+                                                 seg_dev(d, seg), 0);
                          r.guards = d.guards_ok();
                          r.outs = {read_bf16(out, n)};
                      }
@@ -327,15 +361,17 @@ static void test_rope_qkv(int B, int T, int H, int KVH, int D, size_t mis, int k
 
 // the forward on both paths: SIMT (always) and tensor cores (when D % 16 == 0);
 // `mis` misaligns q and out by 2 bytes (the element-by-element loads and stores)
-static void test_attention(int B, int T, int H, int KVH, int D, float qscale, size_t mis = 0) {
+static void test_attention(int B, int T, int H, int KVH, int D, float qscale, size_t mis = 0,
+                           const char *games = nullptr) {
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D;
     std::vector<float> q = randn_bf(nq, qscale), k = randn_bf(nk, 1.0f), v = randn_bf(nk, 1.0f);
     std::vector<float> dout = randn_bf(nq, 1.0f);
-    std::string shape = fmt("B=%d T=%d H=%d KVH=%d D=%d%s%s", B, T, H, KVH, D,
+    std::string shape = fmt("B=%d T=%d H=%d KVH=%d D=%d%s%s%s%s", B, T, H, KVH, D,
                             qscale > 10 ? " scores~100" : qscale > 1 ? " peaky" : "",
-                            mis ? " misal" : "");
+                            mis ? " misal" : "", games ? " games=" : "", games ? games : "");
+    const std::vector<int32_t> seg = segments_of(games, B, T);
     std::vector<float> out_ref(nq), lse_ref((size_t)B * H * T);
-    CPU->attention_fwd(out_ref.data(), lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D, NULL);
+    CPU->attention_fwd(out_ref.data(), lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D, seg_host(seg));
     for (int tc = 0; tc < (D % 16 == 0 ? 2 : 1); tc++) {
         ftk_attention_set_tensor_cores(tc);
         run_case(tc ? "attention_fwd_tc" : "attention_fwd", shape,
@@ -346,7 +382,7 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
                      void *out = d.alloc(nq * 2, mis);
                      float *lse = (float *)d.alloc(lse_ref.size() * 4);
                      r.rc = ftk_attention_fwd(out, lse, d.bf16(q, mis), d.bf16(k), d.bf16(v), B,
-                                              T, H, KVH, D, NULL, 0);
+                                              T, H, KVH, D, seg_dev(d, seg), 0);
                      r.guards = d.guards_ok();
                      r.outs = {read_bf16(out, nq), read_f32(lse, lse_ref.size())};
                  });
@@ -358,7 +394,7 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
     for (size_t i = 0; i < nq; i++) out_bf[i] = bfround(out_ref[i]);
     std::vector<float> dq_ref(nq), dk_ref(nk), dv_ref(nk);
     CPU->attention_bwd(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.data(), out_bf.data(),
-                       lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D, NULL);
+                       lse_ref.data(), q.data(), k.data(), v.data(), B, T, H, KVH, D, seg_host(seg));
     // T = 1: one key, so P = 1 and dS = P (dout.v - dout.out) scale = 0 exactly; dq and dk
     // are fp32 cancellation noise on both sides (their summation orders differ), checked
     // as an absolute RMS (THR_T1_RMS) instead of relative to noise
@@ -388,7 +424,7 @@ static void test_attention(int B, int T, int H, int KVH, int D, float qscale, si
                      void *dq = d.alloc(nq * 2), *dk = d.alloc(nk * 2), *dv = d.alloc(nk * 2);
                      r.rc = ftk_attention_bwd(dq, dk, dv, d.bf16(dout, mis), d.bf16(out_bf),
                                               d.f32(lse_ref), d.bf16(q), d.bf16(k), d.bf16(v), B,
-                                              T, H, KVH, D, NULL, 0);
+                                              T, H, KVH, D, seg_dev(d, seg), 0);
                      r.guards = d.guards_ok();
                      r.outs = {read_bf16(dq, nq), read_bf16(dk, nk), read_bf16(dv, nk)};
                  });
@@ -715,6 +751,11 @@ static void cases_rope() {
     // no tables (LoRA on q/k/v: the split and gather alone), vector and scalar paths
     test_rope_qkv(2, 5, 4, 2, 16, 0, ROPE_DEFAULT, true);
     test_rope_qkv(1, 3, 3, 1, 10, 2, ROPE_DEFAULT, true);
+    // segment starts (--pack_attention per_game: positions restart at each game's BOS; a row
+    // starting mid-game), vector and scalar paths, per batch row
+    test_rope(2, 17, 3, 16, false, 0, ROPE_DEFAULT, "5,9|0,16");
+    test_rope(2, 13, 2, 10, true, 0, ROPE_DEFAULT, "3|0,7");
+    test_rope_qkv(2, 9, 4, 2, 16, 0, ROPE_DEFAULT, false, "0,4|2");
 }
 
 static void cases_attention() {
@@ -739,6 +780,19 @@ static void cases_attention() {
                           {1, 130, 4, 1, 64, 4, 0},  {3, 63, 4, 4, 16, 1, 0},  {1, 1, 4, 4, 64, 1, 0},
                           {1, 17, 2, 1, 128, 40, 0}, {1, 47, 2, 1, 64, 1, 2}};
     for (auto &s : att) test_attention(s[0], s[1], s[2], s[3], s[4], (float)s[5], (size_t)s[6]);
+    // segment starts (--pack_attention per_game; `games` per batch row as segments_of reads
+    // them): starts mid-tile (5, 9, 37), at a 16-key block's last key (15, 31, 47: a block
+    // holding only that one visible key of a query), on tile and block boundaries (16, 64), a
+    // one-token game (0, 1), a game starting at the last row (62, 16), rows starting mid-game
+    // (the second row of the first case, an empty row spec), a single game; T = 1, 17, 63,
+    // 100, 130 against the 16/32/64-row tiles; SIMT (D 8, 24) and tensor cores (D 16, 64), GQA
+    // and a chunked dS workspace (B = 3)
+    test_attention(3, 130, 2, 1, 16, 1, 0, "0,5,31,64,100|37|0");
+    test_attention(2, 63, 4, 2, 64, 1, 0, "15,16,47|0,1,62");
+    test_attention(2, 17, 2, 2, 8, 1, 0, "5,9,16|0");
+    test_attention(1, 100, 2, 1, 24, 4, 0, "33,47,80");
+    test_attention(2, 1, 2, 1, 16, 1, 0, "0|");
+    test_attention(1, 70, 2, 2, 16, 1, 0, "9,31");
 }
 
 static void cases_lmhead_xent() {
