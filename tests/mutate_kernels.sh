@@ -82,12 +82,12 @@ m rope.in_stride rope.cu rope \
 m rope.qkv_k_offset rope.cu rope \
   'rope_launch(k, KVD, x + QD, W,' 'rope_launch(k, KVD, x + KVD, W,'
 m rope.qkv_v_rotated rope.cu rope \
-  'B, T, KVH, D, 1.0f, 0, stream, op);' 'B, T, KVH, D, 1.0f, 1, stream, op);'
+  'B, T, KVH, D, 1.0f, 0, seg, stream, op);' 'B, T, KVH, D, 1.0f, 1, seg, stream, op);'
 m rope.qkv_bwd_v_offset rope.cu rope \
   'rope_launch(y + QD + KVD, W, dv,' 'rope_launch(y + QD, W, dv,'
 
 m attention.causal_diag attention.cu attention \
-  'if (tk <= tq && tq < T) s = dot_smem' 'if (tk < tq && tq < T) s = dot_smem'
+  'if (tk <= tq && tq < T && tk >= seg_start' 'if (tk < tq && tq < T && tk >= seg_start'
 m attention.mask_value attention.cu attention \
   "float s = -INFINITY;$NL            if (tk <= tq" "float s = 0.0f;$NL            if (tk <= tq"
 m attention.no_running_max attention.cu attention \
@@ -104,7 +104,7 @@ m attention.bwd_dq_no_sync attention.cu attention \
 m attention.delta attention.cu attention \
   's += bf2f(g[d]) * bf2f(o[d]);' 's += bf2f(g[d]) * bf2f(o[d]) * (d + 1 < D);'
 m attention.tc_causal_diag attention.cu attention \
-  's[e] = tk <= tq && tq < T ?' 's[e] = tk < tq && tq < T ?'
+  's[e] = tk <= tq && tq < T && tk >= rseg ?' 's[e] = tk < tq && tq < T && tk >= rseg ?'
 m attention.tc_no_rescale attention.cu attention \
   'o[ds][e] = o[ds][e] * alpha + wS' 'o[ds][e] = o[ds][e] + wS'
 m attention.tc_no_running_max attention.cu attention \
@@ -148,6 +148,39 @@ m attention.tcb_dq_no_sync attention.cu attention \
   'copy_tile_bf16(sK, ld, k, ATT_DQ_BK, b, k0, T, KVH, kh, D, vec);'
 m attention.tcb_dk_uses_p attention.cu attention \
   "wmma::load_matrix_sync(fa, wdS, ATT_TC_LDP);" "wmma::load_matrix_sync(fa, wP, ATT_TC_LDP);"
+
+# segment starts (--pack_attention per_game): the position of RoPE, the key masks, the key
+# ranges of the forward and dQ loops, the backward's early exits and skipped 16x16 blocks
+m rope.seg_batch_row rope.cu rope \
+  'const size_t pos = seg ? (size_t)(t - seg[row]) : (size_t)t;' 'const size_t pos = seg ? (size_t)(t - seg[t]) : (size_t)t;'
+m rope.seg_ignored rope.cu rope \
+  'const size_t pos = seg ? (size_t)(t - seg[row]) : (size_t)t;' 'const size_t pos = (size_t)t;'
+m attention.seg_fwd_mask attention.cu attention \
+  "tk >= seg_start(seg, b, T, tq))$NL                s = dot_smem" "tk + 1 >= seg_start(seg, b, T, tq))$NL                s = dot_smem"
+m attention.seg_fwd_kbeg attention.cu attention \
+  '/ ATT_BK * ATT_BK;   // the tile of the first row' '/ ATT_BK * ATT_BK + ATT_BK;   // the tile of the first row'
+m attention.seg_dkdv_mask attention.cu attention \
+  "sDelta[r],$NL                                tk <= tq && tq < T && tk >= seg_start" \
+  "sDelta[r],$NL                                tk <= tq && tq < T && tk > seg_start"
+m attention.seg_dkdv_break attention.cu attention \
+  'if (seg_start(seg, b, T, q0) >= k0 + ATT_BK) break;' 'if (seg_start(seg, b, T, q0) > k0) break;'
+m attention.seg_dq_mask attention.cu attention \
+  "sDelta[r],$NL                            tk <= tq && tq < T && tk >= seg_start" \
+  "sDelta[r],$NL                            tk <= tq && tq < T && tk > seg_start"
+m attention.seg_dq_kbeg attention.cu attention \
+  '/ ATT_BK * ATT_BK;   // as in the forward' '/ ATT_BK * ATT_BK + ATT_BK;   // as in the forward'
+m attention.tc_seg_mask attention.cu attention 'tk <= tq && tq < T && tk >= rseg ?' 'tk <= tq && tq < T && tk >= wseg ?'
+m attention.tc_seg_skip attention.cu attention 'if (kt + 15 < wseg) continue;' 'if (kt + 15 <= wseg) continue;'
+m attention.tc_seg_kbeg attention.cu attention \
+  '/ ATT_TC_BK * ATT_TC_BK;   // the round' '/ ATT_TC_BK * ATT_TC_BK + ATT_TC_BK;   // the round'
+m attention.tcb_seg_mask attention.cu attention \
+  'tk >= seg_start(seg, b, T, tq < T ? tq : 0)' 'tk > seg_start(seg, b, T, tq < T ? tq : 0)'
+m attention.tcb_seg_break attention.cu attention \
+  'if (qseg >= k0 + ATT_BW_BK) break;' 'if (qseg >= k0 + 16) break;'
+m attention.tcb_seg_warp_skip attention.cu attention 'if (qseg > wk0 + 15) continue;' 'if (qseg > wk0) continue;'
+m attention.tcb_seg_dq_skip attention.cu attention 'if (tk0 + 15 < wseg) continue;' 'if (tk0 + 15 <= wseg) continue;'
+m attention.tcb_seg_dq_kbeg attention.cu attention \
+  '/ ATT_DQ_BK * ATT_DQ_BK;   // the tile' '/ ATT_DQ_BK * ATT_DQ_BK + ATT_DQ_BK;   // the tile'
 
 # lm_head: the fused softmax step between the backend's GEMMs (lmhead_xent_rows). The dx/dW
 # GEMMs and the fp32 dW sum over chunks are host code (src/backend_cuda.c): test_backend_emu
