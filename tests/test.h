@@ -54,3 +54,24 @@ static inline double test_nmse(const float *a, const float *ref, size_t n) {
     }
     return den > 0 ? num / den : num;
 }
+
+// ----------------------------------------------------------------------------
+// packed games (--pack_attention per_game): tok (B, T) = 2 everywhere but a BOS (1) at each
+// game start that `games` lists per batch row, rows separated by '|' (the last repeats; an
+// empty row has no BOS: it starts mid-game), e.g. "0,5|9". model_segment_starts(tok, B, T, 1,
+// seg) then gives the (B, T) segment starts the rope and attention ops take.
+static inline void test_games_tokens(const char *games, int B, int T, int32_t *tok) {
+    const char *row = games;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) tok[(size_t)b * T + t] = 2;
+        const char *end = strchr(row, '|');
+        for (const char *p = row; *p && p != end;) {
+            char *next;
+            const long t0 = strtol(p, &next, 10);
+            if (next == p) break;
+            if (t0 >= 0 && t0 < T) tok[(size_t)b * T + t0] = 1;
+            p = *next == ',' ? next + 1 : next;
+        }
+        if (end) row = end + 1;
+    }
+}

@@ -267,24 +267,10 @@ static void analytic(state *s, int *contract_ok) {
     }
 }
 
-// (B, T) segment starts of a case's `games` ("0,5|9": row 0 has games starting at 0 and 5,
-// row 1 one at 9 after the end of a game begun in an earlier row; the last row spec repeats),
-// through model_segment_starts on tokens with a BOS (1) at each start
+// (B, T) segment starts of a case's `games` (test_games_tokens)
 static int32_t *segments_of(const char *games, int B, int T) {
     int32_t *tok = malloc(sizeof(int32_t) * B * T), *seg = malloc(sizeof(int32_t) * B * T);
-    const char *row = games;
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) tok[b * T + t] = 2;
-        const char *end = strchr(row, '|');
-        for (const char *p = row; *p && p != end;) {
-            char *next;
-            const long t0 = strtol(p, &next, 10);
-            if (next == p) break;
-            if (t0 >= 0 && t0 < T) tok[b * T + t0] = 1;
-            p = *next == ',' ? next + 1 : next;
-        }
-        if (end) row = end + 1;
-    }
+    test_games_tokens(games, B, T, tok);
     model_segment_starts(tok, B, T, 1, seg);
     free(tok);
     return seg;

@@ -265,25 +265,13 @@ static void test_rope_llama3_tables(int D) {
            divided, blended, half);
 }
 
-// Segment starts (--pack_attention per_game; backend.h) of `games`: each batch row's game
-// starts, rows separated by '|' (the last repeats; an empty row starts mid-game), e.g.
-// "0,5|9". Empty vector for NULL (no segments).
+// Segment starts (--pack_attention per_game; backend.h) of `games` (test_games_tokens, e.g.
+// "0,5|9"); empty for NULL (no segments).
 static std::vector<int32_t> segments_of(const char *games, int B, int T) {
     std::vector<int32_t> seg;
     if (!games) return seg;
-    std::vector<int32_t> tok((size_t)B * T, 2);
-    const char *row = games;
-    for (int b = 0; b < B; b++) {
-        const char *end = strchr(row, '|');
-        for (const char *p = row; *p && p != end;) {
-            char *next;
-            const long t0 = strtol(p, &next, 10);
-            if (next == p) break;
-            if (t0 >= 0 && t0 < T) tok[(size_t)b * T + t0] = 1;
-            p = *next == ',' ? next + 1 : next;
-        }
-        if (end) row = end + 1;
-    }
+    std::vector<int32_t> tok((size_t)B * T);
+    test_games_tokens(games, B, T, tok.data());
     seg.resize((size_t)B * T);
     model_segment_starts(tok.data(), B, T, 1, seg.data());
     return seg;
