@@ -211,15 +211,41 @@ static void case_gemm_cache(void) {
     pair_free(&x); pair_free(&w); pair_free(&y);
 }
 
-static void case_attention(int B, int T, int H, int KVH, int D) {
-    char s[64];
-    snprintf(s, sizeof s, "%s B=%d T=%d H=%d KVH=%d D=%d", backend_cuda_attention(), B, T, H, KVH, D);
+// Segment starts of `games` (test_games_tokens; --pack_attention per_game) in both backends'
+// memory, or NULL twice for NULL; seg_free releases them.
+static void seg_new(const char *games, int B, int T, int32_t **cpu, int32_t **gpu) {
+    *cpu = *gpu = NULL;
+    if (!games) return;
+    const size_t bytes = (size_t)B * T * sizeof(int32_t);
+    int32_t *tok = malloc(bytes), *seg = malloc(bytes);
+    test_games_tokens(games, B, T, tok);
+    model_segment_starts(tok, B, T, 1, seg);
+    *cpu = CPU->alloc(bytes);
+    *gpu = GPU->alloc(bytes);
+    CPU->copy_h2d(*cpu, seg, bytes);
+    GPU->copy_h2d(*gpu, seg, bytes);
+    free(tok);
+    free(seg);
+}
+static void seg_free(int32_t *cpu, int32_t *gpu) {
+    if (cpu) CPU->free(cpu);
+    if (gpu) GPU->free(gpu);
+}
+
+// games: segment starts (NULL = none); with them attention takes the native kernels also
+// when the backend is on cuDNN (backend_cuda.c)
+static void case_attention(int B, int T, int H, int KVH, int D, const char *games) {
+    char s[96];
+    snprintf(s, sizeof s, "%s B=%d T=%d H=%d KVH=%d D=%d%s%s", games ? "native" : backend_cuda_attention(), B, T, H,
+             KVH, D, games ? " games=" : "", games ? games : "");
+    int32_t *sc, *sg;
+    seg_new(games, B, T, &sc, &sg);
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D;
     pair q = pair_new(nq, 0, 1, 0), k = pair_new(nk, 0, 1, 0), v = pair_new(nk, 0, 1, 0);
     pair o = pair_new(nq, 0, 1, 1), lse = pair_new((size_t)B * H * T, 1, 1, 1), dout = pair_new(nq, 0, 1, 0);
     pair dq = pair_new(nq, 0, 1, 1), dk = pair_new(nk, 0, 1, 1), dv = pair_new(nk, 0, 1, 1);
-    BOTH(CPU->attention_fwd(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D, NULL),
-         GPU->attention_fwd(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D, NULL));
+    BOTH(CPU->attention_fwd(o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D, sc),
+         GPU->attention_fwd(o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D, sg));
     // native on tensor cores when D % 16 == 0; on cuDNN thr_bf16 is THR_CUDNN, the larger
     const double thr = fmax(thr_bf16, D % 16 == 0 ? THR_ATT_TC : THR_BF16);
     report_thr("attention_fwd", s, "out", &o, thr);
@@ -232,8 +258,8 @@ static void case_attention(int B, int T, int H, int KVH, int D) {
     for (int run = 0; run < (D % 16 == 0 ? 3 : 1); run++) {
         ftk_attention_set_tensor_cores(run != 1);
         ftk_attention_set_ds_cap(run == 2 ? 1 : 0);
-        BOTH(CPU->attention_bwd(dq.cpu, dk.cpu, dv.cpu, dout.cpu, o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D, NULL),
-             GPU->attention_bwd(dq.gpu, dk.gpu, dv.gpu, dout.gpu, o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D, NULL));
+        BOTH(CPU->attention_bwd(dq.cpu, dk.cpu, dv.cpu, dout.cpu, o.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, H, KVH, D, sc),
+             GPU->attention_bwd(dq.gpu, dk.gpu, dv.gpu, dout.gpu, o.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, H, KVH, D, sg));
         const double t = run == 1 ? thr_bf16 : thr;
         report_thr(names[run], s, "dq", &dq, t);
         report_thr(names[run], s, "dk", &dk, t);
@@ -243,6 +269,7 @@ static void case_attention(int B, int T, int H, int KVH, int D) {
     ftk_attention_set_ds_cap(0);
     pair *all[] = {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv};
     for (int i = 0; i < 9; i++) pair_free(all[i]);
+    seg_free(sc, sg);
 }
 
 // Attention on both implementations, cuDNN (--attention cudnn, the default: it must have passed
@@ -257,10 +284,22 @@ static void cases_attention(void) {
         EXPECT(rc == 0, "attention %s: %s", cudnn ? "cudnn" : "native", ft_error_message());
         if (rc != 0) { ft_error_clear(); continue; }
         thr_bf16 = cudnn ? THR_CUDNN : THR_BF16;
-        for (int i = 0; i < 6; i++) case_attention(at[i][0], at[i][1], at[i][2], at[i][3], at[i][4]);
+        for (int i = 0; i < 6; i++) case_attention(at[i][0], at[i][1], at[i][2], at[i][3], at[i][4], NULL);
     }
     thr_bf16 = THR_BF16;
     (void)backend_cuda_attention_use(1);
+}
+
+// Segment starts (--pack_attention per_game: attention on the native kernels, also with the
+// backend on cuDNN as here): starts mid-tile, at a 16-key block's last key, on tile
+// boundaries, a row starting mid-game, a game at the last row; the SIMT path at D 24; RoPE.
+static void case_rope(int B, int T, int NH, int D, const char *games);
+static void cases_segments(void) {
+    (void)backend_cuda_attention_use(1);
+    case_attention(2, 130, 4, 2, 64, "0,5,31,64,100|37,129");
+    case_attention(1, 77, 2, 1, 16, "9,31,47");
+    case_attention(2, 33, 4, 1, 24, "3,16|0,1");
+    case_rope(2, 40, 4, 64, "0,17|5");
 }
 
 // More distinct attention shapes than the cuDNN plan cache holds, its limit lowered to 32
@@ -340,9 +379,11 @@ static void case_norm_swiglu(int N, int C) {
     for (int i = 0; i < 9; i++) pair_free(all[i]);
 }
 
-static void case_rope(int B, int T, int NH, int D) {
+static void case_rope(int B, int T, int NH, int D, const char *games) {
     char s[64];
-    snprintf(s, sizeof s, "B=%d T=%d NH=%d D=%d", B, T, NH, D);
+    snprintf(s, sizeof s, "B=%d T=%d NH=%d D=%d%s%s", B, T, NH, D, games ? " games=" : "", games ? games : "");
+    int32_t *sc, *sg;
+    seg_new(games, B, T, &sc, &sg);
     llama_config cfg = {0};
     cfg.rope_theta = 10000.0f;
     cfg.head_dim = D;
@@ -357,12 +398,13 @@ static void case_rope(int B, int T, int NH, int D) {
     CPU->copy_h2d(cs.cpu, cs.host, half * 4); GPU->copy_h2d(cs.gpu, cs.host, half * 4);
     CPU->copy_h2d(sn.cpu, sn.host, half * 4); GPU->copy_h2d(sn.gpu, sn.host, half * 4);
     pair x = pair_new(n, 0, 1, 0), y = pair_new(n, 0, 1, 1), dx = pair_new(n, 0, 1, 1);
-    BOTH(CPU->rope_fwd(y.cpu, x.cpu, cs.cpu, sn.cpu, B, T, NH, D, NULL), GPU->rope_fwd(y.gpu, x.gpu, cs.gpu, sn.gpu, B, T, NH, D, NULL));
+    BOTH(CPU->rope_fwd(y.cpu, x.cpu, cs.cpu, sn.cpu, B, T, NH, D, sc), GPU->rope_fwd(y.gpu, x.gpu, cs.gpu, sn.gpu, B, T, NH, D, sg));
     report("rope_fwd", s, "out", &y);
-    BOTH(CPU->rope_bwd(dx.cpu, x.cpu, cs.cpu, sn.cpu, B, T, NH, D, NULL), GPU->rope_bwd(dx.gpu, x.gpu, cs.gpu, sn.gpu, B, T, NH, D, NULL));
+    BOTH(CPU->rope_bwd(dx.cpu, x.cpu, cs.cpu, sn.cpu, B, T, NH, D, sc), GPU->rope_bwd(dx.gpu, x.gpu, cs.gpu, sn.gpu, B, T, NH, D, sg));
     report("rope_bwd", s, "dinp", &dx);
     pair *all[] = {&cs, &sn, &x, &y, &dx};
     for (int i = 0; i < 5; i++) pair_free(all[i]);
+    seg_free(sc, sg);
 }
 
 // chunk: lm_head rows per chunk (0: the memory plan's, model_lmhead_chunk_rows)
@@ -491,9 +533,9 @@ static void case_optimizer(size_t n) {
 static void cases_default_model(void) {
     case_matmul(513, 128, 352, 0);
     case_matmul(513, 352, 128, 0);
-    case_attention(3, 171, 4, 2, 32);
+    case_attention(3, 171, 4, 2, 32, NULL);
     case_norm_swiglu(513, 128);
-    case_rope(3, 171, 4, 32);
+    case_rope(3, 171, 4, 32, NULL);
     case_embedding_lmhead(513, 128, 2048, 0);
     case_embedding_lmhead(513, 128, 2048, 200);
 }
@@ -503,11 +545,11 @@ static void cases_default_model(void) {
 static void cases_7b(void) {
     case_matmul(1000, 4096, 11008, 0);
     case_matmul(1000, 11008, 4096, 1);
-    case_attention(2, 512, 32, 32, 128);
-    case_attention(1, 500, 32, 8, 128);
+    case_attention(2, 512, 32, 32, 128, NULL);
+    case_attention(1, 500, 32, 8, 128, NULL);
     case_norm_swiglu(1000, 4096);
     case_norm_swiglu(1000, 11008);
-    case_rope(2, 500, 32, 128);
+    case_rope(2, 500, 32, 128, NULL);
     case_embedding_lmhead(1000, 4096, 32016, 0);   // the plan's one chunk of 1000 rows
     case_optimizer(150000001);   // > 65535 blocks * 256 threads * 8: the grid-stride loops turn
 }
@@ -536,7 +578,7 @@ int main(int argc, char **argv) {
     const int nc[][2] = {{1, 8}, {3, 33}, {17, 1000}, {64, 4096}, {5, 1030}};
     for (int i = 0; i < 5; i++) case_norm_swiglu(nc[i][0], nc[i][1]);
     const int rp[][4] = {{1, 1, 1, 2}, {1, 13, 3, 16}, {2, 64, 8, 64}, {1, 33, 2, 128}, {2, 100, 4, 32}};
-    for (int i = 0; i < 5; i++) case_rope(rp[i][0], rp[i][1], rp[i][2], rp[i][3]);
+    for (int i = 0; i < 5; i++) case_rope(rp[i][0], rp[i][1], rp[i][2], rp[i][3], NULL);
     // (N, C, V, chunk rows; 0 = the plan's): one chunk, a realistic vocab (CodeLlama's
     // 32016), 3 chunks with a partial last one, a last chunk of one row, 7 chunks of odd
     // size, V odd
@@ -550,6 +592,7 @@ int main(int argc, char **argv) {
     if (large) cases_7b();
     case_gemm_cache();   // last: its random inputs do not shift the other cases'
     case_attention_cache();
+    cases_segments();    // after the rest: their random inputs do not shift the other cases'
     backend_close(GPU);
     TEST_SUMMARY("test_backend_gpu");
 }
