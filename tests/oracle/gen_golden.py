@@ -398,8 +398,18 @@ def verify_train(out):
     model = load_fp32(d)
     batches = [(g[f"input_ids_step{k}"].long(), g[f"labels_step{k}"].long()) for k in range(t["steps"])]
     res = run_training(model, batches, t)
+    # Rerun on another machine, the same pinned torch sums its fp32 GEMMs in another order
+    # (CPU kernels chosen by the instruction set), and AdamW turns such rounding in a
+    # near-zero gradient into a visible step (m / sqrt(v) is of order 1 whatever the size):
+    # allclose(rtol 1e-5, atol 1e-7) failed on 13 tensors. Each tensor is compared at its own
+    # scale instead: max |diff| <= 1e-3 of its largest |value|. Measured 2026-11-26 on this
+    # 2-core machine against the committed files: at most 1.5e-4 (embed_tokens; moments
+    # <= 5.2e-5). A real change to the loop (a step, a moment, the schedule) moves weights by
+    # about lr = 1e-2 per step, 2.5% of their scale (0.4): 25x the bound.
     for k, v in res.items():
-        assert torch.allclose(v, g[k], rtol=1e-5, atol=1e-7), f"train: {k}"
+        scale = g[k].abs().max().item()
+        diff = (v - g[k]).abs().max().item()
+        assert diff <= 1e-3 * scale + 1e-12, f"train: {k}: max |diff| {diff:.3g} > 1e-3 x its max |value| {scale:.3g}"
     assert set(g) == set(res) | {f"{p}_step{k}" for p in ("input_ids", "labels") for k in range(t["steps"])}
     print(f"verify train    ok: {t['steps']} steps, final loss {res['loss_step4'].item():.6f}")
 
