@@ -216,7 +216,9 @@ static void log_eval(job *j, int step, double loss, double ntok, double secs) {
     if (!is_main(j)) return;
     printf("eval  step %d | val loss %.6f | perplexity %.2f | %.0f tokens | %.1f s\n", step, loss, exp(loss), ntok, secs);
     char rec[256];
-    snprintf(rec, sizeof rec, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"tokens\":%.0f}\n", step, loss, ntok);
+    // val_loss_exact: the double itself (%a), for comparing runs bitwise (tests/test_train.sh)
+    snprintf(rec, sizeof rec, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"tokens\":%.0f,\"val_loss_exact\":\"%a\"}\n",
+             step, loss, ntok, loss);
     metrics_put(j, rec);
 }
 
@@ -946,6 +948,28 @@ static void print_run_summary(const job *j, int step) {
            o->sample_tokens > 0 ? ", samples.jsonl" : "");
 }
 
+// Rank 0: the tracker's peak device memory, in all and per category (MiB).
+static void print_peak_memory(const job *j) {
+    printf("finetune: peak memory %.1f MiB (%zu bytes):", j->mem.peak_total / 1048576.0, j->mem.peak_total);
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)   // host (--offload_optimizer): not in the total
+        if (c != MEM_HOST || j->mem.peak[c])
+            printf("%s %s %.1f", c == MEM_HOST ? ";" : "", mem_category_name((mem_category)c), j->mem.peak[c] / 1048576.0);
+    printf("\n");
+}
+
+// --eval_only: the evaluation, then (rank 0) the loss exactly (%a: runs compared bitwise) and
+// the peak memory, per category in bytes too (tests/test_plan.sh compares them with the plan).
+static int eval_only(job *j, int step) {
+    TRY(eval_and_log(j, step));
+    if (!is_main(j)) return 0;
+    printf("finetune: eval only: val loss %.6f (exactly %a)\n", j->val_last, j->val_last);
+    print_peak_memory(j);
+    printf("finetune: peak bytes:");
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) printf(" %s %zu", mem_category_name((mem_category)c), j->mem.peak[c]);
+    printf(" total %zu\n", j->mem.peak_total);
+    return 0;
+}
+
 // After the last step: the final evaluation, the Hugging Face export, samples, the memory report.
 // A stop signal on any rank (collective). *stop = 1 when one was received.
 static int stop_requested(job *j, int *stop) {
@@ -1002,11 +1026,7 @@ static int job_finish(job *j, int step) {
         TRY(sampler_continue(&j->sampler, g, (uint64_t)o->seed));
     }
     if (is_main(j)) {
-        printf("finetune: peak memory %.1f MiB (%zu bytes):", j->mem.peak_total / 1048576.0, j->mem.peak_total);
-        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)   // host (--offload_optimizer): not in the total
-            if (c != MEM_HOST || j->mem.peak[c])
-                printf("%s %s %.1f", c == MEM_HOST ? ";" : "", mem_category_name((mem_category)c), j->mem.peak[c] / 1048576.0);
-        printf("\n");
+        print_peak_memory(j);
         print_run_summary(j, step);
     }
     return 0;
@@ -1016,7 +1036,7 @@ static int run(job *j) {
     print_job_summary(j);
     int start, step, stopped, rc;
     if ((rc = job_load_start(j, &start)) != 0) return rc;
-    if (j->o->eval_only) return eval_and_log(j, start);
+    if (j->o->eval_only) return eval_only(j, start);
     if ((rc = job_open_outputs(j, start)) != 0) return rc;
     install_signal_handlers();
     if ((rc = job_train(j, start, &step, &stopped)) != 0) return rc;
