@@ -713,7 +713,8 @@ int ckpt_load_start(fsdp_state *s, const char *model_dir, const char *resume_dir
     TRY(state_read(resume_dir, got));
     TRY(state_check(resume_dir, got, expect));
     TRY(ckpt_load_weights(s, resume_dir));
-    return load_moments(s, resume_dir);
+    // a state without moments (--eval_only) reads none: their header was checked (ckpt_check_start)
+    return fsdp_params_only(s) ? 0 : load_moments(s, resume_dir);
 }
 
 // ----------------------------------------------------------------------------

@@ -87,8 +87,10 @@ int ckpt_check_start(const char *model_dir, const char *resume_dir, const param_
 // trainer state, refused unless it fits this run (the same seed, total batch, sequence
 // length, packing and parameter count as `expect`; with expect->eval_only only the sequence
 // length and the parameters, and a step within expect->total_steps
-// when that is > 0), then its weights and moments into *got and `s`. Collective only in the
-// sense that every rank reads. 0 / -1.
+// when that is > 0), then its weights and moments into *got and `s`; a state of working
+// parameters only (fsdp_params_only: --eval_only) takes the fp32 weights converted unit by
+// unit, and the moments are not read (their header is ckpt_check_start's). Collective only in
+// the sense that every rank reads. 0 / -1.
 int ckpt_load_start(fsdp_state *s, const char *model_dir, const char *resume_dir, const trainer_state *expect,
                     trainer_state *got);
 

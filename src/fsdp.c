@@ -66,9 +66,13 @@ static const fsdp_lines adapter_lines = {
     "LoRA adapters: fp32 unit buffer (checkpoint gathers)", "LoRA adapters: fp32 unit buffer (checkpoint gathers)",
     "LoRA adapters: every unit, gathered once per optimizer step and kept (--keep_params_gathered)"};
 
+// A state set up as `setup` holds the working parameters (and gathers) only.
+static int setup_params_only(const fsdp_setup *setup) { return setup->role == FSDP_FROZEN || setup->eval_only; }
+int fsdp_params_only(const fsdp_state *s) { return setup_params_only(&s->setup); }
+
 // The dtype of a state's per-micro-batch gradient buffers and reduce-scatters (fsdp_state.gdt).
 static st_dtype grad_dtype(const fsdp_setup *setup, st_dtype working) {
-    return setup->reduce_f32 && setup->role != FSDP_FROZEN ? ST_F32 : working;
+    return setup->reduce_f32 && !setup_params_only(setup) ? ST_F32 : working;
 }
 // Whether the root's micro-batch gradients go straight into the fp32 step sum (root_acc):
 // FSDP_GRADS_ROOT_ONCE with fp32 gradient buffers (no root buffer, no add pass).
@@ -80,20 +84,21 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, cons
                        fsdp_state *s) {
     const fsdp_grad_mode mode = fsdp_resolve_grad_mode(setup->mode, shard_size);
     const fsdp_role role = setup->role;
-    const int offload = setup->offload, keep_gathered = setup->keep_gathered;
+    const int params_only = setup_params_only(setup);
+    const int offload = setup->offload && !params_only, keep_gathered = setup->keep_gathered;
     const size_t S = (size_t)shard_size, n_local = l->total / S, nf = n_local * sizeof(float);
     const int accumulate_locally = mode == FSDP_GRADS_LOCAL, root_once = mode == FSDP_GRADS_ROOT_ONCE && S > 1;
     // per-micro-batch gradients and reduce-scatter outputs: esz, or fp32 (grad_dtype)
-    const size_t gesz = setup->reduce_f32 && role != FSDP_FROZEN ? sizeof(float) : esz;
+    const size_t gesz = setup->reduce_f32 && !params_only ? sizeof(float) : esz;
     const fsdp_lines *w = role == FSDP_ADAPTERS ? &adapter_lines : &model_lines;
     const size_t layer = l->unit_numel[0], root = l->unit_numel[l->n_layers];
     size_t max_unit = 0;
     for (int u = 0; u < l->n_units; u++) max_unit = l->unit_numel[u] > max_unit ? l->unit_numel[u] : max_unit;
     const size_t max_slice = max_unit / S;   // S divides every unit
 
-    if (role == FSDP_FROZEN) {
-        mem_table_add(t, MEM_PARAMS, n_local * esz, "frozen base (LoRA): working parameters only, this rank's slice",
-                      SLOT(s, params));
+    if (params_only) {   // --eval_only: the role's own line
+        mem_table_add(t, MEM_PARAMS, n_local * esz, role == FSDP_FROZEN ? "frozen base (LoRA): working parameters only, "
+                      "this rank's slice" : w->params, SLOT(s, params));
     } else {
         // --offload_optimizer: the optimizer state lives in host memory, the rest stays put
         const mem_category oc = offload ? MEM_HOST : MEM_OPTIMIZER;
@@ -106,14 +111,15 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, cons
     }
     if (S > 1 && keep_gathered) {
         const char *kept = role == FSDP_FROZEN ? "frozen base (LoRA): every unit, gathered once and kept "
-                                                 "(--keep_params_gathered)" : w->kept;
+                                                 "(--keep_params_gathered)"
+                           : params_only ? "every unit, gathered once and kept (--keep_params_gathered)" : w->kept;
         mem_table_add(t, MEM_GATHERED, l->total * esz, kept, SLOT(s, all_full));
     } else if (S > 1) {
         mem_table_add(t, MEM_GATHERED, root * esz, w->root, SLOT(s, root_full));
         mem_table_add(t, MEM_GATHERED, layer * esz, w->layers, SLOT(s, layer_full[0]));
         mem_table_add(t, MEM_GATHERED, layer * esz, w->layers, SLOT(s, layer_full[1]));
     }
-    if (role == FSDP_FROZEN) return;
+    if (params_only) return;
     if (S > 1 && !accumulate_locally) {   // (local accumulation reduce-scatters into the fp32 slices)
         // [0] takes the root's slice too, unless the root is reduce-scattered once per step
         // from its fp32 sum straight into its gradient slice (ROOT_ONCE): then layers only
@@ -154,7 +160,7 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     memset(s, 0, sizeof *s);
     s->layout = l;
     s->role = role;
-    s->offload = role != FSDP_FROZEN && offload;
+    s->offload = !setup_params_only(setup) && offload;
     // the host casts the updated weights to the working dtype itself (host_cast_from_f32)
     if (s->offload && be->dtype != ST_F32 && be->dtype != ST_BF16) {
         memset(s, 0, sizeof *s);
@@ -191,13 +197,13 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
         s->n_local += s->slice[u];
         if (l->unit_numel[u] > s->max_unit) s->max_unit = l->unit_numel[u];
     }
-    s->setup = (fsdp_setup){s->mode, role, s->offload, s->keep_gathered, setup->reduce_f32};
+    s->setup = (fsdp_setup){s->mode, role, s->offload, s->keep_gathered, setup->reduce_f32, setup->eval_only};
     mem_table t = mem_table_allocator(mem);
     fsdp_buffer_table(&t, l, shard->size, &s->setup, s->esz, s);
     if (t.failed) { fsdp_free(s); return -1; }
     // the checkpoint gather buffer (max_unit >= the root's elements) is idle during a step
     if (s->mode == FSDP_GRADS_ROOT_ONCE) s->root_acc = s->unit_f32;
-    const size_t nf = role == FSDP_FROZEN ? 0 : s->n_local * sizeof(float);
+    const size_t nf = fsdp_params_only(s) ? 0 : s->n_local * sizeof(float);
     if (s->offload) {   // host memory: the host zeroes it
         memset(s->master, 0, nf);
         memset(s->exp_avg, 0, nf);
@@ -362,7 +368,9 @@ static int fsdp_flush_grads(fsdp_state *s) {
 }
 
 // -1 with ft_error: `what` asked of a frozen state (the LoRA base has no gradients or optimizer state)
-static int frozen_error(const char *what) { return ft_error("fsdp: %s of the frozen base (LoRA)", what); }
+static int frozen_error(const char *what) {
+    return ft_error("fsdp: %s of a state holding working parameters only (a frozen LoRA base, or --eval_only)", what);
+}
 
 // FT_TEST_POISON_FRESH_GRADS (test-only): a fresh gradient buffer is filled with 0xFF bytes
 // (NaN in fp32 and bf16) first, so an element the backward fails to overwrite turns the
@@ -382,7 +390,7 @@ static int poison(fsdp_state *s, void *g, size_t nbytes) {
 
 static int prov_grad_begin(void *ctx, int u, unit_grad *ug) {
     fsdp_state *s = ctx;
-    if (s->role == FSDP_FROZEN) return frozen_error("gradients");
+    if (fsdp_params_only(s)) return frozen_error("gradients");
     const int L = s->layout->n_layers;
     ug->fresh = 0;
     if (s->mode == FSDP_GRADS_DIRECT) {   // the step's fp32 gradient itself (one shard)
@@ -508,7 +516,7 @@ static int params_from_host(fsdp_state *s, int u, const float *src) {
 
 int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_full) {
     const float *src = host_full + (size_t)s->shard->rank * s->slice[u];
-    if (s->role == FSDP_FROZEN) return which == FSDP_MASTER ? params_from_host(s, u, src) : frozen_error("optimizer state");
+    if (fsdp_params_only(s)) return which == FSDP_MASTER ? params_from_host(s, u, src) : frozen_error("optimizer state");
     float *dst = buffer_of(s, which) + s->local_off[u];
     if (s->offload) {   // host memory
         memcpy(dst, src, s->slice[u] * sizeof(float));
@@ -533,7 +541,7 @@ void fsdp_grid_place(const fsdp_state *s, int *index, int *count) {
 }
 
 int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
-    if (s->role == FSDP_FROZEN) return frozen_error("fp32 units");
+    if (fsdp_params_only(s)) return frozen_error("fp32 units");
     if (s->root_acc_live)
         return ft_error("fsdp: a unit gathered in the middle of an optimizer step (its buffer holds the root gradient sum)");
     const float *src = buffer_of(s, which) + s->local_off[u];
@@ -553,7 +561,7 @@ int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
 }
 
 int fsdp_zero_moments(fsdp_state *s) {
-    if (s->role == FSDP_FROZEN) return 0;   // none
+    if (fsdp_params_only(s)) return 0;   // none
     const size_t nf = s->n_local * sizeof(float);
     if (s->offload) {
         memset(s->exp_avg, 0, nf);
@@ -567,7 +575,7 @@ int fsdp_zero_moments(fsdp_state *s) {
 // optimizer step
 
 int fsdp_zero_grads(fsdp_state *s) {
-    if (s->role == FSDP_FROZEN) return frozen_error("gradients");
+    if (fsdp_params_only(s)) return frozen_error("gradients");
     if (s->mode == FSDP_GRADS_DIRECT && s->role == FSDP_TRAINED) {   // the layers come fresh (prov_grad_begin)
         const int L = s->layout->n_layers;
         return s->be->zero(s->grads + s->local_off[L], s->slice[L] * sizeof(float));
@@ -576,7 +584,7 @@ int fsdp_zero_grads(fsdp_state *s) {
 }
 
 int fsdp_finish_grads(fsdp_state *s, double *norm) {
-    if (s->role == FSDP_FROZEN) return frozen_error("gradients");
+    if (fsdp_params_only(s)) return frozen_error("gradients");
     TRY(fsdp_flush_grads(s));   // nothing is outstanding after a full backward; cheap check
     if (s->replica->size > 1) TRY(comm_all_reduce(s->replica, s->grads, s->n_local, ST_F32));
     double sq = 0;
@@ -671,7 +679,7 @@ static int offload_grad_final(fsdp_state *s, int u) {
 }
 
 int fsdp_offload_can_overlap(const fsdp_state *s) {
-    return s->offload && s->role != FSDP_FROZEN && s->replica->size == 1 && !s->accumulate_locally;
+    return s->offload && !fsdp_params_only(s) && s->replica->size == 1 && !s->accumulate_locally;
 }
 
 void fsdp_offload_early(fsdp_state *s, const adamw_params *p) {
@@ -690,7 +698,7 @@ static int offload_step(fsdp_state *s, const adamw_params *p) {
 }
 
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p) {
-    if (s->role == FSDP_FROZEN) return frozen_error("an optimizer step");
+    if (fsdp_params_only(s)) return frozen_error("an optimizer step");
     const param_layout *l = s->layout;
     fsdp_invalidate_gathered(s);
     if (s->offload) return offload_step(s, p);

@@ -71,6 +71,9 @@ typedef struct {
     int offload;                  // --offload_optimizer (ignored for FSDP_FROZEN)
     int keep_gathered;            // --keep_params_gathered (ignored unless S > 1)
     int reduce_f32;               // --reduce_dtype fp32: per-micro-batch gradients in fp32
+    int eval_only;                // --eval_only: whatever the role, the working parameters and
+                                  // the gather buffers only, as FSDP_FROZEN (no master, moments,
+                                  // gradients or optimizer offload; fsdp_params_only)
 } fsdp_setup;
 
 typedef struct {
@@ -163,9 +166,15 @@ int fsdp_init(fsdp_state *s, const param_layout *layout, const backend *be, mem_
 // for the memory of the whole model's working parameters instead of root + two layers.
 // reduce_f32 (--reduce_dtype fp32): the per-micro-batch gradient buffers, their
 // reduce-scatters and the reduce-scatter outputs in fp32 (see the top of this file).
+// eval_only (--eval_only): any role is set up as FSDP_FROZEN is, with the plan lines of its
+// role (the model's working parameters, or the adapters'): nothing but what a forward reads.
 int fsdp_init_role(fsdp_state *s, const param_layout *layout, const backend *be, mem_tracker *mem, comm *shard,
                    comm *replica, const fsdp_setup *setup);
 void fsdp_free(fsdp_state *s);
+// 1 when `s` holds the working parameters only (FSDP_FROZEN, or set up eval_only): no fp32
+// master, moments or gradients; fsdp_set_unit(FSDP_MASTER) converts on the host into the
+// working parameters, unit by unit (no fp32 copy of the model kept).
+int fsdp_params_only(const fsdp_state *s);
 
 // Every backend buffer fsdp_init_role allocates for `layout` set up as `setup` over a shard
 // group of shard_size ranks (S divides every unit), offered to `t` in allocation order with

@@ -215,8 +215,43 @@ int model_lmhead_chunk_rows(int N, int V) {
     return N < (int)rows ? (N > 0 ? N : 1) : (int)rows;
 }
 
-void model_buffer_table(mem_table *t, const llama_config *c, const lora_config *lc, int B, int T, int grad_ckpt,
+// --eval_only's buffers (MODEL_FORWARD_ONLY): what layer_forward and the lm_head's loss read
+// and write, nothing kept for a backward. One residual buffer: a layer reads its input x for
+// the first norm and the o_proj's residual, then writes its output over it (the down GEMM's
+// residual is h, not x); one set of layer activations, reused by every layer; the fused q|k|v
+// GEMM's (N, (H + 2 KVH) D) output in the dgu slot (attn_qkv_fwd); the tables and the logits
+// chunk as in training (the same rows per chunk: the same arithmetic).
+static void forward_only_table(mem_table *t, const llama_config *c, const lora_config *lc, int B, int T, size_t esz,
+                               model *m) {
+    const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size;
+    const size_t QKV = (size_t)(c->num_attention_heads + 2 * c->num_key_value_heads) * c->head_dim;
+    const size_t rope = (size_t)T * (size_t)(c->head_dim / 2) * sizeof(float);   // (T, D/2)
+    const size_t chunk = (size_t)model_lmhead_chunk_rows((int)N, (int)V);
+    mem_table_add(t, MEM_ACTIVATIONS, N * C * esz, "residual stream: one (N, C) buffer, each layer's output over its input",
+                  m ? (void *)&m->resid[0] : NULL);
+    layer_acts_table(t, MEM_ACTIVATIONS, "one layer's activations, reused by every layer (forward only)", c, lc,
+                     (size_t)B, (size_t)T, esz, m ? &m->acts[0] : NULL);
+    mem_table_add(t, MEM_ACTIVATIONS, N * C * esz, "final norm output + rstd", SLOT(m, lnf));
+    mem_table_add(t, MEM_ACTIVATIONS, N * sizeof(float), "final norm output + rstd", SLOT(m, lnf_rstd));
+    const char *io = "RoPE tables, tokens, targets, losses";
+    mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_cos));
+    mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_sin));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, tokens));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, targets));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(float), io, SLOT(m, losses));
+    if (m) m->lmhead_rows = (int)chunk;
+    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head row chunk",
+                  SLOT(m, logits_ws));
+    mem_table_add(t, MEM_WORKSPACE, N * QKV * esz, "fused q|k|v projection output (N, (H + 2 KVH) D)", SLOT(m, dgu));
+}
+
+void model_buffer_table(mem_table *t, const llama_config *c, const lora_config *lc, int B, int T, int buffers,
                         int grads_f32, size_t esz, model *m) {
+    if (buffers == MODEL_FORWARD_ONLY) {
+        forward_only_table(t, c, lc, B, T, esz, m);
+        return;
+    }
+    const int grad_ckpt = buffers == MODEL_TRAIN_CKPT;
     const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size, F = c->intermediate_size;
     const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
     const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
@@ -288,12 +323,12 @@ static int model_upload_rope(model *m) {
 }
 
 int model_init(model *m, const param_layout *layout, const backend *be, mem_tracker *mem, int B, int T,
-               int grad_ckpt) {
-    return model_init_lora(m, layout, NULL, NULL, be, mem, B, T, grad_ckpt, 0);
+               int buffers) {
+    return model_init_lora(m, layout, NULL, NULL, be, mem, B, T, buffers, 0);
 }
 
 int model_init_lora(model *m, const param_layout *layout, const lora_layout *lora, const unit_provider *adapters,
-                    const backend *be, mem_tracker *mem, int B, int T, int grad_ckpt, int grads_f32) {
+                    const backend *be, mem_tracker *mem, int B, int T, int buffers, int grads_f32) {
     memset(m, 0, sizeof *m);
     const llama_config *cfg = &layout->cfg;
     m->lora = lora;
@@ -305,27 +340,30 @@ int model_init_lora(model *m, const param_layout *layout, const lora_layout *lor
     m->B = B;
     m->T = T;
     m->T_alloc = T;
-    m->grad_ckpt = grad_ckpt;
+    m->buffers = buffers;
+    m->grad_ckpt = buffers == MODEL_TRAIN_CKPT;
     m->grads_f32 = grads_f32;
     m->esz = st_dtype_size(be->dtype);
     const int L = cfg->num_hidden_layers;
     m->resid = ft_calloc((size_t)L + 1, sizeof(void *), "residual table");
-    m->n_act_sets = grad_ckpt ? 1 : L;
+    m->n_act_sets = buffers == MODEL_TRAIN ? L : 1;
     m->acts = ft_calloc((size_t)m->n_act_sets, sizeof(layer_acts), "activation table");
     m->losses_host = ft_malloc((size_t)B * T * sizeof(float), "host losses");
     m->seg_host = ft_malloc((size_t)B * T * sizeof(int32_t), "host segment starts");
     m->seg_bos = -1;
     if (!m->resid || !m->acts || !m->losses_host || !m->seg_host) { model_free(m); return -1; }
     mem_table t = mem_table_allocator(mem);
-    model_buffer_table(&t, cfg, lora ? &lora->lc : NULL, B, T, grad_ckpt, grads_f32, m->esz, m);
+    model_buffer_table(&t, cfg, lora ? &lora->lc : NULL, B, T, buffers, grads_f32, m->esz, m);
     if (t.failed || model_upload_rope(m) != 0) { model_free(m); return -1; }
+    if (buffers == MODEL_FORWARD_ONLY)   // one residual buffer (forward_only_table)
+        for (int l = 1; l <= L; l++) m->resid[l] = m->resid[0];
     return 0;
 }
 
 void model_free(model *m) {
     if (m->resid && m->acts) {   // the same table as model_init, so the same sizes
         mem_table t = mem_table_releaser(m->mem);
-        model_buffer_table(&t, &m->cfg, m->lora ? &m->lora->lc : NULL, m->B, m->T_alloc, m->grad_ckpt, m->grads_f32,
+        model_buffer_table(&t, &m->cfg, m->lora ? &m->lora->lc : NULL, m->B, m->T_alloc, m->buffers, m->grads_f32,
                            m->esz, m);
     }
     free(m->resid);
@@ -487,7 +525,7 @@ static int layer_forward(model *m, int l, void *w, void *aw, layer_acts *s) {
     return 0;
 }
 
-static layer_acts *acts_of(model *m, int l) { return &m->acts[m->grad_ckpt ? 0 : l]; }
+static layer_acts *acts_of(model *m, int l) { return &m->acts[m->n_act_sets == 1 ? 0 : l]; }
 
 // The adapters' unit u into *aw (LoRA), or *aw = NULL without LoRA.
 static int adapters_acquire(model *m, int u, int for_backward, void **aw) {
@@ -682,6 +720,8 @@ int model_forward_backward(model *m, const unit_provider *p, const int32_t *toke
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
 
+    if (backward && m->buffers == MODEL_FORWARD_ONLY)
+        return ft_error("model: a backward asked of a model allocated for the forward only (MODEL_FORWARD_ONLY)");
     TRY(be->copy_h2d(m->targets, targets, (size_t)N * sizeof(int32_t)));
     TRY(segments_upload(m, tokens));
     void *root, *droot = NULL, *daroot = NULL;

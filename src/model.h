@@ -126,6 +126,7 @@ typedef struct {
     const param_layout *layout;     // borrowed from the parameters' owner (the unit provider's)
     int B, T;                       // current micro-batch shape (T <= T_alloc)
     int T_alloc;                    // sequence length the buffers were sized for
+    int buffers;                    // MODEL_TRAIN, MODEL_TRAIN_CKPT or MODEL_FORWARD_ONLY
     int grad_ckpt;                  // 1: keep only each layer's input, recompute in backward
     int grads_f32;                  // the base's gradient units are fp32 (model_init_lora)
     size_t esz;                     // bytes per element of the backend dtype
@@ -140,7 +141,8 @@ typedef struct {
     int seg_bos;                    // model_set_segments' BOS id, -1 = off
     const int32_t *seg_cur;         // what the rope/attention ops get now: seg or NULL
     void **resid;                   // (L + 1) x (N, C): input of each layer + final output
-    layer_acts *acts;               // L sets, or 1 set reused when grad_ckpt
+                                    // (MODEL_FORWARD_ONLY: all L + 1 are one buffer)
+    layer_acts *acts;               // L sets, or 1 set reused (grad_ckpt, MODEL_FORWARD_ONLY)
     int n_act_sets;
     void *lnf; float *lnf_rstd;     // (N, C), (N)
     float *losses;                  // (N) backend memory
@@ -178,29 +180,37 @@ int model_lmhead_chunk_rows(int N, int V);
 // otherwise (options_parse calls it; model_lmhead_chunk_rows ignores an invalid value).
 int model_lmhead_chunk_env_check(void);
 
-// Every backend buffer model_init allocates for a (B, T) micro-batch (the activations kept
-// for the backward, the recompute set with grad_ckpt, and the scratch), offered to `t` in
-// allocation order with esz bytes per storage element. `m` NULL: only sizes (the planner);
-// otherwise slots are m's fields (m->resid and m->acts must be allocated).
+// What a model's buffers are for (model_buffer_table's and model_init's `buffers`; 0 and 1 are
+// the grad_ckpt flag's values): training keeping every layer's activations; training with
+// gradient checkpointing (each layer's input kept, one set recomputed in the backward); the
+// forward only (--eval_only: one residual buffer and one activation set reused by every
+// layer, no backward scratch; model_forward_backward refuses a backward).
+enum { MODEL_TRAIN = 0, MODEL_TRAIN_CKPT = 1, MODEL_FORWARD_ONLY = 2 };
+
+// Every backend buffer model_init allocates for a (B, T) micro-batch with `buffers` (above:
+// the activations kept for the backward, the recompute set with checkpointing, and the
+// scratch), offered to `t` in allocation order with esz bytes per storage element. `m` NULL:
+// only sizes (the planner); otherwise slots are m's fields (m->resid and m->acts must be
+// allocated).
 // `lc` NULL: no LoRA; else its per-target (N, r) activations and scratch are listed too.
 // grads_f32: the gradient units come in fp32 (grad_begin's gdt; fsdp_grads_f32), so
 // lm_head's dW needs no fp32 sum buffer of its own.
-void model_buffer_table(mem_table *t, const llama_config *cfg, const lora_config *lc, int B, int T, int grad_ckpt,
+void model_buffer_table(mem_table *t, const llama_config *cfg, const lora_config *lc, int B, int T, int buffers,
                         int grads_f32, size_t esz, model *m);
 
-// Allocate everything a (B, T) micro-batch needs (model_buffer_table) for the model of
+// Allocate everything a (B, T) micro-batch needs (model_buffer_table; `buffers` as there) for the model of
 // `layout` (its config, its tensor offsets). Parameters are NOT allocated here: they, and
 // the layout, belong to whoever owns the unit_provider, whose layout this must be (the FSDP
 // state's, the flat provider's); it must outlive the model.
 int model_init(model *m, const param_layout *layout, const backend *be, mem_tracker *mem, int B, int T,
-               int grad_ckpt);
+               int buffers);
 // The same with LoRA adapters over `lora` (borrowed, must outlive the model) served by
 // `adapters` (its layout must be lora->layout): the base provider is then asked for
 // parameters only, never for gradients (a frozen base), and the adapters' gradients go to
 // `adapters`. lora NULL = model_init. grads_f32: the base provider's gradient units are fp32
 // (model_buffer_table). 0 / -1.
 int model_init_lora(model *m, const param_layout *layout, const lora_layout *lora, const unit_provider *adapters,
-                    const backend *be, mem_tracker *mem, int B, int T, int grad_ckpt, int grads_f32);
+                    const backend *be, mem_tracker *mem, int B, int T, int buffers, int grads_f32);
 void model_free(model *m);
 
 // One micro-batch. tokens, targets: host (B, T) int32; targets[b, t] is the id to predict

@@ -91,14 +91,18 @@ static int plan_sum_add(mem_table *t, const mem_buffer *b) {   // ctx: a size_t 
 // The buffers of job_setup in its allocation order: model_init, then fsdp_init (in
 // p->grad_mode, which names the fp32 unit buffer's second use), with LoRA (ll not NULL) the
 // frozen base's state and then the adapters' state, then the MFU benchmark.
+int plan_model_buffers(const plan_request *r) {
+    return r->eval_only ? MODEL_FORWARD_ONLY : r->gradient_checkpointing ? MODEL_TRAIN_CKPT : MODEL_TRAIN;
+}
+
 static void plan_memory(plan *p, const llama_config *c, const param_layout *l, const lora_layout *ll) {
     const plan_request *r = &p->req;
     mem_table t = {plan_table_add, p, 0};
     const fsdp_grad_mode mode = (fsdp_grad_mode)p->grad_mode;
-    model_buffer_table(&t, c, ll ? &r->lora : NULL, r->batch_size_per_device, r->seq_len, r->gradient_checkpointing,
+    model_buffer_table(&t, c, ll ? &r->lora : NULL, r->batch_size_per_device, r->seq_len, plan_model_buffers(r),
                        fsdp_grads_f32(mode, r->reduce_f32), r->elem_bytes, NULL);
     fsdp_setup setup = {mode, ll ? FSDP_FROZEN : FSDP_TRAINED, r->offload_optimizer, r->keep_params_gathered,
-                        r->reduce_f32};
+                        r->reduce_f32, r->eval_only};
     fsdp_buffer_table(&t, l, r->shard_size, &setup, r->elem_bytes, NULL);
     setup.role = FSDP_ADAPTERS;
     if (ll) fsdp_buffer_table(&t, &ll->layout, r->shard_size, &setup, r->elem_bytes, NULL);
@@ -115,7 +119,16 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
     // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more. The
     // native tensor-core backward takes its bf16 dS^T workspace likewise (src/attention_ws.h),
     // and a cuDNN job falls back to it when the startup check or a call fails: the larger.
-    if (r->elem_bytes == 2) {
+    // --eval_only: no backward. A cuDNN forward takes its engine's workspace from the arena
+    // likewise, at most the bound the front lets a plan ask (attn_cudnn_front: a plan past it
+    // falls back to the native forward, which takes none)
+    if (r->elem_bytes == 2 && r->eval_only) {
+        if (r->attention_cudnn)
+            add_item(p, MEM_WORKSPACE, attn_cudnn_workspace_bound(r->batch_size_per_device, r->seq_len,
+                                                                  c->num_attention_heads, c->num_key_value_heads,
+                                                                  c->head_dim, 0),
+                     "cuDNN attention forward workspace (the engine's, at most this bound)");
+    } else if (r->elem_bytes == 2) {
         const size_t native = attention_bwd_ds_bytes(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
                                                      c->num_key_value_heads, ATTN_DS_CAP_BYTES, NULL, NULL);
         const size_t cudnn = attn_cudnn_workspace_bound(r->batch_size_per_device, r->seq_len, c->num_attention_heads,
@@ -134,8 +147,29 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
 // ----------------------------------------------------------------------------
 // FLOPs and collective bytes of one optimizer step
 
+// --eval_only: one forward micro-batch per rank; its model FLOPs are the forward's, a third of
+// the trained token's (2 x matmul params + causal attention). Sharded, every layer is gathered
+// in each forward (but for a model of 2 layers or fewer: still in the two layer buffers from
+// the forward before) and the root once for the whole evaluation (kept: nothing changes the
+// parameters); with --keep_params_gathered every unit once. The plan gives the steady state:
+// the root's gather and, kept, every unit's come with the first micro-batch only. No
+// gradients, so no reduce-scatter, all-reduce or optimizer traffic.
+static void plan_eval_work(plan *p, const llama_config *c) {
+    const plan_request *r = &p->req;
+    p->tokens = (double)r->batch_size_per_device * r->seq_len;
+    p->model_flops = p->tokens * model_flops_per_token(c, r->seq_len) / 3;
+    const size_t S = (size_t)r->shard_size, Lu = (size_t)c->num_hidden_layers;
+    if (S == 1 || r->keep_params_gathered || Lu <= 2) return;
+    const size_t adapter_layer = r->lora.rank ? p->trained_layer_numel : 0;
+    p->all_gather_bytes = (S - 1) * Lu * ((p->layer_numel + adapter_layer) / S) * r->elem_bytes;
+}
+
 static void plan_step_work(plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
+    if (r->eval_only) {
+        plan_eval_work(p, c);
+        return;
+    }
     p->tokens = (double)p->accum * r->batch_size_per_device * r->seq_len;
     p->model_flops = p->tokens * model_flops_per_token(c, r->seq_len);   // executed: plan_ops_compute
 
@@ -296,6 +330,14 @@ static int plan_reduces_f32(const plan *p) {
 }
 
 static void print_max_batch(FILE *out, const plan *p, const llama_config *c, size_t budget, int max_batch) {
+    if (p->req.eval_only) {   // one forward micro-batch: no checkpointing, no total batch to divide
+        const int b = plan_find_max_batch(c, &p->req, budget, 0, max_batch);
+        fprintf(out, "largest batch_size_per_device that fits (seq %d, same grid, --eval_only: forward only): ",
+                p->req.seq_len);
+        if (b == 0) fprintf(out, "none (batch 1 does not fit)\n");
+        else fprintf(out, "%d%s\n", b, b == max_batch ? " (the flag's maximum)" : "");
+        return;
+    }
     int best[2][2];   // [checkpointing][dividing]
     for (int ck = 0; ck < 2; ck++)
         for (int dv = 0; dv < 2; dv++) {
@@ -347,17 +389,19 @@ static void print_fit_alternatives(FILE *out, const plan *p, const llama_config 
     plan q;
     fprintf(out, "what one change would need (each planned like this job: batch %d x seq %d per device, "
             "%d micro-batch(es) per step):\n", r->batch_size_per_device, r->seq_len, p->accum);
-    if (!r->offload_optimizer) {
+    // --eval_only holds no optimizer state, no backward activations and no trained state that
+    // LoRA would shrink: only sharding the parameters over more GPUs changes its memory
+    if (!r->offload_optimizer && !r->eval_only) {
         plan_request a = *r;
         a.offload_optimizer = 1;
         print_alternative(out, "--offload_optimizer", alternative_fits(c, &a, &q), &q);
     }
-    if (!r->gradient_checkpointing) {
+    if (!r->gradient_checkpointing && !r->eval_only) {
         plan_request a = *r;
         a.gradient_checkpointing = 1;
         print_alternative(out, "--gradient_checkpointing", alternative_fits(c, &a, &q), &q);
     }
-    if (!r->lora.rank) {
+    if (!r->lora.rank && !r->eval_only) {
         plan_request a = *r;
         a.lora = (lora_config){.rank = 16, .alpha = 16.0f};
         if (lora_parse_targets("q,k,v,o", &a.lora.targets) == 0)
@@ -418,15 +462,31 @@ static void print_host_memory(FILE *out, const plan *p) {
                 h * (size_t)per_node, gib((double)(h * (size_t)per_node)), per_node, plan_devices[0].gpus_per_node, p->req.elem_bytes == 2 ? "; the GPU path ran once on an H200 (the bundled model), its speed unmeasured" : "");
 }
 
-void plan_print_report(FILE *out, const plan *p, const llama_config *c, const char *model_dir, const char *device,
-                       int max_batch) {
+// --eval_only's collectives (plan_eval_work): the layer gathers of each forward; nothing else.
+static void print_eval_collectives(FILE *out, const plan *p) {
     const plan_request *r = &p->req;
-    const char *dtype = r->elem_bytes == 2 ? "bf16" : "fp32";
-    fprintf(out, "finetune: dry run: a plan, nothing allocated, no weights read\n");
-    fprintf(out, "model %s: %zu params (%zu with units padded to multiples of %zu), %d layers, hidden %d, heads %d/%d, "
-            "intermediate %d, vocab %d\n", model_dir, p->n_params, p->padded_total, fsdp_pad_multiple(r->shard_size),
-            c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads,
-            c->intermediate_size, c->vocab_size);
+    fprintf(out, "\ncollectives: sent per rank per evaluation micro-batch (ring; steady state: the first micro-batch "
+            "also gathers the root%s):\n", r->keep_params_gathered ? " and every layer" : "");
+    fprintf(out, "  %-14s %15zu bytes %9.3f GB   %s\n", "all_gather", p->all_gather_bytes, p->all_gather_bytes / 1e9,
+            r->shard_size == 1 ? "none (one shard)"
+            : r->keep_params_gathered ? "none (every unit gathered once and kept: nothing changes the parameters)"
+            : p->all_gather_bytes ? "every layer's parameters, each forward (the root gathered once and kept)"
+                                  : "none (the model's two layers stay gathered between forwards)");
+    fprintf(out, "  %-14s %15d bytes %9.3f GB   %s\n", "reduce_scatter", 0, 0.0, "none (no gradients)");
+    fprintf(out, "  %-14s %15d bytes %9.3f GB   %s\n", "all_reduce", 0, 0.0, "none (no gradients; the loss sums are scalars)");
+}
+
+// The report's "job:" line: the grid, the micro-batch, how gradients travel (--eval_only: none).
+static void print_job_line(FILE *out, const plan *p, const char *dtype, const char *device) {
+    const plan_request *r = &p->req;
+    if (r->eval_only) {
+        fprintf(out, "job: --eval_only, the forward only: %d rank(s), sharding %s (shard group %d x replica group %d), "
+                "batch %d x seq %d per device; no gradients, optimizer state or backward buffers%s; storage %s (--device "
+                "%s)\n", r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size,
+                r->batch_size_per_device, r->seq_len,
+                r->keep_params_gathered && r->shard_size > 1 ? ", parameters gathered once and kept" : "", dtype, device);
+        return;
+    }
     fprintf(out, "job: %d rank(s), sharding %s (shard group %d x replica group %d), batch %d x seq %d per device, "
             "%d micro-batch(es) per step (total batch %d), gradient checkpointing %s%s%s%s; storage %s (--device %s)\n",
             r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size, r->batch_size_per_device, r->seq_len,
@@ -438,18 +498,34 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             r->keep_params_gathered && r->shard_size > 1 ? ", parameters gathered once per step and kept" : "",
             plan_reduces_f32(p) ? ", per-micro-batch gradients reduce-scattered in fp32 (--reduce_dtype fp32)" : "", dtype,
             device);
+}
+
+void plan_print_report(FILE *out, const plan *p, const llama_config *c, const char *model_dir, const char *device,
+                       int max_batch) {
+    const plan_request *r = &p->req;
+    const char *dtype = r->elem_bytes == 2 ? "bf16" : "fp32";
+    fprintf(out, "finetune: dry run: a plan, nothing allocated, no weights read\n");
+    fprintf(out, "model %s: %zu params (%zu with units padded to multiples of %zu), %d layers, hidden %d, heads %d/%d, "
+            "intermediate %d, vocab %d\n", model_dir, p->n_params, p->padded_total, fsdp_pad_multiple(r->shard_size),
+            c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads,
+            c->intermediate_size, c->vocab_size);
+    print_job_line(out, p, dtype, device);
     if (r->lora.rank) {
         char targets[64];
         lora_targets_string(r->lora.targets, targets, sizeof targets);
         fprintf(out, "LoRA: rank %d, alpha %g, targets %s: %zu trainable parameters (%.3f%% of the model); the base is "
-                "frozen (working parameters only, no gradients or optimizer state); the step-time estimate below "
-                "prices full fine-tuning (an upper bound)\n", r->lora.rank, (double)r->lora.alpha, targets,
-                p->n_trainable, 100.0 * (double)p->n_trainable / (double)p->n_params);
+                "frozen (working parameters only, no gradients or optimizer state); %s\n", r->lora.rank,
+                (double)r->lora.alpha, targets, p->n_trainable, 100.0 * (double)p->n_trainable / (double)p->n_params,
+                r->eval_only ? "--eval_only: the adapters' working parameters only, and their forward in the estimate"
+                             : "the step-time estimate below prices full fine-tuning (an upper bound)");
     }
 
     fprintf(out, "\nmemory per rank (what the allocator's tracker records; exact for this build%s):\n",
-            r->elem_bytes == 2 ? ", but for the attention backward's workspace line: taken from the arena around each "
-                                 "call, not a tracked buffer" : "");
+            r->elem_bytes == 2 && !r->eval_only ? ", but for the attention backward's workspace line: taken from the "
+                                                  "arena around each call, not a tracked buffer"
+            : r->elem_bytes == 2 && r->attention_cudnn ? ", but for the cuDNN attention forward workspace line: taken "
+                                                         "from the arena around each call, not a tracked buffer"
+                                                       : "");
     fprintf(out, "  %-12s %15s %9s\n", "category", "bytes", "GiB");
     for (int cat = 0; cat < MEM_CATEGORY_COUNT; cat++) {
         if (cat == MEM_HOST) continue;   // after the device total
@@ -464,8 +540,8 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
                 fprintf(out, "  %-12s %15zu %9.3f     %s\n", "", p->items[i].bytes, gib(p->items[i].bytes),
                         p->items[i].what);
     }
-    fprintf(out, "  %-12s %15zu %9.3f   peak: every buffer lives from setup to the end of training\n", "total",
-            p->total, gib(p->total));
+    fprintf(out, "  %-12s %15zu %9.3f   peak: every buffer lives from setup to the end of %s\n", "total",
+            p->total, gib(p->total), r->eval_only ? "the evaluation" : "training");
     if (p->sample_bytes)
         fprintf(out, "  %-12s %15zu %9.3f   after training, beside the total: the (1, %d) inference model of "
                 "--sample_tokens\n", "sampling", p->sample_bytes, gib(p->sample_bytes), p->sample_alloc_seq);
@@ -485,6 +561,12 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     print_max_batch(out, p, c, budget, max_batch);
     if (!plan_fits(p, d)) print_fit_alternatives(out, p, c);
 
+    if (r->eval_only) {
+        print_eval_collectives(out, p);
+        plan_print_step_time(out, p);
+        print_faster_alternative(out, p, c);
+        return;
+    }
     fprintf(out, "\ncollectives: sent per rank per optimizer step (ring; as the comm counters and metrics.jsonl record them):\n");
     const struct { const char *name; size_t bytes; const char *what; } coll[] = {
         {"all_gather", p->all_gather_bytes,

@@ -59,7 +59,16 @@ typedef struct {
     int sample_seq;                 // --sample_tokens: the sampled sequence's length (prompt +
                                     // tokens; the inference model is built for it after training,
                                     // padded to the GPU's bucket); 0 = no sampling
+    int eval_only;                  // --eval_only: the forward's buffers (MODEL_FORWARD_ONLY) and
+                                    // the working parameters only (no gradients, optimizer state,
+                                    // backward scratch or attention backward workspace); the
+                                    // "step" is one forward micro-batch; gradient checkpointing,
+                                    // offload and the gradient modes change nothing
 } plan_request;
+
+// The model buffers (model.h: MODEL_TRAIN, MODEL_TRAIN_CKPT, MODEL_FORWARD_ONLY) a job of `r`
+// allocates: the planner and the trainer both take them from here.
+int plan_model_buffers(const plan_request *r);
 
 // ----------------------------------------------------------------------------
 // the plan

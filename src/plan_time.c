@@ -85,7 +85,7 @@ static void op_add(plan *p, const char *what, plan_op_class k, plan_op_phase ph,
 // The attention ops of a step (FLOPs att per forward; AL = micro-batches x layers calls) on
 // the path this job takes. Operations: one cuDNN graph per call, forward and backward; the
 // native backward is 3 kernels (delta, dK|dV, dQ).
-static void attention_ops_add(plan *p, const llama_config *c, double att, double ck, double AL) {
+static void attention_ops_add(plan *p, const llama_config *c, double att, double ck, double AL, int backward) {
     const char *fwd, *rec, *bwd;
     plan_op_class k = PLAN_OP_ATTENTION;
     double rate, bwd_flops = PLAN_ATTN_BWD_TC * att, bwd_ops = p->req.attention_cudnn ? 1 : 3;
@@ -103,11 +103,41 @@ static void attention_ops_add(plan *p, const llama_config *c, double att, double
         bwd = "attention backward (native wmma, 5 products)";
     }
     op_add(p, fwd, k, PLAN_PHASE_FWD, att, 0, rate, AL);
+    if (!backward) return;
     op_add(p, rec, k, PLAN_PHASE_BWD, ck * att, 0, rate, ck * AL);
     op_add(p, bwd, k, PLAN_PHASE_BWD, bwd_flops, 0, rate, bwd_ops * AL);
 }
 
-void plan_ops_compute(plan *p, const llama_config *c) {
+// --eval_only: the ops of one forward micro-batch (no recompute, backward, gradients or
+// optimizer): the layers' forward GEMMs (with LoRA the adapters' 2 small GEMMs and scale kernel
+// per target), attention forward, the lm_head's logits GEMM per row chunk, the forward's
+// memory-bound kernels (plan_ops_compute's byte counts), the embedding, the final norm and
+// the softmax/cross-entropy rows, which read the fp32 logits and write no dlogits.
+static void eval_ops_compute(plan *p, const llama_config *c) {
+    const plan_request *r = &p->req;
+    const double N = (double)r->batch_size_per_device * r->seq_len, e = (double)r->elem_bytes;
+    const double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    const double QD = (double)c->num_attention_heads * c->head_dim, KVD = (double)c->num_key_value_heads * c->head_dim;
+    const unsigned tg = r->lora.rank ? r->lora.targets : 0;
+    const double nt = __builtin_popcount(tg), adapters = r->lora.rank ? 2 * N * L * (double)p->trained_layer_numel : 0;
+    const double qkv_split = (tg & ((1u << LT_WQ) | (1u << LT_WK) | (1u << LT_WV))) ? 2 : 0;
+    const double gu_split = (tg & ((1u << LT_WGATE) | (1u << LT_WUP))) ? 1 : 0;
+    const double chunks = ceil(N / model_lmhead_chunk_rows((int)N, (int)V));
+    op_add(p, r->lora.rank ? "layer GEMMs forward (base + adapters)" : "layer GEMMs forward (q k v o gate|up down)",
+           PLAN_OP_GEMM, PLAN_PHASE_FWD, 2 * N * L * model_layer_matmul_params(c) + adapters, 0, 0,
+           L * (4 + gu_split + 2 * nt));
+    attention_ops_add(p, c, N * L * model_attention_fwd_flops(c, r->seq_len), 0, L, 0);
+    op_add(p, "lm_head GEMM: logits", PLAN_OP_GEMM, PLAN_PHASE_ROOT, 2 * N * C * V, 0, 0, chunks);
+    op_add(p, "layer norms, RoPE + q|k|v split, SwiGLU forward", PLAN_OP_MEMORY, PLAN_PHASE_FWD, 0,
+           L * (N * e * (6 * C + 2 * QD + 4 * KVD + 3 * F) + 8 * N), 0, L * (6 + qkv_split + nt));
+    // embedding 2, final norm 2 (x N C e); the fp32 logits read (4 N V); tokens, targets,
+    // rstd and losses (16 N); operations: the embedding, the final norm, one kernel per chunk
+    op_add(p, "embedding, final norm, softmax/xent rows (forward)", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
+           N * e * 4 * C + 4 * N * V + 16 * N, 0, 2 + chunks);
+}
+
+// The ops of one optimizer step: forward, backward (recompute with checkpointing), gradients, AdamW.
+static void train_ops_compute(plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
     const double A = p->accum, N = (double)r->batch_size_per_device * r->seq_len, e = (double)r->elem_bytes;
     const double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
@@ -127,7 +157,6 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     const double gu_split = (tg & ((1u << LT_WGATE) | (1u << LT_WUP))) ? 1 : 0;
     const double adapters = lora * 2 * AN * L * (double)p->trained_layer_numel;
     const double chunks = ceil(N / model_lmhead_chunk_rows((int)N, (int)V));
-    p->n_ops = 0;
 
     // FLOP-heavy: (class, phase) as this build runs them. The lm_head's logits, dX and dW are
     // cuBLASLt GEMMs per row chunk (src/backend_cuda.c, cu_lmhead_xent): 2 N C V FLOPs each,
@@ -141,7 +170,7 @@ void plan_ops_compute(plan *p, const llama_config *c) {
            PLAN_PHASE_BWD, (2 - lora) * gemm + 2 * adapters, 0, 0, AL * (lora ? 4 + gu_split + 4 * nt : 8));
     op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, ck * (gemm + adapters), 0, 0,
            ck * AL * (4 + gu_split + 2 * nt));
-    attention_ops_add(p, c, att, ck, AL);
+    attention_ops_add(p, c, att, ck, AL, 1);
     op_add(p, lora ? "lm_head GEMMs: logits, dX (frozen)" : "lm_head GEMMs: logits, dX, dW", PLAN_OP_GEMM,
            PLAN_PHASE_ROOT, (6 - 2 * lora) * AN * C * V, 0, 0, A * chunks * (3 - lora));
 
@@ -227,7 +256,12 @@ void plan_ops_compute(plan *p, const llama_config *c) {
     const double adamw = r->shard_size == 1 ? tensors : tensors / r->shard_size + units;
     op_add(p, "optimizer: grad norm, AdamW", PLAN_OP_MEMORY, PLAN_PHASE_STEP, 0, p->optimizer_hbm_bytes, 0,
            (r->offload_optimizer ? 0 : adamw) + 3);   // (offloaded: AdamW runs on the host)
+}
 
+void plan_ops_compute(plan *p, const llama_config *c) {
+    p->n_ops = 0;
+    if (p->req.eval_only) eval_ops_compute(p, c);
+    else train_ops_compute(p, c);
     p->exec_flops = 0;
     p->launches = 0;
     for (int i = 0; i < p->n_ops; i++) {
@@ -283,7 +317,9 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
     // With --keep_params_gathered every layer gather of the step is in the first micro-batch's
     // forward, behind that forward's compute (1/A of the step's).
     const double rs_hidden = p->req.accumulate_grads_locally ? 0 : layer_rs;
-    const double ag_fwd = p->req.keep_params_gathered ? layer_ag : layer_ag / 2, ag_bwd = layer_ag - ag_fwd;
+    // (--eval_only: every gather in the forward, the only phase)
+    const double ag_fwd = p->req.keep_params_gathered || p->req.eval_only ? layer_ag : layer_ag / 2;
+    const double ag_bwd = layer_ag - ag_fwd;
     const double fwd_cover = phase[PLAN_PHASE_FWD] / (p->req.keep_params_gathered ? p->accum : 1);
     t->comm_exposed_s = root + all_reduce + (layer_rs - rs_hidden) + pos(ag_fwd - fwd_cover) +
                         pos(ag_bwd + rs_hidden - phase[PLAN_PHASE_BWD]);
@@ -313,10 +349,17 @@ static void print_ops(FILE *out, const plan *p) {
 void plan_print_step_time(FILE *out, const plan *p) {
     fprintf(out, "\nstep time ESTIMATE per op class (published peaks x stated fractions; not a measurement, no GPU "
             "ran this):\n");
-    fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full length; "
-            "runs trim padding)\n", p->tokens, p->accum, p->req.batch_size_per_device, p->req.seq_len);
-    fprintf(out, "  %.3e model FLOPs (6 x matmul params + causal attention: the MFU numerator), %.3e executed by "
-            "this build (recompute, the attention backward's products)\n", p->model_flops, p->exec_flops);
+    if (p->req.eval_only) {   // (a "step" below: one forward micro-batch)
+        fprintf(out, "  --eval_only: a step is one evaluation micro-batch, the FORWARD only: %.0f tokens per rank (%d x %d, "
+                "every row at full length; runs trim padding)\n", p->tokens, p->req.batch_size_per_device, p->req.seq_len);
+        fprintf(out, "  %.3e model FLOPs (the forward's: 2 x matmul params + causal attention, the MFU numerator), "
+                "%.3e executed by this build\n", p->model_flops, p->exec_flops);
+    } else {
+        fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full length; "
+                "runs trim padding)\n", p->tokens, p->accum, p->req.batch_size_per_device, p->req.seq_len);
+        fprintf(out, "  %.3e model FLOPs (6 x matmul params + causal attention: the MFU numerator), %.3e executed by "
+                "this build (recompute, the attention backward's products)\n", p->model_flops, p->exec_flops);
+    }
     fprintf(out, "  %.0f device operations (kernels, GEMMs, cuDNN graphs, memsets), each at least %.0f us: an op's "
             "time is the larger of its work and that floor\n", p->launches, PLAN_OP_FLOOR_S * 1e6);
     print_ops(out, p);

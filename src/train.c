@@ -452,8 +452,9 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     TRY(job_open_data(j));
     TRY(check_start_weights(j));   // before the model config.json describes is allocated
     j->aprov = fsdp_provider(&j->afs);   // (initialised below, after the model: the plan's order)
+    // (--eval_only: the forward's buffers and the working parameters only, as planned)
     TRY(model_init_lora(&j->m, &j->layout, j->lora ? &j->ll : NULL, &j->aprov, j->be, &j->mem,
-                        o->batch_size_per_device, o->seq_len, o->gradient_checkpointing,
+                        o->batch_size_per_device, o->seq_len, plan_model_buffers(&req),
                         fsdp_grads_f32((fsdp_grad_mode)pl.grad_mode, req.reduce_f32)));
     if (pack_per_game(o) && !o->eval_only) {
         model_set_segments(&j->m, j->cfg.bos_token_id);
@@ -462,7 +463,7 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
                    "native kernels (our cuDNN graphs are plain causal; sampling keeps cuDNN)\n");
     }
     fsdp_setup setup = {(fsdp_grad_mode)pl.grad_mode, j->lora ? FSDP_FROZEN : FSDP_TRAINED, o->offload_optimizer,
-                        o->keep_params_gathered, req.reduce_f32};
+                        o->keep_params_gathered, req.reduce_f32, o->eval_only};
     TRY(fsdp_init_role(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, &setup));
     setup.role = FSDP_ADAPTERS;
     if (j->lora) TRY(fsdp_init_role(&j->afs, &j->ll.layout, j->be, &j->mem, cc->shard, cc->replica, &setup));
@@ -791,7 +792,8 @@ static int job_load_start(job *j, int *start) {
     // rank reads is its slice (1/S) of the weights (and the checkpoint's moments) and 1/W of
     // them whole for the checksums; 4 bytes per weight bounds a pretrained model's dtype
     const double S = j->cc->shard->size, W = j->world;
-    const double bytes = (j->lora || !dir[0] ? 4.0 * (double)j->layout.n_params : 0) + (dir[0] ? 12.0 * trained_params(j) : 0);
+    const double ck = o->eval_only ? 4.0 : 12.0;   // fp32 weights (+ two moments, not read by --eval_only)
+    const double bytes = (j->lora || !dir[0] ? 4.0 * (double)j->layout.n_params : 0) + (dir[0] ? ck * trained_params(j) : 0);
     grace_for_io(bytes * (1 / S + 1 / W), "each rank reading its part of", dir[0] ? "checkpoint" : "model");
     if (rc == 0) rc = j->lora ? lora_load_start(j, dir, &expect, &got) : ckpt_load_start(&j->fs, o->model_dir, dir, &expect, &got);
     rc = agree(j, rc);
@@ -1052,7 +1054,8 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .seq_len = o->seq_len, .total_batch_size = o->eval_only ? o->batch_size_per_device * W : o->total_batch_size,
         .gradient_checkpointing = o->gradient_checkpointing, .accumulate_grads_locally = o->accumulate_grads_locally,
         .keep_params_gathered = o->keep_params_gathered, .reduce_f32 = strcmp(o->reduce_dtype, "fp32") == 0,
-        .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0,
+        .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0 && !o->eval_only,   // (measured for training)
+        .eval_only = o->eval_only,
         .lora = {o->lora_rank, (float)o->lora_alpha, o->lora_rank ? o->lora_target_mask : 0},
         .offload_optimizer = o->offload_optimizer,
         .attention_cudnn = elem_bytes == 2 && strcmp(o->attention, "cudnn") == 0,

@@ -165,6 +165,20 @@ ev=$("$bin" "${small[@]}" --eval_only --resume "$a/checkpoints/step_00000006" --
 e6=$(sed -nE 's/^eval  step 6 \| val loss ([0-9.]+) .*/\1/p' <<<"$ev")
 [ -n "$e6" ] && awk -v a="$e6" -v b="$v6" 'BEGIN { exit !(a == b) }' && ok "--eval_only --resume step 6: val loss $e6 = the run's" \
   || bad "--eval_only --resume step 6: '$e6' vs the run's $v6: $(tail -1 <<<"$ev")"
+# bitwise (%a: metrics.jsonl's val_loss_exact, --eval_only's closing line), from the checkpoint
+# (its fp32 weights straight into the working parameters) and from --model_dir = the run's step 0;
+# what it allocates: the working parameters and the forward's buffers, no gradients or optimizer
+exact() { grep "\"type\":\"eval\",\"step\":$2," "$1/metrics.jsonl" | sed -nE 's/.*"val_loss_exact":"([^"]+)".*/\1/p'; }
+eval_exact() { sed -nE 's/^finetune: eval only: val loss [0-9.]+ \(exactly ([^)]+)\)$/\1/p' <<<"$1"; }
+x6=$(exact "$a" 6); ex6=$(eval_exact "$ev")
+[ -n "$x6" ] && [ "$ex6" = "$x6" ] && ok "--eval_only --resume step 6: val loss bitwise the run's ($x6)" \
+  || bad "--eval_only --resume step 6: exactly '$ex6', the run's '$x6'"
+grep -qE "^finetune: peak bytes: params [1-9][0-9]* gathered 0 grads 0 optimizer 0 activations [1-9][0-9]* workspace [1-9][0-9]* host 0 " <<<"$ev" \
+  && ok "--eval_only allocates no gradients or optimizer state: $(grep '^finetune: peak bytes' <<<"$ev")" \
+  || bad "--eval_only's memory: $(grep '^finetune: peak bytes' <<<"$ev")"
+ev0=$("$bin" "${small[@]}" --eval_only 2>&1); x0=$(exact "$a" 0); ex0=$(eval_exact "$ev0")
+[ -n "$x0" ] && [ "$ex0" = "$x0" ] && ok "--eval_only of --model_dir: val loss bitwise the run's step 0 ($x0)" \
+  || bad "--eval_only of --model_dir: exactly '$ex0', the run's step 0 '$x0': $(tail -1 <<<"$ev0")"
 # an evaluation reads no training rows: another --seed, --pack or --total_batch_size (even one
 # the batch does not divide) evaluates the same checkpoint (they were refused as 'incompatible')
 ev=$("$bin" "${small[@]}" --eval_only --resume "$a/checkpoints/step_00000006" --seed 7 --pack --total_batch_size 6 \
@@ -476,13 +490,18 @@ bad_ck; opt_add_tensor exp_avg.model.layers.99.mlp.up_proj.weight 0
 expect_error "$tmp/bad-ck/optimizer.safetensors: tensor 'exp_avg.model.layers.99.mlp.up_proj.weight' has no checksum \
 though the file records finetune checksums (edited after finetune wrote it?)" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
 # a NaN first moment, a negative second moment (the data area: every exp_avg, then every exp_avg_sq),
-# in a checkpoint without checksums (an older build's; with them the checksum names the damage first)
+# in a checkpoint without checksums (an older build's; with them the checksum names the damage first):
+# refused by a resume that trains; --eval_only reads no moments (it holds none), so it evaluates
 opt_data() { echo $((8 + $(od -An -t u8 -N8 "$tmp/bad-ck/optimizer.safetensors" | tr -d ' '))); }
 bad_ck; strip_checksums "$tmp/bad-ck/optimizer.safetensors"; printf '\x00\x00\xc0\x7f' | dd of="$tmp/bad-ck/optimizer.safetensors" bs=1 seek="$(opt_data)" conv=notrunc status=none
-expect_error "optimizer.safetensors: tensor 'exp_avg.model.layers.0.input_layernorm.weight': element 0 is nan" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+expect_error "optimizer.safetensors: tensor 'exp_avg.model.layers.0.input_layernorm.weight': element 0 is nan" "${small[@]}" \
+  --max_steps 7 --resume "$tmp/bad-ck" --out_dir "$tmp/bad-out"
+ev=$("$bin" --eval_only "${small[@]}" --resume "$tmp/bad-ck" 2>&1) && grep -q "^finetune: eval only: val loss $e6 " <<<"$ev" \
+  && ok "--eval_only of a checkpoint with a NaN moment: val loss $e6 (moments not read)" || bad "--eval_only with a NaN moment: $(tail -1 <<<"$ev")"
 bad_ck; strip_checksums "$tmp/bad-ck/optimizer.safetensors"; d=$(opt_data); half=$((($(stat -c %s "$tmp/bad-ck/optimizer.safetensors") - d) / 2))
 printf '\x00\x00\x80\xbf' | dd of="$tmp/bad-ck/optimizer.safetensors" bs=1 seek=$((d + half)) conv=notrunc status=none
-expect_error "tensor 'exp_avg_sq.model.layers.0.input_layernorm.weight': element 0 is -1 (a mean square must be >= 0)" --eval_only "${small[@]}" --resume "$tmp/bad-ck"
+expect_error "tensor 'exp_avg_sq.model.layers.0.input_layernorm.weight': element 0 is -1 (a mean square must be >= 0)" "${small[@]}" \
+  --max_steps 7 --resume "$tmp/bad-ck" --out_dir "$tmp/bad-out"
 # one bit flipped in a weight or a moment (a finite value stays finite: before the checksums this
 # resumed silently on damaged values): --resume latest names the file and the tensor, exit 1,
 # nothing in --out_dir written or changed
