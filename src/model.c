@@ -215,6 +215,24 @@ int model_lmhead_chunk_rows(int N, int V) {
     return N < (int)rows ? (N > 0 ? N : 1) : (int)rows;
 }
 
+// The workspace of the step's inputs and outputs: RoPE tables, tokens, targets, losses, and the
+// fp32 logits of one lm_head row chunk (model_lmhead_chunk_rows).
+static void io_table(mem_table *t, const llama_config *c, int B, int T, model *m) {
+    const size_t N = (size_t)B * T, V = c->vocab_size;
+    const size_t rope = (size_t)T * (size_t)(c->head_dim / 2) * sizeof(float);   // (T, D/2)
+    const size_t chunk = (size_t)model_lmhead_chunk_rows((int)N, (int)V);
+    const char *io = "RoPE tables, tokens, targets, losses";
+    mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_cos));
+    mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_sin));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, tokens));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, targets));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), "segment starts (--pack_attention per_game)", SLOT(m, seg));
+    mem_table_add(t, MEM_WORKSPACE, N * sizeof(float), io, SLOT(m, losses));
+    if (m) m->lmhead_rows = (int)chunk;
+    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head row chunk",
+                  SLOT(m, logits_ws));
+}
+
 // --eval_only's buffers (MODEL_FORWARD_ONLY): what layer_forward and the lm_head's loss read
 // and write, nothing kept for a backward. One residual buffer: a layer reads its input x for
 // the first norm and the o_proj's residual, then writes its output over it (the down GEMM's
@@ -223,25 +241,15 @@ int model_lmhead_chunk_rows(int N, int V) {
 // chunk as in training (the same rows per chunk: the same arithmetic).
 static void forward_only_table(mem_table *t, const llama_config *c, const lora_config *lc, int B, int T, size_t esz,
                                model *m) {
-    const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size;
+    const size_t N = (size_t)B * T, C = c->hidden_size;
     const size_t QKV = (size_t)(c->num_attention_heads + 2 * c->num_key_value_heads) * c->head_dim;
-    const size_t rope = (size_t)T * (size_t)(c->head_dim / 2) * sizeof(float);   // (T, D/2)
-    const size_t chunk = (size_t)model_lmhead_chunk_rows((int)N, (int)V);
     mem_table_add(t, MEM_ACTIVATIONS, N * C * esz, "residual stream: one (N, C) buffer, each layer's output over its input",
                   m ? (void *)&m->resid[0] : NULL);
     layer_acts_table(t, MEM_ACTIVATIONS, "one layer's activations, reused by every layer (forward only)", c, lc,
                      (size_t)B, (size_t)T, esz, m ? &m->acts[0] : NULL);
     mem_table_add(t, MEM_ACTIVATIONS, N * C * esz, "final norm output + rstd", SLOT(m, lnf));
     mem_table_add(t, MEM_ACTIVATIONS, N * sizeof(float), "final norm output + rstd", SLOT(m, lnf_rstd));
-    const char *io = "RoPE tables, tokens, targets, losses";
-    mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_cos));
-    mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_sin));
-    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, tokens));
-    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, targets));
-    mem_table_add(t, MEM_WORKSPACE, N * sizeof(float), io, SLOT(m, losses));
-    if (m) m->lmhead_rows = (int)chunk;
-    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head row chunk",
-                  SLOT(m, logits_ws));
+    io_table(t, c, B, T, m);
     mem_table_add(t, MEM_WORKSPACE, N * QKV * esz, "fused q|k|v projection output (N, (H + 2 KVH) D)", SLOT(m, dgu));
 }
 
@@ -255,7 +263,6 @@ void model_buffer_table(mem_table *t, const llama_config *c, const lora_config *
     const size_t N = (size_t)B * T, C = c->hidden_size, V = c->vocab_size, F = c->intermediate_size;
     const size_t QD = (size_t)c->num_attention_heads * c->head_dim;
     const size_t KVD = (size_t)c->num_key_value_heads * c->head_dim;
-    const size_t rope = (size_t)T * (size_t)(c->head_dim / 2) * sizeof(float);   // (T, D/2)
     const size_t chunk = (size_t)model_lmhead_chunk_rows((int)N, (int)V);
     const int L = c->num_hidden_layers;
 
@@ -273,16 +280,7 @@ void model_buffer_table(mem_table *t, const llama_config *c, const lora_config *
     if (grad_ckpt)
         layer_acts_table(t, MEM_WORKSPACE, "one layer's activations, recomputed in backward", c, lc, (size_t)B,
                          (size_t)T, esz, m ? &m->acts[0] : NULL);
-    const char *io = "RoPE tables, tokens, targets, losses";
-    mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_cos));
-    mem_table_add(t, MEM_WORKSPACE, rope, io, SLOT(m, rope_sin));
-    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, tokens));
-    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, targets));
-    mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), "segment starts (--pack_attention per_game)", SLOT(m, seg));
-    mem_table_add(t, MEM_WORKSPACE, N * sizeof(float), io, SLOT(m, losses));
-    if (m) m->lmhead_rows = (int)chunk;
-    mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head row chunk",
-                  SLOT(m, logits_ws));
+    io_table(t, c, B, T, m);
     // several chunks on a bf16 backend: lm_head's dW summed over them in fp32, rounded once
     // (none for a frozen lm_head: LoRA; none when the gradient is fp32 itself)
     if (N > chunk && esz != sizeof(float) && !lc && !grads_f32)

@@ -5,12 +5,14 @@
 // mfu_bench_buffer_table), so a buffer added there is planned here with no edit.
 #include "plan.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention_cudnn.h"
 #include "attention_ws.h"
 #include "common.h"
 #include "fsdp.h"
+#include "fsutil.h"
 #include "mfu.h"
 
 // ----------------------------------------------------------------------------
@@ -316,6 +318,39 @@ int plan_find_max_batch(const llama_config *c, const plan_request *req, size_t b
     if (dividing)
         while (lo > 0 && req->total_batch_size % (lo * req->world_size) != 0) lo--;
     return lo;
+}
+
+// ----------------------------------------------------------------------------
+// host memory (--offload_optimizer)
+
+// --offload_optimizer: the planned host bytes of the ranks on this node, pinned (never swapped
+// out), must fit in the host memory this job may use, less HOST_MEMORY_RESERVE of it for
+// everything else the processes hold: the smaller of the machine's memory and the job's cgroup
+// memory limits (a Slurm job's --mem: going past it gets the job killed while pinning, not
+// refused) (fs_host_memory_limit: limits, not free memory, so that ranks checking at slightly
+// different times do not count each other's pinned buffers). FT_HOST_MEMORY_BYTES replaces
+// that figure (taken as is, no reserve): a cap, and the tests' way to plan a small host.
+// Checked before anything is allocated (plan.h). 0 / -1.
+#define HOST_MEMORY_RESERVE 0.10
+int plan_check_host_memory(const plan *p, int ranks_on_node) {
+    const size_t need = p->bytes[MEM_HOST] * (size_t)ranks_on_node;
+    if (need == 0) return 0;
+    const char *env = getenv("FT_HOST_MEMORY_BYTES");
+    char what[FT_PATH_MAX + 32] = "FT_HOST_MEMORY_BYTES";
+    double have = env ? strtod(env, NULL) : 0;
+    if (!env) {
+        if (fs_host_memory_limit("", &have, what, sizeof what) != 0) {   // unknown: let the allocation decide
+            ft_error_clear();
+            return 0;
+        }
+        have *= 1 - HOST_MEMORY_RESERVE;
+    }
+    if ((double)need > have)
+        return ft_error("flag --offload_optimizer: the optimizer state needs %.2f GiB of pinned host memory on this node "
+                        "(%.2f GiB per rank x %d rank(s)), this job may use %.2f GiB (%s%s)", need / 1073741824.0,
+                        p->bytes[MEM_HOST] / 1073741824.0, ranks_on_node, have / 1073741824.0, what,
+                        env ? "" : ", less the share kept for the rest of the job");
+    return 0;
 }
 
 // ----------------------------------------------------------------------------

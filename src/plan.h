@@ -221,6 +221,13 @@ size_t plan_device_budget(const plan *p, const plan_device *d);
 // cards as CUDA reports them (81559 MiB; the A100 80GB: 81920 MiB).
 #define PLAN_FIT_DEVICE (&plan_devices[1])
 
+// --offload_optimizer: p's host bytes (bytes[MEM_HOST]) times ranks_on_node, pinned, must fit in
+// the host memory this job may use (the smaller of the machine's and the job's cgroup limit,
+// less 10% for the rest of the processes; FT_HOST_MEMORY_BYTES replaces that figure, taken as
+// is). Nothing to check without host bytes, or when the limit is unknown. 0, or -1 with
+// ft_error naming the flag and both figures.
+int plan_check_host_memory(const plan *p, int ranks_on_node);
+
 // ----------------------------------------------------------------------------
 // the step-time estimate (src/plan_time.c)
 

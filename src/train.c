@@ -263,36 +263,6 @@ static int out_dir_still_there(job *j, const char *after) { return agree(j, chec
 // ----------------------------------------------------------------------------
 // setup and teardown
 
-// --offload_optimizer: the planned host bytes of the ranks on this node, pinned (never swapped
-// out), must fit in the host memory this job may use, less HOST_MEMORY_RESERVE of it for
-// everything else the processes hold: the smaller of the machine's memory and the job's cgroup
-// memory limits (a Slurm job's --mem: going past it gets the job killed while pinning, not
-// refused) (fs_host_memory_limit: limits, not free memory, so that ranks checking at slightly
-// different times do not count each other's pinned buffers). FT_HOST_MEMORY_BYTES replaces
-// that figure (taken as is, no reserve): a cap, and the tests' way to plan a small host.
-// Checked before anything is allocated. 0 / -1.
-#define HOST_MEMORY_RESERVE 0.10
-static int check_host_memory(const plan *p, int ranks_on_node) {
-    const size_t need = p->bytes[MEM_HOST] * (size_t)ranks_on_node;
-    if (need == 0) return 0;
-    const char *env = getenv("FT_HOST_MEMORY_BYTES");
-    char what[FT_PATH_MAX + 32] = "FT_HOST_MEMORY_BYTES";
-    double have = env ? strtod(env, NULL) : 0;
-    if (!env) {
-        if (fs_host_memory_limit("", &have, what, sizeof what) != 0) {   // unknown: let the allocation decide
-            ft_error_clear();
-            return 0;
-        }
-        have *= 1 - HOST_MEMORY_RESERVE;
-    }
-    if ((double)need > have)
-        return ft_error("flag --offload_optimizer: the optimizer state needs %.2f GiB of pinned host memory on this node "
-                        "(%.2f GiB per rank x %d rank(s)), this job may use %.2f GiB (%s%s)", need / 1073741824.0,
-                        p->bytes[MEM_HOST] / 1073741824.0, ranks_on_node, have / 1073741824.0, what,
-                        env ? "" : ", less the share kept for the rest of the job");
-    return 0;
-}
-
 // The validation shards, and (training) the training shards with the steps they make. 0 / -1.
 static int job_open_data(job *j) {
     const train_options *o = j->o;
@@ -442,7 +412,7 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     if (dmax > 0 && j->cfg.head_dim > dmax)   // cuDNN attention did not start (its warning above)
         return ft_error("flag --attention cudnn: cuDNN attention did not start (the warning above) and the native "
                         "kernels that would replace it take head_dim up to %d, the model's is %d", dmax, j->cfg.head_dim);
-    TRY(check_host_memory(&pl, cc->local_size > 0 ? cc->local_size : 1));
+    TRY(plan_check_host_memory(&pl, cc->local_size > 0 ? cc->local_size : 1));
     j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 
     TRY(param_layout_init(&j->layout, &j->cfg, fsdp_pad_multiple(cc->shard->size)));
@@ -964,7 +934,7 @@ static void print_peak_memory(const job *j) {
 static int eval_only(job *j, int step) {
     TRY(eval_and_log(j, step));
     if (!is_main(j)) return 0;
-    printf("finetune: eval only: val loss %.6f (exactly %a)\n", j->val_last, j->val_last);
+    printf("finetune: eval only: val loss exactly %a\n", j->val_last);
     print_peak_memory(j);
     printf("finetune: peak bytes:");
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++) printf(" %s %zu", mem_category_name((mem_category)c), j->mem.peak[c]);

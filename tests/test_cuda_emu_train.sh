@@ -36,7 +36,9 @@
 #      the single emulated device with the same global batch and the same tolerances (the
 #      ranks' bf16 partial gradients are summed in another order); each creates as many NCCL
 #      communicators as --dry_run counts (FSDP 2: world = shard group + its reduce-scatter
-#      lane; DDP: world = replica group; HSDP 2 x 2: world, shard, lane, replica)
+#      lane; DDP: world = replica group; HSDP 2 x 2: world, shard, lane, replica); then
+#      --eval_only over FSDP 2 from the FSDP 2 run's checkpoint: its val loss bitwise that run's
+#      last evaluation, no gradient or optimizer byte, the plan's bytes less the cuDNN line
 #   6. seeds: runs 1-5 use FT_EMU_SEED=1; the single device and the three multi-rank
 #      layouts then run 2 steps again under seeds 2 and 3 (other delays, so other
 #      interleavings of the streams): no hazard, and bitwise the same losses and gradient
@@ -180,6 +182,23 @@ if command -v mpiexec >/dev/null && [ -d "$tmp/emu/checkpoints" ]; then
     le "$wf" 3e-5 && ! le "$wb" 3e-5 && [ "$rf" = "$pf" ] && [ "$rf" -gt "$rb" ] \
       && ok "--reduce_dtype fp32 over FSDP 2: losses rel $wf from the single device (bf16 reduce: $wb), reduce-scatter $rf bytes per step as planned (bf16: $rb)" \
       || bad "--reduce_dtype fp32: losses rel $wf (bf16 reduce $wb, bound 3e-5), reduce-scatter bytes $rf, planned $pf, bf16 $rb"
+  fi
+  # --eval_only over FSDP 2 emulated GPUs from the FSDP 2 run's last checkpoint (its fp32 weights
+  # cast on the host, unit by unit, into the bf16 working parameters): the val loss bitwise that
+  # run's final evaluation (val_loss_exact); no gradient or optimizer byte in the tracker, whose
+  # total is the plan's less the cuDNN forward workspace line (taken from the arena per call)
+  if [ -d "$tmp/fsdp2/checkpoints/step_00000008" ]; then
+    e2=(--device cuda "${flags[@]}" --batch_size_per_device 1 --eval_only)
+    timeout 300 mpiexec -n 2 "$emu" "${e2[@]}" --resume "$tmp/fsdp2/checkpoints/step_00000008" > "$tmp/eval2.log" 2>&1
+    got=$(sed -nE 's/^finetune: eval only: val loss exactly (.+)$/\1/p' "$tmp/eval2.log")
+    want=$(grep '"type":"eval","step":8,' "$tmp/fsdp2/metrics.jsonl" | sed -nE 's/.*"val_loss_exact":"([^"]+)".*/\1/p')
+    mem=$(grep '^finetune: peak bytes:' "$tmp/eval2.log")
+    "$build/finetune" --dry_run --world_size 2 "${e2[@]}" > "$tmp/eval2.plan" 2>&1
+    pt=$(awk '$1 == "total" { print $2; exit }' "$tmp/eval2.plan"); pc=$(awk '/^ +[0-9]+ +[0-9.]+ +cuDNN attention forward workspace/ { print $1 }' "$tmp/eval2.plan")
+    [ -n "$want" ] && [ "$got" = "$want" ] && [[ "$mem" == *" grads 0 optimizer 0 "* ]] && [ -n "$pt" ] && [ -n "$pc" ] \
+      && [[ "$mem" == *" total $((pt - pc))" ]] \
+      && ok "--eval_only over FSDP 2 emulated GPUs: val loss bitwise the run's step 8 ($got); $mem = the plan less its cuDNN line" \
+      || bad "--eval_only over FSDP 2 emulated GPUs: '$got' vs the run's '$want'; $mem; plan total '$pt' less cuDNN '$pc': $(grep -m1 'error\|HAZARD' "$tmp/eval2.log")"
   fi
 else
   skip_or_fail "multi-rank emulated GPUs (needs mpiexec)"

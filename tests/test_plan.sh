@@ -18,6 +18,9 @@
 #      all-gather bytes of a step (every trained unit once; a frozen base not at all).
 #      LoRA (--lora_rank, one process and FSDP 2): the frozen base has no gradient or optimizer
 #      buffers, the adapters' state and activations are planned from the same tables.
+#      --eval_only (1c; one process, LoRA, offload, FSDP 2, DDP 2, HSDP 2 x 2, kept gathers): the
+#      closing "peak bytes" line of an evaluation equals `--dry_run --eval_only` exactly, with no
+#      gradient, optimizer or host byte; the training plan of the same flags does not match it.
 #   2. The comparison can fail: a plan for another job (checkpointing off vs on) is rejected.
 #   3. CodeLlama-7b (data/configs/codellama-7b, bf16 with --device cuda): the bytes follow
 #      from the parameter count (P = 6,738,546,688; 2 + 12 + 4 bytes per parameter sharded, plus
@@ -31,6 +34,10 @@
 #      slices 8 root / S and two bf16 parameter slices 4 root / S), the device total drops by
 #      exactly 12 P / S, host bytes per node = ranks per node x per rank; one GPU
 #      fits with it, and its largest batch (with and without checkpointing) is the edge.
+#   3b. CodeLlama-7b --eval_only on one GPU: params 2 P bytes (12.55 GiB), no grads, optimizer or
+#      host bytes (also with --offload_optimizer), fits 80 GB; its largest batch is the edge; a
+#      70B-shaped model that does not fit lists sharding as the one change; the step-time estimate is a
+#      forward micro-batch (under 1/2.5 of a one-micro-batch training step's, no backward or optimizer op).
 #   4. The step-time estimate (src/plan_time.c), 7B on 4 and 1 H100-class ranks at batch 1 and
 #      16, and with --offload_optimizer: the per-class rows add up to the total on every device
 #      (printed to 0.01 ms: 5 rows, 6 with the offload row, each off by at most 0.005 plus the
@@ -151,6 +158,45 @@ sample_case sample_lora_b2_s64 --lora_rank 4
 "$bin" --dry_run --batch_size_per_device 2 --seq_len 64 --total_batch_size 2 > "$tmp/nosample.plan" 2>&1
 [ -z "$(planned "$tmp/nosample.plan" sampling)" ] && ok "no sampling line without --sample_tokens" \
   || bad "a sampling line without --sample_tokens: $(grep sampling "$tmp/nosample.plan")"
+
+# ---------------------------------------------------------------- 1c. --eval_only
+# An evaluation allocates what the forward reads: the working parameters (and FSDP's gathers),
+# one residual buffer and one activation set, the forward's scratch; no gradients, optimizer
+# state (none on the host either with --offload_optimizer) or backward scratch. Its closing
+# "peak bytes" line (the tracker's, per category) must equal `--dry_run --eval_only` exactly,
+# and hold no gradient or optimizer byte.
+eval_measured() { sed -nE "s/^finetune: peak bytes:.* $2 ([0-9]+).*/\1/p" "$1"; }
+eval_case() {   # eval_case NAME RANKS flags...
+  local name="$1" n="$2" d="$tmp/$1" c p m diffs=""; shift 2
+  local run=(--eval_only --max_eval_docs 4 "$@")
+  if [ "$n" -eq 1 ]; then "$bin" "${run[@]}" > "$d.log" 2>&1
+  else timeout 300 mpiexec -n "$n" "$bin" "${run[@]}" > "$d.log" 2>&1; fi || { bad "$name: --eval_only failed: $(tail -1 "$d.log")"; return; }
+  "$bin" --dry_run --world_size "$n" "${run[@]}" > "$d.plan" 2>&1 || { bad "$name: --dry_run failed: $(cat "$d.plan")"; return; }
+  for c in $cats; do
+    p=$(planned "$d.plan" "$c"); m=$(eval_measured "$d.log" "$c")
+    if [ -z "$p" ] || [ -z "$m" ]; then diffs="$diffs $c:missing(plan '$p', measured '$m')"
+    elif [ "$p" != "$m" ]; then diffs="$diffs $c:plan=$p,measured=$m"; fi
+  done
+  [ -z "$diffs" ] && ok "$name: planned = measured peak bytes per category and total ($(planned "$d.plan" total) bytes)" \
+    || bad "$name: plan differs from the allocator:$diffs"
+  [ "$(eval_measured "$d.log" grads)$(eval_measured "$d.log" optimizer)$(eval_measured "$d.log" host)" = 000 ] \
+    && ok "$name: no gradient, optimizer or host bytes" || bad "$name: $(grep '^finetune: peak bytes' "$d.log")"
+}
+eval_case eval_b2_s64 1 --batch_size_per_device 2 --seq_len 64
+eval_case eval_b2_s128_ckpt_offload 1 --batch_size_per_device 2 --seq_len 128 --gradient_checkpointing --offload_optimizer
+eval_case eval_lora_b2_s64 1 --batch_size_per_device 2 --seq_len 64 --lora_rank 8 --lora_targets q,k,v,o,gate,up,down
+if have_mpi; then
+  eval_case eval_fsdp2_b2_s128 2 --batch_size_per_device 2 --seq_len 128
+  eval_case eval_ddp2_b1_s64 2 --batch_size_per_device 1 --seq_len 64 --no_fsdp
+  eval_case eval_lora_fsdp2_b2_s64 2 --batch_size_per_device 2 --seq_len 64 --lora_rank 4
+  eval_case eval_keep_fsdp2_b1_s64 2 --batch_size_per_device 1 --seq_len 64 --keep_params_gathered --offload_optimizer
+  eval_case eval_hsdp4_b1_s64 4 --batch_size_per_device 1 --seq_len 64 --dp_shard 2
+else skip_or_fail "multi-rank --eval_only cases (no mpiexec, or $bin built without MPI)"; fi
+# it can fail: the training plan of the same flags is not the evaluation's
+"$bin" --dry_run --batch_size_per_device 2 --seq_len 64 > "$tmp/eval_wrong.plan" 2>&1
+[ "$(planned "$tmp/eval_wrong.plan" total)" != "$(eval_measured "$tmp/eval_b2_s64.log" total)" ] \
+  && ok "--eval_only: the training plan of its flags ($(planned "$tmp/eval_wrong.plan" total) bytes) is not what it allocates" \
+  || bad "--eval_only allocates what training plans"
 
 # ---------------------------------------------------------------- 2. the comparison can fail
 "$bin" --dry_run --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --peak_tflops 1 > "$tmp/wrong.plan"
@@ -300,6 +346,52 @@ for bw in "1:16777216" "4:33554432"; do
 done
 ! grep -q "dS^T workspace" "$tmp/7b_fsdp4.plan" && grep -q "cuDNN attention workspace" "$tmp/7b_fsdp4.plan" \
   && ok "7B --attention cudnn: the cuDNN workspace is planned, not the native one" || bad "7B cudnn plan: workspace lines wrong"
+
+# ---------------------------------------------------------------- 3b. CodeLlama-7b --eval_only
+# one GPU, no sharding: the bf16 working parameters (2 P bytes, 12.55 GiB) and the forward's
+# buffers; no gradients or optimizer state (also with --offload_optimizer: no host bytes): fits
+# 80 GB with room for batches in the hundreds (the training job of the same flags: 115 GiB);
+# the step time is one forward micro-batch's, about a third of the training step's
+plan7 --world_size 1 --no_fsdp --eval_only > "$tmp/7b_eval.plan" 2>&1 || bad "7B --eval_only dry run: $(cat "$tmp/7b_eval.plan")"
+plan7 --world_size 1 --no_fsdp --eval_only --offload_optimizer > "$tmp/7b_eval_off.plan" 2>&1
+expect7 "$tmp/7b_eval.plan" params $(( P * 2 ))
+for f in 7b_eval 7b_eval_off; do
+  for c in grads optimizer host; do expect7 "$tmp/$f.plan" $c 0; done
+done
+t=$(planned "$tmp/7b_eval.plan" total)
+[ -n "$t" ] && [ "$t" -lt $(( 2 * P + (1 << 30) )) ] && grep -q "^fits an 80 GB GPU.*: yes (12\.[0-9][0-9] GiB" "$tmp/7b_eval.plan" \
+  && ok "7B --eval_only on one GPU: $t bytes (2 P + $(( (t - 2 * P) >> 20 )) MiB), fits 80 GB$(grep -oE ': yes \([0-9.]+ GiB' "$tmp/7b_eval.plan")" \
+  || bad "7B --eval_only on one GPU: total '$t': $(grep '^fits' "$tmp/7b_eval.plan")"
+mem=$(sed -n '/^memory/,/^  total/p' "$tmp/7b_eval.plan")
+[ -n "$mem" ] && ! grep -qiE "backward|master|gradient|moment" <<<"$mem" && ok "7B --eval_only: no backward, gradient or optimizer line in the memory plan" \
+  || bad "7B --eval_only memory plan: $(grep -iE "backward|master|gradient|moment" <<<"$mem")"
+b=$(sed -nE 's/^largest batch_size_per_device that fits \(seq 512, same grid, --eval_only: forward only\): ([0-9]+).*/\1/p' "$tmp/7b_eval.plan")
+if [ -n "$b" ] && [ "$b" -gt 100 ]; then
+  fit() { plan7 --world_size 1 --no_fsdp --eval_only --batch_size_per_device "$1" | grep -c "^fits an 80 GB GPU.*: yes"; }
+  [ "$(fit "$b")" = 1 ] && [ "$(fit $((b + 1)))" = 0 ] && ok "7B --eval_only: largest batch $b fits, $((b + 1)) does not" \
+    || bad "7B --eval_only largest batch $b: not the edge"
+else bad "7B --eval_only largest batch: '$b'"; fi
+# a model whose parameters do not fit one GPU (Llama-2-70b's shape, 69 B parameters: 129 GiB of
+# bf16): the one change listed is sharding (no optimizer to offload, no backward to
+# checkpoint, no trained state for LoRA to shrink), its bytes those of its own dry run
+mkdir -p "$tmp/m70"; sed -e 's/"hidden_size": 4096/"hidden_size": 8192/' -e 's/"intermediate_size": 11008/"intermediate_size": 28672/' \
+  -e 's/"num_attention_heads": 32/"num_attention_heads": 64/' -e 's/"num_hidden_layers": 32/"num_hidden_layers": 80/' \
+  -e 's/"num_key_value_heads": 32/"num_key_value_heads": 8/' $m7/config.json > "$tmp/m70/config.json"
+"$bin" --dry_run --model_dir "$tmp/m70" --device cuda --world_size 1 --no_fsdp --eval_only > "$tmp/70b_eval.plan" 2>&1
+alts=$(sed -n '/^what one change/,/^$/p' "$tmp/70b_eval.plan" | tail -n +2 | grep -c .)
+nw=$(sed -nE 's/^  FSDP over ([0-9]+) GPUs.*: fits$/\1/p' "$tmp/70b_eval.plan")
+a=$(alt "$tmp/70b_eval.plan" "FSDP over $nw GPUs")
+b=$("$bin" --dry_run --model_dir "$tmp/m70" --device cuda --world_size "${nw:-0}" --eval_only | awk '$1 == "total" { print $2; exit }')
+grep -q "^fits an 80 GB GPU.*: NO" "$tmp/70b_eval.plan" && [ "$alts" = 1 ] && [ -n "$nw" ] && [ "$a" = "$b" ] \
+  && ok "70B-shaped --eval_only on one GPU: does not fit; the one change listed: FSDP over $nw GPUs, $a bytes = its own dry run" \
+  || bad "70B-shaped --eval_only: $(sed -n '/^fits/,/^$/p' "$tmp/70b_eval.plan")"
+step_h100() { awk '$1 == "total" && NF >= 4 && $2 ~ /^[0-9.]+$/ && $3 ~ /^[0-9.]+$/ { print $3 }' "$1" | tail -1; }
+plan7 --world_size 1 --no_fsdp --total_batch_size 1 > "$tmp/7b_one_mb.plan" 2>&1   # training, the same one micro-batch
+te=$(step_h100 "$tmp/7b_eval.plan"); tt=$(step_h100 "$tmp/7b_one_mb.plan")
+grep -q "^  --eval_only: a step is one evaluation micro-batch, the FORWARD only" "$tmp/7b_eval.plan" \
+  && awk -v e="$te" -v t="$tt" 'BEGIN { exit !(e > 0 && e < t / 2.5) }' && ! grep -q "backward\|optimizer: grad norm" <(sed -n '/^step time/,$p' "$tmp/7b_eval.plan") \
+  && ok "7B --eval_only step-time estimate: a forward micro-batch, $te ms on the H100 (a training step of one micro-batch: $tt ms), no backward or optimizer op" \
+  || bad "7B --eval_only step time '$te' ms vs training '$tt' ms: $(sed -n '/^step time/,/^  op /p' "$tmp/7b_eval.plan")"
 
 # ---------------------------------------------------------------- 4. step time per op class
 # row KEY of the class table, device column $3 (1 A100, 2 H100, 3 H200) of plan $1
