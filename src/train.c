@@ -499,10 +499,14 @@ static void print_job_summary(job *j) {
            j->world, j->be->name, fsdp_sharding_name(j->cc->shard->size, j->world),
            j->cc->shard->size, j->cc->replica->size, j->accum, o->batch_size_per_device, j->total_steps,
            j->steps_per_epoch);
-    printf("finetune: AdamW lr %g (%s, warmup %.0f%%), betas %g/%g, eps %g, weight decay %g on matrices and "
-           "embeddings (not RMSNorm weights), grad clip %g\n", o->learning_rate, o->lr_schedule,
-           100 * o->warmup_fraction, o->beta1, o->beta2, o->adam_eps, o->weight_decay, o->max_grad_norm);
-    if (o->offload_optimizer)
+    if (o->eval_only)   // (the optimizer's flags, offload and checkpointing change nothing)
+        printf("finetune: --eval_only: the forward only, over the working parameters (no gradients or optimizer "
+               "state allocated)\n");
+    else
+        printf("finetune: AdamW lr %g (%s, warmup %.0f%%), betas %g/%g, eps %g, weight decay %g on matrices and "
+               "embeddings (not RMSNorm weights), grad clip %g\n", o->learning_rate, o->lr_schedule,
+               100 * o->warmup_fraction, o->beta1, o->beta2, o->adam_eps, o->weight_decay, o->max_grad_norm);
+    if (o->offload_optimizer && !o->eval_only)
         printf("finetune: optimizer offload: fp32 master + AdamW moments in host memory; the host AdamW %s\n",
                !fsdp_offload_can_overlap(j->opt) ? "runs after the backward (replicas or local accumulation reduce first)"
                : o->max_grad_norm == 0 ? "overlaps the last micro-batch's backward (no clipping)"
