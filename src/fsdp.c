@@ -97,8 +97,9 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, cons
     const size_t max_slice = max_unit / S;   // S divides every unit
 
     if (params_only) {   // --eval_only: the role's own line
-        mem_table_add(t, MEM_PARAMS, n_local * esz, role == FSDP_FROZEN ? "frozen base (LoRA): working parameters only, "
-                      "this rank's slice" : w->params, SLOT(s, params));
+        const char *what = role == FSDP_FROZEN ? "frozen base (LoRA): working parameters only, this rank's slice"
+                                               : w->params;
+        mem_table_add(t, MEM_PARAMS, n_local * esz, what, SLOT(s, params));
     } else {
         // --offload_optimizer: the optimizer state lives in host memory, the rest stays put
         const mem_category oc = offload ? MEM_HOST : MEM_OPTIMIZER;
@@ -516,7 +517,8 @@ static int params_from_host(fsdp_state *s, int u, const float *src) {
 
 int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_full) {
     const float *src = host_full + (size_t)s->shard->rank * s->slice[u];
-    if (fsdp_params_only(s)) return which == FSDP_MASTER ? params_from_host(s, u, src) : frozen_error("optimizer state");
+    if (fsdp_params_only(s))
+        return which == FSDP_MASTER ? params_from_host(s, u, src) : frozen_error("optimizer state");
     float *dst = buffer_of(s, which) + s->local_off[u];
     if (s->offload) {   // host memory
         memcpy(dst, src, s->slice[u] * sizeof(float));

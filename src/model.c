@@ -243,7 +243,8 @@ static void forward_only_table(mem_table *t, const llama_config *c, const lora_c
                                model *m) {
     const size_t N = (size_t)B * T, C = c->hidden_size;
     const size_t QKV = (size_t)(c->num_attention_heads + 2 * c->num_key_value_heads) * c->head_dim;
-    mem_table_add(t, MEM_ACTIVATIONS, N * C * esz, "residual stream: one (N, C) buffer, each layer's output over its input",
+    mem_table_add(t, MEM_ACTIVATIONS, N * C * esz,
+                  "residual stream: one (N, C) buffer, each layer's output over its input",
                   m ? (void *)&m->resid[0] : NULL);
     layer_acts_table(t, MEM_ACTIVATIONS, "one layer's activations, reused by every layer (forward only)", c, lc,
                      (size_t)B, (size_t)T, esz, m ? &m->acts[0] : NULL);

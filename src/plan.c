@@ -508,18 +508,20 @@ static void print_eval_collectives(FILE *out, const plan *p) {
             : p->all_gather_bytes ? "every layer's parameters, each forward (the root gathered once and kept)"
                                   : "none (the model's two layers stay gathered between forwards)");
     fprintf(out, "  %-14s %15d bytes %9.3f GB   %s\n", "reduce_scatter", 0, 0.0, "none (no gradients)");
-    fprintf(out, "  %-14s %15d bytes %9.3f GB   %s\n", "all_reduce", 0, 0.0, "none (no gradients; the loss sums are scalars)");
+    fprintf(out, "  %-14s %15d bytes %9.3f GB   %s\n", "all_reduce", 0, 0.0,
+            "none (no gradients; the loss sums are scalars)");
 }
 
 // The report's "job:" line: the grid, the micro-batch, how gradients travel (--eval_only: none).
 static void print_job_line(FILE *out, const plan *p, const char *dtype, const char *device) {
     const plan_request *r = &p->req;
     if (r->eval_only) {
-        fprintf(out, "job: --eval_only, the forward only: %d rank(s), sharding %s (shard group %d x replica group %d), "
-                "batch %d x seq %d per device; no gradients, optimizer state or backward buffers%s; storage %s (--device "
-                "%s)\n", r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size, p->replica_size,
-                r->batch_size_per_device, r->seq_len,
-                r->keep_params_gathered && r->shard_size > 1 ? ", parameters gathered once and kept" : "", dtype, device);
+        fprintf(out, "job: --eval_only, the forward only: %d rank(s), sharding %s (shard group %d x replica group "
+                "%d), batch %d x seq %d per device; no gradients, optimizer state or backward buffers%s; storage %s "
+                "(--device %s)\n", r->world_size, fsdp_sharding_name(r->shard_size, r->world_size), r->shard_size,
+                p->replica_size, r->batch_size_per_device, r->seq_len,
+                r->keep_params_gathered && r->shard_size > 1 ? ", parameters gathered once and kept" : "", dtype,
+                device);
         return;
     }
     fprintf(out, "job: %d rank(s), sharding %s (shard group %d x replica group %d), batch %d x seq %d per device, "

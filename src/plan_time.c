@@ -350,13 +350,14 @@ void plan_print_step_time(FILE *out, const plan *p) {
     fprintf(out, "\nstep time ESTIMATE per op class (published peaks x stated fractions; not a measurement, no GPU "
             "ran this):\n");
     if (p->req.eval_only) {   // (a "step" below: one forward micro-batch)
-        fprintf(out, "  --eval_only: a step is one evaluation micro-batch, the FORWARD only: %.0f tokens per rank (%d x %d, "
-                "every row at full length; runs trim padding)\n", p->tokens, p->req.batch_size_per_device, p->req.seq_len);
+        fprintf(out, "  --eval_only: a step is one evaluation micro-batch, the FORWARD only: %.0f tokens per rank "
+                "(%d x %d, every row at full length; runs trim padding)\n", p->tokens, p->req.batch_size_per_device,
+                p->req.seq_len);
         fprintf(out, "  %.3e model FLOPs (the forward's: 2 x matmul params + causal attention, the MFU numerator), "
                 "%.3e executed by this build\n", p->model_flops, p->exec_flops);
     } else {
-        fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full length; "
-                "runs trim padding)\n", p->tokens, p->accum, p->req.batch_size_per_device, p->req.seq_len);
+        fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full "
+                "length; runs trim padding)\n", p->tokens, p->accum, p->req.batch_size_per_device, p->req.seq_len);
         fprintf(out, "  %.3e model FLOPs (6 x matmul params + causal attention: the MFU numerator), %.3e executed by "
                 "this build (recompute, the attention backward's products)\n", p->model_flops, p->exec_flops);
     }

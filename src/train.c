@@ -217,8 +217,8 @@ static void log_eval(job *j, int step, double loss, double ntok, double secs) {
     printf("eval  step %d | val loss %.6f | perplexity %.2f | %.0f tokens | %.1f s\n", step, loss, exp(loss), ntok, secs);
     char rec[256];
     // val_loss_exact: the double itself (%a), for comparing runs bitwise (tests/test_train.sh)
-    snprintf(rec, sizeof rec, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"tokens\":%.0f,\"val_loss_exact\":\"%a\"}\n",
-             step, loss, ntok, loss);
+    snprintf(rec, sizeof rec, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"tokens\":%.0f,"
+             "\"val_loss_exact\":\"%a\"}\n", step, loss, ntok, loss);
     metrics_put(j, rec);
 }
 
@@ -767,7 +767,8 @@ static int job_load_start(job *j, int *start) {
     // them whole for the checksums; 4 bytes per weight bounds a pretrained model's dtype
     const double S = j->cc->shard->size, W = j->world;
     const double ck = o->eval_only ? 4.0 : 12.0;   // fp32 weights (+ two moments, not read by --eval_only)
-    const double bytes = (j->lora || !dir[0] ? 4.0 * (double)j->layout.n_params : 0) + (dir[0] ? ck * trained_params(j) : 0);
+    const double bytes =
+        (j->lora || !dir[0] ? 4.0 * (double)j->layout.n_params : 0) + (dir[0] ? ck * trained_params(j) : 0);
     grace_for_io(bytes * (1 / S + 1 / W), "each rank reading its part of", dir[0] ? "checkpoint" : "model");
     if (rc == 0) rc = j->lora ? lora_load_start(j, dir, &expect, &got) : ckpt_load_start(&j->fs, o->model_dir, dir, &expect, &got);
     rc = agree(j, rc);
@@ -929,7 +930,8 @@ static void print_peak_memory(const job *j) {
     printf("finetune: peak memory %.1f MiB (%zu bytes):", j->mem.peak_total / 1048576.0, j->mem.peak_total);
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++)   // host (--offload_optimizer): not in the total
         if (c != MEM_HOST || j->mem.peak[c])
-            printf("%s %s %.1f", c == MEM_HOST ? ";" : "", mem_category_name((mem_category)c), j->mem.peak[c] / 1048576.0);
+            printf("%s %s %.1f", c == MEM_HOST ? ";" : "", mem_category_name((mem_category)c),
+                   j->mem.peak[c] / 1048576.0);
     printf("\n");
 }
 
