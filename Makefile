@@ -61,11 +61,12 @@ endif
 
 # PMI2 (Slurm's libpmi2) for bootstrapping ranks under srun without MPI: slurm/pmi2.h under
 # SLURM_DIR, by default the prefix of the srun on PATH (a cluster's Slurm in /opt/slurm:
-# /opt/slurm/bin/srun -> /opt/slurm/include/slurm/pmi2.h, libpmi2 in its lib64/ or lib/: the
+# /opt/slurm/bin/srun -> /opt/slurm/include/slurm/pmi2.h and libpmi2 in its lib64/ or lib/: the
 # library of the Slurm that runs the job), else in the system's include directory (Debian's
 # libpmi2-0-dev). PMI2=0/1 and SLURM_DIR=... override.
 SLURM_DIR ?= $(patsubst %/bin/srun,%,$(shell command -v srun 2>/dev/null))
-PMI2_PREFIX := $(if $(filter-out /usr,$(SLURM_DIR)),$(if $(wildcard $(SLURM_DIR)/include/slurm/pmi2.h),$(SLURM_DIR)))
+PMI2_PREFIX := $(if $(filter-out /usr,$(SLURM_DIR)),$(if $(wildcard $(SLURM_DIR)/include/slurm/pmi2.h),$(if \
+                 $(wildcard $(SLURM_DIR)/lib64/libpmi2.* $(SLURM_DIR)/lib/libpmi2.*),$(SLURM_DIR))))
 ifeq ($(origin PMI2), undefined)
   PMI2 := $(if $(PMI2_PREFIX)$(wildcard /usr/include/slurm/pmi2.h),1,0)
 endif

@@ -246,6 +246,10 @@ int plan_validate(const llama_config *c, const plan_request *r) {
         return ft_error("flag --total_batch_size: %d is not a multiple of --batch_size_per_device %d x %d ranks = %d",
                         r->total_batch_size, r->batch_size_per_device, r->world_size, per_step);
     if (r->elem_bytes != 2 && r->elem_bytes != 4) return ft_error("plan: element size %zu is not 2 or 4", r->elem_bytes);
+    if (r->elem_bytes == 2 && r->attention_segments && c->head_dim > ATTN_NATIVE_MAX_HEAD_DIM)
+        return ft_error("flag --pack_attention per_game: it runs the native GPU attention kernels, which take "
+                        "head_dim up to %d, the model's is %d (--pack_attention row runs cuDNN)",
+                        ATTN_NATIVE_MAX_HEAD_DIM, c->head_dim);
     if (r->elem_bytes == 2 && !r->attention_cudnn && c->head_dim > ATTN_NATIVE_MAX_HEAD_DIM)
         return ft_error("flag --attention native: the native GPU attention kernels take head_dim up to %d, the "
                         "model's is %d (--attention cudnn runs it through cuDNN)", ATTN_NATIVE_MAX_HEAD_DIM,

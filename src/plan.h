@@ -49,6 +49,8 @@ typedef struct {
     size_t elem_bytes;              // storage dtype of the backend: 4 (CPU, fp32), 2 (CUDA, bf16)
     int attention_cudnn;            // 1: GPU attention through cuDNN (--attention cudnn, bf16): its
                                     // per-call workspace (attn_cudnn_workspace_bound) is planned
+    int attention_segments;         // 1: --pack_attention per_game: the step's attention runs the
+                                    // native kernels (segment starts), whatever attention_cudnn says
     int deterministic;              // 1: cuDNN's deterministic backward (--deterministic: + B H T^2 x 2)
     int mfu_benchmark;              // 1: train.c measures the matmul rate (--peak_tflops 0), whose
                                     // buffers (src/mfu.h) are workspace

@@ -88,8 +88,9 @@ static void op_add(plan *p, const char *what, plan_op_class k, plan_op_phase ph,
 static void attention_ops_add(plan *p, const llama_config *c, double att, double ck, double AL, int backward) {
     const char *fwd, *rec, *bwd;
     plan_op_class k = PLAN_OP_ATTENTION;
-    double rate, bwd_flops = PLAN_ATTN_BWD_TC * att, bwd_ops = p->req.attention_cudnn ? 1 : 3;
-    if (p->req.attention_cudnn) {   // every head_dim (backend_cuda.c cu_attention_fwd)
+    const int cudnn = p->req.attention_cudnn && !p->req.attention_segments;   // (segments: native kernels)
+    double rate, bwd_flops = PLAN_ATTN_BWD_TC * att, bwd_ops = cudnn ? 1 : 3;
+    if (cudnn) {   // every head_dim (backend_cuda.c cu_attention_fwd)
         rate = PLAN_ATTN_CUDNN_FRACTION;
         fwd = "attention forward (cuDNN graph)", rec = "attention forward recomputed (cuDNN)";
         bwd = "attention backward (cuDNN graph, 5 products)";
@@ -241,7 +242,7 @@ static void train_ops_compute(plan *p, const llama_config *c) {
     // --deterministic with cuDNN attention: the backward writes dP (B, H, T, T) bf16 to its
     // workspace and reads it back, per layer and micro-batch (no operation of its own: inside
     // the cuDNN graph)
-    if (r->attention_cudnn && r->deterministic)
+    if (r->attention_cudnn && !r->attention_segments && r->deterministic)
         op_add(p, "attention dP through HBM (--deterministic)", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0,
                AL * 2 * 2 * (double)r->batch_size_per_device * H * (double)r->seq_len * r->seq_len, 0, 0);
     // operations: sharded, each unit's gradient is zeroed or added per micro-batch (an add

@@ -147,6 +147,15 @@ static int job_open_data(job *j) {
         if (j->cfg.bos_token_id < 0)
             return ft_error("flag --pack_attention per_game: %s/config.json has no bos_token_id (games are found by it)",
                             o->model_dir);
+        // games are told apart by their BOS: shards tokenized without it would train as `row`
+        // silently (no segment would ever start)
+        const uint64_t n = loader_games(&j->train) < 64 ? loader_games(&j->train) : 64;
+        for (uint64_t g = 0; g < n; g++)
+            if (loader_game_len(&j->train, g) > 0 && loader_game_token(&j->train, g, 0) != j->cfg.bos_token_id)
+                return ft_error("flag --pack_attention per_game: training game %llu of %s starts with token %d, not "
+                                "%s/config.json's bos_token_id %d (games are told apart by it: tokenize with the "
+                                "model's BOS)", (unsigned long long)g, o->data_dir,
+                                (int)loader_game_token(&j->train, g, 0), o->model_dir, j->cfg.bos_token_id);
         loader_set_ignore_target(&j->train, j->cfg.bos_token_id);
     }
     uint64_t rows = loader_rows(&j->train);
@@ -473,7 +482,8 @@ static double trained_params(const job *j) { return (double)(j->lora ? &j->ll.la
 static void warn_signal_margin(double step_secs, double save_secs, const char *size) {
     static int warned;
     const char *env = getenv("FT_SIGNAL_MARGIN_S");
-    const double margin = env && atof(env) > 0 ? atof(env) : SLURM_SIGNAL_MARGIN_S;
+    if (env && !(atof(env) > 0)) env = NULL;   // (not a positive number: the scripts' margin)
+    const double margin = env ? atof(env) : SLURM_SIGNAL_MARGIN_S;
     if (warned || !getenv("SLURM_JOB_ID") || step_secs + save_secs <= margin) return;
     warned = 1;
     const int want = 60 * (int)ceil(1.5 * (step_secs + save_secs) / 60);
@@ -718,6 +728,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .lora = {o->lora_rank, (float)o->lora_alpha, o->lora_rank ? o->lora_target_mask : 0},
         .offload_optimizer = o->offload_optimizer,
         .attention_cudnn = elem_bytes == 2 && strcmp(o->attention, "cudnn") == 0,
+        .attention_segments = elem_bytes == 2 && pack_per_game(o) && !o->eval_only,
         .deterministic = o->deterministic,
         .sample_seq = o->sample_tokens > 0 ? SAMPLE_PROMPT_TOKENS + o->sample_tokens : 0,
     };

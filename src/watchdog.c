@@ -100,17 +100,19 @@ void watchdog_format_bytes(char *buf, size_t n, size_t bytes) {
 // hang instead of ending (NVIDIA/nccl issues 829 and 1013). Without an end callback (library
 // tests) the hooks abandon the transports' work and -1 is returned; every later wait fails
 // at once.
-static int fire(void) {
+// from_guard: on a guard's thread (watchdog_guard_begin), where the transports' hooks are not
+// run (they belong to the main thread, blocked inside the guarded call on one of them).
+static int fire(int from_guard) {
     W.fired = 1;
     if (W.report) W.report();
     if (W.end) W.end();
-    for (int i = 0; i < W.n_hooks; i++)
+    for (int i = 0; !from_guard && i < W.n_hooks; i++)
         if (W.hooks[i].abort) W.hooks[i].abort(W.hooks[i].ctx);
-    W.n_hooks = 0;
+    if (!from_guard) W.n_hooks = 0;
     return -1;
 }
 
-static int timed_out(const char *op, const char *group, size_t bytes, double waited) {
+static int timed_out(const char *op, const char *group, size_t bytes, double waited, int from_guard) {
     char size[32] = "", pending[256] = "";
     if (bytes) {
         size[0] = ',';
@@ -118,7 +120,7 @@ static int timed_out(const char *op, const char *group, size_t bytes, double wai
         watchdog_format_bytes(size + 2, sizeof size - 2, bytes);
     }
     unsigned long oldest = ~0ul;
-    for (int i = 0; i < W.n_hooks; i++) {
+    for (int i = 0; !from_guard && i < W.n_hooks; i++) {
         char d[200];
         unsigned long seq = 0;
         if (W.hooks[i].describe && W.hooks[i].describe(W.hooks[i].ctx, d, sizeof d, &seq) && seq < oldest) {
@@ -132,14 +134,14 @@ static int timed_out(const char *op, const char *group, size_t bytes, double wai
     ft_error("rank %d: %s: %s (%s%s) made no progress for %g s (--collective_timeout %g%s%s); aborting", W.rank,
              W.phase, op, group ? group : "world", size, (double)(long)(waited * 10 + 0.5) / 10, W.timeout, grace,
              pending);
-    return fire();
+    return fire(from_guard);
 }
 
 // a transport failed on its own: its message, with this rank and the phase in front
 static int transport_failed(const char *msg) {
     ft_error_clear();
     ft_error("rank %d: %s: %s; aborting", W.rank, W.phase, msg);
-    return fire();
+    return fire(0);
 }
 
 static int check_hooks(void) {
@@ -162,7 +164,7 @@ int watchdog_wait(watchdog_poll_fn poll, void *ctx, const char *op, const char *
         if (r < 0) return -1;   // an ordinary error: the caller's path reports it
         if (i % CHECK_EVERY == 0 && check_hooks() != 0) return -1;
         const double waited = now_seconds() - t0;
-        if (W.timeout > 0 && waited >= W.timeout + W.grace) return timed_out(op, group, bytes, waited);
+        if (W.timeout > 0 && waited >= W.timeout + W.grace) return timed_out(op, group, bytes, waited, 0);
         if (waited < WATCHDOG_SPIN_S) continue;
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
@@ -197,7 +199,7 @@ static void *guard_main(void *arg) {
         const double left = deadline - now_seconds();
         if (left <= 0) {
             G.fired = 1;
-            (void)timed_out(G.op, G.group, 0, now_seconds() - G.t0);
+            (void)timed_out(G.op, G.group, 0, now_seconds() - G.t0, 1);
             snprintf(G.msg, sizeof G.msg, "%s", ft_error_message());
             break;
         }

@@ -19,7 +19,11 @@
 // Calls that block inside a library and cannot be polled (ncclCommInitRank, ncclCommSplit,
 // the PMI2 exchange of the NCCL id under srun without MPI) run under a guard instead
 // (watchdog_guard_begin/end): a thread watches the clock while the caller blocks and, past
-// the timeout, records the same line and ends the job from that thread. NCCL's init waits
+// the timeout, records the same line and ends the job from that thread (main's end callback:
+// MPI_Abort while the main thread is inside NCCL or PMI2, not MPI; under the CPU emulator's
+// NCCL, whose init is an MPI collective, MPICH has taken that abort from a second thread in
+// every test run; the transports' hooks are neither described nor aborted from it: they
+// belong to the blocked main thread). NCCL's init waits
 // without a deadline of its own for every rank's bootstrap connection (a rank that died or
 // stopped after the last barrier, a network NCCL cannot reach: NCCL_SOCKET_IFNAME).
 //

@@ -109,6 +109,13 @@ expect_one_line "head_dim 256, --attention native" "$hd_err" \
   "$emu" --device cuda --attention native --model_dir "$tmp/hd256" "${flags[@]}"
 expect_one_line "head_dim 256, --attention native, --dry_run" "$hd_err" \
   "$build/finetune" --dry_run --device cuda --attention native --model_dir "$tmp/hd256" "${flags[@]}"
+# --pack_attention per_game runs the native kernels even under --attention cudnn: refused at
+# setup and by --dry_run (not at the first attention call, after the weights are read)
+pg_err="flag --pack_attention per_game: it runs the native GPU attention kernels, which take head_dim up to 128, the model's is 256"
+expect_one_line "head_dim 256, --pack_attention per_game" "$pg_err" \
+  "$emu" --device cuda --pack --pack_attention per_game --model_dir "$tmp/hd256" "${flags[@]}"
+expect_one_line "head_dim 256, --pack_attention per_game, --dry_run" "$pg_err" \
+  "$build/finetune" --dry_run --device cuda --pack --pack_attention per_game --model_dir "$tmp/hd256" "${flags[@]}"
 out=$("$build/finetune" --dry_run --device cuda --model_dir "$tmp/hd256" "${flags[@]}" 2>&1) \
   && [[ "$out" == *"cuDNN attention workspace"* ]] && ok "head_dim 256, --attention cudnn: planned" \
   || bad "head_dim 256, --attention cudnn --dry_run: $(tail -1 <<<"$out")"

@@ -54,13 +54,16 @@ out=$(env DEPS_ROOT="$tmp/root" DEPS_NO_INSTALL=1 PATH="$tmp/bin:/usr/bin:/bin" 
 # 5. the Makefile finds Slurm's pmi2.h and libpmi2 under the prefix of the srun on PATH (a
 # cluster's Slurm in /opt/slurm, not the system's): -I on every compile, -L and an rpath at
 # the link; SLURM_DIR= (empty) falls back to the system's header (or none)
-s="$tmp/opt/slurm"; mkdir -p "$s/bin" "$s/include/slurm" "$s/lib64"; touch "$s/include/slurm/pmi2.h"
+s="$tmp/opt/slurm"; mkdir -p "$s/bin" "$s/include/slurm" "$s/lib64"; touch "$s/include/slurm/pmi2.h" "$s/lib64/libpmi2.so"
 printf '#!/bin/sh\n' > "$s/bin/srun"; chmod +x "$s/bin/srun"
 out=$(PATH="$s/bin:$PATH" make -n -B BUILD="$tmp/mk" "$tmp/mk/finetune" 2>&1); rc=$?
 n_cc=$(grep -c -- "-DFT_HAVE_PMI2 -I$s/include" <<<"$out")
 [ $rc -eq 0 ] && [ "$n_cc" -gt 10 ] && grep -q -- "-L$s/lib64 -Wl,-rpath,$s/lib64 .*-lpmi2" <<<"$out" && [ ! -e "$tmp/mk" ] \
   && ok "make: Slurm under the srun on PATH ($s): -I on $n_cc compiles, -L/rpath and -lpmi2 at the link" \
   || bad "make with srun in $s: rc $rc, $n_cc compiles with its -I: $(grep -- '-o .*/finetune$' <<<"$out")"
+rm "$s/lib64/libpmi2.so"   # a header without the library: not taken (it would not link)
+out=$(PATH="$s/bin:$PATH" make -n -B BUILD="$tmp/mk" "$tmp/mk/finetune" 2>&1)
+! grep -q -- "$s" <<<"$out" && ok "make: pmi2.h under $s without libpmi2: not taken" || bad "header without libpmi2 taken"
 out=$(PATH="$s/bin:$PATH" make -n -B BUILD="$tmp/mk" SLURM_DIR= "$tmp/mk/finetune" 2>&1)
 ! grep -q -- "$s" <<<"$out" && ok "make SLURM_DIR= (empty): nothing from $s" || bad "SLURM_DIR= still uses $s"
 

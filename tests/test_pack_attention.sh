@@ -62,6 +62,13 @@ mkdir -p "$tmp/nobos" && cp data/model/* "$tmp/nobos/" 2>/dev/null
 sed -i -E 's/"bos_token_id": *[0-9]+/"bos_token_id": null/' "$tmp/nobos/config.json"
 expect_error "flag --pack_attention per_game: $tmp/nobos/config.json has no bos_token_id" \
   "${small[@]}" --pack --pack_attention per_game --model_dir "$tmp/nobos" --out_dir "$tmp/x"
+# shards whose games do not start with the config's BOS (another tokenizer's id): refused, not
+# trained as `row` silently (no segment would ever start)
+mkdir -p "$tmp/otherbos" && cp data/model/* "$tmp/otherbos/" 2>/dev/null
+bos=$(sed -nE 's/.*"bos_token_id": *([0-9]+).*/\1/p' data/model/config.json)
+sed -i -E "s/\"bos_token_id\": *[0-9]+/\"bos_token_id\": $((bos + 7))/" "$tmp/otherbos/config.json"
+expect_error "flag --pack_attention per_game: training game 0 of data/chess starts with token $bos, not $tmp/otherbos/config.json's bos_token_id $((bos + 7))" \
+  "${small[@]}" --pack --pack_attention per_game --model_dir "$tmp/otherbos" --out_dir "$tmp/x"
 
 # ---------------------------------------------------------------- 2. FSDP 2 on CPU ranks
 if have_mpi; then

@@ -68,7 +68,7 @@ static int t_describe(void *ctx, char *buf, size_t n, unsigned long *seq) {
 }
 static void t_abort(void *ctx) { ((transport *)ctx)->aborted++; }
 
-static int g_reports, g_ends, g_aborts_at_end;
+static _Atomic int g_reports, g_ends, g_aborts_at_end;   // (test_guard: set on the guard's thread)
 static char g_reported[1024];
 static transport g_t[2];
 static void on_report(void) {
