@@ -65,6 +65,7 @@ static const struct {
     // the optimizer's settings, compared by the caller (a warning): optional, NaN / "" when absent
     {"learning_rate", offsetof(trainer_state, opt[0]), FIELD_F64, NULL, 1, 0},
     {"lr_schedule", offsetof(trainer_state, lr_schedule), FIELD_STR, NULL, 1, 0},
+    {"pack_attention", offsetof(trainer_state, pack_attention), FIELD_STR, NULL, 1, 0},   // (compared by the caller)
     {"warmup_fraction", offsetof(trainer_state, opt[1]), FIELD_F64, NULL, 1, 0},
     {"beta1", offsetof(trainer_state, opt[2]), FIELD_F64, NULL, 1, 0},
     {"beta2", offsetof(trainer_state, opt[3]), FIELD_F64, NULL, 1, 0},
@@ -73,6 +74,9 @@ static const struct {
     {"max_grad_norm", offsetof(trainer_state, opt[6]), FIELD_F64, NULL, 1, 0},
 };
 #define N_STATE_FIELDS (int)(sizeof state_fields / sizeof state_fields[0])
+// (state_read copies every FIELD_STR into sizeof lr_schedule bytes)
+_Static_assert(sizeof ((trainer_state *)0)->pack_attention == sizeof ((trainer_state *)0)->lr_schedule,
+               "FIELD_STR fields are char[16]");
 
 // An integer field's value (FIELD_F64: see field_real).
 static long long field_get(const trainer_state *ts, int i) {

@@ -38,6 +38,9 @@ typedef struct {
     // is warned about by the caller (a deliberate change is common; a silent one surprises).
     double opt[7];
     char lr_schedule[16];
+    char pack_attention[16];      // --pack_attention ("row", "per_game"); "": not recorded (older
+                                  // checkpoints). A resume with another is warned about by the
+                                  // caller (the loss changes, the data order does not).
     int eval_only;                // `expect` only (never saved): an evaluation, which reads no
                                   // training rows: --seed, --total_batch_size and --pack are not
                                   // checked against the checkpoint's

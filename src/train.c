@@ -240,6 +240,10 @@ static void check_optimizer(const job *j, const trainer_state *got) {
     if (len)
         fprintf(stderr, "finetune: warning: %s/trainer_state.json: this run changes the optimizer's settings: %s; "
                 "the resumed training uses this run's (the AdamW moments continue)\n", j->start_dir, changes + 2);
+    if (got->pack_attention[0] && strcmp(got->pack_attention, now.pack_attention) != 0 && j->o->pack)
+        fprintf(stderr, "finetune: warning: %s/trainer_state.json: this run changes --pack_attention to %s (the "
+                "checkpoint's: %s): the same rows from here, another attention over them\n", j->start_dir,
+                now.pack_attention, got->pack_attention);
 }
 
 // Resolve --resume into j->start_dir (once: job_load_start reads from it), then check that the
@@ -453,6 +457,7 @@ static trainer_state job_state(const job *j, int step) {
         .eval_only = o->eval_only,
     };
     snprintf(ts.lr_schedule, sizeof ts.lr_schedule, "%s", o->lr_schedule);
+    snprintf(ts.pack_attention, sizeof ts.pack_attention, "%s", o->pack_attention);
     return ts;
 }
 

@@ -9,7 +9,8 @@
 #      same step logs and weights; 2 micro-batches of 2 (with checkpointing) the losses of 1
 #      of 4 within fp32 rounding (loss rel 1e-5: another summation order); refused without
 #      --pack and without a bos_token_id.
-#      With LoRA on q,k,v,o (B = 0 at the start) step 1 has the full model's loss.
+#      With LoRA on q,k,v,o (B = 0 at the start) step 1 has the full model's loss. The mode is
+#      recorded in trainer_state.json; a resume with the other one warns once.
 #   2. FSDP 2 over mpiexec (CPU ranks): the single process's per_game losses within
 #      test_dist.sh's tolerance (loss rel 1e-5).
 #   3. the emulated GPU (build/tests/finetune_emu: the CUDA backend's host code and the
@@ -69,6 +70,18 @@ bos=$(sed -nE 's/.*"bos_token_id": *([0-9]+).*/\1/p' data/model/config.json)
 sed -i -E "s/\"bos_token_id\": *[0-9]+/\"bos_token_id\": $((bos + 7))/" "$tmp/otherbos/config.json"
 expect_error "flag --pack_attention per_game: training game 0 of data/chess starts with token $bos, not $tmp/otherbos/config.json's bos_token_id $((bos + 7))" \
   "${small[@]}" --pack --pack_attention per_game --model_dir "$tmp/otherbos" --out_dir "$tmp/x"
+
+# checkpoints record the mode; a resume with the other one trains on (same rows) with one
+# warning naming both; with the same one, none
+run stop3 --pack --pack_attention per_game --stop_at_step 3
+grep -q '"pack_attention": *"per_game"' "$tmp/stop3/checkpoints/step_00000003/trainer_state.json" \
+  && ok "trainer_state.json records pack_attention per_game" || bad "trainer_state.json: $(cat "$tmp/stop3/checkpoints/step_00000003/trainer_state.json")"
+cp -r "$tmp/stop3" "$tmp/stop3b"
+"$bin" "${small[@]}" --pack --pack_attention row --resume latest --max_steps 4 --out_dir "$tmp/stop3" > "$tmp/r1.log" 2> "$tmp/r1.err" \
+  && [ "$(grep -c "changes --pack_attention to row (the checkpoint's: per_game)" "$tmp/r1.err")" = 1 ] \
+  && ok "resume with --pack_attention row: one warning: $(grep -o 'warning: .*' "$tmp/r1.err")" || bad "resume row: $(cat "$tmp/r1.err")"
+"$bin" "${small[@]}" --pack --pack_attention per_game --resume latest --max_steps 4 --out_dir "$tmp/stop3b" > "$tmp/r2.log" 2>&1 \
+  && ! grep -q "pack_attention to" "$tmp/r2.log" && ok "resume with the same mode: no warning" || bad "resume per_game: $(tail -2 "$tmp/r2.log")"
 
 # ---------------------------------------------------------------- 2. FSDP 2 on CPU ranks
 if have_mpi; then
