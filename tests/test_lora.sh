@@ -251,7 +251,7 @@ cp -r data/model "$tmp/same_base"
 [ $rc -eq 0 ] && [ ! -s "$c.same.err" ] && grep -q "resumed from .*step_00000002 at step 2" "$c.same.log" && [ "$(fpof "$c" 4)" = "$f2" ] \
   && ok "the same base copied to another directory: resumed silently, step 4 records $f2" || bad "same base: rc=$rc, stderr: $(cat "$c.same.err")"
 st="$c.old/checkpoints/step_00000002/trainer_state.json"
-sed -i -E -e '/"((base|data)_fingerprint|learning_rate|lr_schedule|warmup_fraction|beta[12]|adam_eps|weight_decay|max_grad_norm)"/d' \
+sed -i -E -e '/"((base|data)_fingerprint|learning_rate|lr_schedule|warmup_fraction|beta[12]|adam_eps|weight_decay|max_grad_norm|pack_attention)"/d' \
   -e 's/("n_params": [0-9]+),$/\1/' "$st"
 "$bin" "${fp[@]}" --resume latest --model_dir "$other" --out_dir "$c.old" > "$c.old.log" 2> "$c.old.err"; rc=$?
 [ $rc -eq 0 ] && [ ! -s "$c.old.err" ] && grep -q "note: $st records no base_fingerprint" "$c.old.log" \
