@@ -207,7 +207,9 @@ extern const int plan_n_devices;
 // PLAN_NCCL_COMM_BYTES each, an assumption (NCCL's buffers scale with its channels; measured
 // 544-688 MB per group on 4 x A100 NVLink, github.com/NVIDIA/nccl/issues/964; NVLS on
 // NVSwitch systems can take more, NCCL issue 864: about 1.6 GB, NCCL_NVLS_ENABLE=0 avoids
-// that). A plan fits a device when its arena fits what is left: the test the CUDA backend
+// that; on one H100, 2026-11-26, make test-gpu's one-rank job measured 1.96 GiB for its two
+// communicators, where the context and libraries took about 0.52 GiB: 2.48 GiB outside the
+// arena against the 2.5 assumed here for two). A plan fits a device when its arena fits what is left: the test the CUDA backend
 // makes at startup (arena <= cudaMemGetInfo's free bytes), with the context's and NCCL's
 // shares assumed, so --dry_run's "fits" and "largest batch" are what a real run accepts as
 // far as those two assumptions hold.
