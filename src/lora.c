@@ -91,6 +91,17 @@ int lora_validate(const lora_config *lc, const llama_config *cfg) {
 
 float lora_scaling(const lora_config *lc) { return lc->alpha / (float)lc->rank; }
 
+double lora_layer_params(const llama_config *cfg, const lora_config *lc) {
+    double n = 0;
+    for (int t = 0; t < LT_COUNT; t++) {
+        if (!(lc->targets & (1u << t))) continue;
+        int in, out;
+        lora_proj_dims(cfg, t, &in, &out);
+        n += (double)lc->rank * (in + out);   // A (r, in) and B (out, r)
+    }
+    return n;
+}
+
 // ----------------------------------------------------------------------------
 // layout
 

@@ -49,6 +49,9 @@ void lora_proj_dims(const llama_config *cfg, int t, int *in, int *out);
 int lora_validate(const lora_config *lc, const llama_config *cfg);
 // alpha / rank
 float lora_scaling(const lora_config *lc);
+// One layer's adapter parameters, unpadded: rank x (in + out) over the targets (the MFU's
+// count, model_flops_per_token; lc validated).
+double lora_layer_params(const llama_config *cfg, const lora_config *lc);
 
 // Build the adapters' layout for `cfg` and `lc` (validated first), units padded to a
 // multiple of pad_multiple (the root unit is one pad_multiple of padding). 0 or -1.

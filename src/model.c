@@ -115,11 +115,22 @@ double model_attention_fwd_flops(const llama_config *c, double T) {
     return 2.0 * 2.0 * (double)c->num_attention_heads * c->head_dim * (T / 2.0);
 }
 
-double model_flops_per_token(const llama_config *c, double T) {
+static double matmul_params_of(const llama_config *c) {
+    return c->num_hidden_layers * model_layer_matmul_params(c) + (double)c->vocab_size * c->hidden_size;
+}
+
+double model_flops_per_token(const llama_config *c, double T, double adapter_layer_params) {
+    const double L = c->num_hidden_layers, attention = 3 * L * model_attention_fwd_flops(c, T);   // bwd = 2 x fwd
+    // forward 2, backward 4 (dX, dW) FLOPs per trained parameter per token
+    if (adapter_layer_params <= 0) return 6 * matmul_params_of(c) + attention;
+    // LoRA: the frozen base has no dW products
+    return 4 * matmul_params_of(c) + 6 * L * adapter_layer_params + attention;
+}
+
+double model_forward_flops_per_token(const llama_config *c, double T, double adapter_layer_params) {
     const double L = c->num_hidden_layers;
-    const double matmul_params = L * model_layer_matmul_params(c) + (double)c->vocab_size * c->hidden_size;
-    // forward 2, backward 4 FLOPs per parameter per token; attention backward = 2 x forward
-    return 6 * matmul_params + 3 * L * model_attention_fwd_flops(c, T);
+    return 2 * (matmul_params_of(c) + L * (adapter_layer_params > 0 ? adapter_layer_params : 0)) +
+           L * model_attention_fwd_flops(c, T);
 }
 
 // ----------------------------------------------------------------------------

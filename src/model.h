@@ -71,10 +71,17 @@ double model_layer_matmul_params(const llama_config *cfg);
 // Forward FLOPs of causal attention per token per layer at sequence length T: QK^T and PV
 // over on average T/2 keys, 2 FLOPs per multiply-add, for H heads of dimension D.
 double model_attention_fwd_flops(const llama_config *cfg, double T);
-// Model FLOPs per trained token at sequence length T, forward and backward, no recompute:
-// 6 x (L x layer matmul params + the lm_head's V x C, tied or not: the matmul is done either
-// way; the embedding is a lookup and norm weights are elementwise) + 3 x L x attention.
-double model_flops_per_token(const llama_config *cfg, double T);
+// Model FLOPs per trained token at sequence length T, forward and backward, no recompute.
+// A full fine-tune (adapter_layer_params 0): 6 x (L x layer matmul params + the lm_head's
+// V x C, tied or not: the matmul is done either way; the embedding is a lookup and norm
+// weights are elementwise) + 3 x L x attention. LoRA (adapter_layer_params: one layer's
+// adapter parameters, lora_layer_params): the base is frozen, so its matmul parameters count
+// 4 (forward, and the backward's dX that reaches the adapters below; no dW), and the adapters
+// 6 each, L x adapter_layer_params of them.
+double model_flops_per_token(const llama_config *cfg, double T, double adapter_layer_params);
+// Model FLOPs of the forward alone per token (--eval_only's numerator): 2 x (matmul params +
+// L x adapter_layer_params) + L x attention.
+double model_forward_flops_per_token(const llama_config *cfg, double T, double adapter_layer_params);
 
 // ----------------------------------------------------------------------------
 // unit provider: where the forward/backward gets parameters and puts gradients

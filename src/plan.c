@@ -149,6 +149,11 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
 // ----------------------------------------------------------------------------
 // FLOPs and collective bytes of one optimizer step
 
+// One layer's LoRA adapter parameters (the MFU numerator's count), 0 without LoRA.
+static double plan_adapter_layer_params(const plan_request *r, const llama_config *c) {
+    return r->lora.rank ? lora_layer_params(c, &r->lora) : 0;
+}
+
 // --eval_only: one forward micro-batch per rank; its model FLOPs are the forward's, a third of
 // the trained token's (2 x matmul params + causal attention). Sharded, every layer is gathered
 // in each forward (but for a model of 2 layers or fewer: still in the two layer buffers from
@@ -159,7 +164,7 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
 static void plan_eval_work(plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
     p->tokens = (double)r->batch_size_per_device * r->seq_len;
-    p->model_flops = p->tokens * model_flops_per_token(c, r->seq_len) / 3;
+    p->model_flops = p->tokens * model_forward_flops_per_token(c, r->seq_len, plan_adapter_layer_params(r, c));
     const size_t S = (size_t)r->shard_size, Lu = (size_t)c->num_hidden_layers;
     if (S == 1 || r->keep_params_gathered || Lu <= 2) return;
     const size_t adapter_layer = r->lora.rank ? p->trained_layer_numel : 0;
@@ -173,7 +178,7 @@ static void plan_step_work(plan *p, const llama_config *c) {
         return;
     }
     p->tokens = (double)p->accum * r->batch_size_per_device * r->seq_len;
-    p->model_flops = p->tokens * model_flops_per_token(c, r->seq_len);   // executed: plan_ops_compute
+    p->model_flops = p->tokens * model_flops_per_token(c, r->seq_len, plan_adapter_layer_params(r, c));   // executed: plan_ops_compute
 
     // collectives: the byte counters of src/comm.c (ring: a rank sends (n-1)/n of the data)
     const size_t S = (size_t)r->shard_size, R = (size_t)p->replica_size, esz = r->elem_bytes;
@@ -558,7 +563,8 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
                 "frozen (working parameters only, no gradients or optimizer state); %s\n", r->lora.rank,
                 (double)r->lora.alpha, targets, p->n_trainable, 100.0 * (double)p->n_trainable / (double)p->n_params,
                 r->eval_only ? "--eval_only: the adapters' working parameters only, and their forward in the estimate"
-                             : "the step-time estimate below prices full fine-tuning (an upper bound)");
+                             : "the step-time estimate below prices the base's forward and dX GEMMs (no dW) and "
+                               "the adapters' products");
     }
 
     fprintf(out, "\nmemory per rank (what the allocator's tracker records; exact for this build%s):\n",

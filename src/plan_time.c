@@ -354,13 +354,16 @@ void plan_print_step_time(FILE *out, const plan *p) {
         fprintf(out, "  --eval_only: a step is one evaluation micro-batch, the FORWARD only: %.0f tokens per rank "
                 "(%d x %d, every row at full length; runs trim padding)\n", p->tokens, p->req.batch_size_per_device,
                 p->req.seq_len);
-        fprintf(out, "  %.3e model FLOPs (the forward's: 2 x matmul params + causal attention, the MFU numerator), "
-                "%.3e executed by this build\n", p->model_flops, p->exec_flops);
+        fprintf(out, "  %.3e model FLOPs (the forward's: 2 x matmul params%s + causal attention, the MFU numerator), "
+                "%.3e executed by this build\n", p->model_flops, p->req.lora.rank ? " (adapters included)" : "",
+                p->exec_flops);
     } else {
         fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full "
                 "length; runs trim padding)\n", p->tokens, p->accum, p->req.batch_size_per_device, p->req.seq_len);
-        fprintf(out, "  %.3e model FLOPs (6 x matmul params + causal attention: the MFU numerator), %.3e executed by "
-                "this build (recompute, the attention backward's products)\n", p->model_flops, p->exec_flops);
+        fprintf(out, "  %.3e model FLOPs (%s + causal attention: the MFU numerator), %.3e executed by "
+                "this build (recompute, the attention backward's products)\n", p->model_flops,
+                p->req.lora.rank ? "LoRA: 4 x frozen matmul params (no dW) + 6 x adapter params" : "6 x matmul params",
+                p->exec_flops);
     }
     fprintf(out, "  %.0f device operations (kernels, GEMMs, cuDNN graphs, memsets), each at least %.0f us: an op's "
             "time is the larger of its work and that floor\n", p->launches, PLAN_OP_FLOOR_S * 1e6);

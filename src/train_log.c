@@ -155,7 +155,8 @@ void job_log_step(job *j, int step, const step_stats *st, double avg_secs) {
     const double tps = st->tokens / st->secs;
     // MFU over the padded compute actually done (B x T_used tokens per micro-batch)
     const double computed = (double)j->o->total_batch_size * st->avg_T;
-    const double mfu = j->peak_flops > 0 ? computed * model_flops_per_token(&j->cfg, st->avg_T) / st->secs /
+    const double adapters = j->lora ? lora_layer_params(&j->cfg, &j->ll.lc) : 0;
+    const double mfu = j->peak_flops > 0 ? computed * model_flops_per_token(&j->cfg, st->avg_T, adapters) / st->secs /
                                                (j->peak_flops * j->world) : 0;
     char eta[32];
     format_eta(eta, sizeof eta, avg_secs * (j->total_steps - step - 1));

@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "lora.h"
 #include "model.h"
 #include "test.h"
 
@@ -197,9 +198,22 @@ int main(void) {
     // gate, up, down 8192) + lm_head 100 x 64) + 3 x 2 layers x attention 2 x 2 x 4 heads x 16 x 64;
     // the same with tied embeddings: the lm_head matmul runs either way (norm weights never count)
     const double flops = 6.0 * (2 * 36864 + 6400) + 3.0 * 2 * (2 * 2 * 4 * 16 * 64);
-    EXPECT(model_flops_per_token(&cfg, 128) == flops, "FLOPs/token %.0f, want %.0f", model_flops_per_token(&cfg, 128), flops);
+    EXPECT(model_flops_per_token(&cfg, 128, 0) == flops, "FLOPs/token %.0f, want %.0f", model_flops_per_token(&cfg, 128, 0), flops);
+    // the forward alone: 2 x the matmul params + the attention forward
+    const double fwd = 2.0 * (2 * 36864 + 6400) + 2 * (2 * 2 * 4 * 16 * 64);
+    EXPECT(model_forward_flops_per_token(&cfg, 128, 0) == fwd, "forward FLOPs/token %.0f, want %.0f",
+           model_forward_flops_per_token(&cfg, 128, 0), fwd);
+    // LoRA rank 2 on q (64 -> 64) and v (64 -> 32): 2 x (64 + 64) + 2 x (64 + 32) = 448 adapter
+    // params per layer; the frozen base counts 4 per matmul param (no dW), the adapters 6
+    lora_config lc = {.rank = 2, .alpha = 4.0f, .targets = (1u << LT_WQ) | (1u << LT_WV)};
+    EXPECT(lora_layer_params(&cfg, &lc) == 448, "LoRA params per layer %.0f, want 448", lora_layer_params(&cfg, &lc));
+    const double lora_flops = 4.0 * (2 * 36864 + 6400) + 6.0 * 2 * 448 + 3.0 * 2 * (2 * 2 * 4 * 16 * 64);
+    EXPECT(model_flops_per_token(&cfg, 128, 448) == lora_flops, "LoRA FLOPs/token %.0f, want %.0f",
+           model_flops_per_token(&cfg, 128, 448), lora_flops);
+    EXPECT(model_forward_flops_per_token(&cfg, 128, 448) == fwd + 2.0 * 2 * 448, "LoRA forward FLOPs/token %.0f",
+           model_forward_flops_per_token(&cfg, 128, 448));
     cfg.tie_word_embeddings = 1;
-    EXPECT(model_flops_per_token(&cfg, 128) == flops, "tied FLOPs/token %.0f, want %.0f", model_flops_per_token(&cfg, 128), flops);
+    EXPECT(model_flops_per_token(&cfg, 128, 0) == flops, "tied FLOPs/token %.0f, want %.0f", model_flops_per_token(&cfg, 128, 0), flops);
     unlink(path);
     TEST_SUMMARY("test_config");
 }

@@ -3,8 +3,9 @@
 # CI is: it must still run, exit 3 ("nothing failed, something not run"), touch nothing but
 # its report folder, and write a markdown and a JSON report that list every check as not
 # run with the reason (no GPU). Both report locations: $OUT when set, else the argument.
-# Also scripts/bench_gpu.py's no-GPU refusal and its --plan_only arithmetic.
-# ~1 s. Where a GPU is present it skips: first_light.sh itself is the test there (~8 min).
+# Also scripts/bench_gpu.py's no-GPU refusal and its --plan_only arithmetic, and
+# tests/gpu/one_gpu_7b.sh's bookkeeping on the CPU trainer. ~10 s. Where a GPU is present it
+# skips: first_light.sh itself is the test there (~8 min).
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_first_light
@@ -214,6 +215,21 @@ out=$(OUT="$tmp/session" bash tests/gpu/gpu_session.sh 2>&1); rc=$?
 [ $rc = 3 ] && [ -s "$tmp/session/first_light.json" ] && grep -q "no usable GPU" "$tmp/session/bench_gpu.log" \
   && ok "gpu_session.sh without a GPU: exit 3, first light's report, the benchmark's reason in bench_gpu.log" \
   || bad "gpu_session.sh without a GPU: rc $rc: $(tail -2 <<<"$out"); $(ls "$tmp/session")"
+
+# tests/gpu/one_gpu_7b.sh's bookkeeping, pointed at the CPU trainer and the bundled model
+# (FT_7B_BIN, FT_7B_DEVICE): each run's plan, its steps, the summary line per run
+if [ -x "$build/finetune" ]; then
+  out=$(FT_7B_BIN="$build/finetune" FT_7B_DEVICE=cpu FT_7B_MODEL_DIR="$PWD/data/model" FT_7B_DEADLINE_S=120 \
+        bash tests/gpu/one_gpu_7b.sh "$tmp/7b" 2>&1); rc=$?
+  sum=$tmp/7b/one_gpu_7b.log
+  [ $rc = 0 ] && grep -q "^lora_r16_b4: exit 0 .* 8 step lines;.*plan: device 0\.[0-9]* GiB, host 0\.000 GiB" "$sum" \
+    && grep -q "^offload_b4: exit 0 .* 2 step lines;.*plan: device 0\.[0-9]* GiB, host 0\.0[0-9]* GiB" "$sum" \
+    && [ -s "$tmp/7b/lora_r16_b4.plan" ] && [ -s "$tmp/7b/offload_b4.log" ] \
+    && ok "one_gpu_7b.sh on the CPU trainer: both runs, their plans and step counts in the summary" \
+    || bad "one_gpu_7b.sh: rc $rc: $(tail -3 <<<"$out")"
+else
+  skip_or_fail "$build/finetune not built: one_gpu_7b.sh unchecked"
+fi
 [ "$(listing)" = "$before" ] && ok "nothing created outside the report folder" \
   || bad "the repository changed (., build/ or .deps/)"
 finish
