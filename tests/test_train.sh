@@ -18,7 +18,8 @@
 #      Python with transformers is available (FT_ORACLE_PYTHON, or /opt/oracle-venv), that
 #      transformers loads it and computes the same validation loss;
 #   4. bad input: one clear line, non-zero exit, nothing half-written (among it a checkpoint
-#      with one bit flipped in model.safetensors or optimizer.safetensors: its checksum);
+#      with one bit flipped in model.safetensors or optimizer.safetensors: its checksum; a
+#      checkpoint the disk cannot take, CPU, offload and the emulated GPU);
 #      shards of another tokenizer than --model_dir's (shards.json's sha256): one warning.
 set -u
 build="${1:-build}"
@@ -632,6 +633,26 @@ mkdir -p "$tmp/fullm" && ln -sf /dev/full "$tmp/fullm/metrics.jsonl"
   && grep -q "^finetune: warning: $tmp/fullm/metrics.jsonl: writing failed (No space left on device); training goes on" "$tmp/fullm.err" \
   && [ -d "$tmp/fullm/final" ] && ok "metrics.jsonl unwritable: one warning, training and export go on" \
   || bad "metrics.jsonl on /dev/full: rc $rc, $(cat "$tmp/fullm.err")"
+# a checkpoint that cannot be written (a file size limit, ulimit -f, with SIGXFSZ ignored:
+# every write past 4 MiB fails, as on a full disk; the bundled model's optimizer.safetensors is
+# 15 MB): one line naming the file, exit 1, nothing of that checkpoint left (no temporary
+# folder, no `latest`), no export. Rows: name, flags (the emulated GPU when it is built).
+# (An H100 run of a 7B with --offload_optimizer ended so on a full disk, 2026-11-26.)
+fsize_rows=("cpu|" "offload|--offload_optimizer" "periodic save|--save_every 1")
+[ -x "$build/tests/finetune_emu" ] && fsize_rows+=("emulated GPU, offload|--device cuda --offload_optimizer")
+for row in "${fsize_rows[@]}"; do
+  name=${row%%|*}; read -r -a flags <<<"${row#*|}"
+  exe=$bin; [[ " ${flags[*]} " == *" --device cuda "* ]] && exe=$build/tests/finetune_emu
+  d="$tmp/fsize-${name// /_}"
+  (trap '' XFSZ; ulimit -f 4096; exec "$exe" "${small[@]}" --max_steps 2 --max_eval_docs 2 "${flags[@]}" --out_dir "$d") \
+    > "$d.out" 2> "$d.err"; rc=$?
+  left=$(ls -A "$d/checkpoints" 2>/dev/null | tr '\n' ' ')
+  [ $rc = 1 ] && [ "$(wc -l < "$d.err")" = 1 ] \
+    && grep -q "^finetune: error: $d/checkpoints/.*\.safetensors.*: write failed: File too large$" "$d.err" \
+    && [ -z "$left" ] && [ ! -e "$d/final" ] \
+    && ok "checkpoint write fails ($name): one line naming the file, exit 1, no checkpoint or export left" \
+    || bad "checkpoint write fails ($name): rc $rc, left in checkpoints/: '$left', $(head -2 "$d.err")"
+done
 # a record torn by a failed write mid-file (TEST-ONLY FT_TEST_METRICS_TEAR=2: half of the 2nd
 # record written, then the write fails, as a disk filling up mid-record): cut back to the last
 # whole record, so the next ones start their own lines; that record is lost, one warning
