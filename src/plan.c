@@ -110,12 +110,15 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
     if (ll) fsdp_buffer_table(&t, &ll->layout, r->shard_size, &setup, r->elem_bytes, NULL);
     if (r->mfu_benchmark) mfu_bench_buffer_table(&t, r->elem_bytes, NULL);
     // --sample_tokens: after training, sampler_continue builds a (1, T) inference model beside
-    // the training buffers (its attention takes the training calls' per-call workspace, idle then)
+    // the training buffers, with the forward's buffers only (MODEL_FORWARD_ONLY: one residual
+    // buffer, one activation set; its attention takes the training calls' per-call workspace,
+    // idle then)
     if (r->sample_seq > 0) {
         const backend gpu = {.seq_bucket = r->elem_bytes == 2 ? BACKEND_GPU_SEQ_BUCKET : 1};
         p->sample_alloc_seq = backend_seq_len(&gpu, r->sample_seq, c->max_position_embeddings);
         mem_table s = {plan_sum_add, &p->sample_bytes, 0};
-        model_buffer_table(&s, c, ll ? &r->lora : NULL, 1, p->sample_alloc_seq, 0, 0, r->elem_bytes, NULL);
+        model_buffer_table(&s, c, ll ? &r->lora : NULL, 1, p->sample_alloc_seq, MODEL_FORWARD_ONLY, 0, r->elem_bytes,
+                           NULL);
     }
     // cuDNN attention takes its workspace from the device arena around each call (the largest
     // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more. The
@@ -154,8 +157,8 @@ static double plan_adapter_layer_params(const plan_request *r, const llama_confi
     return r->lora.rank ? lora_layer_params(c, &r->lora) : 0;
 }
 
-// --eval_only: one forward micro-batch per rank; its model FLOPs are the forward's, a third of
-// the trained token's (2 x matmul params + causal attention). Sharded, every layer is gathered
+// --eval_only: one forward micro-batch per rank; its model FLOPs are the forward's (2 x matmul
+// params, adapters included, + causal attention: model_forward_flops_per_token). Sharded, every layer is gathered
 // in each forward (but for a model of 2 layers or fewer: still in the two layer buffers from
 // the forward before) and the root once for the whole evaluation (kept: nothing changes the
 // parameters); with --keep_params_gathered every unit once. The plan gives the steady state:

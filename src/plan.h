@@ -142,7 +142,8 @@ typedef struct {
     // one optimizer step, per rank (tokens at the full seq_len: an upper bound, since runs
     // trim each micro-batch to its longest row)
     double tokens;                  // accum x B x T
-    double model_flops;             // 6 x matmul params + causal attention, per token x tokens
+    double model_flops;             // model_flops_per_token (training; LoRA counts the frozen base 4x) or
+                                    // model_forward_flops_per_token (--eval_only), x tokens
     double exec_flops;              // the FLOPs of ops[] (recompute, this build's attention backward)
     double launches;                // the device operations of ops[] (tests/test_plan.sh compares
                                     // them with the emulated device's count)
@@ -208,8 +209,10 @@ extern const int plan_n_devices;
 // 544-688 MB per group on 4 x A100 NVLink, github.com/NVIDIA/nccl/issues/964; NVLS on
 // NVSwitch systems can take more, NCCL issue 864: about 1.6 GB, NCCL_NVLS_ENABLE=0 avoids
 // that; on one H100, 2026-11-26, make test-gpu's one-rank job measured 1.96 GiB for its two
-// communicators, where the context and libraries took about 0.52 GiB: 2.48 GiB outside the
-// arena against the 2.5 assumed here for two). A plan fits a device when its arena fits what is left: the test the CUDA backend
+// communicators, 0.98 each, above this assumption, while the context and libraries took about
+// 0.52 GiB, below PLAN_CONTEXT_BYTES: 2.48 GiB outside the arena against the 2.5 assumed for
+// two communicators, but a job with three or more (HSDP) would be under-planned by about 0.2
+// GiB per communicator past the second; multi-rank NCCL memory is unmeasured). A plan fits a device when its arena fits what is left: the test the CUDA backend
 // makes at startup (arena <= cudaMemGetInfo's free bytes), with the context's and NCCL's
 // shares assumed, so --dry_run's "fits" and "largest batch" are what a real run accepts as
 // far as those two assumptions hold.

@@ -299,7 +299,8 @@ int sampler_continue(sampler *sp, int i, uint64_t seed) {
     const llama_config *cfg = &sp->s->layout->cfg;
     const int V = cfg->vocab_size;
     if (!sp->m.layout)
-        TRY(model_init_lora(&sp->m, sp->s->layout, sp->lora, sp->adapters, sp->s->be, sp->mem, 1, sp->T_alloc, 0, 0));
+        TRY(model_init_lora(&sp->m, sp->s->layout, sp->lora, sp->adapters, sp->s->be, sp->mem, 1, sp->T_alloc,
+                             MODEL_FORWARD_ONLY, 0));   // (the forward's buffers: no backward)
     unit_provider prov = fsdp_provider(sp->s);
     int len = (int)loader_game_len(sp->val, (uint64_t)game);
     if (len > SAMPLE_PROMPT_TOKENS) len = SAMPLE_PROMPT_TOKENS;

@@ -634,9 +634,10 @@ mkdir -p "$tmp/fullm" && ln -sf /dev/full "$tmp/fullm/metrics.jsonl"
   && [ -d "$tmp/fullm/final" ] && ok "metrics.jsonl unwritable: one warning, training and export go on" \
   || bad "metrics.jsonl on /dev/full: rc $rc, $(cat "$tmp/fullm.err")"
 # a checkpoint that cannot be written (a file size limit, ulimit -f, with SIGXFSZ ignored:
-# every write past 4 MiB fails, as on a full disk; the bundled model's optimizer.safetensors is
-# 15 MB): one line naming the file, exit 1, nothing of that checkpoint left (no temporary
-# folder, no `latest`), no export. Rows: name, flags (the emulated GPU when it is built).
+# every write past 8 MiB fails, as on a full disk; the bundled model's checkpoint has a 5 MB
+# model.safetensors, written, and a 10 MB optimizer.safetensors, which fails): one line naming
+# that file, exit 1, nothing of that checkpoint left (no temporary folder, no `latest`), no
+# export. Rows: name, flags (the emulated GPU when it is built).
 # (An H100 run of a 7B with --offload_optimizer ended so on a full disk, 2026-11-26.)
 fsize_rows=("cpu|" "offload|--offload_optimizer" "periodic save|--save_every 1")
 [ -x "$build/tests/finetune_emu" ] && fsize_rows+=("emulated GPU, offload|--device cuda --offload_optimizer")
@@ -644,11 +645,11 @@ for row in "${fsize_rows[@]}"; do
   name=${row%%|*}; read -r -a flags <<<"${row#*|}"
   exe=$bin; [[ " ${flags[*]} " == *" --device cuda "* ]] && exe=$build/tests/finetune_emu
   d="$tmp/fsize-${name// /_}"
-  (trap '' XFSZ; ulimit -f 4096; exec "$exe" "${small[@]}" --max_steps 2 --max_eval_docs 2 "${flags[@]}" --out_dir "$d") \
+  (trap '' XFSZ; ulimit -f 8192; exec "$exe" "${small[@]}" --max_steps 2 --max_eval_docs 2 "${flags[@]}" --out_dir "$d") \
     > "$d.out" 2> "$d.err"; rc=$?
   left=$(ls -A "$d/checkpoints" 2>/dev/null | tr '\n' ' ')
   [ $rc = 1 ] && [ "$(wc -l < "$d.err")" = 1 ] \
-    && grep -q "^finetune: error: $d/checkpoints/.*\.safetensors.*: write failed: File too large$" "$d.err" \
+    && grep -q "^finetune: error: $d/checkpoints/\.tmp\.step_[0-9]*\.[0-9]*/optimizer\.safetensors\.tmp\.[0-9]*: write failed: File too large$" "$d.err" \
     && [ -z "$left" ] && [ ! -e "$d/final" ] \
     && ok "checkpoint write fails ($name): one line naming the file, exit 1, no checkpoint or export left" \
     || bad "checkpoint write fails ($name): rc $rc, left in checkpoints/: '$left', $(head -2 "$d.err")"

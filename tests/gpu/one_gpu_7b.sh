@@ -10,7 +10,9 @@
 #
 # Per run: the --dry_run plan of the same flags (device and host bytes), then the run under a
 # time limit with the GPU's memory in use sampled every 0.2 s (nvidia-smi) and the process's
-# resident host memory (VmRSS) every 0.2 s; a summary line per run: steps done, the last
+# resident host memory (VmRSS) every 0.2 s; once its last step's line is out the trainer is
+# killed (SIGKILL: a 7B's final checkpoint with --offload_optimizer is 81 GB, more than such a
+# machine's disk, and SIGTERM would save one); a summary line per run: steps done, the last
 # step's line, the peaks, and the plan's total. Not a pass/fail test: a measurement, whose
 # figures README quotes. Phases end at FT_7B_DEADLINE_S (default 200) after the start, so a
 # cut-short call still brings back what ran. Writes REPORT_DIR ($OUT when set, else the
@@ -41,11 +43,13 @@ if [ ! -f "$model/model.safetensors.index.json" ] && [ ! -f "$model/model.safete
 fi
 
 # ---------------------------------------------------------------- one run, measured
-# measure NAME LIMIT FLAGS...: plan, run, peaks
+# measure NAME LIMIT STEPS FLAGS...: plan, run STEPS steps, peaks
+outs=$(mktemp -d) || exit 2   # the runs' --out_dir (checkpoints of the runs that get that far)
+trap 'rm -rf "$outs"' EXIT
 measure() {
-  local name=$1 limit=$2; shift 2
+  local name=$1 limit=$2 steps=$3; shift 3
   local flags=(--device "${FT_7B_DEVICE:-cuda}" --model_dir "$model" --data_dir data/chess --pack --seq_len 512 --eval_every 0
-               --save_every 0 --sample_tokens 0 --max_eval_docs 1 --learning_rate 1e-4 "$@")
+               --save_every 0 --sample_tokens 0 --max_eval_docs 1 --learning_rate 1e-4 --max_steps "$steps" "$@")
   local log=$report/$name.log
   "$bin" --dry_run "${flags[@]}" >"$log.plan" 2>&1
   local plan_dev plan_host
@@ -53,32 +57,37 @@ measure() {
   plan_host=$(awk '$1 == "host" && NF >= 3 {print $3; exit}' "$log.plan")
   local lim=$(( $(left) < limit ? $(left) : limit ))
   if [ "$lim" -lt 15 ]; then say "$name: not run (no time left)"; return; fi
-  rm -rf "/tmp/one_gpu_7b_$name"
   local smi=$report/$name.smi
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$smi" 2>/dev/null &
   local smi_pid=$!
-  timeout "$lim" "$bin" "${flags[@]}" --out_dir "/tmp/one_gpu_7b_$name" >"$log" 2>&1 &
-  local pid=$! rss=0 r
+  timeout "$lim" "$bin" "${flags[@]}" --out_dir "$outs/$name" >"$log" 2>&1 &
+  local pid=$! rss=0 r stopped=0 child
   while kill -0 $pid 2>/dev/null; do
-    local child
-    child=$(pgrep -P $pid -x finetune 2>/dev/null | head -1)
+    child=$(pgrep -P $pid 2>/dev/null | head -1)
     r=$(awk '/VmRSS/ {print $2}' "/proc/${child:-$pid}/status" 2>/dev/null)
     [ -n "$r" ] && [ "$r" -gt "$rss" ] && rss=$r
+    if grep -q "^step *$steps/$steps " "$log" 2>/dev/null && [ -n "$child" ]; then
+      kill -KILL "$child" 2>/dev/null && stopped=1
+      break
+    fi
     sleep 0.2
   done
-  wait $pid; local rc=$?
+  { wait $pid; } 2>/dev/null; local rc=$?   # (timeout re-raises a SIGKILLed child's signal: no job line)
   kill $smi_pid 2>/dev/null; wait $smi_pid 2>/dev/null
-  local gpu_peak steps last
+  local gpu_peak n_steps last
   gpu_peak=$(sort -n "$smi" | tail -1); rm -f "$smi"
-  steps=$(grep -c '^step ' "$log")
+  n_steps=$(grep -c '^step ' "$log")
   last=$(grep '^step ' "$log" | tail -1)
   mv "$log.plan" "$report/$name.plan" 2>/dev/null
-  rm -rf "/tmp/one_gpu_7b_$name"   # its checkpoints and export (a 7B's: tens of GB)
-  say "$name: exit $rc ($([ $rc = 124 ] && echo "time limit $lim s" || echo "limit $lim s")), $steps step lines; GPU memory used peak ${gpu_peak:-?} MiB (nvidia-smi, whole GPU); host RSS peak $((rss / 1024)) MiB; plan: device ${plan_dev:-?} GiB, host ${plan_host:-?} GiB"
+  rm -rf "${outs:?}/$name"   # its checkpoints and export, if it got that far (a 7B's: tens of GB)
+  local how="exit $rc"
+  [ $stopped = 1 ] && how="stopped after its last step"
+  [ $rc = 124 ] && how="time limit $lim s"
+  say "$name: $how (limit $lim s), $n_steps step lines; GPU memory used peak ${gpu_peak:-?} MiB (nvidia-smi, whole GPU); host RSS peak $((rss / 1024)) MiB; plan: device ${plan_dev:-?} GiB, host ${plan_host:-?} GiB"
   [ -n "$last" ] && say "  last: $last"
   grep -m 3 -E 'error|warning|refus' "$log" | sed 's/^/  /' | tee -a "$summary" >/dev/null
 }
 
-measure lora_r16_b4 70 --lora_rank 16 --batch_size_per_device 4 --total_batch_size 4 --max_steps 8
-measure offload_b4 150 --offload_optimizer --batch_size_per_device 4 --total_batch_size 4 --max_steps 2
+measure lora_r16_b4 70 8 --lora_rank 16 --batch_size_per_device 4 --total_batch_size 4
+measure offload_b4 150 2 --offload_optimizer --batch_size_per_device 4 --total_batch_size 4
 say "one_gpu_7b: $(( $(date +%s) - start )) s in all; reports in $report"
