@@ -81,6 +81,7 @@ void *arena_alloc(arena *a, size_t nbytes) {
     a->live[a->n_live++] = (arena_block){off, need};
     a->used += need;
     if (a->used > a->peak) a->peak = a->used;
+    if (off + need > a->top) a->top = off + need;
     return a->base + off;
 }
 

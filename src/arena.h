@@ -21,6 +21,8 @@ typedef struct {
     arena_block *live;       // (n_live) allocations in use, unordered
     int n_live, cap_live;
     size_t used, peak;       // bytes in live blocks (after alignment), and their maximum
+    size_t top;              // the highest end offset ever handed out: the bytes the arena's users
+                             // ever reached (>= peak: first fit may leave holes below it)
 } arena;
 
 // Manage `capacity` bytes at `base`; align must be a power of two (256 for CUDA). 0 / -1.

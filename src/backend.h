@@ -57,6 +57,10 @@ struct backend {
     void (*close)(void);                 // release what opening acquired (device, arena, handles)
     const char *(*describe)(void);       // one line naming the device, for the resolved-config print
     double (*peak_tflops)(void);         // published dense bf16 peak in TFLOP/s, 0 when unknown
+    // A GPU backend's one device arena: its bytes and its high-water mark (the highest end
+    // offset it ever handed out, arena.h's top): what of the planned arena the job reached.
+    // NULL: no arena (the CPU).
+    void (*arena_usage)(size_t *capacity, size_t *high_water);
 
     // ---------------------------------------------------------------- memory
     void *(*alloc)(size_t nbytes);                      // NULL + ft_error on failure

@@ -540,6 +540,8 @@ static int cu_pace(void) {
     return 0;
 }
 
+static void backend_cuda_arena_usage(size_t *capacity, size_t *high_water);
+
 static const backend CUDA_BACKEND = {
     .name = "cuda",
     .dtype = ST_BF16,
@@ -548,6 +550,7 @@ static const backend CUDA_BACKEND = {
     .close = backend_cuda_close,
     .describe = backend_cuda_describe,
     .peak_tflops = backend_cuda_peak_tflops,
+    .arena_usage = backend_cuda_arena_usage,
     .alloc = cu_alloc,
     .free = cu_free,
     .copy_h2d = cu_copy_h2d,
@@ -608,6 +611,11 @@ double backend_cuda_peak_tflops(void) {
     if (strstr(G.device_name, "H100") || strstr(G.device_name, "H200")) return 989;
     if (strstr(G.device_name, "A100")) return 312;
     return 0;
+}
+// the arena's bytes and high-water mark (backend.h's arena_usage; 0 and 0 when not open)
+static void backend_cuda_arena_usage(size_t *capacity, size_t *high_water) {
+    *capacity = G.open ? G.ar.capacity : 0;
+    *high_water = G.open ? G.ar.top : 0;
 }
 void *backend_cuda_stream(void) { return (void *)G.stream; }
 

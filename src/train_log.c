@@ -284,4 +284,10 @@ void job_print_peak_memory(const job *j) {
             printf("%s %s %.1f", c == MEM_HOST ? ";" : "", mem_category_name((mem_category)c),
                    j->mem.peak[c] / 1048576.0);
     printf("\n");
+    if (j->be->arena_usage) {   // a GPU: what of its one arena (sized from the plan) the job reached
+        size_t cap, top;
+        j->be->arena_usage(&cap, &top);
+        printf("finetune: device arena: high-water %.1f MiB (%zu bytes) of %.1f MiB\n", top / 1048576.0, top,
+               cap / 1048576.0);
+    }
 }

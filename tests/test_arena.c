@@ -93,6 +93,7 @@ static int random_run(size_t capacity, size_t align, int ops) {
     size_t sz[SLOTS] = {0};
     int ok = arena_init(&a, mem, capacity, align) == 0;
     size_t skew = (size_t)(a.base - mem);
+    size_t top = 0;
     for (int it = 0; ok && it < ops; it++) {
         int k = (int)(next_rand() % SLOTS);
         if (p[k]) {
@@ -106,6 +107,7 @@ static int random_run(size_t capacity, size_t align, int ops) {
         p[k] = arena_alloc(&a, n);
         if (!p[k]) { ft_error_clear(); continue; }
         size_t off = (size_t)((char *)p[k] - a.base);
+        if (off + n > top) top = off + n;   // the high-water mark, by hand
         ok = ((uintptr_t)p[k] & (align - 1)) == 0 && off + n <= a.capacity;
         for (size_t i = 0; ok && i < n; i++) {
             if (owner[skew + off + i]) ok = 0;
@@ -116,6 +118,8 @@ static int random_run(size_t capacity, size_t align, int ops) {
     for (int k = 0; ok && k < SLOTS; k++)
         if (p[k]) ok = arena_free(&a, p[k]) == 0;
     ok = ok && a.used == 0 && a.n_free == 1 && arena_largest_free(&a) == a.capacity && a.peak > 0;
+    // top: the highest end offset handed out, aligned up (the arena rounds sizes to align)
+    ok = ok && a.top >= top && a.top < top + align && a.top >= a.peak;
     arena_destroy(&a);
     free(owner);
     free(mem);

@@ -524,21 +524,33 @@ expect_error "exceeds the model's max_position_embeddings" --dry_run --seq_len 1
 # (measured 2026-11-26: 0.99-1.01, the rest per-step bookkeeping the formula leaves out; a
 # forgotten per-layer term is off by more: LoRA's split RoPE pass alone was 7% of its count,
 # the backward's 8 GEMMs per layer are a third).
+# The same runs check the device arena against the plan it is sized from: its high-water mark
+# (the highest byte any buffer, per-call workspace or kernel scratch ever reached, rank 0's
+# line "device arena: high-water") is at most the planned total + cuBLASLt's 32 MiB workspace
+# (measured 2026-11-26: 64 KiB to 17 MiB under it on every case below; the arena's margin of
+# 1% + 256 MiB beyond that is left for what only a real GPU could add).
 emu=$build/tests/finetune_emu
-emu_ops() {  # emu_ops RANKS STEPS FLAGS...: operations summed over the ranks
+emu_ops() {  # emu_ops RANKS STEPS FLAGS...: operations summed over the ranks ($tmp/ops.log: the output)
   local n=$1 s=$2; shift 2; local launch=(); [ "$n" -gt 1 ] && launch=(timeout 300 mpiexec -n "$n")
-  FT_EMU_STATS=1 "${launch[@]}" "$emu" --device cuda --max_steps "$s" --out_dir "$tmp/ops" --overwrite_out_dir "$@" 2>&1 \
-    | awk '/^cuda_emu: issued (kernel|cublasLtMatmul|cudnn|cudaMemsetAsync)/ { n += $NF } END { print n + 0 }'
+  FT_EMU_STATS=1 "${launch[@]}" "$emu" --device cuda --max_steps "$s" --out_dir "$tmp/ops" --overwrite_out_dir "$@" \
+    > "$tmp/ops.log" 2>&1
+  awk '/^cuda_emu: issued (kernel|cublasLtMatmul|cudnn|cudaMemsetAsync)/ { n += $NF } END { print n + 0 }' "$tmp/ops.log"
 }
 ops_case() {  # ops_case NAME RANKS FLAGS...
   local name=$1 n=$2; shift 2
   local f=(--pack --seq_len 64 --batch_size_per_device 2 --total_batch_size $((4 * n)) --max_eval_docs 2 "$@")
-  local plan; plan=$("$bin" --dry_run --device cuda --world_size "$n" "${f[@]}" 2>&1 | awk '/device operations \(kernels/ { print $1 }')
+  "$bin" --dry_run --device cuda --world_size "$n" "${f[@]}" > "$tmp/ops.plan" 2>&1
+  local plan total; plan=$(awk '/device operations \(kernels/ { print $1 }' "$tmp/ops.plan")
+  total=$(awk '$1 == "total" && NF >= 3 { print $2; exit }' "$tmp/ops.plan")
   local a b; a=$(emu_ops "$n" 1 "${f[@]}"); b=$(emu_ops "$n" 2 "${f[@]}")
   local got=$(( (b - a) / n ))
   awk -v p="${plan:-0}" -v g="$got" 'BEGIN { exit !(g > 0 && p / g > 0.95 && p / g < 1.05) }' \
     && ok "device operations per step, $name: planned $plan, emulated $got" \
     || bad "device operations per step, $name: planned '${plan:-none}', emulated $got (1 step $a, 2 steps $b)"
+  local hw; hw=$(sed -nE 's/^finetune: device arena: high-water .* \(([0-9]+) bytes\) of .*/\1/p' "$tmp/ops.log")
+  [ -n "$hw" ] && [ -n "$total" ] && [ "$hw" -le $((total + 33554432)) ] \
+    && ok "device arena, $name: high-water $hw <= planned $total + 32 MiB (cuBLASLt's workspace)" \
+    || bad "device arena, $name: high-water '${hw:-none}' vs planned '${total:-none}' + 32 MiB"
 }
 if [ -x "$emu" ]; then
   ops_case "1 GPU" 1
