@@ -621,7 +621,18 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
         else if (eval_due) TRY(eval_and_log(j, step));
         *stopped = flag[0] > 0 || (o->stop_at_step > 0 && step >= o->stop_at_step);
         if ((o->save_every > 0 && step % o->save_every == 0) || *stopped || step == j->total_steps)
-            if ((rc = save_checkpoint(j, step, st.secs)) != 0) return rc;
+            if ((rc = save_checkpoint(j, step, st.secs)) != 0) {
+                // the last step's checkpoint (12 bytes per trained parameter) failed, a full
+                // disk say: the export (2) may still fit, and is the run's result; every rank
+                // knows (an agreed failure: the same path on all), job_finish fails after it
+                if (step < j->total_steps || *stopped || (j->world > 1 && !*j->failure_agreed)) return rc;
+                j->final_save_rc = rc;
+                snprintf(j->final_save_error, sizeof j->final_save_error, "%s", ft_error_message());
+                ft_error_clear();
+                if (is_main(j))
+                    printf("finetune: the checkpoint of the last step failed (the error follows at the end); "
+                           "writing the export\n");
+            }
         if (*stopped) {
             if (is_main(j))
                 printf("finetune: stopping after step %d (%s); continue with --resume latest\n", step,
@@ -663,7 +674,7 @@ static int job_finish(job *j, int step) {
     // the checkpoint at `step` is saved: a signal now skips the rest (--resume latest redoes it)
     TRY(stop_requested(j, &stop));
     if (stop) {
-        if (is_main(j))
+        if (is_main(j) && !j->final_save_rc)
             printf("finetune: stopping before the export (signal received); the checkpoint of step %d is saved: "
                    "--resume latest writes the export%s\n", step, o->sample_tokens > 0 ? " and the samples" : "");
         return 0;
@@ -677,6 +688,7 @@ static int job_finish(job *j, int step) {
     else rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank));
     watchdog_set_grace(0, NULL);
     if (rc != 0) return rc;
+    j->exported = 1;
     if (is_main(j))
         printf("finetune: exported %s (%s, %s)\n", path, j->lora ? "PEFT LoRA adapter" : "Hugging Face layout",
                o->save_dtype);
@@ -708,6 +720,25 @@ static int job_finish(job *j, int step) {
     return 0;
 }
 
+// The run's status when the last step's checkpoint failed (job_train), after job_finish
+// returned rc: that failure, with what became of the export.
+static int final_save_failed(job *j, int rc) {
+    const char *was = j->final_save_error;
+    if (j->final_save_rc == COMM_PEER_FAILED) {   // (the failing rank prints the line)
+        if (rc == 0) ft_error("%s", was);
+        return COMM_PEER_FAILED;
+    }
+    if (rc == 0 && !j->exported)   // (a stop signal before the export)
+        return ft_error("%s; stopped before the export (signal received): nothing of the last steps was saved", was);
+    if (rc == 0)
+        return ft_error("%s; the export in %s/final was written, the last step's optimizer state was not (a "
+                        "resume continues from the checkpoint saved before it, if any)", was, j->o->out_dir);
+    char then[512];
+    snprintf(then, sizeof then, "%s", ft_error_message());
+    ft_error_clear();
+    return ft_error("%s; then the export: %s", was, then);
+}
+
 static int run(job *j) {
     job_print_summary(j);
     int start, step, stopped, rc;
@@ -716,7 +747,8 @@ static int run(job *j) {
     if ((rc = job_open_outputs(j, start)) != 0) return rc;
     install_signal_handlers();
     if ((rc = job_train(j, start, &step, &stopped)) != 0) return rc;
-    return stopped ? 0 : job_finish(j, step);
+    rc = stopped ? 0 : job_finish(j, step);
+    return j->final_save_rc ? final_save_failed(j, rc) : rc;
 }
 
 int train_shard_size(const train_options *o, int W) { return o->no_fsdp ? 1 : o->dp_shard > 0 ? o->dp_shard : W; }

@@ -45,6 +45,11 @@ typedef struct {
     int metrics_records;          // records written (FT_TEST_METRICS_TEAR)
     double peak_flops;
     int *failure_agreed;          // train_run's: set when a failure was agreed by every rank
+    // the last step's checkpoint failed on some rank (agreed): its status (-1 on the failing
+    // rank, COMM_PEER_FAILED elsewhere) and message; job_finish still exports, then fails
+    int final_save_rc;
+    char final_save_error[1024];
+    int exported;                 // job_finish wrote the export (final/)
     // this run, for the closing summary: its start, the seconds and target tokens of its
     // optimizer steps (evaluations and checkpoints not counted), its first and last val loss
     char start_dir[FT_PATH_MAX];  // --resume's checkpoint directory, resolved once; "" = fresh
