@@ -252,8 +252,12 @@ def run_finetune(a, job, model_dir, tmp, limit):
         tail = open(os.path.join(tmp, "ft.log")).read()[-1500:]
         raise RuntimeError(f"finetune logged {len(train)} of {a.steps + 1} steps (rc {p.returncode}):\n{tail}")
     train = train[:a.steps + 1]
-    return {"ms": [r["ms"] for r in train[1:]], "device_peak_mib": peak,
-            "own_peak_mib": max(r["peak_mem_bytes"] for r in train) / 2**20, "own_peak_what": "tracked arena peak"}
+    out = {"ms": [r["ms"] for r in train[1:]], "device_peak_mib": peak,
+           "own_peak_mib": max(r["peak_mem_bytes"] for r in train) / 2**20, "own_peak_what": "tracked arena peak"}
+    if "arena_bytes" in train[-1]:   # the device arena (sized from the plan) and how far the run reached into it
+        out["arena_mib"] = round(train[-1]["arena_bytes"] / 2**20, 1)
+        out["arena_high_water_mib"] = round(max(r["arena_high_water_bytes"] for r in train) / 2**20, 1)
+    return out
 
 
 def run_torch(a, job, model_dir, tmp, program, limit):
@@ -382,6 +386,9 @@ def summarise(job, r, peak_flops):
            "own_peak_mib": round(r["own_peak_mib"], 1), "own_peak_what": r["own_peak_what"]}
     if peak_flops:
         out["mfu"] = round(job["flops_per_step"] / (med / 1000 * peak_flops), 4)
+    for k in ("arena_mib", "arena_high_water_mib"):
+        if k in r:
+            out[k] = r[k]
     return out
 
 
@@ -429,6 +436,10 @@ def print_report(report):
             label = ""
         for k, v in res["ratios"].items():
             print(f"  {k}: {v:.3f}")
+        ft = res.get("finetune", {})
+        if "arena_high_water_mib" in ft:   # how much of the arena's margin over the plan the run used
+            print(f"  finetune device arena: high-water {ft['arena_high_water_mib']:.0f} MiB of "
+                  f"{ft['arena_mib']:.0f} MiB")
         for line in res.get("finetune_profile", []):
             print("  finetune " + line if line.startswith("profile") else "  " + line)
     for line in report["goals"]:

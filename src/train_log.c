@@ -179,7 +179,14 @@ void job_log_step(job *j, int step, const step_stats *st, double avg_secs) {
         for (int c = 0; c < MEM_CATEGORY_COUNT && len > 0 && (size_t)len < sizeof rec; c++)
             len += snprintf(rec + len, sizeof rec - (size_t)len, "%s\"%s\":%zu", c ? "," : ",\"peak_bytes\":{",
                             mem_category_name((mem_category)c), j->mem.peak[c]);
-        if (len > 0 && (size_t)len < sizeof rec) snprintf(rec + len, sizeof rec - (size_t)len, "}}\n");
+        if (len > 0 && (size_t)len < sizeof rec) len += snprintf(rec + len, sizeof rec - (size_t)len, "}");
+        if (j->be->arena_usage && len > 0 && (size_t)len < sizeof rec) {   // a GPU: its arena's reach so far
+            size_t cap, top;
+            j->be->arena_usage(&cap, &top);
+            len += snprintf(rec + len, sizeof rec - (size_t)len, ",\"arena_bytes\":%zu,\"arena_high_water_bytes\":%zu", cap,
+                            top);
+        }
+        if (len > 0 && (size_t)len < sizeof rec) snprintf(rec + len, sizeof rec - (size_t)len, "}\n");
         metrics_put(j, rec);
     }
     if (j->o->profile) profile_step_report(stdout, step + 1);

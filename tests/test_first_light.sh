@@ -101,7 +101,7 @@ if [ $prof = 1 ]; then   # --profile: what finetune prints per step (src/profile
 fi
 mkdir -p "$out" && echo $$ >"$FAKE_DIR/pid"
 for i in $(seq 1 "${FAKE_STEPS:-50}"); do
-  echo "{\"type\":\"train\",\"step\":$i,\"loss\":7.5,\"ms\":$((100 + i)),\"peak_mem_bytes\":$((i * 1048576))}" >>"$out/metrics.jsonl"
+  echo "{\"type\":\"train\",\"step\":$i,\"loss\":7.5,\"ms\":$((100 + i)),\"peak_mem_bytes\":$((i * 1048576)),\"arena_bytes\":104857600,\"arena_high_water_bytes\":$((i * 2097152))}" >>"$out/metrics.jsonl"
   sleep 0.2
 done
 sleep "${FAKE_HANG:-0}"
@@ -131,9 +131,10 @@ rm -f "$tmp/bench.json"; bench --steps 3; rc=$?
 # steps 2..4 timed (101 is the warm-up): median 103 ms; 16 x 512 tokens; MFU against 989 TFLOP/s
 want='r["complete"] and (lambda f: f["ms_per_step"] == 103 and f["ms_all"] == [102, 103, 104]
   and abs(f["tokens_per_s"] - 16 * 512 / 0.103) < 0.1 and f["device_peak_mib"] == 777 and f["own_peak_mib"] == 4
-  and abs(f["mfu"] - r["jobs"]["bundled"]["flops_per_step"] / (0.103 * 989e12)) < 1e-4)(r["jobs"]["bundled"]["finetune"])'
+  and abs(f["mfu"] - r["jobs"]["bundled"]["flops_per_step"] / (0.103 * 989e12)) < 1e-4
+  and f["arena_mib"] == 100 and f["arena_high_water_mib"] == 8)(r["jobs"]["bundled"]["finetune"])'
 js=$(bench_json "$want")
-[ $rc = 0 ] && [ "$js" = ok ] && ok "bench_gpu.py on a fake H100: median, tokens/s, MFU, peak memory from the trainer's log" \
+[ $rc = 0 ] && [ "$js" = ok ] && ok "bench_gpu.py on a fake H100: median, tokens/s, MFU, peak memory, arena high-water from the trainer's log" \
   || bad "bench_gpu.py on a fake H100: rc $rc, $js; $(tail -3 "$tmp/bench.log")"
 rm -f "$tmp/bench.json"; bench --steps 2 --profile_finetune; rc=$?
 js=$(bench_json 'r["jobs"]["bundled"]["finetune_profile"] == ["profile step 3 (ms, op ms/calls): 9.3 = forward 3.0 + backward 6.3",
