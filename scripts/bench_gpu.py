@@ -256,7 +256,7 @@ def run_finetune(a, job, model_dir, tmp, limit):
            "own_peak_mib": max(r["peak_mem_bytes"] for r in train) / 2**20, "own_peak_what": "tracked arena peak"}
     if "arena_bytes" in train[-1]:   # the device arena (sized from the plan) and how far the run reached into it
         out["arena_mib"] = round(train[-1]["arena_bytes"] / 2**20, 1)
-        out["arena_high_water_mib"] = round(max(r["arena_high_water_bytes"] for r in train) / 2**20, 1)
+        out["arena_high_water_mib"] = round(max(r.get("arena_high_water_bytes", 0) for r in train) / 2**20, 1)
     return out
 
 

@@ -629,6 +629,7 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
                 j->final_save_rc = rc;
                 snprintf(j->final_save_error, sizeof j->final_save_error, "%s", ft_error_message());
                 ft_error_clear();
+                *j->failure_agreed = 0;   // (a later failure of one rank alone must still end the job)
                 if (is_main(j))
                     printf("finetune: the checkpoint of the last step failed (the error follows at the end); "
                            "writing the export\n");
@@ -721,21 +722,24 @@ static int job_finish(job *j, int step) {
 }
 
 // The run's status when the last step's checkpoint failed (job_train), after job_finish
-// returned rc: that failure, with what became of the export.
+// returned rc: that failure, with what became of the export. Every rank ends in failure; when
+// job_finish itself went well on all, that is agreed (no rank waits for the others).
 static int final_save_failed(job *j, int rc) {
     const char *was = j->final_save_error;
-    if (j->final_save_rc == COMM_PEER_FAILED) {   // (the failing rank prints the line)
-        if (rc == 0) ft_error("%s", was);
+    if (rc == 0) *j->failure_agreed = 1;
+    if (j->final_save_rc == COMM_PEER_FAILED) {   // (the rank whose save failed prints the line)
+        if (rc != 0) return rc;                    // a failure of its own since (-1: it prints it)
+        ft_error("%s", was);
         return COMM_PEER_FAILED;
     }
     if (rc == 0 && !j->exported)   // (a stop signal before the export)
         return ft_error("%s; stopped before the export (signal received): nothing of the last steps was saved", was);
     if (rc == 0)
-        return ft_error("%s; the export in %s/final was written, the last step's optimizer state was not (a "
-                        "resume continues from the checkpoint saved before it, if any)", was, j->o->out_dir);
+        return ft_error("%s; the export in %s/final was written after it", was, j->o->out_dir);
     char then[512];
     snprintf(then, sizeof then, "%s", ft_error_message());
     ft_error_clear();
+    if (j->exported) return ft_error("%s; the export in %s/final was written, then: %s", was, j->o->out_dir, then);
     return ft_error("%s; then the export: %s", was, then);
 }
 
