@@ -148,6 +148,31 @@ $(BUILD)/tests/%: tests/tools/%.c $(BUILD)/libfinetune.a $(KERNEL_LIB)
 -include tests/cuda_emu/emu.mk
 -include kernels/kernels.mk
 
+# The build's configuration: what was detected and with which paths, in $(BUILD)/build_config.h
+# (scripts/build_config.sh rewrites it only when it changes). Every target depends on it
+# (.EXTRA_PREREQS, GNU make 4.3+), so a build made before MPICH, libpmi2 or the CUDA toolkit was
+# installed, or with other flags, does not survive a build after; `finetune --version` prints it.
+# One simply-expanded variable holds the lines, read from the global flags at parse time (a
+# target's own additions, e.g. main.o's -I$(BUILD), never leak into it).
+CC_VERSION := $(shell $(CC) --version 2>/dev/null | head -n 1)
+NVCC_VERSION := $(if $(NVCC),$(shell $(NVCC) --version 2>/dev/null | tail -n 1))
+shq = '$(subst ','\'',$(1))'
+BUILD_CONFIG_LINES := \
+  $(call shq,compiler: $(CC) ($(CC_VERSION)); C++: $(CXX)) \
+  $(call shq,CFLAGS: $(CFLAGS)) \
+  $(call shq,LDLIBS: $(LDLIBS)) \
+  $(call shq,MPI: $(if $(filter 1,$(MPI)),yes ($(or $(MPI_FLAGS),flags given)),no (pkg-config mpich found nothing; MPI=1 forces))) \
+  $(call shq,PMI2: $(if $(filter 1,$(PMI2)),yes ($(or $(PMI2_PREFIX),/usr): libpmi2),no (no slurm/pmi2.h))) \
+  $(call shq,CUDA: $(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME); nvcc $(NVCC): $(NVCC_VERSION); kernels for $(NVCC_CODES)),no (nvcc not found; CUDA=1 forces))) \
+  $(call shq,BLAS: $(BLAS_INC) $(BLAS_LIB)) \
+  $(call shq,DEPS_PREFIX: $(or $(DEPS_PREFIX),none)) \
+  $(call shq,sanitizers: $(if $(SAN),ASan+UBSan,none))
+BUILD_CONFIG_H := $(BUILD)/build_config.h
+$(BUILD_CONFIG_H): FORCE
+	@mkdir -p $(BUILD)
+	@bash scripts/build_config.sh $@ $(BUILD_CONFIG_LINES)
+$(BUILD)/obj/main.o: $(BUILD_CONFIG_H)
+
 # the nvcc-built kernels (sm_80 + sm_90 in each object) for the CUDA backend
 $(BUILD)/libftkernels.a: $(NVCC_OBJS)
 	ar rcs $@ $^
@@ -207,3 +232,8 @@ clean:
 	rm -rf build out
 
 -include $(wildcard $(BUILD)/obj/*.d $(BUILD)/tests/*.d)
+
+# every target depends on the build's configuration (above), except the ones that make it
+.EXTRA_PREREQS := $(BUILD_CONFIG_H)
+$(BUILD_CONFIG_H) FORCE nvcc-flags-force clean: .EXTRA_PREREQS :=
+

@@ -9,7 +9,8 @@
 #include "options.h"
 #include "plan.h"
 #include "train.h"
-#include "version.h"   // FT_VERSION, written by the Makefile
+#include "build_config.h"   // FT_BUILD_CONFIG, written by the Makefile (scripts/build_config.sh)
+#include "version.h"        // FT_VERSION, written by the Makefile
 #include "watchdog.h"
 
 // --dry_run: plan the job from config.json alone and print the report (rank 0). 0 / -1.
@@ -60,8 +61,8 @@ int main(int argc, char **argv) {
     int want_help;
     if (options_parse(&o, argc, argv, &want_help) != 0) return report(2, launch_env_rank() == 0);
     if (want_help == 2) {
-        printf("finetune %s\nbackends: %s\nlaunchers: %s\n", FT_VERSION, backend_build_description(),
-               launch_build_description());
+        printf("finetune %s\nbackends: %s\nlaunchers: %s\nbuilt with:\n%s", FT_VERSION, backend_build_description(),
+               launch_build_description(), FT_BUILD_CONFIG);
         return 0;
     }
     if (want_help) {
