@@ -19,7 +19,7 @@ endif
 # libraries and tools they need (scripts/deps.sh: as root it apt-installs what is missing,
 # otherwise it prints the apt-get line and the build stops). Here, before the detection
 # below, so what it installs is detected.
-DEPS_SET := $(if $(filter check,$(MAKECMDGOALS)),check,$(if $(filter run,$(MAKECMDGOALS)),build))
+DEPS_SET := $(if $(filter check,$(MAKECMDGOALS)),check,$(if $(filter run,$(MAKECMDGOALS)),run))
 ifneq ($(DEPS_SET),)
   ifneq ($(shell DEPS_PREFIX='$(DEPS_PREFIX)' bash scripts/deps.sh $(DEPS_SET) >&2; echo $$?),0)
     $(error missing dependencies: see the line above)
@@ -224,9 +224,10 @@ RUN_FLAGS ?= --pack --seq_len 256 --batch_size_per_device 8 --total_batch_size 1
 run: $(BUILD)/finetune
 	$(BUILD)/finetune --model_dir data/model --data_dir data/chess $(RUN_FLAGS)
 	@if command -v stockfish >/dev/null || [ -x /usr/games/stockfish ]; then python3 scripts/legal_moves.py $(RUN_OUT); \
-	 else echo "(apt-get install stockfish to check the sampled moves' legality)"; fi
-	@if python3 -c 'import matplotlib' 2>/dev/null; then python3 scripts/plot_metrics.py $(RUN_OUT); \
-	 else echo "(pip install matplotlib, then python3 scripts/plot_metrics.py $(RUN_OUT) draws the curves)"; fi
+	 else echo "(as root: apt-get install stockfish, then python3 scripts/legal_moves.py $(RUN_OUT) judges the sampled moves)"; fi
+	@rm -f $(RUN_OUT)/metrics.png; py=$$(for p in python3 /usr/bin/python3; do $$p -c 'import matplotlib' 2>/dev/null && { echo $$p; break; }; done); \
+	 if [ -n "$$py" ]; then $$py scripts/plot_metrics.py $(RUN_OUT); \
+	 else echo "(as root: apt-get install python3-matplotlib, then /usr/bin/python3 scripts/plot_metrics.py $(RUN_OUT) draws the curves)"; fi
 
 clean:
 	rm -rf build out

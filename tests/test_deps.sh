@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_deps.sh BUILD_DIR: scripts/deps.sh, the dependency step of `make run` / `make check`
 # and .ci/run, on a fake filesystem (DEPS_ROOT, an empty PATH) so nothing is installed:
-#   1. with nothing present it names every package of its set in one apt-get line, exits 1
+#   1. with nothing present it names every package of its set in one apt-get line, exits 1;
+#      for `run`, the demo's packages (stockfish, python3-matplotlib) alone missing: one line, exit 0
 #      (DEPS_NO_INSTALL: what a non-root user sees; as root it would install them);
 #   2. jansson and OpenBLAS found under DEPS_PREFIX (a folder of extracted .deb files, the
 #      GPU-machine bundle) count as present, as do commands on PATH;
@@ -18,12 +19,15 @@ deps() { env -i HOME="$HOME" PATH="$tmp/bin" DEPS_ROOT="$tmp/root" DEPS_NO_INSTA
 
 # 1. nothing present
 args=(check); out=$(deps 2>&1); rc=$?
-want="apt-get install -y --no-install-recommends build-essential libopenblas-openmp-dev libjansson-dev pgn-extract stockfish xz-utils python3 mpich libmpich-dev slurm-wlm munge libpmi2-0-dev"
+want="apt-get install -y --no-install-recommends build-essential libopenblas-openmp-dev libjansson-dev pgn-extract stockfish xz-utils python3 python3-matplotlib mpich libmpich-dev slurm-wlm munge libpmi2-0-dev"
 [ $rc -eq 1 ] && [ "$(grep -c 'apt-get install' <<<"$out")" -eq 1 ] && grep -qF -- "$want" <<<"$out" \
-  && ok "check, nothing present: one apt-get line with all 12 packages, rc 1" || bad "check, nothing present: rc $rc: $out"
+  && ok "check, nothing present: one apt-get line with all 13 packages, rc 1" || bad "check, nothing present: rc $rc: $out"
 args=(build); out=$(deps 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -qF "install -y --no-install-recommends build-essential libopenblas-openmp-dev libjansson-dev" <<<"$out" \
   && ! grep -q stockfish <<<"$out" && ok "build, nothing present: the 3 build packages only, rc 1" || bad "build: rc $rc: $out"
+args=(run); out=$(deps 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qF "install -y --no-install-recommends build-essential libopenblas-openmp-dev libjansson-dev stockfish python3-matplotlib" <<<"$out" \
+  && ok "run, nothing present: the build and demo packages in one line, rc 1" || bad "run: rc $rc: $out"
 args=(bogus); out=$(deps 2>&1); rc=$?
 [ $rc -eq 2 ] && ok "unknown set: usage, rc 2" || bad "unknown set: rc $rc: $out"
 
@@ -36,8 +40,13 @@ args=(build); out=$(deps DEPS_PREFIX="$b" 2>&1); rc=$?
   && ok "jansson in DEPS_PREFIX and cc/make on PATH count as present" || bad "bundle: rc $rc: $out"
 touch "$b/usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h" "$b/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so"
 
+# the demo's packages alone missing: `make run` goes on, naming the command that completes the demo
+args=(run); out=$(deps DEPS_PREFIX="$b" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -qF "for the whole demo" <<<"$out" && grep -qF "install -y --no-install-recommends stockfish python3-matplotlib" <<<"$out" \
+  && ok "run with only stockfish and matplotlib missing: one line naming them, rc 0" || bad "run, demo missing: rc $rc: $out"
+
 # 3. everything present
-out=$(deps DEPS_PREFIX="$b" 2>&1); rc=$?
+args=(build); out=$(deps DEPS_PREFIX="$b" 2>&1); rc=$?
 [ $rc -eq 0 ] && [ -z "$out" ] && ok "build, all present (bundle): silent, rc 0" || bad "all present: rc $rc: $out"
 mkdir -p "$tmp/root/usr/include/slurm" "$tmp/root/usr/games"; touch "$tmp/root/usr/include/slurm/pmi2.h"
 for c in pgn-extract xz python3 mpiexec slurmctld munged; do printf '#!/bin/sh\n' > "$tmp/bin/$c"; chmod +x "$tmp/bin/$c"; done

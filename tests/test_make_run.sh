@@ -6,7 +6,8 @@
 # default flags; 20 train records and a final evaluation in metrics.jsonl; final/ holds the
 # Hugging Face export; samples.jsonl holds the 64 sampled games; Stockfish judged them (when
 # it is installed: scripts/deps.sh installs it for the tests, so a failure under CI=true); the
-# plot step ran or named how to get matplotlib. About 6 s on 2 cores.
+# plot step wrote a fresh metrics.png (python3-matplotlib: scripts/deps.sh installs it for the tests), and
+# those two are the run's last lines. About 6 s on 2 cores.
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_make_run
@@ -29,5 +30,14 @@ if command -v stockfish >/dev/null || [ -x /usr/games/stockfish ]; then
 else
   skip_or_fail "stockfish not installed (scripts/deps.sh installs it for the tests)"
 fi
-check "the plot step ran or said how to get matplotlib" grep -qE "metrics.png|pip install matplotlib" <<<"$out"
+if grep -q 'apt-get install python3-matplotlib' <<<"$out"; then
+  skip_or_fail "no Python with matplotlib (scripts/deps.sh installs python3-matplotlib for the tests)"
+else
+  check "the plot step wrote a fresh metrics.png: $(grep -m1 'metrics.png' <<<"$out")" \
+    bash -c '[ -s "$1/metrics.png" ] && [ "$1/metrics.png" -nt "$1/metrics.jsonl" ] && grep -q "^wrote $1/metrics.png" <<<"$2"' _ "$tmp/default" "$out"
+  check "metrics.png is a PNG image" bash -c 'head -c 8 "$1" | od -An -c | grep -q "P   N   G"' _ "$tmp/default/metrics.png"
+fi
+# the run's last lines are the demo's punch lines: the legal-move rate, then the plot
+last=$(printf '%s\n' "$out" | tail -n 2)
+check "make run ends with the legal-move rate and the plot" grep -qzE "legal moves: .*wrote .*metrics.png" <<<"$last"
 finish
