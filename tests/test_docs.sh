@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_docs.sh [BUILD]: the documents stay navigable. Every relative markdown link in
 # README.md and docs/**/*.md points to an existing file, and its #anchor, when it has one, to
-# a heading of that file (GitHub's anchors); the paths of tests/, scripts/, slurm/, kernels/
-# and data/ that the documents name exist (the dated reports in docs/results/ describe the
+# a heading of that file (GitHub's anchors); the paths of src/, tests/, scripts/, slurm/,
+# kernels/ and data/ that the documents name exist (the dated reports in docs/results/ describe the
 # tree as it was and are left out); README.md stays at most 260 lines (the front door:
 # details go to docs/). Then meta-checks on a planted tree: a broken link, a broken anchor and
 # a missing path are caught, a link inside a code block is not one. No build needed; ~1 s.
@@ -54,7 +54,7 @@ broken_links() {
   done < <(doc_files "$root")
 }
 
-# missing_paths ROOT: one line per path under tests/, scripts/, slurm/, kernels/ or data/ that
+# missing_paths ROOT: one line per path under src/, tests/, scripts/, slurm/, kernels/ or data/ that
 # a document outside docs/results/ names and ROOT does not hold (globs and absolute paths
 # such as /data/chess are not paths of the tree)
 missing_paths() {
@@ -64,7 +64,7 @@ missing_paths() {
     while read -r p; do
       p=${p%.}
       [ -e "$root/$p" ] || echo "$f: names $p, which does not exist"
-    done < <(perl -ne 'while (m#(?<![\w./-])((?:tests|scripts|slurm|kernels|data)/[\w./-]*)(?![\w*{\[-])#g) { print "$1\n" }' "$root/$f" | sort -u)
+    done < <(perl -ne 'while (m#(?<![\w./-])((?:src|tests|scripts|slurm|kernels|data)/[\w./-]*)(?![\w*{\[-])#g) { print "$1\n" }' "$root/$f" | sort -u)
   done < <(doc_files "$root")
 }
 
@@ -77,7 +77,7 @@ if [ -z "$v" ]; then ok "every relative link and anchor of README.md and docs/ r
 else while IFS= read -r l; do bad "$l"; done <<<"$v"; fi
 
 v=$(missing_paths .)
-if [ -z "$v" ]; then ok "every path of tests/ scripts/ slurm/ kernels/ data/ the documents name exists"
+if [ -z "$v" ]; then ok "every path of src/ tests/ scripts/ slurm/ kernels/ data/ the documents name exists"
 else while IFS= read -r l; do bad "$l"; done <<<"$v"; fi
 
 # too_long FILE: one line when FILE has more than $readme_max_lines lines
