@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# tests/test_docs.sh [BUILD]: the documents stay navigable. Every relative markdown link in
-# README.md and docs/**/*.md points to an existing file, and its #anchor, when it has one, to
-# a heading of that file (GitHub's anchors); the paths of src/, tests/, scripts/, slurm/,
-# kernels/ and data/ that the documents name exist (the dated reports in docs/results/ describe the
-# tree as it was and are left out); README.md stays at most 260 lines (the front door:
-# details go to docs/). Then meta-checks on a planted tree: a broken link, a broken anchor and
-# a missing path are caught, a link inside a code block is not one. No build needed; ~1 s.
+# tests/test_docs.sh [BUILD]: the documents stay navigable and agree with the tree.
+# - every relative markdown link in README.md and docs/**/*.md points to an existing file, and
+#   its #anchor, when it has one, to a heading of that file (GitHub's anchors);
+# - the paths of src/, tests/, scripts/, slurm/, kernels/ and data/ that the documents name
+#   exist (the dated reports in docs/results/ describe the tree as it was: left out);
+# - docs/architecture.md's layer table agrees with tests/test_layers.sh;
+# - README.md stays at most 260 lines (the front door: details go to docs/).
+# Then meta-checks on planted trees: a broken link, a broken anchor, a missing path and a
+# module in the wrong layer are caught; a link inside a code block is not taken for one.
+# No build needed; ~1 s.
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_docs
@@ -68,6 +71,30 @@ missing_paths() {
   done < <(doc_files "$root")
 }
 
+# layer_mismatches ROOT: one line per module of ROOT/docs/architecture.md's layer table (the
+# backquoted names of its "| N name | modules | ... |" rows under "## Layout") that exists in
+# ROOT (src/M.c or src/M.h; `kernels/` for the kernels) and that ROOT/tests/test_layers.sh
+# places in another layer or in none. A module the table names that has no file (yet) is left
+# out: the table may name the modules of a rename in flight. Prints "checked N" last.
+layer_mismatches() {
+  local root=$1 n mods m layer modules checked=0
+  local -A rule=()
+  while read -r n mods; do for m in $mods; do rule[$m]=$n; done
+  done < <(sed -n '/^layers=(/,/^)/p' "$root/tests/test_layers.sh" | sed -nE 's/^ *"([0-9]+) [a-z]+: *([^"]*)".*/\1 \2/p')
+  while IFS='|' read -r _ layer modules _; do
+    n=$(grep -oE '^ *[0-9]+' <<<"$layer" | tr -d ' ')
+    [ -n "$n" ] || continue
+    for m in $(grep -oE '`[a-z_0-9/]+`' <<<"$modules" | tr -d '`'); do
+      if [ "$m" = kernels/ ]; then m=kernels; [ -d "$root/kernels" ] || continue
+      else [ -e "$root/src/$m.c" ] || [ -e "$root/src/$m.h" ] || continue; fi
+      checked=$((checked + 1))
+      [ "${rule[$m]:-none}" = "$n" ] \
+        || echo "docs/architecture.md puts $m in layer $n, tests/test_layers.sh in layer ${rule[$m]:-none}"
+    done
+  done < <(sed -n '/^## Layout/,/^## [A-Z]/p' "$root/docs/architecture.md" | grep -E '^\| *[0-9]')
+  echo "checked $checked"
+}
+
 # ------------------------------------------------------------------ the documents of this tree
 n=$(doc_files . | wc -l)
 v=$(broken_links .)
@@ -78,6 +105,12 @@ else while IFS= read -r l; do bad "$l"; done <<<"$v"; fi
 
 v=$(missing_paths .)
 if [ -z "$v" ]; then ok "every path of src/ tests/ scripts/ slurm/ kernels/ data/ the documents name exists"
+else while IFS= read -r l; do bad "$l"; done <<<"$v"; fi
+
+v=$(layer_mismatches .)
+k=$(sed -n 's/^checked //p' <<<"$v"); v=$(grep -v '^checked ' <<<"$v")
+if [ -z "$v" ] && [ "${k:-0}" -ge 20 ]; then ok "docs/architecture.md's layer table agrees with tests/test_layers.sh ($k modules)"
+elif [ -z "$v" ]; then bad "docs/architecture.md's layer table: only ${k:-0} modules found (table moved or reformatted?)"
 else while IFS= read -r l; do bad "$l"; done <<<"$v"; fi
 
 # too_long FILE: one line when FILE has more than $readme_max_lines lines
@@ -123,6 +156,16 @@ grep -q '^note: README.md:5: docs/flags.md: generated' <<<"$v" \
 v=$(missing_paths "$tmp")
 [ "$v" = "README.md: names tests/test_gone.sh, which does not exist" ] \
   && ok "meta: a named path that does not exist is caught (and only it)" || bad "meta: missing path: '$v'"
+mkdir -p "$tmp/lay/src" "$tmp/lay/tests" "$tmp/lay/docs"
+: >"$tmp/lay/src/common.c"; : >"$tmp/lay/src/model.h"; : >"$tmp/lay/src/newmod.c"
+printf '%s\n' 'layers=(' '  "1 base:   common"' '  "5 model:  model other"' ')' >"$tmp/lay/tests/test_layers.sh"
+printf '%s\n' '## Layout' '| layer | modules | holds |' '|---|---|---|' '| 1 base | `common` | x |' \
+  '| 4 files | `model` `ghost` `newmod` | y |' '## Next' '| 9 later | `common` | not the table |' >"$tmp/lay/docs/architecture.md"
+v=$(layer_mismatches "$tmp/lay")
+[ "$v" = "docs/architecture.md puts model in layer 4, tests/test_layers.sh in layer 5
+docs/architecture.md puts newmod in layer 4, tests/test_layers.sh in layer none
+checked 3" ] && ok "meta: a module in the wrong layer, and one without a layer, are caught (a name with no file is not)" \
+  || bad "meta: layer table: '$v'"
 seq 1 "$readme_max_lines" >"$tmp/fits.md"; seq 0 "$readme_max_lines" >"$tmp/long.md"
 [ -z "$(too_long "$tmp/fits.md")" ] && [ -n "$(too_long "$tmp/long.md")" ] \
   && ok "meta: $readme_max_lines lines pass, $((readme_max_lines + 1)) are too long" || bad "meta: the length rule"
