@@ -53,7 +53,7 @@ $(BUILD)/tests/test_kernels_gpumath: $(BUILD)/emu/test_kernels_gpumath.o $(KERNE
 
 TEST_BINS += $(BUILD)/tests/test_kernels $(BUILD)/tests/test_kernels_gpumath
 # every one-line mutant of tests/mutate_kernels.sh's table must make test_kernels fail
-# (~175 s of CPU time, two mutants at a time)
+# (two mutants at a time; its time: docs/results/2026-11-26-cpu.md)
 TEST_CMDS += "bash tests/mutate_kernels.sh $(BUILD)"
 
 # tests/mutate_kernels.sh rebuilds test_kernels with one kernel source changed: how the

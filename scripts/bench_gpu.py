@@ -3,7 +3,7 @@
 measured in one run on one GPU (issue 12 item 8).
 
 Run on an NVIDIA H200 and an NVIDIA H100 (2026-11-26; figures and how they were cross-checked
-in README's "Measured on a GPU": one FLOP count for every program, finetune's step within 5% of
+in docs/results/2026-11-26-h200.md and -h100.md: one FLOP count for every program, finetune's step within 5% of
 --dry_run's time model, its tracked peak within its memory plan). Its bookkeeping is tested
 without a GPU (tests/test_first_light.sh: a fake nvidia-smi and a fake trainer).
 

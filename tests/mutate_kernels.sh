@@ -8,11 +8,8 @@
 # (a regime the tests do not reach). FILTER runs only the mutants whose id contains it.
 #
 # Brings $BUILD/tests/test_kernels up to date (make) first; MUTATE_JOBS mutants at a time
-# (default 2, one emulator worker each). Part of `make test` (kernels/kernels.mk). Time:
-# ~300 s of CPU time (measured: 175 s user + sys before the 18 tensor-core attention
-# mutants, 98 s for the 14 backward ones; the attention mutants about two thirds), so ~2.5
-# min of wall time on an idle 2-core machine (estimated; 7-23 min measured on this shared
-# one under other jobs' load). Last result: tests/cuda_emu/README.md.
+# (default 2, one emulator worker each). Part of `make test` (kernels/kernels.mk). Time
+# and last result: docs/results/2026-11-26-cpu.md (the table's history: tests/cuda_emu/README.md).
 #
 # Adding a mutant: `m ID FILE OPS FROM TO`, FROM a literal string (newlines allowed) that
 # occurs exactly once in kernels/FILE, OPS the test_kernels groups to run. A mutant that

@@ -30,7 +30,7 @@
 #      native kernels: one line naming both
 # Missing cuBLASLt or the CUDA runtime (part of the toolkit the build used) stop finetune in
 # the dynamic loader, before main: "error while loading shared libraries: libcublasLt.so.13:
-# cannot open shared object file: No such file or directory", exit 127 (README).
+# cannot open shared object file: No such file or directory", exit 127 (docs/cluster.md).
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_cuda_bad_input

@@ -164,7 +164,7 @@ done
 check_bytes fsdp2_local model_state_bytes $(( P * 20 / 2 + P * 4 ))   # + full-size local gradients
 # the FSDP rule of thumb: a micro-step moves at most 3 x P (gather for the forward, again for
 # the backward, reduce-scatter), x 4 bytes x (N-1)/N sent per rank; keeping the last forward
-# layers gathered for the backward and the root for the step makes ours less (README: 4.37 MB
+# layers gathered for the backward and the root for the step makes ours less (docs/architecture.md: 4.37 MB
 # vs 7.58 MB)
 ag=$(field "$tmp/fsdp2" all_gather_bytes); rs=$(field "$tmp/fsdp2" reduce_scatter_bytes)
 per=$(( (ag + rs) / 2 )); rule=$(( 3 * P * 4 / 2 ))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# tests/test_layers.sh [BUILD]: the layering rule of README's Layout section, from the include
+# tests/test_layers.sh [BUILD]: the layering rule of docs/architecture.md's Layout, from the include
 # graph: a file of src/ or kernels/ includes no project header of a higher layer than its own
-# (the same layer, or a lower one, is fine). The table below is the one README describes; a
+# (the same layer, or a lower one, is fine). The table below is the rule docs/architecture.md describes; a
 # new module must be given a layer here, or this test fails naming it. Then a meta-check: an
 # upward include planted in a copy of the tree must be caught. ~0.2 s.
 set -u

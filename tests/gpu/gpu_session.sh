@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/gpu/gpu_session.sh [REPORT_DIR]: all a session lent a GPU runs, in ONE device call
 # (the lease is 15 minutes of device time, the machine's start included; one call runs at
-# most 10). From the repository root, with .deps/bundle.tar.xz carried (README "First light"):
+# most 10). From the repository root, with .deps/bundle.tar.xz carried (docs/testing.md, "On a machine with a GPU"):
 #
 #   1. tests/gpu/first_light.sh under FT_FIRST_LIGHT_BUDGET (default 360 s): build for this
 #      GPU, make test-gpu, compute-sanitizer, the un-truncated soak (issue 11 item 4)

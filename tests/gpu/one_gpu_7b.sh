@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu/one_gpu_7b.sh [REPORT_DIR]: a whole CodeLlama-7b-shaped model (32 layers, random
-# init, bf16) on ONE GPU the two ways README's "Fine-tuning a 7B model on one GPU" plans it:
+# init, bf16) on ONE GPU the two ways docs/recipes/7b-one-gpu.md plans it:
 # LoRA rank 16 and a full fine-tune with --offload_optimizer. For a machine with a GPU, after
 # first light built build/first_light/finetune (FT_FIRST_LIGHT_CHECKS=fatbin is enough), in one
 # device call of about 4 minutes:
@@ -14,7 +14,7 @@
 # killed (SIGKILL: a 7B's final checkpoint with --offload_optimizer is 81 GB, more than such a
 # machine's disk, and SIGTERM would save one); a summary line per run: steps done, the last
 # step's line, the peaks, and the plan's total. Not a pass/fail test: a measurement, whose
-# figures README quotes. Phases end at FT_7B_DEADLINE_S (default 200) after the start, so a
+# figures docs/results/2026-11-26-h100.md holds. Phases end at FT_7B_DEADLINE_S (default 200) after the start, so a
 # cut-short call still brings back what ran. Writes REPORT_DIR ($OUT when set, else the
 # argument, else out/one_gpu_7b): one_gpu_7b.log (the summary) and one log per run.
 set -u

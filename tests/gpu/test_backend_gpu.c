@@ -313,7 +313,7 @@ static void case_attention_cache(void) {
     const int shapes = CACHE_TEST_PLANS / 2 + 4, B = 1, H = 2, KVH = 1, D = 16;
     attn_cudnn_set_plan_limit(CACHE_TEST_PLANS);
     double worst = 0;
-    struct timespec t0, t1;   // the first GPU run's figure for NVRTC per plan (README "First light")
+    struct timespec t0, t1;   // the first GPU run's figure for NVRTC per plan (docs/results/2026-11-26-h100.md)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int T = 1; T <= shapes; T++) {
         const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D;
