@@ -24,10 +24,14 @@ import os
 import re
 
 RESULTS = ("1-0", "0-1", "1/2-1/2")
+UNFINISHED = "*"   # PGN's result for a game unknown or not finished (Stockfish corpora have some)
 TERMINATIONS = ("CHECKMATE", "STALEMATE", "INSUFFICIENT_MATERIAL", "SEVENTYFIVE_MOVES",
                 "FIVEFOLD_REPETITION", "MAX_PLIES")
 UCI_MOVE = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
 PARQUET_BATCH_ROWS = 4096
+
+
+SKIP_UNFINISHED = "result * (unfinished)"   # the reason iter_games counts a skipped game under
 
 
 class CorpusError(ValueError):
@@ -104,14 +108,15 @@ def open_text(path):
 
 def check_game(path, where, moves, result):
     """The shape every reader guarantees: a non-empty list of UCI-shaped moves (e2e4, e7e8q:
-    text that is not chess is refused here; legality needs --check_moves) and a known result."""
+    text that is not chess is refused here; legality needs --check_moves) and a known result
+    (one of the three outcomes, or "*", unfinished: iter_games skips or keeps those)."""
     if not isinstance(moves, list) or not moves or not all(isinstance(m, str) for m in moves):
         raise CorpusError("%s: %s: Moves is not a non-empty list of strings" % (path, where))
     for ply, m in enumerate(moves, 1):
         if not UCI_MOVE.fullmatch(m):   # (match's $ also passes "e2e4\n")
             raise CorpusError("%s: %s: malformed move %r at ply %d (not UCI like e2e4 or e7e8q)" % (path, where, m, ply))
-    if result not in RESULTS:
-        raise CorpusError("%s: %s: Result %r is not one of %s" % (path, where, result, ", ".join(RESULTS)))
+    if result not in RESULTS and result != UNFINISHED:
+        raise CorpusError("%s: %s: Result %r is not one of %s" % (path, where, result, ", ".join(RESULTS + (UNFINISHED,))))
 
 
 def read_jsonl(path):
@@ -224,12 +229,18 @@ def move_checker():
     return check
 
 
-def iter_games(paths, check_moves=False):
+def iter_games(paths, check_moves=False, keep_unfinished=False, skipped=None):
     """Yield (path, where, game) for every game in paths (see expand_sources), game being
-    {"Moves": [...], "Result": ..., ...}. With check_moves every move is replayed."""
+    {"Moves": [...], "Result": ..., ...}. With check_moves every move is replayed. Games whose
+    result is "*" (unfinished) are skipped unless keep_unfinished, and counted in the dict
+    skipped (reason -> games) when one is given; a malformed move stops the run either way."""
     check = move_checker() if check_moves else None
     for path in expand_sources(paths):
         for where, g in READERS[source_kind(path)](path):
+            if g["Result"] == UNFINISHED and not keep_unfinished:
+                if skipped is not None:
+                    skipped[SKIP_UNFINISHED] = skipped.get(SKIP_UNFINISHED, 0) + 1
+                continue
             if check:
                 check(path, where, g["Moves"])
             yield path, where, g

@@ -10,6 +10,9 @@ Inputs (--games, one or more; see scripts/chess_corpus.py):
 Every game becomes the same text whatever its input: the UCI moves joined by spaces, then
 a space and the result ("e2e4 e7e5 ... 1-0"), as the tutorial's jsonl has it.
 Every move must have UCI's shape (e2e4, e7e8q): text that is not chess moves stops the run.
+Games whose result is "*" (PGN's "unknown or unfinished": a game cut off, an engine match
+stopped) are skipped and counted per reason in the summary and shards.json, as PGN tools
+filtering training data do; --keep_unfinished keeps them (their document ends in " *").
 --check_moves also replays every game with python-chess. The first malformed or illegal move
 stops the run with one line naming the file and the row (parquet, 0-based), line (JSON
 lines) or game (PGN).
@@ -109,8 +112,9 @@ def encode_docs(tok, texts, bos, eos):
 
 # ---------------------------------------------------------------- writing
 
-def write_shards(args, tok, vocab, bos, eos, stage):
-    """Stream the corpus into shards in stage; returns {"train": [...], "val": [...]}."""
+def write_shards(args, tok, vocab, bos, eos, stage, skipped):
+    """Stream the corpus into shards in stage; returns {"train": [...], "val": [...]}. Games
+    left out are counted in skipped (reason -> games)."""
     out = {"train": [], "val": []}
     pending = {"train": [], "val": []}
 
@@ -120,7 +124,8 @@ def write_shards(args, tok, vocab, bos, eos, stage):
         pending[key] = []
 
     games = {"train": 0, "val": 0}
-    for _, _, g in iter_games(args.games, check_moves=args.check_moves):
+    for _, _, g in iter_games(args.games, check_moves=args.check_moves, keep_unfinished=args.keep_unfinished,
+                              skipped=skipped):
         key = "val" if split_of(g["Moves"], args.val_percent) == "validation" else "train"
         pending[key].append(game_text(g))
         games[key] += 1
@@ -142,7 +147,7 @@ def write_shards(args, tok, vocab, bos, eos, stage):
     return out
 
 
-def build_manifest(args, sources, shards, vocab, bos, eos):
+def build_manifest(args, sources, shards, vocab, bos, eos, skipped):
     man = {"format": "FTTOKSHD v1 (see scripts/token_shard.py)",
            "sources": [{"file": os.path.relpath(p, args.out_dir), "sha256": sha256_file(p)} for p in sources],
            "tokenizer": os.path.relpath(args.tokenizer, args.out_dir),
@@ -151,6 +156,7 @@ def build_manifest(args, sources, shards, vocab, bos, eos):
            "document": "[bos] + encode(' '.join(Moves) + ' ' + Result) + [eos]",
            "split_rule": "int(sha1(' '.join(Moves)).hexdigest(), 16) %% 100 < %d -> val" % args.val_percent,
            "val_percent": args.val_percent,
+           "keep_unfinished": args.keep_unfinished, "skipped_games": skipped,
            "train": shards["train"], "val": shards["val"]}
     for key in ("train", "val"):
         man[key + "_docs"] = sum(x["docs"] for x in man[key])
@@ -174,8 +180,9 @@ def write_all(args):
     os.makedirs(args.out_dir, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=".tokenize_shards.", dir=args.out_dir)
     try:
-        shards = write_shards(args, tok, vocab, bos, eos, stage)
-        man = build_manifest(args, sources, shards, vocab, bos, eos)
+        skipped = {}
+        shards = write_shards(args, tok, vocab, bos, eos, stage, skipped)
+        man = build_manifest(args, sources, shards, vocab, bos, eos, skipped)
         with open(os.path.join(stage, "shards.json"), "w") as f:
             json.dump(man, f, indent=2)
             f.write("\n")
@@ -194,6 +201,9 @@ def write_all(args):
     print("train: %d docs %d tokens; val: %d docs %d tokens; avg %.1f tokens/doc; vocab %d (u%d tokens)"
           % (man["train_docs"], man["train_tokens"], man["val_docs"], man["val_tokens"],
              man["avg_tokens_per_doc"], vocab, 8 * token_bytes_for(vocab)))
+    for reason, n in sorted(skipped.items()):
+        print("skipped %d game%s: %s%s" % (n, "" if n == 1 else "s", reason,
+                                          "; --keep_unfinished keeps them" if reason.startswith("result *") else ""))
 
 
 # ---------------------------------------------------------------- verifying
@@ -246,7 +256,7 @@ def verify(args):
         return
     seen = {"train": 0, "validation": 0}
     exact = True
-    for _, _, g in iter_games(args.games):
+    for _, _, g in iter_games(args.games, keep_unfinished=man.get("keep_unfinished", False)):
         split = split_of(g["Moves"], man.get("val_percent", 2))   # (older manifests: 2)
         pick = picks.get((split, seen[split]))
         seen[split] += 1
@@ -278,6 +288,9 @@ def main():
                     help="games whose content hash %% 100 is below this go to validation (1-99; default 2)")
     ap.add_argument("--check_moves", action="store_true", help="replay every game with python-chess")
     ap.add_argument("--verify", action="store_true", help="re-read and check the shards instead of writing")
+    ap.add_argument("--keep_unfinished", action="store_true",
+                    help="keep games whose result is * (unfinished; the document ends in ' *'); by default they "
+                         "are skipped and counted")
     args = ap.parse_args()
     if args.docs_per_shard < 1:
         ap.error("--docs_per_shard must be at least 1")

@@ -4,6 +4,8 @@
 #     directory of two parquet files (laion/strategic_game_chess layout) and PGN all give
 #     byte-identical shards; --check_moves accepts them; a directory of games that is also
 #     --out_dir (its shards.json, a tokenizer.json) gives the same shards, run twice;
+#   * games whose result is "*" (unfinished) are skipped and counted (PGN and JSON lines: the
+#     same shards as without them), kept with --keep_unfinished; a malformed move still stops;
 #   * re-tokenizing data/chess/games.jsonl.xz reproduces the committed shards byte for byte;
 #   * a tokenizer with 70,211 entries (every move id >= 66,000) gives u32 shards that
 #     build/finetune --eval_only reads, with the loss transformers computes on the same
@@ -71,6 +73,29 @@ for run in first second; do
       || bad "--games DIR = --out_dir, $run run: shards $got, JSON lines $want"
   else bad "--games DIR = --out_dir, $run run: $(tail -1 "$TMP/same.log")"; fi
 done
+
+# ---------------------------------------------------------------- 1b. unfinished games (result "*")
+# skipped and counted by default (the same shards as without them), kept with --keep_unfinished
+# (3 more documents, verified against the corpus); a malformed move still stops the run
+for src in unfinished.pgn unfinished.jsonl; do
+  d="$TMP/u_${src%.*}"
+  if tok --games "$IN/$src" "${small[@]}" --out_dir "$d" > "$d.log" 2>&1; then
+    got=$(shards_sha "$d")
+    [ "$got" = "$want" ] && grep -q '^skipped 3 games: result \* (unfinished); --keep_unfinished keeps them$' "$d.log" \
+      && grep -q '"result \* (unfinished)": 3' "$d/shards.json" \
+      && ok "$src: the 3 unfinished games skipped and counted (log, shards.json), the other 106 as before" \
+      || bad "$src: shards $got (want $want), log: $(grep skipped "$d.log")"
+  else bad "$src: $(tail -1 "$d.log")"; fi
+done
+d="$TMP/u_keep"
+if tok --games "$IN/unfinished.pgn" "${small[@]}" --keep_unfinished --out_dir "$d" > "$d.log" 2>&1 \
+   && grep -q "verify: all shards OK" "$d.log" && ! grep -q '^skipped' "$d.log" \
+   && "$py" -c 'import json, sys; m = json.load(open(sys.argv[1])); sys.exit(not (m["train_docs"] + m["val_docs"] == 109 and m["keep_unfinished"]))' "$d/shards.json"; then
+  ok "--keep_unfinished: 109 documents (106 + 3 unfinished), recorded in shards.json, verified"
+else bad "--keep_unfinished: $(tail -2 "$d.log")"; fi
+err=$(tok --games "$IN/unfinished_malformed.jsonl" "${small[@]}" --out_dir "$TMP/u_bad" 2>&1 >/dev/null); rc=$?
+[ $rc = 1 ] && grep -qF "unfinished_malformed.jsonl: line 12: malformed move 'e2e9' at ply 5" <<<"$err" && [ ! -e "$TMP/u_bad" ] \
+  && ok "a malformed move among unfinished games still stops the run: $err" || bad "malformed among unfinished: rc $rc: $err"
 
 # ---------------------------------------------------------------- 2. the committed shards, again
 if tok --games data/chess/games.jsonl.xz --tokenizer data/model/tokenizer.json --out_dir "$TMP/full" > "$TMP/full.log" 2>&1; then

@@ -113,6 +113,16 @@ def main():
     write_parquet(os.path.join(out, "pq", "part-1.parquet"), games[half:])
     with open(os.path.join(out, "games.pgn"), "w") as f:
         f.writelines(pgn_text(g, "g%d" % i) for i, g in enumerate(games))
+    # the same games with three unfinished ones among them (PGN result "*": the first 20 plies
+    # of games 0-2), as PGN and as JSON lines: skipped by default, kept with --keep_unfinished
+    cut = [dict(g, Moves=g["Moves"][:20], Result="*") for g in games[:3]]
+    mixed = games[:10] + cut[:1] + games[10:50] + cut[1:] + games[50:]
+    with open(os.path.join(out, "unfinished.pgn"), "w") as f:
+        f.writelines(pgn_text(g, "u%d" % i) for i, g in enumerate(mixed))
+    write_jsonl(os.path.join(out, "unfinished.jsonl"), mixed)
+    bad = list(mixed)
+    bad[11] = dict(bad[11], Moves=bad[11]["Moves"][:4] + ["e2e9"] + bad[11]["Moves"][5:])
+    write_jsonl(os.path.join(out, "unfinished_malformed.jsonl"), bad)
     write_parquet(os.path.join(out, "nomoves.parquet"), games[:8], moves_col="moves")
     bad = games[:8]
     bad[3] = with_illegal_ply(bad[3], 10)
