@@ -43,12 +43,13 @@ grep -qiE 'unverified|verified on' <<<"$help" \
   && bad "--help speaks of verification: $(grep -iE 'verified' <<<"$help" | cut -c1-60)" \
   || ok "--help says nothing about verification status"
 
+emu=tests/cuda_emu; [ -d "$emu" ] || emu=emu   # the CUDA emulator (review: it may move to emu/)
 # env_check ROOT TABLE: the names read under ROOT against the Markdown TABLE; prints one line per
 # problem, fails if there is any
 env_check() {
   local root=$1 table=$2 rc=0 name sec where
   local listed; listed=$(grep -oE '^\| `[A-Z][A-Z0-9_]+`' "$table" | tr -d '|` ' | sort -u)
-  local code=("$root"/src/*.[ch] "$root"/tests/*.c "$root"/tests/cuda_emu/*.{c,cpp,cu,h} "$root"/tests/tools/*.c
+  local code=("$root"/src/*.[ch] "$root"/tests/*.c "$root/$emu"/*.{c,cpp,cu,h} "$root"/tests/tools/*.c
               "$root"/tests/gpu/*.c "$root"/tests/slurm/*.c)
   # (a) every name read is listed
   for name in $( (grep -ohE 'getenv\("(FT|CUEMU)_[A-Z0-9_]+"' "${code[@]}" 2>/dev/null
@@ -79,8 +80,8 @@ why=$(env_check . "$tmp/env.md") && [ "$n" -gt 40 ] \
   || bad "environment table vs the sources: $(head -3 <<<"$why" | tr '\n' ';')"
 
 # meta: a copy of the sources with each kind of mistake, one at a time
-mkdir -p "$tmp/tree/tests" && cp -r src slurm "$tmp/tree/" \
-  && cp -r tests/*.c tests/cuda_emu tests/tools tests/gpu tests/slurm "$tmp/tree/tests/"
+mkdir -p "$tmp/tree/tests" "$tmp/tree/$emu" && cp -r src slurm "$tmp/tree/" && cp -r "$emu"/. "$tmp/tree/$emu/" \
+  && cp -r tests/*.c tests/tools tests/gpu tests/slurm "$tmp/tree/tests/"
 mutant() {   # mutant WHAT WANT FILE SED: FILE changed by SED (in the copy) must fail with WANT
   local what=$1 want=$2 file=$3 expr=$4 table=$tmp/env.md out
   cp "$tmp/tree/$file" "$tmp/keep" 2>/dev/null
@@ -93,7 +94,7 @@ mutant() {   # mutant WHAT WANT FILE SED: FILE changed by SED (in the copy) must
 }
 mutant "src/ reads a name not in the table" "FT_NOT_LISTED is read" src/model.c \
   's/ft_getenv("FT_LMHEAD_CHUNK_ROWS")/ft_getenv("FT_NOT_LISTED")/'
-mutant "the emulator reads a name not in the table" "FT_EMU_NOT_LISTED is read" tests/cuda_emu/cuda_emu_host.cpp \
+mutant "the emulator reads a name not in the table" "FT_EMU_NOT_LISTED is read" "$emu/cuda_emu_host.cpp" \
   's/getenv("FT_EMU_DEVICES")/getenv("FT_EMU_NOT_LISTED")/'
 mutant "a Slurm script reads a name not in the table" "FT_NOT_LISTED is read" slurm/finetune_1node.sbatch \
   's/\${FT_BIN:-/${FT_NOT_LISTED:-/'
