@@ -104,7 +104,7 @@ GPU_TEST_BINS := $(if $(filter 1,$(CUDA)),$(patsubst tests/gpu/%.c,$(BUILD)/test
 # shell tests (they receive the build dir as $1)
 TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 
-.PHONY: all test test-bins test-asan test-slurm test-gpu check run clean
+.PHONY: all test test-bins test-asan test-slurm test-gpu check run clean docs
 all: $(BUILD)/finetune
 
 $(BUILD)/obj/%.o: src/%.c
@@ -228,6 +228,12 @@ run: $(BUILD)/finetune
 	@rm -f $(RUN_OUT)/metrics.png; py=$$(for p in python3 /usr/bin/python3; do $$p -c 'import matplotlib' 2>/dev/null && { echo $$p; break; }; done); \
 	 if [ -n "$$py" ]; then $$py scripts/plot_metrics.py $(RUN_OUT); \
 	 else echo "(as root: apt-get install python3-matplotlib, then /usr/bin/python3 scripts/plot_metrics.py $(RUN_OUT) draws the curves)"; fi
+
+# the generated references: the flags (src/options.c's table) and the environment variables
+# (src/common.c's table); tests/test_gen_docs.sh fails when the committed copies are stale
+docs: $(BUILD)/finetune
+	$(BUILD)/finetune --help=markdown > docs/flags.md
+	$(BUILD)/finetune --help=env > docs/environment.md
 
 clean:
 	rm -rf build out

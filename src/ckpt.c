@@ -509,7 +509,7 @@ int ckpt_check_out_dir_shared(const char *out_dir, int rank0_locked, comm *world
     // A network filesystem may answer from its cache for a while (NFS keeps a directory's
     // attributes, and a name it found missing, up to acdirmax, 60 s by default): look again,
     // once a second, before calling the directory another (FT_TEST_OUT_DIR_WAIT_S: test-only)
-    const char *wait_env = getenv("FT_TEST_OUT_DIR_WAIT_S");
+    const char *wait_env = ft_getenv("FT_TEST_OUT_DIR_WAIT_S");
     const int wait_s = wait_env ? atoi(wait_env) : 60;
     for (int t = 0; mine != want && t < wait_s; t++) {
         sleep(1);

@@ -124,7 +124,7 @@ static int mpi_wait(comm *c, void *req) {
 // FT_MPI_MAX_COUNT (test-only) lowers it. 0 / -1 (the variable is not a count).
 static int mpi_max_count(size_t *out) {
     *out = (size_t)INT32_MAX;
-    const char *s = getenv("FT_MPI_MAX_COUNT");
+    const char *s = ft_getenv("FT_MPI_MAX_COUNT");
     if (!s || !*s) return 0;
     char *end;
     errno = 0;

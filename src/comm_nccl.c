@@ -111,7 +111,7 @@ int comm_nccl_load(void) {
     // init instead, NCCL's memory is already gone when the arena is sized, as src/launch.c
     // intends (communicators before the arena); a user's own setting wins.
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);
-    const char *file = getenv("FT_NCCL_LIBRARY");
+    const char *file = ft_getenv("FT_NCCL_LIBRARY");
     nccl_functions f;
     if (!file && ncclCommInitRank) {   // linked in
 #define NCCL_LINKED(name) if (!(f.name = name)) return ft_error("nccl: the linked NCCL has no %s", #name);

@@ -226,3 +226,168 @@ int ft_sha256_file_hex(const char *path, char hex[65]) {
     for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
     return 0;
 }
+
+// ----------------------------------------------------------------------------
+// environment variables
+
+typedef enum {
+    ENV_USER,     // finetune reads it; for users
+    ENV_TEST,     // finetune reads it; for the test suites only
+    ENV_SYSTEM,   // set by a launcher, Slurm or the user for other programs too; finetune reads it
+    ENV_SLURM,    // read by slurm/*.sbatch (not by finetune)
+    ENV_TOOLS,    // read by the test programs and the CUDA emulator in tests/ (not by finetune)
+} env_kind;
+typedef struct {
+    const char *name;
+    env_kind kind;
+    const char *doc;   // one line of Markdown
+} env_var;
+
+// Every environment variable the code reads. tests/test_gen_docs.sh checks both ways against
+// the sources; keep each kind's rows together (the Markdown prints them in this order).
+static const env_var env_vars[] = {
+    {"FT_HOST_MEMORY_BYTES", ENV_USER,
+     "bytes of host memory that `--offload_optimizer`'s pinned state of all the ranks of a node may take, "
+     "taken as is (default: the smaller of the machine's memory and the job's cgroup limit, less 10%)"},
+    {"FT_SIGNAL_MARGIN_S", ENV_USER,
+     "seconds a stop signal leaves before Slurm's time limit when the job was submitted with another "
+     "`--signal=TERM@N` than `slurm/*.sbatch`'s 300: finetune warns once when a step and a checkpoint "
+     "take longer"},
+    {"FT_NCCL_LIBRARY", ENV_USER,
+     "the NCCL library GPU jobs of several ranks load (default: `libnccl.so.2` from the library path)"},
+    {"FT_LMHEAD_CHUNK_ROWS", ENV_TEST,
+     "caps the rows of each lm_head + cross-entropy chunk (an integer from 1), so that small models run "
+     "the chunked path"},
+    {"FT_MPI_MAX_COUNT", ENV_TEST,
+     "lowers the most elements one MPI call moves (default 2^31 - 1), so that small jobs run the chunked "
+     "all-reduces and broadcasts"},
+    {"FT_TEST_STOP_AT_STEP", ENV_TEST,
+     "`N`: rank 1 stops itself (SIGSTOP) in step N, for the watchdog's tests"},
+    {"FT_TEST_STOP_BEFORE", ENV_TEST,
+     "`nccl_init` or `nccl_split`: rank 1 stops itself (SIGSTOP) right before that NCCL call"},
+    {"FT_TEST_NCCL_SELF", ENV_TEST,
+     "a one-rank GPU job runs its collectives through NCCL (one rank's communicators) instead of the "
+     "single-process transport"},
+    {"FT_TEST_HOST", ENV_TEST,
+     "replaces this machine's host name when ranks choose their GPU (several hosts simulated on one)"},
+    {"FT_TEST_SAMPLE_SKEW", ENV_TEST,
+     "ranks other than 0 draw EOS when sampling, as a rank whose draw differs would (rank 0's token must "
+     "win)"},
+    {"FT_TEST_OUT_DIR_WAIT_S", ENV_TEST,
+     "seconds the other ranks look again for rank 0's `--out_dir` lock before calling the directory "
+     "another (default 60, a network filesystem's attribute cache)"},
+    {"FT_TEST_PUBLISH_KILL", ENV_TEST,
+     "`1`: exit (status 9) right after the rename that replaces a published directory, before the old "
+     "copy is removed"},
+    {"FT_TEST_POISON_FRESH_GRADS", ENV_TEST,
+     "fill each fresh gradient buffer with NaN first, so that an element the backward fails to "
+     "overwrite shows in the gradient norm"},
+    {"FT_TEST_METRICS_TEAR", ENV_TEST,
+     "`N`: write half of the N-th `metrics.jsonl` record and fail it, as a full disk would"},
+
+    {"PMI_RANK", ENV_SYSTEM, "this process's rank (MPICH, Slurm PMI2), before the launcher is set up: "
+     "which rank prints flag errors and `--dry_run`'s report"},
+    {"SLURM_PROCID", ENV_SYSTEM, "the same under srun"},
+    {"OMPI_COMM_WORLD_RANK", ENV_SYSTEM, "the same under Open MPI"},
+    {"PMI_SIZE", ENV_SYSTEM, "the ranks started (MPICH, Slurm PMI2): `--dry_run` plans for them "
+     "without `--world_size`"},
+    {"SLURM_NTASKS", ENV_SYSTEM, "the same under Slurm"},
+    {"OMPI_COMM_WORLD_SIZE", ENV_SYSTEM, "the same under Open MPI"},
+    {"SLURM_STEP_NUM_TASKS", ENV_SYSTEM, "the tasks of an srun step (also `PMI_SIZE`, `OMPI_COMM_WORLD_SIZE`): "
+     "a process that is one of several but joined none of the others warns that it trains alone"},
+    {"PMI_FD", ENV_SYSTEM, "set by an MPI or Slurm PMI2 launcher: this process is one of its ranks"},
+    {"PMIX_RANK", ENV_SYSTEM, "set by a PMIx launcher: this process is one of its ranks"},
+    {"SLURM_STEP_ID", ENV_SYSTEM, "under srun: with `PMI_FD`, ranks start through Slurm's PMI2"},
+    {"SLURM_LOCALID", ENV_SYSTEM, "under Slurm PMI2: the rank on its node (its GPU)"},
+    {"SLURM_STEP_TASKS_PER_NODE", ENV_SYSTEM, "under Slurm PMI2: the tasks on each node"},
+    {"SLURM_JOB_ID", ENV_SYSTEM, "inside a Slurm job: the stop signal's margin is checked "
+     "(`FT_SIGNAL_MARGIN_S`)"},
+    {"OMP_NUM_THREADS", ENV_SYSTEM, "CPU threads per rank (OpenMP); unset, MPI ranks of a node share its "
+     "CPUs equally"},
+    {"CUDA_VISIBLE_DEVICES", ENV_SYSTEM, "the GPUs a rank sees: ranks of one host with the same value take "
+     "its GPUs in rank order"},
+    {"NCCL_LAUNCH_ORDER_IMPLICIT", ENV_SYSTEM, "finetune sets `1` when unset (NCCL orders the launches of "
+     "its two communicators); `0` is refused for sharded GPU jobs on NCCL 2.26 and newer"},
+    {"NCCL_RUNTIME_CONNECT", ENV_SYSTEM, "finetune sets `0` when unset: NCCL connects its peers at init, "
+     "before the device arena is sized"},
+
+    {"FT_ROOT", ENV_SLURM, "the repository the job runs in (default: the submit directory)"},
+    {"FT_BIN", ENV_SLURM, "the finetune binary, relative to `FT_ROOT` or absolute (default "
+     "`build/finetune`)"},
+    {"FT_DEVICE", ENV_SLURM, "the `--device` added when the arguments give none (default `cuda`)"},
+    {"FT_SAVE_EVERY", ENV_SLURM, "the `--save_every` added when the arguments give none (default 2000, "
+     "multi-node 5000; 0 = only at the end)"},
+    {"FT_DP_SHARD", ENV_SLURM, "`finetune_multinode.sbatch`: the `--dp_shard` added when the arguments give "
+     "neither it nor `--no_fsdp` (default: the tasks per node)"},
+    {"FT_SRUN_ARGS", ENV_SLURM, "more options for srun (e.g. `--cpu-bind=cores`)"},
+
+    {"FT_SANITIZED", ENV_TOOLS, "set by `make test-asan`: the suites skip their slow cases"},
+    {"FT_GOLDEN_DIR", ENV_TOOLS, "`test_golden`'s reference directory (default `tests/golden`)"},
+    {"FT_CUDA_STUB_LIBCUDA", ENV_TOOLS, "the stub libcuda `test_cudnn_plan` loads (default: the CUDA "
+     "toolkit's)"},
+    {"FT_PMI2_CORRUPT", ENV_TOOLS, "`R`: rank R of `tests/slurm`'s PMI2 exchange publishes a wrong value"},
+    {"FT_TEST_CUDNN_FAULT", ENV_TOOLS, "the emulated cuDNN fails as told: `plan`, `late_fwd`, `late_bwd` "
+     "(plans after the first) or `mismatch` (a wrong forward)"},
+    {"FT_EMU_DEVICES", ENV_TOOLS, "emulated GPUs (default 1)"},
+    {"FT_EMU_MEMORY_MIB", ENV_TOOLS, "memory of each emulated GPU in MiB (default 8192)"},
+    {"FT_EMU_DEVICE_NAME", ENV_TOOLS, "the name an emulated GPU reports"},
+    {"FT_EMU_COMPUTE_CAPABILITY", ENV_TOOLS, "`MAJOR.MINOR` an emulated GPU reports (default 8.0)"},
+    {"FT_EMU_SHARED_DEVICES", ENV_TOOLS, "emulated device numbers are the node's: a rank drives its "
+     "`CUDA_VISIBLE_DEVICES` entry, two ranks of a host on one GPU are refused"},
+    {"FT_EMU_NCCL_VERSION", ENV_TOOLS, "the version the emulated NCCL reports (`NCCL_VERSION_CODE`, "
+     "default 22809)"},
+    {"FT_EMU_NCCL_ID_FAIL", ENV_TOOLS, "the emulated `ncclGetUniqueId` fails"},
+    {"FT_EMU_SEED", ENV_TOOLS, "seed of the emulated streams' random delays"},
+    {"FT_EMU_MAX_DELAY_US", ENV_TOOLS, "the longest random delay of an emulated stream operation (us)"},
+    {"FT_EMU_SYNC", ENV_TOOLS, "`1`: emulated streams run each operation when it is issued"},
+    {"FT_EMU_MAX_QUEUE", ENV_TOOLS, "`N`: an emulated stream holds at most N unfinished operations "
+     "(issuing one more blocks the host)"},
+    {"FT_EMU_STATS", ENV_TOOLS, "print how many operations of each kind were issued, at exit"},
+    {"FT_EMU_MAX_REPORTS", ENV_TOOLS, "the most ordering-hazard reports printed (default 20)"},
+    {"CUEMU_ORDER", ENV_TOOLS, "`forward`, `reverse` or `random`: the order emulated thread blocks run"},
+    {"CUEMU_SEED", ENV_TOOLS, "the seed of `CUEMU_ORDER=random`"},
+    {"CUEMU_STACK_KB", ENV_TOOLS, "stack of each emulated GPU thread in KiB (default 256, 1024 under "
+     "ASan)"},
+    {"CUEMU_WORKERS", ENV_TOOLS, "the emulator's worker threads (default: the CPUs available)"},
+};
+#define N_ENV_VARS (int)(sizeof env_vars / sizeof env_vars[0])
+
+const char *ft_getenv(const char *name) {
+    for (int i = 0; i < N_ENV_VARS; i++)
+        if (strcmp(env_vars[i].name, name) == 0 && env_vars[i].kind <= ENV_SYSTEM) return getenv(name);
+    fprintf(stderr, "finetune: internal error: ft_getenv(\"%s\"): not a variable finetune reads in src/common.c's "
+            "table\n", name);
+    return NULL;
+}
+
+// One section: a heading, a line of text, then the table of the variables of `kind`.
+static void env_section(FILE *out, const char *heading, const char *text, env_kind kind) {
+    fprintf(out, "\n## %s\n\n%s\n\n| Variable | %sDescription |\n|---|%s---|\n", heading, text,
+            kind == ENV_USER ? "Use | " : "", kind == ENV_USER ? "---|" : "");
+    for (int i = 0; i < N_ENV_VARS; i++) {
+        const env_var *v = &env_vars[i];
+        if (v->kind == kind || (kind == ENV_USER && v->kind == ENV_TEST))
+            fprintf(out, "| `%s` | %s%s |\n", v->name,
+                    kind != ENV_USER ? "" : v->kind == ENV_USER ? "user | " : "test-only | ", v->doc);
+    }
+}
+
+void ft_env_print_markdown(FILE *out) {
+    fprintf(out, "# Environment variables\n\n"
+            "Generated by `finetune --help=env` from the table in `src/common.c`: do not edit; `make docs`\n"
+            "rewrites it and `tests/test_gen_docs.sh` fails when it is stale. The flags are in\n"
+            "[flags.md](flags.md).\n");
+    env_section(out, "Read by finetune",
+                "Test-only variables are for the test suites (fault injection, small-scale versions of\n"
+                "large-scale paths); a real job leaves them unset.", ENV_USER);
+    env_section(out, "Set by launchers and the system, read by finetune",
+                "finetune reads these; launchers (mpirun, srun) and users set them for other programs too.",
+                ENV_SYSTEM);
+    env_section(out, "Read by the Slurm scripts",
+                "`slurm/finetune_1node.sbatch` and `slurm/finetune_multinode.sbatch` (see `slurm/README.md`).",
+                ENV_SLURM);
+    env_section(out, "Read by the test programs and the CUDA emulator",
+                "`tests/` (the emulated GPU build links the emulator into finetune: its variables act there\n"
+                "too).\n"
+                "The test scripts' own variables are described at their top.", ENV_TOOLS);
+}

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 // ----------------------------------------------------------------------------
@@ -141,3 +142,18 @@ static inline size_t ft_first_nonfinite(const float *x, size_t n) {
         if (!__builtin_isfinite(x[i])) return i;
     return n;
 }
+
+// ----------------------------------------------------------------------------
+// environment variables: one table (common.c) lists every variable the code reads, with who
+// reads it and one line of documentation; `finetune --help=env` prints it as
+// docs/environment.md, and tests/test_gen_docs.sh checks that every FT_* name read in src/
+// and tests/ is in it and every entry is read somewhere.
+
+// The value of environment variable `name`, or NULL when it is unset. `name` must be in the
+// table as a variable finetune reads (its own FT_* ones and the launchers' and system's it
+// looks at): any other name is a programming error, reported as one "internal error" line on
+// stderr (the suites fail on unexpected stderr), and gives NULL whatever the environment says.
+const char *ft_getenv(const char *name);
+
+// Print the table as Markdown (docs/environment.md) to `out`.
+void ft_env_print_markdown(FILE *out);

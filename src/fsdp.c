@@ -174,7 +174,7 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->esz = st_dtype_size(be->dtype);
     s->gdt = grad_dtype(setup, be->dtype);
     s->keep_gathered = keep_gathered && shard->size > 1;
-    s->poison_fresh = getenv("FT_TEST_POISON_FRESH_GRADS") != NULL;
+    s->poison_fresh = ft_getenv("FT_TEST_POISON_FRESH_GRADS") != NULL;
     s->mode = fsdp_resolve_grad_mode(setup->mode, shard->size);
     s->accumulate_locally = s->mode == FSDP_GRADS_LOCAL;
     s->micro_first = s->micro_last = 1;

@@ -102,7 +102,7 @@ int fs_write_text_atomic(const char *path, const char *text) {
 // replaces an existing dst, before the old copy is removed: a kill at the worst moment
 // (tests/test_train.sh shows the checkpoint it replaced is never missing and the leftover goes)
 static void test_kill_after_swap(void) {
-    const char *k = getenv("FT_TEST_PUBLISH_KILL");
+    const char *k = ft_getenv("FT_TEST_PUBLISH_KILL");
     if (k && strcmp(k, "1") == 0) _exit(9);
 }
 

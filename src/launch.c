@@ -156,7 +156,7 @@ static int device_arena_bytes(const train_options *o, int W, size_t *out) {
 // single transport, so that one GPU runs comm_nccl.c: loading NCCL, its version gates, init,
 // split, the host all-reduces of losses and norms, the watchdog's hooks and teardown
 // (tests/gpu/test_gpu.sh; on the emulator, tests/test_cuda_emu_train.sh under mpiexec -n 1).
-static int nccl_self_test(const launch *L) { return L->W == 1 && getenv("FT_TEST_NCCL_SELF") != NULL; }
+static int nccl_self_test(const launch *L) { return L->W == 1 && ft_getenv("FT_TEST_NCCL_SELF") != NULL; }
 
 // GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c), and with shards of
 // S > 1 ranks one that runs concurrent communicators (the reduce-scatter lane). 0 / -1.
@@ -175,7 +175,7 @@ static int nccl_available(int S) {
 // rank 1 (SIGSTOP) right before that NCCL call, after the exchange or barrier before it: its
 // peers then wait inside NCCL's call, which only the watchdog's guard ends
 static void test_stop_before(const launch *L, const char *call) {
-    const char *v = getenv("FT_TEST_STOP_BEFORE");
+    const char *v = ft_getenv("FT_TEST_STOP_BEFORE");
     if (v && L->rank == 1 && strcmp(v, call) == 0) raise(SIGSTOP);
 }
 
@@ -288,7 +288,7 @@ static void data_plane_bind(launch *L) {
 // *keys: malloc'ed (W). 0 / -1.
 static int rank_keys(launch *L, const char *extra, double **keys) {
     char text[320], host[128];
-    const char *fake = getenv("FT_TEST_HOST");
+    const char *fake = ft_getenv("FT_TEST_HOST");
     if (fake) snprintf(host, sizeof host, "%s", fake);
     else ft_hostname(host, sizeof host);
     snprintf(text, sizeof text, "%s|%s", host, extra);

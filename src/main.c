@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (want_help) {
-        options_print_help();
+        options_print_help(want_help);
         return 0;
     }
     if (o.dry_run) return dry_run(&o) == 0 ? 0 : report(1, launch_env_rank() == 0);

@@ -199,7 +199,7 @@ static void layer_acts_table(mem_table *t, mem_category cat, const char *what, c
 // FT_LMHEAD_CHUNK_ROWS (test-only): the row cap it sets, 0 when unset; -1 when not an integer
 // in [1, LMHEAD_CHUNK_ROWS_MAX]
 static int lmhead_chunk_env(const char **text) {
-    const char *s = getenv("FT_LMHEAD_CHUNK_ROWS");
+    const char *s = ft_getenv("FT_LMHEAD_CHUNK_ROWS");
     *text = s;
     if (!s) return 0;
     char *end;

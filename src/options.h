@@ -6,14 +6,21 @@
 
 #include "train.h"
 
+// What options_parse asks of main instead of a run: --help / -h, --version, --help=markdown,
+// --help=env.
+enum { OPTIONS_RUN, OPTIONS_HELP, OPTIONS_VERSION, OPTIONS_HELP_MARKDOWN, OPTIONS_HELP_ENV };
+
 // Parse argv into *o, defaults first. Accepts "--flag value", "--flag=value" and bare
-// boolean flags; --help / -h sets *want_help to 1, --version to 2, and stops. 0, or -1 with ft_error naming the
-// flag (unknown, missing value, not a number, out of range, not one of the choices,
-// contradicting another flag).
+// boolean flags; --help / -h, --help=markdown, --help=env and --version set *want_help
+// (OPTIONS_*, else OPTIONS_RUN) and stop. 0, or -1 with ft_error naming the flag (unknown,
+// missing value, not a number, out of range, not one of the choices, contradicting another
+// flag, --help= of an unknown kind).
 int options_parse(train_options *o, int argc, char **argv, int *want_help);
 
-// Print --help to stdout: every flag with its help, choices and default.
-void options_print_help(void);
+// Print to stdout what `what` asks for: OPTIONS_HELP: --help (every flag with its help,
+// choices and default); OPTIONS_HELP_MARKDOWN: the same as Markdown (docs/flags.md);
+// OPTIONS_HELP_ENV: the environment variables read (docs/environment.md, common.h).
+void options_print_help(int what);
 
 // Print " name=value" for every flag of `o` to `out` (the resolved configuration).
 void options_print(FILE *out, const train_options *o);

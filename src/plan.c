@@ -347,7 +347,7 @@ int plan_find_max_batch(const llama_config *c, const plan_request *req, size_t b
 int plan_check_host_memory(const plan *p, int ranks_on_node) {
     const size_t need = p->bytes[MEM_HOST] * (size_t)ranks_on_node;
     if (need == 0) return 0;
-    const char *env = getenv("FT_HOST_MEMORY_BYTES");
+    const char *env = ft_getenv("FT_HOST_MEMORY_BYTES");
     char what[FT_PATH_MAX + 32] = "FT_HOST_MEMORY_BYTES";
     double have = env ? strtod(env, NULL) : 0;
     if (!env) {

@@ -263,7 +263,7 @@ int sampler_open(sampler *sp, fsdp_state *s, const lora_layout *lora, const unit
                         cfg->max_position_embeddings, cfg->max_position_embeddings - SAMPLE_PROMPT_TOKENS);
     }
     *sp = (sampler){.s = s, .lora = lora, .adapters = adapters, .mem = mem, .val = val, .out_dir = out_dir,
-                    .world = world, .rank = world->rank, .skew_test = getenv("FT_TEST_SAMPLE_SKEW") != NULL,
+                    .world = world, .rank = world->rank, .skew_test = ft_getenv("FT_TEST_SAMPLE_SKEW") != NULL,
                     .n_tokens = n_tokens, .games = games, .params = *params};
     sp->T = SAMPLE_PROMPT_TOKENS + n_tokens;   // <= max_position_embeddings
     // The context runs padded to the backend's bucket (causal attention: the padding does

@@ -486,7 +486,7 @@ static double trained_params(const job *j) { return (double)(j->lora ? &j->ll.la
 // last periodic one). Rank 0.
 static void warn_signal_margin(double step_secs, double save_secs, const char *size) {
     static int warned;
-    const char *env = getenv("FT_SIGNAL_MARGIN_S");
+    const char *env = ft_getenv("FT_SIGNAL_MARGIN_S");
     if (env && !(atof(env) > 0)) env = NULL;   // (not a positive number: the scripts' margin)
     const double margin = env ? atof(env) : SLURM_SIGNAL_MARGIN_S;
     if (warned || !getenv("SLURM_JOB_ID") || step_secs + save_secs <= margin) return;
@@ -597,7 +597,7 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
         return 0;
     }
     if (start == 0) TRY(eval_and_log(j, 0));
-    const char *stop_env = getenv("FT_TEST_STOP_AT_STEP");   // (test-only: train_step)
+    const char *stop_env = ft_getenv("FT_TEST_STOP_AT_STEP");   // (test-only: train_step)
     j->test_stop_step = stop_env && j->rank == 1 ? atoi(stop_env) : -1;
     while (step < j->total_steps) {
         step_stats st = {0};

@@ -32,7 +32,7 @@ static void metrics_put(job *j, const char *rec) {
     FILE *f = j->metrics;
     if (!f) return;
     const size_t n = strlen(rec);
-    const char *tear = getenv("FT_TEST_METRICS_TEAR");
+    const char *tear = ft_getenv("FT_TEST_METRICS_TEAR");
     const int torn = tear && ++j->metrics_records == atoi(tear);
     int e = ENOSPC;
     if (!torn && fwrite(rec, 1, n, f) == n && fflush(f) == 0) {

@@ -27,6 +27,13 @@ if git rev-parse --git-dir >/dev/null 2>&1; then
   grep -q "^finetune .*$rev" <<<"$(head -1 <<<"$ver")" && ok "--version names this checkout's commit $rev" || bad "--version '$(head -1 <<<"$ver")', HEAD is $rev"
 fi
 printf '%s\n' "$help" | grep -q -- "--version" && ok "--help lists --version" || bad "--help does not list --version"
+# --help=markdown and --help=env (docs/flags.md, docs/environment.md: tests/test_gen_docs.sh)
+for kind in markdown:"# finetune flags" env:"# Environment variables"; do
+  out=$("$bin" --help="${kind%%:*}" 2>&1); rc=$?
+  [ $rc -eq 0 ] && [ "$(head -1 <<<"$out")" = "${kind#*:}" ] && ok "--help=${kind%%:*} exits 0 with its heading" \
+    || bad "--help=${kind%%:*}: rc $rc, first line '$(head -1 <<<"$out")'"
+done
+expect_error "flag --help: 'bogus' is not one of markdown|env" --help=bogus
 
 expect_error "unknown flag '--bogus'" --bogus
 expect_error "--batch_size_per_device: 0 is out of range" --eval_only --batch_size_per_device 0

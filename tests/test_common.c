@@ -5,9 +5,13 @@
 //   message, each fed whole and in pieces of 1, 7, 63 and 65 bytes (the block boundary
 //   from both sides); a file's digest against the one scripts/tokenize_shards.py (hashlib)
 //   recorded in data/chess/shards.json for data/model/tokenizer.json; a missing file is -1.
+//   ft_getenv: a name of the environment table gives its value (NULL when unset); a name not
+//   in it, or one only the test tools read, gives NULL although it is set, with one "internal
+//   error" line on stderr naming it.
 // Runtime: well under a second.
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "test.h"
@@ -58,6 +62,45 @@ static void test_sha256(void) {
     ft_error_clear();
 }
 
+// ft_getenv(name) with stderr captured into err (n bytes): its result.
+static const char *getenv_captured(const char *name, char *err, size_t n) {
+    fflush(stderr);
+    const int saved = dup(2);
+    FILE *f = tmpfile();
+    if (saved < 0 || !f) return "(cannot capture stderr)";
+    dup2(fileno(f), 2);
+    const char *v = ft_getenv(name);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    const size_t got = fread(err, 1, n - 1, f);
+    err[got] = '\0';
+    fclose(f);
+    return v;
+}
+
+static void test_getenv(void) {
+    char err[512];
+    setenv("FT_TEST_HOST", "node-7", 1);
+    const char *v = getenv_captured("FT_TEST_HOST", err, sizeof err);
+    EXPECT(v && !strcmp(v, "node-7") && !err[0], "a listed variable: its value ('%s'), nothing on stderr ('%s')",
+           v ? v : "(null)", err);
+    unsetenv("FT_TEST_HOST");
+    v = getenv_captured("FT_TEST_HOST", err, sizeof err);
+    EXPECT(!v && !err[0], "a listed variable unset: NULL, nothing on stderr ('%s')", err);
+    static const char *refused[] = {"FT_NOT_IN_THE_TABLE", "FT_EMU_DEVICES"};   // (the second: the emulator's)
+    for (int i = 0; i < 2; i++) {
+        setenv(refused[i], "1", 1);
+        v = getenv_captured(refused[i], err, sizeof err);
+        const int one_line = err[0] && strchr(err, '\n') == err + strlen(err) - 1;
+        EXPECT(!v && strstr(err, "internal error") && strstr(err, refused[i]) && one_line,
+               "%s, set but not finetune's: NULL and one line naming it (got %s, '%s')", refused[i], v ? v : "(null)",
+               err);
+        unsetenv(refused[i]);
+    }
+}
+
 int main(void) {
     char buf[16];
     ft_error_clear();
@@ -79,5 +122,6 @@ int main(void) {
            "the first error wins: '%s'", ft_error_message());
     ft_error_clear();
     test_sha256();
+    test_getenv();
     TEST_SUMMARY("test_common");
 }
