@@ -265,7 +265,9 @@ int plan_validate(const llama_config *c, const plan_request *r) {
     return r->lora.rank ? lora_validate(&r->lora, c) : 0;
 }
 
-int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
+// The plan of `r`; with_ops 0: its memory and step work without the step's op list (the batch
+// search asks only whether the memory fits, and the op count runs the model once).
+static int plan_build(plan *p, const llama_config *c, const plan_request *r, int with_ops) {
     memset(p, 0, sizeof *p);
     p->req = *r;
     TRY(plan_validate(c, r));
@@ -303,9 +305,10 @@ int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
     if (r->lora.rank) lora_layout_free(&ll);
     param_layout_free(&l);
     plan_step_work(p, c);
-    plan_ops_compute(p, c);
-    return 0;
+    return with_ops ? plan_ops_compute(p, c) : 0;
 }
+
+int plan_compute(plan *p, const llama_config *c, const plan_request *r) { return plan_build(p, c, r, 1); }
 
 // ----------------------------------------------------------------------------
 // batch search
@@ -314,7 +317,7 @@ static int batch_fits(const llama_config *c, plan_request r, int B, size_t budge
     r.batch_size_per_device = B;
     r.total_batch_size = B * r.world_size;   // memory does not depend on the accumulation
     plan p;
-    if (plan_compute(&p, c, &r) != 0) { ft_error_clear(); return 0; }
+    if (plan_build(&p, c, &r, 0) != 0) { ft_error_clear(); return 0; }
     return p.total <= budget;
 }
 
