@@ -2,8 +2,12 @@
 //
 // One optimizer step is a list of ops (plan_ops_compute), each with its FLOPs or HBM bytes, a
 // class that says at what rate it runs, and a phase that says what collectives it can hide.
-// A device turns the list into times (plan_estimate_step_time). Nothing here was measured on
-// a GPU: every rate is a published peak times a fraction, each fraction with its source.
+// The model's ops are not retyped here: one micro-batch of the model code runs over a backend
+// that only counts (src/backend_count.h), and its tally, per phase and kind, becomes the rows;
+// the gradient schedule's and the optimizer's traffic come from the plan's bytes. A device
+// turns the list into times (plan_estimate_step_time): every rate is a published peak times a
+// fraction, each fraction with its source (the GEMM fraction and the per-operation floor
+// measured on one H200).
 #include "plan.h"
 
 #include <math.h>

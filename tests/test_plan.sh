@@ -519,11 +519,13 @@ expect_error "exceeds the model's max_position_embeddings" --dry_run --seq_len 1
 # --dry_run's count of device operations per step (each takes at least the issue floor)
 # against the emulated device's: FT_EMU_STATS=1 makes it print what it was issued, by name;
 # kernels, cuBLASLt GEMMs, cuDNN graphs and memsets of a 2-step run less a 1-step run (the
-# startup checks, evals and final save cancel) per rank. The plan counts every pass of the
-# step by formula (src/plan_time.c); within 5% of the emulated count on every case below
-# (measured 2026-11-26: 0.99-1.01, the rest per-step bookkeeping the formula leaves out; a
-# forgotten per-layer term is off by more: LoRA's split RoPE pass alone was 7% of its count,
-# the backward's 8 GEMMs per layer are a third).
+# startup checks, evals and final save cancel) per rank. The plan counts the model's passes
+# by running the model code once over a backend that only counts (src/backend_count.c) and the
+# gradient schedule's and optimizer's passes by formula (src/plan_time.c); within 5% of the
+# emulated count on every case below (measured 2026-11-28: equal on every one-GPU case, FSDP 2
+# 1.3% over, in the formula's per-unit gradient passes; when the model's passes were a formula
+# too, 0.99-1.01, and a forgotten per-layer term was off by more: LoRA's split RoPE pass alone
+# was 7% of its count, the backward's 8 GEMMs per layer are a third).
 # The same runs check the device arena against the plan it is sized from: its high-water mark
 # (the highest byte any buffer, per-call workspace or kernel scratch ever reached, rank 0's
 # line "device arena: high-water") is at most the planned total + cuBLASLt's 32 MiB workspace
