@@ -20,6 +20,7 @@ static struct {
     count_phase phase;
     int n_layers;
     double e;             // bytes per storage element
+    int grads_f32;        // the gradient units are fp32
     uintptr_t next;       // the next address alloc hands out
 } g;
 
@@ -204,11 +205,10 @@ static int prov_release(void *ctx, int u) {
     g.phase = COUNT_ROOT;
     return 0;
 }
-static int grads_f32;
 static int prov_grad_begin(void *ctx, int u, unit_grad *ug) {
     (void)ctx;
     ug->data = COUNT_GRADS;
-    ug->dtype = grads_f32 || g.e == 4 ? ST_F32 : ST_BF16;
+    ug->dtype = g.grads_f32 || g.e == 4 ? ST_F32 : ST_BF16;
     ug->fresh = 0;
     g.phase = u >= g.n_layers ? COUNT_ROOT : COUNT_LAYER_BWD;
     return 0;
@@ -247,7 +247,7 @@ int count_micro_batch(const llama_config *cfg, const count_job *job, count_resul
     g.n_layers = cfg->num_hidden_layers;
     g.e = (double)job->elem_bytes;
     g.next = (uintptr_t)1 << 32;
-    grads_f32 = job->grads_f32;
+    g.grads_f32 = job->grads_f32;
     count_table.dtype = job->elem_bytes == 2 ? ST_BF16 : ST_F32;
     param_layout l;
     TRY(param_layout_init(&l, cfg, 1));
