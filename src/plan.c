@@ -265,7 +265,9 @@ int plan_validate(const llama_config *c, const plan_request *r) {
     return r->lora.rank ? lora_validate(&r->lora, c) : 0;
 }
 
-int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
+// The plan of `r`; with_ops 0: its memory and step work without the step's op list (the batch
+// search asks only whether the memory fits, and the op count runs the model once).
+static int plan_build(plan *p, const llama_config *c, const plan_request *r, int with_ops) {
     memset(p, 0, sizeof *p);
     p->req = *r;
     TRY(plan_validate(c, r));
@@ -303,9 +305,10 @@ int plan_compute(plan *p, const llama_config *c, const plan_request *r) {
     if (r->lora.rank) lora_layout_free(&ll);
     param_layout_free(&l);
     plan_step_work(p, c);
-    plan_ops_compute(p, c);
-    return 0;
+    return with_ops ? plan_ops_compute(p, c) : 0;
 }
+
+int plan_compute(plan *p, const llama_config *c, const plan_request *r) { return plan_build(p, c, r, 1); }
 
 // ----------------------------------------------------------------------------
 // batch search
@@ -314,7 +317,7 @@ static int batch_fits(const llama_config *c, plan_request r, int B, size_t budge
     r.batch_size_per_device = B;
     r.total_batch_size = B * r.world_size;   // memory does not depend on the accumulation
     plan p;
-    if (plan_compute(&p, c, &r) != 0) { ft_error_clear(); return 0; }
+    if (plan_build(&p, c, &r, 0) != 0) { ft_error_clear(); return 0; }
     return p.total <= budget;
 }
 
@@ -549,8 +552,8 @@ static void print_job_line(FILE *out, const plan *p, const char *dtype, const ch
             device);
 }
 
-void plan_print_report(FILE *out, const plan *p, const llama_config *c, const char *model_dir, const char *device,
-                       int max_batch) {
+// The report's head: the model, the job, LoRA's adapters.
+static void print_head(FILE *out, const plan *p, const llama_config *c, const char *model_dir, const char *device) {
     const plan_request *r = &p->req;
     const char *dtype = r->elem_bytes == 2 ? "bf16" : "fp32";
     fprintf(out, "finetune: dry run: a plan, nothing allocated, no weights read\n");
@@ -569,7 +572,12 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
                              : "the step-time estimate below prices the base's forward and dX GEMMs (no dW) and "
                                "the adapters' products");
     }
+}
 
+// The memory per rank: one line per category (and its buffers), the total, sampling's model,
+// the host memory and the model state's bytes per parameter.
+static void print_memory(FILE *out, const plan *p) {
+    const plan_request *r = &p->req;
     fprintf(out, "\nmemory per rank (what the allocator's tracker records; exact for this build%s):\n",
             r->elem_bytes == 2 && !r->eval_only ? ", but for the attention backward's workspace line: taken from the "
                                                   "arena around each call, not a tracked buffer"
@@ -599,7 +607,11 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     const double state = (double)(p->bytes[MEM_PARAMS] + p->bytes[MEM_GRADS] + p->bytes[MEM_OPTIMIZER]);
     fprintf(out, "  model state (params + grads + optimizer): %.2f bytes per parameter over all %d rank(s), %.2f per rank\n",
             state * r->world_size / (double)p->n_params, r->world_size, state / (double)p->n_params);
+}
 
+// Whether the plan fits the 80 GB device, its largest batches, and what would fit when it does not.
+static void print_fit(FILE *out, const plan *p, const llama_config *c, int max_batch) {
+    const plan_request *r = &p->req;
     const plan_device *d = PLAN_FIT_DEVICE;
     const size_t budget = plan_device_budget(p, d);
     fprintf(out, "\nfits an 80 GB GPU (A100/H100 80GB): %s (%.2f GiB of %.2f GiB: the H100's %.2f GiB, less %.0f GiB "
@@ -610,13 +622,11 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
             r->elem_bytes == 4 ? "; fp32 storage as on the CPU backend: plan with --device cuda for bf16" : "");
     print_max_batch(out, p, c, budget, max_batch);
     if (!plan_fits(p, d)) print_fit_alternatives(out, p, c);
+}
 
-    if (r->eval_only) {
-        print_eval_collectives(out, p);
-        plan_print_step_time(out, p);
-        print_faster_alternative(out, p, c);
-        return;
-    }
+// The training step's collectives per rank.
+static void print_collectives(FILE *out, const plan *p) {
+    const plan_request *r = &p->req;
     fprintf(out, "\ncollectives: sent per rank per optimizer step (ring; as the comm counters and metrics.jsonl record them):\n");
     const struct { const char *name; size_t bytes; const char *what; } coll[] = {
         {"all_gather", p->all_gather_bytes,
@@ -632,6 +642,15 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     };
     for (int i = 0; i < 3; i++)
         fprintf(out, "  %-14s %15zu bytes %9.3f GB   %s\n", coll[i].name, coll[i].bytes, coll[i].bytes / 1e9, coll[i].what);
+}
+
+void plan_print_report(FILE *out, const plan *p, const llama_config *c, const char *model_dir, const char *device,
+                       int max_batch) {
+    print_head(out, p, c, model_dir, device);
+    print_memory(out, p);
+    print_fit(out, p, c, max_batch);
+    if (p->req.eval_only) print_eval_collectives(out, p);
+    else print_collectives(out, p);
     plan_print_step_time(out, p);
     print_faster_alternative(out, p, c);
 }

@@ -249,9 +249,11 @@ typedef struct {
     double mfu;                     // model_flops / (total_s x peak_flops)
 } plan_step_time;
 
-// Fill p->ops (and p->exec_flops) from the job's shapes and p's collective and optimizer
-// bytes; plan_compute calls it last.
-void plan_ops_compute(plan *p, const llama_config *cfg);
+// Fill p->ops (and p->exec_flops, p->launches): the model's ops of a micro-batch as the model
+// code issues them, counted over a backend that only counts (src/backend_count.h), priced per
+// op class, and the step's gradient and optimizer traffic from p's bytes; plan_compute calls it
+// last. 0, or -1 with ft_error.
+int plan_ops_compute(plan *p, const llama_config *cfg);
 // Name of an op class as the report prints it ("gemm", "attention", "simt", "memory").
 const char *plan_op_class_name(plan_op_class k);
 // Seconds of op `o` on device `d` at its class's rate.

@@ -2,13 +2,19 @@
 //
 // One optimizer step is a list of ops (plan_ops_compute), each with its FLOPs or HBM bytes, a
 // class that says at what rate it runs, and a phase that says what collectives it can hide.
-// A device turns the list into times (plan_estimate_step_time). Nothing here was measured on
-// a GPU: every rate is a published peak times a fraction, each fraction with its source.
+// The model's ops are not retyped here: one micro-batch of the model code runs over a backend
+// that only counts (src/backend_count.h), and its tally, per phase and kind, becomes the rows;
+// the gradient schedule's and the optimizer's traffic come from the plan's bytes. A device
+// turns the list into times (plan_estimate_step_time): every rate is a published peak times a
+// fraction, each fraction with its source (the GEMM fraction and the per-operation floor
+// measured on one H200).
 #include "plan.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "backend_count.h"
+#include "common.h"
 #include "fsdp.h"
 #include "model.h"
 
@@ -82,20 +88,44 @@ static void op_add(plan *p, const char *what, plan_op_class k, plan_op_phase ph,
     if (p->n_ops < PLAN_MAX_OPS) p->ops[p->n_ops++] = (plan_op){what, k, ph, flops, bytes, rate, launches};
 }
 
-// The attention ops of a step (FLOPs att per forward; AL = micro-batches x layers calls) on
-// the path this job takes. Operations: one cuDNN graph per call, forward and backward; the
-// native backward is 3 kernels (delta, dK|dV, dQ).
-static void attention_ops_add(plan *p, const llama_config *c, double att, double ck, double AL, int backward) {
+// The model's ops of one micro-batch of this job, counted: model_forward_backward run once over
+// a backend whose ops only tally their FLOPs, bytes and device operations (src/backend_count.h),
+// so the sequence (checkpointing's recompute, LoRA's adapter paths and split passes, the
+// lm_head's chunks) is the model code's own, not a copy of it.
+static int count_model_ops(const plan *p, const llama_config *c, count_result *k) {
+    const plan_request *r = &p->req;
+    const count_job job = {r->batch_size_per_device, r->seq_len, r->elem_bytes, plan_model_buffers(r),
+                           r->lora.rank ? &r->lora : NULL,
+                           fsdp_grads_f32((fsdp_grad_mode)p->grad_mode, r->reduce_f32), r->attention_segments,
+                           !r->eval_only};
+    return count_micro_batch(c, &job, k);
+}
+
+// The memory-bound bytes and operations of a phase, over every kind of op: kernels, memsets,
+// and what a GEMM's epilogue (a residual) or the attention backward's row pass reads.
+static count_tally phase_memory(const count_result *k, count_phase ph) {
+    count_tally s = {0};
+    for (int i = 0; i < COUNT_KIND_COUNT; i++) {
+        s.bytes += k->t[ph][i].bytes;
+        s.byte_ops += k->t[ph][i].byte_ops;
+    }
+    return s;
+}
+
+// The attention ops of A micro-batches (k: one micro-batch's calls and forward FLOPs) on the
+// path this job takes. Operations: one cuDNN graph per call, forward and backward; the native
+// backward is 3 kernels (delta, dK|dV, dQ).
+static void attention_ops_add(plan *p, const llama_config *c, const count_result *k, double A) {
     const char *fwd, *rec, *bwd;
-    plan_op_class k = PLAN_OP_ATTENTION;
+    plan_op_class cls = PLAN_OP_ATTENTION;
     const int cudnn = p->req.attention_cudnn && !p->req.attention_segments;   // (segments: native kernels)
-    double rate, bwd_flops = PLAN_ATTN_BWD_TC * att, bwd_ops = cudnn ? 1 : 3;
+    double rate, bwd_factor = PLAN_ATTN_BWD_TC, bwd_ops = cudnn ? 1 : 3;
     if (cudnn) {   // every head_dim (backend_cuda.c cu_attention_fwd)
         rate = PLAN_ATTN_CUDNN_FRACTION;
         fwd = "attention forward (cuDNN graph)", rec = "attention forward recomputed (cuDNN)";
         bwd = "attention backward (cuDNN graph, 5 products)";
     } else if (c->head_dim % 16 != 0) {   // kernels/attention.cu: the SIMT kernels
-        k = PLAN_OP_SIMT, rate = PLAN_SIMT_ATTN_FLOP_PER_SM_CLK, bwd_flops = PLAN_ATTN_BWD_SIMT * att;
+        cls = PLAN_OP_SIMT, rate = PLAN_SIMT_ATTN_FLOP_PER_SM_CLK, bwd_factor = PLAN_ATTN_BWD_SIMT;
         fwd = "attention forward (SIMT, head_dim % 16)", rec = "attention forward recomputed (SIMT)";
         bwd = "attention backward (SIMT, 7 products)";
     } else {
@@ -103,172 +133,130 @@ static void attention_ops_add(plan *p, const llama_config *c, double att, double
         fwd = "attention forward (native wmma)", rec = "attention forward recomputed (native)";
         bwd = "attention backward (native wmma, 5 products)";
     }
-    op_add(p, fwd, k, PLAN_PHASE_FWD, att, 0, rate, AL);
-    if (!backward) return;
-    op_add(p, rec, k, PLAN_PHASE_BWD, ck * att, 0, rate, ck * AL);
-    op_add(p, bwd, k, PLAN_PHASE_BWD, bwd_flops, 0, rate, bwd_ops * AL);
+    const count_tally *f = &k->t[COUNT_LAYER_FWD][COUNT_ATTN_FWD], *re = &k->t[COUNT_LAYER_RECOMPUTE][COUNT_ATTN_FWD];
+    const count_tally *b = &k->t[COUNT_LAYER_BWD][COUNT_ATTN_BWD];
+    op_add(p, fwd, cls, PLAN_PHASE_FWD, A * f->flops, 0, rate, A * f->calls);
+    op_add(p, rec, cls, PLAN_PHASE_BWD, A * re->flops, 0, rate, A * re->calls);
+    op_add(p, bwd, cls, PLAN_PHASE_BWD, A * bwd_factor * b->flops, 0, rate, A * bwd_ops * b->calls);
 }
 
-// --eval_only: the ops of one forward micro-batch (no recompute, backward, gradients or
-// optimizer): the layers' forward GEMMs (with LoRA the adapters' 2 small GEMMs and scale kernel
-// per target), attention forward, the lm_head's logits GEMM per row chunk, the forward's
-// memory-bound kernels (plan_ops_compute's byte counts), the embedding, the final norm and
-// the softmax/cross-entropy rows, which read the fp32 logits and write no dlogits.
-static void eval_ops_compute(plan *p, const llama_config *c) {
-    const plan_request *r = &p->req;
-    const double N = (double)r->batch_size_per_device * r->seq_len, e = (double)r->elem_bytes;
-    const double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    const double QD = (double)c->num_attention_heads * c->head_dim, KVD = (double)c->num_key_value_heads * c->head_dim;
-    const unsigned tg = r->lora.rank ? r->lora.targets : 0;
-    const double nt = __builtin_popcount(tg), adapters = r->lora.rank ? 2 * N * L * (double)p->trained_layer_numel : 0;
-    const double qkv_split = (tg & ((1u << LT_WQ) | (1u << LT_WK) | (1u << LT_WV))) ? 2 : 0;
-    const double gu_split = (tg & ((1u << LT_WGATE) | (1u << LT_WUP))) ? 1 : 0;
-    const double chunks = ceil(N / model_lmhead_chunk_rows((int)N, (int)V));
-    op_add(p, r->lora.rank ? "layer GEMMs forward (base + adapters)" : "layer GEMMs forward (q k v o gate|up down)",
-           PLAN_OP_GEMM, PLAN_PHASE_FWD, 2 * N * L * model_layer_matmul_params(c) + adapters, 0, 0,
-           L * (4 + gu_split + 2 * nt));
-    attention_ops_add(p, c, N * L * model_attention_fwd_flops(c, r->seq_len), 0, L, 0);
-    op_add(p, "lm_head GEMM: logits", PLAN_OP_GEMM, PLAN_PHASE_ROOT, 2 * N * C * V, 0, 0, chunks);
-    op_add(p, "layer norms, RoPE + q|k|v split, SwiGLU forward", PLAN_OP_MEMORY, PLAN_PHASE_FWD, 0,
-           L * (N * e * (6 * C + 2 * QD + 4 * KVD + 3 * F) + 8 * N), 0, L * (6 + qkv_split + nt));
-    // embedding 2, final norm 2 (x N C e); the fp32 logits read (4 N V); tokens, targets,
-    // rstd and losses (16 N); operations: the embedding, the final norm, one kernel per chunk
-    op_add(p, "embedding, final norm, softmax/xent rows (forward)", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
-           N * e * 4 * C + 4 * N * V + 16 * N, 0, 2 + chunks);
-}
-
-// The ops of one optimizer step: forward, backward (recompute with checkpointing), gradients, AdamW.
-static void train_ops_compute(plan *p, const llama_config *c) {
-    const plan_request *r = &p->req;
-    const double A = p->accum, N = (double)r->batch_size_per_device * r->seq_len, e = (double)r->elem_bytes;
-    const double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    const double H = c->num_attention_heads, QD = H * c->head_dim, KVD = (double)c->num_key_value_heads * c->head_dim;
-    const double ck = r->gradient_checkpointing ? 1 : 0, AN = A * N, AL = A * L;
-    const double gemm = 2 * AN * L * model_layer_matmul_params(c), att = AN * L * model_attention_fwd_flops(c, r->seq_len);
-    // LoRA (src/lora.c): the base is frozen, so no dW GEMMs for it (the lm_head's neither);
-    // each of nt adapted projections per layer adds 2 small GEMMs forward (u = x A^T,
-    // y += s u B^T: 2 x rank x (in + out) FLOPs per token, about 2 x the layer's adapter
-    // parameters) and 4 backward (dB, du, dA, dx), and a scale kernel each way
-    const double lora = r->lora.rank ? 1 : 0, nt = r->lora.rank ? __builtin_popcount(r->lora.targets) : 0;
-    // (src/model.c: adapters on q, k or v split the fused RoPE pass into a split and two
-    // rotations each way, +2 operations; on gate or up the gate|up GEMM runs as two, +1 GEMM
-    // each way; the FLOPs are the same)
-    const unsigned tg = r->lora.rank ? r->lora.targets : 0;
-    const double qkv_split = (tg & ((1u << LT_WQ) | (1u << LT_WK) | (1u << LT_WV))) ? 2 : 0;
-    const double gu_split = (tg & ((1u << LT_WGATE) | (1u << LT_WUP))) ? 1 : 0;
-    const double adapters = lora * 2 * AN * L * (double)p->trained_layer_numel;
-    const double chunks = ceil(N / model_lmhead_chunk_rows((int)N, (int)V));
-
-    // FLOP-heavy: (class, phase) as this build runs them. The lm_head's logits, dX and dW are
-    // cuBLASLt GEMMs per row chunk (src/backend_cuda.c, cu_lmhead_xent): 2 N C V FLOPs each,
-    // at the GEMM rate (K = C or the chunk's rows, both >= 2048 for 7B at seq 512: large
-    // enough for the same fraction of peak as the layers' GEMMs, an assumption).
-    // Operations per layer and micro-batch: 4 forward GEMMs (q|k|v, o, gate|up, down), 8
-    // backward (their dX and dW; 4 with LoRA)
+// The model's rows for A micro-batches (k: one micro-batch's ops; --eval_only: the forward's):
+// the layers' GEMMs (LoRA: the frozen base's forward and dX, the adapters' 2 GEMMs forward and 4
+// backward), attention, the lm_head's GEMMs per row chunk (K = C or the chunk's rows, both >=
+// 2048 for 7B at seq 512: taken to run at the layers' GEMM rate, an assumption), and the
+// memory-bound kernels of the layers (forward, backward, recomputed) and of the root.
+static void model_ops_add(plan *p, const llama_config *c, const count_result *k, double A) {
+    const int lora = p->req.lora.rank != 0, train = !p->req.eval_only;
+    const count_tally *gf = &k->t[COUNT_LAYER_FWD][COUNT_GEMM], *gb = &k->t[COUNT_LAYER_BWD][COUNT_GEMM];
+    const count_tally *gr = &k->t[COUNT_LAYER_RECOMPUTE][COUNT_GEMM];
+    const count_tally *lm = &k->t[COUNT_ROOT][COUNT_LMHEAD], *rg = &k->t[COUNT_ROOT][COUNT_GEMM];
     op_add(p, lora ? "layer GEMMs forward (base + adapters)" : "layer GEMMs forward (q k v o gate|up down)",
-           PLAN_OP_GEMM, PLAN_PHASE_FWD, gemm + adapters, 0, 0, AL * (4 + gu_split + 2 * nt));
+           PLAN_OP_GEMM, PLAN_PHASE_FWD, A * gf->flops, 0, 0, A * gf->flop_ops);
     op_add(p, lora ? "layer GEMMs backward (base dX, adapters)" : "layer GEMMs backward (dX, dW)", PLAN_OP_GEMM,
-           PLAN_PHASE_BWD, (2 - lora) * gemm + 2 * adapters, 0, 0, AL * (lora ? 4 + gu_split + 4 * nt : 8));
-    op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, ck * (gemm + adapters), 0, 0,
-           ck * AL * (4 + gu_split + 2 * nt));
-    attention_ops_add(p, c, att, ck, AL, 1);
-    op_add(p, lora ? "lm_head GEMMs: logits, dX (frozen)" : "lm_head GEMMs: logits, dX, dW", PLAN_OP_GEMM,
-           PLAN_PHASE_ROOT, (6 - 2 * lora) * AN * C * V, 0, 0, A * chunks * (3 - lora));
+           PLAN_PHASE_BWD, A * gb->flops, 0, 0, A * gb->flop_ops);
+    op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, A * gr->flops, 0, 0,
+           A * gr->flop_ops);
+    attention_ops_add(p, c, k, A);
+    op_add(p, !train ? "lm_head GEMM: logits" : lora ? "lm_head GEMMs: logits, dX (frozen)" : "lm_head GEMMs: logits, dX, dW",
+           PLAN_OP_GEMM, PLAN_PHASE_ROOT, A * (lm->flops + rg->flops), 0, 0, A * (lm->flop_ops + rg->flop_ops));
+    const struct { count_phase ph; plan_op_phase at; const char *what; } mem[] = {
+        {COUNT_LAYER_FWD, PLAN_PHASE_FWD, "layer norms, RoPE + q|k|v split, SwiGLU forward"},
+        {COUNT_LAYER_BWD, PLAN_PHASE_BWD, "layer norms, RoPE, SwiGLU, delta backward"},
+        {COUNT_LAYER_RECOMPUTE, PLAN_PHASE_BWD, "layer memory-bound forward recomputed"},
+        {COUNT_ROOT, PLAN_PHASE_ROOT,
+         train ? "embedding, final norm, softmax/xent rows" : "embedding, final norm, softmax/xent rows (forward)"},
+    };
+    for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++) {
+        const count_tally t = phase_memory(k, mem[i].ph);
+        op_add(p, mem[i].what, PLAN_OP_MEMORY, mem[i].at, 0, A * t.bytes, 0, A * t.byte_ops);
+    }
+}
 
-    // memory-bound: every kernel reads each input and writes each output once from HBM (a
-    // row re-read inside a kernel is assumed to hit the cache); fp32 rstd/lse/delta 4 bytes
-    // forward: 2 norms (4 C), the residuals read by the o_proj and down GEMMs' epilogues (2 C),
-    // the q|k|v split with RoPE (2 QD + 4 KVD: v is copied), SwiGLU (3 F); backward: the
-    // gather of dq|dk|dv with RoPE's backward likewise (2 QD + 4 KVD)
-    const double fwd = N * e * (6 * C + 2 * QD + 4 * KVD + 3 * F) + 8 * N;
-    const double bwd = N * e * (12 * C + 4 * QD + 4 * KVD + 5 * F) + 8 * N + 4 * N * H;  // + attention delta
-    // operations per layer and micro-batch: forward 2 norms, 3 RoPE/split passes, SwiGLU (6);
-    // backward 3 kernels per norm, SwiGLU, 3 RoPE/gather passes (10); LoRA's scale kernels
-    op_add(p, "layer norms, RoPE + q|k|v split, SwiGLU forward", PLAN_OP_MEMORY, PLAN_PHASE_FWD, 0, A * L * fwd, 0,
-           AL * (6 + qkv_split + nt));
-    op_add(p, "layer norms, RoPE, SwiGLU, delta backward", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, A * L * bwd, 0,
-           AL * (10 + qkv_split + nt));
-    op_add(p, "layer memory-bound forward recomputed", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, ck * A * L * fwd, 0,
-           ck * AL * (6 + qkv_split + nt));
-    // embedding fwd 2 + bwd 3, final norm fwd 2 + bwd 6, zeroed dresid 1 (x N C e); the
-    // softmax/cross-entropy rows read the fp32 logits (4 N V) and write bf16 dlogits in place
-    // (2 N V); with several chunks the fp32 (V, C) dW sum is read and written once more and
-    // rounded into the bf16 gradient (4 + 4 + e) x V C (not when the gradient unit is fp32
-    // itself: fsdp_grads_f32)
-    // (operations per micro-batch: embedding forward and backward (not with LoRA), the final
-    // norm's 1 + 3, a memset, one softmax/xent kernel per chunk)
-    const double lm_dw =
-        chunks > 1 && !lora && !fsdp_grads_f32((fsdp_grad_mode)p->grad_mode, r->reduce_f32) ? (8 + e) * V * C : 0;
-    op_add(p, "embedding, final norm, softmax/xent rows", PLAN_OP_MEMORY, PLAN_PHASE_ROOT, 0,
-           A * (N * e * 14 * C + 6 * N * V + 20 * N + lm_dw), 0, A * (6 - lora + chunks));
-    // the root unit's gradient zeroed (grad_begin; a layer's is fresh: its dW GEMMs overwrite
-    // it with beta 0, nothing to zero but the norm weights and padding) and every unit's added
-    // into the fp32 slice (grad_end), on the compute stream during the backward; with
-    // FSDP_GRADS_ROOT_ONCE the root's is added into its full fp32 sum instead (zeroed once per
-    // step) and the step's one fp32 reduce-scatter writes the root's slice. The dW GEMMs'
-    // epilogue (at most a read and a write of each gradient element, 2e bytes) is taken as
-    // hidden under their compute. FSDP_GRADS_DIRECT (one
-    // shard) has no zero or add pass: the epilogues read and write the fp32 slice, 8 bytes,
-    // and the 8 - 2e beyond a bf16 epilogue are counted here (an upper bound: at batch 1 x
-    // 512 a 7B dW GEMM does 1024 FLOPs per gradient element, 1.5 ps at 0.69 of an H100's
-    // peak, against 2.7 ps for 8 bytes at 0.9 of its HBM bandwidth: the fp32 epilogue
-    // is partly exposed at small batches, hidden at large ones)
-    double grad_bytes;
-    const char *grad_what = "unit gradients: zero root, add into fp32 slice";
+// The HBM bytes of the unit gradients over a step, and the row's name. The root unit's
+// gradient zeroed (grad_begin; a layer's is fresh: its dW GEMMs overwrite it with beta 0,
+// nothing to zero but the norm weights and padding) and every unit's added into the fp32 slice
+// (grad_end), on the compute stream during the backward; with FSDP_GRADS_ROOT_ONCE the root's
+// is added into its full fp32 sum instead (zeroed once per step) and the step's one fp32
+// reduce-scatter writes the root's slice. The dW GEMMs' epilogue (at most a read and a write of
+// each gradient element, 2e bytes) is taken as hidden under their compute. FSDP_GRADS_DIRECT
+// (one shard) has no zero or add pass: the epilogues read and write the fp32 slice, 8 bytes,
+// and the 8 - 2e beyond a bf16 epilogue are counted here (an upper bound: at batch 1 x 512 a
+// 7B dW GEMM does 1024 FLOPs per gradient element, 1.5 ps at 0.69 of an H100's peak, against
+// 2.7 ps for 8 bytes at 0.9 of its HBM bandwidth: the fp32 epilogue is partly exposed at small
+// batches, hidden at large ones).
+static double unit_grad_bytes(const plan *p, const char **what) {
+    const plan_request *r = &p->req;
+    const double A = p->accum, e = (double)r->elem_bytes;
+    *what = "unit gradients: zero root, add into fp32 slice";
     if (p->grad_mode == FSDP_GRADS_DIRECT) {
         // (the first micro-batch's epilogues only write: its layers come fresh, beta 0)
-        grad_bytes = (double)p->padded_total * (A * (8 - 2 * e) - 4);
-        grad_what = "unit gradients: fp32 dW epilogues (one shard)";
-    } else if (p->grad_mode == FSDP_GRADS_LOCAL) {
+        *what = "unit gradients: fp32 dW epilogues (one shard)";
+        return (double)p->padded_total * (A * (8 - 2 * e) - 4);
+    }
+    if (p->grad_mode == FSDP_GRADS_LOCAL) {
         // the full-size fp32 sums: the same fp32 epilogues, the root zeroed once; the step's
         // reduce-scatter writes the slices (no add pass)
-        grad_bytes = A * (double)p->padded_total * (8 - 2 * e) + 4.0 * (double)p->root_numel;
-        grad_what = "unit gradients: fp32 dW epilogues (local sums)";
-    } else {
-        // per-micro-batch buffers of g bytes an element (--reduce_dtype fp32: 4); fp32 ones
-        // make every dW epilogue write 4 - e bytes more than the bf16 one taken as hidden
-        const double g = r->reduce_f32 ? 4 : e;
-        grad_bytes = A * ((double)p->root_numel * g + (double)p->n_local * (g + 8)) + A * (double)p->padded_total * (g - e);
+        *what = "unit gradients: fp32 dW epilogues (local sums)";
+        return A * (double)p->padded_total * (8 - 2 * e) + 4.0 * (double)p->root_numel;
     }
+    // per-micro-batch buffers of g bytes an element (--reduce_dtype fp32: 4); fp32 ones make
+    // every dW epilogue write 4 - e bytes more than the bf16 one taken as hidden
+    const double g = r->reduce_f32 ? 4 : e;
+    double bytes = A * ((double)p->root_numel * g + (double)p->n_local * (g + 8)) + A * (double)p->padded_total * (g - e);
     if (p->grad_mode == FSDP_GRADS_ROOT_ONCE) {
         const double root = (double)p->root_numel, root_slice = root / r->shard_size;
         // fp32 micro-batch gradients add into the root's fp32 sum directly (fsdp.c
         // root_into_acc): no per-micro-batch zero and no add of the root's slice (the base
         // term counted both), the sum zeroed once; else a bf16 root buffer added into the sum
-        const double g = r->reduce_f32 ? 4 : e;
-        if (g == 4) grad_bytes += 4 * root - A * root * g - A * root_slice * (g + 8);
-        else grad_bytes += A * (root - root_slice) * (e + 8) + 4 * root;
+        if (g == 4) bytes += 4 * root - A * root * g - A * root_slice * (g + 8);
+        else bytes += A * (root - root_slice) * (e + 8) + 4 * root;
     }
+    return bytes;
+}
+
+// The step's rows beyond the model's ops (k: one micro-batch's): cuDNN's deterministic dP
+// traffic, the unit gradients (the gradient schedule of src/fsdp.c) and the optimizer.
+static void step_ops_add(plan *p, const llama_config *c, const count_result *k) {
+    const plan_request *r = &p->req;
+    const double A = p->accum, L = c->num_hidden_layers, units = L + 1, lora = r->lora.rank ? 1 : 0;
     // --deterministic with cuDNN attention: the backward writes dP (B, H, T, T) bf16 to its
-    // workspace and reads it back, per layer and micro-batch (no operation of its own: inside
-    // the cuDNN graph)
+    // workspace and reads it back, per attention backward (no operation of its own: inside the
+    // cuDNN graph)
     if (r->attention_cudnn && !r->attention_segments && r->deterministic)
         op_add(p, "attention dP through HBM (--deterministic)", PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0,
-               AL * 2 * 2 * (double)r->batch_size_per_device * H * (double)r->seq_len * r->seq_len, 0, 0);
+               A * k->t[COUNT_LAYER_BWD][COUNT_ATTN_BWD].calls * 2 * 2 * (double)r->batch_size_per_device *
+                   c->num_attention_heads * (double)r->seq_len * r->seq_len,
+               0, 0);
     // operations: sharded, each unit's gradient is zeroed or added per micro-batch (an add
-    // kernel, two memsets); one shard writes the step gradient directly, its layers fresh in
-    // the first micro-batch (the two norm weights of each zeroed: two memsets per layer)
-    const double units = L + 1;
+    // kernel, two memsets: a fresh layer's norm weights); one shard writes the step gradient
+    // directly, its layers fresh in the first micro-batch (the two norm weights of each
+    // zeroed: two memsets per layer)
+    const char *grad_what;
+    const double grad_bytes = unit_grad_bytes(p, &grad_what);
     op_add(p, grad_what, PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, grad_bytes, 0,
            p->grad_mode == FSDP_GRADS_DIRECT ? (lora ? 0 : 2 * L) : A * 3 * units);
     // AdamW: one kernel per trained tensor in this rank's slice (a sharded slice cuts up to one
     // tensor per unit), the grad norm's 2 kernels, a memset
+    const double nt = r->lora.rank ? __builtin_popcount(r->lora.targets) : 0;
     const double tensors = lora ? 2 * nt * L : 9 * L + 3 - (c->tie_word_embeddings ? 1 : 0);
     const double adamw = r->shard_size == 1 ? tensors : tensors / r->shard_size + units;
     op_add(p, "optimizer: grad norm, AdamW", PLAN_OP_MEMORY, PLAN_PHASE_STEP, 0, p->optimizer_hbm_bytes, 0,
            (r->offload_optimizer ? 0 : adamw) + 3);   // (offloaded: AdamW runs on the host)
 }
 
-void plan_ops_compute(plan *p, const llama_config *c) {
+int plan_ops_compute(plan *p, const llama_config *c) {
     p->n_ops = 0;
-    if (p->req.eval_only) eval_ops_compute(p, c);
-    else train_ops_compute(p, c);
+    count_result k;
+    TRY(count_model_ops(p, c, &k));
+    model_ops_add(p, c, &k, p->req.eval_only ? 1 : p->accum);   // (--eval_only: a step is one micro-batch)
+    if (!p->req.eval_only) step_ops_add(p, c, &k);
     p->exec_flops = 0;
     p->launches = 0;
     for (int i = 0; i < p->n_ops; i++) {
         p->exec_flops += p->ops[i].flops;
         p->launches += p->ops[i].launches;
     }
+    return 0;
 }
 
 // ----------------------------------------------------------------------------

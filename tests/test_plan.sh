@@ -52,7 +52,10 @@
 #      ranks (ratios within 1e-3: the values are 20+ ms,
 #      printed to 0.01 ms, so rounding moves a ratio by < 1e-3); MFU and tokens/s printed;
 #      FSDP 4 at batch 1 (gathers exposed) is told --keep_params_gathered's predicted step,
-#      the numbers of that flag's own plan, and jobs with nothing to gain are not.
+#      the numbers of that flag's own plan, and jobs with nothing to gain are not. The ops
+#      counted from the model code: the recomputed forward of --gradient_checkpointing equals
+#      the forward (none without it); LoRA's frozen lm_head runs 2 of 3 GEMMs, and its layer
+#      forward moves more bytes than the full job's (adapter residual reads, split RoPE).
 #   5. Flag handling: --dry_run needs no weights and no data; --world_size without --dry_run,
 #      --device cuda without a GPU (also at 2 ranks: once) and a non-dividing --dp_shard give
 #      one error line.
@@ -487,6 +490,24 @@ awk -v f="$fw" -v b="$bw" 'BEGIN { exit !(f > 0 && (b / f - 3.5)^2 < 1e-5) }' &&
   && ok "head_dim 120, native: SIMT attention, backward $bw GFLOP = 3.5 x forward $fw, attention row empty" \
   || bad "head_dim 120: SIMT forward '$fw' backward '$bw', attention row '$(crow "$tmp/t_d2.plan" attention 2)'"
 ratio_ok "$tmp/t_d4.plan" "$tmp/t_d2.plan" simt 2 && ok "SIMT time doubles with the tokens" || bad "SIMT time not linear: $(crow "$tmp/t_d4.plan" simt 2) vs $(crow "$tmp/t_d2.plan" simt 2)"
+# the model's ops are counted from the model code (src/backend_count.c), so what a flag changes
+# in it shows: with --gradient_checkpointing the recomputed forward's rows have the forward's
+# GEMM GFLOP and memory GB, without it there are none; a LoRA job's frozen lm_head runs 2 of
+# the 3 GEMMs (no dW) and its layer forward moves more bytes (the adapters' residual reads and
+# the split RoPE passes)
+gbytes() { grep -F "  $2" "$1" | head -1 | awk '{ print $(NF - 3) }'; }
+plan7 --world_size 4 --batch_size_per_device 2 --total_batch_size 8 --gradient_checkpointing > "$tmp/t_b2ck.plan"
+plan7 --world_size 4 --batch_size_per_device 2 --total_batch_size 8 --lora_rank 16 > "$tmp/t_b2lora.plan"
+gf=$(gflop "$tmp/t_b2ck.plan" "layer GEMMs forward"); gr=$(gflop "$tmp/t_b2ck.plan" "layer GEMMs recomputed")
+mf=$(gbytes "$tmp/t_b2ck.plan" "layer norms, RoPE + q|k|v split"); mr=$(gbytes "$tmp/t_b2ck.plan" "layer memory-bound forward recomputed")
+[ -n "$gf" ] && [ "$gf" = "$gr" ] && [ -n "$mf" ] && [ "$mf" = "$mr" ] && ! grep -q "recomputed" "$tmp/t_b2.plan" \
+  && ok "--gradient_checkpointing: the recomputed forward = the forward ($gr GFLOP, $mr GB); no recompute rows without it" \
+  || bad "recompute rows: GEMMs forward '$gf' recomputed '$gr' GFLOP, memory forward '$mf' recomputed '$mr' GB"
+lf=$(gflop "$tmp/t_b2.plan" "lm_head GEMMs: logits, dX, dW"); ll=$(gflop "$tmp/t_b2lora.plan" "lm_head GEMMs: logits, dX (frozen)")
+awk -v f="$lf" -v l="$ll" 'BEGIN { exit !(f > 0 && (l / f - 2 / 3)^2 < 1e-4) }' \
+  && awk -v a="$(gbytes "$tmp/t_b2lora.plan" "layer norms, RoPE + q|k|v split")" -v b="$(gbytes "$tmp/t_b2.plan" "layer norms, RoPE + q|k|v split")" 'BEGIN { exit !(a > b && b > 0) }' \
+  && ok "LoRA: lm_head $ll GFLOP = 2/3 of the full job's $lf (frozen: no dW GEMM); more layer forward bytes than the full job" \
+  || bad "LoRA lm_head '$ll' vs full '$lf' GFLOP, forward bytes: $(gbytes "$tmp/t_b2lora.plan" "layer norms, RoPE + q|k|v split") vs $(gbytes "$tmp/t_b2.plan" "layer norms, RoPE + q|k|v split")"
 bytes=$(( $(planned "$tmp/t_b2.plan" all_gather) + $(planned "$tmp/t_b2.plan" reduce_scatter) + $(planned "$tmp/t_b2.plan" all_reduce) ))
 want=$(awk -v b=$bytes 'BEGIN { printf "%.2f", 1e3 * b / 450e9 }')
 [ "$(crow "$tmp/t_b2.plan" link 2)" = "$want" ] && ok "collectives: H100 link time = bytes / 450 GB/s = $want ms" || bad "link time '$(crow "$tmp/t_b2.plan" link 2)', bytes/bw $want"
@@ -519,11 +540,13 @@ expect_error "exceeds the model's max_position_embeddings" --dry_run --seq_len 1
 # --dry_run's count of device operations per step (each takes at least the issue floor)
 # against the emulated device's: FT_EMU_STATS=1 makes it print what it was issued, by name;
 # kernels, cuBLASLt GEMMs, cuDNN graphs and memsets of a 2-step run less a 1-step run (the
-# startup checks, evals and final save cancel) per rank. The plan counts every pass of the
-# step by formula (src/plan_time.c); within 5% of the emulated count on every case below
-# (measured 2026-11-26: 0.99-1.01, the rest per-step bookkeeping the formula leaves out; a
-# forgotten per-layer term is off by more: LoRA's split RoPE pass alone was 7% of its count,
-# the backward's 8 GEMMs per layer are a third).
+# startup checks, evals and final save cancel) per rank. The plan counts the model's passes
+# by running the model code once over a backend that only counts (src/backend_count.c) and the
+# gradient schedule's and optimizer's passes by formula (src/plan_time.c); within 5% of the
+# emulated count on every case below (measured 2026-11-28: equal on every one-GPU case, FSDP 2
+# 1.3% over, in the formula's per-unit gradient passes; when the model's passes were a formula
+# too, 0.99-1.01, and a forgotten per-layer term was off by more: LoRA's split RoPE pass alone
+# was 7% of its count, the backward's 8 GEMMs per layer are a third).
 # The same runs check the device arena against the plan it is sized from: its high-water mark
 # (the highest byte any buffer, per-call workspace or kernel scratch ever reached, rank 0's
 # line "device arena: high-water") is at most the planned total + cuBLASLt's 32 MiB workspace

@@ -1,0 +1,264 @@
+// backend_count.c: the counting backend and provider (see backend_count.h).
+//
+// Per-op costs, as the step-time estimate has always assumed them (e bytes per storage
+// element; N = B T rows): every kernel reads each input and writes each output once from
+// HBM (a row re-read inside a kernel is taken to hit the cache; weights of C elements and
+// the RoPE tables are left out); fp32 statistics (rstd, lse, the attention delta) 4 bytes;
+// token ids and targets 4 bytes. Device operations per call: the CUDA backend's.
+#include "backend_count.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "lora.h"
+#include "model.h"
+
+static struct {
+    count_result *out;
+    count_phase phase;
+    int n_layers;
+    double e;             // bytes per storage element
+    int grads_f32;        // the gradient units are fp32
+    uintptr_t next;       // the next address alloc hands out
+} g;
+
+static void tally(count_kind k, double flops, double flop_ops, double bytes, double byte_ops) {
+    count_tally *t = &g.out->t[g.phase][k];
+    t->calls += 1;
+    t->flops += flops;
+    t->flop_ops += flop_ops;
+    t->bytes += bytes;
+    t->byte_ops += byte_ops;
+}
+
+// a memory-bound op: `elems` storage elements moved plus `extra` bytes, in `ops` device operations
+static int mem_op(double elems, double extra, double ops) {
+    tally(COUNT_MEMORY, 0, 0, elems * g.e + extra, ops);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// memory: addresses only
+
+// Addresses from 4 GiB up, 256-byte aligned, never dereferenced (a plan's buffers fit well
+// below the 47-bit user address limit).
+static void *count_alloc(size_t n) {
+    const uintptr_t p = g.next;
+    g.next += (n + 255) / 256 * 256;
+    return (void *)p;
+}
+static void count_free(void *p) { (void)p; }
+static int count_copy_h2d(void *d, const void *s, size_t n) { (void)d, (void)s, (void)n; return 0; }
+// host memory is real: the model reads what it copies back (the losses), so zeros
+static int count_copy_d2h(void *d, const void *s, size_t n) { (void)s; memset(d, 0, n); return 0; }
+static int count_copy_d2d(void *d, const void *s, size_t n) { (void)d, (void)s, (void)n; return 0; }
+static int count_zero(void *p, size_t n) { (void)p; return mem_op(0, (double)n, 1); }   // a memset
+static int count_sync(void) { return 0; }
+static void *count_host_alloc(size_t n) {
+    (void)n;
+    ft_error("op counting: the model asked for pinned host memory");
+    return NULL;
+}
+
+// ----------------------------------------------------------------------------
+// layers
+
+// embedding: rows of wte read, out written; backward: dout read, dwte rows read and written; token ids
+static int count_embedding_fwd(void *o, const int32_t *t, const void *w, int N, int C, int V) {
+    (void)o, (void)t, (void)w, (void)V;
+    return mem_op(2.0 * N * C, 4.0 * N, 1);
+}
+static int count_embedding_bwd(void *dw, st_dtype gdt, const void *d, const int32_t *t, int N, int C, int V) {
+    (void)dw, (void)gdt, (void)d, (void)t, (void)V;
+    return mem_op(3.0 * N * C, 4.0 * N, 1);
+}
+// RMSNorm: in and out (2 N C) + rstd; backward: dout, inp, dinp read and written, the weight
+// gradient's partial sums (6 N C) + rstd, in 3 kernels (dinp, partial sums, their sum)
+static int count_rmsnorm_fwd(void *o, float *r, const void *x, const void *w, int N, int C, float eps) {
+    (void)o, (void)r, (void)x, (void)w, (void)eps;
+    return mem_op(2.0 * N * C, 4.0 * N, 1);
+}
+static int count_rmsnorm_bwd(void *dx, void *dw, st_dtype gdt, const void *d, const void *x, const void *w,
+                             const float *r, int N, int C) {
+    (void)dx, (void)dw, (void)gdt, (void)d, (void)x, (void)w, (void)r;
+    return mem_op(6.0 * N * C, 4.0 * N, 3);
+}
+// RoPE: in and out; the fused q|k|v pass is 3 launches (q, k, v)
+static int count_rope(void *o, const void *x, const float *c, const float *s, int B, int T, int NH, int D,
+                      const int32_t *sg) {
+    (void)o, (void)x, (void)c, (void)s, (void)sg;
+    return mem_op(2.0 * B * T * NH * D, 0, 1);
+}
+static int count_rope_qkv_fwd(void *q, void *k, void *v, const void *x, const float *c, const float *s, int B, int T,
+                              int H, int KVH, int D, const int32_t *sg) {
+    (void)q, (void)k, (void)v, (void)x, (void)c, (void)s, (void)sg;
+    return mem_op(2.0 * B * T * (H + 2.0 * KVH) * D, 0, 3);
+}
+static int count_rope_qkv_bwd(void *dx, const void *dq, const void *dk, const void *dv, const float *c, const float *s,
+                              int B, int T, int H, int KVH, int D, const int32_t *sg) {
+    (void)dx, (void)dq, (void)dk, (void)dv, (void)c, (void)s, (void)sg;
+    return mem_op(2.0 * B * T * (H + 2.0 * KVH) * D, 0, 3);
+}
+// GEMMs: 2 FLOPs per multiply-add; a residual added in the epilogue is read (N, OC)
+static int count_matmul_fwd(void *o, const void *x, const void *w, const void *r, int N, int IC, int OC) {
+    (void)o, (void)x, (void)w;
+    tally(COUNT_GEMM, 2.0 * N * IC * OC, 1, r ? (double)N * OC * g.e : 0, 0);
+    return 0;
+}
+// dX and dW: one GEMM each, the one of a NULL output skipped
+static int count_matmul_bwd(void *dx, void *dw, st_dtype gdt, const void *d, const void *x, const void *w, int N,
+                            int IC, int OC, int acc, int acc_dw) {
+    (void)gdt, (void)d, (void)x, (void)w, (void)acc, (void)acc_dw;
+    const double products = (dx != NULL) + (dw != NULL);
+    tally(COUNT_GEMM, products * 2.0 * N * IC * OC, products, 0, 0);
+    return 0;
+}
+// causal attention: Q K^T and P V over on average T / 2 keys (model_attention_fwd_flops);
+// one device operation (the path's backward count is the planner's)
+static double attention_flops(int B, int T, int H, int D) { return 2.0 * 2.0 * H * D * (T / 2.0) * B * T; }
+static int count_attention_fwd(void *o, float *l, const void *q, const void *k, const void *v, int B, int T, int H,
+                               int KVH, int D, const int32_t *sg) {
+    (void)o, (void)l, (void)q, (void)k, (void)v, (void)KVH, (void)sg;
+    tally(COUNT_ATTN_FWD, attention_flops(B, T, H, D), 1, 0, 0);
+    return 0;
+}
+// the backward's row pass: dout and out read, the fp32 delta (B, H, T) written
+static int count_attention_bwd(void *dq, void *dk, void *dv, const void *d, const void *o, const float *l,
+                               const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D,
+                               const int32_t *sg) {
+    (void)dq, (void)dk, (void)dv, (void)d, (void)o, (void)l, (void)q, (void)k, (void)v, (void)KVH, (void)sg;
+    tally(COUNT_ATTN_BWD, attention_flops(B, T, H, D), 1, 2.0 * B * T * H * D * g.e + 4.0 * B * H * T, 0);
+    return 0;
+}
+// SwiGLU: gate, up read, act written; backward: dout, gate, up read, dgate, dup written
+static int count_swiglu_fwd(void *o, const void *ga, const void *u, int N, int F, int ld) {
+    (void)o, (void)ga, (void)u, (void)ld;
+    return mem_op(3.0 * N * F, 0, 1);
+}
+static int count_swiglu_bwd(void *dg, void *du, const void *d, const void *ga, const void *u, int N, int F, int ld) {
+    (void)dg, (void)du, (void)d, (void)ga, (void)u, (void)ld;
+    return mem_op(5.0 * N * F, 0, 1);
+}
+static int count_scale(void *o, const void *x, float a, size_t n) {
+    (void)o, (void)x, (void)a;
+    return mem_op(2.0 * (double)n, 0, 1);
+}
+
+// The fused lm_head + loss per row chunk (backend_cuda.c cu_lmhead_xent): the logits GEMM, the
+// softmax/xent row kernel (fp32 logits read, 4 N V; bf16 dlogits written in place, 2 N V;
+// targets and losses 8 N), then the dX and dW GEMMs. With several chunks into a gradient that
+// is not fp32, the fp32 (V, C) dW sum is read and written once more and rounded into it
+// ((8 + e) V C, an accumulate and a cast kernel).
+static int count_lmhead_xent(float *l, void *dx, void *dw, st_dtype gdt, const void *x, const void *w,
+                             const int32_t *t, int N, int C, int V, float dl, int rows, float *ws, float *acc) {
+    (void)l, (void)x, (void)w, (void)t, (void)dl, (void)ws, (void)acc;
+    if (N <= 0 || rows <= 0) return 0;
+    const double chunks = (N + rows - 1) / rows, products = 1 + (dx != NULL) + (dx && dw);
+    const double nv = (double)N * V, several = dx && dw && N > rows && gdt != ST_F32;
+    const double bytes = 4 * nv + (dx ? 2 * nv : 0) + 8.0 * N + several * (8 + g.e) * V * C;
+    tally(COUNT_LMHEAD, products * 2.0 * N * C * V, products * chunks, bytes, chunks + 2 * several);
+    return 0;
+}
+
+// optimizer and utility ops: the model calls none of them
+static int not_model(const char *op) { return ft_error("op counting: the model called %s, which it never did", op); }
+static int count_adamw(float *m, void *p, const float *gr, float *a, float *v, size_t n, const adamw_params *ap) {
+    (void)m, (void)p, (void)gr, (void)a, (void)v, (void)n, (void)ap;
+    return not_model("adamw");
+}
+static int count_sum_squares(double *o, const float *x, size_t n) { (void)o, (void)x, (void)n; return not_model("sum_squares"); }
+static int count_accumulate(float *d, const void *s, st_dtype sdt, size_t n, float a) {
+    (void)d, (void)s, (void)sdt, (void)n, (void)a;
+    return not_model("accumulate");
+}
+static int count_cast(void *d, const float *s, size_t n) { (void)d, (void)s, (void)n; return not_model("cast_from_f32"); }
+
+static backend count_table = {   // (dtype: the job's)
+    .name = "count", .seq_bucket = 1,
+    .alloc = count_alloc, .free = count_free, .copy_h2d = count_copy_h2d, .copy_d2h = count_copy_d2h,
+    .copy_d2d = count_copy_d2d, .zero = count_zero, .synchronize = count_sync, .host_alloc = count_host_alloc,
+    .embedding_fwd = count_embedding_fwd, .embedding_bwd = count_embedding_bwd, .rmsnorm_fwd = count_rmsnorm_fwd,
+    .rmsnorm_bwd = count_rmsnorm_bwd, .rope_fwd = count_rope, .rope_bwd = count_rope, .rope_qkv_fwd = count_rope_qkv_fwd,
+    .rope_qkv_bwd = count_rope_qkv_bwd, .matmul_fwd = count_matmul_fwd, .matmul_bwd = count_matmul_bwd,
+    .attention_fwd = count_attention_fwd, .attention_bwd = count_attention_bwd, .swiglu_fwd = count_swiglu_fwd,
+    .swiglu_bwd = count_swiglu_bwd, .scale = count_scale, .lmhead_xent = count_lmhead_xent, .adamw = count_adamw,
+    .sum_squares = count_sum_squares, .accumulate = count_accumulate, .cast_from_f32 = count_cast,
+};
+
+// ----------------------------------------------------------------------------
+// the provider: addresses, and the phase from the calls model.c makes around each layer
+
+#define COUNT_PARAMS ((void *)(uintptr_t)0x10000000)   // below the allocations, never read
+#define COUNT_GRADS ((void *)(uintptr_t)0x20000000)
+
+static int prov_acquire(void *ctx, int u, int for_backward, void **params) {
+    (void)ctx;
+    *params = COUNT_PARAMS;
+    // a layer acquired for the backward: its forward recomputed, if anything runs before grad_begin
+    g.phase = u >= g.n_layers ? COUNT_ROOT : for_backward ? COUNT_LAYER_RECOMPUTE : COUNT_LAYER_FWD;
+    return 0;
+}
+static int prov_release(void *ctx, int u) {
+    (void)ctx, (void)u;
+    g.phase = COUNT_ROOT;
+    return 0;
+}
+static int prov_grad_begin(void *ctx, int u, unit_grad *ug) {
+    (void)ctx;
+    ug->data = COUNT_GRADS;
+    ug->dtype = g.grads_f32 || g.e == 4 ? ST_F32 : ST_BF16;
+    ug->fresh = 0;
+    g.phase = u >= g.n_layers ? COUNT_ROOT : COUNT_LAYER_BWD;
+    return 0;
+}
+static int prov_grad_end(void *ctx, int u) { (void)ctx, (void)u; return 0; }
+
+// ----------------------------------------------------------------------------
+// one micro-batch
+
+// The model of `job` over the counting backend (its adapters over `ll`), run once.
+static int count_run(const param_layout *l, const lora_layout *ll, const count_job *job) {
+    const unit_provider prov = {NULL, prov_acquire, prov_release, prov_grad_begin, prov_grad_end};
+    mem_tracker mem;
+    mem_tracker_init(&mem, &count_table);
+    model m;
+    TRY(model_init_lora(&m, l, ll, &prov, &count_table, &mem, job->B, job->T, job->buffers, job->grads_f32));
+    model_set_segments(&m, job->segments ? 0 : -1);
+    const size_t n = (size_t)job->B * job->T;
+    int32_t *tokens = ft_calloc(n, sizeof(int32_t), "op counting tokens");
+    int32_t *targets = ft_calloc(n, sizeof(int32_t), "op counting targets");
+    double loss;
+    int valid, rc = tokens && targets ? 0 : -1;
+    if (rc == 0) {
+        g.phase = COUNT_ROOT;
+        rc = model_forward_backward(&m, &prov, tokens, targets, job->backward, 1.0f, &loss, &valid);
+    }
+    free(tokens);
+    free(targets);
+    model_free(&m);
+    return rc;
+}
+
+int count_micro_batch(const llama_config *cfg, const count_job *job, count_result *out) {
+    memset(out, 0, sizeof *out);
+    g.out = out;
+    g.n_layers = cfg->num_hidden_layers;
+    g.e = (double)job->elem_bytes;
+    g.next = (uintptr_t)1 << 32;
+    g.grads_f32 = job->grads_f32;
+    count_table.dtype = job->elem_bytes == 2 ? ST_BF16 : ST_F32;
+    param_layout l;
+    TRY(param_layout_init(&l, cfg, 1));
+    lora_layout ll;
+    const int lora = job->lora && job->lora->rank;
+    if (lora && lora_layout_init(&ll, cfg, job->lora, 1) != 0) {
+        param_layout_free(&l);
+        return -1;
+    }
+    const int rc = count_run(&l, lora ? &ll : NULL, job);
+    if (lora) lora_layout_free(&ll);
+    param_layout_free(&l);
+    return rc;
+}
