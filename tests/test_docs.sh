@@ -15,9 +15,6 @@ build="${1:-build}"
 cd "$(dirname "$0")/.." || exit 2
 
 readme_max_lines=260
-# documents generated from the code by the build (finetune --help=markdown, the FT_* table):
-# a link to one that this tree does not hold yet is a note, not a failure
-generated_docs=(docs/flags.md docs/environment.md)
 
 # doc_files ROOT: README.md and every .md under ROOT/docs, one path (relative to ROOT) a line
 doc_files() { (cd "$1" && { [ -e README.md ] && echo README.md; [ -d docs ] && find docs -name '*.md' | sort; }); }
@@ -31,10 +28,8 @@ anchors() {
     | sed -E 's/[^a-z0-9 _-]//g; s/ /-/g'
 }
 
-is_generated() { local g; for g in "${generated_docs[@]}"; do [ "$1" = "$g" ] && return 0; done; return 1; }
-
 # broken_links ROOT: one line per relative link of ROOT's documents whose file or anchor is
-# missing ("FILE:LINE: TARGET: why"); a missing generated document gives a "note:" line
+# missing ("FILE:LINE: TARGET: why")
 broken_links() {
   local root=$1 f dir ln target path anchor
   while read -r f; do
@@ -45,11 +40,7 @@ broken_links() {
       [[ $target == *'#'* ]] && anchor=${target#*#}
       if [ -z "$path" ]; then path=$f
       else path=$(realpath -m --relative-to="$root" "$root/$dir/$path"); fi
-      if [ ! -e "$root/$path" ]; then
-        if is_generated "$path"; then echo "note: $f:$ln: $target: generated, not in this tree yet"
-        else echo "$f:$ln: $target: no such file"; fi
-        continue
-      fi
+      if [ ! -e "$root/$path" ]; then echo "$f:$ln: $target: no such file"; continue; fi
       if [ -n "$anchor" ] && [[ $path == *.md ]] && ! anchors "$root/$path" | grep -qxF -- "$anchor"; then
         echo "$f:$ln: $target: $path has no heading with anchor #$anchor"
       fi
@@ -98,8 +89,6 @@ layer_mismatches() {
 # ------------------------------------------------------------------ the documents of this tree
 n=$(doc_files . | wc -l)
 v=$(broken_links .)
-notes=$(grep '^note: ' <<<"$v"); v=$(grep -v '^note: ' <<<"$v")
-[ -n "$notes" ] && printf '%s\n' "$notes"
 if [ -z "$v" ]; then ok "every relative link and anchor of README.md and docs/ resolves ($n documents)"
 else while IFS= read -r l; do bad "$l"; done <<<"$v"; fi
 
@@ -148,11 +137,11 @@ grep -qxF 'README.md:4: docs/nope.md: no such file' <<<"$v" \
   && ok "meta: a link to a missing file is caught" || bad "meta: missing file not caught: '$v'"
 grep -qxF 'README.md:4: docs/sub/a.md#no-such-heading: docs/sub/a.md has no heading with anchor #no-such-heading' <<<"$v" \
   && ok "meta: a link to a missing anchor is caught" || bad "meta: missing anchor not caught: '$v'"
-[ "$(grep -cv '^note: ' <<<"$v")" -eq 2 ] \
+[ "$(grep -c . <<<"$v")" -eq 3 ] \
   && ok "meta: good links, anchors with code and punctuation, and a link in a code block pass" \
-  || bad "meta: wanted exactly the two broken links, got: '$v'"
-grep -q '^note: README.md:5: docs/flags.md: generated' <<<"$v" \
-  && ok "meta: a generated document not built yet is a note" || bad "meta: generated document: '$v'"
+  || bad "meta: wanted exactly the three broken links, got: '$v'"
+grep -qxF 'README.md:5: docs/flags.md: no such file' <<<"$v" \
+  && ok "meta: a link to a generated document that is missing is caught" || bad "meta: missing generated document: '$v'"
 v=$(missing_paths "$tmp")
 [ "$v" = "README.md: names tests/test_gone.sh, which does not exist" ] \
   && ok "meta: a named path that does not exist is caught (and only it)" || bad "meta: missing path: '$v'"
