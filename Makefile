@@ -1,5 +1,7 @@
-# finetune: one Makefile. `make` builds build/finetune; `make test` runs every CPU test;
-# `make test-asan` runs the C tests under ASan+UBSan. No GPU is needed for any of these.
+# finetune: one Makefile. `make` builds build/finetune; `make test` runs the fast tier of the
+# CPU tests (a few minutes), `make test-slow` the slow suites (SLOW_TESTS below), `make
+# test-all` both; `make test-asan` runs the C tests under ASan+UBSan; `make check` is all of
+# these plus the nvcc build and the Slurm test. No GPU is needed for any of these.
 #
 #   make CUDA=0      never build CUDA code (default: build it when nvcc is found)
 #   make CUDA=1      require nvcc
@@ -104,7 +106,17 @@ GPU_TEST_BINS := $(if $(filter 1,$(CUDA)),$(patsubst tests/gpu/%.c,$(BUILD)/test
 # shell tests (they receive the build dir as $1)
 TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 
-.PHONY: all test test-bins test-asan test-slurm test-gpu check run clean
+# Test tiers. `make test` runs every suite (a C test's binary, a shell suite's script) except
+# the slow ones named here, by file name; `make test-slow` runs these; `make test-all` and
+# `make check` run both. A new tests/test_*.c or tests/test_*.sh is in the fast tier unless
+# named here: add it when it takes more than about 30 s. The fast tier's budget: 5 minutes on
+# a 2-core machine. (Wall seconds measured 2026-11-28 on the 2-core development machine, shared
+# with other jobs at load 4-10, so inflated; `make test` prints each suite's seconds.)
+SLOW_TESTS :=
+SLOW_TESTS += test_cuda_emu_soak.sh   # 6-7 min: 300 emulated-GPU steps with stops and resumes
+SLOW_TESTS += mutate_kernels.sh       # 2.5 min idle, 7-23 min loaded: 109 kernel mutants
+
+.PHONY: all test test-slow test-all test-list test-bins test-asan test-slurm test-gpu check run clean
 all: $(BUILD)/finetune
 
 $(BUILD)/obj/%.o: src/%.c
@@ -152,12 +164,29 @@ $(BUILD)/tests/%: tests/tools/%.c $(BUILD)/libfinetune.a $(KERNEL_LIB)
 $(BUILD)/libftkernels.a: $(NVCC_OBJS)
 	ar rcs $@ $^
 
-TEST_CMDS += $(TEST_BINS) $(foreach s,$(TEST_SCRIPTS),"bash $(s) $(BUILD)")
+# the two tiers' commands for tests/run_all.sh: a binary runs as is, a script as `bash SCRIPT
+# BUILD`; commands a fragment adds to TEST_CMDS itself are in the fast tier
+SUITES := $(TEST_BINS) $(TEST_SCRIPTS)
+suite_cmd = $(if $(filter %.sh,$(1)),"bash $(1) $(BUILD)",$(1))
+slow_suite = $(filter $(SLOW_TESTS),$(notdir $(1)))
+TEST_CMDS += $(foreach s,$(SUITES),$(if $(call slow_suite,$(s)),,$(call suite_cmd,$(s))))
+SLOW_CMDS := $(foreach s,$(SUITES),$(if $(call slow_suite,$(s)),$(call suite_cmd,$(s))))
+$(foreach t,$(filter %.sh,$(SLOW_TESTS)),$(if $(wildcard tests/$(t)),,$(warning SLOW_TESTS: no tests/$(t))))
+RUN_ALL := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} tests/run_all.sh
 
 test-bins: $(TEST_BINS) $(TOOL_BINS) $(GPU_TEST_BINS) $(BUILD)/finetune $(EXTRA_TEST_DEPS)
 
+# the fast tier; the slow suites; both in one run (one summary, the slowest of all listed)
 test: test-bins
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} tests/run_all.sh $(TEST_CMDS)
+	$(RUN_ALL) $(TEST_CMDS)
+test-slow: test-bins
+	$(RUN_ALL) $(SLOW_CMDS)
+test-all: test-bins
+	$(RUN_ALL) $(TEST_CMDS) $(SLOW_CMDS)
+# the commands of each tier, one a line (tests/test_run_all.sh checks the split)
+test-list:
+	@$(if $(TEST_CMDS),printf 'fast %s\n' $(TEST_CMDS))
+	@$(if $(SLOW_CMDS),printf 'slow %s\n' $(SLOW_CMDS))
 
 # C tests, and finetune itself through the CLI and training suites, under ASan+UBSan in a
 # separate build dir (slow paths skipped by the tests themselves when FT_SANITIZED is set).
@@ -183,10 +212,10 @@ test-gpu: $(BUILD)/finetune $(GPU_TEST_BINS)
 test-slurm: $(BUILD)/finetune $(TOOL_BINS)
 	bash tests/slurm/test_slurm.sh $(BUILD)
 
-# README's test command: CPU tests, the same C tests under sanitizers, the nvcc build of
-# every kernel for sm_80/sm_90 when nvcc exists (nvcc-check comes from kernels/kernels.mk),
-# and the Slurm test.
-check: test test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.mk)),nvcc-check) test-slurm
+# README's test command: every CPU test (both tiers), the same C tests under sanitizers, the
+# nvcc build of every kernel for sm_80/sm_90 when nvcc exists (nvcc-check comes from
+# kernels/kernels.mk), and the Slurm test.
+check: test-all test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.mk)),nvcc-check) test-slurm
 
 # README's first command: train the bundled tiny model on the bundled chess games (CPU).
 # RUN_STEPS and RUN_OUT change the length and the output directory alone (tests/test_make_run.sh

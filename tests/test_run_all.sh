@@ -2,7 +2,10 @@
 # tests/test_run_all.sh [BUILD]: tests/run_all.sh itself, fed fake suite commands (echo,
 # sleep, exit): its verdict for each (a pass, a failure, no summary line, a non-zero exit with
 # nothing failed, a skip in each spelling, a suite that ran nothing), the totals, the exit
-# status, one timing line per command and the five slowest at the end. Needs no build. ~5 s.
+# status, one timing line per command and the five slowest at the end. Then the Makefile's
+# test tiers (make test-list): every shell suite in exactly one tier, a suite not named in
+# SLOW_TESTS in the fast one, and naming suites in SLOW_TESTS moves them, nothing lost. Needs
+# no build. ~8 s.
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_run_all
@@ -79,4 +82,26 @@ check "five slowest listed" [ "$(printf '%s\n' "$slowest" | grep -c .)" -eq 5 ]
 check "slowest first: sleep 2.2" [ "$(printf '%s\n' "$slowest" | sed -n 1p)" = "run_all:   $t2 s  $slow2" ]
 check "then sleep 1.2" [ "$(printf '%s\n' "$slowest" | sed -n 2p)" = "run_all:   $t1 s  $slow1" ]
 check "the total last" [ "$(printf '%s\n' "$out" | tail -n 1)" = "all tests: 9 passed, 0 failed" ]
+
+# the tiers: `make test-list` prints "fast CMD" / "slow CMD", one a line
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tiers() { make -s --no-print-directory -C "$root" test-list BUILD="$build" "$@" 2>"$tmp_err"; }
+tmp_err=$(mktemp); trap 'rm -f "$tmp_err"' EXIT
+list=$(tiers); list_rc=$?
+check "make test-list works" [ $list_rc -eq 0 ]
+check "no suite twice" [ -z "$(printf '%s\n' "$list" | sed 's/^[a-z]* //' | sort | uniq -d)" ]
+missing=""
+for f in "$root"/tests/test_*.sh; do
+  n=$(printf '%s\n' "$list" | grep -cxE "(fast|slow) bash tests/${f##*/} $build")
+  [ "$n" -eq 1 ] || missing="$missing ${f##*/}($n)"
+done
+check "every tests/test_*.sh in exactly one tier${missing:+:$missing}" [ -z "$missing" ]
+check "this suite (named nowhere) in the fast tier" bash -c 'printf "%s\n" "$1" | grep -qx "fast bash tests/test_run_all.sh $2"' _ "$list" "$build"
+check "the slow tier is not empty" bash -c 'printf "%s\n" "$1" | grep -q "^slow "' _ "$list"
+moved=$(tiers SLOW_TESTS="test_layers.sh test_ops")
+check "SLOW_TESTS moves a script and a C test to the slow tier" \
+  [ "$(printf '%s\n' "$moved" | grep '^slow ')" = "$(printf 'slow %s\n' "$build/tests/test_ops" "bash tests/test_layers.sh $build")" ]
+check "and loses no suite" [ "$(printf '%s\n' "$moved" | sed 's/^[a-z]* //' | sort)" = "$(printf '%s\n' "$list" | sed 's/^[a-z]* //' | sort)" ]
+tiers SLOW_TESTS="test_no_such_suite.sh" >/dev/null
+check "a SLOW_TESTS name without a suite warns" grep -q "SLOW_TESTS: no tests/test_no_such_suite.sh" "$tmp_err"
 finish
