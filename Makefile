@@ -115,6 +115,15 @@ TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 SLOW_TESTS :=
 SLOW_TESTS += test_cuda_emu_soak.sh   # 6-7 min: 300 emulated-GPU steps with stops and resumes
 SLOW_TESTS += mutate_kernels.sh       # 2.5 min idle, 7-23 min loaded: 109 kernel mutants
+SLOW_TESTS += test_cuda_emu_train.sh  # 3.5-7 min: training on emulated GPUs, FSDP/DDP/HSDP
+SLOW_TESTS += test_offload.sh         # 2 min
+SLOW_TESTS += test_backend_emu        # 159 s: every backend op, emulated CUDA vs CPU
+SLOW_TESTS += test_watchdog.sh        # 67-131 s
+SLOW_TESTS += test_lora.sh            # 48-91 s
+SLOW_TESTS += test_cudnn_plan         # 62 s: cuDNN plans the attention graphs (no GPU)
+SLOW_TESTS += test_soak_script.sh     # 40 s
+SLOW_TESTS += test_data_in.sh         # 35 s idle, 2-4 min loaded
+SLOW_TESTS += test_cuda_emu_attention.sh  # 40 s
 
 .PHONY: all test test-slow test-all test-list test-bins test-asan test-slurm test-gpu check run clean
 all: $(BUILD)/finetune

@@ -8,7 +8,7 @@
 # (a regime the tests do not reach). FILTER runs only the mutants whose id contains it.
 #
 # Brings $BUILD/tests/test_kernels up to date (make) first; MUTATE_JOBS mutants at a time
-# (default 2, one emulator worker each). Part of `make test` (kernels/kernels.mk). Time:
+# (default 2, one emulator worker each). Part of `make test-slow` (kernels/kernels.mk). Time:
 # ~300 s of CPU time (measured: 175 s user + sys before the 18 tensor-core attention
 # mutants, 98 s for the 14 backward ones; the attention mutants about two thirds), so ~2.5
 # min of wall time on an idle 2-core machine (estimated; 7-23 min measured on this shared

@@ -3,7 +3,7 @@
 //   - build/tests/gpu/test_backend_gpu, linked with libcudart/cuBLASLt and the nvcc kernels:
 //     part of `make test-gpu`, run only where a GPU exists (tests/gpu/test_gpu.sh skips it)
 //   - build/tests/test_backend_emu, linked with the CPU emulator (tests/cuda_emu: the same
-//     kernel sources, an emulated cuBLASLt): part of `make test`, so the backend's host code
+//     kernel sources, an emulated cuBLASLt): part of `make test-slow`, so the backend's host code
 //     (GEMM operand mapping, "+=" contracts, copies, the arena) is checked in CI.
 //
 // Each case rounds random inputs to bf16 once, gives the CPU backend the fp32 values of
