@@ -131,6 +131,54 @@ SLOW_TESTS += test_plan.sh            # 469 s / 82 s
 SLOW_TESTS += test_dist.sh            # 126 s / 74 s
 SLOW_TESTS += test_train.sh           # > 8 min / > 83 s (stopped there)
 
+.PHONY: all test test-slow test-all test-list test-bins test-asan test-slurm test-gpu check run clean
+all: $(BUILD)/finetune
+
+$(BUILD)/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# the CPU backend: sqrtf without its errno branch, which keeps AdamW's loop from vectorising
+# (3.4x on that loop; results are the same bits)
+$(BUILD)/obj/backend_cpu.o: CFLAGS += -fno-math-errno
+
+$(BUILD)/libfinetune.a: $(LIB_OBJS)
+	ar rcs $@ $^
+
+# --version: the source revision (git describe), in $(BUILD)/version.h, rewritten only when it
+# changes, so that a new commit rebuilds main.o alone
+FT_VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(BUILD)/version.h: FORCE
+	@mkdir -p $(BUILD)
+	@echo '#define FT_VERSION "$(FT_VERSION)"' | cmp -s - $@ || echo '#define FT_VERSION "$(FT_VERSION)"' > $@
+$(BUILD)/obj/main.o: $(BUILD)/version.h
+$(BUILD)/obj/main.o: CFLAGS += -I$(BUILD)
+.PHONY: FORCE
+FORCE:
+
+$(BUILD)/finetune: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_LIB)
+	$(CC) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libfinetune.a $(KERNEL_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a $(KERNEL_LIB) -o $@ $(LDLIBS)
+$(BUILD)/tests/test_cudnn_plan: CFLAGS += -DFT_CUDA_STUB_LIBCUDA='"$(CUDA_HOME)/lib64/stubs/libcuda.so"'
+
+# small tools the shell tests use
+TOOL_SRCS := $(filter-out $(if $(filter 111,$(CUDA)$(PMI2)$(MPI)),,tests/tools/nccl_id_exchange.c),$(wildcard tests/tools/*.c))
+TOOL_BINS := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(TOOL_SRCS))
+$(BUILD)/tests/%: tests/tools/%.c $(BUILD)/libfinetune.a $(KERNEL_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libfinetune.a $(KERNEL_LIB) -o $@ $(LDLIBS)
+
+# fragments contributed by sub-projects (CUDA emulator, kernels) add to TEST_BINS/TEST_CMDS
+-include tests/cuda_emu/emu.mk
+-include kernels/kernels.mk
+
+# the nvcc-built kernels (sm_80 + sm_90 in each object) for the CUDA backend
+$(BUILD)/libftkernels.a: $(NVCC_OBJS)
+	ar rcs $@ $^
+
 # the two tiers' commands for tests/run_all.sh: a binary runs as is, a script as `bash SCRIPT
 # BUILD`; commands a fragment adds to TEST_CMDS itself are in the fast tier
 SUITES := $(TEST_BINS) $(TEST_SCRIPTS)

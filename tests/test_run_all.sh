@@ -106,6 +106,16 @@ for f in "$root"/tests/test_*.sh; do
   [ "$n" -eq 1 ] || missing="$missing ${f##*/}($n)"
 done
 check "every tests/test_*.sh in exactly one tier${missing:+:$missing}" [ -z "$missing" ]
+# C and C++ tests: each one built (its binary in BUILD/tests) from a source that exists
+missing=""; n_c=0
+for f in "$root"/tests/test_*.c "$root"/tests/cuda_emu/test_*.c*; do
+  t=${f##*/}; t=${t%.*}
+  [ -x "$root/$build/tests/$t" ] || [ -x "$build/tests/$t" ] || continue
+  n_c=$((n_c + 1))
+  n=$(printf '%s\n' "$list" | grep -cxE "(fast|slow) $build/tests/$t")
+  [ "$n" -eq 1 ] || missing="$missing $t($n)"
+done
+check "every built C test ($n_c) in exactly one tier${missing:+:$missing}" [ -z "$missing" ]
 check "this suite (named nowhere) in the fast tier" bash -c 'printf "%s\n" "$1" | grep -qx "fast bash tests/test_run_all.sh $2"' _ "$list" "$build"
 check "the slow tier is not empty" bash -c 'printf "%s\n" "$1" | grep -q "^slow "' _ "$list"
 moved=$(tiers SLOW_TESTS="test_layers.sh test_ops")
