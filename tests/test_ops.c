@@ -1,5 +1,7 @@
 // test_ops.c: central finite-difference checks of every CPU backend op's backward, on
-// small random inputs of odd shapes, plus the ops' accumulate/overwrite contracts.
+// small random inputs of odd shapes, plus the ops' accumulate/overwrite contracts. Every op
+// call's status is checked (OP(): a failing op fails its case, named), and invalid arguments
+// must be refused with an error naming the op (check_op_errors).
 //
 // For each case the scalar objective is J = sum(out * R) with a fixed random R, so
 // dJ/dout = R is what the backward receives. The analytic gradient of each input is
