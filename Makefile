@@ -1,5 +1,7 @@
-# finetune: one Makefile. `make` builds build/finetune; `make test` runs every CPU test;
-# `make test-asan` runs the C tests under ASan+UBSan. No GPU is needed for any of these.
+# finetune: one Makefile. `make` builds build/finetune; `make test` runs the fast tier of the
+# CPU tests (a few minutes), `make test-slow` the slow suites (SLOW_TESTS below), `make
+# test-all` both; `make test-asan` runs the C tests under ASan+UBSan; `make check` is all of
+# these plus the nvcc build and the Slurm test. No GPU is needed for any of these.
 #
 #   make CUDA=0      never build CUDA code (default: build it when nvcc is found)
 #   make CUDA=1      require nvcc
@@ -104,7 +106,32 @@ GPU_TEST_BINS := $(if $(filter 1,$(CUDA)),$(patsubst tests/gpu/%.c,$(BUILD)/test
 # shell tests (they receive the build dir as $1)
 TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 
-.PHONY: all test test-bins test-asan test-slurm test-gpu check run clean docs
+# Test tiers. `make test` runs every suite (a C test's binary, a shell suite's script) except
+# the slow ones named here, by file name; `make test-slow` runs these; `make test-all` and
+# `make check` run both. A new tests/test_*.c or tests/test_*.sh is in the fast tier unless
+# named here: name it when it takes more than about 20 s of CPU time (run_all.sh prints each
+# suite's wall and CPU seconds). The fast tier's budget: 5 minutes on an idle 2-core machine.
+# Figures: wall / CPU seconds measured 2026-11-28 on the shared 2-core development machine at
+# load 10-40 (so the wall times are 3-6 times an idle machine's), or the suite's own header.
+SLOW_TESTS :=
+SLOW_TESTS += test_cuda_emu_soak.sh   # header: 6-7 min; 300 emulated-GPU steps, stops, resumes
+SLOW_TESTS += mutate_kernels.sh       # header: ~300 s of CPU; 109 kernel mutants
+SLOW_TESTS += test_cuda_emu_train.sh  # header: 3.5-7 min wall, 4 min of CPU
+SLOW_TESTS += test_offload.sh         # header: 2 min
+SLOW_TESTS += test_backend_emu        # 159 s wall at load 9: every backend op, emulated CUDA
+SLOW_TESTS += test_watchdog.sh        # header: 67-131 s
+SLOW_TESTS += test_lora.sh            # header: 48-91 s wall, 60 s of CPU
+SLOW_TESTS += test_cudnn_plan         # 62 s wall at load 9
+SLOW_TESTS += test_soak_script.sh     # header: 40 s
+SLOW_TESTS += test_data_in.sh         # header: 35 s idle, 2-4 min loaded
+SLOW_TESTS += test_cuda_emu_attention.sh  # header: 40 s wall, 58 s of CPU
+SLOW_TESTS += test_pack_attention.sh  # 507 s / 89 s
+SLOW_TESTS += test_make_run.sh        # 440 s / 85 s
+SLOW_TESTS += test_plan.sh            # 469 s / 82 s
+SLOW_TESTS += test_train.sh           # > 8 min / > 83 s (stopped there)
+SLOW_TESTS += test_build_config.sh    # 2 builds of the C sources: ~1 min each idle, 3-4 min loaded
+
+.PHONY: all test test-slow test-all test-list test-bins test-asan test-slurm test-gpu check run clean docs
 all: $(BUILD)/finetune
 
 $(BUILD)/obj/%.o: src/%.c
@@ -177,12 +204,29 @@ $(BUILD)/obj/main.o: $(BUILD_CONFIG_H)
 $(BUILD)/libftkernels.a: $(NVCC_OBJS)
 	ar rcs $@ $^
 
-TEST_CMDS += $(TEST_BINS) $(foreach s,$(TEST_SCRIPTS),"bash $(s) $(BUILD)")
+# the two tiers' commands for tests/run_all.sh: a binary runs as is, a script as `bash SCRIPT
+# BUILD`; commands a fragment adds to TEST_CMDS itself are in the fast tier
+SUITES := $(TEST_BINS) $(TEST_SCRIPTS)
+suite_cmd = $(if $(filter %.sh,$(1)),"bash $(1) $(BUILD)",$(1))
+slow_suite = $(filter $(SLOW_TESTS),$(notdir $(1)))
+TEST_CMDS += $(foreach s,$(SUITES),$(if $(call slow_suite,$(s)),,$(call suite_cmd,$(s))))
+SLOW_CMDS := $(foreach s,$(SUITES),$(if $(call slow_suite,$(s)),$(call suite_cmd,$(s))))
+$(foreach t,$(filter %.sh,$(SLOW_TESTS)),$(if $(wildcard tests/$(t)),,$(warning SLOW_TESTS: no tests/$(t))))
+RUN_ALL := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} tests/run_all.sh
 
 test-bins: $(TEST_BINS) $(TOOL_BINS) $(GPU_TEST_BINS) $(BUILD)/finetune $(EXTRA_TEST_DEPS)
 
+# the fast tier; the slow suites; both in one run (one summary, the slowest of all listed)
 test: test-bins
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} tests/run_all.sh $(TEST_CMDS)
+	$(RUN_ALL) $(TEST_CMDS)
+test-slow: test-bins
+	$(RUN_ALL) $(SLOW_CMDS)
+test-all: test-bins
+	$(RUN_ALL) $(TEST_CMDS) $(SLOW_CMDS)
+# the commands of each tier, one a line (tests/test_run_all.sh checks the split)
+test-list:
+	@$(if $(TEST_CMDS),printf 'fast %s\n' $(TEST_CMDS))
+	@$(if $(SLOW_CMDS),printf 'slow %s\n' $(SLOW_CMDS))
 
 # C tests, and finetune itself through the CLI and training suites, under ASan+UBSan in a
 # separate build dir (slow paths skipped by the tests themselves when FT_SANITIZED is set).
@@ -208,10 +252,10 @@ test-gpu: $(BUILD)/finetune $(GPU_TEST_BINS)
 test-slurm: $(BUILD)/finetune $(TOOL_BINS)
 	bash tests/slurm/test_slurm.sh $(BUILD)
 
-# README's test command: CPU tests, the same C tests under sanitizers, the nvcc build of
-# every kernel for sm_80/sm_90 when nvcc exists (nvcc-check comes from kernels/kernels.mk),
-# and the Slurm test.
-check: test test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.mk)),nvcc-check) test-slurm
+# README's test command: every CPU test (both tiers), the same C tests under sanitizers, the
+# nvcc build of every kernel for sm_80/sm_90 when nvcc exists (nvcc-check comes from
+# kernels/kernels.mk), and the Slurm test.
+check: test-all test-asan $(if $(and $(filter 1,$(CUDA)),$(wildcard kernels/kernels.mk)),nvcc-check) test-slurm
 
 # README's first command: train the bundled tiny model on the bundled chess games (CPU).
 # RUN_STEPS and RUN_OUT change the length and the output directory alone (tests/test_make_run.sh

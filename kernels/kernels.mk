@@ -6,7 +6,7 @@
 #                                 in `make test` and, under ASan+UBSan, in `make test-asan`)
 #   $(BUILD)/tests/test_kernels_gpumath   the same with FMA contraction and the GPU's
 #                                 worst-case approximate math (__expf, rsqrtf, logf)
-#   tests/mutate_kernels.sh       mutation testing of test_kernels (in `make test`)
+#   tests/mutate_kernels.sh       mutation testing of test_kernels (in `make test-slow`)
 #   make nvcc-check               every kernels/*.cu through nvcc for sm_80 and sm_90 (SASS) and
 #                                 compute_90 (PTX) with all warnings, register spills and local
 #                                 memory as errors; prints the per-kernel resource report
@@ -53,8 +53,9 @@ $(BUILD)/tests/test_kernels_gpumath: $(BUILD)/emu/test_kernels_gpumath.o $(KERNE
 
 TEST_BINS += $(BUILD)/tests/test_kernels $(BUILD)/tests/test_kernels_gpumath
 # every one-line mutant of tests/mutate_kernels.sh's table must make test_kernels fail
-# (two mutants at a time; its time: docs/results/2026-11-26-cpu.md)
-TEST_CMDS += "bash tests/mutate_kernels.sh $(BUILD)"
+# (two mutants at a time; its time: docs/results/2026-11-26-cpu.md; a slow suite: SLOW_TESTS in the
+# Makefile)
+TEST_SCRIPTS += tests/mutate_kernels.sh
 
 # tests/mutate_kernels.sh rebuilds test_kernels with one kernel source changed: how the
 # objects above are compiled and linked, as shell assignments

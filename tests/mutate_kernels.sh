@@ -8,7 +8,7 @@
 # (a regime the tests do not reach). FILTER runs only the mutants whose id contains it.
 #
 # Brings $BUILD/tests/test_kernels up to date (make) first; MUTATE_JOBS mutants at a time
-# (default 2, one emulator worker each). Part of `make test` (kernels/kernels.mk). Time
+# (default 2, one emulator worker each). Part of `make test-slow` (kernels/kernels.mk). Time
 # and last result: docs/results/2026-11-26-cpu.md (the table's history: tests/cuda_emu/README.md).
 #
 # Adding a mutant: `m ID FILE OPS FROM TO`, FROM a literal string (newlines allowed) that

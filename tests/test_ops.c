@@ -1,5 +1,7 @@
 // test_ops.c: central finite-difference checks of every CPU backend op's backward, on
-// small random inputs of odd shapes, plus the ops' accumulate/overwrite contracts.
+// small random inputs of odd shapes, plus the ops' accumulate/overwrite contracts. Every op
+// call's status is checked (OP(): a failing op fails its case, named), and invalid arguments
+// must be refused with an error naming the op (check_op_errors).
 //
 // For each case the scalar objective is J = sum(out * R) with a fixed random R, so
 // dJ/dout = R is what the backward receives. The analytic gradient of each input is
@@ -46,6 +48,41 @@ static float *copy_of(const float *src, size_t n) {
     float *p = malloc(sizeof(float) * (n ? n : 1));
     memcpy(p, src, sizeof(float) * n);
     return p;
+}
+
+// ----------------------------------------------------------------------------
+// op status: every backend op call goes through OP(be->op, args...), which logs a non-zero
+// status (the first failing op of the case, its status and ft_error message); at the end of
+// each case expect_ops_ok() fails the case when any op call failed, naming that op.
+
+typedef struct {
+    int failures;          // op calls that returned non-zero since the last expect_ops_ok
+    const char *first_op;  // the first of them, as written ("be->matmul_fwd")
+    int first_rc;
+    char first_msg[256];   // its ft_error message
+} op_log;
+static op_log g_ops;
+
+// rc of the op call `op`, logged in g_ops when non-zero (the error message is taken and cleared).
+static int op_status(int rc, const char *op) {
+    if (rc == 0) return 0;
+    if (g_ops.failures++ == 0) {
+        g_ops.first_op = op;
+        g_ops.first_rc = rc;
+        snprintf(g_ops.first_msg, sizeof g_ops.first_msg, "%s", ft_error_message());
+    }
+    ft_error_clear();
+    return rc;
+}
+#define OP(fn, ...) op_status((fn)(__VA_ARGS__), #fn)
+
+// One check for the op calls of case `name` since the last call: fails when any returned
+// non-zero, naming the first; then clears the log.
+static void expect_ops_ok(const char *name) {
+    EXPECT(g_ops.failures == 0, "%s: %d backend op call%s failed, the first %s with status %d: %s", name,
+           g_ops.failures, g_ops.failures == 1 ? "" : "s", g_ops.first_op ? g_ops.first_op : "?", g_ops.first_rc,
+           g_ops.first_msg);
+    memset(&g_ops, 0, sizeof g_ops);
 }
 
 // Coordinate k of `samples` FD samples of an input of n elements: all of them when n is small,
@@ -141,33 +178,33 @@ static double objective(state *s) {
     float *out = malloc(sizeof(float) * s->out_n);
     double J = 0;
     switch (c->op) {
-    case OP_EMBEDDING: be->embedding_fwd(out, s->tokens, s->in[0], c->N, c->C, c->V); break;
+    case OP_EMBEDDING: OP(be->embedding_fwd, out, s->tokens, s->in[0], c->N, c->C, c->V); break;
     case OP_RMSNORM: {
         float *rstd = malloc(sizeof(float) * c->N);
-        be->rmsnorm_fwd(out, rstd, s->in[0], s->in[1], c->N, c->C, 1e-5f);
+        OP(be->rmsnorm_fwd, out, rstd, s->in[0], s->in[1], c->N, c->C, 1e-5f);
         free(rstd);
         break;
     }
-    case OP_ROPE: be->rope_fwd(out, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D, s->seg); break;
+    case OP_ROPE: OP(be->rope_fwd, out, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D, s->seg); break;
     case OP_ROPE_QKV: {   // out = [q (B,T,H,D) | k (B,T,KVH,D) | v (B,T,KVH,D)]
         size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
-        be->rope_qkv_fwd(out, out + nq, out + nq + nkv, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->KVH, c->D, s->seg);
+        OP(be->rope_qkv_fwd, out, out + nq, out + nq + nkv, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->KVH, c->D, s->seg);
         break;
     }
-    case OP_MATMUL: be->matmul_fwd(out, s->in[0], s->in[1], NULL, c->N, c->C, c->F); break;
+    case OP_MATMUL: OP(be->matmul_fwd, out, s->in[0], s->in[1], NULL, c->N, c->C, c->F); break;
     case OP_ATTENTION: {
         float *lse = malloc(sizeof(float) * c->B * c->H * c->T);
-        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
+        OP(be->attention_fwd, out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
         free(lse);
         break;
     }
     case OP_SWIGLU:
-        if (c->C) be->swiglu_fwd(out, s->in[0], s->in[0] + c->F, c->N, c->F, 2 * c->F);
-        else be->swiglu_fwd(out, s->in[0], s->in[1], c->N, c->F, c->F);
+        if (c->C) OP(be->swiglu_fwd, out, s->in[0], s->in[0] + c->F, c->N, c->F, 2 * c->F);
+        else OP(be->swiglu_fwd, out, s->in[0], s->in[1], c->N, c->F, c->F);
         break;
     case OP_LMHEAD: {
         float *ws = malloc(sizeof(float) * s->chunk_rows * c->V);
-        be->lmhead_xent(out, NULL, NULL, ST_F32, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, s->chunk_rows,
+        OP(be->lmhead_xent, out, NULL, NULL, ST_F32, s->in[0], s->in[1], s->tokens, c->N, c->C, c->V, 1.0f, s->chunk_rows,
                         ws, NULL);
         free(ws);
         break;
@@ -189,27 +226,27 @@ static void analytic(state *s, int *contract_ok) {
     case OP_EMBEDDING:
         base[0] = randn(s->in_n[0], 1.0f);
         s->grad[0] = copy_of(base[0], s->in_n[0]);
-        be->embedding_bwd(s->grad[0], ST_F32, s->R, s->tokens, c->N, c->C, c->V);
+        OP(be->embedding_bwd, s->grad[0], ST_F32, s->R, s->tokens, c->N, c->C, c->V);
         break;
     case OP_RMSNORM: {
         float *rstd = malloc(sizeof(float) * c->N), *tmp = malloc(sizeof(float) * s->out_n);
-        be->rmsnorm_fwd(tmp, rstd, s->in[0], s->in[1], c->N, c->C, 1e-5f);
+        OP(be->rmsnorm_fwd, tmp, rstd, s->in[0], s->in[1], c->N, c->C, 1e-5f);
         base[0] = randn(s->in_n[0], 1.0f);
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[0] = copy_of(base[0], s->in_n[0]);
         s->grad[1] = copy_of(base[1], s->in_n[1]);
-        be->rmsnorm_bwd(s->grad[0], s->grad[1], ST_F32, s->R, s->in[0], s->in[1], rstd, c->N, c->C);
+        OP(be->rmsnorm_bwd, s->grad[0], s->grad[1], ST_F32, s->R, s->in[0], s->in[1], rstd, c->N, c->C);
         free(rstd); free(tmp);
         break;
     }
     case OP_ROPE:
         s->grad[0] = filled(s->in_n[0], NAN);
-        be->rope_bwd(s->grad[0], s->R, s->cos, s->sin, c->B, c->T, c->H, c->D, s->seg);
+        OP(be->rope_bwd, s->grad[0], s->R, s->cos, s->sin, c->B, c->T, c->H, c->D, s->seg);
         break;
     case OP_ROPE_QKV: {
         size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
         s->grad[0] = filled(s->in_n[0], NAN);
-        be->rope_qkv_bwd(s->grad[0], s->R, s->R + nq, s->R + nq + nkv, s->cos, s->sin, c->B, c->T, c->H, c->KVH,
+        OP(be->rope_qkv_bwd, s->grad[0], s->R, s->R + nq, s->R + nq + nkv, s->cos, s->sin, c->B, c->T, c->H, c->KVH,
                          c->D, s->seg);
         break;
     }
@@ -217,11 +254,11 @@ static void analytic(state *s, int *contract_ok) {
         s->grad[0] = filled(s->in_n[0], NAN);
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[1] = copy_of(base[1], s->in_n[1]);
-        be->matmul_bwd(s->grad[0], s->grad[1], ST_F32, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 0, 1);
+        OP(be->matmul_bwd, s->grad[0], s->grad[1], ST_F32, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 0, 1);
         {   // accumulate_dinp = 1 must add to what is there; accumulate_dw = 0 must overwrite
             // (a NaN start stays NaN if any element is only added into)
             float *acc = filled(s->in_n[0], 1.0f), *dw = filled(s->in_n[1], NAN);
-            be->matmul_bwd(acc, dw, ST_F32, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 1, 0);
+            OP(be->matmul_bwd, acc, dw, ST_F32, s->R, s->in[0], s->in[1], c->N, c->C, c->F, 1, 0);
             for (size_t i = 0; i < s->in_n[0]; i++)
                 if (fabsf(acc[i] - 1.0f - s->grad[0][i]) > 1e-5f * (1 + fabsf(s->grad[0][i]))) *contract_ok = 0;
             for (size_t i = 0; i < s->in_n[1]; i++) {
@@ -233,9 +270,9 @@ static void analytic(state *s, int *contract_ok) {
         break;
     case OP_ATTENTION: {
         float *lse = malloc(sizeof(float) * c->B * c->H * c->T), *out = malloc(sizeof(float) * s->out_n);
-        be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
+        OP(be->attention_fwd, out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
         for (int i = 0; i < 3; i++) s->grad[i] = filled(s->in_n[i], NAN);
-        be->attention_bwd(s->grad[0], s->grad[1], s->grad[2], s->R, out, lse, s->in[0], s->in[1],
+        OP(be->attention_bwd, s->grad[0], s->grad[1], s->grad[2], s->R, out, lse, s->in[0], s->in[1],
                           s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
         free(lse); free(out);
         break;
@@ -243,9 +280,9 @@ static void analytic(state *s, int *contract_ok) {
     case OP_SWIGLU:
         for (int i = 0; i < s->n_in; i++) s->grad[i] = filled(s->in_n[i], NAN);
         if (c->C)
-            be->swiglu_bwd(s->grad[0], s->grad[0] + c->F, s->R, s->in[0], s->in[0] + c->F, c->N, c->F, 2 * c->F);
+            OP(be->swiglu_bwd, s->grad[0], s->grad[0] + c->F, s->R, s->in[0], s->in[0] + c->F, c->N, c->F, 2 * c->F);
         else
-            be->swiglu_bwd(s->grad[0], s->grad[1], s->R, s->in[0], s->in[1], c->N, c->F, c->F);
+            OP(be->swiglu_bwd, s->grad[0], s->grad[1], s->R, s->in[0], s->in[1], c->N, c->F, c->F);
         break;
     case OP_LMHEAD: {
         // J = sum(losses * R) is only linear in the losses when R is constant per row;
@@ -254,7 +291,7 @@ static void analytic(state *s, int *contract_ok) {
         s->grad[0] = filled(s->in_n[0], NAN);
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[1] = copy_of(base[1], s->in_n[1]);
-        be->lmhead_xent(losses, s->grad[0], s->grad[1], ST_F32, s->in[0], s->in[1], s->tokens, c->N, c->C,
+        OP(be->lmhead_xent, losses, s->grad[0], s->grad[1], ST_F32, s->in[0], s->in[1], s->tokens, c->N, c->C,
                         c->V, s->R[0], s->chunk_rows, ws, NULL);
         free(ws); free(losses);
         break;
@@ -354,9 +391,9 @@ static void check_matmul_residual(const backend *be, const state *s) {
     const size_t n = s->out_n;
     float *plain = malloc(sizeof(float) * n), *res = randn(n, 1.0f), *sep = malloc(sizeof(float) * n);
     float *inplace = copy_of(res, n);
-    be->matmul_fwd(plain, s->in[0], s->in[1], NULL, c->N, c->C, c->F);
-    be->matmul_fwd(sep, s->in[0], s->in[1], res, c->N, c->C, c->F);
-    be->matmul_fwd(inplace, s->in[0], s->in[1], inplace, c->N, c->C, c->F);
+    OP(be->matmul_fwd, plain, s->in[0], s->in[1], NULL, c->N, c->C, c->F);
+    OP(be->matmul_fwd, sep, s->in[0], s->in[1], res, c->N, c->C, c->F);
+    OP(be->matmul_fwd, inplace, s->in[0], s->in[1], inplace, c->N, c->C, c->F);
     int ok = 1;
     for (size_t i = 0; i < n; i++) {
         const float want = plain[i] + res[i], tol = 1e-6f * (fabsf(plain[i]) + fabsf(res[i]) + 1.0f);
@@ -381,18 +418,18 @@ static void check_rope_qkv_split(const backend *be, const state *s) {
         memcpy(v + (size_t)r * KVD, s->in[0] + (size_t)r * W + QD + KVD, sizeof(float) * KVD);
     }
     // without tables: the split alone
-    be->rope_qkv_fwd(got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), s->in[0], NULL, NULL, c->B, c->T,
+    OP(be->rope_qkv_fwd, got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), s->in[0], NULL, NULL, c->B, c->T,
                      c->H, c->KVH, c->D, NULL);
     int ok = memcmp(got, want, sizeof(float) * s->out_n) == 0;
     // and back: the gather alone restores the fused rows
     float *back = malloc(sizeof(float) * s->out_n);
-    be->rope_qkv_bwd(back, got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), NULL, NULL, c->B, c->T, c->H,
+    OP(be->rope_qkv_bwd, back, got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), NULL, NULL, c->B, c->T, c->H,
                      c->KVH, c->D, NULL);
     ok &= memcmp(back, s->in[0], sizeof(float) * s->out_n) == 0;
     free(back);
-    be->rope_fwd(q, q, s->cos, s->sin, c->B, c->T, c->H, c->D, NULL);
-    be->rope_fwd(k, k, s->cos, s->sin, c->B, c->T, c->KVH, c->D, NULL);
-    be->rope_qkv_fwd(got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), s->in[0], s->cos, s->sin, c->B, c->T,
+    OP(be->rope_fwd, q, q, s->cos, s->sin, c->B, c->T, c->H, c->D, NULL);
+    OP(be->rope_fwd, k, k, s->cos, s->sin, c->B, c->T, c->KVH, c->D, NULL);
+    OP(be->rope_qkv_fwd, got, got + (size_t)N * QD, got + (size_t)N * (QD + KVD), s->in[0], s->cos, s->sin, c->B, c->T,
                      c->H, c->KVH, c->D, NULL);
     ok &= memcmp(got, want, sizeof(float) * s->out_n) == 0;
     printf("%-36s %-7s %12s %10s %s\n", c->name, "split", "bitwise", "", ok ? "pass" : "FAIL");
@@ -409,8 +446,8 @@ static void check_rope_segments(const backend *be, const state *s) {
     const int rotated = c->op == OP_ROPE ? c->H : c->H + c->KVH;   // v is copied
     const size_t nq = (size_t)c->B * c->T * c->H * c->D, nkv = (size_t)c->B * c->T * c->KVH * c->D;
     float *got = malloc(sizeof(float) * s->out_n);
-    if (c->op == OP_ROPE) be->rope_fwd(got, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D, s->seg);
-    else be->rope_qkv_fwd(got, got + nq, got + nq + nkv, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->KVH, c->D, s->seg);
+    if (c->op == OP_ROPE) OP(be->rope_fwd, got, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->D, s->seg);
+    else OP(be->rope_qkv_fwd, got, got + nq, got + nq + nkv, s->in[0], s->cos, s->sin, c->B, c->T, c->H, c->KVH, c->D, s->seg);
     int ok = 1;
     for (int b = 0; b < c->B; b++)
         for (int t = 0; t < c->T; t++) {
@@ -516,7 +553,7 @@ static void check_attention_forward(const backend *be, const state *s) {
     size_t nl = (size_t)c->B * c->H * c->T;
     float *out = malloc(sizeof(float) * s->out_n), *lse = malloc(sizeof(float) * nl), *ref32 = malloc(sizeof(float) * s->out_n);
     double *ref = malloc(sizeof(double) * s->out_n), *lse_ref = malloc(sizeof(double) * nl);
-    be->attention_fwd(out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
+    OP(be->attention_fwd, out, lse, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, s->seg);
     attention_ref(ref, lse_ref, s->in[0], s->in[1], s->in[2], c->B, c->T, c->H, c->KVH, c->D, NULL, NULL, NULL, NULL,
                   s->seg);
     for (size_t i = 0; i < s->out_n; i++) ref32[i] = (float)ref[i];
@@ -591,7 +628,7 @@ static void check_lmhead_reference(const backend *be, const state *s) {
         }
     }
     float *losses = malloc(sizeof(float) * N), *ws = malloc(sizeof(float) * s->chunk_rows * V);
-    int rc = be->lmhead_xent(losses, NULL, NULL, ST_F32, x, w, s->tokens, N, C, V, 1.0f, s->chunk_rows, ws, NULL);
+    int rc = OP(be->lmhead_xent, losses, NULL, NULL, ST_F32, x, w, s->tokens, N, C, V, 1.0f, s->chunk_rows, ws, NULL);
     const double e[3] = {rc ? INFINITY : nmse_vs_double(losses, loss, N), nmse_vs_double(s->grad[0], dx, (size_t)N * C),
                          nmse_vs_double(s->grad[1], dw, (size_t)V * C)};
     static const char *what[3] = {"fwd/ref", "dx/ref", "dW/ref"};
@@ -605,6 +642,63 @@ static void check_lmhead_reference(const backend *be, const state *s) {
     EXPECT(chunks == c->chunks, "%s: %d rows in chunks of %d make %d chunks, the case is meant for %d", c->name, N,
            s->chunk_rows, chunks, c->chunks);
     free(loss); free(dx); free(dw); free(l); free(losses); free(ws);
+}
+
+// A call the backend must refuse (status rc): non-zero, with an ft_error message naming `op`.
+// One table line; clears the error.
+static void expect_refused(const char *op, const char *what, int rc) {
+    const char *msg = ft_error_message();
+    const int ok = rc != 0 && strstr(msg, op) != NULL;
+    char name[64];
+    snprintf(name, sizeof name, "%s, %s", op, what);
+    printf("%-36s %-7s %12s %10s %s\n", name, "status", "refused", "", ok ? "pass" : "FAIL");
+    EXPECT(ok, "%s with %s: status %d, error '%s' (wanted non-zero, an error naming the op)", op, what, rc, msg);
+    ft_error_clear();
+}
+
+// Invalid arguments the CPU backend refuses: each call must return non-zero with an error
+// naming the op, and the same call with valid arguments 0 (so the argument is what it refused).
+// Then OP() itself on a refused call: logged once, under the op's name (what expect_ops_ok
+// reports), so a failing op in the cases above cannot pass unseen.
+static void check_op_errors(const backend *be) {
+    enum { N = 3, C = 4, V = 5 };
+    float *x = randn(N * C, 1.0f), *w = randn(V * C, 1.0f), *out = filled(N * C, 0.5f);
+    float *dw = filled(V * C, 0.0f), *dx = malloc(sizeof(float) * N * C), *ws = malloc(sizeof(float) * N * V);
+    float losses[N] = {1, 1, 1};   // (also the rstd rmsnorm_bwd is refused before reading)
+    const int32_t tok[N] = {0, 4, 1}, targets[N] = {0, 4, -100}, too_high[N] = {0, V, 1}, negative[N] = {-1, 0, 1};
+    const uint16_t bf16[N * C] = {0};
+    ft_error_clear();
+    expect_refused("embedding_fwd", "token = V", be->embedding_fwd(out, too_high, w, N, C, V));
+    expect_refused("embedding_fwd", "token -1", be->embedding_fwd(out, negative, w, N, C, V));
+    EXPECT(be->embedding_fwd(out, tok, w, N, C, V) == 0, "embedding_fwd refused valid tokens: %s", ft_error_message());
+    expect_refused("embedding_bwd", "bf16 gradient", be->embedding_bwd(dw, ST_BF16, x, tok, N, C, V));
+    EXPECT(be->embedding_bwd(dw, ST_F32, x, tok, N, C, V) == 0, "embedding_bwd refused fp32: %s", ft_error_message());
+    expect_refused("rmsnorm_bwd", "bf16 gradient", be->rmsnorm_bwd(dx, dw, ST_BF16, x, x, w, losses, N, C));
+    expect_refused("matmul_bwd", "bf16 gradient", be->matmul_bwd(dx, dw, ST_BF16, out, x, w, N, C, C, 0, 0));
+    EXPECT(be->matmul_bwd(dx, dw, ST_F32, out, x, w, N, C, C, 0, 0) == 0, "matmul_bwd refused fp32: %s",
+           ft_error_message());
+    expect_refused("lmhead_xent", "chunk of 0 rows",
+                   be->lmhead_xent(losses, NULL, NULL, ST_F32, x, w, targets, N, C, V, 1.0f, 0, ws, NULL));
+    expect_refused("lmhead_xent", "target = V",
+                   be->lmhead_xent(losses, dx, dw, ST_F32, x, w, too_high, N, C, V, 1.0f, N, ws, NULL));
+    expect_refused("lmhead_xent", "bf16 gradient",
+                   be->lmhead_xent(losses, dx, dw, ST_BF16, x, w, targets, N, C, V, 1.0f, N, ws, NULL));
+    EXPECT(be->lmhead_xent(losses, dx, dw, ST_F32, x, w, targets, N, C, V, 1.0f, N, ws, NULL) == 0,
+           "lmhead_xent refused valid targets and chunk: %s", ft_error_message());
+    expect_refused("accumulate", "bf16 source", be->accumulate(dw, bf16, ST_BF16, N * C, 1.0f));
+    EXPECT(be->accumulate(dw, x, ST_F32, N * C, 1.0f) == 0, "accumulate refused fp32: %s", ft_error_message());
+    ft_error_clear();
+
+    // OP() on a refused call and then a valid one: one failure logged, the refused op's
+    memset(&g_ops, 0, sizeof g_ops);
+    OP(be->embedding_fwd, out, too_high, w, N, C, V);
+    OP(be->embedding_fwd, out, tok, w, N, C, V);
+    const int logged = g_ops.failures == 1 && g_ops.first_op && strcmp(g_ops.first_op, "be->embedding_fwd") == 0 &&
+                       g_ops.first_rc != 0 && strstr(g_ops.first_msg, "outside the vocab") != NULL;
+    memset(&g_ops, 0, sizeof g_ops);   // that refusal was the point here, not a failure
+    printf("%-36s %-7s %12s %10s %s\n", "OP() on a refused call", "status", "logged", "", logged ? "pass" : "FAIL");
+    EXPECT(logged, "OP() did not log the refused embedding_fwd as one failure of be->embedding_fwd");
+    free(x); free(w); free(out); free(dw); free(dx); free(ws);
 }
 
 // cpu_expf against exp in double: at most 2 ulp (2 * 2^-23 relative) over [-87, 88]. Derived:
@@ -666,8 +760,10 @@ int main(void) {
             EXPECT(ok, "%s d%s: NMSE %.3e (nan=%d)", cases[ci].name, s.in_name[i], e, any_nan);
             free(fd); free(an);
         }
+        expect_ops_ok(cases[ci].name);
         teardown(&s);
     }
+    check_op_errors(be);
     check_expf();
     TEST_SUMMARY("test_ops");
 }

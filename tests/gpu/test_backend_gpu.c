@@ -3,7 +3,7 @@
 //   - build/tests/gpu/test_backend_gpu, linked with libcudart/cuBLASLt and the nvcc kernels:
 //     part of `make test-gpu`, run only where a GPU exists (tests/gpu/test_gpu.sh skips it)
 //   - build/tests/test_backend_emu, linked with the CPU emulator (tests/cuda_emu: the same
-//     kernel sources, an emulated cuBLASLt): part of `make test`, so the backend's host code
+//     kernel sources, an emulated cuBLASLt): part of `make test-slow`, so the backend's host code
 //     (GEMM operand mapping, "+=" contracts, copies, the arena) is checked in CI.
 //
 // Each case rounds random inputs to bf16 once, gives the CPU backend the fp32 values of
@@ -563,7 +563,7 @@ int main(int argc, char **argv) {
     }
     CPU = backend_cpu();
     if (backend_open("cuda", 0, (size_t)(large ? 16 : 4) << 30, &GPU) != 0) {
-        printf("test_backend_gpu: SKIPPED: %s\n", ft_error_message());
+        printf("skip: test_backend_gpu SKIPPED: %s\n", ft_error_message());   // (first_light.sh greps SKIPPED)
         return 0;
     }
     printf("test_backend_gpu: %s%s\n", backend_describe(GPU), large ? " (with the 7B shapes)" : "");
