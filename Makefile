@@ -147,6 +147,7 @@ $(BUILD)/tests/%: tests/tools/%.c $(BUILD)/libfinetune.a $(KERNEL_LIB)
 # fragments contributed by sub-projects (CUDA emulator, kernels) add to TEST_BINS/TEST_CMDS
 -include tests/cuda_emu/emu.mk
 -include kernels/kernels.mk
+-include tests/nccl_standin/standin.mk
 
 # the nvcc-built kernels (sm_80 + sm_90 in each object) for the CUDA backend
 $(BUILD)/libftkernels.a: $(NVCC_OBJS)
