@@ -588,6 +588,18 @@ cudaError_t cudaMallocHost(void **p, size_t n) {
     return cudaSuccess;
 }
 
+// (the flags change nothing here: all host memory is reachable, and a device pointer is the
+// host pointer, as under unified addressing)
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int) { return cudaMallocHost(p, n); }
+
+cudaError_t cudaHostGetDevicePointer(void **dev, void *host, unsigned int flags) {
+    runtime();
+    Lock l;
+    if (flags != 0 || !shadow_is_pinned(host)) return cudaErrorInvalidValue;
+    *dev = host;
+    return cudaSuccess;
+}
+
 cudaError_t cudaFreeHost(void *p) {
     if (p) {
         runtime();
@@ -734,6 +746,9 @@ extern "C" CUresult cuStreamWaitValue32_v2(CUstream h, CUdeviceptr addr, cuuint3
             if (ns < 200000) ns *= 2;
         }
     };
+    char name[96];
+    snprintf(name, sizeof name, "cuStreamWaitValue32 (%p >= %u)", (const void *)p, (unsigned)value);
+    stats_count(name);
     if (!R->async) {
         wait();
         return CUDA_SUCCESS;
@@ -741,8 +756,6 @@ extern "C" CUresult cuStreamWaitValue32_v2(CUstream h, CUdeviceptr addr, cuuint3
     Lock l;
     Stream *s = resolve((cudaStream_t)h);
     if (!s) return CUDA_ERROR_INVALID_HANDLE;
-    char name[96];
-    snprintf(name, sizeof name, "cuStreamWaitValue32 (%p >= %u)", (const void *)p, (unsigned)value);
     const uint64_t seq = issue(s, name, {}, wait);
     shadow_gate(s->id, seq);
     return CUDA_SUCCESS;

@@ -69,6 +69,7 @@ typedef struct op {
     ncclDataType_t type;
     int root;                 // broadcast
     unsigned seq;             // the gate value that releases it
+    char *send, *recv;        // the staging it was issued with (a later one may be larger)
     cudaEvent_t staged;       // recorded after the copy out
     struct op *next;
 } op;
@@ -84,7 +85,8 @@ struct ncclComm {
     op *spare;                // finished ops, their events reusable
     unsigned issued, finished;
     int stop;
-    volatile uint32_t *gate;  // pinned: the last finished (or released) sequence number
+    volatile uint32_t *gate;  // pinned, mapped: the last finished (or released) sequence number
+    void *gate_dev;           // its device address (cuStreamWaitValue32 reads it)
     char *send, *recv;        // pinned staging
     size_t send_cap, recv_cap;
     void *retired[64];        // outgrown staging, freed with the communicator
@@ -198,11 +200,11 @@ static int exchange_sum(ncclComm_t c, const op *o) {
     const size_t in_n = rs ? o->count * (size_t)c->size : o->count;
     if (o->type != ncclBfloat16) {
         const MPI_Datatype t = mpi_type(o->type);
-        if (rs) return mpi_finish(c, MPI_Ireduce_scatter_block(c->send, c->recv, n, t, MPI_SUM, c->data, &r), &r);
-        return mpi_finish(c, MPI_Iallreduce(c->send, c->recv, n, t, MPI_SUM, c->data, &r), &r);
+        if (rs) return mpi_finish(c, MPI_Ireduce_scatter_block(o->send, o->recv, n, t, MPI_SUM, c->data, &r), &r);
+        return mpi_finish(c, MPI_Iallreduce(o->send, o->recv, n, t, MPI_SUM, c->data, &r), &r);
     }
     if (grow_acc(c, in_n + o->count) != 0) return MPI_ERR_NO_MEM;
-    const uint16_t *in = (const uint16_t *)c->send;
+    const uint16_t *in = (const uint16_t *)o->send;
     for (size_t i = 0; i < in_n; i++) c->acc[i] = bf16_to_f32(in[i]);
     float *out = c->acc + in_n;
     int rc;
@@ -212,7 +214,7 @@ static int exchange_sum(ncclComm_t c, const op *o) {
         rc = mpi_finish(c, MPI_Iallreduce(MPI_IN_PLACE, c->acc, n, MPI_FLOAT, MPI_SUM, c->data, &r), &r);
         out = c->acc;
     }
-    uint16_t *dst = (uint16_t *)c->recv;
+    uint16_t *dst = (uint16_t *)o->recv;
     for (size_t i = 0; i < o->count; i++) dst[i] = f32_to_bf16(out[i]);
     return rc;
 }
@@ -223,10 +225,10 @@ static int exchange(ncclComm_t c, const op *o) {
     const size_t bytes = o->count * type_size(o->type);
     switch (o->kind) {
     case OP_ALL_GATHER:
-        return mpi_finish(c, MPI_Iallgather(c->send, (int)bytes, MPI_BYTE, c->recv, (int)bytes, MPI_BYTE, c->data, &r),
+        return mpi_finish(c, MPI_Iallgather(o->send, (int)bytes, MPI_BYTE, o->recv, (int)bytes, MPI_BYTE, c->data, &r),
                           &r);
     case OP_BROADCAST:   // (the root staged its data in the receive staging)
-        return mpi_finish(c, MPI_Ibcast(c->recv, (int)bytes, MPI_BYTE, o->root, c->data, &r), &r);
+        return mpi_finish(c, MPI_Ibcast(o->recv, (int)bytes, MPI_BYTE, o->root, c->data, &r), &r);
     default:
         return exchange_sum(c, o);
     }
@@ -302,7 +304,9 @@ static ncclResult_t comm_create(MPI_Comm ctl, ncclComm_t *out) {
     }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    cudaError_t e = cudaMallocHost((void **)&c->gate, sizeof *c->gate);
+    // the gate: mapped pinned memory, which the GPU reads at the address the runtime gives
+    cudaError_t e = cudaHostAlloc((void **)&c->gate, sizeof *c->gate, cudaHostAllocMapped);
+    if (e == cudaSuccess) e = cudaHostGetDevicePointer(&c->gate_dev, (void *)c->gate, 0);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->switched, cudaEventDisableTiming);
     if (e != cudaSuccess) return fail(ncclUnhandledCudaError, "NCCL stand-in: %s", cudaGetErrorString(e));
     *c->gate = 0;
@@ -497,6 +501,8 @@ static ncclResult_t op_new(ncclComm_t c, op **out) {
 static ncclResult_t issue(ncclComm_t c, op *o, const void *sendbuff, size_t sbytes, char *stage, void *recvbuff,
                           size_t rbytes, cudaStream_t stream) {
     cudaError_t e;
+    o->send = c->send;
+    o->recv = c->recv;
     if (c->last_stream && c->last_stream != stream) {   // collectives of one communicator stay in order
         if ((e = cudaEventRecord(c->switched, c->last_stream)) != cudaSuccess) return cuda_fail("cudaEventRecord", e);
         if ((e = cudaStreamWaitEvent(stream, c->switched, 0)) != cudaSuccess) return cuda_fail("cudaStreamWaitEvent", e);
@@ -516,10 +522,10 @@ static ncclResult_t issue(ncclComm_t c, op *o, const void *sendbuff, size_t sbyt
 #ifndef FT_FAULT_SKIP_GATE
     // (TEST-ONLY FAULT FT_FAULT_SKIP_GATE, tests/test_nccl_standin.sh: no gate, so the copy back
     // may run before the exchange wrote the receive staging)
-    const CUresult w = g_wait_value((CUstream)stream, (CUdeviceptr)(uintptr_t)c->gate, o->seq, CU_STREAM_WAIT_VALUE_GEQ);
+    const CUresult w = g_wait_value((CUstream)stream, (CUdeviceptr)(uintptr_t)c->gate_dev, o->seq, CU_STREAM_WAIT_VALUE_GEQ);
     if (w != CUDA_SUCCESS) return fail(ncclUnhandledCudaError, "NCCL stand-in: cuStreamWaitValue32 failed (CUresult %d)", (int)w);
 #endif
-    if ((e = cudaMemcpyAsync(recvbuff, c->recv, rbytes, cudaMemcpyHostToDevice, stream)) != cudaSuccess)
+    if ((e = cudaMemcpyAsync(recvbuff, o->recv, rbytes, cudaMemcpyHostToDevice, stream)) != cudaSuccess)
         return cuda_fail("cudaMemcpyAsync from the staging", e);
     return ncclSuccess;
 }
@@ -551,7 +557,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
         (rc = stage_reserve(comm, &comm->recv, &comm->recv_cap, bytes * comm->size)) != ncclSuccess ||
         (rc = op_new(comm, &o)) != ncclSuccess)
         return rc;
-    *o = (op){OP_ALL_GATHER, sendcount, datatype, 0, 0, o->staged, NULL};
+    *o = (op){OP_ALL_GATHER, sendcount, datatype, 0, 0, NULL, NULL, o->staged, NULL};
     return issue(comm, o, sendbuff, bytes, comm->send, recvbuff, bytes * comm->size, stream);
 }
 
@@ -566,7 +572,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
         (rc = stage_reserve(comm, &comm->recv, &comm->recv_cap, bytes)) != ncclSuccess ||
         (rc = op_new(comm, &o)) != ncclSuccess)
         return rc;
-    *o = (op){OP_REDUCE_SCATTER, recvcount, datatype, 0, 0, o->staged, NULL};
+    *o = (op){OP_REDUCE_SCATTER, recvcount, datatype, 0, 0, NULL, NULL, o->staged, NULL};
     return issue(comm, o, sendbuff, bytes * comm->size, comm->send, recvbuff, bytes, stream);
 }
 
@@ -581,7 +587,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
         (rc = stage_reserve(comm, &comm->recv, &comm->recv_cap, bytes)) != ncclSuccess ||
         (rc = op_new(comm, &o)) != ncclSuccess)
         return rc;
-    *o = (op){OP_ALL_REDUCE, count, datatype, 0, 0, o->staged, NULL};
+    *o = (op){OP_ALL_REDUCE, count, datatype, 0, 0, NULL, NULL, o->staged, NULL};
     return issue(comm, o, sendbuff, bytes, comm->send, recvbuff, bytes, stream);
 }
 
@@ -596,7 +602,7 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, n
     if ((rc = stage_reserve(comm, &comm->recv, &comm->recv_cap, bytes)) != ncclSuccess ||
         (rc = op_new(comm, &o)) != ncclSuccess)
         return rc;
-    *o = (op){OP_BROADCAST, count, datatype, root, 0, o->staged, NULL};
+    *o = (op){OP_BROADCAST, count, datatype, root, 0, NULL, NULL, o->staged, NULL};
     // the root stages its data straight into the receive staging (MPI_Bcast works in place)
     return issue(comm, o, sendbuff, comm->rank == root ? bytes : 0, comm->recv, recvbuff, bytes, stream);
 }
