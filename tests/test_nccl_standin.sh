@@ -18,6 +18,9 @@
 #   4. the fault build (FT_FAULT_SKIP_GATE: the copy back does not wait for the exchange):
 #      the run must fail (a hazard, an error, or other losses)
 #   5. a FT_NCCL_LIBRARY that does not exist: one line naming it
+#   6. a rank that stops at step 3, or before the reduce-scatter lane's ncclCommSplit: rank 0
+#      ends the job within --collective_timeout with the watchdog's one line (the stand-in
+#      never blocks the host; its pending collectives are named by their events)
 #
 # 4 steps each (8 for the comparisons with the single device would add nothing here: the
 # arithmetic is the emulated NCCL's, compared bitwise). ~3 min on 2 cores.
@@ -89,7 +92,26 @@ if [ -e "$fault" ]; then
 else skip_or_fail "$fault not built"; fi
 
 # 5. a library that is not there
-err=$(FT_NCCL_LIBRARY=$tmp/none.so timeout 120 mpiexec -n 2 "$emu" "${flags[@]}" --out_dir "$tmp/none" 2>&1 >/dev/null | sort -u); rc=$?
+err=$(FT_NCCL_LIBRARY=$tmp/none.so timeout 120 mpiexec -n 2 "$emu" "${flags[@]}" --out_dir "$tmp/none" 2>&1 >/dev/null | sort -u)
 [ "$(grep -c 'error' <<<"$err")" -ge 1 ] && grep -q "none.so" <<<"$err" \
   && ok "FT_NCCL_LIBRARY naming a missing file: $(grep -m1 error <<<"$err" | cut -c1-150)" || bad "missing FT_NCCL_LIBRARY: '$err'"
+
+# 6. a rank that stops (test-only FT_TEST_STOP_AT_STEP / FT_TEST_STOP_BEFORE, as in
+# tests/test_watchdog.sh): the stand-in never blocks the host (its helper waits), so rank 0's
+# watchdog ends the job within --collective_timeout with its one line, naming the oldest
+# collective not yet complete (the stand-in's events); rank 0 blocked inside ncclCommSplit
+# (MPI_Comm_split) is ended by the watchdog's guard
+stopped() {  # stopped NAME REGEX VAR=VALUE...
+  local name=$1 want=$2; shift 2
+  env FT_NCCL_LIBRARY="$lib" FT_EMU_SHARED_DEVICES=1 "$@" timeout 120 mpiexec -n 2 "$emu" "${flags[@]}" --max_steps 100000 \
+    --collective_timeout 8 --out_dir "$tmp/$name" >"$tmp/$name.log" 2>"$tmp/$name.err"
+  local rc=$? line; line=$(grep "finetune: error" "$tmp/$name.err")
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c "finetune: error" "$tmp/$name.err")" = 1 ] && [[ "$line" =~ $want ]] \
+    && ok "$name ($*) through the stand-in: exit $rc: $line" || bad "$name ($*): exit $rc: $(head -3 "$tmp/$name.err")"
+}
+stopped stop_at_step3 "^finetune: error: rank 0: step 3: .* made no progress for 8(\.[0-9])? s.*oldest unfinished: [a-z_ ]+ on the [a-z ]+ of 2 ranks, .*; aborting$" \
+  FT_TEST_STOP_AT_STEP=3
+stopped stop_before_split "^finetune: error: rank 0: setup: ncclCommSplit of the reduce-scatter lane \(shard group\) made no progress for 8(\.[0-9])? s \(--collective_timeout 8\); aborting$" \
+  FT_TEST_STOP_BEFORE=nccl_split
+
 finish
