@@ -20,12 +20,18 @@
 # MPI: mpiexec on PATH (first_light.sh puts the bundle's first), MPI_THREAD_MULTIPLE asked of
 # MPICH (the stand-in's helper threads call MPI). Output: ok/FAIL lines and
 # "multi_rank_gpu: N passed, M failed". Time on an H100/H200: unmeasured (budget 150 s).
+#
+# For a dry run of this script without a GPU (tests/test_nccl_standin.sh drives it on the
+# emulated device): FT_MULTI_RANK_BIN (the binary), FT_MULTI_RANK_LIB (the stand-in),
+# FT_MULTI_RANK_STEPS / FT_MULTI_RANK_STOP (30 / 10), FT_MULTI_RANK_FLAGS (more flags, after
+# the job's: later flags win), FT_SANITIZER= (empty: no sanitizer wave).
 set -u
 . "$(dirname "$0")/../lib.sh" multi_rank_gpu
 build=${1:?usage: multi_rank_gpu.sh BUILD [LOG_DIR]}
-bin=$build/finetune
+bin=${FT_MULTI_RANK_BIN:-$build/finetune}
 keep=${2:-}
-lib=$(cd "$build/tests" 2>/dev/null && pwd)/libnccl_standin.so
+lib=${FT_MULTI_RANK_LIB:-$(cd "$build/tests" 2>/dev/null && pwd)/libnccl_standin.so}
+steps=${FT_MULTI_RANK_STEPS:-30} stop=${FT_MULTI_RANK_STOP:-10}
 tmp=$(mktemp -d /tmp/ft-multi-rank.XXXXXX)
 finish_hook() {
   [ -n "$keep" ] && mkdir -p "$keep" && cp "$tmp"/*.log "$keep"/ 2>/dev/null
@@ -39,12 +45,14 @@ export FT_NCCL_LIBRARY=$lib MPIR_CVAR_DEFAULT_THREAD_LEVEL=MPI_THREAD_MULTIPLE O
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 
 flags=(--device cuda --attention native --model_dir data/model --data_dir data/chess --batch_size_per_device 8
-       --total_batch_size 32 --learning_rate 5e-3 --max_steps 30 --eval_every 0 --save_every 0 --sample_tokens 0)
+       --total_batch_size 32 --learning_rate 5e-3 --max_steps "$steps" --eval_every 0 --save_every 0 --sample_tokens 0)
+# shellcheck disable=SC2206
+flags+=(${FT_MULTI_RANK_FLAGS:-})
 # (test_gpu.sh's compare) A B TOL: worst per-step relative loss difference, must be <= TOL
 compare() {
   local a b w
   a=$(metric "$1" loss) b=$(metric "$2" loss)
-  [ "$(grep -c . <<<"$b")" -ge 30 ] || { echo "missing-steps"; return 1; }
+  [ "$(grep -c . <<<"$b")" -ge "$steps" ] || { echo "missing-steps"; return 1; }
   w=$(worst_rel "$a" "$b")
   echo "$w"
   le "$w" "$3"
@@ -58,7 +66,7 @@ job() {
 }
 judge() {   # judge NAME WHAT REF TOL [PIDSTATUS]
   local w
-  if [ "$5" = 0 ] && w=$(compare "$tmp/$3" "$tmp/$1" "$4"); then ok "$2: losses follow 1 rank over 30 steps (worst rel $w)"
+  if [ "$5" = 0 ] && w=$(compare "$tmp/$3" "$tmp/$1" "$4"); then ok "$2: losses follow 1 rank over $steps steps (worst rel $w)"
   else bad "$2: exit $5, $(why "$tmp/$1.log") ${w:-}"; fi
 }
 
@@ -69,7 +77,7 @@ job fsdp4 4; p3=$!
 job hsdp2x2 4 --dp_shard 2; p4=$!
 job ddp2 2 --no_fsdp; p5=$!
 wait $p1; s1=$?; wait $p2; s2=$?; wait $p3; s3=$?; wait $p4; s4=$?; wait $p5; s5=$?
-if [ $s1 = 0 ] && [ "$(metric "$tmp/one" loss | wc -l)" = 30 ]; then ok "1 rank: 30 steps, loss $(metric "$tmp/one" loss | head -1) -> $(metric "$tmp/one" loss | tail -1)"
+if [ $s1 = 0 ] && [ "$(metric "$tmp/one" loss | wc -l)" = "$steps" ]; then ok "1 rank: $steps steps, loss $(metric "$tmp/one" loss | head -1) -> $(metric "$tmp/one" loss | tail -1)"
 else bad "1 rank (the reference): exit $s1, $(why "$tmp/one.log")"; fi
 judge fsdp2 "FSDP 2 on one GPU (stand-in)" one 1e-2 $s2
 judge fsdp4 "FSDP 4 on one GPU" one 1e-2 $s3
@@ -81,23 +89,24 @@ lora=(--lora_rank 5 --lora_targets q,k,v,o,gate,up,down)
 job lora1 1 "${lora[@]}"; q1=$!
 job lora2 2 "${lora[@]}"; q2=$!
 job offload2 2 --offload_optimizer; q3=$!
-job stop2 2 --stop_at_step 10; q4=$!
+job stop2 2 --stop_at_step "$stop"; q4=$!
 wait $q1; t1=$?; wait $q2; t2=$?; wait $q3; t3=$?; wait $q4; t4=$?
 [ $t1 = 0 ] || bad "LoRA on 1 rank: exit $t1, $(why "$tmp/lora1.log")"
 judge lora2 "LoRA over FSDP 2" lora1 1e-2 $t2
 judge offload2 "--offload_optimizer over FSDP 2" one 1e-2 $t3
-if [ $t4 = 0 ] && [ "$(metric "$tmp/stop2" loss | wc -l)" = 10 ]; then
+if [ $t4 = 0 ] && [ "$(metric "$tmp/stop2" loss | wc -l)" = "$stop" ]; then
   # resumed at another world size: FSDP 4, the same global batch (without --stop_at_step: the
   # stopped job's own line would train nothing past its stop)
   if mpiexec -n 4 "$bin" "${flags[@]}" --resume latest --out_dir "$tmp/stop2" >"$tmp/resume4.log" 2>&1 &&
-     [ "$(metric "$tmp/stop2" loss | wc -l)" = 30 ] &&
-     w=$(worst_rel "$(metric "$tmp/one" loss | tail -20)" "$(metric "$tmp/stop2" loss | tail -20)") && le "$w" 1e-2; then
-    ok "FSDP 2 stopped at step 10, resumed over FSDP 4: steps 11..30 follow 1 rank (worst rel $w)"
-  else bad "stop at 10 over FSDP 2, resume over FSDP 4: $(why "$tmp/resume4.log") ${w:-} ($(metric "$tmp/stop2" loss | wc -l) steps)"; fi
-else bad "FSDP 2 --stop_at_step 10: exit $t4, $(why "$tmp/stop2.log")"; fi
+     [ "$(metric "$tmp/stop2" loss | wc -l)" = "$steps" ] &&
+     w=$(worst_rel "$(metric "$tmp/one" loss | tail -n +$((stop + 1)))" "$(metric "$tmp/stop2" loss | tail -n +$((stop + 1)))") &&
+     le "$w" 1e-2; then
+    ok "FSDP 2 stopped at step $stop, resumed over FSDP 4: steps $((stop + 1))..$steps follow 1 rank (worst rel $w)"
+  else bad "stop at $stop over FSDP 2, resume over FSDP 4: $(why "$tmp/resume4.log") ${w:-} ($(metric "$tmp/stop2" loss | wc -l) steps)"; fi
+else bad "FSDP 2 --stop_at_step $stop: exit $t4, $(why "$tmp/stop2.log")"; fi
 
 # ---------------------------------------------------------------- wave 3
-san=${FT_SANITIZER:-$(command -v compute-sanitizer)}
+san=${FT_SANITIZER-$(command -v compute-sanitizer)}
 if [ -n "$san" ]; then
   short=(--batch_size_per_device 2 --total_batch_size 4 --seq_len 64 --max_steps 2 --max_eval_docs 2)
   for tool in memcheck racecheck; do

@@ -77,6 +77,7 @@ typedef struct op {
 struct ncclComm {
     MPI_Comm ctl, data;
     int rank, size;
+    int device;               // the creating thread's current device (the helper's too)
     pthread_t helper;
     int helper_running;
     pthread_mutex_t mu;
@@ -252,6 +253,7 @@ static int wait_staged(ncclComm_t c, const op *o) {
 
 static void *helper_main(void *arg) {
     ncclComm_t c = arg;
+    cudaSetDevice(c->device);   // (its events' device: a new thread starts on device 0)
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (!c->head && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
@@ -305,7 +307,8 @@ static ncclResult_t comm_create(MPI_Comm ctl, ncclComm_t *out) {
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     // the gate: mapped pinned memory, which the GPU reads at the address the runtime gives
-    cudaError_t e = cudaHostAlloc((void **)&c->gate, sizeof *c->gate, cudaHostAllocMapped);
+    cudaError_t e = cudaGetDevice(&c->device);
+    if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->gate, sizeof *c->gate, cudaHostAllocMapped);
     if (e == cudaSuccess) e = cudaHostGetDevicePointer(&c->gate_dev, (void *)c->gate, 0);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->switched, cudaEventDisableTiming);
     if (e != cudaSuccess) return fail(ncclUnhandledCudaError, "NCCL stand-in: %s", cudaGetErrorString(e));
