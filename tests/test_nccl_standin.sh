@@ -18,12 +18,16 @@
 #   4. the fault build (FT_FAULT_SKIP_GATE: the copy back does not wait for the exchange):
 #      the run must fail (a hazard, an error, or other losses)
 #   5. a FT_NCCL_LIBRARY that does not exist: one line naming it
-#   6. a rank that stops at step 3, or before the reduce-scatter lane's ncclCommSplit: rank 0
+#   6. tests/gpu/multi_rank_gpu.sh (first light's multi_rank check) driven end to end on the
+#      emulated device at 2 steps of a small job: its 8 checks pass
+#   7. a rank that stops at step 3, or before the reduce-scatter lane's ncclCommSplit: rank 0
 #      ends the job within --collective_timeout with the watchdog's one line (the stand-in
 #      never blocks the host; its pending collectives are named by their events)
 #
 # 4 steps each (8 for the comparisons with the single device would add nothing here: the
-# arithmetic is the emulated NCCL's, compared bitwise). ~3 min on 2 cores.
+# arithmetic is the emulated NCCL's, compared bitwise). 2m43 of CPU, 4.5 min wall (measured
+# on the shared 2-core machine at load ~15; sections 1-5 alone: 1m46 of CPU, 2.5 to 7.7 min
+# wall by the load).
 set -u
 build=${1:-build}
 . "$(dirname "$0")/lib.sh" test_nccl_standin
@@ -96,7 +100,18 @@ err=$(FT_NCCL_LIBRARY=$tmp/none.so timeout 120 mpiexec -n 2 "$emu" "${flags[@]}"
 [ "$(grep -c 'error' <<<"$err")" -ge 1 ] && grep -q "none.so" <<<"$err" \
   && ok "FT_NCCL_LIBRARY naming a missing file: $(grep -m1 error <<<"$err" | cut -c1-150)" || bad "missing FT_NCCL_LIBRARY: '$err'"
 
-# 6. a rank that stops (test-only FT_TEST_STOP_AT_STEP / FT_TEST_STOP_BEFORE, as in
+# 6. first light's multi_rank script itself (tests/gpu/multi_rank_gpu.sh, never run on a GPU:
+# a bug in its bookkeeping would cost a GPU session), on the emulated device with the emulated
+# stand-in: 2 steps of a small job instead of 30 of the default, stop at step 1, no sanitizer
+# (~1 min of CPU)
+out=$(FT_EMU_SHARED_DEVICES=1 OMP_NUM_THREADS=1 FT_MULTI_RANK_BIN="$emu" FT_MULTI_RANK_LIB="$lib" FT_MULTI_RANK_STEPS=2 \
+  FT_MULTI_RANK_STOP=1 FT_MULTI_RANK_FLAGS="--batch_size_per_device 1 --total_batch_size 4 --seq_len 32 --max_eval_docs 1" \
+  FT_SANITIZER= timeout 600 bash "$(dirname "$0")/gpu/multi_rank_gpu.sh" "$build" "$tmp/multi_rank" 2>&1); rc=$?
+[ $rc = 0 ] && grep -q "^multi_rank_gpu: 8 passed, 0 failed$" <<<"$out" \
+  && ok "tests/gpu/multi_rank_gpu.sh on the emulated device: $(tail -1 <<<"$out") (1 rank, FSDP 2 and 4, HSDP 2 x 2, DDP 2, LoRA, offload, stop + resume at another world size)" \
+  || bad "tests/gpu/multi_rank_gpu.sh on the emulated device: exit $rc: $(grep -m3 '^FAIL' <<<"$out") $(tail -1 <<<"$out")"
+
+# 7. a rank that stops (test-only FT_TEST_STOP_AT_STEP / FT_TEST_STOP_BEFORE, as in
 # tests/test_watchdog.sh): the stand-in never blocks the host (its helper waits), so rank 0's
 # watchdog ends the job within --collective_timeout with its one line, naming the oldest
 # collective not yet complete (the stand-in's events); rank 0 blocked inside ncclCommSplit
