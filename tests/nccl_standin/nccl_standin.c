@@ -320,6 +320,9 @@ static ncclResult_t comm_create(MPI_Comm ctl, ncclComm_t *out) {
     return ncclSuccess;
 }
 
+// ---- the NCCL API below: each call keeps nccl.h's contract (NCCL's documentation), within the
+// limits in this file's header comment
+
 ncclResult_t ncclGetVersion(int *version) {
     if (!version) return ncclInvalidArgument;
     *version = STANDIN_VERSION;
@@ -533,7 +536,8 @@ static ncclResult_t issue(ncclComm_t c, op *o, const void *sendbuff, size_t sbyt
     return ncclSuccess;
 }
 
-// the checks every collective makes; 1 when there is nothing to do (count 0)
+// the checks every collective makes: ncclSuccess or why not; *nothing = 1 for a count of 0
+// (nothing is queued: NCCL does nothing for it either)
 static ncclResult_t prepare(ncclComm_t c, const char *what, size_t count, ncclDataType_t t, int sum, ncclRedOp_t redop,
                             size_t total_bytes, int *nothing) {
     *nothing = 0;
