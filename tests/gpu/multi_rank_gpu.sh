@@ -32,11 +32,11 @@ bin=${FT_MULTI_RANK_BIN:-$build/finetune}
 keep=${2:-}
 lib=${FT_MULTI_RANK_LIB:-$(cd "$build/tests" 2>/dev/null && pwd)/libnccl_standin.so}
 steps=${FT_MULTI_RANK_STEPS:-30} stop=${FT_MULTI_RANK_STOP:-10}
-tmp=$(mktemp -d /tmp/ft-multi-rank.XXXXXX)
-finish_hook() {
-  [ -n "$keep" ] && mkdir -p "$keep" && cp "$tmp"/*.log "$keep"/ 2>/dev/null
-  rm -rf "$tmp"
-}
+# the runs' logs and output folders: LOG_DIR when given (kept, also when a time limit ends the
+# script: first_light.sh packs it, less the safetensors), else a temporary folder
+if [ -n "$keep" ]; then mkdir -p "$keep" && tmp=$(cd "$keep" && pwd) || exit 2
+else tmp=$(mktemp -d /tmp/ft-multi-rank.XXXXXX); fi
+finish_hook() { [ -n "$keep" ] || rm -rf "$tmp"; }
 if [ ! -e "$lib" ]; then bad "$lib not built (make ... $build/tests/libnccl_standin.so: needs MPICH)"; finish; fi
 if ! command -v mpiexec >/dev/null; then bad "mpiexec not found (the bundle's MPICH: scripts/gpu_bundle.sh)"; finish; fi
 export FT_NCCL_LIBRARY=$lib MPIR_CVAR_DEFAULT_THREAD_LEVEL=MPI_THREAD_MULTIPLE OMP_NUM_THREADS=1
