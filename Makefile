@@ -174,6 +174,7 @@ $(BUILD)/tests/%: tests/tools/%.c $(BUILD)/libfinetune.a $(KERNEL_LIB)
 # fragments contributed by sub-projects (CUDA emulator, kernels) add to TEST_BINS/TEST_CMDS
 -include tests/cuda_emu/emu.mk
 -include kernels/kernels.mk
+-include tests/nccl_standin/standin.mk
 
 # The build's configuration: what was detected and with which paths, in $(BUILD)/build_config.h
 # (scripts/build_config.sh rewrites it only when it changes). Every target depends on it

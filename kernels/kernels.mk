@@ -80,10 +80,12 @@ $(BUILD)/emu/attention_cudnn_emu.o: tests/cuda_emu/attention_cudnn_emu.cpp
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 EMU_HOST_OBJS := $(BUILD)/emu/attention_cudnn_emu.o $(BUILD)/emu/cuda_emu_host.o
 
+# -rdynamic: the emulated CUDA runtime is exported, for a library loaded at run time against it
+# (tests/nccl_standin/standin.mk: the NCCL stand-in, FT_NCCL_LIBRARY)
 $(BUILD)/tests/finetune_emu: $(BUILD)/obj/main.o $(EMU_HOST_OBJS) $(BUILD)/libfinetune.a $(KERNEL_EMU_GPU_OBJS) \
                              $(EMU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
+	$(CXX) $^ -o $@ -rdynamic $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
 # tests/gpu/test_backend_gpu.c (every backend op, CUDA vs CPU) on the emulated device
 $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(EMU_HOST_OBJS) $(BUILD)/libfinetune.a \

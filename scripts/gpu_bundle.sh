@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_bundle.sh [--with-mpi] [DIR]: gather, on a Debian 12 machine with apt, what the
+# scripts/gpu_bundle.sh [--without-mpi] [DIR]: gather, on a Debian 12 machine with apt, what the
 # build needs that a GPU machine's CUDA toolkit lacks, for a machine with no package manager
 # (tests/gpu/first_light.sh). Everything goes under DIR (default .deps, git-ignored):
 #
@@ -11,20 +11,24 @@
 #                      (first_light.sh unpacks it into DIR/root when that is absent)
 #
 # Packages: jansson and OpenBLAS (OpenMP build) with their runtime dependencies libgfortran5
-# and libquadmath0 (libgomp comes with the GPU machine's compiler); --with-mpi adds MPICH
-# (mpiexec, headers, libmpich and its hwloc/UCX/verbs dependencies) for multi-rank CPU tests
-# there. Sizes as built on 2026-11-23 (Debian 12): without MPICH root/ 41 MB, bundle.tar.xz
-# ~6 MB; with it root/ ~90 MB, bundle.tar.xz ~15 MB. Run as any user with network access
-# to the Debian mirrors (apt-get download needs no root). Exit 0 and one summary line, or 1
-# with one line naming what failed; DIR is left as it was on failure.
+# and libquadmath0 (libgomp comes with the GPU machine's compiler), and MPICH (mpiexec,
+# headers, libmpich and its hwloc/UCX/verbs dependencies; Debian's mpiexec.hydra and
+# hydra_pmi_proxy also need libslurm38 and libudev1) for the multi-rank checks there
+# (first_light.sh's multi_rank: several ranks on the one GPU through the NCCL stand-in);
+# --without-mpi leaves MPICH out (--with-mpi, the old way to ask for it, is the default now).
+# Sizes as built on 2026-11-23 (Debian 12): without MPICH root/ 41 MB, bundle.tar.xz ~6 MB;
+# with it root/ ~90 MB, bundle.tar.xz ~15 MB (libslurm38 and libudev1 unmeasured). Run as
+# any user with network access to the Debian mirrors (apt-get download needs no root). Exit 0
+# and one summary line, or 1 with one line naming what failed; DIR is left as it was on failure.
 set -euo pipefail
-mpi=0
+mpi=1
 dir=.deps
 for a in "$@"; do
   case $a in
     --with-mpi) mpi=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-    -*) echo "gpu_bundle: unknown option '$a' (--with-mpi, DIR)" >&2; exit 2 ;;
+    --without-mpi) mpi=0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -*) echo "gpu_bundle: unknown option '$a' (--without-mpi, DIR)" >&2; exit 2 ;;
     *) dir=$a ;;
   esac
 done
@@ -34,7 +38,7 @@ command -v apt-get >/dev/null && command -v dpkg >/dev/null || fail "needs apt-g
 
 pkgs=(libjansson4 libjansson-dev libopenblas0-openmp libopenblas-openmp-dev libgfortran5 libquadmath0)
 [ $mpi = 1 ] && pkgs+=(mpich libmpich12 libmpich-dev libhwloc15 libucx0 libibverbs1 librdmacm1 libnuma1
-                       libnl-3-200 libnl-route-3-200)
+                       libnl-3-200 libnl-route-3-200 libslurm38 libudev1)
 
 mkdir -p "$dir/debs"
 dir=$(cd "$dir" && pwd)

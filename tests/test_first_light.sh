@@ -15,7 +15,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-checks="build fatbin test-gpu memcheck racecheck synccheck soak deterministic"
+checks="build fatbin test-gpu multi_rank memcheck racecheck synccheck soak deterministic"
 listing() { ls -a . build .deps 2>/dev/null | md5sum; }
 before=$(listing)
 
@@ -29,8 +29,8 @@ report_ok() {
   for c in $checks; do
     grep -q "^- $c: no GPU: " "$d/first_light.md" && listed=$((listed + 1))
   done
-  [ $listed = 8 ] && ok "markdown: all 8 checks under 'Not run, and why', each with the reason" \
-    || bad "markdown lists $listed of 8 checks as not run for want of a GPU"
+  [ $listed = 9 ] && ok "markdown: all 9 checks under 'Not run, and why', each with the reason" \
+    || bad "markdown lists $listed of 9 checks as not run for want of a GPU"
   local js
   js=$(python3 - "$d/first_light.json" "$checks" <<'EOF' 2>&1
 import json, sys
@@ -40,17 +40,17 @@ got = [(c["id"], c["status"], c["detail"]) for c in r["checks"]]
 assert [g[0] for g in got] == want, "checks %s" % [g[0] for g in got]
 bad = [g for g in got if g[1] != "not_run" or not g[2].startswith("no GPU: ")]
 assert not bad, "not 'not_run' with a no-GPU reason: %s" % bad
-assert r["summary"] == {"pass": 0, "fail": 0, "timeout": 0, "not_run": 8}, r["summary"]
+assert r["summary"] == {"pass": 0, "fail": 0, "timeout": 0, "not_run": 9}, r["summary"]
 print("ok")
 EOF
 )
   js=$(tail -1 <<<"$js")
-  [ "$js" = ok ] && ok "JSON: parses, 8 checks, each not_run with the no-GPU reason" || bad "JSON: $js"
+  [ "$js" = ok ] && ok "JSON: parses, 9 checks, each not_run with the no-GPU reason" || bad "JSON: $js"
 }
 
 out=$(bash tests/gpu/first_light.sh "$tmp/arg" 2>&1); rc=$?
 report_ok "$tmp/arg" $rc
-grep -q "8 not run" <<<"$out" && ok "summary line: $(tail -1 <<<"$out")" || bad "summary line: $(tail -1 <<<"$out")"
+grep -q "9 not run" <<<"$out" && ok "summary line: $(tail -1 <<<"$out")" || bad "summary line: $(tail -1 <<<"$out")"
 out=$(OUT="$tmp/out" bash tests/gpu/first_light.sh "$tmp/ignored" 2>&1); rc=$?
 report_ok "$tmp/out" $rc
 [ ! -e "$tmp/ignored" ] && ok "\$OUT wins over the argument" || bad "wrote to the argument although \$OUT was set"

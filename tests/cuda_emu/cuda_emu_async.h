@@ -97,6 +97,9 @@ void shadow_block_alloc(void *p, size_t n);
 // the host now knows everything in `host` complete: stop watching those copies' host
 // memory (and check that the host left their sources alone)
 void shadow_host_retire(const Clock &host);
+// a cuStreamWaitValue32 gate at op #seq of `stream`: host copies issued on that stream behind
+// it, before the host knows it passed, may have their sources filled by the host until then
+void shadow_gate(int stream, uint64_t seq);
 void shadow_poll_watches();
 void shadow_init_once(unsigned long long seed);   // the exit check (reports the seed)
 

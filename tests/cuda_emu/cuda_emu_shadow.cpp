@@ -20,7 +20,9 @@
 // watched (hardware watchpoint on its first bytes, perf_event_open, where the kernel lets
 // us): the host touching it early is reported (host-read-before-complete). The source of a
 // copy from the host is watched for writes and checksummed: changed before the copy is
-// known complete = host-write-before-complete.
+// known complete = host-write-before-complete. Copies queued behind a cuStreamWaitValue32
+// gate that the host has not yet seen passed are not judged (the host fills their sources
+// and then opens the gate: tests/nccl_standin).
 //
 // Each distinct hazard (kind and the two operations' names and streams) prints one line,
 // "cuda_emu: HAZARD <kind>: ...", to stderr (FT_EMU_MAX_REPORTS, default 20, distinct
@@ -324,7 +326,14 @@ void report_host_touch(const HostPending &h) {
            "covering it)", a.c_str(), (void *)h.lo);
 }
 
+// cuStreamWaitValue32 gates not yet known passed by the host: stream -> its latest (op #)
+std::map<int, uint64_t> g_gates;
+
 void host_access(const OpRef &op, const Access &x) {
+    // behind a gate the host opens, the host may fill a source (or read a destination's
+    // earlier contents) until it opens the gate: what the gate orders is not judged here
+    auto gate = g_gates.find(op->stream);
+    if (gate != g_gates.end() && gate->second < op->seq) return;
     HostPending h;
     h.lo = (uintptr_t)x.p;
     h.hi = h.lo + x.n;
@@ -490,7 +499,11 @@ void shadow_poll_watches() {
         }
 }
 
+void shadow_gate(int stream, uint64_t seq) { g_gates[stream] = seq; }
+
 void shadow_host_retire(const Clock &host) {
+    for (auto it = g_gates.begin(); it != g_gates.end();)
+        it = host.get(it->first) >= it->second ? g_gates.erase(it) : std::next(it);
     shadow_poll_watches();
     for (auto &h : g_host)                        // all watches off before reading sources
         if (host.after(*h.op) && h.watch >= 0) {

@@ -19,12 +19,18 @@
 //     at the call (CUDA stages pageable memory, a guarantee code should not lean on);
 //     cudaMemcpy follows the documented synchronous behaviour per direction;
 //   - a failed kernel leaves a sticky error, returned by the next synchronising call and
-//     by cudaGetLastError (as a GPU fault does).
+//     by cudaGetLastError (as a GPU fault does);
+//   - cuStreamWaitValue32 (the driver's stream memory wait, reached through
+//     cudaGetDriverEntryPointByVersion as CUDA 12+ programs do; tests/nccl_standin uses it):
+//     the stream's worker polls a 32-bit word of pinned or device memory until the condition
+//     holds; the host copies queued behind such a gate, not yet known passed, have sources the
+//     host may still fill (the gate orders them), so the checker does not checksum them.
 // Every operation is checked for ordering hazards when it is issued (cuda_emu_shadow.cpp),
 // with vector clocks kept here: each stream's clock says which operations of every stream
 // come before its next one (stream order, event waits, legacy-stream order, and what the
 // host knew complete when it issued it), so the verdict does not depend on the timing.
 #include "cuda_emu.h"   // first: it must precede the CUDA headers
+#include <cuda.h>       // (cuStreamWaitValue32)
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -582,6 +588,18 @@ cudaError_t cudaMallocHost(void **p, size_t n) {
     return cudaSuccess;
 }
 
+// (the flags change nothing here: all host memory is reachable, and a device pointer is the
+// host pointer, as under unified addressing)
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int) { return cudaMallocHost(p, n); }
+
+cudaError_t cudaHostGetDevicePointer(void **dev, void *host, unsigned int flags) {
+    runtime();
+    Lock l;
+    if (flags != 0 || !shadow_is_pinned(host)) return cudaErrorInvalidValue;
+    *dev = host;
+    return cudaSuccess;
+}
+
 cudaError_t cudaFreeHost(void *p) {
     if (p) {
         runtime();
@@ -695,6 +713,61 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     Clock c = R->legacy->clock;
     host_wait(R->legacy, R->legacy->enq, c);
     return R->sticky;
+}
+
+// ----------------------------------------------------------------------------
+// the driver's stream memory wait (tests/nccl_standin: a stream waits for its helper thread)
+
+// cuStreamWaitValue32 (v2, the one cuda.h names): the stream's next operations wait until
+// the 32-bit word at addr (pinned host or device memory) meets the condition; GEQ is cyclic,
+// (int32_t)(*addr - value) >= 0. NOR is not emulated (CUDA_ERROR_NOT_SUPPORTED).
+static bool wait_value_met(uint32_t v, uint32_t want, unsigned flags) {
+    switch (flags & 0x3u) {
+    case CU_STREAM_WAIT_VALUE_GEQ: return (int32_t)(v - want) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ: return v == want;
+    default: return (v & want) != 0;   // CU_STREAM_WAIT_VALUE_AND
+    }
+}
+
+extern "C" CUresult cuStreamWaitValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
+    if ((flags & 0x3u) == CU_STREAM_WAIT_VALUE_NOR || (flags & ~0x3u & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    runtime();
+    const uint32_t *p = (const uint32_t *)(uintptr_t)addr;
+    {
+        Lock l;
+        if (!shadow_is_pinned(p) && !shadow_is_device(p)) return CUDA_ERROR_INVALID_VALUE;   // a GPU faults
+    }
+    auto wait = [p, value, flags]() {
+        long ns = 1000;
+        while (!wait_value_met(__atomic_load_n(p, __ATOMIC_ACQUIRE), value, flags)) {
+            struct timespec ts = {0, ns};
+            nanosleep(&ts, nullptr);
+            if (ns < 200000) ns *= 2;
+        }
+    };
+    char name[96];
+    snprintf(name, sizeof name, "cuStreamWaitValue32 (%p >= %u)", (const void *)p, (unsigned)value);
+    stats_count(name);
+    if (!R->async) {
+        wait();
+        return CUDA_SUCCESS;
+    }
+    Lock l;
+    Stream *s = resolve((cudaStream_t)h);
+    if (!s) return CUDA_ERROR_INVALID_HANDLE;
+    const uint64_t seq = issue(s, name, {}, wait);
+    shadow_gate(s->id, seq);
+    return CUDA_SUCCESS;
+}
+
+// the driver entry points the emulator has: cuStreamWaitValue32 (as of CUDA 12: its v2)
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                             unsigned long long, enum cudaDriverEntryPointQueryResult *status) {
+    *fn = nullptr;
+    if (symbol && !strcmp(symbol, "cuStreamWaitValue32") && version >= 11070) *fn = (void *)&cuStreamWaitValue32_v2;
+    if (status) *status = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    return cudaSuccess;
 }
 
 }   // extern "C"

@@ -10,6 +10,11 @@
 #   test-gpu   `make test-gpu`: every backend op vs the CPU (7B shapes included; attention on
 #              cuDNN and native), the default job on the GPU vs the CPU (cuDNN attention must
 #              pass the startup check; --attention native too), FSDP over 2 GPUs when there are 2
+#   multi_rank tests/gpu/multi_rank_gpu.sh: several ranks on this one GPU through the test-only
+#              NCCL stand-in (tests/nccl_standin; NCCL itself refuses two ranks on one GPU):
+#              FSDP 2 and 4, HSDP 2 x 2, DDP 2, 30 steps of the default job vs 1 rank; a stop at
+#              step 10 resumed at another world size; LoRA and --offload_optimizer over 2 ranks;
+#              compute-sanitizer memcheck and racecheck over 2 ranks (needs the bundle's MPICH)
 #   memcheck, racecheck, synccheck   compute-sanitizer over 2 training steps of the bundled
 #              job (seq 128, batch 2, with the evaluations before and after); racecheck and
 #              synccheck with --attention native (our kernels, not cuDNN's)
@@ -172,7 +177,7 @@ make_vars=(BUILD=$B CUDA=1 CUDA_HOME="$cuda_home" NVCC="$nvcc" NVCC_SASS_ARCHS="
            NVCC_EXTRA=-lineinfo "${deps_arg[@]}")
 job=(--model_dir data/model --data_dir data/chess --batch_size_per_device 2 --total_batch_size 2
      --seq_len 128 --max_steps 2 --eval_every 0 --save_every 0 --max_eval_docs 4 --sample_tokens 0)
-checks=(build fatbin test-gpu memcheck racecheck synccheck soak deterministic)
+checks=(build fatbin test-gpu multi_rank memcheck racecheck synccheck soak deterministic)
 # FT_FIRST_LIGHT_CHECKS="racecheck soak": run only these (and the build they need), e.g. to
 # redo a failed check on a short lease; the others are reported not run
 sel=${FT_FIRST_LIGHT_CHECKS:-}
@@ -181,6 +186,16 @@ selected() { [ -z "${FT_FIRST_LIGHT_CHECKS:-}" ] || [ "$1" = build ] || [[ $only
 phase_sel() {   # phase_sel ID ...: phase, or not_run when FT_FIRST_LIGHT_CHECKS leaves ID out
   if selected "$1"; then phase "$@"; else not_run "$1" "not selected (FT_FIRST_LIGHT_CHECKS=$FT_FIRST_LIGHT_CHECKS)"; fi
 }
+# MPICH for multi_rank: the bundle's (mpiexec and its libraries from there), else the system's
+mpi_env=() why_mpi=""
+if [ ${#deps_arg[@]} -gt 0 ]; then
+  if [ -e "$deps/root/usr/include/x86_64-linux-gnu/mpich/mpi.h" ] && [ -x "$deps/root/usr/bin/mpiexec" ]; then
+    mpi_env=(PATH="$PWD/$deps/root/usr/bin:$PATH"
+             LD_LIBRARY_PATH="$PWD/$deps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  else why_mpi="no MPICH in the bundle (scripts/gpu_bundle.sh --without-mpi?)"; fi
+elif ! pkg-config --exists mpich 2>/dev/null || ! command -v mpiexec >/dev/null; then
+  why_mpi="no MPICH (pkg-config mpich, mpiexec) and no bundle"
+fi
 blocked=""
 if [ $gpu_ok = 0 ]; then blocked=$why_gpu
 elif [ -z "$nvcc" ]; then blocked="no CUDA toolkit: nvcc not found on PATH or in /usr/local/cuda/bin"
@@ -189,8 +204,9 @@ fi
 if [ -n "$blocked" ]; then
   for c in "${checks[@]}"; do not_run "$c" "$blocked"; done
 else
+  standin=(); [ -z "$why_mpi" ] && standin=("$B/tests/libnccl_standin.so")   # (multi_rank's)
   if phase build 150 env "${link_env[@]}" make -j"$(nproc)" "${make_vars[@]}" \
-       "$B/finetune" "$B/tests/gpu/test_backend_gpu" "$B/tests/gpu/cuda_probe"; then
+       "$B/finetune" "$B/tests/gpu/test_backend_gpu" "$B/tests/gpu/cuda_probe" "${standin[@]}"; then
     # the library path the build was linked for, for whoever runs $B/finetune next
     # (tests/gpu/gpu_session.sh's benchmark)
     printf 'export LD_LIBRARY_PATH=%q\n' "${LD_LIBRARY_PATH:-}" >"$B/env.sh"
@@ -199,6 +215,10 @@ else
     # carries only the last error) go to their own log, in the logs tarball
     phase_sel test-gpu 150 env "${link_env[@]}" CUDNN_LOGERR_DBG=1 CUDNN_LOGWARN_DBG=1 CUDNN_LOGDEST_DBG="$logs/cudnn.log" \
       make "${make_vars[@]}" test-gpu
+    if [ -n "$why_mpi" ]; then not_run multi_rank "$why_mpi"
+    else
+      phase_sel multi_rank 150 env "${mpi_env[@]}" FT_SANITIZER="$san" bash tests/gpu/multi_rank_gpu.sh "$B" "$logs/multi_rank"
+    fi
     for tool in memcheck racecheck synccheck; do
       lim=$([ $tool = racecheck ] && echo 55 || echo 40)
       selected "$tool" || { not_run "$tool" "not selected (FT_FIRST_LIGHT_CHECKS=$FT_FIRST_LIGHT_CHECKS)"; continue; }
