@@ -17,10 +17,13 @@ for f in --model_dir --data_dir --out_dir --resume --eval_only --batch_size_per_
 done
 
 # --version: the source revision the Makefile recorded (git describe, or "unknown" outside a
-# checkout) and what the binary was built with; nothing else runs
+# checkout), its backends and launchers, and the build's configuration (9 "  name: value" lines
+# under "built with:", from build/build_config.h); nothing else runs
 ver=$("$bin" --version 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -qE '^finetune ([0-9a-f]{7,}|v?[0-9][^ ]*|unknown)(-dirty)?$' <<<"$(head -1 <<<"$ver")" \
-  && grep -q "^backends: cpu (fp32" <<<"$ver" && grep -q "^launchers: single process" <<<"$ver" && [ "$(grep -c . <<<"$ver")" = 3 ] \
+  && grep -q "^backends: cpu (fp32" <<<"$ver" && grep -q "^launchers: single process" <<<"$ver" && grep -qx "built with:" <<<"$ver" \
+  && [ "$(grep -cE '^  (compiler|CFLAGS|LDLIBS|MPI|PMI2|CUDA|BLAS|DEPS_PREFIX|sanitizers): ' <<<"$ver")" = 9 ] \
+  && [ "$(grep -c . <<<"$ver")" = 13 ] \
   && ok "--version: $(head -1 <<<"$ver")" || bad "--version exit $rc: $ver"
 if git rev-parse --git-dir >/dev/null 2>&1; then
   rev=$(git rev-parse --short=7 HEAD)
