@@ -125,9 +125,12 @@ static int records_gather(const train_comms *cc, const backend *be, const rank_r
     *all = ft_malloc(n * (size_t)w->size, "preflight records");
     int rc = send && recv && *all ? 0 : -1;
     if (rc == 0) rc = be->copy_h2d(send, mine, n);
-    if ((rc = comm_agree(w, rc, agreed)) == 0) rc = comm_all_gather(w, recv, send, words, ST_I32);
-    if (rc == 0) rc = be->copy_d2h(*all, recv, n * (size_t)w->size);
-    if (rc == 0) rc = be->synchronize();
+    if ((rc = comm_agree(w, rc, agreed)) == 0) {
+        rc = comm_all_gather(w, recv, send, words, ST_I32);
+        if (rc == 0) rc = be->copy_d2h(*all, recv, n * (size_t)w->size);
+        if (rc == 0) rc = be->synchronize();
+        rc = comm_agree(w, rc, agreed);
+    }
     be->free(send);
     be->free(recv);
     return rc;
@@ -423,20 +426,22 @@ int preflight_run(const train_options *o, const train_comms *cc, const backend *
     memcpy(saved[0], w->bytes_sent, sizeof saved[0]);
     memcpy(saved[1], cc->shard->bytes_sent, sizeof saved[1]);
     memcpy(saved[2], cc->replica->bytes_sent, sizeof saved[2]);
+    // each failure that may hit some ranks only is agreed (comm_agree) before the next
+    // collective step, so every rank takes the same branch; past the first, rc != 0 everywhere
     rank_record mine, *all = NULL;
     plan *p = ft_calloc(1, sizeof *p, "preflight plan");
-    int *agreed = failure_agreed, rc = p ? rank_record_fill(&mine, cc, be, build) : -1;
-    if (rc == 0) rc = job_plan(o, w->size, st_dtype_size(be->dtype), p);
-    if ((rc = comm_agree(w, rc, agreed)) == 0) rc = records_gather(cc, be, &mine, &all, agreed);
     int *odd = ft_calloc((size_t)w->size, sizeof *odd, "preflight");
     char (*why)[512] = ft_calloc((size_t)w->size, sizeof *why, "preflight");
-    if (rc == 0 && (!odd || !why)) rc = -1;
+    int rc = p && odd && why ? rank_record_fill(&mine, cc, be, build) : -1;
+    if (rc == 0) rc = job_plan(o, w->size, st_dtype_size(be->dtype), p);
+    rc = comm_agree(w, rc, failure_agreed);
+    if (rc == 0) rc = records_gather(cc, be, &mine, &all, failure_agreed);
     if (rc == 0 && w->rank == 0) records_print(all, w->size, odd, why);
     timing x;
     memset(&x, 0, sizeof x);
     x.be = be;
-    if (rc == 0) rc = timing_open(&x, cc, be, p);
-    if ((rc = comm_agree(w, rc, agreed)) == 0) rc = time_collectives(&x);
+    if (rc == 0) rc = comm_agree(w, timing_open(&x, cc, be, p), failure_agreed);
+    if (rc == 0) rc = time_collectives(&x);   // (a failed collective is not agreed: main ends the job)
     if (rc == 0 && w->rank == 0) {
         double busbw[OP_COUNT];
         if (w->size == 1) printf("preflight: one rank: no collective to time\n");
@@ -446,7 +451,7 @@ int preflight_run(const train_options *o, const train_comms *cc, const backend *
         }
         own_check(&x, odd, why);
     }
-    if ((rc = comm_agree(w, rc, agreed)) == 0) rc = verdict(cc, all, odd, why, stood_out);
+    if (rc == 0) rc = verdict(cc, all, odd, why, stood_out);
     timing_free(&x);
     free(odd);
     free(why);
