@@ -84,6 +84,10 @@ int comm_mpi_split(comm *parent, int color, int key, comm *out);
 // This rank's index among the ranks of its node, and their number. 0 / -1.
 int comm_mpi_local_info(int *local_rank, int *local_size);
 void comm_mpi_abort(int code);
+// The MPI library this process runs on: the first line of MPI_Get_library_version into
+// version (n bytes) and the file its code was loaded from (dladdr) into file (fn bytes).
+// Callable before MPI_Init; never fails ("unknown" / "?" when the library does not say).
+void comm_mpi_library(char *version, size_t n, char *file, size_t fn);
 void comm_mpi_finalize(void);
 
 // ----------------------------------------------------------------------------
@@ -111,3 +115,7 @@ int comm_nccl_split(comm *parent, int color, int key, comm *out);
 // reduce-scatters, so they overlap its all-gathers (ncclCommSplit; collective over `c`;
 // destroyed with `c`). The FSDP shard group gets one. 0 / -1.
 int comm_nccl_add_reduce_scatter_lane(comm *c);
+// The NCCL this process loaded (loading it first): its NCCL_VERSION_CODE (2.26.2 = 22602)
+// and the file its functions came from (dladdr: libnccl.so's path, FT_NCCL_LIBRARY's, or the
+// executable when NCCL is linked in) into file (n bytes). 0, or -1 as comm_nccl_load.
+int comm_nccl_library(int *version, char *file, size_t n);

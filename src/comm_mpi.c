@@ -4,6 +4,8 @@
 // MPICH speaks PMI2 to Slurm). Buffers are host memory (the CPU backend's), so the data
 // collectives map one to one onto MPI's. Errors return (MPI_ERRORS_RETURN) and are recorded
 // through CHECK_MPI with the call, file:line and MPI's error string.
+#define _GNU_SOURCE   // dladdr
+#include <dlfcn.h>
 #include <mpi.h>
 #include <errno.h>
 #include <stdio.h>
@@ -244,4 +246,15 @@ int comm_mpi_local_info(int *local_rank, int *local_size) {
     MPI_Comm_size(node, local_size);
     MPI_Comm_free(&node);
     return 0;
+}
+
+void comm_mpi_library(char *version, size_t n, char *file, size_t fn) {
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(v, &len) != MPI_SUCCESS) snprintf(v, sizeof v, "unknown");
+    v[strcspn(v, "\n")] = 0;   // the first line: name and version
+    snprintf(version, n, "%s", v);
+    Dl_info info;
+    const int found = dladdr((void *)MPI_Get_library_version, &info);
+    snprintf(file, fn, "%s", found && info.dli_fname ? info.dli_fname : "?");
 }

@@ -31,6 +31,7 @@
 // NCCL is loaded at run time (nccl_load), not linked: it is not part of the CUDA toolkit and
 // only GPU jobs of more than one rank need it, so a machine without it still runs CPU and
 // single-GPU jobs, and a multi-GPU job says in one line what is missing.
+#define _GNU_SOURCE   // dladdr
 #include <dlfcn.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -503,4 +504,15 @@ int comm_nccl_add_reduce_scatter_lane(comm *c) {
     for (int i = 0; i < TRACKED; i++)
         CHECK_CUDA(cudaEventCreateWithFlags(&lane->ops[i].done, cudaEventDisableTiming));
     return nccl_register(lane);   // tracked, checked for asynchronous errors, aborted on a timeout
+}
+
+int comm_nccl_library(int *version, char *file, size_t n) {
+    TRY(comm_nccl_load());
+    *version = nccl_version;
+    // the file the loaded ncclGetVersion lives in: libnccl.so.2's real path, or the
+    // executable itself when NCCL is linked in (the emulated build)
+    Dl_info info;
+    const int found = dladdr((void *)N.ncclGetVersion, &info) && info.dli_fname && info.dli_fname[0];
+    snprintf(file, n, "%s", found ? info.dli_fname : nccl_file);
+    return 0;
 }

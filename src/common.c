@@ -270,6 +270,10 @@ static const env_var env_vars[] = {
      "single-process transport"},
     {"FT_TEST_HOST", ENV_TEST,
      "replaces this machine's host name when ranks choose their GPU (several hosts simulated on one)"},
+    {"FT_TEST_PREFLIGHT_SLOW_RANK", ENV_TEST,
+     "`R`: rank R's own timed part of the preflight sleeps 20 ms more, so that the preflight names it"},
+    {"FT_TEST_PREFLIGHT_FAKE_VERSION", ENV_TEST,
+     "`R`: rank R reports its build as `<version>-fake` in the preflight, so that the preflight names it"},
     {"FT_TEST_SAMPLE_SKEW", ENV_TEST,
      "ranks other than 0 draw EOS when sampling, as a rank whose draw differs would (rank 0's token must "
      "win)"},

@@ -8,6 +8,7 @@
 #include "launch.h"
 #include "options.h"
 #include "plan.h"
+#include "preflight.h"
 #include "train.h"
 #include "build_config.h"   // FT_BUILD_CONFIG, written by the Makefile (scripts/build_config.sh)
 #include "version.h"        // FT_VERSION, written by the Makefile
@@ -85,7 +86,14 @@ int main(int argc, char **argv) {
             printf("\n");
             fflush(stdout);
         }
-        rc = train_run(&o, &L.cc, &failure_agreed);
+        // before step 1 of a multi-rank GPU job, or alone (--preflight): exit 3 when a rank stands out
+        int stood_out = 0;
+        if (preflight_wanted(&o, L.W, L.be != L.cpu)) rc = preflight_run(&o, &L.cc, L.be, FT_VERSION, &stood_out, &failure_agreed);
+        if (rc == 0 && o.preflight) {
+            launch_close(&L, 0, 0);
+            return stood_out ? 3 : 0;
+        }
+        if (rc == 0) rc = train_run(&o, &L.cc, &failure_agreed);
     }
     // a failing rank prints its own error (agreed failures: only the lowest failing rank);
     // past setup, a failure on one rank that the others do not know takes the job down

@@ -139,6 +139,11 @@ static const flag_spec flags[] = {
     {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL,
      "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit "
      "(reads only config.json)"},
+    {"--preflight", FLAG_BOOL, OPT(preflight), 0, 1, NULL,
+     "check the ranks and exit: each rank's host, device, driver, CUDA, cuDNN, NCCL and MPI versions in one table, "
+     "this job's all-gather, reduce-scatter and all-reduce timed on its own communicators with the communication per "
+     "step they imply, and any rank that stands out named (exit 0: nothing stands out; 3: a rank stands out); "
+     "multi-rank GPU jobs run it before step 1 anyway"},
     {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL,
      "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
     {"--collective_timeout", FLAG_FLOAT, OPT(collective_timeout), 0, 1e6, NULL,

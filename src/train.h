@@ -62,6 +62,7 @@ typedef struct {
     int offload_optimizer;        // fp32 master + AdamW moments in host memory, AdamW on the host
     // planning (src/plan.h): print the memory / step-time plan and exit, without training
     int dry_run;
+    int preflight;                // run the preflight (src/preflight.h) alone and exit
     int world_size;               // --dry_run: ranks to plan for (0 = the launcher's)
     const char *device;           // "cpu" (fp32 storage) or "cuda" (bf16); the plan's dtype
     const char *attention;        // GPU attention: "cudnn" (default) or "native"

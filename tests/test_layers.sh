@@ -19,7 +19,7 @@ layers=(
   "5 model:     model profile backend_count"
   "6 sharding:  fsdp"
   "7 job:       checkpoint ckpt plan plan_time schedule sample"
-  "8 trainer:   train train_job train_log"
+  "8 trainer:   train train_job train_log preflight"
   "9 process:   options launch main"
   # modules of branches not merged yet (cudnn, lora), placed by their includes
   "2 compute:   attention_cudnn attention_cudnn_graph attention_ws"

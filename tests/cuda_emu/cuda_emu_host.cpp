@@ -89,6 +89,18 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     prop->warpSize = 32;
     return cudaSuccess;
 }
+// versions and the PCI address (src/preflight.c's table): a CUDA 12.4 driver and runtime;
+// a bus id per device index, as real GPUs have
+cudaError_t cudaDriverGetVersion(int *v) { *v = 12040; return cudaSuccess; }
+cudaError_t cudaRuntimeGetVersion(int *v) { *v = 12040; return cudaSuccess; }
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
+    if (device < 0 || device >= emu_device_count()) return cudaErrorInvalidDevice;
+    snprintf(bus, (size_t)len, "0000:%02x:00.0", 0x10 + device);
+    return cudaSuccess;
+}
+// cuDNN 9.16.0 and cuBLASLt 12.4.5 as their version functions encode them (no library linked)
+size_t cudnnGetVersion(void) { return 91600; }
+size_t cublasLtGetVersion(void) { return 120405; }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     *free_bytes = *total = emu_memory_bytes();
     return cudaSuccess;
