@@ -104,7 +104,7 @@ mutant "a table entry nothing reads" "FT_NEVER_READ (Read by finetune) is read n
   '/^| `FT_HOST_MEMORY_BYTES`/a | `FT_NEVER_READ` | user | read by nothing |'
 mutant "a system entry nothing reads" "SLURM_NEVER_READ (Set by launchers" table \
   '/^| `PMI_RANK`/a | `SLURM_NEVER_READ` | read by nothing |'
-mutant "an entry whose reader is gone" "FT_TEST_HOST (Read by finetune) is read nowhere" src/launch.c \
-  's/ft_getenv("FT_TEST_HOST")/NULL/'
+mutant "an entry whose reader is gone" "FT_TEST_SAMPLE_SKEW (Read by finetune) is read nowhere" src/sample.c \
+  's/ft_getenv("FT_TEST_SAMPLE_SKEW") != NULL/0/'
 
 finish
