@@ -6,7 +6,7 @@
 // holds more than one unit in host memory besides the mappings.
 #pragma once
 #include "config.h"
-#include "model.h"
+#include "param_layout.h"
 #include "safetensors.h"
 
 typedef struct {
