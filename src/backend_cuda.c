@@ -1,4 +1,4 @@
-// backend_cuda.c: the CUDA backend's host side (unverified on GPU: README's status table).
+// backend_cuda.c: the CUDA backend's host side.
 // This same file runs in CI against the CPU emulator of the CUDA runtime, cuBLASLt and NCCL
 // (tests/cuda_emu): every op against the CPU backend (test_backend_emu, built from
 // tests/gpu/test_backend_gpu.c), the trainer on emulated GPUs (tests/test_cuda_emu_train.sh,
@@ -41,6 +41,7 @@
 #include "backend.h"
 #include "backend_cuda.h"
 #include "cuda_check.h"
+#include "cuda_wait.h"
 #include "kernels.h"
 #include "watchdog.h"
 
@@ -94,25 +95,9 @@ static struct {
 } G;
 
 // ----------------------------------------------------------------------------
-// host waits: the compute stream waits on NCCL collectives (src/comm_nccl.c), so a hung peer
-// stalls it; with --collective_timeout every host wait polls under the watchdog's deadline
+// host waits: bounded by --collective_timeout (src/cuda_wait.h)
 
-static int poll_stream(void *ctx) {
-    const cudaError_t e = cudaStreamQuery((cudaStream_t)ctx);
-    if (e == cudaErrorNotReady) return 0;
-    CHECK_CUDA_STATUS(e, "cudaStreamQuery");
-    return 1;
-}
-
-int backend_cuda_wait(void *stream, const char *op, const char *what, size_t bytes) {
-    if (!watchdog_enabled()) {
-        CHECK_CUDA(cudaStreamSynchronize((cudaStream_t)stream));
-        return 0;
-    }
-    return watchdog_wait(poll_stream, stream, op, what, bytes);
-}
-
-static int compute_wait(const char *op, size_t bytes) { return backend_cuda_wait(G.stream, op, "compute stream", bytes); }
+static int compute_wait(const char *op, size_t bytes) { return cuda_wait_stream(G.stream, op, "compute stream", bytes); }
 
 // ----------------------------------------------------------------------------
 // memory

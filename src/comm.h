@@ -87,7 +87,7 @@ void comm_mpi_abort(int code);
 void comm_mpi_finalize(void);
 
 // ----------------------------------------------------------------------------
-// NCCL transport (src/comm_nccl.c, built with the CUDA toolkit; unverified on GPU)
+// NCCL transport (src/comm_nccl.c, built with the CUDA toolkit)
 
 // Load NCCL (it is not linked): the functions linked into the executable when there are any
 // (the emulated build's), else libnccl.so.2 from the library path, or the file

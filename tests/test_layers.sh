@@ -22,7 +22,7 @@ layers=(
   "8 trainer:   train train_job train_log"
   "9 process:   options launch main"
   # modules of branches not merged yet (cudnn, lora), placed by their includes
-  "2 compute:   attention_cudnn attention_cudnn_graph attention_ws"
+  "2 compute:   attention_cudnn attention_cudnn_graph attention_ws attn_engine cuda_wait"
   "5 model:     lora"
 )
 declare -A layer_of
