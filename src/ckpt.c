@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "hf_checkpoint.h"
 #include "common.h"
 #include "fsutil.h"
 #include "lora.h"

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "hf_checkpoint.h"
 #include "ckpt.h"
 #include "common.h"
 #include "fsutil.h"

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "hf_checkpoint.h"
 #include "common.h"
 #include "config.h"
 #include "model.h"
