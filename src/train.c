@@ -130,7 +130,7 @@ static int job_open_data(job *j) {
     const train_options *o = j->o;
     TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
     char msg[3 * FT_PATH_MAX + 400];   // shards of another tokenizer: trains, but say so
-    if (is_main(j) && data_tokenizer_differs(o->data_dir, o->model_dir, msg, sizeof msg))
+    if (is_main(j) && token_shard_tokenizer_differs(o->data_dir, o->model_dir, msg, sizeof msg))
         fprintf(stderr, "finetune: warning: %s\n", msg);
     char tok[FT_PATH_MAX];   // none at all: nothing to check the shards against, nothing to export
     if (is_main(j) && !o->eval_only && ft_path(tok, sizeof tok, "%s/tokenizer.json", o->model_dir) == 0 &&

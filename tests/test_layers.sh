@@ -15,7 +15,7 @@ layers=(
   "1 base:      common dtype rng watchdog arena"
   "2 compute:   backend backend_registry backend_cpu backend_cpu_internal backend_cpu_attention backend_cuda cuda_check kernels memory mfu"
   "3 transport: comm comm_mpi comm_nccl bootstrap bootstrap_pmi2"
-  "4 files:     config safetensors fsutil data loader"
+  "4 files:     config safetensors fsutil token_shard loader"
   "5 model:     model param_layout profile"
   "6 sharding:  fsdp"
   "7 job:       hf_checkpoint ckpt plan plan_time schedule sample"
