@@ -18,7 +18,7 @@ layers=(
   "4 files:     config safetensors fsutil token_shard loader"
   "5 model:     model param_layout profile"
   "6 sharding:  fsdp"
-  "7 job:       hf_checkpoint ckpt plan plan_time schedule sample"
+  "7 job:       hf_checkpoint hf_export out_dir ckpt plan plan_time schedule sample"
   "8 trainer:   train train_job train_log"
   "9 process:   options launch main"
   # modules of branches not merged yet (cudnn, lora), placed by their includes
