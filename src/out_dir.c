@@ -13,6 +13,9 @@
 #include "common.h"
 #include "fsutil.h"
 
+// ----------------------------------------------------------------------------
+// before the run writes
+
 int out_dir_check_fresh(const char *out_dir, int overwrite) {
     static const struct { const char *path, *what; } earlier[] = {
         {"checkpoints/latest", "checkpoints"}, {"final", "export"}, {"final_merged", "merged export"}};
