@@ -90,7 +90,7 @@ endif
 
 NEEDS_MPI  := src/comm_mpi.c
 NEEDS_PMI2 := src/bootstrap_pmi2.c
-NEEDS_CUDA := src/comm_nccl.c src/backend_cuda.c src/attention_cudnn.c src/attention_cudnn_graph.c
+NEEDS_CUDA := src/comm_nccl.c src/backend_cuda.c src/cuda_wait.c src/attention_cudnn.c src/attention_cudnn_graph.c
 LIB_SRCS := $(filter-out src/main.c $(if $(filter 1,$(MPI)),,$(NEEDS_MPI)) $(if $(filter 1,$(PMI2)),,$(NEEDS_PMI2)) \
               $(if $(filter 1,$(CUDA)),,$(NEEDS_CUDA)),$(wildcard src/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))

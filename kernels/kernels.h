@@ -3,10 +3,8 @@
 // (same order and meaning as in backend.h; `void *` = bf16 device tensor, `float *` = fp32
 // device tensor) followed by the stream, and returns 0 or -1 with ft_error() set naming the
 // op. All are asynchronous on `stream` except ftk_sum_squares, which returns its result to
-// the host and so synchronises the stream.
-//
-// Status: verified on the CPU by the same-source emulator (tests/cuda_emu), compiled clean
-// for sm_80/sm_90 by `make nvcc-check`; not yet run on a real GPU.
+// the host and so synchronises the stream. The same sources run on the CPU under the
+// emulator (tests/cuda_emu) and compile for sm_80/sm_90 with nvcc (`make nvcc-check`).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

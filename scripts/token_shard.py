@@ -1,7 +1,7 @@
 """FTTOKSHD token shards: the one Python writer and reader (standard library only).
 
 Used by scripts/tokenize_shards.py, tests/oracle/check_export.py and tests/test_chess_data.sh;
-the C reader is src/data.c. Layout (all integers little-endian; the C reader mmaps the file):
+the C reader is src/token_shard.c. Layout (all integers little-endian; the C reader mmaps the file):
   offset  0  char[8] magic "FTTOKSHD"
           8  u32 version = 1
          12  u32 token_bytes (2 if vocab_size <= 65536 else 4)
@@ -82,7 +82,7 @@ def write_shard(path, docs, vocab_size, bos_id, eos_id):
 
 
 def read_shard(path):
-    """Read and check a whole shard as src/data.c does (magic, version, reserved bytes, token
+    """Read and check a whole shard as src/token_shard.c does (magic, version, reserved bytes, token
     width against the vocabulary, exact size, offsets, every token < vocab_size).
     Returns (header dict, offsets, tokens) with offsets and tokens as array.array;
     raises ShardError naming the file."""

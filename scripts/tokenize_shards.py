@@ -23,7 +23,7 @@ come from --bos_token/--eos_token, else from tokenizer_config.json or special_to
 beside tokenizer.json, else "<s>"/"</s>" when the vocabulary has them ("" = none).
 Vocabularies over 65,536 entries give u32 tokens in the shard, smaller ones u16.
 
-Shard layout: scripts/token_shard.py (FTTOKSHD v1; the C reader is src/data.c).
+Shard layout: scripts/token_shard.py (FTTOKSHD v1; the C reader is src/token_shard.c).
 
 Outputs (in --out_dir): train_000.bin, train_001.bin, ... (at most --docs_per_shard docs
 each), val_000.bin, and shards.json (files, docs, tokens, sha256s, sources, tokenizer

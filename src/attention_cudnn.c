@@ -1,13 +1,14 @@
 // attention_cudnn.c: the front of cuDNN attention (see attention_cudnn.h): the plan cache, the
 // per-call workspace, and the startup check against the native kernels. Engine-independent: the
 // same object runs over the real cuDNN engine (src/attention_cudnn_graph.c) and over the CPU
-// stand-in of the emulated build (tests/cuda_emu/attention_cudnn_emu.c).
+// stand-in of the emulated build (tests/cuda_emu/attention_cudnn_emu.cpp).
 #include "attention_cudnn.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_engine.h"
 #include "common.h"
 
 // ----------------------------------------------------------------------------

@@ -1,13 +1,11 @@
 // attention_cudnn.h: causal scaled dot-product attention (GQA, bf16 I/O, fp32 logsumexp) through
 // cuDNN's graph API, behind a small C interface used by the CUDA backend (src/backend_cuda.c,
-// `--attention cudnn`). Two layers:
-//   - the front (src/attention_cudnn.c): a bounded cache of built plans per shape, least
-//     recently used evicted, the workspace taken from the caller's allocator around each call,
-//     and the startup check against the native kernels (attn_cudnn_selfcheck);
-//   - the engine (attn_engine_*): src/attention_cudnn_graph.c in the CUDA build (the cuDNN
-//     backend C API: matmul + pointwise + reduction operation graph, UNVERIFIED ON GPU), and
-//     tests/cuda_emu/attention_cudnn_emu.c in the emulated build (a CPU stand-in with the same
-//     signatures and the same layouts, so the front and everything around it run in CI).
+// `--attention cudnn`). This is the front (src/attention_cudnn.c): a bounded cache of built
+// plans per shape, least recently used evicted, the workspace taken from the caller's
+// allocator around each call, and the startup check against the native kernels
+// (attn_cudnn_selfcheck). It drives an engine (src/attn_engine.h) that builds and runs one
+// graph per shape: src/attention_cudnn_graph.c in the CUDA build (the cuDNN backend C API),
+// tests/cuda_emu/attention_cudnn_emu.cpp in the emulated build.
 // Layouts are those of backend.h's attention ops: q, out, dq, dout (B, T, H, D); k, v, dk, dv
 // (B, T, KVH, D); lse (B, H, T) fp32, natural-log logsumexp of each query row's scaled scores
 // (scale 1/sqrt(D)); query head h uses kv head h / (H / KVH).
@@ -16,39 +14,6 @@
 #include <stdint.h>
 
 #include "backend.h"
-
-// ----------------------------------------------------------------------------
-// the engine: one built graph per (shape, direction)
-
-typedef struct {
-    int B, T, H, KVH, D;
-    int bwd;   // 0: forward (out, lse); 1: backward (dq, dk, dv)
-    int det;   // backward: 1 = the deterministic graph (dQ = dS K straight into dq, dP in the
-               // engine's workspace), 0 = dQ summed in an fp32 accumulator (faster, not
-               // bitwise reproducible); always 0 for the forward
-} attn_key;
-
-typedef struct attn_graph attn_graph;   // opaque: the engine's built plan
-
-// Open the engine on `stream` (a cudaStream_t): the cuDNN handle. 0 / -1 (ft_error; also when
-// a library cuDNN loads on its first call is missing, which would otherwise abort the process).
-int attn_engine_open(void *stream);
-// Release what attn_engine_open created (safe after a partial failure, and when not open).
-void attn_engine_close(void);
-// Build the graph of `key`; *workspace = device bytes its execution needs (the engine's own
-// workspace plus the fp32 intermediates the graph keeps in memory). 0, or -1 with ft_error
-// naming the shape and cuDNN's reason (the caller then falls back to the native kernels).
-int attn_engine_build(const attn_key *key, attn_graph **out, size_t *workspace);
-// Destroy a built graph (NULL is a no-op). Safe while work that used it is still queued: it
-// first waits for the stream (polled under --collective_timeout, backend_cuda_wait). 0, or -1
-// with ft_error when that wait failed; the graph is then left as it is (not freed).
-int attn_engine_destroy(attn_graph *g);
-// Enqueue the forward: out (B, T, H, D), lse (B, H, T) from q, k, v. 0 / -1.
-int attn_engine_fwd(attn_graph *g, void *out, float *lse, const void *q, const void *k, const void *v,
-                    void *workspace);
-// Enqueue the backward: dq, dk, dv overwritten. 0 / -1.
-int attn_engine_bwd(attn_graph *g, void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
-                    const void *q, const void *k, const void *v, void *workspace);
 
 // ----------------------------------------------------------------------------
 // the front

@@ -1,6 +1,5 @@
-// attention_cudnn_graph.c: the cuDNN engine of src/attention_cudnn.h, on cuDNN 9's backend C API
-// (cudnn_graph.h). UNVERIFIED ON GPU: it compiles and links in CI (make CUDA=1); it has not run.
-// A GPU run checks it at backend startup (attn_cudnn_selfcheck against the native kernels, with
+// attention_cudnn_graph.c: the cuDNN attention engine (src/attn_engine.h) on cuDNN 9's backend C
+// API (cudnn_graph.h), driven by the front of src/attention_cudnn.h. A GPU run checks it at backend startup (attn_cudnn_selfcheck against the native kernels, with
 // a fall back to native on any failure) and in `make test-gpu` (tests/gpu/test_backend_gpu.c).
 // Without a GPU, CI checks that cuDNN accepts the graphs: tests/test_cudnn_plan.c plans them
 // (graph_plan with a DEVICEPROP descriptor of an H100) as far as loading the compiled kernels.
@@ -33,10 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention_cudnn.h"
-#include "backend_cuda.h"
+#include "attn_engine.h"
 #include "common.h"
 #include "cuda_check.h"
+#include "cuda_wait.h"
 
 // ----------------------------------------------------------------------------
 // the builder: descriptors created for one graph, the first failure recorded
@@ -475,7 +474,7 @@ int attn_engine_destroy(attn_graph *g) {
     // first (eviction from the plan cache is rare; nothing documents that it may be skipped),
     // polled under --collective_timeout like every host wait (the stream may wait on NCCL)
     if (g->executed && g_stream)
-        TRY(backend_cuda_wait(g_stream, "evicting a cached cudnn attention plan", "compute stream", 0));
+        TRY(cuda_wait_stream(g_stream, "evicting a cached cudnn attention plan", "compute stream", 0));
     graph_free(g);
     return 0;
 }

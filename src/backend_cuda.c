@@ -1,4 +1,4 @@
-// backend_cuda.c: the CUDA backend's host side (unverified on GPU: README's status table).
+// backend_cuda.c: the CUDA backend's host side.
 // This same file runs in CI against the CPU emulator of the CUDA runtime, cuBLASLt and NCCL
 // (tests/cuda_emu): every op against the CPU backend (test_backend_emu, built from
 // tests/gpu/test_backend_gpu.c), the trainer on emulated GPUs (tests/test_cuda_emu_train.sh,
@@ -41,6 +41,7 @@
 #include "backend.h"
 #include "backend_cuda.h"
 #include "cuda_check.h"
+#include "cuda_wait.h"
 #include "kernels.h"
 #include "watchdog.h"
 
@@ -64,7 +65,7 @@ typedef struct {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
-    uint64_t last_use;                     // G.gemm_clock at its last lookup (LRU order)
+    uint64_t last_use;                     // g_cuda.gemm_clock at its last lookup (LRU order)
 } gemm_plan;
 
 static struct {
@@ -91,28 +92,14 @@ static struct {
     double check_seconds, check_nmse;      // its wall time (plans built, NVRTC included) and worst NMSE
     char name[256];
     char device_name[256];
-} G;
+} g_cuda;
 
 // ----------------------------------------------------------------------------
-// host waits: the compute stream waits on NCCL collectives (src/comm_nccl.c), so a hung peer
-// stalls it; with --collective_timeout every host wait polls under the watchdog's deadline
+// host waits: bounded by --collective_timeout (src/cuda_wait.h)
 
-static int poll_stream(void *ctx) {
-    const cudaError_t e = cudaStreamQuery((cudaStream_t)ctx);
-    if (e == cudaErrorNotReady) return 0;
-    CHECK_CUDA_STATUS(e, "cudaStreamQuery");
-    return 1;
+static int compute_wait(const char *op, size_t bytes) {
+    return cuda_wait_stream(g_cuda.stream, op, "compute stream", bytes);
 }
-
-int backend_cuda_wait(void *stream, const char *op, const char *what, size_t bytes) {
-    if (!watchdog_enabled()) {
-        CHECK_CUDA(cudaStreamSynchronize((cudaStream_t)stream));
-        return 0;
-    }
-    return watchdog_wait(poll_stream, stream, op, what, bytes);
-}
-
-static int compute_wait(const char *op, size_t bytes) { return backend_cuda_wait(G.stream, op, "compute stream", bytes); }
 
 // ----------------------------------------------------------------------------
 // memory
@@ -131,15 +118,15 @@ static void emu_extent(const void *p, size_t nbytes) {
 }
 
 static void *cu_alloc(size_t nbytes) {
-    void *p = arena_alloc(&G.ar, nbytes);
+    void *p = arena_alloc(&g_cuda.ar, nbytes);
     if (p && cuemu_block_alloc) cuemu_block_alloc(p, nbytes);
     return p;
 }
 // a pointer the arena did not hand out is a programming error: arena_free records it with
 // ft_error (the table's free returns nothing, and library code does not print)
 static void cu_free(void *p) {
-    if (p && cuemu_block_free) cuemu_block_free(p, G.stream);
-    (void)arena_free(&G.ar, p);
+    if (p && cuemu_block_free) cuemu_block_free(p, g_cuda.stream);
+    (void)arena_free(&g_cuda.ar, p);
 }
 static void scratch_release(void *p) { cu_free(p); }
 // Host buffers here are pageable (tokens, targets, losses, checkpoint slices): CUDA's
@@ -149,20 +136,20 @@ static void scratch_release(void *p) { cu_free(p); }
 // once. The wait after it keeps the contract: the host buffer may be reused at once.
 static int cu_copy_h2d(void *dst, const void *src, size_t n) {
     TRY(compute_wait("work before a copy to the device", n));
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, G.stream));
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_cuda.stream));
     return compute_wait("copy to the device", n);
 }
 static int cu_copy_d2h(void *dst, const void *src, size_t n) {
     TRY(compute_wait("work before a copy to the host", n));
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, G.stream));
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_cuda.stream));
     return compute_wait("copy to the host", n);
 }
 static int cu_copy_d2d(void *dst, const void *src, size_t n) {
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, G.stream));
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, g_cuda.stream));
     return 0;
 }
 static int cu_zero(void *p, size_t n) {
-    CHECK_CUDA(cudaMemsetAsync(p, 0, n, G.stream));
+    CHECK_CUDA(cudaMemsetAsync(p, 0, n, g_cuda.stream));
     return 0;
 }
 static int cu_synchronize(void) { return compute_wait("synchronize", 0); }
@@ -192,20 +179,20 @@ static int poll_event(void *ctx) {
 }
 static int cu_copy_wait(int ticket) {
     if (ticket < 0 || ticket >= BACKEND_COPY_TICKETS) return ft_error("cuda backend: copy ticket %d out of range", ticket);
-    if (!G.copy_live[ticket]) return 0;
-    G.copy_live[ticket] = 0;
-    if (watchdog_enabled()) TRY(watchdog_wait(poll_event, G.copy_done[ticket], "offload copy", "copy stream", 0));
-    else CHECK_CUDA(cudaEventSynchronize(G.copy_done[ticket]));
-    CHECK_CUDA(cudaStreamWaitEvent(G.stream, G.copy_done[ticket], 0));
+    if (!g_cuda.copy_live[ticket]) return 0;
+    g_cuda.copy_live[ticket] = 0;
+    if (watchdog_enabled()) TRY(watchdog_wait(poll_event, g_cuda.copy_done[ticket], "offload copy", "copy stream", 0));
+    else CHECK_CUDA(cudaEventSynchronize(g_cuda.copy_done[ticket]));
+    CHECK_CUDA(cudaStreamWaitEvent(g_cuda.stream, g_cuda.copy_done[ticket], 0));
     return 0;
 }
 static int cu_copy_async(void *dst, const void *src, size_t n, int to_device, int ticket) {
     TRY(cu_copy_wait(ticket));   // its event and buffers are reused
-    CHECK_CUDA(cudaEventRecord(G.compute_mark, G.stream));
-    CHECK_CUDA(cudaStreamWaitEvent(G.copy_stream, G.compute_mark, 0));
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, G.copy_stream));
-    CHECK_CUDA(cudaEventRecord(G.copy_done[ticket], G.copy_stream));
-    G.copy_live[ticket] = 1;
+    CHECK_CUDA(cudaEventRecord(g_cuda.compute_mark, g_cuda.stream));
+    CHECK_CUDA(cudaStreamWaitEvent(g_cuda.copy_stream, g_cuda.compute_mark, 0));
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, g_cuda.copy_stream));
+    CHECK_CUDA(cudaEventRecord(g_cuda.copy_done[ticket], g_cuda.copy_stream));
+    g_cuda.copy_live[ticket] = 1;
     return 0;
 }
 
@@ -257,7 +244,7 @@ static int gemm_plan_build(gemm_plan *p) {
     for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
         st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2], sizeof(uint32_t));
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(G.lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
+        st = cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;   // the heuristic's way to say "none": the line below
     else CHECK_CUBLAS(st);
@@ -276,28 +263,28 @@ static int gemm_plan_build(gemm_plan *p) {
 // call), so destroying them while that GEMM is still queued is safe.
 static int gemm_plan_get(const gemm_key *key, gemm_plan **out) {
     gemm_plan *lru = NULL;
-    G.gemm_clock++;
-    for (int i = 0; i < G.n_plans; i++) {
-        gemm_plan *p = &G.plans[i];
+    g_cuda.gemm_clock++;
+    for (int i = 0; i < g_cuda.n_plans; i++) {
+        gemm_plan *p = &g_cuda.plans[i];
         if (memcmp(&p->key, key, sizeof *key) == 0) {
-            p->last_use = G.gemm_clock;
+            p->last_use = g_cuda.gemm_clock;
             *out = p;
             return 0;
         }
         if (!lru || p->last_use < lru->last_use) lru = p;
     }
-    gemm_plan fresh = {.key = *key, .last_use = G.gemm_clock};
+    gemm_plan fresh = {.key = *key, .last_use = g_cuda.gemm_clock};
     if (gemm_plan_build(&fresh) != 0) {
         gemm_plan_destroy(&fresh);
         return -1;
     }
-    gemm_plan *slot = &G.plans[G.n_plans];
-    if (G.n_plans == BACKEND_CUDA_GEMM_PLANS) {
+    gemm_plan *slot = &g_cuda.plans[g_cuda.n_plans];
+    if (g_cuda.n_plans == BACKEND_CUDA_GEMM_PLANS) {
         slot = lru;
         gemm_plan_destroy(slot);
-        G.gemm_evictions++;
+        g_cuda.gemm_evictions++;
     } else {
-        G.n_plans++;
+        g_cuda.n_plans++;
     }
     *slot = fresh;
     *out = slot;
@@ -305,8 +292,8 @@ static int gemm_plan_get(const gemm_key *key, gemm_plan **out) {
 }
 
 void backend_cuda_gemm_stats(int *cached, long *evictions) {
-    *cached = G.n_plans;
-    *evictions = G.gemm_evictions;
+    *cached = g_cuda.n_plans;
+    *evictions = g_cuda.gemm_evictions;
 }
 
 // D = alpha op(A) op(B) + beta C with explicit leading dimensions, C and D of one layout
@@ -318,8 +305,8 @@ static int gemm_cd(int ta, int tb, int m, int n, int k, const void *A, int lda, 
     const gemm_key key = {.m = m, .n = n, .k = k, .ta = ta, .tb = tb, .lda = lda, .ldb = ldb, .ldc = ldc,
                           .c_f32 = c_f32, .align = {ptr_align(A), ptr_align(B), ac < ad ? ac : ad}};
     TRY(gemm_plan_get(&key, &p));
-    CHECK_CUBLAS(cublasLtMatmul(G.lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, D, p->c, &p->algo,
-                                G.lt_workspace, LT_WORKSPACE_BYTES, G.stream));
+    CHECK_CUBLAS(cublasLtMatmul(g_cuda.lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, D, p->c, &p->algo,
+                                g_cuda.lt_workspace, LT_WORKSPACE_BYTES, g_cuda.stream));
     return 0;
 }
 
@@ -386,7 +373,7 @@ static int cu_lmhead_xent(float *losses, void *dx, void *dw, st_dtype gdt, const
         const int rows = N - n0 < chunk_rows ? N - n0 : chunk_rows;
         const char *xc = (const char *)x + (size_t)n0 * C * 2;   // (rows, C) bf16
         TRY(gemm_ld(1, 0, V, rows, C, w, C, xc, C, logits_ws, V, 1, 1.0f, 0.0f));
-        TRY(ftk_lmhead_xent_rows(losses + n0, logits_ws, targets + n0, rows, V, dx != NULL, G.stream));
+        TRY(ftk_lmhead_xent_rows(losses + n0, logits_ws, targets + n0, rows, V, dx != NULL, g_cuda.stream));
         if (!dx) continue;
         TRY(gemm_ld(0, 0, C, rows, V, w, C, logits_ws, 2 * V, (char *)dx + (size_t)n0 * C * 2, C, 0, dloss, 0.0f));
         if (!dw) continue;   // a frozen lm_head (LoRA)
@@ -396,8 +383,8 @@ static int cu_lmhead_xent(float *losses, void *dx, void *dw, st_dtype gdt, const
             TRY(gemm_ld(0, 1, C, V, rows, xc, C, logits_ws, 2 * V, dw, C, dw_f32, dloss, 1.0f));
     }
     if (!dx || !dw || !several) return 0;
-    TRY(ftk_accumulate(dw_acc, dw, 0, (size_t)V * C, 1.0f, G.stream));   // the sum + dweight's old value
-    return ftk_cast_from_f32(dw, dw_acc, (size_t)V * C, G.stream);
+    TRY(ftk_accumulate(dw_acc, dw, 0, (size_t)V * C, 1.0f, g_cuda.stream));   // the sum + dweight's old value
+    return ftk_cast_from_f32(dw, dw_acc, (size_t)V * C, g_cuda.stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -405,7 +392,7 @@ static int cu_lmhead_xent(float *losses, void *dx, void *dw, st_dtype gdt, const
 
 static int cu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int N, int C, int V) {
     emu_extent(wte, (size_t)V * C * 2);   // (V, C) bf16: the root's part of a gathered-units buffer
-    const int rc = ftk_embedding_fwd(out, tokens, wte, N, C, V, G.stream);
+    const int rc = ftk_embedding_fwd(out, tokens, wte, N, C, V, g_cuda.stream);
     emu_extent(NULL, 0);
     return rc;
 }
@@ -413,13 +400,13 @@ static int cu_embedding_bwd(void *dwte, st_dtype gdt, const void *dout, const in
     const int f32 = grad_is_f32("embedding_bwd", gdt);
     if (f32 < 0) return -1;
     emu_extent(dwte, (size_t)V * C * (f32 ? 4 : 2));   // the embedding's part of a gradient unit
-    const int rc = ftk_embedding_bwd(dwte, f32, dout, tokens, N, C, V, G.stream);
+    const int rc = ftk_embedding_bwd(dwte, f32, dout, tokens, N, C, V, g_cuda.stream);
     emu_extent(NULL, 0);
     return rc;
 }
 static int cu_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps) {
     emu_extent(w, (size_t)C * 2);   // (C,) bf16: one unit's norm weight
-    const int rc = ftk_rmsnorm_fwd(out, rstd, inp, w, N, C, eps, G.stream);
+    const int rc = ftk_rmsnorm_fwd(out, rstd, inp, w, N, C, eps, g_cuda.stream);
     emu_extent(NULL, 0);
     return rc;
 }
@@ -429,25 +416,25 @@ static int cu_rmsnorm_bwd(void *dinp, void *dw, st_dtype gdt, const void *dout, 
     if (f32 < 0) return -1;
     emu_extent(w, (size_t)C * 2);
     emu_extent(dw, (size_t)C * (f32 ? 4 : 2));   // the weight's gradient: C elements of a gradient unit
-    const int rc = ftk_rmsnorm_bwd(dinp, dw, f32, dout, inp, w, rstd, N, C, G.stream);
+    const int rc = ftk_rmsnorm_bwd(dinp, dw, f32, dout, inp, w, rstd, N, C, g_cuda.stream);
     emu_extent(NULL, 0);
     return rc;
 }
 static int cu_rope_fwd(void *out, const void *inp, const float *cos, const float *sin, int B, int T, int NH, int D,
                        const int32_t *seg) {
-    return ftk_rope_fwd(out, inp, cos, sin, B, T, NH, D, seg, G.stream);
+    return ftk_rope_fwd(out, inp, cos, sin, B, T, NH, D, seg, g_cuda.stream);
 }
 static int cu_rope_bwd(void *dinp, const void *dout, const float *cos, const float *sin, int B, int T, int NH, int D,
                        const int32_t *seg) {
-    return ftk_rope_bwd(dinp, dout, cos, sin, B, T, NH, D, seg, G.stream);
+    return ftk_rope_bwd(dinp, dout, cos, sin, B, T, NH, D, seg, g_cuda.stream);
 }
 static int cu_rope_qkv_fwd(void *q, void *k, void *v, const void *qkv, const float *cos, const float *sin, int B, int T,
                            int H, int KVH, int D, const int32_t *seg) {
-    return ftk_rope_qkv_fwd(q, k, v, qkv, cos, sin, B, T, H, KVH, D, seg, G.stream);
+    return ftk_rope_qkv_fwd(q, k, v, qkv, cos, sin, B, T, H, KVH, D, seg, g_cuda.stream);
 }
 static int cu_rope_qkv_bwd(void *dqkv, const void *dq, const void *dk, const void *dv, const float *cos,
                            const float *sin, int B, int T, int H, int KVH, int D, const int32_t *seg) {
-    return ftk_rope_qkv_bwd(dqkv, dq, dk, dv, cos, sin, B, T, H, KVH, D, seg, G.stream);
+    return ftk_rope_qkv_bwd(dqkv, dq, dk, dv, cos, sin, B, T, H, KVH, D, seg, g_cuda.stream);
 }
 // cuDNN attention failed on a shape the startup check did not cover (no engine builds its
 // plan, a workspace past the memory plan, an execute error): ONE warning line, then the
@@ -457,7 +444,7 @@ static void attention_cudnn_failed(const char *pass) {
     fprintf(stderr, "finetune: warning: --attention cudnn: the %s failed at run time: %s; using the native attention "
             "kernels from now on\n", pass, ft_error_message());
     ft_error_clear();
-    G.attention_cudnn = 0;
+    g_cuda.attention_cudnn = 0;
 }
 // cuDNN failed on a head_dim the native kernels do not take either: an error, no fallback
 static int attention_no_fallback(const char *pass, int D) {
@@ -467,7 +454,7 @@ static int attention_no_fallback(const char *pass, int D) {
     return ft_error("--attention cudnn: the %s failed at run time (%s) and the native kernels cannot take over: they "
                     "take head_dim up to %d, the model's is %d", pass, why, ATTN_NATIVE_MAX_HEAD_DIM, D);
 }
-static int cu_attention_max_head_dim(void) { return G.attention_cudnn ? 0 : ATTN_NATIVE_MAX_HEAD_DIM; }
+static int cu_attention_max_head_dim(void) { return g_cuda.attention_cudnn ? 0 : ATTN_NATIVE_MAX_HEAD_DIM; }
 // Segment starts (--pack_attention per_game) always take the native kernels: our cuDNN
 // graphs are plain causal (train.c says so once at startup); a head_dim they cannot take is
 // an error.
@@ -480,63 +467,63 @@ static int attention_segments_native(const int32_t *seg, int D) {
 static int cu_attention_fwd(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int H,
                             int KVH, int D, const int32_t *seg) {
     TRY(attention_segments_native(seg, D));
-    if (G.attention_cudnn && !seg) {
+    if (g_cuda.attention_cudnn && !seg) {
         if (attn_cudnn_fwd(out, lse, q, k, v, B, T, H, KVH, D) == 0) return 0;
         if (D > ATTN_NATIVE_MAX_HEAD_DIM) return attention_no_fallback("forward", D);
         attention_cudnn_failed("forward");
     }
-    return ftk_attention_fwd(out, lse, q, k, v, B, T, H, KVH, D, seg, G.stream);
+    return ftk_attention_fwd(out, lse, q, k, v, B, T, H, KVH, D, seg, g_cuda.stream);
 }
 static int cu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *out, const float *lse,
                             const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D,
                             const int32_t *seg) {
     TRY(attention_segments_native(seg, D));
-    if (G.attention_cudnn && !seg) {
+    if (g_cuda.attention_cudnn && !seg) {
         if (attn_cudnn_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D) == 0) return 0;
         if (D > ATTN_NATIVE_MAX_HEAD_DIM) return attention_no_fallback("backward", D);
         attention_cudnn_failed("backward");
     }
-    return ftk_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D, seg, G.stream);
+    return ftk_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D, seg, g_cuda.stream);
 }
 static int cu_swiglu_fwd(void *out, const void *gate, const void *up, int N, int F, int ld) {
-    return ftk_swiglu_fwd(out, gate, up, N, F, ld, G.stream);
+    return ftk_swiglu_fwd(out, gate, up, N, F, ld, g_cuda.stream);
 }
 static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up, int N, int F,
                          int ld) {
-    return ftk_swiglu_bwd(dgate, dup, dout, gate, up, N, F, ld, G.stream);
+    return ftk_swiglu_bwd(dgate, dup, dout, gate, up, N, F, ld, g_cuda.stream);
 }
-static int cu_scale(void *out, const void *inp, float alpha, size_t n) { return ftk_scale(out, inp, alpha, n, G.stream); }
+static int cu_scale(void *out, const void *inp, float alpha, size_t n) { return ftk_scale(out, inp, alpha, n, g_cuda.stream); }
 static int cu_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,
                     const adamw_params *p) {
-    return ftk_adamw(master, param, grad, m, v, n, p, G.stream);
+    return ftk_adamw(master, param, grad, m, v, n, p, g_cuda.stream);
 }
 static int cu_sum_squares(double *host_out, const float *x, size_t n) {
     // the kernel's own host synchronisation then waits for its two kernels only
     TRY(compute_wait("gradient norm", n * sizeof(float)));
-    return ftk_sum_squares(host_out, x, n, G.stream);
+    return ftk_sum_squares(host_out, x, n, g_cuda.stream);
 }
 static int cu_accumulate(float *dst, const void *src, st_dtype src_dtype, size_t n, float alpha) {
     if (src_dtype != ST_BF16 && src_dtype != ST_F32)
         return ft_error("cuda accumulate: source dtype %s (BF16 or F32 only)", st_dtype_name(src_dtype));
     emu_extent(dst, n * sizeof(float));   // (n,) fp32: one unit's gradient slice
-    const int rc = ftk_accumulate(dst, src, src_dtype == ST_F32, n, alpha, G.stream);
+    const int rc = ftk_accumulate(dst, src, src_dtype == ST_F32, n, alpha, g_cuda.stream);
     emu_extent(NULL, 0);
     return rc;
 }
-static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_cast_from_f32(dst, src, n, G.stream); }
+static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_cast_from_f32(dst, src, n, g_cuda.stream); }
 
 // Call k waits for the mark of call k - LAG (recorded LAG layers ago), then records its own
 // in the slot that mark k - LAG - 1 held (waited for by call k - 1). A wait rarely blocks
 // for long: the device still has the LAG layers queued since (a 7B layer's backward is
 // about 30 launches and milliseconds of work; queueing it takes the host a fraction of one).
 static int cu_pace(void) {
-    const long k = G.pace_calls++;
+    const long k = g_cuda.pace_calls++;
     if (k >= BACKEND_PACE_LAG) {
-        cudaEvent_t e = G.pace_mark[(k - BACKEND_PACE_LAG) % (BACKEND_PACE_LAG + 1)];
+        cudaEvent_t e = g_cuda.pace_mark[(k - BACKEND_PACE_LAG) % (BACKEND_PACE_LAG + 1)];
         if (watchdog_enabled()) TRY(watchdog_wait(poll_event, e, "pacing: the work of two layers back", "compute stream", 0));
         else CHECK_CUDA(cudaEventSynchronize(e));
     }
-    CHECK_CUDA(cudaEventRecord(G.pace_mark[k % (BACKEND_PACE_LAG + 1)], G.stream));
+    CHECK_CUDA(cudaEventRecord(g_cuda.pace_mark[k % (BACKEND_PACE_LAG + 1)], g_cuda.stream));
     return 0;
 }
 
@@ -602,44 +589,44 @@ int backend_cuda_device_count(int *count) {
     return 0;
 }
 
-const char *backend_cuda_describe(void) { return G.open ? G.name : "cuda (not open)"; }
+const char *backend_cuda_describe(void) { return g_cuda.open ? g_cuda.name : "cuda (not open)"; }
 
 double backend_cuda_peak_tflops(void) {
-    if (!G.open) return 0;
-    if (strstr(G.device_name, "H100") && strstr(G.device_name, "PCIe")) return 756;
-    if (strstr(G.device_name, "H100") && strstr(G.device_name, "NVL")) return 835;   // per GPU of the pair
-    if (strstr(G.device_name, "H100") || strstr(G.device_name, "H200")) return 989;
-    if (strstr(G.device_name, "A100")) return 312;
+    if (!g_cuda.open) return 0;
+    if (strstr(g_cuda.device_name, "H100") && strstr(g_cuda.device_name, "PCIe")) return 756;
+    if (strstr(g_cuda.device_name, "H100") && strstr(g_cuda.device_name, "NVL")) return 835;   // per GPU of the pair
+    if (strstr(g_cuda.device_name, "H100") || strstr(g_cuda.device_name, "H200")) return 989;
+    if (strstr(g_cuda.device_name, "A100")) return 312;
     return 0;
 }
 // the arena's bytes and high-water mark (backend.h's arena_usage; 0 and 0 when not open)
 static void backend_cuda_arena_usage(size_t *capacity, size_t *high_water) {
-    *capacity = G.open ? G.ar.capacity : 0;
-    *high_water = G.open ? G.ar.top : 0;
+    *capacity = g_cuda.open ? g_cuda.ar.capacity : 0;
+    *high_water = g_cuda.open ? g_cuda.ar.top : 0;
 }
-void *backend_cuda_stream(void) { return (void *)G.stream; }
+void *backend_cuda_stream(void) { return (void *)g_cuda.stream; }
 
 // Release whatever open_device created (also after a partial failure).
 void backend_cuda_close(void) {
-    if (G.stream) (void)compute_wait("close", 0);
-    if (G.copy_stream) (void)cudaStreamSynchronize(G.copy_stream);
+    if (g_cuda.stream) (void)compute_wait("close", 0);
+    if (g_cuda.copy_stream) (void)cudaStreamSynchronize(g_cuda.copy_stream);
     ftk_set_scratch_allocator(NULL, NULL);
     attn_cudnn_close();
-    for (int i = 0; i < G.n_plans; i++) gemm_plan_destroy(&G.plans[i]);
-    arena_destroy(&G.ar);
-    if (G.lt) cublasLtDestroy(G.lt);
-    if (G.arena_mem) cudaFree(G.arena_mem);
+    for (int i = 0; i < g_cuda.n_plans; i++) gemm_plan_destroy(&g_cuda.plans[i]);
+    arena_destroy(&g_cuda.ar);
+    if (g_cuda.lt) cublasLtDestroy(g_cuda.lt);
+    if (g_cuda.arena_mem) cudaFree(g_cuda.arena_mem);
     for (int i = 0; i < BACKEND_COPY_TICKETS; i++)
-        if (G.copy_done[i]) cudaEventDestroy(G.copy_done[i]);
-    if (G.compute_mark) cudaEventDestroy(G.compute_mark);
+        if (g_cuda.copy_done[i]) cudaEventDestroy(g_cuda.copy_done[i]);
+    if (g_cuda.compute_mark) cudaEventDestroy(g_cuda.compute_mark);
     for (int i = 0; i <= BACKEND_PACE_LAG; i++)
-        if (G.pace_mark[i]) cudaEventDestroy(G.pace_mark[i]);
-    if (G.copy_stream) cudaStreamDestroy(G.copy_stream);
-    if (G.stream) cudaStreamDestroy(G.stream);
-    const int native = G.attention_native, det = G.deterministic;   // settings, not state: kept for the next open
-    memset(&G, 0, sizeof G);
-    G.attention_native = native;
-    G.deterministic = det;
+        if (g_cuda.pace_mark[i]) cudaEventDestroy(g_cuda.pace_mark[i]);
+    if (g_cuda.copy_stream) cudaStreamDestroy(g_cuda.copy_stream);
+    if (g_cuda.stream) cudaStreamDestroy(g_cuda.stream);
+    const int native = g_cuda.attention_native, det = g_cuda.deterministic;   // settings, not state: kept for the next open
+    memset(&g_cuda, 0, sizeof g_cuda);
+    g_cuda.attention_native = native;
+    g_cuda.deterministic = det;
 }
 
 // 1 when this build holds code the device can run: a cubin for sm_XY runs on devices X.Z with
@@ -661,17 +648,17 @@ static int build_runs_on(int major, int minor) {
 // The device's architecture and free memory against what this build and this job need.
 static int check_device(const struct cudaDeviceProp *prop, size_t arena_bytes, size_t free_b) {
     if (prop->major < 8)
-        return ft_error("flag --device cuda: device %d (%s) is sm_%d%d; the kernels need sm_80 or newer (bf16)", G.device,
+        return ft_error("flag --device cuda: device %d (%s) is sm_%d%d; the kernels need sm_80 or newer (bf16)", g_cuda.device,
                         prop->name, prop->major, prop->minor);
     if (!build_runs_on(prop->major, prop->minor))
         return ft_error("flag --device cuda: device %d (%s) is sm_%d%d, and this build has kernels for %s only; add "
                         "-gencode arch=compute_%d%d,code=sm_%d%d to NVCC_ARCH_FLAGS (kernels/kernels.mk) and rebuild",
-                        G.device, prop->name, prop->major, prop->minor, FT_CUDA_CODES, prop->major, prop->minor,
+                        g_cuda.device, prop->name, prop->major, prop->minor, FT_CUDA_CODES, prop->major, prop->minor,
                         prop->major, prop->minor);
     if (arena_bytes > free_b)
         return ft_error("flag --device cuda: the memory plan needs %.2f GiB on device %d (%s) but %.2f GiB are free; "
                         "lower --batch_size_per_device or --seq_len, or add --gradient_checkpointing, --offload_optimizer, "
-                        "--lora_rank or GPUs (--dry_run prints the plan and what each of these would need)", arena_bytes / 1073741824.0, G.device, prop->name,
+                        "--lora_rank or GPUs (--dry_run prints the plan and what each of these would need)", arena_bytes / 1073741824.0, g_cuda.device, prop->name,
                         free_b / 1073741824.0);
     return 0;
 }
@@ -696,29 +683,29 @@ int backend_cuda_free_bytes(size_t *free_bytes) {
 }
 
 static int open_device(int local_rank, size_t arena_bytes) {
-    TRY(backend_cuda_select_device(local_rank, &G.device));
+    TRY(backend_cuda_select_device(local_rank, &g_cuda.device));
     struct cudaDeviceProp prop;
-    CHECK_CUDA(cudaGetDeviceProperties(&prop, G.device));
-    snprintf(G.device_name, sizeof G.device_name, "%s", prop.name);
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, g_cuda.device));
+    snprintf(g_cuda.device_name, sizeof g_cuda.device_name, "%s", prop.name);
     size_t free_b = 0, total_b = 0;
     CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
     // 0 = take most of what is free (leave room for the CUDA context, NCCL and cuBLASLt)
     if (arena_bytes == 0) arena_bytes = free_b / 100 * 92;
     arena_bytes += LT_WORKSPACE_BYTES;
     TRY(check_device(&prop, arena_bytes, free_b));
-    CHECK_CUDA(cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking));
-    CHECK_CUDA(cudaStreamCreateWithFlags(&G.copy_stream, cudaStreamNonBlocking));
-    CHECK_CUDA(cudaEventCreateWithFlags(&G.compute_mark, cudaEventDisableTiming));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&g_cuda.copy_stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreateWithFlags(&g_cuda.compute_mark, cudaEventDisableTiming));
     for (int i = 0; i <= BACKEND_PACE_LAG; i++)
-        CHECK_CUDA(cudaEventCreateWithFlags(&G.pace_mark[i], cudaEventDisableTiming));
+        CHECK_CUDA(cudaEventCreateWithFlags(&g_cuda.pace_mark[i], cudaEventDisableTiming));
     for (int i = 0; i < BACKEND_COPY_TICKETS; i++)
-        CHECK_CUDA(cudaEventCreateWithFlags(&G.copy_done[i], cudaEventDisableTiming));
-    CHECK_CUDA(cudaMalloc(&G.arena_mem, arena_bytes));
-    TRY(arena_init(&G.ar, G.arena_mem, arena_bytes, ARENA_ALIGN));
-    if (!(G.lt_workspace = cu_alloc(LT_WORKSPACE_BYTES))) return -1;
-    CHECK_CUBLAS(cublasLtCreate(&G.lt));
+        CHECK_CUDA(cudaEventCreateWithFlags(&g_cuda.copy_done[i], cudaEventDisableTiming));
+    CHECK_CUDA(cudaMalloc(&g_cuda.arena_mem, arena_bytes));
+    TRY(arena_init(&g_cuda.ar, g_cuda.arena_mem, arena_bytes, ARENA_ALIGN));
+    if (!(g_cuda.lt_workspace = cu_alloc(LT_WORKSPACE_BYTES))) return -1;
+    CHECK_CUBLAS(cublasLtCreate(&g_cuda.lt));
     ftk_set_scratch_allocator(cu_alloc, scratch_release);   // kernels' workspace from the arena too
-    snprintf(G.name, sizeof G.name, "cuda device %d (%.64s, sm_%d%d, arena %.2f GiB of %.2f)", G.device, prop.name,
+    snprintf(g_cuda.name, sizeof g_cuda.name, "cuda device %d (%.64s, sm_%d%d, arena %.2f GiB of %.2f)", g_cuda.device, prop.name,
              prop.major, prop.minor, arena_bytes / 1073741824.0, total_b / 1073741824.0);
     return 0;
 }
@@ -726,26 +713,26 @@ static int open_device(int local_rank, size_t arena_bytes) {
 int backend_cuda_set_attention(const char *mode, int deterministic) {
     if (strcmp(mode, "cudnn") != 0 && strcmp(mode, "native") != 0)
         return ft_error("flag --attention: '%s' is not one of cudnn|native", mode);
-    G.attention_native = strcmp(mode, "native") == 0;
-    G.deterministic = deterministic != 0;
+    g_cuda.attention_native = strcmp(mode, "native") == 0;
+    g_cuda.deterministic = deterministic != 0;
     attn_cudnn_set_deterministic(deterministic);
     return 0;
 }
 
-const char *backend_cuda_attention(void) { return G.attention_cudnn ? "cudnn" : "native"; }
+const char *backend_cuda_attention(void) { return g_cuda.attention_cudnn ? "cudnn" : "native"; }
 
 // --attention cudnn: open cuDNN and run the startup check (attn_cudnn_selfcheck); on any failure
 // ONE warning line names the reason and attention stays on the native kernels.
 static void attention_select(void) {
-    if (G.attention_native) return;
+    if (g_cuda.attention_native) return;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = attn_cudnn_open(G.stream, cu_alloc, scratch_release);
-    if (rc == 0) rc = attn_cudnn_selfcheck(&CUDA_BACKEND, &G.check_nmse);
+    int rc = attn_cudnn_open(g_cuda.stream, cu_alloc, scratch_release);
+    if (rc == 0) rc = attn_cudnn_selfcheck(&CUDA_BACKEND, &g_cuda.check_nmse);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    G.check_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    g_cuda.check_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (rc == 0) {
-        G.attention_cudnn = G.attention_checked = 1;
+        g_cuda.attention_cudnn = g_cuda.attention_checked = 1;
         return;
     }
     fprintf(stderr, "finetune: warning: --attention cudnn: %s; using the native attention kernels\n",
@@ -755,26 +742,26 @@ static void attention_select(void) {
 }
 
 int backend_cuda_attention_use(int cudnn) {
-    if (cudnn && !G.attention_checked)
+    if (cudnn && !g_cuda.attention_checked)
         return ft_error("cuda backend: cuDNN attention is not available (--attention native, or its startup check failed)");
-    G.attention_cudnn = cudnn;
+    g_cuda.attention_cudnn = cudnn;
     return 0;
 }
 
 int backend_cuda_open(int local_rank, size_t arena_bytes, const backend **out) {
-    if (G.open) return ft_error("cuda backend: already open");
+    if (g_cuda.open) return ft_error("cuda backend: already open");
     if (open_device(local_rank, arena_bytes) != 0) {
         backend_cuda_close();
         return -1;
     }
     attention_select();
-    const size_t len = strlen(G.name);
-    if (G.attention_cudnn)   // the startup check's cost (cuDNN's plans, compiled by NVRTC) and margin
-        snprintf(G.name + len, sizeof G.name - len, ", attention cudnn (%sstartup check %.2f s, worst NMSE %.1e)",
-                 G.deterministic ? "deterministic backward; " : "", G.check_seconds, G.check_nmse);
+    const size_t len = strlen(g_cuda.name);
+    if (g_cuda.attention_cudnn)   // the startup check's cost (cuDNN's plans, compiled by NVRTC) and margin
+        snprintf(g_cuda.name + len, sizeof g_cuda.name - len, ", attention cudnn (%sstartup check %.2f s, worst NMSE %.1e)",
+                 g_cuda.deterministic ? "deterministic backward; " : "", g_cuda.check_seconds, g_cuda.check_nmse);
     else
-        snprintf(G.name + len, sizeof G.name - len, ", attention native");
-    G.open = 1;
+        snprintf(g_cuda.name + len, sizeof g_cuda.name - len, ", attention native");
+    g_cuda.open = 1;
     *out = &CUDA_BACKEND;
     return 0;
 }

@@ -43,7 +43,3 @@ const char *backend_cuda_attention(void);
 int backend_cuda_attention_use(int cudnn);
 // The compute stream (a cudaStream_t) every op runs on; NULL before open.
 void *backend_cuda_stream(void);
-// Wait on the host until `stream` (a cudaStream_t) has done all its work: without a
-// --collective_timeout, cudaStreamSynchronize; with one, polled under the watchdog's deadline
-// (src/watchdog.h), `op`, `what` and `bytes` naming the wait in its message. 0 / -1.
-int backend_cuda_wait(void *stream, const char *op, const char *what, size_t bytes);

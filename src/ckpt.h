@@ -1,6 +1,6 @@
 // ckpt.h: where a run's weights come from and go to: the start (pretrained Hugging Face
-// weights, or a resumable checkpoint of ours), resumable checkpoints, and the Hugging Face
-// export.
+// weights, or a resumable checkpoint of ours) and resumable checkpoints. The Hugging Face
+// export is hf_export.h; the checks on --out_dir are out_dir.h.
 //
 // A checkpoint directory is itself a Hugging Face checkpoint (config.json + model.safetensors
 // holding the fp32 master weights under HF names), plus optimizer.safetensors
@@ -52,28 +52,6 @@ typedef struct {
 // that file (nothing saved yet) resolves to "" (a fresh start); a path must be a directory. 0 / -1.
 int ckpt_resolve(const char *out_dir, const char *resume, char *dir, size_t n);
 
-// A fresh start (no --resume) writing into out_dir: refused when out_dir holds an earlier
-// run's checkpoints (OUT/checkpoints/latest exists), whose steps would mix with the new run's
-// and which --resume auto would later pick up, or its export (OUT/final, OUT/final_merged:
-// the new run would replace a finished run's result, also after its checkpoints were deleted
-// to free the disk), unless `overwrite` (--overwrite_out_dir). Reads only. 0 / -1 naming that
-// file and the flags that would do.
-int ckpt_check_fresh_out_dir(const char *out_dir, int overwrite);
-
-// Collective over `world` (2 or more ranks), after rank 0 locked out_dir (fs_lock_dir):
-// every rank must see that directory, for --resume latest/auto is resolved by each rank in
-// it and the checkpoints rank 0 writes there are what every rank resumes from. Each rank
-// compares OUT/.lock's content with rank 0's; rank0_locked: rank 0 holds the lock (0 on the
-// other ranks; 0 on rank 0 too when the filesystem has no locks: nothing to compare). A rank
-// that does not see it looks again once a second for up to 60 s (a network filesystem's
-// cache). 0, or -1 on a rank that does not see it (one line naming the rank, its host, what
-// it found and the remedy).
-int ckpt_check_out_dir_shared(const char *out_dir, int rank0_locked, comm *world);
-
-// Rank 0, a fresh start with --overwrite_out_dir, before anything is written: remove the
-// earlier run's OUT/checkpoints, OUT/final and OUT/final_merged. 0 / -1 naming what stayed.
-int ckpt_clear_out_dir(const char *out_dir);
-
 // Before anything model-sized is allocated: the weights a run will read fit config.json's
 // layouts, so that a config.json that disagrees with its checkpoint fails at once (not after
 // allocating the model it describes). Checked: model_dir against `base` when it is read (no
@@ -116,25 +94,3 @@ int ckpt_load_weights(fsdp_state *s, const char *dir);
 // clears; checkpoints of later steps, from a run this one resumed before the end of, stay).
 int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const trainer_state *ts,
               int world_rank, int keep);
-
-// Export the current weights in Hugging Face layout to <dir> (config.json with the dtype,
-// model.safetensors in `dtype` ("bf16" or "fp32"), tokenizer files copied from model_dir),
-// atomically (temporary directory + rename). Collective over the shard group; streams one
-// unit at a time like ckpt_save. 0 / -1.
-int ckpt_export_hf(const char *dir, const char *model_dir, fsdp_state *s, const char *dtype,
-                   int world_rank);
-
-// Export LoRA adapters `s` (over lora layout `ll`) as a PEFT adapter directory <dir>:
-// adapter_config.json (LORA, CAUSAL_LM, r, lora_alpha, target_modules, no dropout/bias) and
-// adapter_model.safetensors (PEFT's tensor names, `dtype` "bf16" or "fp32"), atomically, for
-// peft.PeftModel.from_pretrained(base of model_dir, dir). Collective over the shard group like
-// ckpt_export_hf. 0 / -1.
-int ckpt_export_peft(const char *dir, const char *model_dir, fsdp_state *s, const lora_layout *ll, const char *dtype,
-                     int world_rank);
-
-// Export a merged full checkpoint in the Hugging Face layout to <dir> (as ckpt_export_hf):
-// every base weight from model_dir (read in fp32 on rank 0) with the LoRA adapters `adapters`
-// (over `ll`) merged, W + (alpha / r) B A, in `dtype`. Collective over the shard group (the
-// adapters are gathered one unit at a time); rank 0 writes. 0 / -1 (nothing left behind).
-int ckpt_export_merged(const char *dir, const char *model_dir, const param_layout *base, fsdp_state *adapters,
-                       const lora_layout *ll, const char *dtype, int world_rank);

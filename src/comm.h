@@ -91,7 +91,7 @@ void comm_mpi_library(char *version, size_t n, char *file, size_t fn);
 void comm_mpi_finalize(void);
 
 // ----------------------------------------------------------------------------
-// NCCL transport (src/comm_nccl.c, built with the CUDA toolkit; unverified on GPU)
+// NCCL transport (src/comm_nccl.c, built with the CUDA toolkit)
 
 // Load NCCL (it is not linked): the functions linked into the executable when there are any
 // (the emulated build's), else libnccl.so.2 from the library path, or the file

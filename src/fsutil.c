@@ -188,7 +188,7 @@ int fs_lock_dir(const char *dir, const char *what, int *fd, int *created) {
     char host[128], text[256];
     ft_hostname(host, sizeof host);
     const int len = snprintf(text, sizeof text, "pid %d on host %s\n", (int)getpid(), host);
-    // (fsync: the other ranks compare the file with rank 0's, ckpt.c ckpt_check_out_dir_shared; on
+    // (fsync: the other ranks compare the file with rank 0's, out_dir.c out_dir_check_shared; on
     // NFS they see what reached the server)
     const int written = ftruncate(f, 0) == 0 && pwrite(f, text, (size_t)len, 0) == len && fsync(f) == 0;
     (void)written;   // the holder's name is informative (and a failed write shows as a mismatch)

@@ -12,7 +12,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "data.h"
+#include "token_shard.h"
 
 typedef struct {
     token_shard *shards;

@@ -14,11 +14,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "config.h"
-#include "model.h"
+#include "param_layout.h"
 
 // bit (1u << LT_WQ) ... (1u << LT_WDOWN) for each targeted projection
 #define LORA_DEFAULT_TARGETS ((1u << LT_WQ) | (1u << LT_WK) | (1u << LT_WV) | (1u << LT_WO))
+
+typedef struct lora_config lora_config;   // (model.h declares these two as well)
+typedef struct lora_layout lora_layout;
 
 struct lora_config {
     int rank;             // r >= 1 (0 = no LoRA)

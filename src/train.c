@@ -18,12 +18,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
 #include "ckpt.h"
 #include "common.h"
 #include "fsutil.h"
+#include "hf_checkpoint.h"
+#include "hf_export.h"
 #include "loader.h"
 #include "mfu.h"
+#include "out_dir.h"
 #include "profile.h"
 #include "sample.h"
 #include "schedule.h"
@@ -130,7 +132,7 @@ static int job_open_data(job *j) {
     const train_options *o = j->o;
     TRY(loader_open(&j->val, o->data_dir, "val", j->cfg.vocab_size, o->seq_len, 0, 0, 0));
     char msg[3 * FT_PATH_MAX + 400];   // shards of another tokenizer: trains, but say so
-    if (is_main(j) && data_tokenizer_differs(o->data_dir, o->model_dir, msg, sizeof msg))
+    if (is_main(j) && token_shard_tokenizer_differs(o->data_dir, o->model_dir, msg, sizeof msg))
         fprintf(stderr, "finetune: warning: %s\n", msg);
     char tok[FT_PATH_MAX];   // none at all: nothing to check the shards against, nothing to export
     if (is_main(j) && !o->eval_only && ft_path(tok, sizeof tok, "%s/tokenizer.json", o->model_dir) == 0 &&
@@ -257,7 +259,7 @@ static int check_start_weights(job *j) {
     if (j->o->resume[0]) TRY(ckpt_resolve(j->o->out_dir, j->o->resume, j->start_dir, sizeof j->start_dir));
     // a fresh start, also --resume auto's when nothing was saved: not over an earlier run's
     // export (a requeued auto job whose checkpoints were deleted would replace the result)
-    if (!j->start_dir[0] && !j->o->eval_only) TRY(ckpt_check_fresh_out_dir(j->o->out_dir, j->o->overwrite_out_dir));
+    if (!j->start_dir[0] && !j->o->eval_only) TRY(out_dir_check_fresh(j->o->out_dir, j->o->overwrite_out_dir));
     const trainer_state expect = job_state(j, 0);
     trainer_state got = expect;
     TRY(ckpt_check_start(j->o->model_dir, j->start_dir, &j->layout, j->lora ? &j->ll.layout : &j->layout, &expect,
@@ -685,8 +687,8 @@ static int job_finish(job *j, int step) {
     watchdog_set_phase("export");
     const double dtype_bytes = strcmp(o->save_dtype, "fp32") == 0 ? 4 : 2;
     grace_for_write(dtype_bytes * trained_params(j), "export");
-    if (j->lora) rc = agree(j, ckpt_export_peft(path, o->model_dir, &j->afs, &j->ll, o->save_dtype, j->rank));
-    else rc = agree(j, ckpt_export_hf(path, o->model_dir, &j->fs, o->save_dtype, j->rank));
+    if (j->lora) rc = agree(j, hf_export_peft(path, o->model_dir, &j->afs, &j->ll, o->save_dtype, j->rank));
+    else rc = agree(j, hf_export_model(path, o->model_dir, &j->fs, o->save_dtype, j->rank));
     watchdog_set_grace(0, NULL);
     if (rc != 0) return rc;
     j->exported = 1;
@@ -696,7 +698,7 @@ static int job_finish(job *j, int step) {
     if (o->merge_lora) {
         snprintf(path, sizeof path, "%s/final_merged", o->out_dir);
         grace_for_write(dtype_bytes * (double)j->layout.n_params, "merged export");
-        rc = agree(j, ckpt_export_merged(path, o->model_dir, &j->layout, &j->afs, &j->ll, o->save_dtype, j->rank));
+        rc = agree(j, hf_export_merged(path, o->model_dir, &j->layout, &j->afs, &j->ll, o->save_dtype, j->rank));
         watchdog_set_grace(0, NULL);
         if (rc != 0) return rc;
         if (is_main(j)) printf("finetune: exported %s (the base with the adapters merged, Hugging Face layout, %s)\n",
@@ -790,7 +792,7 @@ int train_run(const train_options *o, const train_comms *cc, int *failure_agreed
     if (rc == 0 && !o->eval_only && cc->world->rank == 0)   // check_out_dir's reference (-1: unchecked)
         j.out_dir_fd = open(o->out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (rc == 0 && !o->eval_only && cc->world->size > 1)   // (rank 0's lock: its own check)
-        rc = agree(&j, ckpt_check_out_dir_shared(o->out_dir, cc->world->rank == 0 && j.out_lock >= 0, cc->world));
+        rc = agree(&j, out_dir_check_shared(o->out_dir, cc->world->rank == 0 && j.out_lock >= 0, cc->world));
     if (rc == 0) rc = agree(&j, job_setup(&j, o, cc));
     if (rc == 0) rc = run(&j);
     job_teardown(&j);

@@ -10,6 +10,7 @@
 #include "ckpt.h"
 #include "fsutil.h"
 #include "mfu.h"
+#include "out_dir.h"
 #include "profile.h"
 #include "train_job.h"
 
@@ -67,43 +68,10 @@ void job_log_eval(job *j, int step, double loss, double ntok, double secs) {
 // ----------------------------------------------------------------------------
 // the watch on --out_dir
 
-// Rank 0: is --out_dir still the directory this job locked and writes into, and are its lock
-// and metrics.jsonl still the files this job holds open there? A directory removed (rm -rf) or
-// replaced while training would take the metrics, the checkpoints and the export with it:
-// records appended to an unlinked metrics.jsonl, checkpoint paths recreated half-way, and
-// nothing said until the end. The directory, held open since the lock (so its inode number
-// cannot be reused by one made in its place), is compared with what the path names now; so are
-// OUT/.lock (removed, the lock no longer keeps another job out: one started now creates and
-// locks a new one and writes into OUT beside this one) and OUT/metrics.jsonl (removed or
-// replaced, the records go to a file nobody sees). A stat and an fstat each, once a step,
-// before the export and each sampled game. The directory gone: one warning naming it, then an
-// error; a file gone: an error naming it. Either way the caller agrees it with every rank and
-// the job stops, exit 1 (it saves nothing more: a resume continues from the last checkpoint,
-// with the lock and the metrics file made anew). `after`: where the job is, for the message.
-// 0 / -1.
-static int check_out_dir(job *j, const char *after) {
-    char why[160], p[FT_PATH_MAX];
-    if (j->out_dir_fd < 0) return 0;
-    if (!fs_still_at(j->out_dir_fd, j->o->out_dir, why, sizeof why)) {
-        fprintf(stderr, "finetune: warning: --out_dir %s was deleted or replaced while training: metrics, checkpoints "
-                "and the export would be lost\n", j->o->out_dir);
-        return ft_error("stopping %s: --out_dir %s %s, so nothing this job saves would reach it; start the job again",
-                        after, j->o->out_dir, why);
-    }
-    const struct { int fd; const char *name, *loss; } held[] = {   // fd -1: none (no locks; metrics closed)
-        {j->out_lock, ".lock", "this job no longer keeps another out of --out_dir"},
-        {j->metrics ? fileno(j->metrics) : -1, "metrics.jsonl", "the records this job appends would not reach it"},
-    };
-    for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
-        if (held[i].fd < 0) continue;
-        TRY(ft_path(p, sizeof p, "%s/%s", j->o->out_dir, held[i].name));
-        if (!fs_still_at(held[i].fd, p, why, sizeof why))
-            return ft_error("stopping %s: %s %s, so %s; start the job again", after, p, why, held[i].loss);
-    }
-    return 0;
+int job_out_dir_still_there(job *j, const char *after) {
+    const int metrics_fd = j->metrics ? fileno(j->metrics) : -1;   // -1: closed
+    return agree(j, out_dir_watch(j->o->out_dir, j->out_dir_fd, j->out_lock, metrics_fd, after));
 }
-
-int job_out_dir_still_there(job *j, const char *after) { return agree(j, check_out_dir(j, after)); }
 
 // ----------------------------------------------------------------------------
 // opening, per step, closing
@@ -243,7 +211,7 @@ int job_open_outputs(job *j, int start) {
     char path[FT_PATH_MAX];
     int rc = 0;
     if (is_main(j)) {
-        if (start == 0 && o->overwrite_out_dir) rc = ckpt_clear_out_dir(o->out_dir);
+        if (start == 0 && o->overwrite_out_dir) rc = out_dir_clear(o->out_dir);
         if (rc == 0) rc = ft_path(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
         if (rc == 0 && start > 0) rc = metrics_rewind(path, start, j->total_steps);
         if (rc == 0 && !(j->metrics = fopen(path, start > 0 ? "a" : "w")))

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "hf_checkpoint.h"
 #include "common.h"
 #include "model.h"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_cuda_emu_attention.sh BUILD_DIR: `--attention cudnn|native` on the emulated device
 # (issue 12 item 2). build/tests/finetune_emu links tests/cuda_emu/attention_cudnn_emu.cpp, a CPU
-# stand-in of the cuDNN attention engine (src/attention_cudnn.h) with the real one's signatures
+# stand-in of the cuDNN attention engine (src/attn_engine.h) with the real one's signatures
 # and layouts, so everything around it runs here: the flag, the plan cache and per-call
 # workspace (src/attention_cudnn.c), the startup check against the native kernels, the fall
 # back to native with one warning, and the workspace in the memory plan. The real cuDNN graphs

@@ -24,7 +24,7 @@
 // the backward also refuses D > 256, the forward has an engine for D 264): no plan may get
 // that far. Printed per case: the configurations offered and, per one tried, its engine
 // (CUDNN_ATTR_ENGINE_GLOBAL_INDEX), stated workspace and status. Then attn_engine_destroy of a
-// plan whose work was queued: it waits through backend_cuda_wait (check_destroy_waits).
+// plan whose work was queued: it waits through cuda_wait_stream (check_destroy_waits).
 //
 // Prerequisites: cuDNN 9.16+ whose sub-libraries load (load_sublibraries, the engine's own
 // check at open) and the stub $(CUDA_HOME)/lib64/stubs/libcuda.so (FT_CUDA_STUB_LIBCUDA from
@@ -37,6 +37,8 @@
 #include <dlfcn.h>
 
 #include "../src/attention_cudnn_graph.c"
+
+#include "attention_cudnn.h"   // attn_cudnn_workspace_bound
 
 #include "test.h"
 #include "watchdog.h"
@@ -230,8 +232,8 @@ static void run_case(const plan_case *c, cudnnBackendDescriptor_t dp) {
 // ----------------------------------------------------------------------------
 // destroying a plan whose work was queued
 
-// attn_engine_destroy waits for the engine's stream through the backend's wait
-// (backend_cuda_wait): polled under the watchdog when --collective_timeout is set
+// attn_engine_destroy waits for the engine's stream through cuda_wait_stream
+// (src/cuda_wait.c): polled under the watchdog when --collective_timeout is set
 // (cudaStreamQuery in poll_stream), cudaStreamSynchronize otherwise. With the stub driver every CUDA call fails at once, which
 // shows which wait it took: destroy must return -1 with that error and leave the graph alone
 // (freed here afterwards).
@@ -250,8 +252,8 @@ static void check_destroy_waits(void) {
         const int rc = attn_engine_destroy(g);
         const char *msg = rc ? ft_error_message() : "";
         const bool sync = strstr(msg, "cudaStreamSynchronize") != NULL;
-        EXPECT(rc == -1 && strstr(msg, "src/backend_cuda.c") && sync == !WAITS[i].polled,
-               "destroy of an executed plan, --collective_timeout %g: rc %d, '%s' (wanted -1 from backend_cuda_wait's "
+        EXPECT(rc == -1 && strstr(msg, "src/cuda_wait.c") && sync == !WAITS[i].polled,
+               "destroy of an executed plan, --collective_timeout %g: rc %d, '%s' (wanted -1 from cuda_wait_stream's "
                "%s)", WAITS[i].timeout, rc, msg, WAITS[i].polled ? "poll" : "cudaStreamSynchronize");
         printf("destroy of an executed plan, --collective_timeout %g: %s\n", WAITS[i].timeout, rc ? msg : "waited");
         ft_error_clear();

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "data.h"
+#include "token_shard.h"
 #include "loader.h"
 #include "test.h"
 

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "checkpoint.h"
+#include "hf_checkpoint.h"
 #include "common.h"
 #include "model.h"
 #include "model_util.h"

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "hf_checkpoint.h"
 #include "common.h"
 #include "config.h"
 #include "model.h"
@@ -391,6 +391,63 @@ static st_write_tensor entry_tensor(const param_entry *e, st_dtype dt, const voi
     return t;
 }
 
+// Write the n tensors `ts` of case c as model.safetensors in cdir, then flip the case's bits
+// (ck_flips). 0 / -1.
+static int write_single(const char *cdir, const st_write_tensor *ts, int n, const ck_case *c) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/model.safetensors", cdir);
+    int rc = st_write(p, ts, n, NULL);
+    st_file f;
+    for (size_t k = 0; k < sizeof ck_flips / sizeof ck_flips[0]; k++)
+        if (rc == 0 && ck_flips[k].defect == c->defect && (rc = st_open(&f, p)) == 0) {
+            const st_tensor *t = st_find(&f, ck_flips[k].tensor);
+            const long off = (long)((const unsigned char *)t->data - (const unsigned char *)f.map);
+            st_close(&f);
+            rc = flip_bits(p, off + ck_flips[k].byte, ck_flips[k].mask);
+        }
+    return rc;
+}
+
+// Write the n tensors `ts` of case c as two shards and their index in cdir, with the case's
+// defect of the shards or the index. 0 / -1.
+static int write_sharded(const char *cdir, const st_write_tensor *ts, int n, const ck_case *c) {
+    char p[512];
+    int rc = 0;
+    // two shards: first half / second half; index maps each name
+    int h = n / 2;
+    snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", cdir);
+    rc |= st_write(p, ts, h, NULL);
+    snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", cdir);
+    rc |= st_write(p, ts + h, n - h, NULL);
+    if (c->defect == D_INDEX_UNLISTED_FILE) {   // the last tensor (lm_head.weight) moved to a third file
+        snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", cdir);
+        rc |= st_write(p, ts + h, n - h - 1, NULL);
+        snprintf(p, sizeof p, "%s/model-00003-of-00003.safetensors", cdir);
+        rc |= st_write(p, ts + n - 1, 1, NULL);
+    }
+    if (c->defect == D_INDEX_DUP_ACROSS) {  // shard 1 also holds the last tensor (lm_head.weight)
+        st_write_tensor ts1[33];
+        memcpy(ts1, ts, (size_t)h * sizeof *ts);
+        ts1[h] = ts[n - 1];
+        snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", cdir);
+        rc |= st_write(p, ts1, h + 1, NULL);
+    }
+    char *idx = malloc(16384);
+    size_t k = (size_t)snprintf(idx, 16384, "{\"metadata\":{},\"weight_map\":{");
+    for (int i = 0; i < n; i++) {
+        const char *file = i < h ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+        if (i == 0 && c->defect == D_INDEX_MISSING_FILE) file = "model-00009-of-00002.safetensors";
+        if (i == 0 && c->defect == D_INDEX_ESCAPE) file = "../../etc/passwd";
+        if (i == 0 && c->defect == D_INDEX_WRONG_FILE) file = "model-00002-of-00002.safetensors";
+        k += (size_t)snprintf(idx + k, 16384 - k, "%s\"%s\":\"%s\"", i ? "," : "", ts[i].name, file);
+    }
+    snprintf(idx + k, 16384 - k, "}}");
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", cdir);
+    write_text(p, idx);
+    free(idx);
+    return rc;
+}
+
 static int make_checkpoint(const char *cdir, const ck_case *c) {
     char p[512];
     mkdir(cdir, 0755);
@@ -429,52 +486,7 @@ static int make_checkpoint(const char *cdir, const ck_case *c) {
         n++;
     }
     if (c->defect == D_EXTRA) ts[n++] = (st_write_tensor){"model.layers.7.mlp.up_proj.weight", ST_F32, 1, {2}, zeros};
-    int rc = 0;
-    if (!c->sharded) {
-        snprintf(p, sizeof p, "%s/model.safetensors", cdir);
-        rc = st_write(p, ts, n, NULL);
-        st_file f;
-        for (size_t k = 0; k < sizeof ck_flips / sizeof ck_flips[0]; k++)
-            if (rc == 0 && ck_flips[k].defect == c->defect && (rc = st_open(&f, p)) == 0) {
-                const st_tensor *t = st_find(&f, ck_flips[k].tensor);
-                const long off = (long)((const unsigned char *)t->data - (const unsigned char *)f.map);
-                st_close(&f);
-                rc = flip_bits(p, off + ck_flips[k].byte, ck_flips[k].mask);
-            }
-    } else {
-        // two shards: first half / second half; index maps each name
-        int h = n / 2;
-        snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", cdir);
-        rc |= st_write(p, ts, h, NULL);
-        snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", cdir);
-        rc |= st_write(p, ts + h, n - h, NULL);
-        if (c->defect == D_INDEX_UNLISTED_FILE) {   // the last tensor (lm_head.weight) moved to a third file
-            snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", cdir);
-            rc |= st_write(p, ts + h, n - h - 1, NULL);
-            snprintf(p, sizeof p, "%s/model-00003-of-00003.safetensors", cdir);
-            rc |= st_write(p, ts + n - 1, 1, NULL);
-        }
-        if (c->defect == D_INDEX_DUP_ACROSS) {  // shard 1 also holds the last tensor (lm_head.weight)
-            st_write_tensor ts1[33];
-            memcpy(ts1, ts, (size_t)h * sizeof *ts);
-            ts1[h] = ts[n - 1];
-            snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", cdir);
-            rc |= st_write(p, ts1, h + 1, NULL);
-        }
-        char *idx = malloc(16384);
-        size_t k = (size_t)snprintf(idx, 16384, "{\"metadata\":{},\"weight_map\":{");
-        for (int i = 0; i < n; i++) {
-            const char *file = i < h ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
-            if (i == 0 && c->defect == D_INDEX_MISSING_FILE) file = "model-00009-of-00002.safetensors";
-            if (i == 0 && c->defect == D_INDEX_ESCAPE) file = "../../etc/passwd";
-            if (i == 0 && c->defect == D_INDEX_WRONG_FILE) file = "model-00002-of-00002.safetensors";
-            k += (size_t)snprintf(idx + k, 16384 - k, "%s\"%s\":\"%s\"", i ? "," : "", ts[i].name, file);
-        }
-        snprintf(idx + k, 16384 - k, "}}");
-        snprintf(p, sizeof p, "%s/model.safetensors.index.json", cdir);
-        write_text(p, idx);
-        free(idx);
-    }
+    const int rc = c->sharded ? write_sharded(cdir, ts, n, c) : write_single(cdir, ts, n, c);
     param_layout_free(&l);
     return rc;
 }
@@ -539,6 +551,60 @@ static int write_positions(const char *cdir, const param_layout *l, st_dtype dt,
     return st_write(p, ts, n, NULL);
 }
 
+// Unit u of the file open as ck read in S = 1..4 ranges, each checked (see above): `pass` is
+// test_read_range's (0 F32, 1 BF16, 2 a byte of `norm` flipped, 3 a NaN in `norm`), norm_index
+// norm's index among its unit's tensors (whose rank verifies its checksum).
+static void check_unit_ranges(const hf_checkpoint *ck, const param_layout *l, int u, int pass,
+                              const param_entry *norm, int norm_index) {
+    const int norm_unit = norm ? norm->unit : -1;
+    const size_t n = l->unit_numel[u];
+    for (int S = 1; S <= 4; S++) {
+        float whole[4096], part[4096];
+        for (size_t j = 0; j < n; j++) whole[j] = NAN;
+        int n_checksum = 0, n_nan = 0;
+        for (int r = 0; r < S; r++) {
+            const size_t lo = n * (size_t)r / (size_t)S, hi = n * (size_t)(r + 1) / (size_t)S;
+            for (size_t j = 0; j < n; j++) part[j] = -1.0f;   // a sentinel outside the range
+            ft_error_clear();
+            const int rc = hf_checkpoint_read_range(ck, l, u, lo, hi, r, S, part);
+            const char *msg = ft_error_message();
+            n_checksum += rc != 0 && strstr(msg, "model.norm.weight': checksum mismatch") != NULL;
+            n_nan += rc != 0 && strstr(msg, "model.norm.weight': element 3 is nan") != NULL;
+            const int holds_nan = pass == 3 && u == norm_unit && lo <= norm->unit_offset + 3 &&
+                                  norm->unit_offset + 3 < hi;
+            const int verifies_norm = pass == 2 && u == norm_unit && norm_index % S == r;
+            EXPECT((rc != 0) == (holds_nan || verifies_norm), "range pass %d unit %d S %d rank %d: rc %d (%s)",
+                   pass, u, S, r, rc, msg);
+            if (rc != 0) continue;
+            int outside = 0, wrong = 0;
+            for (size_t j = 0; j < n; j++) {
+                if (j < lo || j >= hi) outside += part[j] != -1.0f;
+                else whole[j] = part[j];
+            }
+            for (int i = 0; i < l->n_entries; i++) {   // inside: each entry's position, padding 0
+                const param_entry *e = &l->entries[i];
+                for (size_t j = 0; e->unit == u && j < e->numel; j++) {
+                    const size_t x = e->unit_offset + j;
+                    const int flipped = pass == 2 && e == norm && j == 0;   // another value: read as stored
+                    if (x >= lo && x < hi && !flipped && part[x] != (float)(x % 200)) wrong++;
+                }
+            }
+            EXPECT(outside == 0 && wrong == 0, "range pass %d unit %d S %d rank %d: %d touched outside, %d wrong",
+                   pass, u, S, r, outside, wrong);
+        }
+        if (pass == 2 && u == norm_unit)
+            EXPECT(n_checksum == 1, "range: the flipped tensor reported by %d of %d ranks", n_checksum, S);
+        if (pass == 3 && u == norm_unit)
+            EXPECT(n_nan == 1, "range: the NaN reported by %d of %d ranks", n_nan, S);
+        if (pass == 0) {   // the union is the whole unit
+            float full[4096];
+            EXPECT(hf_checkpoint_read_unit(ck, l, u, full) == 0 &&
+                       memcmp(full, whole, n * sizeof(float)) == 0,
+                   "range: unit %d over %d ranges differs from hf_checkpoint_read_unit", u, S);
+        }
+    }
+}
+
 static void test_read_range(void) {
     char cdir[300], p[512];
     snprintf(cdir, sizeof cdir, "%s/range", dir);
@@ -573,54 +639,7 @@ static void test_read_range(void) {
             EXPECT(0, "range pass %d: open: %s", pass, ft_error_message());
             continue;
         }
-        for (int u = 0; u < l.n_units; u++) {
-            const size_t n = l.unit_numel[u];
-            for (int S = 1; S <= 4; S++) {
-                float whole[4096], part[4096];
-                for (size_t j = 0; j < n; j++) whole[j] = NAN;
-                int n_checksum = 0, n_nan = 0;
-                for (int r = 0; r < S; r++) {
-                    const size_t lo = n * (size_t)r / (size_t)S, hi = n * (size_t)(r + 1) / (size_t)S;
-                    for (size_t j = 0; j < n; j++) part[j] = -1.0f;   // a sentinel outside the range
-                    ft_error_clear();
-                    const int rc = hf_checkpoint_read_range(&ck, &l, u, lo, hi, r, S, part);
-                    const char *msg = ft_error_message();
-                    n_checksum += rc != 0 && strstr(msg, "model.norm.weight': checksum mismatch") != NULL;
-                    n_nan += rc != 0 && strstr(msg, "model.norm.weight': element 3 is nan") != NULL;
-                    const int holds_nan = pass == 3 && u == norm_unit && lo <= norm->unit_offset + 3 &&
-                                          norm->unit_offset + 3 < hi;
-                    const int verifies_norm = pass == 2 && u == norm_unit && norm_index % S == r;
-                    EXPECT((rc != 0) == (holds_nan || verifies_norm), "range pass %d unit %d S %d rank %d: rc %d (%s)",
-                           pass, u, S, r, rc, msg);
-                    if (rc != 0) continue;
-                    int outside = 0, wrong = 0;
-                    for (size_t j = 0; j < n; j++) {
-                        if (j < lo || j >= hi) outside += part[j] != -1.0f;
-                        else whole[j] = part[j];
-                    }
-                    for (int i = 0; i < l.n_entries; i++) {   // inside: each entry's position, padding 0
-                        const param_entry *e = &l.entries[i];
-                        for (size_t j = 0; e->unit == u && j < e->numel; j++) {
-                            const size_t x = e->unit_offset + j;
-                            const int flipped = pass == 2 && e == norm && j == 0;   // another value: read as stored
-                            if (x >= lo && x < hi && !flipped && part[x] != (float)(x % 200)) wrong++;
-                        }
-                    }
-                    EXPECT(outside == 0 && wrong == 0, "range pass %d unit %d S %d rank %d: %d touched outside, %d wrong",
-                           pass, u, S, r, outside, wrong);
-                }
-                if (pass == 2 && u == norm_unit)
-                    EXPECT(n_checksum == 1, "range: the flipped tensor reported by %d of %d ranks", n_checksum, S);
-                if (pass == 3 && u == norm_unit)
-                    EXPECT(n_nan == 1, "range: the NaN reported by %d of %d ranks", n_nan, S);
-                if (pass == 0) {   // the union is the whole unit
-                    float full[4096];
-                    EXPECT(hf_checkpoint_read_unit(&ck, &l, u, full) == 0 &&
-                               memcmp(full, whole, n * sizeof(float)) == 0,
-                           "range: unit %d over %d ranges differs from hf_checkpoint_read_unit", u, S);
-                }
-            }
-        }
+        for (int u = 0; u < l.n_units; u++) check_unit_ranges(&ck, &l, u, pass, norm, norm_index);
         hf_checkpoint_close(&ck);
     }
     param_layout_free(&l);

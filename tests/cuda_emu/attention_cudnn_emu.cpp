@@ -1,4 +1,4 @@
-// attention_cudnn_emu.cpp: the CPU stand-in of the cuDNN attention engine (src/attention_cudnn.h,
+// attention_cudnn_emu.cpp: the CPU stand-in of the cuDNN attention engine (src/attn_engine.h,
 // attn_engine_*) for the emulated build (finetune_emu, test_backend_emu). Same signatures and
 // layouts as src/attention_cudnn_graph.c: each call is queued on the emulated stream as one
 // operation with its exact byte ranges (checked for ordering hazards like a kernel), and
@@ -25,7 +25,7 @@
 #include "cuda_emu_async.h"
 
 extern "C" {
-#include "attention_cudnn.h"
+#include "attn_engine.h"
 #include "common.h"
 }
 

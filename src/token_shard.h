@@ -1,4 +1,4 @@
-// data.h: token shards (binary, written by scripts/tokenize_shards.py) and batches.
+// token_shard.h: token shards (binary, written by scripts/tokenize_shards.py) and batches.
 //
 // Shard layout, little-endian:
 //   0  magic "FTTOKSHD"      8  u32 version (1)     12 u32 token_bytes (2 or 4)
@@ -50,4 +50,4 @@ int token_shard_fill_row(const token_shard *s, uint64_t i, int T, int32_t *token
 // model_dir/tokenizer.json. 1 when both are there and differ, with one warning sentence in
 // msg (n bytes); 0 when they match or either is missing or unreadable (nothing to compare:
 // shards.json is not needed to train).
-int data_tokenizer_differs(const char *data_dir, const char *model_dir, char *msg, size_t n);
+int token_shard_tokenizer_differs(const char *data_dir, const char *model_dir, char *msg, size_t n);

@@ -1,5 +1,5 @@
-// checkpoint.c: Hugging Face checkpoint directories, input side (see checkpoint.h).
-#include "checkpoint.h"
+// hf_checkpoint.c: Hugging Face checkpoint directories, input side (see hf_checkpoint.h).
+#include "hf_checkpoint.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
-// data.c: token shard reader (see data.h).
-#include "data.h"
+// token_shard.c: the token shard reader (see token_shard.h).
+#include "token_shard.h"
 
 #include <fcntl.h>
 #include <jansson.h>
@@ -142,7 +142,7 @@ int32_t token_shard_doc_token(const token_shard *s, uint64_t i, uint64_t j) {
 // ----------------------------------------------------------------------------
 // the tokenizer the shards were made with
 
-int data_tokenizer_differs(const char *data_dir, const char *model_dir, char *msg, size_t n) {
+int token_shard_tokenizer_differs(const char *data_dir, const char *model_dir, char *msg, size_t n) {
     char manifest[FT_PATH_MAX], tok[FT_PATH_MAX], have[65];
     if (ft_path(manifest, sizeof manifest, "%s/shards.json", data_dir) != 0 ||
         ft_path(tok, sizeof tok, "%s/tokenizer.json", model_dir) != 0) {

@@ -1,4 +1,4 @@
-// checkpoint.h: Hugging Face checkpoint directories (input side).
+// hf_checkpoint.h: Hugging Face checkpoint directories (input side).
 //
 // A directory holds config.json and either model.safetensors or shards
 // model-0000i-of-0000n.safetensors listed by model.safetensors.index.json. Files are
@@ -6,7 +6,7 @@
 // holds more than one unit in host memory besides the mappings.
 #pragma once
 #include "config.h"
-#include "model.h"
+#include "param_layout.h"
 #include "safetensors.h"
 
 typedef struct {
