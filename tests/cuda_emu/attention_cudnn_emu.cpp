@@ -136,6 +136,14 @@ static void bwd_run(const bwd_args &a) {
 
 extern "C" {
 
+// FT_EMU_CUDNN_VERSION (e.g. 91500: cuDNN 9.15.0) pretends to be another cuDNN, to test the
+// front's version gate and the backend's fallback (tests/test_cuda_emu_attention.sh)
+int attn_engine_version(size_t *version) {
+    const char *e = getenv("FT_EMU_CUDNN_VERSION");
+    *version = e && *e ? (size_t)atoll(e) : 91900;
+    return 0;
+}
+
 int attn_engine_open(void *stream) {
     g_stream = (cudaStream_t)stream;
     g_open = 1;
