@@ -110,6 +110,7 @@ grep -q 'attention cudnn' <<<"$out" && ! grep -q warning <<<"$out" && ok "cuDNN 
   || bad "cuDNN 9.16: $(grep -m1 'warning\|attention' <<<"$out")"
 
 # ---------------------------------------------------------------- 5. NCCL from a wheel
+flags=(--device cuda --batch_size_per_device 1 --total_batch_size 2 --seq_len 64 --max_steps 1 --max_eval_docs 1)
 venv=$tmp/venv; sp=$venv/lib/python3.11/site-packages/nvidia/nccl/lib
 mkdir -p "$venv/bin" "$sp"
 printf '#!/bin/sh\nexit 0\n' > "$venv/bin/python3"; chmod +x "$venv/bin/python3"
@@ -119,11 +120,12 @@ else cc -shared -o "$sp/libnccl.so.2" -x c /dev/null; fi
 err=$(FT_TEST_NCCL_SONAME=libnccl_absent_here.so.2 PATH="$venv/bin:$PATH" timeout 120 mpiexec -n 2 "$bin" "${flags[@]}" \
       --out_dir "$tmp/wheel" 2>&1 >/dev/null); rc=$?
 if [ -n "$real" ]; then
-  n=$(grep -c "no libnccl.so.2 on the library path: loaded NCCL [0-9.]* ($sp/libnccl.so.2), from the nvidia-nccl wheel of $venv/bin/python3" <<<"$err")
+  n=$(grep -F "no libnccl.so.2 on the library path: loaded NCCL" <<<"$err" | grep -F "site-packages/nvidia/nccl/lib/libnccl.so.2)" \
+      | grep -cF "from the nvidia-nccl wheel of $venv/bin/python3")
   [ "$n" = 1 ] && ok "NCCL from a wheel: rank 0 names the file once: $(grep -m1 'no libnccl' <<<"$err")" \
     || bad "NCCL from a wheel: rc $rc, '$err'"
 else
-  grep -q "GPU ranks need NCCL 2.18 or newer: $sp/libnccl.so.2 has no ncclGetUniqueId" <<<"$err" \
+  grep "GPU ranks need NCCL 2.18 or newer: $venv/" <<<"$err" | grep -q "site-packages/nvidia/nccl/lib/libnccl.so.2 has no ncclGetUniqueId" \
     && ok "NCCL from a wheel (an empty stub here): the error names the wheel's file" || bad "NCCL stub wheel: rc $rc, '$err'"
 fi
 err=$(FT_TEST_NCCL_SONAME=libnccl_absent_here.so.2 PATH=/usr/bin:/bin HOME=$tmp/nohome timeout 120 mpiexec -n 2 "$bin" \
