@@ -588,7 +588,7 @@ if [ -x "$emu" ] && command -v mpiexec >/dev/null; then
   # arena = total + total / 100 + 256 MiB (src/plan.h); the room between batch 3's and 4's
   read -r room per_comm gib < <(awk -v a="$t3" -v b="$t4" 'BEGIN {
     m = 268435456; a3 = a + int(a / 100) + m; a4 = b + int(b / 100) + m; room = int((a3 + a4) / 2);
-    n = int((81559 * 1048576 - 1073741824 - room) / 2); printf "%d %d %.12f\n", room, n, n / 1073741824 }')
+    n = int((81559 * 1048576 - 1073741824 - room) / 2); printf "%.0f %.0f %.12f\n", room, n, n / 1073741824 }')
   "$bin" --dry_run --world_size 2 "${fit[@]}" --batch_size_per_device 1 --total_batch_size 2 --nccl_gib_per_comm "$gib" \
     > "$tmp/fit.plan" 2>&1
   best=$(awk '/^  without gradient checkpointing/ { print $4; exit }' "$tmp/fit.plan" | tr -d ';')
