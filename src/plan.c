@@ -27,8 +27,8 @@
 // SIMT peak, SM count and boost clock (the SIMT kernels' rate, src/plan_time.c): 19.5e12, 108,
 // 1.41 GHz (A100); 67e12, 132, 1.98 GHz (H100, H200). Memory: the total CUDA reports
 // (nvidia-smi): 81920 MiB (A100 80GB), 81559 MiB (H100 80GB HBM3: 79.65 GiB, not 80), 141 GB
-// on the H200; of it the fit check leaves PLAN_CONTEXT_BYTES and PLAN_NCCL_COMM_BYTES per
-// NCCL communicator outside the arena (assumptions, plan.h).
+// on the H200; of it the fit check leaves PLAN_CONTEXT_BYTES and nccl_comm_bytes per NCCL
+// communicator (--nccl_gib_per_comm, else PLAN_NCCL_COMM_BYTES) outside the arena (plan.h).
 
 const plan_device plan_devices[] = {
     {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)81920 << 20, 19.5e12, 108, 1.41e9},

@@ -13,7 +13,7 @@
 // is not a tracked buffer: the GPU attention backward's per-call workspace, cuDNN's (--attention
 // cudnn) or the native kernels' dS^T (src/attention_ws.h), taken from the arena around each call. Not planned: what the
 // mem_tracker does not see (a CUDA context and the libraries' handles: PLAN_CONTEXT_BYTES in
-// the fit check; NCCL communicators: counted in the fit check at PLAN_NCCL_COMM_BYTES each)
+// the fit check; NCCL communicators: counted in the fit check at nccl_comm_bytes each)
 // and the inference model that --sample_tokens builds after training (sample_bytes, beside the
 // total: plan_arena_bytes adds it).
 //
