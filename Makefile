@@ -82,8 +82,9 @@ CUDA_HOME ?= /usr/local/cuda
 # (the CUDA backend links the nvcc-built kernels: $(BUILD)/libftkernels.a, rules in kernels.mk)
 ifeq ($(CUDA),1)
   CFLAGS += -I$(CUDA_HOME)/include -Ikernels -DFT_HAVE_CUDA
-  # (NCCL is not linked: src/comm_nccl.c loads it at run time, only for GPU jobs of several ranks)
-  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcudart -ldl -lstdc++
+  # (NCCL and cuDNN are not linked: src/comm_nccl.c loads NCCL at run time, only for GPU jobs of
+  # several ranks, src/attention_cudnn_graph.c cuDNN, for --attention cudnn; both also from pip wheels)
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -ldl -lstdc++
   LDLIBS += $(CUDA_LDLIBS)
   KERNEL_LIB := $(BUILD)/libftkernels.a
 endif

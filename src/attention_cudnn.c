@@ -39,6 +39,11 @@ static struct {
 
 int attn_cudnn_open(void *stream, void *(*alloc)(size_t), void (*release)(void *)) {
     if (A.open) return ft_error("cudnn attention: already open");
+    size_t v = 0;
+    TRY(attn_engine_version(&v));
+    if (v < ATTN_CUDNN_MIN_VERSION)
+        return ft_error("cudnn attention: libcudnn %zu.%zu.%zu at run time, its graphs here need %d.%d or newer", v / 10000,
+                        v / 100 % 100, v % 100, ATTN_CUDNN_MIN_VERSION / 10000, ATTN_CUDNN_MIN_VERSION / 100 % 100);
     TRY(attn_engine_open(stream));
     A.open = 1;
     A.alloc = alloc;

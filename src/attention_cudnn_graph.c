@@ -36,6 +36,109 @@
 #include "common.h"
 #include "cuda_check.h"
 #include "cuda_wait.h"
+#include "wheel_lib.h"
+
+// ----------------------------------------------------------------------------
+// cuDNN, loaded at run time (cudnn_load), not linked: libcudnn.so.<major> from the library
+// path, else the one the nvidia-cudnn-cu12/cu13 wheel put beside the Python on PATH
+// (src/wheel_lib.h), so that a machine without cuDNN still starts (native attention after one
+// warning) and one with only PyTorch's wheels finds it. The calls below go through D (the
+// names are macros for its members from here on).
+#define CUDNN_FUNCTIONS(X) X(cudnnGetVersion) X(cudnnCreate) X(cudnnDestroy) X(cudnnSetStream) \
+    X(cudnnGetErrorString) X(cudnnGetLastErrorString) X(cudnnBackendCreateDescriptor) \
+    X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute) X(cudnnBackendGetAttribute) \
+    X(cudnnBackendFinalize) X(cudnnBackendExecute)
+static struct {
+#define CUDNN_POINTER(f) __typeof__(f) *f;
+    CUDNN_FUNCTIONS(CUDNN_POINTER)
+#undef CUDNN_POINTER
+} D;
+static char cudnn_file[FT_PATH_MAX];   // the libcudnn.so.<major> loaded ("" until then)
+// libcudnn.so.<major>: the library path's, else a wheel's (full path). 0 / -1 (ft_error).
+static int cudnn_open_shim(char *dir, size_t n) {
+    char soname[32], wheel[FT_PATH_MAX], python[FT_PATH_MAX], rel[64];
+    snprintf(soname, sizeof soname, "libcudnn.so.%d", CUDNN_MAJOR);
+    void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    const char *file = soname;
+    if (!lib) {
+        const char *why = dlerror();
+        snprintf(rel, sizeof rel, "nvidia/cudnn/lib/%s", soname);
+        if (!wheel_lib_find(rel, getenv("PATH"), getenv("HOME"), wheel, sizeof wheel, python, sizeof python))
+            return ft_error("cudnn attention: no %s on the library path (%s), and no Python on PATH has the "
+                            "nvidia-cudnn-cu12/cu13 wheel", soname, why);
+        if (!(lib = dlopen(wheel, RTLD_NOW | RTLD_LOCAL)))
+            return ft_error("cudnn attention: %s (the wheel of %s) does not load: %s", wheel, python, dlerror());
+        file = wheel;
+        fprintf(stderr, "finetune: no %s on the library path: loaded %s, from the nvidia-cudnn wheel of %s\n", soname,
+                wheel, python);
+    }
+    typeof(D) f;
+#define CUDNN_RESOLVE(name) if (!(f.name = (__typeof__(f.name))dlsym(lib, #name))) \
+    return ft_error("cudnn attention: %s has no %s", file, #name);
+    CUDNN_FUNCTIONS(CUDNN_RESOLVE)
+#undef CUDNN_RESOLVE
+    // the folder it was loaded from (dladdr of one of its functions: taking the address runs no
+    // cuDNN code), where its sub-libraries are
+    Dl_info info;
+    dir[0] = 0;
+    if (dladdr((const void *)f.cudnnGetVersion, &info) && info.dli_fname && strrchr(info.dli_fname, '/')) {
+        const size_t len = (size_t)(strrchr(info.dli_fname, '/') - info.dli_fname);
+        if (len < n) {
+            memcpy(dir, info.dli_fname, len);
+            dir[len] = 0;
+        }
+    }
+    snprintf(cudnn_file, sizeof cudnn_file, "%s", info.dli_fname && dir[0] ? info.dli_fname : file);
+    D = f;
+    return 0;
+}
+
+// cuDNN 9's libcudnn.so.<major> is a shim: its first call loads libcudnn_graph.so.<major> and,
+// for the runtime-compiled engines these graphs use, libcudnn_engines_runtime_compiled.so.<major>
+// by name (searched in LD_LIBRARY_PATH, its own folder through its RUNPATH $ORIGIN, the loader
+// cache), and when one is missing it ABORTS the process ("Invalid handle. Cannot load symbol
+// cudnnGetVersion"; e.g. a links folder that holds only libcudnn.so*, as built from a pip
+// wheel). cudnn_load opens the shim (cudnn_open_shim), then loads each sub-library first, from
+// the shim's folder or else by name, so that a missing one is an error and the backend falls
+// back to native attention. What it loads stays loaded: the shim's own load of the same soname
+// then gets that library. Loads once; 0, or -1 with ft_error naming the library and the
+// loader's reason (tried again on the next call).
+static int cudnn_load(void) {
+    static int loaded;
+    if (loaded) return 0;
+    static const char *const names[] = {"libcudnn_graph", "libcudnn_engines_runtime_compiled"};
+    char dir[FT_PATH_MAX];
+    TRY(cudnn_open_shim(dir, sizeof dir));
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char soname[64], path[FT_PATH_MAX + 64];
+        snprintf(soname, sizeof soname, "%s.so.%d", names[i], CUDNN_MAJOR);
+        void *lib = NULL;
+        if (dir[0]) {
+            snprintf(path, sizeof path, "%s/%s", dir, soname);
+            lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        }
+        if (!lib) lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+        if (!lib)
+            return ft_error("cudnn attention: cuDNN's %s cannot be loaded (%s needs it beside it or on the library "
+                            "path): %s", soname, cudnn_file, dlerror());
+    }
+    loaded = 1;
+    return 0;
+}
+
+// from here on the cuDNN names are D's members
+#define cudnnGetVersion D.cudnnGetVersion
+#define cudnnCreate D.cudnnCreate
+#define cudnnDestroy D.cudnnDestroy
+#define cudnnSetStream D.cudnnSetStream
+#define cudnnGetErrorString D.cudnnGetErrorString
+#define cudnnGetLastErrorString D.cudnnGetLastErrorString
+#define cudnnBackendCreateDescriptor D.cudnnBackendCreateDescriptor
+#define cudnnBackendDestroyDescriptor D.cudnnBackendDestroyDescriptor
+#define cudnnBackendSetAttribute D.cudnnBackendSetAttribute
+#define cudnnBackendGetAttribute D.cudnnBackendGetAttribute
+#define cudnnBackendFinalize D.cudnnBackendFinalize
+#define cudnnBackendExecute D.cudnnBackendExecute
 
 // ----------------------------------------------------------------------------
 // the builder: descriptors created for one graph, the first failure recorded
@@ -75,12 +178,6 @@ struct attn_graph {
 
 static cudnnHandle_t g_handle;
 static cudaStream_t g_stream;
-
-// The oldest cuDNN this graph is written for: 9.16. Older versions need what the cuDNN frontend
-// adds for them and this graph does not (before 9.6 the caller zeroes the dQ accumulator,
-// before 9.10 the causal mask value must be the lowest finite number, not -inf, up to 9.15 a
-// backward whose T is not a multiple of 128 needs a padding mask; cudnn-frontend's SDPA node).
-#define ATTN_CUDNN_MIN_VERSION 91600
 
 // cuDNN's own explanation of the last failure ("" when it has none), for error messages
 static const char *last_error(void) {
@@ -412,50 +509,16 @@ static void graph_free(attn_graph *g) {
 // ----------------------------------------------------------------------------
 // the engine interface
 
-// cuDNN 9's libcudnn.so.<major> is a shim: its first call loads libcudnn_graph.so.<major> and,
-// for the runtime-compiled engines these graphs use, libcudnn_engines_runtime_compiled.so.<major>
-// by name (searched in LD_LIBRARY_PATH, its own folder through its RUNPATH $ORIGIN, the loader
-// cache), and when one is missing it ABORTS the process ("Invalid handle. Cannot load symbol
-// cudnnGetVersion"; e.g. a links folder that holds only libcudnn.so*, as built from a pip
-// wheel). This loads each first, from the shim's folder (dladdr of a cuDNN function: taking
-// its address runs no cuDNN code) or else by name, so that a missing one is an error and the
-// backend falls back to native attention. What it loads stays loaded: the shim's own load of
-// the same soname then gets that library. 0, or -1 with ft_error naming the library and the
-// loader's reason.
-static int load_sublibraries(void) {
-    static const char *const names[] = {"libcudnn_graph", "libcudnn_engines_runtime_compiled"};
-    Dl_info info;
-    char dir[FT_PATH_MAX] = "";
-    if (dladdr((const void *)&cudnnGetVersion, &info) && info.dli_fname && strrchr(info.dli_fname, '/')) {
-        const size_t n = (size_t)(strrchr(info.dli_fname, '/') - info.dli_fname);
-        if (n < sizeof dir) {
-            memcpy(dir, info.dli_fname, n);
-            dir[n] = 0;
-        }
-    }
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char soname[64], path[FT_PATH_MAX + 64];
-        snprintf(soname, sizeof soname, "%s.so.%d", names[i], CUDNN_MAJOR);
-        void *lib = NULL;
-        if (dir[0]) {
-            snprintf(path, sizeof path, "%s/%s", dir, soname);
-            lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        }
-        if (!lib) lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-        if (!lib)
-            return ft_error("cudnn attention: cuDNN's %s cannot be loaded (libcudnn.so.%d, loaded from %s, needs it "
-                            "beside it or on the library path): %s", soname, CUDNN_MAJOR, dir[0] ? dir : "?",
-                            dlerror());
-    }
+const char *attn_engine_library(void) { return cudnn_file[0] ? cudnn_file : "not loaded"; }
+
+int attn_engine_version(size_t *version) {
+    TRY(cudnn_load());   // before any cuDNN call
+    *version = cudnnGetVersion();
     return 0;
 }
 
 int attn_engine_open(void *stream) {
-    TRY(load_sublibraries());   // before any cuDNN call
-    const size_t v = cudnnGetVersion();
-    if (v < ATTN_CUDNN_MIN_VERSION)
-        return ft_error("cudnn attention: libcudnn %zu.%zu.%zu at run time, the graph needs 9.16 or newer", v / 10000,
-                        v / 100 % 100, v % 100);
+    TRY(cudnn_load());   // before any cuDNN call
     CHECK_CUDNN(cudnnCreate(&g_handle));
     CHECK_CUDNN(cudnnSetStream(g_handle, (cudaStream_t)stream));
     g_stream = (cudaStream_t)stream;

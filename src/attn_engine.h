@@ -22,6 +22,22 @@ typedef struct {
 
 typedef struct attn_graph attn_graph;   // opaque: the engine's built plan
 
+// The oldest cuDNN the graphs of src/attention_cudnn_graph.c are written for: 9.16. Older
+// versions need what the cuDNN frontend adds for them and these graphs do not (before 9.6 the
+// caller zeroes the dQ accumulator, before 9.10 the causal mask value must be the lowest
+// finite number, not -inf; a backward whose T is not a multiple of 128 had an invalid memory
+// access without a padding mask until 9.15.1: cuDNN frontend 1.16.0's release notes, and
+// cudnn-frontend's SDPA node). Older ones get the native kernels (attn_cudnn_open refuses
+// them: the backend warns once).
+#define ATTN_CUDNN_MIN_VERSION 91600
+
+// The cuDNN version at run time (cudnnGetVersion: 9.16.0 = 91600; the emulated build's
+// stand-in reports FT_EMU_CUDNN_VERSION, default 91900); the real engine first loads the
+// libraries cuDNN would otherwise abort without. 0 / -1 (ft_error).
+int attn_engine_version(size_t *version);
+// The file the engine's library was loaded from (libcudnn.so.9's path; the emulated build's
+// executable), or "not loaded" before attn_engine_version / attn_engine_open loaded it.
+const char *attn_engine_library(void);
 // Open the engine on `stream` (a cudaStream_t): the cuDNN handle. 0 / -1 (ft_error; also when
 // a library cuDNN loads on its first call is missing, which would otherwise abort the process).
 int attn_engine_open(void *stream);

@@ -94,15 +94,24 @@ void comm_mpi_finalize(void);
 // NCCL transport (src/comm_nccl.c, built with the CUDA toolkit)
 
 // Load NCCL (it is not linked): the functions linked into the executable when there are any
-// (the emulated build's), else libnccl.so.2 from the library path, or the file
-// FT_NCCL_LIBRARY names. Every function below loads it first. 0, or -1 with one line naming
-// what is missing.
+// (the emulated build's), else the file FT_NCCL_LIBRARY names, else libnccl.so.2 from the
+// library path, else the one of the nvidia-nccl-cu12/cu13 wheel of the Python on PATH.
+// Every function below loads it first. 0, or -1 with one line naming what is missing.
 int comm_nccl_load(void);
-// Whether this NCCL can run several communicators per GPU at once (the reduce-scatter lane,
-// HSDP's groups): 2.26 or newer, which orders their launches (NCCL_LAUNCH_ORDER_IMPLICIT,
-// comm_nccl.c; refused when the environment sets it to 0). Loads NCCL first. 0, or -1 with
-// one line naming the version (or the variable) and the remedy.
-int comm_nccl_check_concurrent(void);
+// Choose how the communicators of this process run their collectives (call before
+// comm_nccl_init). Two lanes (*one_lane = 0): each communicator has its own stream and the
+// FSDP shard group a reduce-scatter lane, so collectives of several communicators are in
+// flight at once, which NCCL orders safely only from 2.26 on (NCCL_LAUNCH_ORDER_IMPLICIT,
+// comm_nccl.c). One lane (*one_lane = 1; NCCL 2.18-2.25, or NCCL_LAUNCH_ORDER_IMPLICIT=0 in
+// the environment): every communicator enqueues on one shared stream, in the host's issue
+// order (the same on every rank), and reduce-scatters stay on the shard group's own
+// communicator (comm_nccl_add_reduce_scatter_lane does nothing). Loads NCCL first. 0 / -1.
+int comm_nccl_choose_lanes(int *one_lane);
+// "NCCL 2.19.3 (libnccl.so.2)": the loaded library, for messages ("NCCL (not loaded)" before).
+const char *comm_nccl_describe(void);
+// The Python whose nvidia-nccl wheel the loaded NCCL came from (no libnccl.so.2 on the library
+// path: comm_nccl_load looked beside the Python on PATH, src/wheel_lib.h), else NULL.
+const char *comm_nccl_wheel_python(void);
 // A fresh NCCL unique id (n must be 128, sizeof(ncclUniqueId)); works without a GPU. 0 / -1.
 int comm_nccl_unique_id(void *id, size_t n);
 // Join the NCCL group `id` as rank/size on CUDA device `device` (-1 = the current device;
@@ -113,8 +122,9 @@ int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *i
 int comm_nccl_split(comm *parent, int color, int key, comm *out);
 // Give NCCL group `c` a second communicator over the same ranks, with its own stream, for its
 // reduce-scatters, so they overlap its all-gathers (ncclCommSplit; collective over `c`;
-// destroyed with `c`). The FSDP shard group gets one. 0 / -1.
-int comm_nccl_add_reduce_scatter_lane(comm *c);
+// destroyed with `c`). The FSDP shard group gets one. In the one-lane mode
+// (comm_nccl_choose_lanes) nothing is created and *created = 0. 0 / -1.
+int comm_nccl_add_reduce_scatter_lane(comm *c, int *created);
 // The NCCL this process loaded (loading it first): its NCCL_VERSION_CODE (2.26.2 = 22602)
 // and the file its functions came from (dladdr: libnccl.so's path, FT_NCCL_LIBRARY's, or the
 // executable when NCCL is linked in) into file (n bytes). 0, or -1 as comm_nccl_load.

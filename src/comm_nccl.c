@@ -19,6 +19,15 @@
 // the backward) overlap each other and the compute instead of queuing on one stream. Each
 // lane is ordered against the compute stream only, by the events above; the two lanes never
 // touch the same buffers (fsdp.c: gathered units vs gradients and reduce-scatter outputs).
+// Lanes need NCCL 2.26+ (comm_nccl_choose_lanes): with NCCL 2.18-2.25 (or the user's
+// NCCL_LAUNCH_ORDER_IMPLICIT=0) every communicator enqueues on ONE shared comm stream and the
+// shard group gets no reduce-scatter lane, so the GPU runs collectives of all communicators
+// one at a time, in the host's issue order, which is the same on every rank (NCCL's guide:
+// concurrent communicators are safe only when their operations cannot interleave
+// differently on different ranks). Every wait is still for an event recorded earlier in that
+// order, so no cycle can form. Cost: a layer's reduce-scatter and the next layer's gather no
+// longer run beside each other (both still overlap the compute), and the host's all-reduces
+// of losses and norms queue behind prefetched gathers.
 //
 // Hangs (src/watchdog.h): the host never blocks in an NCCL call after setup; it waits only in
 // stream synchronisations, which poll under the watchdog's deadline. Each communicator
@@ -43,11 +52,13 @@
 #include "cuda_check.h"
 #include "cuda_wait.h"
 #include "watchdog.h"
+#include "wheel_lib.h"
 
 // ----------------------------------------------------------------------------
 // NCCL, loaded at run time: the functions linked into the executable when there are any (the
 // emulated build links its own, tests/cuda_emu; the references are weak, so they are NULL in a
-// real build), else libnccl.so.2 from the library path (or the file FT_NCCL_LIBRARY names).
+// real build), else libnccl.so.2 from the library path (or the file FT_NCCL_LIBRARY names),
+// else the one the nvidia-nccl wheel put beside the Python on PATH (src/wheel_lib.h).
 // ncclCommSplit needs NCCL 2.18.
 
 #define NCCL_FUNCTIONS(X) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommSplit) X(ncclCommUserRank) \
@@ -63,6 +74,10 @@ typedef struct {
 static nccl_functions N;   // all NULL until comm_nccl_load succeeds
 static int nccl_version;   // NCCL_VERSION_CODE of the loaded library (2.26.0 = 22600)
 static const char *nccl_file = "the linked NCCL";
+static char nccl_python[FT_PATH_MAX];   // the Python whose wheel nccl_file is ("": not a wheel's)
+static int one_lane;       // comm_nccl_choose_lanes: every communicator on shared_stream
+static cudaStream_t shared_stream;   // (one lane) created by the first communicator
+static int shared_users;             // communicators using it (destroyed with the last)
 
 #define NCCL_PRAGMA(text) _Pragma(#text)
 #define NCCL_WEAK(f) NCCL_PRAGMA(weak f)
@@ -95,6 +110,9 @@ static int nccl_take(const nccl_functions *f) {
     int v = 0;
     const ncclResult_t r = f->ncclGetVersion(&v);
     if (r != ncclSuccess) return ft_error("nccl: ncclGetVersion of %s failed: %s", nccl_file, f->ncclGetErrorString(r));
+    if (v < 21800)   // (ncclCommSplit)
+        return ft_error("GPU ranks need NCCL 2.18 or newer: %s is %d.%d.%d (install a newer libnccl2, or set "
+                        "FT_NCCL_LIBRARY to a newer libnccl.so.2)", nccl_file, v / 10000, v / 100 % 100, v % 100);
     N = *f;
     nccl_version = v;
     return 0;
@@ -106,7 +124,8 @@ int comm_nccl_load(void) {
     // groups). NCCL's guide calls concurrent communicators unsafe unless ordered ("might
     // work ... but could break at any time"); NCCL 2.26+ orders their launches by host
     // program order under NCCL_LAUNCH_ORDER_IMPLICIT=1 (still overlapping on CUDA 12.3+).
-    // Read at NCCL's first init; a user's own setting wins; older NCCLs ignore it.
+    // Read at NCCL's first init; a user's own setting wins (0: the one-lane mode, as for an
+    // older NCCL, which ignores it: comm_nccl_choose_lanes).
     setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
     // Since 2.22 NCCL connects peers (and allocates their buffers) at a communicator's first
     // collective, i.e. after the arena took what cudaMemGetInfo said was free. Connected at
@@ -121,10 +140,25 @@ int comm_nccl_load(void) {
 #undef NCCL_LINKED
         return nccl_take(&f);
     }
-    void *lib = dlopen(file ? file : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    // (TEST-ONLY FT_TEST_NCCL_SONAME, tests/test_lib_compat.sh: another name than libnccl.so.2,
+    // a machine whose library path has no NCCL)
+    const char *soname_env = ft_getenv("FT_TEST_NCCL_SONAME");
+    const char *soname = soname_env ? soname_env : "libnccl.so.2";
+    void *lib = dlopen(file ? file : soname, RTLD_NOW | RTLD_LOCAL);
+    static char wheel[FT_PATH_MAX];
+    if (!lib && !file && wheel_lib_find("nvidia/nccl/lib/libnccl.so.2", getenv("PATH"), getenv("HOME"), wheel,
+                                        sizeof wheel, nccl_python, sizeof nccl_python)) {
+        // none on the library path: the nvidia-nccl-cu12/cu13 wheel of the Python on PATH
+        // (PyTorch's), loaded from its own folder (the bootstrap line names the file)
+        if ((lib = dlopen(wheel, RTLD_NOW | RTLD_LOCAL))) file = wheel;
+        else return ft_error("GPU ranks need NCCL: no libnccl.so.2 on the library path, and %s (the wheel of %s) "
+                             "does not load: %s", wheel, nccl_python, dlerror());
+    }
+    if (!lib && file) return ft_error("GPU ranks need NCCL 2.18 or newer: %s (FT_NCCL_LIBRARY)", dlerror());
     if (!lib)
-        return ft_error("GPU ranks need NCCL 2.18 or newer: %s (install NCCL, 2.26+ for sharded jobs: NVIDIA's libnccl2 package, or set "
-                        "FT_NCCL_LIBRARY to its libnccl.so.2)", dlerror());
+        return ft_error("GPU ranks need NCCL 2.18 or newer: %s, and no Python on PATH has the nvidia-nccl-cu12/cu13 "
+                        "wheel (install NVIDIA's libnccl2 package or that wheel, or set FT_NCCL_LIBRARY to a "
+                        "libnccl.so.2)", dlerror());
 #define NCCL_RESOLVE(name) if (!(f.name = (__typeof__(name) *)dlsym(lib, #name))) \
     return ft_error("GPU ranks need NCCL 2.18 or newer: %s has no %s", file ? file : "libnccl.so.2", #name);
     NCCL_FUNCTIONS(NCCL_RESOLVE)
@@ -133,20 +167,23 @@ int comm_nccl_load(void) {
     return nccl_take(&f);
 }
 
-int comm_nccl_check_concurrent(void) {
+int comm_nccl_choose_lanes(int *out) {
     TRY(comm_nccl_load());
     const char *order = getenv("NCCL_LAUNCH_ORDER_IMPLICIT");   // comm_nccl_load's default is 1
-    if (nccl_version >= 22600 && order && atoi(order) == 0)
-        return ft_error("NCCL_LAUNCH_ORDER_IMPLICIT=%s in the environment: sharded GPU jobs run reduce-scatters on a "
-                        "second communicator beside the all-gathers, which can deadlock unless NCCL orders their "
-                        "launches; unset it (finetune sets 1), or run unsharded (--no_fsdp)", order);
-    if (nccl_version >= 22600) return 0;
-    return ft_error("NCCL %d.%d.%d (%s) is older than 2.26: sharded GPU jobs run reduce-scatters on a second "
-                    "communicator beside the all-gathers, and only NCCL 2.26+ orders concurrent communicators "
-                    "(older ones can deadlock); point FT_NCCL_LIBRARY at a newer libnccl.so.2 (PyTorch's "
-                    "nvidia-nccl-cu13 wheel has one) or run unsharded (--no_fsdp)",
-                    nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100, nccl_file);
+    one_lane = nccl_version < 22600 || (order && atoi(order) == 0);
+    *out = one_lane;
+    return 0;
 }
+
+const char *comm_nccl_describe(void) {
+    static char text[FT_PATH_MAX + 64];
+    if (!N.ncclGetUniqueId) return "NCCL (not loaded)";
+    snprintf(text, sizeof text, "NCCL %d.%d.%d (%s)", nccl_version / 10000, nccl_version / 100 % 100,
+             nccl_version % 100, nccl_file);
+    return text;
+}
+
+const char *comm_nccl_wheel_python(void) { return N.ncclGetUniqueId && nccl_python[0] ? nccl_python : NULL; }
 
 // ----------------------------------------------------------------------------
 // the transport
@@ -383,6 +420,35 @@ static int nccl_barrier(comm *c) {
     return nccl_all_reduce_f64(c, &one, 1);
 }
 
+// A collective's stream: non-blocking, at the device's highest priority, as FSDP2 gives its
+// all-gather and reduce-scatter streams, so that a collective's blocks are scheduled ahead of
+// the compute kernels queued when it became ready (its peers wait on it; the compute does not
+// wait on it until the next layer). Effect on GPU time unmeasured.
+static int nccl_stream_create(cudaStream_t *s) {
+    if (one_lane && shared_stream) {
+        *s = shared_stream;
+        shared_users++;
+        return 0;
+    }
+    int least = 0, greatest = 0;
+    CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CHECK_CUDA(cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, greatest));
+    if (one_lane) {
+        shared_stream = *s;
+        shared_users = 1;
+    }
+    return 0;
+}
+
+// a comm stream no longer used by its communicator (the shared one: by its last user)
+static void nccl_stream_release(cudaStream_t s) {
+    if (s && s == shared_stream) {
+        if (--shared_users > 0) return;
+        shared_stream = NULL;
+    }
+    if (s) cudaStreamDestroy(s);
+}
+
 static void impl_free(nccl_impl *m) {
     if (!m) return;
     impl_free(m->rs);
@@ -395,7 +461,7 @@ static void impl_free(nccl_impl *m) {
     if (m->host_f64) cudaFreeHost(m->host_f64);
     if (m->produced) cudaEventDestroy(m->produced);
     if (m->finished) cudaEventDestroy(m->finished);
-    if (m->stream) cudaStreamDestroy(m->stream);
+    nccl_stream_release(m->stream);
     free(m);
 }
 
@@ -408,17 +474,6 @@ int comm_nccl_unique_id(void *id, size_t n) {
     TRY(comm_nccl_load());
     if (n != sizeof(ncclUniqueId)) return ft_error("nccl: unique id is %zu bytes, not %zu", sizeof(ncclUniqueId), n);
     CHECK_NCCL(N.ncclGetUniqueId((ncclUniqueId *)id));
-    return 0;
-}
-
-// A collective's stream: non-blocking, at the device's highest priority, as FSDP2 gives its
-// all-gather and reduce-scatter streams, so that a collective's blocks are scheduled ahead of
-// the compute kernels queued when it became ready (its peers wait on it; the compute does not
-// wait on it until the next layer). Effect on GPU time unmeasured.
-static int nccl_stream_create(cudaStream_t *s) {
-    int least = 0, greatest = 0;
-    CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    CHECK_CUDA(cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, greatest));
     return 0;
 }
 
@@ -490,12 +545,14 @@ int comm_nccl_split(comm *parent, int color, int key, comm *out) {
     return nccl_register(m);
 }
 
-int comm_nccl_add_reduce_scatter_lane(comm *c) {
+int comm_nccl_add_reduce_scatter_lane(comm *c, int *created) {
     nccl_impl *m = impl(c);
-    if (m->rs) return 0;
+    *created = 0;
+    if (m->rs || one_lane) return 0;
     nccl_impl *lane = ft_calloc(1, sizeof *lane, "nccl reduce-scatter lane");
     if (!lane) return -1;
     m->rs = lane;   // freed with the group, also when the rest fails
+    *created = 1;
     lane->owner = c;
     CHECK_NCCL_GUARDED("ncclCommSplit of the reduce-scatter lane", c->label,
                        N.ncclCommSplit(m->comm, 0, c->rank, &lane->comm, NULL));

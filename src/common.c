@@ -265,6 +265,9 @@ static const env_var env_vars[] = {
      "`N`: rank 1 stops itself (SIGSTOP) in step N, for the watchdog's tests"},
     {"FT_TEST_STOP_BEFORE", ENV_TEST,
      "`nccl_init` or `nccl_split`: rank 1 stops itself (SIGSTOP) right before that NCCL call"},
+    {"FT_TEST_NCCL_SONAME", ENV_TEST,
+     "the library name NCCL is looked for under on the library path instead of `libnccl.so.2` (a name "
+     "nothing has), so that the search in the Python wheels runs"},
     {"FT_TEST_NCCL_SELF", ENV_TEST,
      "a one-rank GPU job runs its collectives through NCCL (one rank's communicators) instead of the "
      "single-process transport"},

@@ -158,14 +158,28 @@ static int device_arena_bytes(const train_options *o, int W, size_t *out) {
 // (tests/gpu/test_gpu.sh; on the emulator, tests/test_cuda_emu_train.sh under mpiexec -n 1).
 static int nccl_self_test(const launch *L) { return L->W == 1 && ft_getenv("FT_TEST_NCCL_SELF") != NULL; }
 
-// GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c), and with shards of
-// S > 1 ranks one that runs concurrent communicators (the reduce-scatter lane). 0 / -1.
-static int nccl_available(int S) {
+// GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c). With shards of S > 1
+// ranks, an NCCL older than 2.26 cannot run the reduce-scatter lane beside the gathers: the
+// collectives then run in one lane (comm_nccl_choose_lanes), and rank 0 says so once. 0 / -1.
+static int nccl_available(const launch *L, int S) {
 #ifdef FT_HAVE_CUDA
-    TRY(comm_nccl_load());
-    return S > 1 ? comm_nccl_check_concurrent() : 0;
+    int one_lane = 0;
+    TRY(comm_nccl_choose_lanes(&one_lane));
+    if (comm_nccl_wheel_python() && L->rank == 0)
+        fprintf(stderr, "finetune: no libnccl.so.2 on the library path: loaded %s, from the nvidia-nccl wheel of %s\n",
+                comm_nccl_describe(), comm_nccl_wheel_python());
+    if (one_lane && S > 1 && L->rank == 0)
+        fprintf(stderr, "finetune: warning: %s %s: the collectives of all NCCL communicators run one at a time on "
+                "one stream, so each layer's gradient reduce-scatter no longer runs beside the next layer's "
+                "all-gather (both still overlap the compute; the --dry_run step time already counts them one after "
+                "the other on the link); NCCL 2.26+ with NCCL_LAUNCH_ORDER_IMPLICIT=1 runs them in two lanes\n",
+                comm_nccl_describe(),
+                getenv("NCCL_LAUNCH_ORDER_IMPLICIT") && atoi(getenv("NCCL_LAUNCH_ORDER_IMPLICIT")) == 0
+                    ? "with NCCL_LAUNCH_ORDER_IMPLICIT=0 does not order concurrent communicators"
+                    : "is older than 2.26, which orders concurrent communicators");
+    return 0;
 #else
-    (void)S;
+    (void)L; (void)S;
     return ft_error("flag --device cuda: this binary was built without the CUDA toolkit (rebuild with make CUDA=1)");
 #endif
 }
@@ -258,10 +272,11 @@ static int data_plane_open(launch *L, int S) {
     TRY(data_group_open(L, L->W / S, L->rank % S, L->rank / S, "replica group", &L->dreplica, &replica,
                         &L->dreplica_own));
     if (S > 1 || nccl_self_test(L)) {
+        int created = 0;
         TRY(split_barrier(L));
         test_stop_before(L, "nccl_split");
-        TRY(comm_nccl_add_reduce_scatter_lane(shard));
-        L->n_nccl++;
+        TRY(comm_nccl_add_reduce_scatter_lane(shard, &created));
+        L->n_nccl += created;
     }
     L->cc = (train_comms){&L->dworld, shard, replica, 0};
     TRY(backend_cuda_free_bytes(&free_after));   // (connected at init: NCCL_RUNTIME_CONNECT=0)
@@ -360,6 +375,7 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     L->cpu = backend_cpu();
     TRY(control_plane_open(L, argc, argv));
     watchdog_configure(o->collective_timeout, L->rank);
+    L->nccl_comm_bytes = o->nccl_gib_per_comm > 0 ? (size_t)(o->nccl_gib_per_comm * 1073741824.0) : PLAN_NCCL_COMM_BYTES;
     const int S = train_shard_size(o, L->W);
     int rc = grid_open(L, S, o->device);
     // the device: a GPU's arena is sized from the memory plan of this very job, after the
@@ -369,7 +385,7 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     size_t arena_bytes = 0;
     if (rc == 0 && gpu) rc = device_arena_bytes(o, L->W, &arena_bytes);
     const int nccl = gpu && (L->W > 1 || nccl_self_test(L));
-    if (rc == 0 && nccl) rc = nccl_available(nccl_self_test(L) ? 2 : S);   // (the self-test's lane: concurrent)
+    if (rc == 0 && nccl) rc = nccl_available(L, nccl_self_test(L) ? 2 : S);   // (the self-test's lane: concurrent)
     int agreed = 0;
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
     if (L->mpi && S > 1 && S <= L->local_size && L->W > S) rc = warn_spread_shards(L, S);   // (collective)
@@ -394,14 +410,24 @@ static void data_plane_close(launch *L) {
     L->dshard_own = L->dreplica_own = L->nccl = 0;
 }
 
+// the NCCL in use and its file ("NCCL 2.28.9 (libnccl.so.2)"; the CUDA builds only)
+static const char *launch_nccl_describe(void) {
+#ifdef FT_HAVE_CUDA
+    return comm_nccl_describe();
+#else
+    return "NCCL";
+#endif
+}
+
 void launch_print(const launch *L) {
     if (L->rank != 0) return;
     printf("finetune: bootstrap: %s; world %d rank(s), %d per node, %s per rank (rank 0: local rank %d, %s)",
            L->launcher, L->W, L->local_size, L->be == L->cpu ? "cpu" : "one GPU", L->local_rank,
            backend_describe(L->be));
-    if (L->nccl)   // measured against the plan's assumption (PLAN_NCCL_COMM_BYTES each, src/plan.h)
-        printf("; %d NCCL communicator(s) took %.2f GiB of device memory on rank 0 (planned %.2f GiB)", L->n_nccl,
-               L->nccl_bytes / 1073741824.0, L->n_nccl * (double)PLAN_NCCL_COMM_BYTES / 1073741824.0);
+    if (L->nccl)   // measured against the plan's assumption (--nccl_gib_per_comm, PLAN_NCCL_COMM_BYTES: src/plan.h)
+        printf("; %d NCCL communicator(s) took %.2f GiB of device memory on rank 0 (planned %.2f GiB; %s)", L->n_nccl,
+               L->nccl_bytes / 1073741824.0, L->n_nccl * (double)L->nccl_comm_bytes / 1073741824.0,
+               launch_nccl_describe());
     printf("\n");
 }
 

@@ -23,6 +23,7 @@ typedef struct {
     int dshard_own, dreplica_own;   // dshard / dreplica were created (not the world group)
     int n_nccl;                     // NCCL communicators created (the bootstrap line; the plan's count)
     size_t nccl_bytes;              // device memory they took (cudaMemGetInfo before - after; bootstrap line)
+    size_t nccl_comm_bytes;         // the plan's assumption per communicator (the bootstrap line)
     int nccl_setup;                 // the NCCL id was shared: a later setup failure is not agreed
     int ready;                      // launch_open succeeded
 } launch;

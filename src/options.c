@@ -136,6 +136,9 @@ static const flag_spec flags[] = {
      "bitwise-reproducible runs with --attention cudnn: its backward keeps dP in its workspace (batch x heads x "
      "seq_len^2 x 2 bytes more, in the memory plan) instead of summing dQ across thread blocks (the CPU, the native "
      "kernels and the rest are deterministic already)"},
+    {"--nccl_gib_per_comm", FLAG_FLOAT, OPT(nccl_gib_per_comm), 0, 1024, NULL,
+     "GPU memory each NCCL communicator is assumed to take, in GiB, for the memory plan's fit check and --dry_run's "
+     "largest batch (0 = 0.98 GiB, measured on one H100; NVLS on NVSwitch nodes takes more: docs/planning.md)"},
     {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL,
      "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit "
      "(reads only config.json)"},

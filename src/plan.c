@@ -27,8 +27,8 @@
 // SIMT peak, SM count and boost clock (the SIMT kernels' rate, src/plan_time.c): 19.5e12, 108,
 // 1.41 GHz (A100); 67e12, 132, 1.98 GHz (H100, H200). Memory: the total CUDA reports
 // (nvidia-smi): 81920 MiB (A100 80GB), 81559 MiB (H100 80GB HBM3: 79.65 GiB, not 80), 141 GB
-// on the H200; of it the fit check leaves PLAN_CONTEXT_BYTES and PLAN_NCCL_COMM_BYTES per
-// NCCL communicator outside the arena (assumptions, plan.h).
+// on the H200; of it the fit check leaves PLAN_CONTEXT_BYTES and nccl_comm_bytes per NCCL
+// communicator (--nccl_gib_per_comm, else PLAN_NCCL_COMM_BYTES) outside the arena (plan.h).
 
 const plan_device plan_devices[] = {
     {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)81920 << 20, 19.5e12, 108, 1.41e9},
@@ -285,7 +285,8 @@ static int plan_build(plan *p, const llama_config *c, const plan_request *r, int
     p->n_local = p->padded_total / (size_t)r->shard_size;
 
     p->nccl_comms = plan_nccl_comms(r);
-    p->nccl_bytes = (size_t)p->nccl_comms * PLAN_NCCL_COMM_BYTES;
+    p->nccl_comm_bytes = r->nccl_comm_bytes ? r->nccl_comm_bytes : PLAN_NCCL_COMM_BYTES;
+    p->nccl_bytes = (size_t)p->nccl_comms * p->nccl_comm_bytes;
     p->grad_mode = r->accumulate_grads_locally ? FSDP_GRADS_LOCAL : FSDP_GRADS_PER_MICRO_BATCH;
     if (!r->accumulate_grads_locally && r->shard_size > 1 && p->accum > 1) p->grad_mode = FSDP_GRADS_ROOT_ONCE;
     p->grad_mode = fsdp_resolve_grad_mode((fsdp_grad_mode)p->grad_mode, r->shard_size);
@@ -615,9 +616,10 @@ static void print_fit(FILE *out, const plan *p, const llama_config *c, int max_b
     const plan_device *d = PLAN_FIT_DEVICE;
     const size_t budget = plan_device_budget(p, d);
     fprintf(out, "\nfits an 80 GB GPU (A100/H100 80GB): %s (%.2f GiB of %.2f GiB: the H100's %.2f GiB, less %.0f GiB "
-            "assumed for the CUDA context and the libraries, %d NCCL communicator(s) at %.2f GiB each (assumed), and "
+            "assumed for the CUDA context and the libraries, %d NCCL communicator(s) at %.2f GiB each (%s), and "
             "the arena's margin of %d%% + %zu MiB%s)%s\n", plan_fits(p, d) ? "yes" : "NO", gib(p->total), gib(budget),
-            gib(d->memory_bytes), gib(PLAN_CONTEXT_BYTES), p->nccl_comms, gib(PLAN_NCCL_COMM_BYTES),
+            gib(d->memory_bytes), gib(PLAN_CONTEXT_BYTES), p->nccl_comms, gib(p->nccl_comm_bytes),
+            r->nccl_comm_bytes ? "--nccl_gib_per_comm" : "assumed",
             100 / PLAN_ARENA_MARGIN_DIVISOR, PLAN_ARENA_MARGIN_FIXED >> 20, p->sample_bytes ? ", with sampling's" : "",
             r->elem_bytes == 4 ? "; fp32 storage as on the CPU backend: plan with --device cuda for bf16" : "");
     print_max_batch(out, p, c, budget, max_batch);

@@ -13,7 +13,7 @@
 // is not a tracked buffer: the GPU attention backward's per-call workspace, cuDNN's (--attention
 // cudnn) or the native kernels' dS^T (src/attention_ws.h), taken from the arena around each call. Not planned: what the
 // mem_tracker does not see (a CUDA context and the libraries' handles: PLAN_CONTEXT_BYTES in
-// the fit check; NCCL communicators: counted in the fit check at PLAN_NCCL_COMM_BYTES each)
+// the fit check; NCCL communicators: counted in the fit check at nccl_comm_bytes each)
 // and the inference model that --sample_tokens builds after training (sample_bytes, beside the
 // total: plan_arena_bytes adds it).
 //
@@ -66,6 +66,8 @@ typedef struct {
                                     // backward scratch or attention backward workspace); the
                                     // "step" is one forward micro-batch; gradient checkpointing,
                                     // offload and the gradient modes change nothing
+    size_t nccl_comm_bytes;         // GPU memory each NCCL communicator takes (--nccl_gib_per_comm;
+                                    // 0 = PLAN_NCCL_COMM_BYTES)
 } plan_request;
 
 // The model buffers (model.h: MODEL_TRAIN, MODEL_TRAIN_CKPT, MODEL_FORWARD_ONLY) a job of `r`
@@ -125,9 +127,10 @@ typedef struct {
     // NCCL communicators of a GPU rank (elem_bytes 2, W > 1; src/launch.c): the world group,
     // the shard and replica groups where they are neither the world nor one rank, and the
     // shard group's reduce-scatter lane (S > 1). Outside the tracker; created before the
-    // device arena, and counted in the fit check at PLAN_NCCL_COMM_BYTES each
+    // device arena, and counted in the fit check at nccl_comm_bytes each
     int nccl_comms;
-    size_t nccl_bytes;
+    size_t nccl_comm_bytes;         // req.nccl_comm_bytes, or PLAN_NCCL_COMM_BYTES when that is 0
+    size_t nccl_bytes;              // nccl_comms x nccl_comm_bytes
 
     // memory per rank (bytes)
     size_t bytes[MEM_CATEGORY_COUNT];
@@ -204,20 +207,27 @@ extern const int plan_n_devices;
 // It was 5% + 512 MiB with the inference model inside: 2.25 GiB on a 35 GiB plan, which put
 // the first H200 run (2026-11-26) 9% above PyTorch's peak memory on the same job.
 // Outside the arena the device holds the CUDA context and the libraries' handles and modules
-// (cuBLASLt, cuDNN and its runtime-compiled engines; about 0.5 GiB on the H200 run): PLAN_CONTEXT_BYTES, an assumption, and p's NCCL communicators:
-// PLAN_NCCL_COMM_BYTES each, an assumption (NCCL's buffers scale with its channels; measured
-// 544-688 MB per group on 4 x A100 NVLink, github.com/NVIDIA/nccl/issues/964; NVLS on
-// NVSwitch systems can take more, NCCL issue 864: about 1.6 GB, NCCL_NVLS_ENABLE=0 avoids
-// that; on one H100, 2026-11-26, make test-gpu's one-rank job measured 1.96 GiB for its two
-// communicators, 0.98 each, above this assumption, while the context and libraries took about
-// 0.52 GiB, below PLAN_CONTEXT_BYTES: 2.48 GiB outside the arena against the 2.5 assumed for
-// two communicators, but a job with three or more (HSDP) would be under-planned by about 0.2
-// GiB per communicator past the second; multi-rank NCCL memory is unmeasured). A plan fits a device when its arena fits what is left: the test the CUDA backend
-// makes at startup (arena <= cudaMemGetInfo's free bytes), with the context's and NCCL's
-// shares assumed, so --dry_run's "fits" and "largest batch" are what a real run accepts as
-// far as those two assumptions hold.
+// (cuBLASLt, cuDNN and its runtime-compiled engines; about 0.5 GiB on the H200 run):
+// PLAN_CONTEXT_BYTES, an assumption; and p's NCCL communicators, p->nccl_comm_bytes each:
+// --nccl_gib_per_comm, else PLAN_NCCL_COMM_BYTES, the one figure measured: on one H100
+// (2026-11-26, docs/results/2026-11-26-h100.md) make test-gpu's one-rank job took 1.96 GiB
+// for its two communicators, 0.98 GiB each, with NCCL_RUNTIME_CONNECT=0 (comm_nccl.c:
+// everything allocated at init). Assumed, not measured: the same for more ranks. NCCL's
+// buffers scale with its channels and connections, not with the group's size beyond a node
+// or two (NCCL issue 986): 544-688 MB per group were reported on 4 x A100 NVLink (issue 964).
+// NVLS (NVLink SHARP, NVSwitch nodes: H100/H200 SXM x 8; on by default where supported) adds
+// its multicast buffers: about 1.6 GB for one communicator and 6 GB for three (issue 864);
+// NCCL_NVLS_ENABLE=0 avoids them (what NVLS gains for this trainer's collectives is
+// unmeasured), else plan with --nccl_gib_per_comm 2. A GPU rank of several has 1-4
+// communicators (plan_nccl_comms; it counts the shard group's reduce-scatter lane, which
+// NCCL before 2.26 does not get: comm_nccl.c's one-lane mode). A plan fits a device when its
+// arena fits what is left: the test the CUDA backend makes at startup (arena <=
+// cudaMemGetInfo's free bytes), with the context's and NCCL's shares assumed, so --dry_run's
+// "fits" and "largest batch" are what a real run accepts as far as those two assumptions
+// hold (tests/test_plan.sh checks that edge on the emulated device, its NCCL holding back the
+// planned bytes).
 #define PLAN_CONTEXT_BYTES ((size_t)1 << 30)
-#define PLAN_NCCL_COMM_BYTES ((size_t)768 << 20)
+#define PLAN_NCCL_COMM_BYTES ((size_t)1004 << 20)   // 0.98 GiB
 #define PLAN_ARENA_MARGIN_FIXED ((size_t)256 << 20)
 #define PLAN_ARENA_MARGIN_DIVISOR 100
 size_t plan_arena_bytes(const plan *p);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attn_engine.h"
 #include "comm.h"
 #include "common.h"
 #include "config.h"
@@ -74,9 +75,16 @@ static int gpu_record(rank_record *r) {
     if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
     snprintf(r->v[K_DRIVER], VALUE_LEN, "CUDA %d.%d, %s", drv / 1000, drv % 1000 / 10, driver_file());
     snprintf(r->v[K_RUNTIME], VALUE_LEN, "%d.%d, %s", rt / 1000, rt % 1000 / 10, file_of((const void *)cudaRuntimeGetVersion));
-    const size_t dnn = cudnnGetVersion(), lt = cublasLtGetVersion();   // (both major x 10000 + minor x 100 + patch)
-    snprintf(r->v[K_CUDNN], VALUE_LEN, "%zu.%zu.%zu, %s", dnn / 10000, dnn / 100 % 100, dnn % 100,
-             file_of((const void *)cudnnGetVersion));
+    // cuDNN is loaded at run time (src/attention_cudnn_graph.c); not there: the row says so
+    size_t dnn = 0;
+    const size_t lt = cublasLtGetVersion();   // (both major x 10000 + minor x 100 + patch)
+    if (attn_engine_version(&dnn) == 0)
+        snprintf(r->v[K_CUDNN], VALUE_LEN, "%zu.%zu.%zu, %s", dnn / 10000, dnn / 100 % 100, dnn % 100,
+                 attn_engine_library());
+    else {   // (not this job's error: the row says it, and the record is cleared for what follows)
+        snprintf(r->v[K_CUDNN], VALUE_LEN, "not loaded (%.200s)", ft_error_message());
+        ft_error_clear();
+    }
     snprintf(r->v[K_CUBLASLT], VALUE_LEN, "%zu.%zu.%zu, %s", lt / 10000, lt / 100 % 100, lt % 100,
              file_of((const void *)cublasLtGetVersion));
     return 0;

@@ -44,6 +44,7 @@ typedef struct {
     int sample_top_k;             // sampling: keep the k most likely ids (0 = all)
     double sample_top_p;          // sampling: nucleus of this probability (1 = all)
     double peak_tflops;           // for MFU; 0 = measure the backend's matmul rate
+    double nccl_gib_per_comm;     // the plan's GPU memory per NCCL communicator (0 = PLAN_NCCL_COMM_BYTES)
     int profile;                  // print ms per op per step, by phase (src/profile.h)
     // sharding
     int no_fsdp;

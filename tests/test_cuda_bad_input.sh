@@ -17,10 +17,9 @@
 #      machine too); build/finetune does not link libnccl (CPU and single-GPU jobs start
 #      without it), and the real libnccl.so.2 loads at run time (tests/tools/nccl_id_exchange
 #      makes a unique id through it; a skip when this machine has no NCCL); an NCCL older than
-#      2.26 (FT_EMU_NCCL_VERSION) refused for FSDP over 2 GPUs (concurrent communicators), not
-#      for --no_fsdp (one communicator), and so is NCCL_LAUNCH_ORDER_IMPLICIT=0 (the ordering
-#      finetune sets, switched off by the user); rank 0 failing to make NCCL's unique id
-#      (FT_EMU_NCCL_ID_FAIL) ends both ranks at once, rank 0 saying why
+#      2.26 (FT_EMU_NCCL_VERSION) runs --no_fsdp (one communicator; sharded jobs run in one
+#      lane: tests/test_lib_compat.sh, which also refuses 2.17); rank 0 failing to make NCCL's
+#      unique id (FT_EMU_NCCL_ID_FAIL) ends both ranks at once, rank 0 saying why
 #   4. a model whose head_dim the native attention kernels do not take (256 > 128) with
 #      --attention native: names the flag and both head dims, before the device or the weights
 #      are touched (config.json alone; it used to set up, start an evaluation and fail at the
@@ -76,12 +75,6 @@ if command -v mpiexec >/dev/null; then
     expect_one_line "no NCCL, 2 GPU ranks ($(basename "$b"))" "GPU ranks need NCCL 2.18 or newer: /nonexistent/libnccl.so.2: cannot open" \
       env FT_NCCL_LIBRARY=/nonexistent/libnccl.so.2 timeout 120 mpiexec -n 2 "$b" --device cuda "${flags[@]}"
   done
-  # an NCCL older than 2.26 does not order concurrent communicators: refused for sharded jobs
-  # (the reduce-scatter lane), which could deadlock; DDP (one communicator) still runs
-  expect_one_line "NCCL 2.25 with FSDP over 2 GPUs" "NCCL 2.25.3 (the linked NCCL) is older than 2.26" \
-    env FT_EMU_NCCL_VERSION=22503 timeout 120 mpiexec -n 2 "$emu" --device cuda "${flags[@]}"
-  expect_one_line "NCCL_LAUNCH_ORDER_IMPLICIT=0 with FSDP over 2 GPUs" "NCCL_LAUNCH_ORDER_IMPLICIT=0 in the environment" \
-    env NCCL_LAUNCH_ORDER_IMPLICIT=0 timeout 120 mpiexec -n 2 "$emu" --device cuda "${flags[@]}"
   # rank 0 cannot make NCCL's unique id: the failure is agreed before the id is shared (the
   # other rank would wait for it), rank 0 alone says why
   expect_one_line "no NCCL unique id on rank 0 (2 GPU ranks)" "ncclGetUniqueId" \

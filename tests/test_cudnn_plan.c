@@ -26,7 +26,7 @@
 // (CUDNN_ATTR_ENGINE_GLOBAL_INDEX), stated workspace and status. Then attn_engine_destroy of a
 // plan whose work was queued: it waits through cuda_wait_stream (check_destroy_waits).
 //
-// Prerequisites: cuDNN 9.16+ whose sub-libraries load (load_sublibraries, the engine's own
+// Prerequisites: cuDNN 9.16+ whose sub-libraries load (cudnn_load, the engine's own
 // check at open) and the stub $(CUDA_HOME)/lib64/stubs/libcuda.so (FT_CUDA_STUB_LIBCUDA from
 // the Makefile; the environment variable of that name overrides it). The stub is loaded by
 // path before cuDNN asks for libcuda.so.1, so cuDNN gets the stub (same soname) even where a
@@ -113,19 +113,19 @@ static int prerequisites(void) {
         skip_or_fail(why);
         return 0;
     }
-    if (load_sublibraries() != 0) {
+    if (cudnn_load() != 0) {
         snprintf(why, sizeof why, "%s", ft_error_message());
         ft_error_clear();
         skip_or_fail(why);
         return 0;
     }
-    // load_sublibraries said 0: both sub-libraries it loads must now be resident (by soname)
+    // cudnn_load said 0: both sub-libraries it loads must now be resident (by soname)
     static const char *const subs[] = {"libcudnn_graph", "libcudnn_engines_runtime_compiled"};
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
         char soname[64];
         snprintf(soname, sizeof soname, "%s.so.%d", subs[i], CUDNN_MAJOR);
         void *lib = dlopen(soname, RTLD_NOW | RTLD_NOLOAD);
-        EXPECT(lib, "load_sublibraries returned 0 but %s is not loaded", soname);
+        EXPECT(lib, "cudnn_load returned 0 but %s is not loaded", soname);
         if (lib) dlclose(lib);
     }
     const size_t v = cudnnGetVersion();

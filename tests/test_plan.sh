@@ -63,6 +63,15 @@
 #      the emulated device's count (7 layouts: checkpointing, native attention, LoRA, offload,
 #      FSDP 2),
 #      and the bundled model's predicted tokens/s bounded by that floor.
+#   7. NCCL's memory in the fit check, at its edge on the emulated device: FSDP over 2
+#      emulated H100s (81559 MiB; FT_EMU_CONTEXT_MIB=992 held back for the context and the
+#      libraries, the plan's 1 GiB less the cuBLASLt workspace the arena holds), each NCCL
+#      communicator holding back FT_EMU_NCCL_COMM_BYTES, the figure given to
+#      --nccl_gib_per_comm, chosen so that the room left lies between the arenas of batch 3
+#      and batch 4: --dry_run's largest batch is 3, batch 3 starts and trains a step (the
+#      bootstrap line: 2 communicators took what was planned), batch 4 is refused by the
+#      startup check; with the default assumption (0.98 GiB) the plan's largest batch is
+#      the flag's maximum, so the figure decides it.
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_plan
@@ -592,5 +601,39 @@ out=$("$bin" --dry_run --device cuda 2>&1 | grep -E "^  tokens/s/GPU ")
 awk '{ exit !(NF == 4 && $2 > 0 && $2 < 2e6 && $3 < 2e6 && $4 < 2e6) }' <<<"$out" \
   && ok "bundled model: the issue floor keeps the predicted tokens/s/GPU below 2 M (A100 H100 H200:$(echo $out | cut -d' ' -f2-))" \
   || bad "bundled model: predicted '$out' (22 M/s before the floor)"
+
+# ---------------------------------------------------------------- 7. NCCL's bytes at the fit edge
+if [ -x "$emu" ] && command -v mpiexec >/dev/null; then
+  fit=(--device cuda --seq_len 64 --max_eval_docs 1 --warmup_fraction 0)
+  total_at() { "$bin" --dry_run --world_size 2 "${fit[@]}" --batch_size_per_device "$1" --total_batch_size $((2 * $1)) \
+                 | awk '$1 == "total" && NF >= 3 { print $2; exit }'; }
+  t3=$(total_at 3); t4=$(total_at 4)
+  # arena = total + total / 100 + 256 MiB (src/plan.h); the room between batch 3's and 4's
+  read -r room per_comm gib < <(awk -v a="$t3" -v b="$t4" 'BEGIN {
+    m = 268435456; a3 = a + int(a / 100) + m; a4 = b + int(b / 100) + m; room = int((a3 + a4) / 2);
+    n = int((81559 * 1048576 - 1073741824 - room) / 2); printf "%.0f %.0f %.12f\n", room, n, n / 1073741824 }')
+  "$bin" --dry_run --world_size 2 "${fit[@]}" --batch_size_per_device 1 --total_batch_size 2 --nccl_gib_per_comm "$gib" \
+    > "$tmp/fit.plan" 2>&1
+  best=$(awk '/^  without gradient checkpointing/ { print $4; exit }' "$tmp/fit.plan" | tr -d ';')
+  dflt=$("$bin" --dry_run --world_size 2 "${fit[@]}" --batch_size_per_device 1 --total_batch_size 2 \
+         | awk '/^  without gradient checkpointing/ { print $4; exit }' | tr -d ';')
+  grep -q "2 NCCL communicator(s) at [0-9.]* GiB each (--nccl_gib_per_comm)" "$tmp/fit.plan" && [ "$best" = 3 ] \
+    && [ "$dflt" = 4096 ] && ok "--nccl_gib_per_comm $gib: --dry_run's largest batch 3 (4096 at the default 0.98 GiB)" \
+    || bad "--nccl_gib_per_comm $gib: largest batch '$best' (default '$dflt'), $(grep '^fits' "$tmp/fit.plan")"
+  fit_run() {  # fit_run B: 2 ranks at batch B on the emulated H100s, NCCL holding back per_comm each
+    FT_EMU_MEMORY_MIB=81559 FT_EMU_CONTEXT_MIB=992 FT_EMU_NCCL_COMM_BYTES=$per_comm timeout 300 mpiexec -n 2 "$emu" \
+      "${fit[@]}" --batch_size_per_device "$1" --total_batch_size $((2 * $1)) --max_steps 1 --nccl_gib_per_comm "$gib" \
+      --out_dir "$tmp/fit$1" > "$tmp/fit$1.log" 2>&1
+  }
+  fit_run 3; rc=$?
+  took=$(sed -nE 's/.*; 2 NCCL communicator\(s\) took ([0-9.]+) GiB of device memory on rank 0 \(planned ([0-9.]+) GiB.*/\1 \2/p' "$tmp/fit3.log")
+  [ $rc -eq 0 ] && [ "$(grep -c '"type":"train"' "$tmp/fit3/metrics.jsonl" 2>/dev/null)" = 1 ] && [ -n "$took" ] \
+    && [ "${took% *}" = "${took#* }" ] \
+    && ok "batch 3 at the edge starts and trains a step (NCCL took / planned GiB: $took)" \
+    || bad "batch 3 at the edge: rc $rc, NCCL '$took', $(grep -m1 'error' "$tmp/fit3.log")"
+  fit_run 4; rc=$?
+  [ $rc -ne 0 ] && grep -q "the memory plan needs .* GiB are free" "$tmp/fit4.log" && ok "batch 4 past the edge: refused at startup" \
+    || bad "batch 4 past the edge: rc $rc, $(grep -m1 'error' "$tmp/fit4.log")"
+fi
 
 finish

@@ -130,7 +130,7 @@ mpirun_ 2 "$emu" --preflight "${gflags[@]}" > "$tmp/gpu2.log" 2>&1; rc=$?
 lines_ok "$tmp/gpu2.log" "emulated GPUs"
 miss=""
 for pat in "^preflight:   device +CPU emulation \(tests/cuda_emu\), [0-9.]+ GiB, sm_80$" "^preflight:   driver +CUDA 12\.4, " \
-           "^preflight:   cuda runtime +12\.4, .*finetune_emu$" "^preflight:   cudnn +9\.16\.0, .*finetune_emu$" \
+           "^preflight:   cuda runtime +12\.4, .*finetune_emu$" "^preflight:   cudnn +9\.19\.0, .*finetune_emu$" \
            "^preflight:   cublaslt +12\.4\.5, .*finetune_emu$" "^preflight:   nccl +2\.28\.9, .*finetune_emu$" "^preflight:   rank 0: pci bus 0000:10:00\.0$" \
            "^preflight:   rank 1: pci bus 0000:11:00\.0$" \
            "^preflight: all-gather +shard group of 2 ranks, one decoder layer 0\.37 MB \(BF16\)"; do

@@ -13,6 +13,7 @@
 //   late_fwd  the startup check's plans build, every later forward plan fails (a shape no
 //             engine supports, met only in training)
 //   late_bwd  the same for backward plans: the forward runs on cuDNN, the backward does not
+#include <dlfcn.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -135,6 +136,23 @@ static void bwd_run(const bwd_args &a) {
 // the engine interface
 
 extern "C" {
+
+// FT_EMU_CUDNN_VERSION (e.g. 91500: cuDNN 9.15.0) pretends to be another cuDNN, to test the
+// front's version gate and the backend's fallback (tests/test_cuda_emu_attention.sh)
+// the stand-in is part of the emulated executable: the file its code was loaded from
+const char *attn_engine_library(void) {
+    static char file[4096];
+    Dl_info info;
+    if (!file[0]) snprintf(file, sizeof file, "%s", dladdr((const void *)attn_engine_library, &info) && info.dli_fname
+                                                        ? info.dli_fname : "?");
+    return file;
+}
+
+int attn_engine_version(size_t *version) {
+    const char *e = getenv("FT_EMU_CUDNN_VERSION");
+    *version = e && *e ? (size_t)atoll(e) : 91900;
+    return 0;
+}
 
 int attn_engine_open(void *stream) {
     g_stream = (cudaStream_t)stream;

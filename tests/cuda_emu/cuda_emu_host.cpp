@@ -6,8 +6,12 @@
 //   - device queries: one emulated device, "sm_80", 8 GiB; FT_EMU_DEVICES=0 emulates a
 //     machine without a device (cudaErrorNoDevice), to test that path too,
 //     FT_EMU_DEVICE_NAME sets the device name, FT_EMU_COMPUTE_CAPABILITY ("7.5", "10.0") its
-//     architecture and FT_EMU_MEMORY_MIB its memory (total = free), for the bad-input tests
-//     (tests/test_cuda_bad_input.sh)
+//     architecture and FT_EMU_MEMORY_MIB its memory, for the bad-input tests
+//     (tests/test_cuda_bad_input.sh). Free memory (cudaMemGetInfo) is all of it less
+//     FT_EMU_CONTEXT_MIB (what a CUDA context and the libraries would hold; default 0) and
+//     less FT_EMU_NCCL_COMM_BYTES for each live emulated NCCL communicator (default 0): the
+//     memory plan's fit edge against the startup check (tests/test_plan.sh); allocations
+//     themselves are not subtracted
 //   - streams and events: cuda_emu_stream.cpp. Linking this file makes the runtime
 //     asynchronous by default (each stream a queue with its own worker; the ordering checker
 //     of cuda_emu_shadow.cpp reports hazards; FT_EMU_SYNC=1 runs everything synchronously)
@@ -37,6 +41,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -98,11 +103,22 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
     snprintf(bus, (size_t)len, "0000:%02x:00.0", 0x10 + device);
     return cudaSuccess;
 }
-// cuDNN 9.16.0 and cuBLASLt 12.4.5 as their version functions encode them (no library linked)
-size_t cudnnGetVersion(void) { return 91600; }
+// cuBLASLt 12.4.5 as its version function encodes it (no library linked; cuDNN's version is the
+// attention stand-in's, attn_engine_version)
 size_t cublasLtGetVersion(void) { return 120405; }
+static size_t emu_env_mib(const char *name) {
+    const char *e = getenv(name);
+    return e ? (size_t)atoll(e) << 20 : 0;
+}
+static size_t emu_nccl_comm_bytes() {
+    const char *e = getenv("FT_EMU_NCCL_COMM_BYTES");
+    return e ? (size_t)atoll(e) : 0;
+}
+static std::atomic<int> g_nccl_live;   // emulated NCCL communicators not yet destroyed
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
-    *free_bytes = *total = emu_memory_bytes();
+    *total = emu_memory_bytes();
+    const size_t held = emu_env_mib("FT_EMU_CONTEXT_MIB") + (size_t)g_nccl_live.load() * emu_nccl_comm_bytes();
+    *free_bytes = *total > held ? *total - held : 0;
     return cudaSuccess;
 }
 
@@ -498,6 +514,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId, int rank)
     m->rank = rank;
     m->size = nranks;
     *c = m;
+    g_nccl_live++;
     return ncclSuccess;
 }
 ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *) {
@@ -509,6 +526,7 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
     MPI_Comm_rank(m->comm, &m->rank);
     MPI_Comm_size(m->comm, &m->size);
     *out = m;
+    g_nccl_live++;
     return ncclSuccess;
 }
 ncclResult_t ncclCommUserRank(const ncclComm_t c, int *rank) { *rank = c->rank; return ncclSuccess; }
@@ -521,6 +539,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
     }
     MPI_Comm_free(&c->comm);
     delete c;
+    g_nccl_live--;
     return ncclSuccess;
 }
 // Queued collectives of c are dropped and the one in progress gives up (its MPI request
