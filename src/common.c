@@ -343,6 +343,12 @@ static const env_var env_vars[] = {
      "`CUDA_VISIBLE_DEVICES` entry, two ranks of a host on one GPU are refused"},
     {"FT_EMU_NCCL_VERSION", ENV_TOOLS, "the version the emulated NCCL reports (`NCCL_VERSION_CODE`, "
      "default 22809)"},
+    {"FT_EMU_CUDNN_VERSION", ENV_TOOLS, "the version the emulated cuDNN reports (`cudnnGetVersion`, "
+     "default 91900)"},
+    {"FT_EMU_CONTEXT_MIB", ENV_TOOLS, "MiB of each emulated GPU taken before the program allocates (what a "
+     "CUDA context and the libraries hold; default 0)"},
+    {"FT_EMU_NCCL_COMM_BYTES", ENV_TOOLS, "bytes of an emulated GPU each live emulated NCCL communicator "
+     "takes (default 0)"},
     {"FT_EMU_NCCL_ID_FAIL", ENV_TOOLS, "the emulated `ncclGetUniqueId` fails"},
     {"FT_EMU_SEED", ENV_TOOLS, "seed of the emulated streams' random delays"},
     {"FT_EMU_MAX_DELAY_US", ENV_TOOLS, "the longest random delay of an emulated stream operation (us)"},

@@ -106,8 +106,7 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
 // cuBLASLt 12.4.5 as its version function encodes it (no library linked; cuDNN's version is the
 // attention stand-in's, attn_engine_version)
 size_t cublasLtGetVersion(void) { return 120405; }
-static size_t emu_env_mib(const char *name) {
-    const char *e = getenv(name);
+static size_t emu_env_mib(const char *e) {   // an environment variable's value in MiB, as bytes
     return e ? (size_t)atoll(e) << 20 : 0;
 }
 static size_t emu_nccl_comm_bytes() {
@@ -117,7 +116,7 @@ static size_t emu_nccl_comm_bytes() {
 static std::atomic<int> g_nccl_live;   // emulated NCCL communicators not yet destroyed
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     *total = emu_memory_bytes();
-    const size_t held = emu_env_mib("FT_EMU_CONTEXT_MIB") + (size_t)g_nccl_live.load() * emu_nccl_comm_bytes();
+    const size_t held = emu_env_mib(getenv("FT_EMU_CONTEXT_MIB")) + (size_t)g_nccl_live.load() * emu_nccl_comm_bytes();
     *free_bytes = *total > held ? *total - held : 0;
     return cudaSuccess;
 }
