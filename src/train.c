@@ -592,6 +592,7 @@ static int prepare_attention(job *j) {
     if (!j->be->attention_prepare || pack_per_game(j->o) || ft_getenv("FT_TEST_LAZY_ATTN_PLANS")) return 0;
     const llama_config *c = &j->cfg;
     const double t0 = now_seconds();
+    watchdog_set_phase("building attention plans");
     int built, grown;
     TRY(j->be->attention_prepare(j->o->batch_size_per_device, j->o->seq_len, c->num_attention_heads,
                                  c->num_key_value_heads, c->head_dim, &built, &grown));
