@@ -22,7 +22,8 @@ typedef struct {
 } attn_plan;
 
 static int g_det;   // --deterministic (kept across open / close)
-static int g_limit = ATTN_CUDNN_PLANS;   // attn_cudnn_set_plan_limit (idem)
+static int g_limit = ATTN_CUDNN_PLANS;   // attn_cudnn_set_plan_limit (idem); below the default it
+                                         // caps the cache, else the cache holds A.cap plans
 
 void attn_cudnn_set_deterministic(int det) { g_det = det != 0; }
 void attn_cudnn_set_plan_limit(int n) { g_limit = n < 1 ? 1 : n > ATTN_CUDNN_PLANS ? ATTN_CUDNN_PLANS : n; }
@@ -31,11 +32,14 @@ static struct {
     int open;
     void *(*alloc)(size_t);
     void (*release)(void *);
-    attn_plan plans[ATTN_CUDNN_PLANS];
-    int n_plans;
+    attn_plan *plans;                   // A.cap slots (ATTN_CUDNN_PLANS, or what attn_cudnn_prepare needs)
+    int n_plans, cap;
     uint64_t clock;
-    long evictions;
+    long built, evictions;              // plans built and evicted since open
 } A;
+
+// Plans the cache holds now: a test's lower limit, else its capacity.
+static int plan_limit(void) { return g_limit < ATTN_CUDNN_PLANS ? g_limit : A.cap; }
 
 int attn_cudnn_open(void *stream, void *(*alloc)(size_t), void (*release)(void *)) {
     if (A.open) return ft_error("cudnn attention: already open");
@@ -44,7 +48,13 @@ int attn_cudnn_open(void *stream, void *(*alloc)(size_t), void (*release)(void *
     if (v < ATTN_CUDNN_MIN_VERSION)
         return ft_error("cudnn attention: libcudnn %zu.%zu.%zu at run time, its graphs here need %d.%d or newer", v / 10000,
                         v / 100 % 100, v % 100, ATTN_CUDNN_MIN_VERSION / 10000, ATTN_CUDNN_MIN_VERSION / 100 % 100);
-    TRY(attn_engine_open(stream));
+    if (!(A.plans = ft_malloc(ATTN_CUDNN_PLANS * sizeof *A.plans, "cudnn attention plan cache"))) return -1;
+    if (attn_engine_open(stream) != 0) {
+        free(A.plans);
+        A.plans = NULL;
+        return -1;
+    }
+    A.cap = ATTN_CUDNN_PLANS;
     A.open = 1;
     A.alloc = alloc;
     A.release = release;
@@ -54,12 +64,18 @@ int attn_cudnn_open(void *stream, void *(*alloc)(size_t), void (*release)(void *
 void attn_cudnn_close(void) {
     for (int i = 0; i < A.n_plans; i++) (void)attn_engine_destroy(A.plans[i].graph);   // (the backend waited)
     attn_engine_close();
+    free(A.plans);
     memset(&A, 0, sizeof A);
 }
 
 void attn_cudnn_stats(int *cached, long *evictions) {
     *cached = A.n_plans;
     *evictions = A.evictions;
+}
+
+void attn_cudnn_counts(long *built, long *evicted) {
+    *built = A.built;
+    *evicted = A.evictions;
 }
 
 // The cached plan of this key, built on a miss; a full cache evicts its least recently used
@@ -86,8 +102,9 @@ static int plan_get(const attn_key *key, attn_plan **out) {
                         "more than the %zu the memory plan reserves", key->bwd ? "backward" : "forward", key->B,
                         key->T, key->H, key->KVH, key->D, fresh.workspace, bound);
     }
+    A.built++;
     attn_plan *slot = &A.plans[A.n_plans];
-    if (A.n_plans >= g_limit) {
+    if (A.n_plans >= plan_limit()) {
         slot = lru;
         if (attn_engine_destroy(slot->graph) != 0) {   // its queued work did not finish: keep it
             (void)attn_engine_destroy(fresh.graph);
@@ -99,6 +116,44 @@ static int plan_get(const attn_key *key, attn_plan **out) {
     }
     *slot = fresh;
     *out = slot;
+    return 0;
+}
+
+// 1 when the cache holds a plan of this key.
+static int plan_cached(const attn_key *key) {
+    for (int i = 0; i < A.n_plans; i++)
+        if (memcmp(&A.plans[i].key, key, sizeof *key) == 0) return 1;
+    return 0;
+}
+
+int attn_cudnn_prepare(int B, const int *lens, int n, int H, int KVH, int D, int *built, int *grown) {
+    *built = 0;
+    *grown = 0;
+    if (!A.open) return ft_error("cudnn attention: not open");
+    int need = A.n_plans;
+    for (int i = 0; i < n; i++)
+        for (int bwd = 0; bwd < 2; bwd++) {
+            const attn_key key = {B, lens[i], H, KVH, D, bwd, bwd ? g_det : 0};
+            need += !plan_cached(&key);
+        }
+    if (need > plan_limit()) {   // (a test's lower limit rises too)
+        if (need > A.cap) {
+            attn_plan *more = realloc(A.plans, (size_t)need * sizeof *A.plans);
+            if (!more) return ft_error("cudnn attention: out of host memory for a cache of %d plans", need);
+            A.plans = more;
+            A.cap = need;
+        }
+        if (g_limit < ATTN_CUDNN_PLANS) g_limit = need < ATTN_CUDNN_PLANS ? need : ATTN_CUDNN_PLANS;
+        *grown = need;
+    }
+    const long before = A.built;
+    for (int i = 0; i < n; i++)
+        for (int bwd = 0; bwd < 2; bwd++) {
+            const attn_key key = {B, lens[i], H, KVH, D, bwd, bwd ? g_det : 0};
+            attn_plan *p = NULL;
+            TRY(plan_get(&key, &p));
+        }
+    *built = (int)(A.built - before);
     return 0;
 }
 

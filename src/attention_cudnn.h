@@ -52,6 +52,14 @@ int attn_cudnn_bwd(void *dq, void *dk, void *dv, const void *dout, const void *o
                    const void *k, const void *v, int B, int T, int H, int KVH, int D);
 // For tests: plans cached now and evictions since open.
 void attn_cudnn_stats(int *cached, long *evictions);
+// Plans built (startup check included) and evicted since open.
+void attn_cudnn_counts(long *built, long *evicted);
+// Build now the forward and backward plans of B rows at each of the n lengths `lens` (H, KVH,
+// D), so that no plan is built inside the step loop. A cache too small for them (or a test's
+// lower limit) grows to hold them with the plans cached now (*grown = its new size, else 0);
+// *built = plans built (those cached already are not).
+// 0, or -1 with ft_error naming the shape (the caller falls back to the native kernels).
+int attn_cudnn_prepare(int B, const int *lens, int n, int H, int KVH, int D, int *built, int *grown);
 // For tests: hold at most n plans (1 .. ATTN_CUDNN_PLANS; kept across open / close), so that
 // the eviction path runs without building ATTN_CUDNN_PLANS plans first. With more than n
 // cached, each new plan replaces the least recently used one (the count does not drop).

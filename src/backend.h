@@ -52,6 +52,14 @@ struct backend {
     // its startup choices: a GPU backend whose cuDNN attention did not start runs the native
     // kernels, ATTN_NATIVE_MAX_HEAD_DIM), 0 = any; NULL = any (the CPU).
     int (*attention_max_head_dim)(void);
+    // Build ahead whatever per-shape state attention keeps (the GPU's cuDNN plans) for
+    // micro-batches of B rows at every length backend_seq_len gives up to T, forward and
+    // backward, so that nothing is built inside the step loop. *built = plans built;
+    // *grown = the plan cache's new size when it had to grow to hold them, else 0. 0 / -1
+    // (only when no fallback is left). NULL = nothing to build (the CPU).
+    int (*attention_prepare)(int B, int T, int H, int KVH, int D, int *built, int *grown);
+    // Attention plans built and evicted since open (NULL: the backend keeps none).
+    void (*attention_plan_counts)(long *built, long *evicted);
 
     // ---------------------------------------------------------------- lifecycle
     void (*close)(void);                 // release what opening acquired (device, arena, handles)

@@ -455,6 +455,22 @@ static int attention_no_fallback(const char *pass, int D) {
                     "take head_dim up to %d, the model's is %d", pass, why, ATTN_NATIVE_MAX_HEAD_DIM, D);
 }
 static int cu_attention_max_head_dim(void) { return g_cuda.attention_cudnn ? 0 : ATTN_NATIVE_MAX_HEAD_DIM; }
+// backend.h's attention_prepare: every bucketed length up to T (backend_seq_len), forward and
+// backward, through the cuDNN plan cache. A failure falls back to the native kernels (one
+// warning) like one at run time.
+static int cu_attention_prepare(int B, int T, int H, int KVH, int D, int *built, int *grown) {
+    *built = 0;
+    *grown = 0;
+    if (!g_cuda.attention_cudnn) return 0;
+    const backend be = {.seq_bucket = BACKEND_GPU_SEQ_BUCKET};
+    int lens[256], n = 0;   // (16 + 8 per doubling past 1024: under 200 for any int T)
+    for (int len = 1; len <= T && n < 256; len = lens[n - 1] + 1) lens[n++] = backend_seq_len(&be, len, T);
+    if (attn_cudnn_prepare(B, lens, n, H, KVH, D, built, grown) == 0) return 0;
+    if (D > ATTN_NATIVE_MAX_HEAD_DIM) return attention_no_fallback("plan build before step 1", D);
+    attention_cudnn_failed("plan build before step 1");
+    return 0;
+}
+static void cu_attention_plan_counts(long *built, long *evicted) { attn_cudnn_counts(built, evicted); }
 // Segment starts (--pack_attention per_game) always take the native kernels: our cuDNN
 // graphs are plain causal (train.c says so once at startup); a head_dim they cannot take is
 // an error.
@@ -534,6 +550,8 @@ static const backend CUDA_BACKEND = {
     .dtype = ST_BF16,
     .seq_bucket = BACKEND_GPU_SEQ_BUCKET,   // bounded shapes: 16 lengths up to 1024, 8 more per doubling (backend_seq_len)
     .attention_max_head_dim = cu_attention_max_head_dim,
+    .attention_prepare = cu_attention_prepare,
+    .attention_plan_counts = cu_attention_plan_counts,
     .close = backend_cuda_close,
     .describe = backend_cuda_describe,
     .peak_tflops = backend_cuda_peak_tflops,

@@ -263,6 +263,9 @@ static const env_var env_vars[] = {
      "all-reduces and broadcasts"},
     {"FT_TEST_STOP_AT_STEP", ENV_TEST,
      "`N`: rank 1 stops itself (SIGSTOP) in step N, for the watchdog's tests"},
+    {"FT_TEST_LAZY_ATTN_PLANS", ENV_TEST,
+     "`1`: skip building the attention plans before step 1 (they build on first use, inside the step loop), for the "
+     "check that such late builds are counted"},
     {"FT_TEST_STOP_BEFORE", ENV_TEST,
      "`nccl_init` or `nccl_split`: rank 1 stops itself (SIGSTOP) right before that NCCL call"},
     {"FT_TEST_NCCL_SONAME", ENV_TEST,

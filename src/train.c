@@ -585,6 +585,39 @@ static int job_load_start(job *j, int *start) {
 // Optimizer steps from `start` until the total or a stop request (a signal on any rank, or
 // --stop_at_step), with evaluations and checkpoints on their schedules. *step = steps done.
 // Resumed at or past --stop_at_step (the stopped job's command line again), it trains nothing.
+// Every attention plan the step loop can need, built before step 1 on every rank (a plan built
+// mid-step stalls its rank while the others wait at the next collective): each bucketed length
+// up to --seq_len at the micro-batch size, forward and backward; evaluation runs the same
+// shapes. Sampling (--sample_tokens) runs its own batch size and builds its plans after the step
+// loop. TEST-ONLY FT_TEST_LAZY_ATTN_PLANS=1 skips this (plans then build on first use).
+static int prepare_attention(job *j) {
+    if (!j->be->attention_prepare || pack_per_game(j->o) || ft_getenv("FT_TEST_LAZY_ATTN_PLANS")) return 0;
+    const llama_config *c = &j->cfg;
+    const double t0 = now_seconds();
+    watchdog_set_phase("building attention plans");
+    int built, grown;
+    TRY(j->be->attention_prepare(j->o->batch_size_per_device, j->o->seq_len, c->num_attention_heads,
+                                 c->num_key_value_heads, c->head_dim, &built, &grown));
+    if (is_main(j) && grown)
+        printf("finetune: the attention plan cache grows to %d plans to hold every sequence bucket\n", grown);
+    if (is_main(j) && built)
+        printf("finetune: built %d attention plans (every sequence bucket up to %d, forward and backward) in %.2f s\n",
+               built, j->o->seq_len, now_seconds() - t0);
+    return 0;
+}
+
+// Attention plans built and evicted since this run's first step (rank 0 prints them; none
+// expected: prepare_attention built them all). `first`: the first step just ended.
+static void plan_counts_after_step1(job *j, int first) {
+    long now[2] = {0, 0};
+    if (!j->be->attention_plan_counts) return;
+    j->be->attention_plan_counts(&now[0], &now[1]);
+    if (first) memcpy(j->plans_after_step1, now, sizeof now);
+    else if (is_main(j))
+        printf("finetune: attention plans after step 1: %ld built, %ld evicted\n", now[0] - j->plans_after_step1[0],
+               now[1] - j->plans_after_step1[1]);
+}
+
 static int job_train(job *j, int start, int *step_out, int *stopped) {
     const train_options *o = j->o;
     double time_sum = 0;
@@ -598,12 +631,14 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
                    "without --stop_at_step or with a later one\n", start, o->stop_at_step);
         return 0;
     }
+    TRY(prepare_attention(j));
     if (start == 0) TRY(eval_and_log(j, 0));
     const char *stop_env = ft_getenv("FT_TEST_STOP_AT_STEP");   // (test-only: train_step)
     j->test_stop_step = stop_env && j->rank == 1 ? atoi(stop_env) : -1;
     while (step < j->total_steps) {
         step_stats st = {0};
         TRY(train_step(j, step, &st));
+        if (step == start) plan_counts_after_step1(j, 1);
         j->run_tokens += st.tokens;
         j->run_secs += st.secs;
         if (step > start) { time_sum += st.secs; timed++; }   // the first step warms up
@@ -644,6 +679,7 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
         }
     }
     *step_out = step;
+    plan_counts_after_step1(j, 0);
     return 0;
 }
 

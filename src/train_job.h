@@ -57,6 +57,7 @@ typedef struct {
     uint64_t data_fp;             // loader_fingerprint of the training shards (0: --eval_only)
     int test_stop_step;           // FT_TEST_STOP_AT_STEP on world rank 1, else -1 (test-only: train_step)
     int run_start;
+    long plans_after_step1[2];    // attention plans built and evicted when this run's first step ended
     double run_secs, run_tokens, val_first, val_last;
     int n_evals;
     int out_lock, out_created;    // rank 0: fs_lock_dir's descriptor of --out_dir/.lock (-1: none; check_out_dir)

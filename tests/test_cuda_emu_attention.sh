@@ -24,6 +24,9 @@
 #      sums are the same; the real deterministic graph is planned by test_cudnn_plan)
 #   1c. tests/gpu/deterministic_gpu.sh (first light's check) passes here and reports a second
 #      run that differs
+#   5. every attention plan built before step 1 (issue 35 item 5): none built or evicted
+#      after step 1 at --seq_len 256 with unpacked rows of several buckets; the lazy path's
+#      late builds are reported (meta-check)
 #   4. --dry_run of CodeLlama-7b on a GPU: with cudnn the workspace holds exactly
 #      attn_cudnn_workspace_bound (2 B H T D 4 + B H T 4 + 16 MiB) in place of the native
 #      backward's 16 MiB dS^T workspace, on a line of its own; --deterministic adds B H T^2 x 2
@@ -38,7 +41,8 @@
 #   the plan cache never counts a plan (test_backend_emu) -> "cudnn cache: 0 plans kept"
 #
 # Runtime, measured on the 2-core development machine (load ~2): 40 s wall, 58 s of CPU
-# (seven 3-step emulated runs, one CPU run, three dry runs). A mutant that returns the
+# (seven 3-step emulated runs, one CPU run, three dry runs), plus section 5's two 4-step runs
+# at seq 256: ~25 s wall and ~11 s of CPU each. A mutant that returns the
 # cuDNN error instead of falling back at run time fails both late_* runs (run aborted).
 set -u
 build=${1:-build}
@@ -117,7 +121,9 @@ done
 # step 1's is not bitwise the native run's
 for f in late_fwd late_bwd; do
   which=forward; [ $f = late_bwd ] && which=backward
-  run "fault_$f" FT_TEST_CUDNN_FAULT="$f" --
+  # (TEST-ONLY FT_TEST_LAZY_ATTN_PLANS: the plans build on first use, as before issue 35, so the
+  # fault hits the step loop's call and not the build ahead of step 1)
+  run "fault_$f" FT_TEST_CUDNN_FAULT="$f" FT_TEST_LAZY_ATTN_PLANS=1 --
   line=$(grep "warning" "$tmp/fault_$f.log")
   [ "$(warnings "$tmp/fault_$f.log")" = 1 ] && [[ "$line" == *"--attention cudnn: the $which failed at run time: "*"using the native attention kernels from now on" ]] \
     && ok "fault $f: one warning: $line" || bad "fault $f: warnings '$line'"
@@ -129,6 +135,29 @@ done
 [ "$(metric "$tmp/fault_late_bwd" loss | head -1)" != "$(metric "$tmp/native" loss | head -1)" ] \
   && ok "fault late_bwd: step 1 loss not the native run's (its first micro-batch's forward ran on cuDNN)" \
   || bad "fault late_bwd: step 1 loss equals the native run's: the cuDNN forward never ran"
+
+# 5. nothing compiled inside the step loop (issue 35 item 5): unpacked rows of different games
+# at --seq_len 256 (buckets 64, 128, 192, 256), 4 steps of 2 rows. Every plan is built before
+# step 1 (one line: 8 plans, forward and backward, and the time) and none is built or evicted
+# after step 1 (the counts printed at the end of the step loop); the TEST-ONLY lazy path
+# (FT_TEST_LAZY_ATTN_PLANS=1: plans built on first use) reports the builds it makes after step 1
+# (2 here: a bucket first met in step 2 or later), so the check can fail. Both train the same
+# losses (building ahead changes no arithmetic).
+flags=(--batch_size_per_device 2 --total_batch_size 2 --seq_len 256 --max_steps 4 --learning_rate 5e-3
+       --max_eval_docs 4 --warmup_fraction 0)
+run ahead FT_EMU_SEED=1 --
+run lazy FT_EMU_SEED=1 FT_TEST_LAZY_ATTN_PLANS=1 --
+after() { sed -nE 's/^finetune: attention plans after step 1: ([0-9]+) built, ([0-9]+) evicted$/\1 \2/p' "$1"; }
+grep -qE "^finetune: built 8 attention plans \(every sequence bucket up to 256, forward and backward\) in [0-9.]+ s$" "$tmp/ahead.log" \
+  && [ "$(after "$tmp/ahead.log")" = "0 0" ] \
+  && ok "plans built ahead: $(grep -m1 'attention plans (' "$tmp/ahead.log" | cut -c11-); after step 1: 0 built, 0 evicted" \
+  || bad "plans built ahead: $(grep 'attention plans' "$tmp/ahead.log" | tr '\n' ' ')"
+lazy_after=$(after "$tmp/lazy.log")
+! grep -q "^finetune: built [0-9]* attention plans" "$tmp/lazy.log" && [ -n "$lazy_after" ] && [ "${lazy_after% *}" -gt 0 ] \
+  && ok "meta: the lazy path (FT_TEST_LAZY_ATTN_PLANS) reports ${lazy_after% *} plan(s) built after step 1" \
+  || bad "meta: the lazy path reports '$lazy_after' after step 1: the check cannot fail"
+[ "$(metric "$tmp/ahead" loss | wc -l)" = 4 ] && [ "$(metric "$tmp/ahead" loss)" = "$(metric "$tmp/lazy" loss)" ] \
+  && ok "plans built ahead or lazily: the same 4 losses" || bad "ahead vs lazy losses differ: $(metric "$tmp/ahead" loss | tr '\n' ' ') vs $(metric "$tmp/lazy" loss | tr '\n' ' ')"
 
 # 3. flag handling
 err=$("$emu" --device cuda --attention bogus --out_dir "$tmp/bogus" 2>&1 >/dev/null); rc=$?

@@ -342,6 +342,24 @@ static void case_attention_cache(void) {
            "included)\n", "cudnn cache", s, "all", worst, THR_CUDNN, worst <= THR_CUDNN && evictions > 0 ? "pass" : "FAIL",
            cached, evictions, secs / (2.0 * shapes));
     EXPECT(worst <= THR_CUDNN, "cudnn attention cache: worst NMSE %.3e over %d shapes", worst, shapes);
+    // building ahead the plans of every length (attn_cudnn_prepare, before a job's step 1) grows
+    // the full cache to hold them with those cached: the plans evicted above come back (T 1..4
+    // when the earlier cases left fewer than the limit), nothing is evicted; a second time
+    // builds nothing
+    int lens[CACHE_TEST_PLANS / 2 + 4], built = 0, grown = 0, built2 = -1, grown2 = -1;
+    long b0 = 0, e0 = 0, b1 = 0, e1 = 0;
+    for (int T = 1; T <= shapes; T++) lens[T - 1] = T;
+    attn_cudnn_counts(&b0, &e0);
+    int prc = attn_cudnn_prepare(B, lens, shapes, H, KVH, D, &built, &grown);
+    if (prc == 0) prc = attn_cudnn_prepare(B, lens, shapes, H, KVH, D, &built2, &grown2);
+    attn_cudnn_counts(&b1, &e1);
+    const int want = cached == CACHE_TEST_PLANS ? 8 : built;
+    const int good = prc == 0 && built == want && b1 - b0 == built && (built == 0 || grown == cached + built) &&
+                     built2 == 0 && grown2 == 0 && e1 == e0;
+    printf("%-14s %-28s %-9s %s (%d plans built, the cache grown to %d, %ld evicted; again: %d built)\n",
+           "cudnn prepare", s, "all", good ? "pass" : "FAIL", built, grown, e1 - e0, built2);
+    EXPECT(good, "cudnn attention prepare: rc %d, %d built (want %d), grown to %d, %ld evicted; again %d built, "
+           "grown %d", prc, built, want, grown, e1 - e0, built2, grown2);
     attn_cudnn_set_plan_limit(ATTN_CUDNN_PLANS);
     // (the earlier cases' plans, if they were more than the limit, go one per new plan)
     EXPECT(cached >= CACHE_TEST_PLANS && cached <= ATTN_CUDNN_PLANS && evictions > 0,
