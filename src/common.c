@@ -317,7 +317,7 @@ static const env_var env_vars[] = {
     {"CUDA_VISIBLE_DEVICES", ENV_SYSTEM, "the GPUs a rank sees: ranks of one host with the same value take "
      "its GPUs in rank order"},
     {"NCCL_LAUNCH_ORDER_IMPLICIT", ENV_SYSTEM, "finetune sets `1` when unset (NCCL orders the launches of "
-     "its two communicators); `0` is refused for sharded GPU jobs on NCCL 2.26 and newer"},
+     "its two communicators); `0` runs sharded GPU jobs in one lane, as on NCCL 2.18-2.25 (one warning)"},
     {"NCCL_RUNTIME_CONNECT", ENV_SYSTEM, "finetune sets `0` when unset: NCCL connects its peers at init, "
      "before the device arena is sized"},
 
