@@ -52,7 +52,11 @@
 #define WATCHDOG_SLEEP_MIN_NS 20000L
 #define WATCHDOG_SLEEP_MAX_NS 500000L
 
-// A poll: 1 = the operation completed, 0 = not yet, -1 = it failed (ft_error recorded).
+// A poll: 1 = the operation completed, 0 = not yet, -1 = it failed (ft_error recorded),
+// WATCHDOG_POLL_FATAL = it failed in a way this rank cannot go on from (a sticky CUDA error:
+// an illegal address, an uncorrectable ECC error; ft_error recorded): the wait ends the job
+// as a timeout does, its one line naming the rank, the phase and the operation.
+#define WATCHDOG_POLL_FATAL (-2)
 typedef int (*watchdog_poll_fn)(void *ctx);
 
 // What a transport registers (any callback may be NULL).
@@ -93,7 +97,9 @@ void watchdog_unregister(void *ctx);
 // Poll `poll(ctx)` until it reports completion (0) or failure (-1). `op` names the operation
 // ("all_gather"), `group` its group ("shard group") and `bytes` its size (0 = not shown).
 // With a timeout set, an operation that does not complete in time ends the job (or returns
-// -1 without callbacks); without one, it polls until completion.
+// -1 without callbacks); without one, it polls until completion. A poll's fatal failure
+// (WATCHDOG_POLL_FATAL) and a transport's failed health check, also one seen as the
+// operation completes, end the job the same way.
 int watchdog_wait(watchdog_poll_fn poll, void *ctx, const char *op, const char *group, size_t bytes);
 // Guard one blocking call that cannot be polled (see the top of this file): between begin
 // and end, a thread ends the job as a timed-out wait would, `op` and `group` naming the call
