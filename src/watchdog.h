@@ -13,7 +13,11 @@
 //      the transports' abort hooks (ncclCommAbort) are not run first: an abort synchronises
 //      a stream that may wait on another communicator's stuck collective, and would hang.
 // Without an end callback (library tests) it runs the abort hooks and returns -1 instead,
-// and every later wait fails at once. Transports may also register a health check (NCCL's asynchronous errors), polled
+// and every later wait fails at once. A failing GPU ends the job the same way, at once: a
+// poll that finds a sticky device error (an illegal address, an uncorrectable ECC error:
+// WATCHDOG_POLL_FATAL, src/cuda_wait.h), or a transport's health check that fails, records
+// "rank R: <phase>: <operation> (<group>): <error>; aborting" instead of returning into code
+// where the peers would wait for this rank in their next collective. Transports may also register a health check (NCCL's asynchronous errors), polled
 // during waits, and a description of their oldest unfinished operation (added to the line).
 //
 // Calls that block inside a library and cannot be polled (ncclCommInitRank, ncclCommSplit,

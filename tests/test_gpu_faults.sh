@@ -7,13 +7,16 @@
 #                          cudaErrorECCUncorrectable, seen by the next polled wait
 #                          (src/cuda_wait.c: WATCHDOG_POLL_FATAL)
 #   nccl_async             its Nth collective leaves the communicator in an asynchronous error
-#                          (ncclCommGetAsyncError, the NCCL transport's watchdog health check)
+#                          (ncclCommGetAsyncError, the NCCL transport's watchdog health check);
+#                          also through the NCCL stand-in (FT_STANDIN_FAULT, tests/nccl_standin)
 # For each: the whole job (both ranks) must end within the timeout + 10 s of the fault (the
 # emulator's "injected fault" line on stderr), non-zero, with exactly one "finetune: error:"
 # line, rank 1's, naming the step and the operation; no rank process may outlive it; then
 # --resume latest from the last checkpoint finishes 2 more steps. Can fail: with the poll's
-# error returned as an ordinary -1 (cuda_wait_poll_status returning -1), rank 1's line had no
-# step; with the health check not run at a wait's completion the nccl_async job ran on.
+# error returned as an ordinary -1 (cuda_wait_poll_status returning -1), both CUDA cases
+# failed, rank 1's line naming neither the step nor the operation (2026-11-28). (The
+# nccl_async case passed without the health check at a wait's completion too: its waits
+# last past the spin phase, where the check runs anyway.)
 # A missing prerequisite (MPI, the emulated binary) is a skip, a FAIL when CI=true.
 set -u
 build="${1:-build}"
@@ -31,10 +34,11 @@ args=(--device cuda --seq_len 64 --batch_size_per_device 1 --total_batch_size 4 
       --learning_rate 3e-3 --lr_schedule constant --warmup_fraction 0)
 elapsed() { awk -v s="$1" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }'; }
 
-# fault_case KIND N OP_REGEX: the job with FT_EMU_FAULT=KIND@1:N, then its resume
+# fault_case NAME OP_REGEX VAR=VALUE...: the job with the environment given, then its resume
 fault_case() {
-  local kind=$1 n=$2 opre=$3 name=$1 mp start="" ranks="" p rc line last steps
-  FT_EMU_FAULT="$kind@1:$n" mpiexec -n 2 "$emu" "${args[@]}" --max_steps 100000 --collective_timeout "$to" \
+  local kind=$1 opre=$2 name=$1 mp start="" ranks="" p rc line last steps
+  shift 2
+  env "$@" mpiexec -n 2 "$emu" "${args[@]}" --max_steps 100000 --collective_timeout "$to" \
     --out_dir "$tmp/$name" > "$tmp/$name.log" 2> "$tmp/$name.err" &
   mp=$!; jobs_started+=("$mp")
   local t0; t0=$(date +%s.%N)
@@ -81,7 +85,16 @@ fault_case() {
 }
 
 op='[a-z_ :]+ \([a-z0-9 ]+\): '   # what the host waited for ("pacing: the work of two layers back (compute stream)")
-fault_case illegal_address 600 "${op}CUDA error: an illegal memory access was encountered \\(cudaErrorIllegalAddress, from cuda(Stream|Event)Query\\); aborting$"
-fault_case ecc 600 "${op}CUDA error: uncorrectable ECC error encountered \\(cudaErrorECCUncorrectable, from cuda(Stream|Event)Query\\); aborting$"
-fault_case nccl_async 200 "${op}nccl: the [a-z ]+ of 2 ranks reports an asynchronous error: .*; aborting$"
+fault_case illegal_address "${op}CUDA error: an illegal memory access was encountered \\(cudaErrorIllegalAddress, from cuda(Stream|Event)Query\\); aborting$" \
+  FT_EMU_FAULT=illegal_address@1:600
+fault_case ecc "${op}CUDA error: uncorrectable ECC error encountered \\(cudaErrorECCUncorrectable, from cuda(Stream|Event)Query\\); aborting$" \
+  FT_EMU_FAULT=ecc@1:600
+nccl_async="${op}nccl: the [a-z ]+ of 2 ranks reports an asynchronous error: .*; aborting$"
+fault_case nccl_async "$nccl_async" FT_EMU_FAULT=nccl_async@1:200
+# the same through the NCCL stand-in (tests/nccl_standin, loaded by FT_NCCL_LIBRARY): its helper
+# thread's Nth collective fails as an MPI failure would
+standin=$build/tests/libnccl_standin_emu.so
+if [ -f "$standin" ]; then
+  fault_case standin_nccl_async "$nccl_async" FT_NCCL_LIBRARY="$standin" FT_STANDIN_FAULT=nccl_async@1:200
+else skip_or_fail "$standin not built: the stand-in's case"; fi
 finish
