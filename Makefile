@@ -121,6 +121,7 @@ SLOW_TESTS += test_cuda_emu_train.sh  # header: 3.5-7 min wall, 4 min of CPU
 SLOW_TESTS += test_offload.sh         # header: 2 min
 SLOW_TESTS += test_backend_emu        # 159 s wall at load 9: every backend op, emulated CUDA
 SLOW_TESTS += test_watchdog.sh        # header: 67-131 s
+SLOW_TESTS += test_gpu_faults.sh      # about 50 s: 3 emulated 2-GPU jobs with a fault on rank 1, resumed
 SLOW_TESTS += test_lora.sh            # header: 48-91 s wall, 60 s of CPU
 SLOW_TESTS += test_cudnn_plan         # 62 s wall at load 9
 SLOW_TESTS += test_soak_script.sh     # header: 40 s

@@ -171,12 +171,7 @@ static void *cu_host_alloc(size_t nbytes) {
 static void cu_host_free(void *p) {
     if (p) (void)cudaFreeHost(p);
 }
-static int poll_event(void *ctx) {
-    const cudaError_t e = cudaEventQuery((cudaEvent_t)ctx);
-    if (e == cudaErrorNotReady) return 0;
-    CHECK_CUDA_STATUS(e, "cudaEventQuery");
-    return 1;
-}
+static int poll_event(void *ctx) { return cuda_wait_poll_status(cudaEventQuery((cudaEvent_t)ctx), "cudaEventQuery"); }
 static int cu_copy_wait(int ticket) {
     if (ticket < 0 || ticket >= BACKEND_COPY_TICKETS) return ft_error("cuda backend: copy ticket %d out of range", ticket);
     if (!g_cuda.copy_live[ticket]) return 0;

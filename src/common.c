@@ -358,6 +358,11 @@ static const env_var env_vars[] = {
     {"FT_EMU_SYNC", ENV_TOOLS, "`1`: emulated streams run each operation when it is issued"},
     {"FT_EMU_MAX_QUEUE", ENV_TOOLS, "`N`: an emulated stream holds at most N unfinished operations "
      "(issuing one more blocks the host)"},
+    {"FT_EMU_FAULT", ENV_TOOLS, "`KIND@RANK:N`: on rank RANK (`PMI_RANK`) the Nth kernel launch faults "
+     "(KIND `illegal_address` or `ecc`: a sticky CUDA error) or the Nth collective leaves its emulated "
+     "NCCL communicator in an asynchronous error (`nccl_async`)"},
+    {"FT_STANDIN_FAULT", ENV_TOOLS, "`nccl_async@RANK:N`: on rank RANK (`PMI_RANK`) the NCCL stand-in's Nth "
+     "collective fails, leaving its communicator in an asynchronous error"},
     {"FT_EMU_STATS", ENV_TOOLS, "print how many operations of each kind were issued, at exit"},
     {"FT_EMU_MAX_REPORTS", ENV_TOOLS, "the most ordering-hazard reports printed (default 20)"},
     {"CUEMU_ORDER", ENV_TOOLS, "`forward`, `reverse` or `random`: the order emulated thread blocks run"},

@@ -6,13 +6,17 @@
 #include "cuda_check.h"
 #include "watchdog.h"
 
-// The watchdog's poll: 1 when the stream is idle, 0 while it still has work, -1 on an error.
-static int poll_stream(void *ctx) {
-    const cudaError_t e = cudaStreamQuery((cudaStream_t)ctx);
+int cuda_wait_poll_status(cudaError_t e, const char *call) {
+    if (e == cudaSuccess) return 1;
     if (e == cudaErrorNotReady) return 0;
-    CHECK_CUDA_STATUS(e, "cudaStreamQuery");
-    return 1;
+    // an error of work already queued (a fault in a kernel, a copy): sticky, the rank cannot
+    // go on, and its peers would wait for it in their next collective
+    ft_error("CUDA error: %s (%s, from %s)", cudaGetErrorString(e), cudaGetErrorName(e), call);
+    return WATCHDOG_POLL_FATAL;
 }
+
+// The watchdog's poll: 1 when the stream is idle, 0 while it still has work.
+static int poll_stream(void *ctx) { return cuda_wait_poll_status(cudaStreamQuery((cudaStream_t)ctx), "cudaStreamQuery"); }
 
 int cuda_wait_stream(void *stream, const char *op, const char *what, size_t bytes) {
     if (!watchdog_enabled()) {

@@ -137,17 +137,21 @@ static int timed_out(const char *op, const char *group, size_t bytes, double wai
     return fire(from_guard);
 }
 
-// a transport failed on its own: its message, with this rank and the phase in front
-static int transport_failed(const char *msg) {
+// the wait for `op` on `group` failed for good (a transport's failure, or a poll's
+// WATCHDOG_POLL_FATAL): `msg`, with this rank, the phase and the operation in front
+static int wait_failed(const char *op, const char *group, const char *msg) {
+    char m[800];
+    snprintf(m, sizeof m, "%s", msg);   // (msg may be the error record itself)
     ft_error_clear();
-    ft_error("rank %d: %s: %s; aborting", W.rank, W.phase, msg);
+    ft_error("rank %d: %s: %s (%s): %s; aborting", W.rank, W.phase, op, group ? group : "world", m);
     return fire(0);
 }
 
-static int check_hooks(void) {
+static int check_hooks(const char *op, const char *group) {
     char msg[800];
     for (int i = 0; i < W.n_hooks; i++)
-        if (W.hooks[i].check && W.hooks[i].check(W.hooks[i].ctx, msg, sizeof msg) != 0) return transport_failed(msg);
+        if (W.hooks[i].check && W.hooks[i].check(W.hooks[i].ctx, msg, sizeof msg) != 0)
+            return wait_failed(op, group, msg);
     return 0;
 }
 
@@ -160,16 +164,18 @@ int watchdog_wait(watchdog_poll_fn poll, void *ctx, const char *op, const char *
     long sleep_ns = WATCHDOG_SLEEP_MIN_NS;
     for (unsigned long i = 1;; i++) {
         const int r = poll(ctx);
-        if (r > 0) return 0;
+        // (a transport's asynchronous error can let its work "complete" without running it)
+        if (r > 0) return check_hooks(op, group);
+        if (r == WATCHDOG_POLL_FATAL) return wait_failed(op, group, ft_error_message());
         if (r < 0) return -1;   // an ordinary error: the caller's path reports it
-        if (i % CHECK_EVERY == 0 && check_hooks() != 0) return -1;
+        if (i % CHECK_EVERY == 0 && check_hooks(op, group) != 0) return -1;
         const double waited = now_seconds() - t0;
         if (W.timeout > 0 && waited >= W.timeout + W.grace) return timed_out(op, group, bytes, waited, 0);
         if (waited < WATCHDOG_SPIN_S) continue;
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
         sleep_ns = sleep_ns * 2 < WATCHDOG_SLEEP_MAX_NS ? sleep_ns * 2 : WATCHDOG_SLEEP_MAX_NS;
-        if (check_hooks() != 0) return -1;
+        if (check_hooks(op, group) != 0) return -1;
     }
 }
 

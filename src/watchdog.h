@@ -13,7 +13,11 @@
 //      the transports' abort hooks (ncclCommAbort) are not run first: an abort synchronises
 //      a stream that may wait on another communicator's stuck collective, and would hang.
 // Without an end callback (library tests) it runs the abort hooks and returns -1 instead,
-// and every later wait fails at once. Transports may also register a health check (NCCL's asynchronous errors), polled
+// and every later wait fails at once. A failing GPU ends the job the same way, at once: a
+// poll that finds a sticky device error (an illegal address, an uncorrectable ECC error:
+// WATCHDOG_POLL_FATAL, src/cuda_wait.h), or a transport's health check that fails, records
+// "rank R: <phase>: <operation> (<group>): <error>; aborting" instead of returning into code
+// where the peers would wait for this rank in their next collective. Transports may also register a health check (NCCL's asynchronous errors), polled
 // during waits, and a description of their oldest unfinished operation (added to the line).
 //
 // Calls that block inside a library and cannot be polled (ncclCommInitRank, ncclCommSplit,
@@ -52,7 +56,11 @@
 #define WATCHDOG_SLEEP_MIN_NS 20000L
 #define WATCHDOG_SLEEP_MAX_NS 500000L
 
-// A poll: 1 = the operation completed, 0 = not yet, -1 = it failed (ft_error recorded).
+// A poll: 1 = the operation completed, 0 = not yet, -1 = it failed (ft_error recorded),
+// WATCHDOG_POLL_FATAL = it failed in a way this rank cannot go on from (a sticky CUDA error:
+// an illegal address, an uncorrectable ECC error; ft_error recorded): the wait ends the job
+// as a timeout does, its one line naming the rank, the phase and the operation.
+#define WATCHDOG_POLL_FATAL (-2)
 typedef int (*watchdog_poll_fn)(void *ctx);
 
 // What a transport registers (any callback may be NULL).
@@ -93,7 +101,9 @@ void watchdog_unregister(void *ctx);
 // Poll `poll(ctx)` until it reports completion (0) or failure (-1). `op` names the operation
 // ("all_gather"), `group` its group ("shard group") and `bytes` its size (0 = not shown).
 // With a timeout set, an operation that does not complete in time ends the job (or returns
-// -1 without callbacks); without one, it polls until completion.
+// -1 without callbacks); without one, it polls until completion. A poll's fatal failure
+// (WATCHDOG_POLL_FATAL) and a transport's failed health check, also one seen as the
+// operation completes, end the job the same way.
 int watchdog_wait(watchdog_poll_fn poll, void *ctx, const char *op, const char *group, size_t bytes);
 // Guard one blocking call that cannot be polled (see the top of this file): between begin
 // and end, a thread ends the job as a timed-out wait would, `op` and `group` naming the call

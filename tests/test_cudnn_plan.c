@@ -236,7 +236,9 @@ static void run_case(const plan_case *c, cudnnBackendDescriptor_t dp) {
 // (src/cuda_wait.c): polled under the watchdog when --collective_timeout is set
 // (cudaStreamQuery in poll_stream), cudaStreamSynchronize otherwise. With the stub driver every CUDA call fails at once, which
 // shows which wait it took: destroy must return -1 with that error and leave the graph alone
-// (freed here afterwards).
+// (freed here afterwards). The poll's error is fatal (a sticky device error, src/watchdog.h):
+// the watchdog's line, "... CUDA error: <reason> (<name>, from cudaStreamQuery); aborting"
+// (no end callback here: the wait returns -1).
 static void check_destroy_waits(void) {
     static const struct { double timeout; int polled; } WAITS[] = {{30, 1}, {0, 0}};
     const attn_key key = {1, 1, 1, 1, 8, 0, 0};
@@ -251,8 +253,9 @@ static void check_destroy_waits(void) {
         watchdog_configure(WAITS[i].timeout, 0);
         const int rc = attn_engine_destroy(g);
         const char *msg = rc ? ft_error_message() : "";
-        const bool sync = strstr(msg, "cudaStreamSynchronize") != NULL;
-        EXPECT(rc == -1 && strstr(msg, "src/cuda_wait.c") && sync == !WAITS[i].polled,
+        const bool sync = strstr(msg, "cudaStreamSynchronize") != NULL && strstr(msg, "src/cuda_wait.c");
+        const bool polled = strstr(msg, "from cudaStreamQuery); aborting") != NULL;
+        EXPECT(rc == -1 && sync == !WAITS[i].polled && polled == WAITS[i].polled,
                "destroy of an executed plan, --collective_timeout %g: rc %d, '%s' (wanted -1 from cuda_wait_stream's "
                "%s)", WAITS[i].timeout, rc, msg, WAITS[i].polled ? "poll" : "cudaStreamSynchronize");
         printf("destroy of an executed plan, --collective_timeout %g: %s\n", WAITS[i].timeout, rc ? msg : "waited");

@@ -50,7 +50,7 @@ env_check() {
   local root=$1 table=$2 rc=0 name sec where
   local listed; listed=$(grep -oE '^\| `[A-Z][A-Z0-9_]+`' "$table" | tr -d '|` ' | sort -u)
   local code=("$root"/src/*.[ch] "$root"/tests/*.c "$root/$emu"/*.{c,cpp,cu,h} "$root"/tests/tools/*.c
-              "$root"/tests/gpu/*.c "$root"/tests/slurm/*.c)
+              "$root"/tests/gpu/*.c "$root"/tests/slurm/*.c "$root"/tests/nccl_standin/*.c)
   # (a) every name read is listed
   for name in $( (grep -ohE 'getenv\("(FT|CUEMU)_[A-Z0-9_]+"' "${code[@]}" 2>/dev/null
                   grep -ohE '\$\{FT_[A-Z0-9_]+(:?-|\})' "$root"/slurm/*.sbatch "$root"/slurm/*.sh 2>/dev/null) |
@@ -81,7 +81,7 @@ why=$(env_check . "$tmp/env.md") && [ "$n" -gt 40 ] \
 
 # meta: a copy of the sources with each kind of mistake, one at a time
 mkdir -p "$tmp/tree/tests" "$tmp/tree/$emu" && cp -r src slurm "$tmp/tree/" && cp -r "$emu"/. "$tmp/tree/$emu/" \
-  && cp -r tests/*.c tests/tools tests/gpu tests/slurm "$tmp/tree/tests/"
+  && cp -r tests/*.c tests/tools tests/gpu tests/slurm tests/nccl_standin "$tmp/tree/tests/"
 mutant() {   # mutant WHAT WANT FILE SED: FILE changed by SED (in the copy) must fail with WANT
   local what=$1 want=$2 file=$3 expr=$4 table=$tmp/env.md out
   cp "$tmp/tree/$file" "$tmp/keep" 2>/dev/null

@@ -19,6 +19,9 @@
 //      blocked past the timeout gets the line and main's callbacks from the guard's thread
 //      while it still blocks, and watchdog_guard_end returns -1 with the line recorded on the
 //      caller's thread (the error record is per thread); with the timeout off, no guard
+//   8. a poll's fatal failure (WATCHDOG_POLL_FATAL: a sticky CUDA error) ends the job at once
+//      with one line naming the rank, the phase, the operation and the poll's error; a
+//      transport failing while the operation completed (its work skipped) does the same
 #include <time.h>
 
 #include "common.h"
@@ -34,12 +37,16 @@ static double now(void) {
 // ----------------------------------------------------------------------------
 // polls
 
-typedef struct { int calls, complete_after, fail; double until; long late_polls; double t0; } poll_state;
+typedef struct { int calls, complete_after, fail, fatal; double until; long late_polls; double t0; } poll_state;
 
 static int poll_fn(void *ctx) {
     poll_state *p = ctx;
     p->calls++;
     if (p->fail) return ft_error("MPI_Test failed: broken pipe");
+    if (p->fatal) {
+        ft_error("CUDA error: an illegal memory access was encountered (cudaErrorIllegalAddress, from cudaStreamQuery)");
+        return WATCHDOG_POLL_FATAL;
+    }
     if (p->until > 0) {
         const double t = now() - p->t0;
         if (t > WATCHDOG_SPIN_S + 0.01) p->late_polls++;
@@ -160,8 +167,8 @@ static void test_check_fails(int with_end) {
     const double t0 = now();
     EXPECT(watchdog_wait(poll_fn, &p, "device synchronize", "compute stream", 0) == -1 && now() - t0 < 1,
            "a failed transport ends the wait at once");
-    const char *want = "rank 1: eval at step 4: nccl: the shard group reports an asynchronous error: remote process "
-                       "exited; aborting";
+    const char *want = "rank 1: eval at step 4: device synchronize (compute stream): nccl: the shard group reports "
+                       "an asynchronous error: remote process exited; aborting";
     EXPECT(strcmp(ft_error_message(), want) == 0, "the line:\n  got  %s\n  want %s", ft_error_message(), want);
     if (with_end)   // (the real end does not return: the aborts after it never run)
         EXPECT(g_reports == 1 && g_ends == 1 && g_aborts_at_end == 0, "reported, ended, nothing aborted first (%d %d %d)",
@@ -172,6 +179,32 @@ static void test_check_fails(int with_end) {
                g_t[1].aborted);
     watchdog_unregister(&g_t[0]);
     watchdog_unregister(&g_t[1]);
+}
+
+static void test_fatal_poll(void) {
+    watchdog_configure(5, 1);
+    watchdog_set_fatal(on_report, on_end);
+    watchdog_set_phase("step %d", 3);
+    g_reports = g_ends = 0;
+    poll_state p = {.fatal = 1};
+    ft_error_clear();   // (the cases before left their lines)
+    const double t0 = now();
+    EXPECT(watchdog_wait(poll_fn, &p, "all_reduce of host doubles", "shard group of 2 ranks", 8) == -1 &&
+           now() - t0 < 1, "a fatal poll ends the wait at once");
+    const char *want = "rank 1: step 3: all_reduce of host doubles (shard group of 2 ranks): CUDA error: an illegal "
+                       "memory access was encountered (cudaErrorIllegalAddress, from cudaStreamQuery); aborting";
+    EXPECT(strcmp(ft_error_message(), want) == 0, "the line:\n  got  %s\n  want %s", ft_error_message(), want);
+    EXPECT(g_reports == 1 && g_ends == 1 && watchdog_fired(), "reported and ended (%d %d)", g_reports, g_ends);
+    // a transport that failed while the wait's operation completed at the first poll
+    watchdog_configure(5, 1);
+    g_reports = g_ends = 0;
+    g_t[0] = (transport){.fail_check = 1};
+    watchdog_hook h = {&g_t[0], t_check, t_describe, t_abort};
+    EXPECT(watchdog_register(&h) == 0, "register");
+    poll_state q = {.complete_after = 1};
+    EXPECT(watchdog_wait(poll_fn, &q, "compute stream", "step", 0) == -1 && g_reports == 1 && g_ends == 1,
+           "a transport failed by the time its operation completed: the job ends (%d %d)", g_reports, g_ends);
+    watchdog_unregister(&g_t[0]);
 }
 
 static void test_grace(void) {
@@ -245,5 +278,6 @@ int main(void) {
     test_timeout();
     test_check_fails(1);
     test_check_fails(0);
+    test_fatal_poll();
     TEST_SUMMARY("test_watchdog_wait");
 }

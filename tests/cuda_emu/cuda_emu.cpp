@@ -960,6 +960,8 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorECCUncorrectable: return "cudaErrorECCUncorrectable";
     default: return "cudaError(other)";
     }
 }
@@ -976,6 +978,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorECCUncorrectable: return "uncorrectable ECC error encountered";
     default: return "unknown error";
     }
 }

@@ -74,6 +74,13 @@ const char *async_error_message();
 void async_clear_error();
 // an operation's stream id (for NCCL's per-communicator bookkeeping); -1 if unknown
 int stream_id(cudaStream_t stream);
+// Test-only fault injection, FT_EMU_FAULT=KIND@RANK:N (tests/test_gpu_faults.sh): true once,
+// for the Nth event of `kind` counted in this process when its PMI_RANK (0 if unset) is RANK.
+// Kinds: "illegal_address", "ecc" (the Nth kernel launch fails with cudaErrorIllegalAddress /
+// cudaErrorECCUncorrectable, sticky, as a GPU fault), "nccl_async" (the Nth collective
+// issued leaves its communicator in an asynchronous error, ncclSystemError). Kernel kinds
+// count launches, the NCCL kind collectives.
+bool fault_hit(const char *kind);
 
 // ---------------------------------------------------------------- cuda_emu.cpp
 bool quiet();   // cuemu_set_quiet: no launch errors or hazards on stderr

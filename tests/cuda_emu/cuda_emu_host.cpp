@@ -450,6 +450,10 @@ static int mpi_finish(ncclComm_t c, int rc, MPI_Request *req) {
 static ncclResult_t nccl_issue(ncclComm_t c, cudaStream_t stream, const char *what, size_t n, ncclDataType_t t,
                                const std::vector<cuemu::Access> &acc, std::function<int()> run) {
     if (c->aborted) return ncclInvalidUsage;
+    if (cuemu::fault_hit("nccl_async")) {   // (FT_EMU_FAULT) this and later runs are skipped
+        c->error = ncclSystemError;
+        fprintf(stderr, "cuda_emu: injected fault (FT_EMU_FAULT) in %s: an asynchronous NCCL error\n", what);
+    }
     char name[128];
     snprintf(name, sizeof name, "%s (%zu x %s)", what, n, nccl_type_name(t));
     c->pending++;

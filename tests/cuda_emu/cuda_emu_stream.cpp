@@ -41,6 +41,7 @@
 #include <deque>
 #include <map>
 #include <set>
+#include <atomic>
 #include <string>
 
 #include "cuda_emu_async.h"
@@ -371,11 +372,34 @@ cudaError_t enqueue_kernel(const LaunchSpec &spec, cudaStream_t stream, const Ke
     }
     char name[512];
     snprintf(name, sizeof name, "kernel %s (%s:%d)", spec.name, spec.file, spec.line);
+    const bool ill = fault_hit("illegal_address"), ecc = !ill && fault_hit("ecc");
+    if (ill || ecc) {   // (FT_EMU_FAULT) the kernel faults when it runs: a sticky error
+        std::string what = name;
+        return enqueue(stream, name, acc, [ill, what]() {
+            char msg[640];
+            snprintf(msg, sizeof msg, "cuda_emu: injected fault (FT_EMU_FAULT) in %s: %s", what.c_str(),
+                     ill ? "illegal address" : "uncorrectable ECC error");
+            async_fail(ill ? cudaErrorIllegalAddress : cudaErrorECCUncorrectable, msg);
+        });
+    }
     LaunchSpec sp = spec;
     return enqueue(stream, name, acc, [sp, body]() {
         char msg[2048];
         if (launch_run(sp, body, msg, sizeof msg) != cudaSuccess) async_fail(cudaErrorLaunchFailure, msg);
     });
+}
+
+bool fault_hit(const char *kind) {
+    static std::atomic<long> counts[2];   // kernel launches, collectives
+    const char *f = getenv("FT_EMU_FAULT");
+    const size_t k = strlen(kind);
+    if (!f || strncmp(f, kind, k) != 0 || f[k] != '@') return false;
+    int rank = 0;
+    long n = 0;
+    if (sscanf(f + k + 1, "%d:%ld", &rank, &n) != 2) return false;
+    const char *pmi = getenv("PMI_RANK");
+    if ((pmi ? atoi(pmi) : 0) != rank) return false;
+    return ++counts[strcmp(kind, "nccl_async") == 0] == n;
 }
 
 void async_fail(cudaError_t e, const char *msg) {

@@ -251,6 +251,20 @@ static int wait_staged(ncclComm_t c, const op *o) {
     }
 }
 
+// (TEST-ONLY FT_STANDIN_FAULT=nccl_async@RANK:N, tests/test_gpu_faults.sh: on the process whose
+// PMI_RANK is RANK, the Nth collective run by any of its communicators fails as an MPI failure
+// would: the communicator's asynchronous error becomes ncclSystemError)
+static int injected_fault(void) {
+    static long count;
+    const char *f = getenv("FT_STANDIN_FAULT"), *pmi = getenv("PMI_RANK");
+    int rank = 0;
+    long n = 0;
+    if (!f || sscanf(f, "nccl_async@%d:%ld", &rank, &n) != 2 || (pmi ? atoi(pmi) : 0) != rank) return 0;
+    if (__atomic_add_fetch(&count, 1, __ATOMIC_RELAXED) != n) return 0;
+    fprintf(stderr, "nccl stand-in: injected fault (FT_STANDIN_FAULT): collective %ld fails\n", n);
+    return 1;
+}
+
 static void *helper_main(void *arg) {
     ncclComm_t c = arg;
     cudaSetDevice(c->device);   // (its events' device: a new thread starts on device 0)
@@ -262,7 +276,7 @@ static void *helper_main(void *arg) {
         pthread_mutex_unlock(&c->mu);
         const int ok = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) == ncclSuccess && wait_staged(c, o) == 0;
         if (ok && !__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
-            const int rc = exchange(c, o);
+            const int rc = injected_fault() ? MPI_ERR_OTHER : exchange(c, o);
             if (rc != MPI_SUCCESS && !__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
                 char why[MPI_MAX_ERROR_STRING] = "";
                 int len = 0;
