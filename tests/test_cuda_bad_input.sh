@@ -115,8 +115,9 @@ out=$("$build/finetune" --dry_run --device cuda --model_dir "$tmp/hd256" "${flag
 # --attention cudnn (the default) whose cuDNN cannot take over: the startup check fails (the
 # cuDNN stand-in's TEST-ONLY FT_TEST_CUDNN_FAULT=plan) and the native kernels cannot take
 # head_dim 256: refused at setup, naming both (it used to warn, set up, and fail at the first
-# attention call); a shape cuDNN fails only at run time (late_fwd / late_bwd) ends the job
-# with one line naming both, not a fallback into the native kernels' own error. The run-time
+# attention call); a shape cuDNN fails only at run time (late_fwd / late_bwd: in the plan build
+# before step 1, or in a step when that is skipped) ends the job with one line naming both,
+# not a fallback into the native kernels' own error. The run-time
 # case needs weights: a 1-layer head_dim-256 model written here (stdlib Python, random F32).
 expect_one_line "head_dim 256, cuDNN startup check failed" "flag --attention cudnn: cuDNN attention did not start \
 (the warning above) and the native kernels that would replace it take head_dim up to 128, the model's is 256" \
@@ -150,15 +151,20 @@ with open(d + "/model.safetensors", "wb") as f:
     f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 PY
 # (a run-time failure comes after the outputs were opened: metrics.jsonl may stay)
-for fault in late_fwd late_bwd; do
-  which=$([ $fault = late_fwd ] && echo forward || echo backward)
-  rm -rf "$tmp/out"
-  err=$(env FT_TEST_CUDNN_FAULT=$fault "$emu" --device cuda --model_dir "$tmp/hd256w" "${flags[@]}" --out_dir "$tmp/out" \
-        2>&1 >/dev/null); rc=$?
-  line=$(grep "finetune: error" <<<"$err")
-  [ $rc -ne 0 ] && [ "$(grep -c . <<<"$line")" = 1 ] && [[ "$line" == *"--attention cudnn: the $which failed at run time ("*"no \
+# Every plan is built before step 1 (train.c's prebuild), so by default the failure comes
+# there; with the prebuild skipped (TEST-ONLY FT_TEST_LAZY_ATTN_PLANS) it comes inside a step.
+for lazy in 1 ""; do
+  for fault in late_fwd late_bwd; do
+    which=$([ $fault = late_fwd ] && echo forward || echo backward)
+    where=$([ -n "$lazy" ] && echo "the $which" || echo "the plan build before step 1")
+    rm -rf "$tmp/out"
+    err=$(env FT_TEST_CUDNN_FAULT=$fault ${lazy:+FT_TEST_LAZY_ATTN_PLANS=1} "$emu" --device cuda --model_dir "$tmp/hd256w" \
+          "${flags[@]}" --out_dir "$tmp/out" 2>&1 >/dev/null); rc=$?
+    line=$(grep "finetune: error" <<<"$err")
+    [ $rc -ne 0 ] && [ "$(grep -c . <<<"$line")" = 1 ] && [[ "$line" == *"--attention cudnn: $where failed at run time ("*"no \
 engine supports the $which graph"*") and the native kernels cannot take over: they take head_dim up to 128, the model's is 256" ]] \
-    && ok "head_dim 256, cuDNN's $which fails at run time ($fault): exit $rc, one line naming both" \
-    || bad "head_dim 256, $fault: exit $rc: $err"
+      && ok "head_dim 256, cuDNN's $which graph fails in $where ($fault): exit $rc, one line naming both" \
+      || bad "head_dim 256, $fault (${lazy:+lazy plans}${lazy:-plans before step 1}): exit $rc: $err"
+  done
 done
 finish
