@@ -146,7 +146,7 @@ $(BUILD)/obj/%.o: src/%.c
 $(BUILD)/obj/backend_cpu.o: CFLAGS += -fno-math-errno
 
 $(BUILD)/libfinetune.a: $(LIB_OBJS)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 # --version: the source revision (git describe), in $(BUILD)/version.h, rewritten only when it
 # changes, so that a new commit rebuilds main.o alone
@@ -192,9 +192,9 @@ BUILD_CONFIG_LINES := \
   $(call shq,compiler: $(CC) ($(CC_VERSION)); C++: $(CXX)) \
   $(call shq,CFLAGS: $(CFLAGS)) \
   $(call shq,LDLIBS: $(LDLIBS)) \
-  $(call shq,MPI: $(if $(filter 1,$(MPI)),yes ($(or $(MPI_FLAGS),flags given)),no (pkg-config mpich found nothing; MPI=1 forces))) \
-  $(call shq,PMI2: $(if $(filter 1,$(PMI2)),yes ($(or $(PMI2_PREFIX),/usr): libpmi2),no (no slurm/pmi2.h))) \
-  $(call shq,CUDA: $(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME); nvcc $(NVCC): $(NVCC_VERSION); kernels for $(NVCC_CODES)),no (nvcc not found; CUDA=1 forces))) \
+  $(call shq,MPI: $(if $(filter 1,$(MPI)),yes ($(or $(MPI_FLAGS),flags given)),no ($(if $(filter command line,$(origin MPI)),MPI=$(MPI) given,pkg-config mpich found nothing; MPI=1 forces)))) \
+  $(call shq,PMI2: $(if $(filter 1,$(PMI2)),yes ($(or $(PMI2_PREFIX),/usr): libpmi2),no ($(if $(filter command line,$(origin PMI2)),PMI2=$(PMI2) given,no slurm/pmi2.h)))) \
+  $(call shq,CUDA: $(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME); nvcc $(NVCC): $(NVCC_VERSION); kernels for $(NVCC_CODES)),no ($(if $(filter command line,$(origin CUDA)),CUDA=$(CUDA) given,nvcc not found; CUDA=1 forces)))) \
   $(call shq,BLAS: $(BLAS_INC) $(BLAS_LIB)) \
   $(call shq,DEPS_PREFIX: $(or $(DEPS_PREFIX),none)) \
   $(call shq,sanitizers: $(if $(SAN),ASan+UBSan,none))
@@ -206,7 +206,7 @@ $(BUILD)/obj/main.o: $(BUILD_CONFIG_H)
 
 # the nvcc-built kernels (sm_80 + sm_90 in each object) for the CUDA backend
 $(BUILD)/libftkernels.a: $(NVCC_OBJS)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 # the two tiers' commands for tests/run_all.sh: a binary runs as is, a script as `bash SCRIPT
 # BUILD`; commands a fragment adds to TEST_CMDS itself are in the fast tier
@@ -291,4 +291,9 @@ clean:
 # every target depends on the build's configuration (above), except the ones that make it
 .EXTRA_PREREQS := $(BUILD_CONFIG_H)
 $(BUILD_CONFIG_H) FORCE nvcc-flags-force clean: .EXTRA_PREREQS :=
+# GNU make before 4.3 ignores .EXTRA_PREREQS (RHEL 8 has 4.2.1): there the objects name it
+# (their recipes compile $< alone), and the libraries and binaries follow from them
+ifeq ($(filter-out 3.% 4.0% 4.1% 4.2%,$(MAKE_VERSION)),)
+$(LIB_OBJS) $(NVCC_OBJS) $(EMU_OBJ) $(EMU_HOST_OBJS) $(KERNEL_EMU_OBJS) $(KERNEL_EMU_GPU_OBJS): $(BUILD_CONFIG_H)
+endif
 

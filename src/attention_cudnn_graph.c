@@ -79,7 +79,7 @@ static int cudnn_open_shim(char *dir, size_t n) {
 #undef CUDNN_RESOLVE
     // the folder it was loaded from (dladdr of one of its functions: taking the address runs no
     // cuDNN code), where its sub-libraries are
-    Dl_info info;
+    Dl_info info = {0};
     dir[0] = 0;
     if (dladdr((const void *)f.cudnnGetVersion, &info) && info.dli_fname && strrchr(info.dli_fname, '/')) {
         const size_t len = (size_t)(strrchr(info.dli_fname, '/') - info.dli_fname);

@@ -156,11 +156,10 @@ static void *stage_slot(size_t n, cudaEvent_t *done) {
     if (g_cuda.stage[i].live && event_wait(g_cuda.stage[i].done, "staged copy to the device", "compute stream", n))
         return NULL;
     g_cuda.stage[i].live = 0;
-    if (g_cuda.stage[i].cap < n) {   // grown once per slot and size (no copy from it is pending)
-        if (g_cuda.stage[i].host) (void)cudaFreeHost(g_cuda.stage[i].host);
-        g_cuda.stage[i].cap = 0;
-        if (!(g_cuda.stage[i].host = cu_host_alloc(n))) return NULL;
-        g_cuda.stage[i].cap = n;
+    if (!g_cuda.stage[i].host) {   // allocated once, at the largest staged size: a pinned allocation
+        // or free in mid-run may wait for the whole device, outside the watchdog's polled waits
+        if (!(g_cuda.stage[i].host = cu_host_alloc(STAGE_MAX_BYTES))) return NULL;
+        g_cuda.stage[i].cap = STAGE_MAX_BYTES;
     }
     *done = g_cuda.stage[i].done;
     g_cuda.stage[i].live = 1;
@@ -175,7 +174,8 @@ static void *stage_slot(size_t n, cudaEvent_t *done) {
 // first, in the polled wait; the copy then finishes at once, and the wait after it keeps the
 // contract. Copies to the host (losses, slices) drain the stream the same way.
 static int cu_copy_h2d(void *dst, const void *src, size_t n) {
-    if (n > 0 && n <= STAGE_MAX_BYTES) {
+    if (n == 0) return 0;
+    if (n <= STAGE_MAX_BYTES) {
         cudaEvent_t done;
         void *h = stage_slot(n, &done);
         if (!h) return -1;

@@ -631,7 +631,7 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
                    "without --stop_at_step or with a later one\n", start, o->stop_at_step);
         return 0;
     }
-    TRY(prepare_attention(j));
+    if (start < j->total_steps) TRY(prepare_attention(j));   // (a finished run resumed trains nothing)
     if (start == 0) TRY(eval_and_log(j, 0));
     const char *stop_env = ft_getenv("FT_TEST_STOP_AT_STEP");   // (test-only: train_step)
     j->test_stop_step = stop_env && j->rank == 1 ? atoi(stop_env) : -1;
@@ -679,7 +679,7 @@ static int job_train(job *j, int start, int *step_out, int *stopped) {
         }
     }
     *step_out = step;
-    plan_counts_after_step1(j, 0);
+    if (step > start) plan_counts_after_step1(j, 0);   // (its baseline was taken at the first step)
     return 0;
 }
 
