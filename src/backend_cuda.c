@@ -50,10 +50,6 @@
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)   // cuBLASLt workspace (Hopper wants 32 MiB)
 #define ARENA_ALIGN 256
-// copy_h2d stages copies up to STAGE_MAX_BYTES through STAGE_SLOTS pinned slots, in turn: a
-// micro-batch's targets, segment starts and tokens (3 copies) in two micro-batches fit
-#define STAGE_SLOTS 8
-#define STAGE_MAX_BYTES ((size_t)4 << 20)
 
 // what a plan is cached by: the column-major view of the product, the leading dimensions, the
 // C/D storage type and the alignment of the A, B, C/D pointers (no padding: memcmp compares)
@@ -81,13 +77,6 @@ static struct {
     long pace_calls;                       // pace() calls so far (call k records pace_mark[k % (LAG + 1)])
     cudaEvent_t copy_done[BACKEND_COPY_TICKETS];
     int copy_live[BACKEND_COPY_TICKETS];   // a copy under this ticket is not yet waited for
-    struct {                               // copy_h2d's pinned staging slots (see stage_slot)
-        void *host;
-        size_t cap;
-        cudaEvent_t done;                  // recorded after the slot's last copy
-        int live;                          // that copy may still be pending
-    } stage[STAGE_SLOTS];
-    int stage_next;                        // the slot the next staged copy takes
     cublasLtHandle_t lt;
     void *lt_workspace;
     void *arena_mem;
@@ -140,50 +129,12 @@ static void cu_free(void *p) {
     (void)arena_free(&g_cuda.ar, p);
 }
 static void scratch_release(void *p) { cu_free(p); }
-static void *cu_host_alloc(size_t nbytes);
-static int poll_event(void *ctx);
-// Wait (bounded by --collective_timeout) for an event recorded on a stream.
-static int event_wait(cudaEvent_t e, const char *op, const char *what, size_t bytes) {
-    if (watchdog_enabled()) return watchdog_wait(poll_event, e, op, what, bytes);
-    CHECK_CUDA(cudaEventSynchronize(e));
-    return 0;
-}
-// The next pinned staging slot, holding at least n bytes: the host waits for that slot's last
-// copy only (STAGE_SLOTS copies ago, on the event recorded after it), never for the stream.
-static void *stage_slot(size_t n, cudaEvent_t *done) {
-    const int i = g_cuda.stage_next;
-    g_cuda.stage_next = (i + 1) % STAGE_SLOTS;
-    if (g_cuda.stage[i].live && event_wait(g_cuda.stage[i].done, "staged copy to the device", "compute stream", n))
-        return NULL;
-    g_cuda.stage[i].live = 0;
-    if (!g_cuda.stage[i].host) {   // allocated once, at the largest staged size: a pinned allocation
-        // or free in mid-run may wait for the whole device, outside the watchdog's polled waits
-        if (!(g_cuda.stage[i].host = cu_host_alloc(STAGE_MAX_BYTES))) return NULL;
-        g_cuda.stage[i].cap = STAGE_MAX_BYTES;
-    }
-    *done = g_cuda.stage[i].done;
-    g_cuda.stage[i].live = 1;
-    return g_cuda.stage[i].host;
-}
-// Copies up to STAGE_MAX_BYTES (a micro-batch's tokens, targets, segment starts) are staged:
-// the host copies the source into a pinned slot and queues the copy from it on the compute
-// stream, so the host may reuse the source at once and does not wait for the device. Larger
-// host buffers (checkpoint slices) are pageable: cudaMemcpyAsync from pageable memory may
-// block the host until the work queued before it is done, where the watchdog cannot see it
-// (a dead peer's collective would hang the job with no message). So those drain the stream
-// first, in the polled wait; the copy then finishes at once, and the wait after it keeps the
-// contract. Copies to the host (losses, slices) drain the stream the same way.
+// Host buffers here are pageable (tokens, targets, losses, checkpoint slices): CUDA's
+// cudaMemcpyAsync from or to pageable memory may block the host until the work queued before
+// it is done, where the watchdog cannot see it (a dead peer's collective would hang the job
+// with no message). So drain the stream first, in the polled wait; the copy then finishes at
+// once. The wait after it keeps the contract: the host buffer may be reused at once.
 static int cu_copy_h2d(void *dst, const void *src, size_t n) {
-    if (n == 0) return 0;
-    if (n <= STAGE_MAX_BYTES) {
-        cudaEvent_t done;
-        void *h = stage_slot(n, &done);
-        if (!h) return -1;
-        memcpy(h, src, n);
-        CHECK_CUDA(cudaMemcpyAsync(dst, h, n, cudaMemcpyHostToDevice, g_cuda.stream));
-        CHECK_CUDA(cudaEventRecord(done, g_cuda.stream));
-        return 0;
-    }
     TRY(compute_wait("work before a copy to the device", n));
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_cuda.stream));
     return compute_wait("copy to the device", n);
@@ -225,7 +176,8 @@ static int cu_copy_wait(int ticket) {
     if (ticket < 0 || ticket >= BACKEND_COPY_TICKETS) return ft_error("cuda backend: copy ticket %d out of range", ticket);
     if (!g_cuda.copy_live[ticket]) return 0;
     g_cuda.copy_live[ticket] = 0;
-    TRY(event_wait(g_cuda.copy_done[ticket], "offload copy", "copy stream", 0));
+    if (watchdog_enabled()) TRY(watchdog_wait(poll_event, g_cuda.copy_done[ticket], "offload copy", "copy stream", 0));
+    else CHECK_CUDA(cudaEventSynchronize(g_cuda.copy_done[ticket]));
     CHECK_CUDA(cudaStreamWaitEvent(g_cuda.stream, g_cuda.copy_done[ticket], 0));
     return 0;
 }
@@ -679,10 +631,6 @@ void backend_cuda_close(void) {
     if (g_cuda.arena_mem) cudaFree(g_cuda.arena_mem);
     for (int i = 0; i < BACKEND_COPY_TICKETS; i++)
         if (g_cuda.copy_done[i]) cudaEventDestroy(g_cuda.copy_done[i]);
-    for (int i = 0; i < STAGE_SLOTS; i++) {   // the compute stream is drained above
-        if (g_cuda.stage[i].host) (void)cudaFreeHost(g_cuda.stage[i].host);
-        if (g_cuda.stage[i].done) cudaEventDestroy(g_cuda.stage[i].done);
-    }
     if (g_cuda.compute_mark) cudaEventDestroy(g_cuda.compute_mark);
     for (int i = 0; i <= BACKEND_PACE_LAG; i++)
         if (g_cuda.pace_mark[i]) cudaEventDestroy(g_cuda.pace_mark[i]);
@@ -765,8 +713,6 @@ static int open_device(int local_rank, size_t arena_bytes) {
         CHECK_CUDA(cudaEventCreateWithFlags(&g_cuda.pace_mark[i], cudaEventDisableTiming));
     for (int i = 0; i < BACKEND_COPY_TICKETS; i++)
         CHECK_CUDA(cudaEventCreateWithFlags(&g_cuda.copy_done[i], cudaEventDisableTiming));
-    for (int i = 0; i < STAGE_SLOTS; i++)
-        CHECK_CUDA(cudaEventCreateWithFlags(&g_cuda.stage[i].done, cudaEventDisableTiming));
     CHECK_CUDA(cudaMalloc(&g_cuda.arena_mem, arena_bytes));
     TRY(arena_init(&g_cuda.ar, g_cuda.arena_mem, arena_bytes, ARENA_ALIGN));
     if (!(g_cuda.lt_workspace = cu_alloc(LT_WORKSPACE_BYTES))) return -1;
