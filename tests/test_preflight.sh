@@ -42,8 +42,13 @@ bw_ok() {
   awk -v mb="$mb" -v ms="$ms" -v a="$alg" -v b="$bus" -v f="$3" 'BEGIN {
     if (mb == "" || ms <= 0 || a <= 0) exit 1
     want = mb / ms   # MB per ms = GB/s
-    # printed to 2-3 digits: within the rounding of each figure
-    exit !((a - want) ^ 2 <= (0.01 + 0.002 * want) ^ 2 * 4 && (b - a * f) ^ 2 <= (0.01 + 0.001 * a) ^ 2 * 4) }'
+    # preflight.c prints MB and GB/s to 2 decimals, ms to 3: each printed figure is within half
+    # its last digit of the true one, so MB/ms is off by at most want x (0.005/mb + 0.0005/ms)
+    # (first order), a by 0.005 more; busbw = algbw x f exactly before rounding, so the printed
+    # b and a x f differ by at most 0.005 + 0.005 f. 1e-9 absorbs the decimal parsing.
+    da = want * (0.005 / mb + 0.0005 / ms) * 1.01 + 0.005 + 1e-9
+    db = 0.005 + 0.005 * f + 1e-9
+    exit !((a - want) ^ 2 <= da ^ 2 && (b - a * f) ^ 2 <= db ^ 2) }'
 }
 # lines_ok LOG NAME: the table, the timings, the step line and the verdict are all there
 lines_ok() {
