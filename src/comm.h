@@ -107,6 +107,11 @@ int comm_nccl_load(void);
 // order (the same on every rank), and reduce-scatters stay on the shard group's own
 // communicator (comm_nccl_add_reduce_scatter_lane does nothing). Loads NCCL first. 0 / -1.
 int comm_nccl_choose_lanes(int *one_lane);
+// Run this process in the one-lane mode although its own NCCL could run two: every rank of a
+// job must run the same mode (a two-lane rank's reduce-scatter lane would wait forever for the
+// one-lane ranks' split), so when any rank chose one lane, all take it (src/launch.c agrees
+// over the world before the first communicator). Call before comm_nccl_init.
+void comm_nccl_use_one_lane(void);
 // "NCCL 2.19.3 (libnccl.so.2)": the loaded library, for messages ("NCCL (not loaded)" before).
 const char *comm_nccl_describe(void);
 // The Python whose nvidia-nccl wheel the loaded NCCL came from (no libnccl.so.2 on the library

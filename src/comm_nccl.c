@@ -175,6 +175,8 @@ int comm_nccl_choose_lanes(int *out) {
     return 0;
 }
 
+void comm_nccl_use_one_lane(void) { one_lane = 1; }
+
 const char *comm_nccl_describe(void) {
     static char text[FT_PATH_MAX + 64];
     if (!N.ncclGetUniqueId) return "NCCL (not loaded)";

@@ -158,30 +158,47 @@ static int device_arena_bytes(const train_options *o, int W, size_t *out) {
 // (tests/gpu/test_gpu.sh; on the emulator, tests/test_cuda_emu_train.sh under mpiexec -n 1).
 static int nccl_self_test(const launch *L) { return L->W == 1 && ft_getenv("FT_TEST_NCCL_SELF") != NULL; }
 
-// GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c). With shards of S > 1
-// ranks, an NCCL older than 2.26 cannot run the reduce-scatter lane beside the gathers: the
-// collectives then run in one lane (comm_nccl_choose_lanes), and rank 0 says so once. 0 / -1.
-static int nccl_available(const launch *L, int S) {
+// GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c); *one_lane: whether
+// this rank's NCCL needs the one-lane mode (comm_nccl_choose_lanes). 0 / -1.
+static int nccl_available(const launch *L, int *one_lane) {
 #ifdef FT_HAVE_CUDA
-    int one_lane = 0;
-    TRY(comm_nccl_choose_lanes(&one_lane));
+    TRY(comm_nccl_choose_lanes(one_lane));
     if (comm_nccl_wheel_python() && L->rank == 0)
         fprintf(stderr, "finetune: no libnccl.so.2 on the library path: loaded %s, from the nvidia-nccl wheel of %s\n",
                 comm_nccl_describe(), comm_nccl_wheel_python());
-    if (one_lane && S > 1 && L->rank == 0)
-        fprintf(stderr, "finetune: warning: %s %s: the collectives of all NCCL communicators run one at a time on "
-                "one stream, so each layer's gradient reduce-scatter no longer runs beside the next layer's "
-                "all-gather (both still overlap the compute; the --dry_run step time already counts them one after "
-                "the other on the link); NCCL 2.26+ with NCCL_LAUNCH_ORDER_IMPLICIT=1 runs them in two lanes\n",
-                comm_nccl_describe(),
-                getenv("NCCL_LAUNCH_ORDER_IMPLICIT") && atoi(getenv("NCCL_LAUNCH_ORDER_IMPLICIT")) == 0
-                    ? "with NCCL_LAUNCH_ORDER_IMPLICIT=0 does not order concurrent communicators"
-                    : "is older than 2.26, which orders concurrent communicators");
     return 0;
 #else
-    (void)L; (void)S;
+    (void)L; (void)one_lane;
     return ft_error("flag --device cuda: this binary was built without the CUDA toolkit (rebuild with make CUDA=1)");
 #endif
+}
+
+// Every rank runs the same lane mode, the one-lane mode when any rank's NCCL needs it (older
+// than 2.26, or NCCL_LAUNCH_ORDER_IMPLICIT=0: a node with another NCCL would otherwise wait
+// forever in a split its peers never make). With shards of S > 1 ranks rank 0 says so once,
+// naming how many ranks asked for it. Collective over the world. 0 / -1.
+static int nccl_agree_lanes(launch *L, int one_lane, int S) {
+#ifdef FT_HAVE_CUDA
+    double asked = one_lane;
+    TRY(comm_all_reduce_f64(&L->world, &asked, 1));
+    if (asked == 0) return 0;
+    comm_nccl_use_one_lane();
+    if (S > 1 && L->rank == 0) {
+        const char *order = getenv("NCCL_LAUNCH_ORDER_IMPLICIT");
+        const char *why = !one_lane ? "is new enough, but another rank's NCCL is older than 2.26 or runs with "
+                                      "NCCL_LAUNCH_ORDER_IMPLICIT=0"
+                          : order && atoi(order) == 0 ? "with NCCL_LAUNCH_ORDER_IMPLICIT=0 does not order concurrent communicators"
+                                                      : "is older than 2.26, which orders concurrent communicators";
+        fprintf(stderr, "finetune: warning: %s %s (%.0f of %d ranks): the collectives of all NCCL communicators run "
+                "one at a time on one stream, so each layer's gradient reduce-scatter no longer runs beside the next "
+                "layer's all-gather (both still overlap the compute; the --dry_run step time already counts them one "
+                "after the other on the link); NCCL 2.26+ with NCCL_LAUNCH_ORDER_IMPLICIT=1 on every node runs them in "
+                "two lanes\n", comm_nccl_describe(), why, asked, L->W);
+    }
+#else
+    (void)L; (void)one_lane; (void)S;
+#endif
+    return 0;
 }
 
 #ifdef FT_HAVE_CUDA
@@ -385,9 +402,11 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     size_t arena_bytes = 0;
     if (rc == 0 && gpu) rc = device_arena_bytes(o, L->W, &arena_bytes);
     const int nccl = gpu && (L->W > 1 || nccl_self_test(L));
-    if (rc == 0 && nccl) rc = nccl_available(L, nccl_self_test(L) ? 2 : S);   // (the self-test's lane: concurrent)
+    int one_lane = 0;
+    if (rc == 0 && nccl) rc = nccl_available(L, &one_lane);
     int agreed = 0;
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
+    if (nccl && (rc = nccl_agree_lanes(L, one_lane, nccl_self_test(L) ? 2 : S)) != 0) return rc;   // (the self-test's lane: concurrent)
     if (L->mpi && S > 1 && S <= L->local_size && L->W > S) rc = warn_spread_shards(L, S);   // (collective)
     if (rc == 0 && nccl) rc = device_select(L);   // (collective: every rank or none, after the agreement)
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;

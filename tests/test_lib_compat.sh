@@ -67,6 +67,16 @@ NCCL_LAUNCH_ORDER_IMPLICIT=0 run fsdp_order0 2 finetune_emu
   && [ "$(comms fsdp_order0)" = 1 ] && same_run fsdp_order0 fsdp_new \
   && ok "NCCL_LAUNCH_ORDER_IMPLICIT=0 under 2.28: one lane, one warning naming the variable, the same losses" \
   || bad "NCCL_LAUNCH_ORDER_IMPLICIT=0: rc $rc, $(grep -m1 'error\|warning' "$tmp/fsdp_order0.log")"
+# another NCCL on one node: rank 1 alone has 2.19, rank 0 2.28; both must run one lane (two
+# lanes on rank 0 would wait forever in a reduce-scatter lane split rank 1 never makes)
+timeout 600 mpiexec -n 1 "$build/tests/finetune_emu" "${flags[@]}" --out_dir "$tmp/fsdp_mixed" : \
+  -n 1 env FT_EMU_NCCL_VERSION=21903 "$build/tests/finetune_emu" "${flags[@]}" --out_dir "$tmp/fsdp_mixed" \
+  >"$tmp/fsdp_mixed.out" 2>"$tmp/fsdp_mixed.err"; rc=$?
+cat "$tmp/fsdp_mixed.out" "$tmp/fsdp_mixed.err" > "$tmp/fsdp_mixed.log"
+[ $rc -eq 0 ] && [ "$(warned fsdp_mixed)" = 1 ] && grep -q "another rank's NCCL is older than 2.26 .*(1 of 2 ranks)" "$tmp/fsdp_mixed.err" \
+  && [ "$(comms fsdp_mixed)" = 1 ] && same_run fsdp_mixed fsdp_new \
+  && ok "NCCL 2.28 on rank 0, 2.19 on rank 1: both one lane, one warning (1 of 2 ranks), the same losses" \
+  || bad "mixed NCCL: rc $rc, communicators '$(comms fsdp_mixed)', $(grep -m1 'error\|warning' "$tmp/fsdp_mixed.log")"
 run hsdp_new 4 finetune_emu --dp_shard 2 --max_steps 2
 FT_EMU_NCCL_VERSION=21903 run hsdp_old 4 finetune_emu --dp_shard 2 --max_steps 2
 [ $rc -eq 0 ] && [ "$(warned hsdp_old)" = 1 ] && [ "$(comms hsdp_new)" = 4 ] && [ "$(comms hsdp_old)" = 3 ] \
