@@ -54,6 +54,7 @@ static struct {
 #undef CUDNN_POINTER
 } D;
 static char cudnn_file[FT_PATH_MAX];   // the libcudnn.so.<major> loaded ("" until then)
+static char cudnn_python[FT_PATH_MAX];   // the Python whose wheel it came from ("": none)
 // libcudnn.so.<major>: the library path's, else a wheel's (full path). 0 / -1 (ft_error).
 static int cudnn_open_shim(char *dir, size_t n) {
     char soname[32], wheel[FT_PATH_MAX], python[FT_PATH_MAX], rel[64];
@@ -69,8 +70,7 @@ static int cudnn_open_shim(char *dir, size_t n) {
         if (!(lib = dlopen(wheel, RTLD_NOW | RTLD_LOCAL)))
             return ft_error("cudnn attention: %s (the wheel of %s) does not load: %s", wheel, python, dlerror());
         file = wheel;
-        fprintf(stderr, "finetune: no %s on the library path: loaded %s, from the nvidia-cudnn wheel of %s\n", soname,
-                wheel, python);
+        snprintf(cudnn_python, sizeof cudnn_python, "%s", python);   // (launch.c names it once, on rank 0)
     }
     typeof(D) f;
 #define CUDNN_RESOLVE(name) if (!(f.name = (__typeof__(f.name))dlsym(lib, #name))) \
@@ -102,10 +102,24 @@ static int cudnn_open_shim(char *dir, size_t n) {
 // the shim's folder or else by name, so that a missing one is an error and the backend falls
 // back to native attention. What it loads stays loaded: the shim's own load of the same soname
 // then gets that library. Loads once; 0, or -1 with ft_error naming the library and the
-// loader's reason (tried again on the next call).
+// loader's reason (a failure is kept: later calls repeat its message without trying again,
+// so the wheel search runs at most once per process).
+static int cudnn_load_once(void);
 static int cudnn_load(void) {
-    static int loaded;
-    if (loaded) return 0;
+    static int state;   // 0 not tried, 1 loaded, -1 failed (message in why)
+    static char why[512];
+    if (state == 1) return 0;
+    if (state == -1) return ft_error("%s", why);
+    state = -1;
+    if (cudnn_load_once() != 0) {
+        snprintf(why, sizeof why, "%s", ft_error_message());
+        return -1;
+    }
+    state = 1;
+    return 0;
+}
+
+static int cudnn_load_once(void) {
     static const char *const names[] = {"libcudnn_graph", "libcudnn_engines_runtime_compiled"};
     char dir[FT_PATH_MAX];
     TRY(cudnn_open_shim(dir, sizeof dir));
@@ -122,7 +136,6 @@ static int cudnn_load(void) {
             return ft_error("cudnn attention: cuDNN's %s cannot be loaded (%s needs it beside it or on the library "
                             "path): %s", soname, cudnn_file, dlerror());
     }
-    loaded = 1;
     return 0;
 }
 
@@ -510,6 +523,8 @@ static void graph_free(attn_graph *g) {
 // the engine interface
 
 const char *attn_engine_library(void) { return cudnn_file[0] ? cudnn_file : "not loaded"; }
+
+const char *attn_engine_wheel_python(void) { return cudnn_python[0] ? cudnn_python : NULL; }
 
 int attn_engine_version(size_t *version) {
     TRY(cudnn_load());   // before any cuDNN call

@@ -38,6 +38,9 @@ int attn_engine_version(size_t *version);
 // The file the engine's library was loaded from (libcudnn.so.9's path; the emulated build's
 // executable), or "not loaded" before attn_engine_version / attn_engine_open loaded it.
 const char *attn_engine_library(void);
+// The Python whose nvidia-cudnn wheel the library came from (none on the library path), else
+// NULL. The engine prints nothing itself: src/launch.c names the file once, on rank 0.
+const char *attn_engine_wheel_python(void);
 // Open the engine on `stream` (a cudaStream_t): the cuDNN handle. 0 / -1 (ft_error; also when
 // a library cuDNN loads on its first call is missing, which would otherwise abort the process).
 int attn_engine_open(void *stream);

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "plan.h"
 #ifdef FT_HAVE_CUDA
+#include "attn_engine.h"
 #include "backend_cuda.h"
 #endif
 #include "watchdog.h"
@@ -413,6 +414,11 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     if (nccl && (rc = data_plane_open(L, S)) != 0) return rc;   // -1, or COMM_PEER_FAILED
     rc = backend_set_attention(o->attention, o->deterministic);
     if (rc == 0) rc = backend_open(o->device, nccl ? L->gpu_index : L->local_rank, arena_bytes, &L->be);
+#ifdef FT_HAVE_CUDA
+    if (rc == 0 && gpu && L->rank == 0 && attn_engine_wheel_python())   // (the engine prints nothing itself)
+        fprintf(stderr, "finetune: no libcudnn on the library path: loaded %s, from the nvidia-cudnn wheel of %s\n",
+                attn_engine_library(), attn_engine_wheel_python());
+#endif
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
     if (L->be != L->cpu) data_plane_bind(L);
     L->cc.local_size = L->local_size;

@@ -140,6 +140,9 @@ extern "C" {
 // FT_EMU_CUDNN_VERSION (e.g. 91500: cuDNN 9.15.0) pretends to be another cuDNN, to test the
 // front's version gate and the backend's fallback (tests/test_cuda_emu_attention.sh)
 // the stand-in is part of the emulated executable: the file its code was loaded from
+// the emulated engine is linked in, never a wheel's
+const char *attn_engine_wheel_python(void) { return NULL; }
+
 const char *attn_engine_library(void) {
     static char file[4096];
     Dl_info info;
