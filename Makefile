@@ -151,13 +151,17 @@ $(BUILD)/libfinetune.a: $(LIB_OBJS)
 # --version: the source revision (git describe), in $(BUILD)/version.h, rewritten only when it
 # changes, so that a new commit rebuilds main.o alone
 FT_VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
-$(BUILD)/version.h: FORCE
-	@mkdir -p $(BUILD)
-	@echo '#define FT_VERSION "$(FT_VERSION)"' | cmp -s - $@ || echo '#define FT_VERSION "$(FT_VERSION)"' > $@
+# (written while the Makefile is read, not by a FORCE'd rule, so that `make -n` and `make -q`
+# see an unchanged header as up to date; not for `make clean` alone)
+ifneq ($(MAKECMDGOALS),clean)
+# (\043 is '#', which a make function's text cannot hold portably across make versions)
+VERSION_LINE := printf '\043define FT_VERSION "%s"\n' '$(FT_VERSION)'
+_ := $(shell mkdir -p $(BUILD) && { $(VERSION_LINE) | cmp -s - $(BUILD)/version.h || $(VERSION_LINE) > $(BUILD)/version.h; })
+endif
+$(BUILD)/version.h:   # (only when missing: `make clean all`)
+	@mkdir -p $(BUILD) && $(VERSION_LINE) > $@
 $(BUILD)/obj/main.o: $(BUILD)/version.h
 $(BUILD)/obj/main.o: CFLAGS += -I$(BUILD)
-.PHONY: FORCE
-FORCE:
 
 $(BUILD)/finetune: $(BUILD)/obj/main.o $(BUILD)/libfinetune.a $(KERNEL_LIB)
 	$(CC) $^ -o $@ $(LDLIBS)
@@ -199,9 +203,11 @@ BUILD_CONFIG_LINES := \
   $(call shq,DEPS_PREFIX: $(or $(DEPS_PREFIX),none)) \
   $(call shq,sanitizers: $(if $(SAN),ASan+UBSan,none))
 BUILD_CONFIG_H := $(BUILD)/build_config.h
-$(BUILD_CONFIG_H): FORCE
-	@mkdir -p $(BUILD)
-	@bash scripts/build_config.sh $@ $(BUILD_CONFIG_LINES)
+ifneq ($(MAKECMDGOALS),clean)
+_ := $(shell mkdir -p $(BUILD) && bash scripts/build_config.sh $(BUILD_CONFIG_H) $(BUILD_CONFIG_LINES))
+endif
+$(BUILD_CONFIG_H):   # (only when missing: `make clean all`)
+	@mkdir -p $(BUILD) && bash scripts/build_config.sh $@ $(BUILD_CONFIG_LINES)
 $(BUILD)/obj/main.o: $(BUILD_CONFIG_H)
 
 # the nvcc-built kernels (sm_80 + sm_90 in each object) for the CUDA backend
@@ -290,7 +296,7 @@ clean:
 
 # every target depends on the build's configuration (above), except the ones that make it
 .EXTRA_PREREQS := $(BUILD_CONFIG_H)
-$(BUILD_CONFIG_H) FORCE nvcc-flags-force clean: .EXTRA_PREREQS :=
+$(BUILD_CONFIG_H) $(BUILD)/version.h $(NVCC_STAMP) clean: .EXTRA_PREREQS :=
 # GNU make before 4.3 ignores .EXTRA_PREREQS (RHEL 8 has 4.2.1): there the objects name it
 # (their recipes compile $< alone), and the libraries and binaries follow from them
 ifeq ($(filter-out 3.% 4.0% 4.1% 4.2%,$(MAKE_VERSION)),)

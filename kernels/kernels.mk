@@ -160,10 +160,14 @@ NVCC_OBJS := $(patsubst kernels/%.cu,$(BUILD)/nvcc/%.o,$(KERNEL_SRCS))
 NVCC_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 NVCC_STAMP := $(BUILD)/nvcc/flags.stamp
 
-.PHONY: nvcc-flags-force
-$(NVCC_STAMP): nvcc-flags-force
-	@mkdir -p $(dir $@)
-	@echo '$(NVCC) $(NVCC_FLAGS)' | cmp -s - $@ || echo '$(NVCC) $(NVCC_FLAGS)' > $@
+# (rewritten while the Makefile is read, only when the flags changed, so that `make -n` / `-q`
+# see unchanged flags as up to date; the rule makes it only when missing: `make clean all`)
+NVCC_STAMP_LINE := echo '$(NVCC) $(NVCC_FLAGS)'
+ifneq ($(MAKECMDGOALS),clean)
+_ := $(shell mkdir -p $(dir $(NVCC_STAMP)) && { $(NVCC_STAMP_LINE) | cmp -s - $(NVCC_STAMP) || $(NVCC_STAMP_LINE) > $(NVCC_STAMP); })
+endif
+$(NVCC_STAMP):
+	@mkdir -p $(dir $@) && $(NVCC_STAMP_LINE) > $@
 
 # (the backend's FT_CUDA_CODES comes from the same flags)
 $(BUILD)/obj/backend_cuda.o: $(NVCC_STAMP)

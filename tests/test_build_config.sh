@@ -6,7 +6,8 @@
 #      "MPI: no", and `mpiexec -n 2` starts two lone processes, each a world of 1;
 #   2. the same command with MPICH visible: the binary is rebuilt, --version says "MPI: yes",
 #      and `mpiexec -n 2` joins the two processes into one world of 2 ranks;
-#   3. once more unchanged: nothing is rebuilt (the binary's mtime stays).
+#   3. once more unchanged: nothing is rebuilt (the binary's mtime stays), and `make -q` says
+#      up to date; with MPICH hidden again `make -q` says out of date.
 # Each build ~1 min on 2 cores (the C sources only). The BUILD argument is unused (own folder).
 set -u
 build="${1:-build}"
@@ -51,4 +52,12 @@ sleep 1
 mk
 t3=$(stat -c %Y "$b/finetune")
 check "an unchanged configuration rebuilds nothing" test "$t3" = "$t2"
+# make -q / -n: an unchanged configuration is up to date (no FORCE'd header: the header is
+# rewritten, only when it changes, while the Makefile is read), a changed one is not
+make -q --no-print-directory BUILD="$b" CUDA=0 PMI2=0 "$b/finetune" >/dev/null 2>&1; rc=$?
+check "make -q: up to date after an unchanged build (rc $rc)" test $rc = 0
+n=$(make -n --no-print-directory BUILD="$b" CUDA=0 PMI2=0 "$b/finetune" 2>&1 | grep -c '^cc ')
+check "make -n: nothing to compile ($n compiler lines)" test "$n" = 0
+PKG_CONFIG_LIBDIR=/nonexistent make -q --no-print-directory BUILD="$b" CUDA=0 PMI2=0 "$b/finetune" >/dev/null 2>&1; rc=$?
+check "make -q: out of date once MPICH is hidden again (rc $rc)" test $rc = 1
 finish
