@@ -388,14 +388,20 @@ static int device_select(launch *L) {
 // ----------------------------------------------------------------------------
 // open / close
 
-int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
+int launch_open(launch *L, train_options *o, int *argc, char ***argv) {
     memset(L, 0, sizeof *L);
     L->cpu = backend_cpu();
     TRY(control_plane_open(L, argc, argv));
     watchdog_configure(o->collective_timeout, L->rank);
     L->nccl_comm_bytes = o->nccl_gib_per_comm > 0 ? (size_t)(o->nccl_gib_per_comm * 1073741824.0) : PLAN_NCCL_COMM_BYTES;
+    int rc = 0, agreed = 0;
+    if (o->auto_plan) {   // the grid's shard size may be its choice: first, agreed before the grid
+        rc = plan_auto_apply(o, L->W, strcmp(o->device, "cpu") != 0 ? 2 : 4, &L->auto_choice);
+        L->auto_done = rc == 0;
+        if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
+    }
     const int S = train_shard_size(o, L->W);
-    int rc = grid_open(L, S, o->device);
+    rc = grid_open(L, S, o->device);
     // the device: a GPU's arena is sized from the memory plan of this very job, after the
     // NCCL communicators of several GPU ranks took their memory on it (review M5); GPU ranks
     // beyond one need NCCL (loaded at run time), checked before the device is touched
@@ -405,7 +411,6 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     const int nccl = gpu && (L->W > 1 || nccl_self_test(L));
     int one_lane = 0;
     if (rc == 0 && nccl) rc = nccl_available(L, &one_lane);
-    int agreed = 0;
     if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
     if (nccl && (rc = nccl_agree_lanes(L, one_lane, nccl_self_test(L) ? 2 : S)) != 0) return rc;   // (the self-test's lane: concurrent)
     if (L->mpi && S > 1 && S <= L->local_size && L->W > S) rc = warn_spread_shards(L, S);   // (collective)

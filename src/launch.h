@@ -5,6 +5,7 @@
 #pragma once
 #include "bootstrap.h"
 #include "comm.h"
+#include "plan_auto.h"
 #include "train.h"
 
 typedef struct {
@@ -26,6 +27,8 @@ typedef struct {
     size_t nccl_comm_bytes;         // the plan's assumption per communicator (the bootstrap line)
     int nccl_setup;                 // the NCCL id was shared: a later setup failure is not agreed
     int ready;                      // launch_open succeeded
+    int auto_done;                  // --auto chose the job's flags (auto_choice: what and why)
+    plan_auto_result auto_choice;
 } launch;
 
 // Rank and world size from the launcher's environment (PMI_RANK / SLURM_PROCID / OMPI_...),
@@ -35,10 +38,11 @@ int launch_env_world_size(void);
 // The launchers this binary was built with, in one line (--version): MPI, Slurm PMI2.
 const char *launch_build_description(void);
 
-// Bring up the grid of the job `o` (the MPI runtime may rewrite argc/argv). Setup failures
+// Bring up the grid of the job `o` (the MPI runtime may rewrite argc/argv); with --auto the
+// flags it chooses are written into *o first (plan_auto_apply, every rank alike). Setup failures
 // are agreed over the control plane: 0, or -1 on the lowest failing rank (with ft_error to
 // print) and COMM_PEER_FAILED on the others. Call launch_close in every case.
-int launch_open(launch *L, const train_options *o, int *argc, char ***argv);
+int launch_open(launch *L, train_options *o, int *argc, char ***argv);
 
 // rank 0: one line naming the launcher, the grid and the device.
 void launch_print(const launch *L);

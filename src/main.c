@@ -8,6 +8,7 @@
 #include "launch.h"
 #include "options.h"
 #include "plan.h"
+#include "plan_auto.h"
 #include "preflight.h"
 #include "train.h"
 #include "build_config.h"   // FT_BUILD_CONFIG, written by the Makefile (scripts/build_config.sh)
@@ -15,17 +16,26 @@
 #include "watchdog.h"
 
 // --dry_run: plan the job from config.json alone and print the report (rank 0). 0 / -1.
-static int dry_run(const train_options *o) {
+// With --auto the report is of the plan it chose, after what it chose and why.
+static int dry_run(const train_options *given) {
+    train_options opts = *given, *o = &opts;
     llama_config cfg;
     char path[FT_PATH_MAX];
     TRY(ft_path(path, sizeof path, "%s/config.json", o->model_dir));
     TRY(llama_config_load(&cfg, path));
     const int W = o->world_size > 0 ? o->world_size : launch_env_world_size();
-    const plan_request req = train_plan_request(o, W, strcmp(o->device, "cuda") == 0 ? 2 : 4);
+    const size_t elem_bytes = strcmp(o->device, "cuda") == 0 ? 2 : 4;
+    plan_auto_result choice;
+    if (o->auto_plan) TRY(plan_auto_apply(o, W, elem_bytes, &choice));
+    const plan_request req = train_plan_request(o, W, elem_bytes);
     plan p;
     TRY(plan_compute(&p, &cfg, &req));
-    if (launch_env_rank() == 0)
-        plan_print_report(stdout, &p, &cfg, o->model_dir, o->device, (int)options_flag_max("--batch_size_per_device"));
+    if (launch_env_rank() != 0) return 0;
+    if (o->auto_plan) {
+        plan_auto_print(stdout, &choice);
+        printf("\n");
+    }
+    plan_print_report(stdout, &p, &cfg, o->model_dir, o->device, (int)options_flag_max("--batch_size_per_device"));
     return 0;
 }
 
@@ -80,6 +90,7 @@ int main(int argc, char **argv) {
     int failure_agreed = 0, rc = launch_open(&L, &o, &argc, &argv);
     if (rc == 0) {
         launch_print(&L);
+        if (L.rank == 0 && L.auto_done) plan_auto_print(stdout, &L.auto_choice);
         if (L.rank == 0) {
             printf("finetune: config:");
             options_print(stdout, &o);

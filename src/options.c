@@ -147,6 +147,10 @@ static const flag_spec flags[] = {
      "this job's all-gather, reduce-scatter and all-reduce timed on its own communicators with the communication per "
      "step they imply, and any rank that stands out named (exit 0: nothing stands out; 3: a rank stands out); "
      "multi-rank GPU jobs run it before step 1 anyway"},
+    {"--auto", FLAG_BOOL, OPT(auto_plan), 0, 1, NULL,
+     "choose --batch_size_per_device, --gradient_checkpointing, --keep_params_gathered, --dp_shard, "
+     "--accumulate_grads_locally and --offload_optimizer, those not given, for the most predicted tokens/s among "
+     "the plans that fit the device (with --dry_run too; docs/planning.md)"},
     {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL,
      "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
     {"--collective_timeout", FLAG_FLOAT, OPT(collective_timeout), 0, 1e6, NULL,
@@ -154,6 +158,7 @@ static const flag_spec flags[] = {
      "the rank, step and operation (0 = wait forever)"},
 };
 #define N_FLAGS (int)(sizeof flags / sizeof flags[0])
+_Static_assert(N_FLAGS <= (int)sizeof(((train_options *)0)->given), "train_options.given: one byte per flag");
 
 static train_options options_default(void) {
     train_options o = {
@@ -318,6 +323,9 @@ static int options_check_combinations(train_options *o) {
                         "continues)", o->resume);
     if (o->no_fsdp && o->dp_shard > 1)
         return ft_error("flags --no_fsdp and --dp_shard %d contradict each other", o->dp_shard);
+    if (o->auto_plan && o->eval_only)
+        return ft_error("flag --auto chooses a training step's flags; --eval_only has none to choose (give "
+                        "--batch_size_per_device yourself)");
     if (o->world_size > 0 && !o->dry_run)
         return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");
     TRY(model_lmhead_chunk_env_check());
@@ -367,6 +375,7 @@ int options_parse(train_options *o, int argc, char **argv, int *want_help) {
             val = argv[++i];
         }
         TRY(set_flag(o, f, val));
+        o->given[f - flags] = 1;
     }
     return options_check_combinations(o);
 }
@@ -381,5 +390,11 @@ void options_print(FILE *out, const train_options *o) {
 double options_flag_max(const char *name) {
     for (int i = 0; i < N_FLAGS; i++)
         if (strcmp(flags[i].name, name) == 0) return flags[i].max;
+    return 0;
+}
+
+int options_given(const train_options *o, const char *name) {
+    for (int i = 0; i < N_FLAGS; i++)
+        if (strcmp(flags[i].name, name) == 0) return o->given[i];
     return 0;
 }

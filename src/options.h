@@ -27,3 +27,7 @@ void options_print(FILE *out, const train_options *o);
 
 // The largest value flag `name` (e.g. "--batch_size_per_device") accepts, or 0 if unknown.
 double options_flag_max(const char *name);
+
+// 1 when flag `name` (e.g. "--dp_shard") was on the command line options_parse read into `o`
+// (whatever its value, the default's too), else 0 (also for a name not in the table).
+int options_given(const train_options *o, const char *name);

@@ -24,7 +24,7 @@ layers=(
   "6 sharding:  fsdp"
   "7 job:       hf_checkpoint hf_export out_dir ckpt plan plan_time schedule sample"
   "8 trainer:   train train_job train_log preflight"
-  "9 process:   options launch main"
+  "9 process:   options launch main plan_auto"
 )
 declare -A layer_of
 for row in "${layers[@]}"; do
