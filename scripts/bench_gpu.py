@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""GPU training throughput, MFU and peak memory of finetune against PyTorch on the same job,
-measured in one run on one GPU (issue 12 item 8).
+"""GPU training throughput, MFU and peak memory of finetune against PyTorch baselines on the same
+jobs, measured in one run on one GPU (issue 12 item 8; the strong baselines: issue 37 item 1).
 
-Run on an NVIDIA H200 and an NVIDIA H100 (2026-11-26; figures and how they were cross-checked
-in docs/results/2026-11-26-h200.md and -h100.md: one FLOP count for every program, finetune's step within 5% of
---dry_run's time model, its tracked peak within its memory plan). Its bookkeeping is tested
-without a GPU (tests/test_first_light.sh: a fake nvidia-smi and a fake trainer).
+Run on an NVIDIA H200 and an NVIDIA H100 (2026-11-26, programs finetune, torch, torch_fsdp;
+figures and how they were cross-checked in docs/results/2026-11-26-h200.md and -h100.md: one
+FLOP count for every program, finetune's step within 5% of --dry_run's time model, its tracked
+peak within its memory plan). torch_compile, liger and the 7b32 jobs have not run on a GPU yet.
+Its bookkeeping is tested without a GPU (tests/test_first_light.sh: a fake nvidia-smi and a
+fake trainer; the PyTorch workers on the CPU).
 
-    python scripts/bench_gpu.py [--jobs bundled,7b] [--programs finetune,torch,torch_fsdp]
+    python scripts/bench_gpu.py [--jobs bundled,7b,7b32] [--programs finetune,torch,...]
                                 [--steps 10] [--layers auto|N] [--batch_7b 4] [--seq 512]
                                 [--bin build/finetune] [--json build/bench_gpu.json]
-                                [--deadline_s SECONDS]
+                                [--deadline_s SECONDS] [--wheels .deps/root/wheels]
     python scripts/bench_gpu.py --plan_only [--gpu_name NAME --gpu_mem_gib GIB]
 
 Jobs (each trained by every program in turn, each program in its own process):
@@ -20,34 +22,67 @@ Jobs (each trained by every program in turn, each program in its own process):
            per parameter (--layers auto: the estimate below; --layers N to override), random
            weights (transformers, seed 0) written once in bf16 to a temporary directory;
            batch --batch_7b x --seq
+  7b32     the same at all 32 layers (6.74B parameters) with activation checkpointing
+           (finetune --gradient_checkpointing; PyTorch: each decoder layer checkpointed),
+           batch --batch_7b x --seq. Each program is planned by the fit estimate (train_bytes:
+           16 bytes per parameter, 18 for eager torch) against 0.85 of the device memory, and
+           skipped with the estimate as its reason where it does not fit (--plan_only shows
+           it): on an H200 all but eager torch at batch 16 fit, on an 80 GB H100 none
 Programs:
-  finetune    build/finetune --device cuda (bf16 storage, fp32 master weights and AdamW), one
-              rank, on packed rows of the bundled chess shards
-  torch       transformers' LlamaForCausalLM, attn_implementation "sdpa", fp32 weights with
-              torch.autocast(bfloat16), torch.optim.AdamW(fused=True): the seed tutorial's setup
-  torch_fsdp  the same model wrapped in PyTorch FSDP (one rank; each decoder layer a unit,
-              MixedPrecision bf16 parameters and reductions over fp32 shards), fused AdamW
+  finetune       build/finetune --device cuda (bf16 storage, fp32 master weights and AdamW),
+                 one rank, on packed rows of the bundled chess shards
+  torch          transformers' LlamaForCausalLM, attn_implementation "sdpa", fp32 weights with
+                 torch.autocast(bfloat16), torch.optim.AdamW(fused=True): the seed tutorial's
+                 setup, eager (kept for continuity with the 2026-11-26 figures)
+  torch_fsdp     the same model wrapped in PyTorch FSDP1 (one rank; each decoder layer a unit,
+                 MixedPrecision bf16 parameters and reductions over fp32 shards), fused AdamW
+  torch_compile  the strong baseline (torchtitan's setup on one GPU): FSDP2 fully_shard on each
+                 decoder layer and the root, world of 1 over NCCL, MixedPrecisionPolicy(bf16
+                 parameters, fp32 reductions) over fp32 master weights, torch.compile of each
+                 decoder layer (after activation checkpointing, before fully_shard, torchtitan's
+                 order; 2 warm-up steps), fused AdamW, SDPA restricted to its fastest backend
+                 on this GPU and shape (cuDNN, flash or memory-efficient, each timed alone
+                 first; the JSON's "setup" names the one used and the probe's times);
+                 reshard_after_forward only in the 7b32 jobs (one rank: it saves memory only)
+  liger          torch_compile plus Liger's kernels (liger_kernel.transformers.
+                 apply_liger_kernel_to_llama: RMSNorm, SwiGLU, RoPE, fused linear +
+                 cross-entropy, so no logits tensor)
 All: the same batch of full rows, lr 1e-4, weight decay 0.01, gradient clipping at 1.0. PyTorch
 trains on random token ids of the same shape (a step's cost does not depend on the values).
-The first step is a warm-up and not timed; the median of the timed steps is reported.
+The warm-up steps (1; 2 for the compiled programs) are not timed; the median of the timed
+steps is reported.
+
+What the machine must have: torch with CUDA and transformers (tests/oracle/requirements.txt)
+in the Python that runs this script, and nvidia-smi. They are too large to carry (torch with
+its CUDA libraries is gigabytes; a device call carries 64 MiB): the lent GPU machine's image
+has them (torch 2.11 + cu130, transformers 5.17, triton 3.6, 2026-11). Before any program a
+probe imports them (and liger_kernel) in a child: where torch or CUDA is missing, each PyTorch
+program is recorded as "not run: <reason>" and finetune still runs. liger_kernel (pure Python,
+~1 MB) travels in the kit: scripts/gpu_bundle.sh puts its wheel under .deps/root/wheels
+(--wheels), installed here into a temporary folder when the image lacks it; without it the
+liger program is "not run: liger_kernel not importable ...". A program that fails in its setup
+or compilation (torch.compile, Liger, memory) is likewise "not run: <program>: <stage> failed:
+<error>"; the others go on.
 
 Figures, per job and program: ms per step, tokens/s, MFU = model FLOPs per step / (step time x
 the GPU's dense bf16 peak), with the SAME numerator for every program (6 x matmul parameters,
 lm_head included, + 6 x layers x seq x hidden for causal attention, per token; no recompute
-counted); peak device memory of the process as nvidia-smi reports it (sampled every 0.2 s:
-context, allocator cache and workspaces included, the same measure for every program), plus
-each program's own figure (finetune: its tracked peak; PyTorch: max_memory_reserved). Ratios
-finetune / PyTorch from the same run. finetune is stopped (SIGKILL) once its timed steps are
-logged, so it writes no checkpoint (16 bytes per parameter of disk, not part of the benchmark).
+counted, so checkpointing lowers MFU); peak device memory of the process as nvidia-smi reports
+it (sampled every 0.2 s: context, allocator cache and workspaces included, the same measure for
+every program), plus each program's own figure (finetune: its tracked peak; PyTorch:
+torch.cuda.max_memory_reserved). Ratios finetune / each baseline, and finetune / the FASTEST
+baseline (the most tokens/s of the job; "fastest_baseline"), from the same run. finetune is
+stopped (SIGKILL) once its timed steps are logged, so it writes no checkpoint (16 bytes per
+parameter of disk, not part of the benchmark).
 
-The issue's goal on an H100: finetune >= 1.2 x PyTorch's tokens/s, >= 50% MFU at 7B width,
-peak memory <= PyTorch's. The report says met / not met for each; nothing is claimed before a
+The goals (issue 37 item 2, on an H100 or H200, judged on each 7b job): finetune >= 1.25 x the
+fastest baseline's tokens/s, peak memory <= 1.0 x that baseline's, bf16 MFU >= 60% at batch 16
+and >= 50% at batch 4. The report says met / not met for each; nothing is claimed before a
 GPU run. Writes the figures with the date, the device, the driver, the versions and the
 commit as JSON (--json), after every program ("complete": false until the end), so a run cut
 short keeps what it measured. --deadline_s bounds the whole run (a GPU lease is short): a
 program gets at most what is left, and one that cannot start with MIN_PROGRAM_S left is
-recorded as not run, naming the deadline. Needs torch and transformers (tests/oracle/requirements.txt) with
-CUDA, and nvidia-smi.
+recorded as not run, naming the deadline.
 """
 import argparse
 import datetime
@@ -593,6 +628,7 @@ def fsdp2_setup(a, torch, LlamaForCausalLM):
     model.to(dev)
     layers = model.model.layers
     if a.worker_compile:   # every layer's graph is the same: let none fall back to eager for a recompile limit
+        import torch._dynamo
         for k in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
             if hasattr(torch._dynamo.config, k):
                 setattr(torch._dynamo.config, k, max(getattr(torch._dynamo.config, k), 8 * len(layers)))
@@ -766,7 +802,7 @@ def git_commit():
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", default="bundled,7b", help="comma-separated subset of: " + ",".join(JOBS))
+    ap.add_argument("--jobs", default="bundled,7b,7b32", help="comma-separated subset of: " + ",".join(JOBS))
     ap.add_argument("--programs", default=",".join(PROGRAMS), help="comma-separated subset of: " + ",".join(PROGRAMS))
     ap.add_argument("--steps", type=int, default=10, help="timed steps per program (plus one warm-up)")
     ap.add_argument("--layers", default="auto", help="layers of the 7b job: auto (fit estimate) or a number")
