@@ -189,6 +189,45 @@ else
     && ok "bench_gpu.py without liger_kernel (and torch): 'not run: <reason>' per baseline, finetune measured, exit 0" \
     || bad "bench_gpu.py without liger_kernel: rc $rc, $js; $(tail -8 "$tmp/bench.log")"
 fi
+# the kit's liger wheel (--wheels; scripts/gpu_bundle.sh fills .deps/root/wheels) installed
+# when the image lacks liger_kernel: a stand-in wheel, and stand-in torch/transformers modules
+# with CUDA, so preflight's probe, pip install --target and re-probe all run for real
+mkdir -p "$tmp/fakemods/torch" "$tmp/fakemods/transformers" "$tmp/whl/liger_kernel/transformers" \
+         "$tmp/whl/liger_kernel-0.0.1.dist-info" "$tmp/wheels"
+printf '__version__ = "0.0-standin"\nclass cuda:\n    is_available = staticmethod(lambda: True)\n' >"$tmp/fakemods/torch/__init__.py"
+echo '__version__ = "0.0-standin"' >"$tmp/fakemods/transformers/__init__.py"
+: >"$tmp/whl/liger_kernel/__init__.py"; : >"$tmp/whl/liger_kernel/transformers/__init__.py"
+printf 'Metadata-Version: 2.1\nName: liger-kernel\nVersion: 0.0.1\n' >"$tmp/whl/liger_kernel-0.0.1.dist-info/METADATA"
+printf 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n' >"$tmp/whl/liger_kernel-0.0.1.dist-info/WHEEL"
+(cd "$tmp/whl" && find . -type f | sed 's|^\./||; s|$|,,|' >liger_kernel-0.0.1.dist-info/RECORD &&
+  echo "liger_kernel-0.0.1.dist-info/RECORD,," >>liger_kernel-0.0.1.dist-info/RECORD &&
+  python3 -c 'import sys, zipfile, os
+z = zipfile.ZipFile(sys.argv[1], "w")
+for d, _, fs in os.walk("."):
+    for f in fs:
+        z.write(os.path.join(d, f), os.path.relpath(os.path.join(d, f), "."))' "$tmp/wheels/liger_kernel-0.0.1-py3-none-any.whl")
+js=$(PYTHONPATH="$tmp/fakemods" PYTHONDONTWRITEBYTECODE=1 python3 - "$tmp" <<'PY' 2>&1 | tail -1
+import argparse, os, subprocess, sys
+sys.path.insert(0, "scripts")
+import bench_gpu as b
+tmp = sys.argv[1]
+a = argparse.Namespace(programs=["finetune", "liger"], wheels=os.path.join(tmp, "wheels"), worker_device="cuda:0")
+os.makedirs(os.path.join(tmp, "pf"))
+probe, why, extra = b.preflight(a, os.path.join(tmp, "pf"))
+assert why == {} and probe.get("liger_kernel") == "0.0.1" and probe.get("liger_from") == "liger_kernel-0.0.1-py3-none-any.whl", (probe, why)
+assert extra["PYTHONPATH"].startswith(os.path.join(tmp, "pf", "site")), extra
+a.wheels = os.path.join(tmp, "none")
+probe, why, extra = b.preflight(a, os.path.join(tmp, "pf2"))
+assert "no liger_kernel wheel in" in why["liger"] and extra == {}, why
+print("ok")
+PY
+)
+if python3 -m pip --version >/dev/null 2>&1; then
+  [ "$js" = ok ] && ok "bench_gpu.py installs the kit's liger wheel (--wheels) when liger_kernel is missing; none: 'not run' with the reason" \
+    || bad "bench_gpu.py's liger wheel install: $js"
+else
+  skip_or_fail "python3 has no pip: bench_gpu.py's wheel install unchecked"
+fi
 # the ratios and goals against the FASTEST baseline (issue 37 item 2): tokens/s >= 1.25x and
 # peak memory <= 1.0x of the baseline with the most tokens/s; MFU >= 60% at batch 16, 50% at 4
 js=$(python3 - <<'PY' 2>&1 | tail -1
