@@ -919,7 +919,8 @@ def main():
         for name, job in jobs.items():
             skips = {p: job.get("fit", {}).get(p) or cannot.get(p) for p in a.programs}
             res = {"params": job["params"], "batch": job["batch"], "seq": job["seq"],
-                   "layers": job["config"]["num_hidden_layers"], "flops_per_step": job["flops_per_step"]}
+                   "layers": job["config"]["num_hidden_layers"], "flops_per_step": job["flops_per_step"],
+                   "checkpointing": job["checkpointing"]}
             report["jobs"][name] = res
             model_dir, why_not = job["model_dir"], None
             key = json.dumps(job["config"], sort_keys=True)
