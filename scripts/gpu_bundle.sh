@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_bundle.sh [--without-mpi] [DIR]: gather, on a Debian 12 machine with apt, what the
+# scripts/gpu_bundle.sh [--without-mpi] [--without-liger] [DIR]: gather, on a Debian 12 machine with apt, what the
 # build needs that a GPU machine's CUDA toolkit lacks, for a machine with no package manager
 # (tests/gpu/first_light.sh). Everything goes under DIR (default .deps, git-ignored):
 #
@@ -16,19 +16,28 @@
 # hydra_pmi_proxy also need libslurm38 and libudev1) for the multi-rank checks there
 # (first_light.sh's multi_rank: several ranks on the one GPU through the NCCL stand-in);
 # --without-mpi leaves MPICH out (--with-mpi, the old way to ask for it, is the default now).
+# Python: the liger-kernel wheel (pure Python, ~0.9 MB; DIR/root/wheels/, pip download from
+# PyPI, no dependencies: torch and triton come with the GPU machine's image) for
+# scripts/bench_gpu.py's liger baseline, which installs it there when the image lacks it;
+# --without-liger leaves it out (the benchmark then says "not run" for liger). torch with CUDA
+# and transformers do not travel (gigabytes; a device call carries 64 MiB): the GPU machine
+# must have them, and bench_gpu.py says "not run: <reason>" for each PyTorch baseline if not.
 # Sizes as built on 2026-11-23 (Debian 12): without MPICH root/ 41 MB, bundle.tar.xz ~6 MB;
 # with it root/ ~90 MB, bundle.tar.xz ~15 MB (libslurm38 and libudev1 unmeasured). Run as
 # any user with network access to the Debian mirrors (apt-get download needs no root). Exit 0
 # and one summary line, or 1 with one line naming what failed; DIR is left as it was on failure.
 set -euo pipefail
 mpi=1
+liger=1
+liger_version=0.8.5   # scripts/bench_gpu.py's LIGER_VERSION
 dir=.deps
 for a in "$@"; do
   case $a in
     --with-mpi) mpi=1 ;;
     --without-mpi) mpi=0 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
-    -*) echo "gpu_bundle: unknown option '$a' (--without-mpi, DIR)" >&2; exit 2 ;;
+    --without-liger) liger=0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -*) echo "gpu_bundle: unknown option '$a' (--without-mpi, --without-liger, DIR)" >&2; exit 2 ;;
     *) dir=$a ;;
   esac
 done
@@ -55,6 +64,14 @@ for p in "${pkgs[@]}"; do
   dpkg -x "$deb" "$new/root" || fail "dpkg -x $deb failed"
   echo "$(basename "$deb")" >>"$new/MANIFEST"
 done
+
+if [ $liger = 1 ]; then   # kept in DIR/debs beside the .debs as a cache, copied into the tree
+  whl=liger_kernel-$liger_version-py3-none-any.whl
+  [ -s "$dir/debs/$whl" ] || python3 -m pip download -q --no-deps --only-binary=:all: -d "$dir/debs" \
+      "liger-kernel==$liger_version" >"$new/pip.log" 2>&1 ||
+    fail "pip download liger-kernel==$liger_version failed: $(tail -1 "$new/pip.log") (--without-liger leaves it out)"
+  mkdir -p "$new/root/wheels" && cp "$dir/debs/$whl" "$new/root/wheels/" && echo "$whl" >>"$new/MANIFEST"
+fi
 
 # prune: static libraries, docs, manuals, LAPACK (only CBLAS is used), and the links that
 # point at them; mpiexec under its plain name (Debian makes it with update-alternatives)

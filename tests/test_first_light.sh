@@ -3,9 +3,12 @@
 # CI is: it must still run, exit 3 ("nothing failed, something not run"), touch nothing but
 # its report folder, and write a markdown and a JSON report that list every check as not
 # run with the reason (no GPU). Both report locations: $OUT when set, else the argument.
-# Also scripts/bench_gpu.py's no-GPU refusal and its --plan_only arithmetic, and
-# tests/gpu/one_gpu_7b.sh's bookkeeping on the CPU trainer. ~10 s. Where a GPU is present it
-# skips: first_light.sh itself is the test there (~8 min).
+# Also scripts/bench_gpu.py's no-GPU refusal, its --plan_only arithmetic (the 7b32 job's fit),
+# its bookkeeping on a fake GPU (a missing baseline "not run: <reason>", the ratios against the
+# fastest baseline, the goals), its PyTorch workers on the CPU (FT_ORACLE_PYTHON with torch and
+# transformers: ~1-2 min, torch.compile for the CPU included), and tests/gpu/one_gpu_7b.sh's
+# bookkeeping on the CPU trainer. ~10 s without torch. Where a GPU is present it skips:
+# first_light.sh itself is the test there (~8 min).
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_first_light
@@ -73,6 +76,22 @@ l4=$(sed -nE 's/.*job 7b: ([0-9]+) layers.*batch 4 x 512.*/\1/p' <<<"$out"); l16
 out=$(python3 scripts/bench_gpu.py --plan_only --jobs 7b --batch_7b 4,4 --gpu_name X --gpu_mem_gib 80 2>&1); rc=$?
 [ $rc = 2 ] && grep -q "a batch is named twice" <<<"$out" && ok "bench_gpu.py --batch_7b 4,4 refused" \
   || bad "bench_gpu.py --batch_7b 4,4: rc $rc: $out"
+
+# the 7b32 job (all 32 layers, activation checkpointing) planned by the fit estimate: on an
+# H200 (140.4 GiB) the FSDP programs fit at batch 4 and 16 and eager torch (18 bytes per
+# parameter) only at batch 4; on an H100 80GB none fits, each skipped with the estimate
+out=$(python3 scripts/bench_gpu.py --plan_only --jobs 7b,7b32 --batch_7b 4,16 --gpu_name "NVIDIA H200" --gpu_mem_gib 140.4 2>&1)
+fits=$(grep -c "^    \(torch_compile\|liger\|torch_fsdp\): fits (estimate)" <<<"$out")
+grep -q "job 7b32: 32 layers (full depth, activation checkpointing).*6.739B parameters, batch 4 x 512.*programs finetune, torch, torch_fsdp, torch_compile, liger" <<<"$out" \
+  && grep -q "job 7b32_b16: 32 layers.*batch 16 x 512" <<<"$out" && [ "$fits" = 6 ] \
+  && [ "$(grep -c "^    torch: skipped: does not fit: estimated 12[0-9.]* GiB > 0.85 x 140.4 GiB" <<<"$out")" = 1 ] \
+  && ! grep -q "job 7b: .*fits\|^    finetune: skipped" <<<"$out" \
+  && ok "bench_gpu.py --plan_only on an H200: jobs 7b32 and 7b32_b16, FSDP programs fit, eager torch skipped at batch 16" \
+  || bad "bench_gpu.py --plan_only 7b32 on an H200: $out"
+out=$(python3 scripts/bench_gpu.py --plan_only --jobs 7b32 --gpu_name "NVIDIA H100 80GB HBM3" --gpu_mem_gib 79.6 2>&1)
+[ "$(grep -c "skipped: does not fit: estimated .* GiB > 0.85 x 79.6 GiB" <<<"$out")" = 5 ] \
+  && ok "bench_gpu.py --plan_only 7b32 on an H100 80GB: all 5 programs skipped by the estimate" \
+  || bad "bench_gpu.py --plan_only 7b32 on an H100 80GB: $out"
 
 # bench_gpu.py's orchestration on a pretend GPU (it has never run on a real one; a GPU lease
 # is 15 minutes, so a bug here would cost a session): a fake nvidia-smi on PATH (an H100,
@@ -152,6 +171,93 @@ js=$(bench_json '(all("deadline_s" in r["jobs"][j][p]["not_run"] for j in ("bund
 [ $rc = 0 ] && [ "$js" = ok ] && grep -q "not run: not started" "$tmp/bench.log" \
   && ok "bench_gpu.py --deadline_s spent: every program recorded (and printed) as not run" \
   || bad "bench_gpu.py --deadline_s 1: rc $rc, $js; $(tail -3 "$tmp/bench.log")"
+# the baselines that cannot be had on this machine (no liger_kernel wheel here, torch without
+# CUDA or absent): "not run: <reason>" for each, in the JSON and the report, finetune's
+# figures and the goals intact (against no baseline)
+rm -f "$tmp/bench.json"; mkdir -p "$tmp/nowheels"
+bench --steps 2 --programs finetune,torch,torch_compile,liger --wheels "$tmp/nowheels"; rc=$?
+js=$(bench_json '(lambda j: j["liger"]["not_run"].startswith("liger_kernel not importable: ")
+  and "no liger_kernel wheel in" in j["liger"]["not_run"]
+  and all("not_run" in j[p] for p in ("torch", "torch_compile")) and j["finetune"]["ms_per_step"] == 102.5
+  and j["ratios"] == {} and r["complete"] and r["goals"][0].endswith("not judged (no baseline ran)")
+  and r["goals"][1].startswith("MFU >= 60% (batch 16): "))(r["jobs"]["bundled"])')
+if python3 -c 'import liger_kernel' 2>/dev/null; then
+  skip_or_fail "python3 has liger_kernel: the missing-wheel path unchecked"
+else
+  [ $rc = 0 ] && [ "$js" = ok ] && grep -q "^ *liger *not run: liger_kernel not importable" "$tmp/bench.log" \
+    && grep -q "^bundled.*finetune *102.5" "$tmp/bench.log" \
+    && ok "bench_gpu.py without liger_kernel (and torch): 'not run: <reason>' per baseline, finetune measured, exit 0" \
+    || bad "bench_gpu.py without liger_kernel: rc $rc, $js; $(tail -8 "$tmp/bench.log")"
+fi
+# the kit's liger wheel (--wheels; scripts/gpu_bundle.sh fills .deps/root/wheels) installed
+# when the image lacks liger_kernel: a stand-in wheel, and stand-in torch/transformers modules
+# with CUDA, so preflight's probe, pip install --target and re-probe all run for real
+mkdir -p "$tmp/fakemods/torch" "$tmp/fakemods/transformers" "$tmp/whl/liger_kernel/transformers" \
+         "$tmp/whl/liger_kernel-0.0.1.dist-info" "$tmp/wheels"
+printf '__version__ = "0.0-standin"\nclass cuda:\n    is_available = staticmethod(lambda: True)\n' >"$tmp/fakemods/torch/__init__.py"
+echo '__version__ = "0.0-standin"' >"$tmp/fakemods/transformers/__init__.py"
+: >"$tmp/whl/liger_kernel/__init__.py"; : >"$tmp/whl/liger_kernel/transformers/__init__.py"
+printf 'Metadata-Version: 2.1\nName: liger-kernel\nVersion: 0.0.1\n' >"$tmp/whl/liger_kernel-0.0.1.dist-info/METADATA"
+printf 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n' >"$tmp/whl/liger_kernel-0.0.1.dist-info/WHEEL"
+(cd "$tmp/whl" && find . -type f | sed 's|^\./||; s|$|,,|' >liger_kernel-0.0.1.dist-info/RECORD &&
+  echo "liger_kernel-0.0.1.dist-info/RECORD,," >>liger_kernel-0.0.1.dist-info/RECORD &&
+  python3 -c 'import sys, zipfile, os
+z = zipfile.ZipFile(sys.argv[1], "w")
+for d, _, fs in os.walk("."):
+    for f in fs:
+        z.write(os.path.join(d, f), os.path.relpath(os.path.join(d, f), "."))' "$tmp/wheels/liger_kernel-0.0.1-py3-none-any.whl")
+js=$(PYTHONPATH="$tmp/fakemods" PYTHONDONTWRITEBYTECODE=1 python3 - "$tmp" <<'PY' 2>&1 | tail -1
+import argparse, os, subprocess, sys
+sys.path.insert(0, "scripts")
+import bench_gpu as b
+tmp = sys.argv[1]
+a = argparse.Namespace(programs=["finetune", "liger"], wheels=os.path.join(tmp, "wheels"), worker_device="cuda:0")
+os.makedirs(os.path.join(tmp, "pf"))
+probe, why, extra = b.preflight(a, os.path.join(tmp, "pf"))
+assert why == {} and probe.get("liger_kernel") == "0.0.1" and probe.get("liger_from") == "liger_kernel-0.0.1-py3-none-any.whl", (probe, why)
+assert extra["PYTHONPATH"].startswith(os.path.join(tmp, "pf", "site")), extra
+a.wheels = os.path.join(tmp, "none")
+probe, why, extra = b.preflight(a, os.path.join(tmp, "pf2"))
+assert "no liger_kernel wheel in" in why["liger"] and extra == {}, why
+print("ok")
+PY
+)
+if python3 -m pip --version >/dev/null 2>&1; then
+  [ "$js" = ok ] && ok "bench_gpu.py installs the kit's liger wheel (--wheels) when liger_kernel is missing; none: 'not run' with the reason" \
+    || bad "bench_gpu.py's liger wheel install: $js"
+else
+  skip_or_fail "python3 has no pip: bench_gpu.py's wheel install unchecked"
+fi
+# the ratios and goals against the FASTEST baseline (issue 37 item 2): tokens/s >= 1.25x and
+# peak memory <= 1.0x of the baseline with the most tokens/s; MFU >= 60% at batch 16, 50% at 4
+js=$(python3 - <<'PY' 2>&1 | tail -1
+import sys
+sys.path.insert(0, "scripts")
+import bench_gpu as b
+def prog(tps, mib, mfu=0.3):
+    return {"ms_per_step": 1.0, "tokens_per_s": tps, "device_peak_mib": mib, "mfu": mfu}
+res = {"batch": 4, "finetune": prog(2000, 1400, 0.55), "torch": prog(1000, 2000), "torch_fsdp": prog(900, 1000),
+       "torch_compile": prog(1600, 1500), "liger": {"not_run": "no wheel"}}
+res["ratios"] = b.compare(res)
+want = {"speedup_vs_torch": 2.0, "memory_ratio_vs_torch": 0.7, "speedup_vs_torch_fsdp": 2.222,
+        "memory_ratio_vs_torch_fsdp": 1.4, "speedup_vs_torch_compile": 1.25, "memory_ratio_vs_torch_compile": 0.933,
+        "speedup_vs_fastest": 1.25, "memory_ratio_vs_fastest": 0.933}
+assert res["ratios"] == want and res["fastest_baseline"] == "torch_compile", res
+g4 = b.job_goals(res)
+assert g4 == ["tokens/s >= 1.25x the fastest baseline (torch_compile): 1.25x, met",
+              "MFU >= 50% (batch 4): 55.0%, met",
+              "peak memory <= 1.0x the fastest baseline's (torch_compile): 0.93x, met"], g4
+res["batch"], res["liger"] = 16, prog(1700, 1300)   # liger now the fastest: slower ratio, more memory
+res["ratios"] = b.compare(res)
+g16 = b.job_goals(res)
+assert res["fastest_baseline"] == "liger" and g16 == [
+    "tokens/s >= 1.25x the fastest baseline (liger): 1.18x, NOT met", "MFU >= 60% (batch 16): 55.0%, NOT met",
+    "peak memory <= 1.0x the fastest baseline's (liger): 1.08x, NOT met"], g16
+print("ok")
+PY
+)
+[ "$js" = ok ] && ok "bench_gpu.py: ratios against each baseline and the fastest; goals 1.25x, 1.0x memory, MFU 60%/50% by batch" \
+  || bad "bench_gpu.py's ratios and goals: $js"
 # bench_gpu.py's PyTorch side on the CPU with whatever torch/transformers the Python at hand
 # has (FT_ORACLE_PYTHON, else python3; run it with the GPU machine's versions to rehearse
 # there): --make_model on the 7b job's config as plan_jobs writes it (4.x keys: torch_dtype,
@@ -179,14 +285,30 @@ PY
       --seq_len 32 --max_steps 1 --max_eval_docs 1 --eval_every 0 --save_every 0 --out_dir "$tmp/m7b_run" >"$tmp/m7b.log" 2>&1 \
       && ok "finetune trains the model --make_model wrote" || bad "finetune on --make_model's model: $(tail -2 "$tmp/m7b.log")"
   fi
-  for prog in torch torch_fsdp; do
+  # torch_compile (FSDP2 + MixedPrecisionPolicy + per-layer compile): eager, with activation
+  # checkpointing (the 7b32 jobs' path), then compiled by inductor for the CPU (slow: ~1 min).
+  # Where this torch cannot (FSDP2 over gloo, inductor without a compiler) the worker says
+  # {"not_run": why}: a skip here (CI=true: a failure), a crash or a wrong result a failure
+  for run in "torch" "torch_fsdp" "torch --worker_ckpt 1" "torch_compile --worker_compile 0 --worker_ckpt 1" \
+             "torch_compile"; do
     line=$(MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + $$ % 1000)) RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
-      "$py" scripts/bench_gpu.py --torch_worker $prog --worker_device cpu --worker_model "$tmp/m7b" \
+      "$py" scripts/bench_gpu.py --torch_worker $run --worker_device cpu --worker_model "$tmp/m7b" \
       --worker_batch 2 --worker_seq 16 --steps 1 2>"$tmp/worker.log" | tail -1)
+    if [[ $run == torch_compile* ]] && [[ $line == '{"not_run": '* ]]; then   # its "cannot be had here" answer
+      skip_or_fail "bench_gpu.py --torch_worker $run on the CPU: $line"; continue
+    fi
     "$py" -c 'import json, sys; r = json.loads(sys.argv[1]); assert len(r["ms"]) == 1 and r["dtype"] == "torch.float32", r' \
-      "$line" 2>/dev/null && ok "bench_gpu.py --torch_worker $prog on the CPU: $line" \
-      || bad "bench_gpu.py --torch_worker $prog on the CPU: '$line' $(tail -3 "$tmp/worker.log")"
+      "$line" 2>/dev/null && ok "bench_gpu.py --torch_worker $run on the CPU: ${line:0:160}" \
+      || bad "bench_gpu.py --torch_worker $run on the CPU: '$line' $(tail -3 "$tmp/worker.log")"
   done
+  # liger on the CPU (no liger_kernel, or Triton without a GPU): one "not_run" line naming the
+  # stage that failed, exit 0, never a traceback in its place
+  line=$(MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29501 + $$ % 1000)) RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
+    "$py" scripts/bench_gpu.py --torch_worker liger --worker_device cpu --worker_model "$tmp/m7b" \
+    --worker_batch 2 --worker_seq 16 --steps 1 2>"$tmp/worker.log"); rc=$?
+  [ $rc = 0 ] && "$py" -c 'import json, sys; r = json.loads(sys.argv[1]); assert r["not_run"].startswith("liger: "), r' \
+    "$(tail -1 <<<"$line")" 2>/dev/null && ok "bench_gpu.py --torch_worker liger on the CPU: $(tail -1 <<<"$line" | cut -c1-140)" \
+    || bad "bench_gpu.py --torch_worker liger on the CPU: rc $rc '$line' $(tail -3 "$tmp/worker.log")"
 else
   skip_or_fail "bench_gpu.py's PyTorch worker unchecked: $py lacks torch or transformers (set FT_ORACLE_PYTHON)"
 fi

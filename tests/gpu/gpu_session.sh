@@ -6,7 +6,9 @@
 #   1. tests/gpu/first_light.sh under FT_FIRST_LIGHT_BUDGET (default 360 s): build for this
 #      GPU, make test-gpu, compute-sanitizer, the un-truncated soak (issue 11 item 4)
 #   2. scripts/bench_gpu.py with what is left of FT_GPU_SESSION_BUDGET (default 540 s) as its
-#      --deadline_s: finetune (the binary step 1 built) against PyTorch and PyTorch FSDP at
+#      --deadline_s: finetune (the binary step 1 built) against the PyTorch baselines (eager,
+#      FSDP1, FSDP2 + torch.compile, and that + Liger: bench_gpu.py --help; torch with CUDA
+#      must be in the machine's python3, liger_kernel's wheel comes in the bundle) at
 #      CodeLlama-7b width with FT_BENCH_LAYERS layers (default 8: the model is written once
 #      and loaded three times inside the deadline; --layers auto's 15 fit an H100 but take
 #      longer), at batch 4 and 16 (FT_BENCH_BATCH_7B: one model, two jobs), first, as the
@@ -34,7 +36,7 @@ fl=$?
 
 left=$((budget - ($(date +%s) - start)))
 bin=build/first_light/finetune
-args=(--jobs 7b,bundled --batch_7b "${FT_BENCH_BATCH_7B:-4,16}" --steps "${FT_BENCH_STEPS:-5}"
+args=(--jobs "${FT_BENCH_JOBS:-7b,bundled}" --batch_7b "${FT_BENCH_BATCH_7B:-4,16}" --steps "${FT_BENCH_STEPS:-5}"
       --layers "${FT_BENCH_LAYERS:-8}" --profile_finetune --deadline_s "$left" --json "$report/bench_gpu.json")
 if [ -x "$bin" ]; then
   # the wheel libraries' path the build was linked for (first_light.sh writes it)
@@ -42,7 +44,7 @@ if [ -x "$bin" ]; then
   args+=(--bin "$bin")
 elif ! grep -qE '"id": "build", "status": "(fail|timeout)"' "$report/first_light.json" 2>/dev/null ||
      [ "${FT_GPU_SESSION_BENCH_WITHOUT_BUILD:-0}" = 1 ]; then
-  args+=(--programs torch,torch_fsdp)   # no build: PyTorch's figures alone
+  args+=(--programs torch,torch_fsdp,torch_compile,liger)   # no build: PyTorch's figures alone
   echo "gpu_session: $bin was not built (see first_light.md): benchmarking PyTorch alone"
 else
   # the lease is short: a failed build ends the call at once, keeping the device time for a
@@ -51,8 +53,11 @@ else
   tar -xzOf "$report/first_light_logs.tar.gz" ./build.log 2>/dev/null | grep -E -m 40 'error|Error|undefined|cannot|No such' 
   exit 1
 fi
+# what the PyTorch baselines need from the machine (not carried): one line, also in the log
+python3 -c 'import torch, transformers; print(f"gpu_session: python3 has torch {torch.__version__} (CUDA '\
+'{torch.cuda.is_available()}), transformers {transformers.__version__}")' 2>&1 | tail -1 | tee "$report/bench_gpu.log"
 echo "gpu_session: bench_gpu.py with ${left} s left ..."
-PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py "${args[@]}" >"$report/bench_gpu.log" 2>&1
+PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py "${args[@]}" >>"$report/bench_gpu.log" 2>&1
 bench=$?
 tail -25 "$report/bench_gpu.log"
 echo "gpu_session: first_light exit $fl, bench_gpu exit $bench, $(($(date +%s) - start)) s in all; reports in $report"
