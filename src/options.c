@@ -147,6 +147,12 @@ static const flag_spec flags[] = {
      "this job's all-gather, reduce-scatter and all-reduce timed on its own communicators with the communication per "
      "step they imply, and any rank that stands out named (exit 0: nothing stands out; 3: a rank stands out); "
      "multi-rank GPU jobs run it before step 1 anyway"},
+    {"--fabric_intra_gbps", FLAG_FLOAT, OPT(fabric_intra_gbps), 0, 1e6, NULL,
+     "with --dry_run: the bus bandwidth of a collective within a node, GB/s per GPU (nccl-tests' busbw, as --preflight "
+     "prints it), for the step-time timeline (0 = 0.8 of the device's NVLink)"},
+    {"--fabric_inter_gbps", FLAG_FLOAT, OPT(fabric_inter_gbps), 0, 1e6, NULL,
+     "with --dry_run: the bus bandwidth of a collective across nodes, GB/s per GPU (--preflight's busbw of a group "
+     "spanning nodes), for the step-time timeline (0 = 0.92 of the device's InfiniBand)"},
     {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL,
      "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
     {"--collective_timeout", FLAG_FLOAT, OPT(collective_timeout), 0, 1e6, NULL,

@@ -14,6 +14,7 @@
 #include "fsdp.h"
 #include "fsutil.h"
 #include "mfu.h"
+#include "plan_timeline.h"
 
 // ----------------------------------------------------------------------------
 // devices
@@ -654,5 +655,6 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     if (p->req.eval_only) print_eval_collectives(out, p);
     else print_collectives(out, p);
     plan_print_step_time(out, p);
+    plan_tl_print(out, p);
     print_faster_alternative(out, p, c);
 }

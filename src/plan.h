@@ -68,6 +68,9 @@ typedef struct {
                                     // offload and the gradient modes change nothing
     size_t nccl_comm_bytes;         // GPU memory each NCCL communicator takes (--nccl_gib_per_comm;
                                     // 0 = PLAN_NCCL_COMM_BYTES)
+    double fabric_intra_busbw;      // bytes/s: the step-time timeline's collectives within a node
+    double fabric_inter_busbw;      // and across nodes (--fabric_intra_gbps, --fabric_inter_gbps;
+                                    // 0 = plan_fabric_of's defaults, src/plan_timeline.c)
 } plan_request;
 
 // The model buffers (model.h: MODEL_TRAIN, MODEL_TRAIN_CKPT, MODEL_FORWARD_ONLY) a job of `r`
@@ -247,6 +250,13 @@ int plan_check_host_memory(const plan *p, int ranks_on_node);
 
 // ----------------------------------------------------------------------------
 // the step-time estimate (src/plan_time.c)
+
+// --offload_optimizer (assumptions, no measurement): host memory bandwidth per rank 50 GB/s, a
+// STREAM-like 0.7 of a dual-socket DDR5-4800 node (2 x 8 channels x 38.4 GB/s = 614 GB/s)
+// shared by 8 GPUs (77 GB/s each at peak), rounded down; PCIe Gen5 x16 at 50 GB/s per
+// direction (0.8 of 64 GB/s).
+#define PLAN_HOST_BYTES_PER_S 50e9
+#define PLAN_PCIE_BYTES_PER_S 50e9
 
 typedef struct {
     double class_s[PLAN_OP_CLASS_COUNT];  // the ops of each class

@@ -54,14 +54,10 @@
 // H100 (3.35 peak) and ~4.3 on the H200 (4.8): 0.9 of peak, the best a copy does; ours are
 // not faster than a copy, so this part is optimistic.
 #define PLAN_HBM_FRACTION 0.9
-// --offload_optimizer (assumptions, no measurement): host memory bandwidth per rank 50 GB/s, a
-// STREAM-like 0.7 of a dual-socket DDR5-4800 node (2 x 8 channels x 38.4 GB/s = 614 GB/s)
-// shared by 8 GPUs (77 GB/s each at peak), rounded down; PCIe Gen5 x16 at 50 GB/s per
-// direction (0.8 of 64 GB/s). The copies run behind the host AdamW (src/fsdp.c offload
-// pipeline), so the longer of host and PCIe time counts; both directions share one copy stream
-// (src/backend_cuda.c), so they do not overlap each other: the PCIe time is their sum.
-#define PLAN_HOST_BYTES_PER_S 50e9
-#define PLAN_PCIE_BYTES_PER_S 50e9
+// --offload_optimizer: PLAN_HOST_BYTES_PER_S and PLAN_PCIE_BYTES_PER_S (plan.h). The copies run
+// behind the host AdamW (src/fsdp.c offload pipeline), so the longer of host and PCIe time
+// counts; both directions share one copy stream (src/backend_cuda.c), so they do not overlap
+// each other: the PCIe time is their sum.
 // Collectives at the link's peak per direction (no derating: no measured NCCL figure for
 // these links at hand), so exposed collective time is a lower bound too.
 // Every device operation (kernel, cuBLASLt GEMM, cuDNN graph execution, memset) takes at least
