@@ -29,6 +29,7 @@ typedef struct {
     plan_tl_phase phase;
     double host;                         // when the host issues its next operation
     double free[PLAN_TL_LANES];          // when each device lane has done what is queued on it
+    double link_free;                    // when the shard group's link has carried what is issued
     double pace[BACKEND_PACE_LAG + 1];   // compute-stream marks of the last layers (cu_pace)
     long paced;
     int micro, last_micro;               // the micro-batch and whether it is the step's last
@@ -63,10 +64,21 @@ static void compute(tl_sim *m, double seconds) {
     m->r->busy_s[PLAN_TL_COMPUTE] += seconds;
 }
 
+// Whether a lane's collectives use the shard group's link (which the other of them share).
+static int on_shard_link(const tl_sim *m, plan_tl_lane lane) {
+    return lane == PLAN_TL_GATHER || lane == PLAN_TL_REDUCE || (lane == PLAN_TL_REPLICA && m->c->replica_shares_link);
+}
+
 // Work on `lane` after everything queued on the compute stream (comm_after_compute, and
-// copy_async's compute mark); returns when it is done.
+// copy_async's compute mark); returns when it is done. Collectives on one link take it in
+// the order they are issued (a ring all-gather and a ring reduce-scatter each load every
+// link of the ring in both directions: run together, each would get about half).
 static double after_compute(tl_sim *m, plan_tl_lane lane, double seconds) {
-    const double start = fmax(fmax(m->free[lane], m->free[PLAN_TL_COMPUTE]), m->host);
+    double start = fmax(fmax(m->free[lane], m->free[PLAN_TL_COMPUTE]), m->host);
+    if (on_shard_link(m, lane)) {
+        start = fmax(start, m->link_free);
+        m->link_free = start + seconds;
+    }
     m->free[lane] = start + seconds;
     m->r->busy_s[lane] += seconds;
     return m->free[lane];
@@ -385,6 +397,7 @@ static void comm_costs(const plan *p, const plan_device *d, const plan_fabric *f
     c->rs_layer_f32 = collective_s(f, ring * tl * 4, S, shard_across);
     c->rs_root_f32 = collective_s(f, ring * tr * 4, S, shard_across);
     const double ar = 2.0 * (R - 1) / R * 4 / S;   // ring bytes of the fp32 slice per element of the unit
+    c->replica_shares_link = S > 1 && R > 1 && shard_across == replica_across;
     c->ar_layer = collective_s(f, ar * tl, R, replica_across);
     c->ar_root = collective_s(f, ar * tr, R, replica_across);
 }
@@ -480,10 +493,19 @@ void plan_tl_print(FILE *out, const plan *p) {
             "MFU", "(phase)", "exp fwd", "exp bwd", "exp opt", "binding (busiest lane)");
     for (int j = 0; j < plan_n_devices; j++) print_device(out, p, &plan_devices[j]);
     const plan_fabric f = plan_fabric_of(&p->req, PLAN_FIT_DEVICE);
+    plan_tl_schedule next = s;   // what issue 36's item 1 changes
+    next.host_wait_per_micro = 0, next.rs_flush_per_micro = 0, next.ar_per_unit = 1;
+    plan_tl_result r;
+    if (plan_tl_step_seconds(p, PLAN_FIT_DEVICE, &f, &next, &r) > 0)
+        fprintf(out, "  %s with host waits per step, reduce-scatters in flight across micro-batches and the replica\n"
+                "  all-reduce per unit (not the program yet): %.2f ms, MFU %.1f%%, binding %s\n", PLAN_FIT_DEVICE->name,
+                1e3 * r.step_s, 100 * p->model_flops / (r.step_s * PLAN_FIT_DEVICE->peak_flops),
+                plan_tl_lane_name(r.binding));
     fprintf(out, "  per-phase: the estimate above (kept for comparison until the timeline is validated); exp: the\n"
             "  compute stream's idle ms per step in the forward (lm_head included), backward and optimizer.\n"
-            "  Fabric (%s): bus bandwidth %.0f GB/s within a node (%s), %.0f GB/s across nodes (%s), latency\n"
-            "  %.0f / %.0f us per collective; other devices scale their links alike (src/plan_timeline.c).\n",
+            "  Fabric (%s): bus bandwidth %.0f GB/s within a node (%s), %.0f GB/s across nodes\n"
+            "  (%s), latency %.0f / %.0f us per collective; other devices scale their links alike\n"
+            "  (src/plan_timeline.c). Every row's tokens at the full --seq_len (runs trim padded rows).\n",
             PLAN_FIT_DEVICE->name, f.intra_busbw / 1e9, f.measured_intra ? "--fabric_intra_gbps" : "0.8 of NVLink",
             f.inter_busbw / 1e9, f.measured_inter ? "--fabric_inter_gbps" : "0.92 of InfiniBand",
             1e6 * f.intra_latency_s, 1e6 * f.inter_latency_s);

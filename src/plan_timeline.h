@@ -19,6 +19,9 @@
 //   --accumulate_grads_locally block the compute stream;
 // - the replica all-reduce runs after the backward, blocking, or per unit as each unit's
 //   slice is final in the last micro-batch (a schedule option);
+// - collectives of one group's link (the all-gather and reduce-scatter lanes, and the replica
+//   all-reduce where it crosses the same kind of link) take the link in the order they are
+//   issued: two lanes hide a collective behind compute, not behind each other;
 // - --offload_optimizer: each unit's gradient slice goes down on the copy stream, the host
 //   updates it (the host waits for that copy first), its parameters come back; the next
 //   step's forward waits for every copy;
@@ -82,6 +85,9 @@ typedef struct {
     int grad_mode;             // fsdp_grad_mode (src/fsdp.h), as the plan resolved it
     int replicas;              // R > 1: the fp32 slices are all-reduced across replicas
     int offload;               // --offload_optimizer
+    int replica_shares_link;   // 1: the replica group's all-reduce crosses the shard group's link (both
+                               // within a node, or both across nodes); the gathers and reduce-scatters
+                               // always share theirs
     // compute, per micro-batch: one layer forward; one layer backward (recompute, gradient
     // passes included); the root: embedding before layer 0, final norm + lm_head forward and
     // backward before the layers' backward, embedding backward after it

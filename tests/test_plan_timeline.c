@@ -104,6 +104,32 @@ static void test_lane_bound(void) {
            r.busy_s[PLAN_TL_GATHER], slack);
 }
 
+// (2b) the gathers and reduce-scatters share the shard group's link: each alone hides under a
+// layer's backward (1.5 < 2), together they do not (3 > 2), and the backward shows it;
+// the replica all-reduce shares it only when told to (replica_shares_link).
+static void test_shared_link(void) {
+    const plan_tl_schedule s = plan_tl_program_schedule();
+    plan_tl_costs c = base_costs(16, 1, FSDP_GRADS_PER_MICRO_BATCH);
+    c.rs_layer = 1.5;
+    const plan_tl_result alone = run(&c, &s);
+    c.ag_layer = 1.5;
+    const plan_tl_result both = run(&c, &s);
+    const double excess = (c.layers - 3) * (c.ag_layer + c.rs_layer - c.layer_bwd);
+    EXPECT(alone.exposed_s[PLAN_TL_BWD] < c.rs_layer + 1e-9, "reduce-scatters alone: backward exposed %.3f",
+           alone.exposed_s[PLAN_TL_BWD]);
+    EXPECT(both.exposed_s[PLAN_TL_BWD] >= 0.8 * excess, "gathers + reduce-scatters on one link: backward exposed %.3f, "
+           "expected at least %.3f", both.exposed_s[PLAN_TL_BWD], 0.8 * excess);
+    plan_tl_costs h = base_costs(8, 1, FSDP_GRADS_PER_MICRO_BATCH);
+    h.replicas = 1, h.ar_layer = 1.5, h.rs_layer = 1.5;
+    plan_tl_schedule per_unit = s;
+    per_unit.ar_per_unit = 1;
+    const plan_tl_result apart = run(&h, &per_unit);
+    h.replica_shares_link = 1;
+    const plan_tl_result shared = run(&h, &per_unit);
+    EXPECT(shared.step_s > apart.step_s + 1, "replica all-reduce on the shard link: step %.3f vs %.3f apart",
+           shared.step_s, apart.step_s);
+}
+
 // (3) prefetch depth: with prefetch + 1 buffers each pass starts with that many layers still
 // gathered, so one more buffer saves one gather per pass turn (2A - 1 of them): a gather-bound
 // step is shorter by about that much, a compute-bound one does not change.
@@ -194,12 +220,93 @@ static void test_replica_all_reduce(void) {
     }
 }
 
+// ----------------------------------------------------------------------------
+// real plans
+
+// CodeLlama-7b's config with `layers` layers; plan `req` into *p. 0 / -1.
+static int plan_7b(plan *p, int layers, plan_request req) {
+    llama_config cfg;
+    if (llama_config_load(&cfg, "data/configs/codellama-7b/config.json")) return -1;
+    cfg.num_hidden_layers = layers;
+    return plan_compute(p, &cfg, &req);
+}
+static plan_request gpu_request(int W, int S, int B, int total) {
+    return (plan_request){.world_size = W, .shard_size = S, .batch_size_per_device = B, .seq_len = 512,
+                          .total_batch_size = total, .elem_bytes = 2, .attention_cudnn = 1};
+}
+
+// (7) one GPU: no collectives, so the timeline is the compute sum (the per-phase estimate plus
+// the host's gaps); within 5% of the steps measured at 7B width, seq 512, one rank
+// (scripts/bench_gpu.py; docs/results/2026-11-26-h100.md and -h200.md, finetune's rows).
+static void test_measured_one_gpu(void) {
+    static const struct { int device, layers, B; double measured_ms; } cases[] = {
+        {1, 8, 4, 56.1}, {1, 8, 16, 158.5}, {1, 11, 4, 75.4}, {1, 11, 16, 214.7},   // H100 80GB
+        {2, 8, 4, 52.1}, {2, 8, 16, 156.3},                                         // H200
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        plan p;
+        const plan_device *d = &plan_devices[cases[i].device];
+        if (plan_7b(&p, cases[i].layers, gpu_request(1, 1, cases[i].B, cases[i].B))) {
+            EXPECT(0, "plan of case %zu: %s", i, ft_error_message());
+            continue;
+        }
+        plan_tl_result r;
+        const double t = plan_tl_step_seconds(&p, d, NULL, NULL, &r);
+        plan_step_time old;
+        plan_estimate_step_time(&p, d, &old);
+        const double ratio = 1e3 * t / cases[i].measured_ms;
+        EXPECT(fabs(ratio - 1) <= 0.05, "%s, %d layers, batch %d: timeline %.2f ms vs measured %.1f (%.3fx)", d->name,
+               cases[i].layers, cases[i].B, 1e3 * t, cases[i].measured_ms, ratio);
+        EXPECT(t >= old.total_s && t - old.total_s < 10 * PLAN_TL_HOST_GAP_S,
+               "one GPU case %zu: timeline %.4f ms vs per-phase %.4f ms (only host gaps apart)", i, 1e3 * t,
+               1e3 * old.total_s);
+        EXPECT(r.binding == PLAN_TL_COMPUTE && r.busy_s[PLAN_TL_GATHER] == 0 && r.busy_s[PLAN_TL_REDUCE] == 0,
+               "one GPU case %zu: binding %s, collectives", i, plan_tl_lane_name(r.binding));
+    }
+}
+
+// The timeline's gathers and reduce-scatters carry the plan's bytes (plan.c counts them by its
+// own formula): each lane's busy time is those bytes over the bus bandwidth plus a latency per
+// collective. Sharded jobs of 8 GPUs (one node) and 64 (HSDP 8 x 8, and flat FSDP over nodes).
+static void test_plan_bytes(void) {
+    static const struct { int W, S, B, total, keep, local; } cases[] = {
+        {8, 8, 4, 64, 0, 0}, {8, 8, 1, 64, 0, 0}, {8, 8, 2, 64, 1, 0}, {8, 8, 2, 64, 0, 1}, {64, 8, 1, 128, 0, 0},
+        {64, 64, 1, 64, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        plan p;
+        plan_request req = gpu_request(cases[i].W, cases[i].S, cases[i].B, cases[i].total);
+        req.keep_params_gathered = cases[i].keep, req.accumulate_grads_locally = cases[i].local;
+        if (plan_7b(&p, 32, req)) {
+            EXPECT(0, "plan of case %zu: %s", i, ft_error_message());
+            continue;
+        }
+        const plan_device *d = PLAN_FIT_DEVICE;
+        const plan_fabric f = plan_fabric_of(&req, d);
+        const double bw = cases[i].S > d->gpus_per_node ? f.inter_busbw : f.intra_busbw;
+        const double lat = cases[i].S > d->gpus_per_node ? f.inter_latency_s : f.intra_latency_s;
+        plan_tl_result r;
+        EXPECT(plan_tl_step_seconds(&p, d, &f, NULL, &r) > 0, "case %zu: %s", i, ft_error_message());
+        const double ag = r.busy_s[PLAN_TL_GATHER] - (double)p.all_gather_bytes / bw;
+        const double rs = r.busy_s[PLAN_TL_REDUCE] - (double)p.reduce_scatter_bytes / bw;
+        const double n_ag = ag / lat, n_rs = rs / lat;   // collectives: whole numbers
+        EXPECT(n_ag > 0.5 && fabs(n_ag - round(n_ag)) < 1e-3, "case %zu: gathers %.3f latencies beyond the plan's bytes",
+               i, n_ag);
+        EXPECT(n_rs > 0.5 && fabs(n_rs - round(n_rs)) < 1e-3,
+               "case %zu: reduce-scatters %.3f latencies beyond the plan's bytes", i, n_rs);
+        EXPECT(r.step_s > r.busy_s[PLAN_TL_COMPUTE], "case %zu: step %.4f", i, r.step_s);
+    }
+}
+
 int main(void) {
     test_comm_fast();
     test_lane_bound();
+    test_shared_link();
     test_prefetch_depth();
     test_keep_gathered();
     test_host_wait();
     test_replica_all_reduce();
+    test_measured_one_gpu();
+    test_plan_bytes();
     TEST_SUMMARY("test_plan_timeline");
 }
