@@ -14,7 +14,6 @@
 #include "fsdp.h"
 #include "fsutil.h"
 #include "mfu.h"
-#include "plan_timeline.h"
 
 // ----------------------------------------------------------------------------
 // devices

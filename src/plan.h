@@ -283,6 +283,10 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
 // Print the step-time part of the --dry_run report: the ops, the per-class table per device,
 // tokens/s and predicted MFU, all labelled as estimates.
 void plan_print_step_time(FILE *out, const plan *p);
+// Print the timeline part of the --dry_run report (src/plan_timeline.c, plan_timeline.h):
+// every device's step on the program's schedule beside the per-phase estimate, its exposed
+// communication per phase and binding lane, the fabric it assumed. Nothing for --eval_only.
+void plan_tl_print(FILE *out, const plan *p);
 
 // Largest batch_size_per_device in [1, max_batch] whose plan fits `budget` bytes, with the
 // other fields of `req`; `dividing` = 1 also requires B x W to divide the total batch.

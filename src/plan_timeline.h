@@ -146,5 +146,4 @@ int plan_tl_costs_of(const plan *p, const plan_device *d, const plan_fabric *f, 
 double plan_tl_step_seconds(const plan *p, const plan_device *d, const plan_fabric *f, const plan_tl_schedule *s,
                             plan_tl_result *r);
 
-// Print the timeline part of the --dry_run report (every device, the program's schedule).
-void plan_tl_print(FILE *out, const plan *p);
+// (plan_tl_print, the report's part, is declared in plan.h, which plan.c's report reads.)
