@@ -147,6 +147,9 @@ static const flag_spec flags[] = {
      "this job's all-gather, reduce-scatter and all-reduce timed on its own communicators with the communication per "
      "step they imply, and any rank that stands out named (exit 0: nothing stands out; 3: a rank stands out); "
      "multi-rank GPU jobs run it before step 1 anyway"},
+    {"--dry_run_row_tokens", FLAG_INT, OPT(dry_run_row_tokens), 0, 1 << 20, NULL,
+     "with --dry_run: the tokens per row the step-time estimates compute (unpacked rows: the mean of each "
+     "micro-batch's longest row, which a run trims to; 0 = --seq_len); memory stays planned for --seq_len"},
     {"--fabric_intra_gbps", FLAG_FLOAT, OPT(fabric_intra_gbps), 0, 1e6, NULL,
      "with --dry_run: the bus bandwidth of a collective within a node, GB/s per GPU (nccl-tests' busbw, as --preflight "
      "prints it), for the step-time timeline (0 = 0.8 of the device's NVLink)"},

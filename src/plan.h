@@ -68,10 +68,16 @@ typedef struct {
                                     // offload and the gradient modes change nothing
     size_t nccl_comm_bytes;         // GPU memory each NCCL communicator takes (--nccl_gib_per_comm;
                                     // 0 = PLAN_NCCL_COMM_BYTES)
+    int row_tokens;                 // the step-time estimates' tokens per row (--dry_run_row_tokens:
+                                    // the micro-batches' mean trimmed length; 0 = seq_len): compute,
+                                    // tokens and model FLOPs, not memory (sized for seq_len)
     double fabric_intra_busbw;      // bytes/s: the step-time timeline's collectives within a node
     double fabric_inter_busbw;      // and across nodes (--fabric_intra_gbps, --fabric_inter_gbps;
                                     // 0 = plan_fabric_of's defaults, src/plan_timeline.c)
 } plan_request;
+
+// The tokens per row the step-time estimates take: r->row_tokens, or seq_len when that is 0.
+int plan_row_tokens(const plan_request *r);
 
 // The model buffers (model.h: MODEL_TRAIN, MODEL_TRAIN_CKPT, MODEL_FORWARD_ONLY) a job of `r`
 // allocates: the planner and the trainer both take them from here.

@@ -90,7 +90,7 @@ static void op_add(plan *p, const char *what, plan_op_class k, plan_op_phase ph,
 // lm_head's chunks) is the model code's own, not a copy of it.
 static int count_model_ops(const plan *p, const llama_config *c, count_result *k) {
     const plan_request *r = &p->req;
-    const count_job job = {r->batch_size_per_device, r->seq_len, r->elem_bytes, plan_model_buffers(r),
+    const count_job job = {r->batch_size_per_device, plan_row_tokens(r), r->elem_bytes, plan_model_buffers(r),
                            r->lora.rank ? &r->lora : NULL,
                            fsdp_grads_f32((fsdp_grad_mode)p->grad_mode, r->reduce_f32), r->attention_segments,
                            !r->eval_only};
@@ -331,19 +331,23 @@ static void print_ops(FILE *out, const plan *p) {
     }
 }
 
+// How the report's token line says the rows' length was taken.
+static const char *row_note(const plan *p) {
+    return p->req.row_tokens ? "rows at --dry_run_row_tokens; memory at --seq_len" : "every row at full length; runs trim padding";
+}
+
 void plan_print_step_time(FILE *out, const plan *p) {
     fprintf(out, "\nstep time ESTIMATE per op class (published peaks x stated fractions; not a measurement, no GPU "
             "ran this):\n");
     if (p->req.eval_only) {   // (a "step" below: one forward micro-batch)
         fprintf(out, "  --eval_only: a step is one evaluation micro-batch, the FORWARD only: %.0f tokens per rank "
-                "(%d x %d, every row at full length; runs trim padding)\n", p->tokens, p->req.batch_size_per_device,
-                p->req.seq_len);
+                "(%d x %d, %s)\n", p->tokens, p->req.batch_size_per_device, plan_row_tokens(&p->req), row_note(p));
         fprintf(out, "  %.3e model FLOPs (the forward's: 2 x matmul params%s + causal attention, the MFU numerator), "
                 "%.3e executed by this build\n", p->model_flops, p->req.lora.rank ? " (adapters included)" : "",
                 p->exec_flops);
     } else {
-        fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full "
-                "length; runs trim padding)\n", p->tokens, p->accum, p->req.batch_size_per_device, p->req.seq_len);
+        fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, %s)\n", p->tokens, p->accum,
+                p->req.batch_size_per_device, plan_row_tokens(&p->req), row_note(p));
         fprintf(out, "  %.3e model FLOPs (%s + causal attention: the MFU numerator), %.3e executed by "
                 "this build (recompute, the attention backward's products)\n", p->model_flops,
                 p->req.lora.rank ? "LoRA: 4 x frozen matmul params (no dW) + 6 x adapter params" : "6 x matmul params",

@@ -298,6 +298,37 @@ static void test_plan_bytes(void) {
     }
 }
 
+// --dry_run_row_tokens: the estimates compute rows of that length (the GEMMs linear in it,
+// attention more than linear), memory stays planned for --seq_len; beyond --seq_len refused.
+static void test_row_tokens(void) {
+    static const int rows[] = {128, 256, 384};
+    plan full;
+    if (plan_7b(&full, 8, gpu_request(1, 1, 4, 4))) {
+        EXPECT(0, "plan: %s", ft_error_message());
+        return;
+    }
+    const double t_full = plan_tl_step_seconds(&full, PLAN_FIT_DEVICE, NULL, NULL, NULL);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        plan p;
+        plan_request req = gpu_request(1, 1, 4, 4);
+        req.row_tokens = rows[i];
+        if (plan_7b(&p, 8, req)) {
+            EXPECT(0, "plan at %d tokens per row: %s", rows[i], ft_error_message());
+            continue;
+        }
+        const double t = plan_tl_step_seconds(&p, PLAN_FIT_DEVICE, NULL, NULL, NULL), f = rows[i] / 512.0;
+        EXPECT(p.total == full.total, "%d tokens per row: memory %zu, at --seq_len %zu", rows[i], p.total, full.total);
+        EXPECT(p.tokens == full.tokens * f, "%d tokens per row: %.0f tokens", rows[i], p.tokens);
+        EXPECT(t < t_full && t > 0.3 * t_full, "%d tokens per row: step %.2f ms vs %.2f at 512", rows[i], 1e3 * t,
+               1e3 * t_full);
+    }
+    plan p;
+    plan_request req = gpu_request(1, 1, 4, 4);
+    req.row_tokens = 513;
+    EXPECT(plan_7b(&p, 8, req) != 0 && strstr(ft_error_message(), "--dry_run_row_tokens"),
+           "513 tokens per row at --seq_len 512 accepted (%s)", ft_error_message());
+}
+
 int main(void) {
     test_comm_fast();
     test_lane_bound();
@@ -308,5 +339,6 @@ int main(void) {
     test_replica_all_reduce();
     test_measured_one_gpu();
     test_plan_bytes();
+    test_row_tokens();
     TEST_SUMMARY("test_plan_timeline");
 }
