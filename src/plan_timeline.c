@@ -292,7 +292,7 @@ static void optimizer_step(tl_sim *m) {
     rs_finish(m, 1);
     if (c->replicas) {
         if (m->s->ar_per_unit) wait_for(m, m->ar_done, PLAN_TL_REPLICA);
-        else blocking(m, PLAN_TL_REPLICA, c->layers * c->ar_layer + c->ar_root);
+        else blocking(m, PLAN_TL_REPLICA, c->ar_all);
     }
     compute(m, c->optimizer);   // (the norm's host read: the drain below covers its wait)
     host_drain(m);
@@ -400,6 +400,7 @@ static void comm_costs(const plan *p, const plan_device *d, const plan_fabric *f
     c->replica_shares_link = S > 1 && R > 1 && shard_across == replica_across;
     c->ar_layer = collective_s(f, ar * tl, R, replica_across);
     c->ar_root = collective_s(f, ar * tr, R, replica_across);
+    c->ar_all = collective_s(f, ar * (tl * c->layers + tr), R, replica_across);
 }
 
 // The compute of the plan's ops (plan_op_seconds: the calibrated per-op pricing), unit by

@@ -96,6 +96,7 @@ typedef struct {
     // collectives, one each: gathers (working dtype), reduce-scatters (per-micro-batch dtype
     // and fp32), the replica all-reduce of a unit's fp32 slice
     double ag_layer, ag_root, rs_layer, rs_root, rs_layer_f32, rs_root_f32, ar_layer, ar_root;
+    double ar_all;             // the replica all-reduce of the whole fp32 slice at once (one latency)
     // offload, per unit: the copy stream (fp32 gradient slice down, working parameters up) and
     // the host's AdamW
     double off_down_layer, off_up_layer, off_down_root, off_up_root, off_host_layer, off_host_root;

@@ -84,7 +84,7 @@ static void test_lane_bound(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         plan_tl_costs c = base_costs(8, 2, FSDP_GRADS_PER_MICRO_BATCH);
         c.ag_layer = cases[i].ag, c.rs_layer = cases[i].rs;
-        c.replicas = cases[i].ar > 0, c.ar_layer = cases[i].ar;
+        c.replicas = cases[i].ar > 0, c.ar_layer = cases[i].ar, c.ar_all = c.layers * cases[i].ar;
         c.offload = cases[i].off_host > 0 || cases[i].off_copy > 0;
         c.off_host_layer = cases[i].off_host, c.off_down_layer = c.off_up_layer = cases[i].off_copy;
         const plan_tl_result r = run(&c, &s);
@@ -205,7 +205,7 @@ static void test_replica_all_reduce(void) {
     static const int Ls[] = {4, 8, 16};
     for (size_t i = 0; i < sizeof Ls / sizeof Ls[0]; i++) {
         plan_tl_costs c = base_costs(Ls[i], 2, FSDP_GRADS_ROOT_ONCE);
-        c.replicas = 1, c.ar_layer = 1.0, c.ar_root = 0.5;
+        c.replicas = 1, c.ar_layer = 1.0, c.ar_root = 0.5, c.ar_all = c.layers * c.ar_layer + c.ar_root;
         plan_tl_schedule after = plan_tl_program_schedule(), per_unit = after;
         per_unit.ar_per_unit = 1;
         const plan_tl_result r0 = run(&c, &after), r1 = run(&c, &per_unit);
@@ -295,6 +295,11 @@ static void test_plan_bytes(void) {
         EXPECT(n_rs > 0.5 && fabs(n_rs - round(n_rs)) < 1e-3,
                "case %zu: reduce-scatters %.3f latencies beyond the plan's bytes", i, n_rs);
         EXPECT(r.step_s > r.busy_s[PLAN_TL_COMPUTE], "case %zu: step %.4f", i, r.step_s);
+        if (p.replica_size > 1) {   // HSDP: one all-reduce of the slice across nodes after the backward
+            const double ar = r.busy_s[PLAN_TL_REPLICA] - (double)p.all_reduce_bytes / f.inter_busbw;
+            EXPECT(NEAR(ar, f.inter_latency_s, 1e-6), "case %zu: all-reduce busy %.6f s, the plan's bytes say %.6f + "
+                   "a latency", i, r.busy_s[PLAN_TL_REPLICA], (double)p.all_reduce_bytes / f.inter_busbw);
+        }
     }
 }
 
