@@ -151,6 +151,15 @@ static const flag_spec flags[] = {
      "choose --batch_size_per_device, --gradient_checkpointing, --keep_params_gathered, --dp_shard, "
      "--accumulate_grads_locally and --offload_optimizer, those not given, for the most predicted tokens/s among "
      "the plans that fit the device (with --dry_run too; docs/planning.md)"},
+    {"--dry_run_row_tokens", FLAG_INT, OPT(dry_run_row_tokens), 0, 1 << 20, NULL,
+     "with --dry_run: the tokens per row the step-time estimates compute (unpacked rows: the mean of each "
+     "micro-batch's longest row, which a run trims to; 0 = --seq_len); memory stays planned for --seq_len"},
+    {"--fabric_intra_gbps", FLAG_FLOAT, OPT(fabric_intra_gbps), 0, 1e6, NULL,
+     "with --dry_run: the bus bandwidth of a collective within a node, GB/s per GPU (nccl-tests' busbw, as --preflight "
+     "prints it), for the step-time timeline (0 = 0.8 of the device's NVLink)"},
+    {"--fabric_inter_gbps", FLAG_FLOAT, OPT(fabric_inter_gbps), 0, 1e6, NULL,
+     "with --dry_run: the bus bandwidth of a collective across nodes, GB/s per GPU (--preflight's busbw of a group "
+     "spanning nodes), for the step-time timeline (0 = 0.92 of the device's InfiniBand)"},
     {"--world_size", FLAG_INT, OPT(world_size), 0, 1 << 20, NULL,
      "with --dry_run: ranks to plan for (0 = the ranks the launcher started)"},
     {"--collective_timeout", FLAG_FLOAT, OPT(collective_timeout), 0, 1e6, NULL,

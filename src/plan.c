@@ -166,8 +166,8 @@ static double plan_adapter_layer_params(const plan_request *r, const llama_confi
 // gradients, so no reduce-scatter, all-reduce or optimizer traffic.
 static void plan_eval_work(plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
-    p->tokens = (double)r->batch_size_per_device * r->seq_len;
-    p->model_flops = p->tokens * model_forward_flops_per_token(c, r->seq_len, plan_adapter_layer_params(r, c));
+    p->tokens = (double)r->batch_size_per_device * plan_row_tokens(r);
+    p->model_flops = p->tokens * model_forward_flops_per_token(c, plan_row_tokens(r), plan_adapter_layer_params(r, c));
     const size_t S = (size_t)r->shard_size, Lu = (size_t)c->num_hidden_layers;
     if (S == 1 || r->keep_params_gathered || Lu <= 2) return;
     const size_t adapter_layer = r->lora.rank ? p->trained_layer_numel : 0;
@@ -180,8 +180,8 @@ static void plan_step_work(plan *p, const llama_config *c) {
         plan_eval_work(p, c);
         return;
     }
-    p->tokens = (double)p->accum * r->batch_size_per_device * r->seq_len;
-    p->model_flops = p->tokens * model_flops_per_token(c, r->seq_len, plan_adapter_layer_params(r, c));   // executed: plan_ops_compute
+    p->tokens = (double)p->accum * r->batch_size_per_device * plan_row_tokens(r);
+    p->model_flops = p->tokens * model_flops_per_token(c, plan_row_tokens(r), plan_adapter_layer_params(r, c));   // executed: plan_ops_compute
 
     // collectives: the byte counters of src/comm.c (ring: a rank sends (n-1)/n of the data)
     const size_t S = (size_t)r->shard_size, R = (size_t)p->replica_size, esz = r->elem_bytes;
@@ -241,6 +241,8 @@ int plan_validate_grid(int W, int S) {
     return 0;
 }
 
+int plan_row_tokens(const plan_request *r) { return r->row_tokens > 0 ? r->row_tokens : r->seq_len; }
+
 int plan_validate(const llama_config *c, const plan_request *r) {
     TRY(plan_validate_grid(r->world_size, r->shard_size));
     if (r->batch_size_per_device < 1 || r->seq_len < 1 || r->total_batch_size < 1)
@@ -249,6 +251,8 @@ int plan_validate(const llama_config *c, const plan_request *r) {
     if (r->seq_len > c->max_position_embeddings)
         return ft_error("flag --seq_len: %d exceeds the model's max_position_embeddings %d", r->seq_len,
                         c->max_position_embeddings);
+    if (r->row_tokens < 0 || r->row_tokens > r->seq_len)
+        return ft_error("flag --dry_run_row_tokens: %d is not within 0..--seq_len %d", r->row_tokens, r->seq_len);
     const int per_step = r->batch_size_per_device * r->world_size;
     if (r->total_batch_size % per_step != 0)
         return ft_error("flag --total_batch_size: %d is not a multiple of --batch_size_per_device %d x %d ranks = %d",
@@ -654,5 +658,6 @@ void plan_print_report(FILE *out, const plan *p, const llama_config *c, const ch
     if (p->req.eval_only) print_eval_collectives(out, p);
     else print_collectives(out, p);
     plan_print_step_time(out, p);
+    plan_tl_print(out, p);
     print_faster_alternative(out, p, c);
 }

@@ -68,7 +68,16 @@ typedef struct {
                                     // offload and the gradient modes change nothing
     size_t nccl_comm_bytes;         // GPU memory each NCCL communicator takes (--nccl_gib_per_comm;
                                     // 0 = PLAN_NCCL_COMM_BYTES)
+    int row_tokens;                 // the step-time estimates' tokens per row (--dry_run_row_tokens:
+                                    // the micro-batches' mean trimmed length; 0 = seq_len): compute,
+                                    // tokens and model FLOPs, not memory (sized for seq_len)
+    double fabric_intra_busbw;      // bytes/s: the step-time timeline's collectives within a node
+    double fabric_inter_busbw;      // and across nodes (--fabric_intra_gbps, --fabric_inter_gbps;
+                                    // 0 = plan_fabric_of's defaults, src/plan_timeline.c)
 } plan_request;
+
+// The tokens per row the step-time estimates take: r->row_tokens, or seq_len when that is 0.
+int plan_row_tokens(const plan_request *r);
 
 // The model buffers (model.h: MODEL_TRAIN, MODEL_TRAIN_CKPT, MODEL_FORWARD_ONLY) a job of `r`
 // allocates: the planner and the trainer both take them from here.
@@ -248,6 +257,13 @@ int plan_check_host_memory(const plan *p, int ranks_on_node);
 // ----------------------------------------------------------------------------
 // the step-time estimate (src/plan_time.c)
 
+// --offload_optimizer (assumptions, no measurement): host memory bandwidth per rank 50 GB/s, a
+// STREAM-like 0.7 of a dual-socket DDR5-4800 node (2 x 8 channels x 38.4 GB/s = 614 GB/s)
+// shared by 8 GPUs (77 GB/s each at peak), rounded down; PCIe Gen5 x16 at 50 GB/s per
+// direction (0.8 of 64 GB/s).
+#define PLAN_HOST_BYTES_PER_S 50e9
+#define PLAN_PCIE_BYTES_PER_S 50e9
+
 typedef struct {
     double class_s[PLAN_OP_CLASS_COUNT];  // the ops of each class
     double comm_exposed_s;          // collective time not hidden behind compute
@@ -273,6 +289,10 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
 // Print the step-time part of the --dry_run report: the ops, the per-class table per device,
 // tokens/s and predicted MFU, all labelled as estimates.
 void plan_print_step_time(FILE *out, const plan *p);
+// Print the timeline part of the --dry_run report (src/plan_timeline.c, plan_timeline.h):
+// every device's step on the program's schedule beside the per-phase estimate, its exposed
+// communication per phase and binding lane, the fabric it assumed. Nothing for --eval_only.
+void plan_tl_print(FILE *out, const plan *p);
 
 // Largest batch_size_per_device in [1, max_batch] whose plan fits `budget` bytes, with the
 // other fields of `req`; `dividing` = 1 also requires B x W to divide the total batch.

@@ -54,14 +54,10 @@
 // H100 (3.35 peak) and ~4.3 on the H200 (4.8): 0.9 of peak, the best a copy does; ours are
 // not faster than a copy, so this part is optimistic.
 #define PLAN_HBM_FRACTION 0.9
-// --offload_optimizer (assumptions, no measurement): host memory bandwidth per rank 50 GB/s, a
-// STREAM-like 0.7 of a dual-socket DDR5-4800 node (2 x 8 channels x 38.4 GB/s = 614 GB/s)
-// shared by 8 GPUs (77 GB/s each at peak), rounded down; PCIe Gen5 x16 at 50 GB/s per
-// direction (0.8 of 64 GB/s). The copies run behind the host AdamW (src/fsdp.c offload
-// pipeline), so the longer of host and PCIe time counts; both directions share one copy stream
-// (src/backend_cuda.c), so they do not overlap each other: the PCIe time is their sum.
-#define PLAN_HOST_BYTES_PER_S 50e9
-#define PLAN_PCIE_BYTES_PER_S 50e9
+// --offload_optimizer: PLAN_HOST_BYTES_PER_S and PLAN_PCIE_BYTES_PER_S (plan.h). The copies run
+// behind the host AdamW (src/fsdp.c offload pipeline), so the longer of host and PCIe time
+// counts; both directions share one copy stream (src/backend_cuda.c), so they do not overlap
+// each other: the PCIe time is their sum.
 // Collectives at the link's peak per direction (no derating: no measured NCCL figure for
 // these links at hand), so exposed collective time is a lower bound too.
 // Every device operation (kernel, cuBLASLt GEMM, cuDNN graph execution, memset) takes at least
@@ -94,7 +90,7 @@ static void op_add(plan *p, const char *what, plan_op_class k, plan_op_phase ph,
 // lm_head's chunks) is the model code's own, not a copy of it.
 static int count_model_ops(const plan *p, const llama_config *c, count_result *k) {
     const plan_request *r = &p->req;
-    const count_job job = {r->batch_size_per_device, r->seq_len, r->elem_bytes, plan_model_buffers(r),
+    const count_job job = {r->batch_size_per_device, plan_row_tokens(r), r->elem_bytes, plan_model_buffers(r),
                            r->lora.rank ? &r->lora : NULL,
                            fsdp_grads_f32((fsdp_grad_mode)p->grad_mode, r->reduce_f32), r->attention_segments,
                            !r->eval_only};
@@ -335,19 +331,23 @@ static void print_ops(FILE *out, const plan *p) {
     }
 }
 
+// How the report's token line says the rows' length was taken.
+static const char *row_note(const plan *p) {
+    return p->req.row_tokens ? "rows at --dry_run_row_tokens; memory at --seq_len" : "every row at full length; runs trim padding";
+}
+
 void plan_print_step_time(FILE *out, const plan *p) {
     fprintf(out, "\nstep time ESTIMATE per op class (published peaks x stated fractions; not a measurement, no GPU "
             "ran this):\n");
     if (p->req.eval_only) {   // (a "step" below: one forward micro-batch)
         fprintf(out, "  --eval_only: a step is one evaluation micro-batch, the FORWARD only: %.0f tokens per rank "
-                "(%d x %d, every row at full length; runs trim padding)\n", p->tokens, p->req.batch_size_per_device,
-                p->req.seq_len);
+                "(%d x %d, %s)\n", p->tokens, p->req.batch_size_per_device, plan_row_tokens(&p->req), row_note(p));
         fprintf(out, "  %.3e model FLOPs (the forward's: 2 x matmul params%s + causal attention, the MFU numerator), "
                 "%.3e executed by this build\n", p->model_flops, p->req.lora.rank ? " (adapters included)" : "",
                 p->exec_flops);
     } else {
-        fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, every row at full "
-                "length; runs trim padding)\n", p->tokens, p->accum, p->req.batch_size_per_device, p->req.seq_len);
+        fprintf(out, "  per rank per optimizer step: %.0f tokens (%d micro-batches x %d x %d, %s)\n", p->tokens, p->accum,
+                p->req.batch_size_per_device, plan_row_tokens(&p->req), row_note(p));
         fprintf(out, "  %.3e model FLOPs (%s + causal attention: the MFU numerator), %.3e executed by "
                 "this build (recompute, the attention backward's products)\n", p->model_flops,
                 p->req.lora.rank ? "LoRA: 4 x frozen matmul params (no dW) + 6 x adapter params" : "6 x matmul params",

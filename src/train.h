@@ -45,6 +45,9 @@ typedef struct {
     double sample_top_p;          // sampling: nucleus of this probability (1 = all)
     double peak_tflops;           // for MFU; 0 = measure the backend's matmul rate
     double nccl_gib_per_comm;     // the plan's GPU memory per NCCL communicator (0 = PLAN_NCCL_COMM_BYTES)
+    double fabric_intra_gbps;     // --dry_run's timeline: bus bandwidth within a node, GB/s (0 = default)
+    double fabric_inter_gbps;     // and across nodes
+    int dry_run_row_tokens;       // --dry_run's step-time estimates: tokens per row (0 = seq_len)
     int profile;                  // print ms per op per step, by phase (src/profile.h)
     // sharding
     int no_fsdp;

@@ -1,0 +1,513 @@
+// plan_timeline.c: one optimizer step on the program's own schedule (see plan_timeline.h).
+#include "plan_timeline.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "backend.h"
+#include "common.h"
+#include "fsdp.h"
+
+const char *plan_tl_lane_name(plan_tl_lane l) {
+    static const char *names[PLAN_TL_LANES] = {"compute", "all-gather", "reduce-scatter", "all-reduce", "offload",
+                                               "host"};
+    return names[l];
+}
+
+plan_tl_schedule plan_tl_program_schedule(void) {
+    return (plan_tl_schedule){.prefetch = 1, .host_wait_per_micro = 1, .rs_flush_per_micro = 1, .ar_per_unit = 0,
+                              .offload_early = 0};
+}
+
+// ----------------------------------------------------------------------------
+// the simulator's state
+
+typedef struct {
+    const plan_tl_costs *c;
+    const plan_tl_schedule *s;
+    plan_tl_result *r;
+    plan_tl_phase phase;
+    double host;                         // when the host issues its next operation
+    double free[PLAN_TL_LANES];          // when each device lane has done what is queued on it
+    double link_free;                    // when the shard group's link has carried what is issued
+    double pace[BACKEND_PACE_LAG + 1];   // compute-stream marks of the last layers (cu_pace)
+    long paced;
+    int micro, last_micro;               // the micro-batch and whether it is the step's last
+    // gathers: units still gathered (or on their way), by buffer
+    int held[PLAN_TL_MAX_LAYERS + 1];    // 1: unit u's gathered copy is current
+    double ag_done[PLAN_TL_MAX_LAYERS + 1];
+    int buf_unit[PLAN_TL_MAX_PREFETCH + 1];   // the layer each gather buffer holds (-1 none)
+    long buf_use[PLAN_TL_MAX_PREFETCH + 1];   // when its unit is (to be) used: the least is refilled
+    long uses;
+    // reduce-scatters in flight by buffer parity, the replica all-reduce, offload
+    int rs_unit[2];
+    double rs_done[2];
+    double ar_done;
+    int off_pending;                     // the unit whose gradient is on its way down (-1 none)
+    double off_down;                     // when that copy is done
+    unsigned char off_done[PLAN_TL_MAX_LAYERS + 1];
+} tl_sim;
+
+// The compute stream waits until t, for `lane`: its idle time is exposed.
+static void wait_for(tl_sim *m, double t, plan_tl_lane lane) {
+    const double idle = t - m->free[PLAN_TL_COMPUTE];
+    if (idle <= 0) return;
+    m->r->exposed_s[m->phase] += idle;
+    m->r->exposed_by[lane] += idle;
+    m->free[PLAN_TL_COMPUTE] = t;
+}
+
+// Work on the compute stream, issued by the host now.
+static void compute(tl_sim *m, double seconds) {
+    wait_for(m, m->host, PLAN_TL_HOST);
+    m->free[PLAN_TL_COMPUTE] += seconds;
+    m->r->busy_s[PLAN_TL_COMPUTE] += seconds;
+}
+
+// Whether a lane's collectives use the shard group's link (which the other of them share).
+static int on_shard_link(const tl_sim *m, plan_tl_lane lane) {
+    return lane == PLAN_TL_GATHER || lane == PLAN_TL_REDUCE || (lane == PLAN_TL_REPLICA && m->c->replica_shares_link);
+}
+
+// Work on `lane` after everything queued on the compute stream (comm_after_compute, and
+// copy_async's compute mark); returns when it is done. Collectives on one link take it in
+// the order they are issued (a ring all-gather and a ring reduce-scatter each load every
+// link of the ring in both directions: run together, each would get about half).
+static double after_compute(tl_sim *m, plan_tl_lane lane, double seconds) {
+    double start = fmax(fmax(m->free[lane], m->free[PLAN_TL_COMPUTE]), m->host);
+    if (on_shard_link(m, lane)) {
+        start = fmax(start, m->link_free);
+        m->link_free = start + seconds;
+    }
+    m->free[lane] = start + seconds;
+    m->r->busy_s[lane] += seconds;
+    return m->free[lane];
+}
+
+// A blocking collective: the compute stream waits for it.
+static void blocking(tl_sim *m, plan_tl_lane lane, double seconds) {
+    if (seconds > 0) wait_for(m, after_compute(m, lane, seconds), lane);
+}
+
+// The host waits for every lane of the device, then needs host_gap to issue again.
+static void host_drain(tl_sim *m) {
+    double t = m->host;
+    for (int l = 0; l < PLAN_TL_HOST; l++) t = fmax(t, m->free[l]);
+    m->host = t + m->c->host_gap;
+    m->r->busy_s[PLAN_TL_HOST] += m->c->host_gap;
+}
+
+// cu_pace after each layer: the host at most BACKEND_PACE_LAG layers ahead of the device.
+static void pace(tl_sim *m) {
+    const int n = BACKEND_PACE_LAG + 1;
+    if (m->paced >= BACKEND_PACE_LAG) m->host = fmax(m->host, m->pace[(m->paced - BACKEND_PACE_LAG) % n]);
+    m->pace[m->paced % n] = m->free[PLAN_TL_COMPUTE];
+    m->paced++;
+}
+
+// ----------------------------------------------------------------------------
+// gathers (fsdp.c prov_acquire, kept_acquire)
+
+// Start gathering layer v (non-blocking) into the least recently used buffer not holding
+// `current`; `when` orders its use (the buffer refilled next is the one used longest ago).
+static void gather_layer(tl_sim *m, int v, int current, long when) {
+    const int nbuf = m->c->keep_gathered ? 0 : m->s->prefetch + 1;
+    if (nbuf) {
+        int b = -1;
+        for (int i = 0; i < nbuf; i++)
+            if (m->buf_unit[i] != current && (b < 0 || m->buf_use[i] < m->buf_use[b])) b = i;
+        if (m->buf_unit[b] >= 0) m->held[m->buf_unit[b]] = 0;
+        m->buf_unit[b] = v;
+        m->buf_use[b] = when;
+    }
+    m->held[v] = 1;
+    m->ag_done[v] = after_compute(m, PLAN_TL_GATHER, m->c->ag_layer);
+}
+
+// Unit v's buffer will be used at `when` (a buffer is refilled in order of its unit's use).
+static void buffer_use(tl_sim *m, int v, long when) {
+    for (int i = 0; i <= m->s->prefetch && !m->c->keep_gathered; i++)
+        if (m->buf_unit[i] == v) m->buf_use[i] = when;
+}
+
+// Gathers ahead of unit u in direction dir (+1 forward, -1 backward): `prefetch` layers, one
+// with --keep_params_gathered; u == L (the root) starts the forward at layer 0.
+static void prefetch_after(tl_sim *m, int u, int dir) {
+    const int L = m->c->layers, ahead = m->c->keep_gathered ? 1 : m->s->prefetch;
+    const int first = u == L ? 0 : u + dir;
+    for (int k = 0; k < ahead; k++) {
+        const int v = first + dir * k;
+        if (v < 0 || v >= L || (u == L && dir < 0)) break;
+        if (!m->held[v]) gather_layer(m, v, u, m->uses + k + 1);
+        else buffer_use(m, v, m->uses + k + 1);
+    }
+}
+
+// Acquire layer u for a pass in direction dir: gathered now unless held or on its way, the
+// compute stream waits for it, the gathers ahead start.
+static void acquire_layer(tl_sim *m, int u, int dir) {
+    if (m->c->sharded) {
+        m->uses++;
+        if (!m->held[u]) gather_layer(m, u, -1, m->uses);
+        buffer_use(m, u, m->uses);
+        wait_for(m, m->ag_done[u], PLAN_TL_GATHER);
+        prefetch_after(m, u, dir);
+    }
+}
+
+// The root at the start of a forward: gathered (blocking) once per step, then layer 0 on.
+static void acquire_root(tl_sim *m) {
+    const int L = m->c->layers;
+    if (!m->c->sharded) return;
+    if (!m->held[L]) {
+        blocking(m, PLAN_TL_GATHER, m->c->ag_root);
+        m->held[L] = 1;
+    }
+    prefetch_after(m, L, +1);
+}
+
+// ----------------------------------------------------------------------------
+// gradients (fsdp.c prov_grad_begin / prov_grad_end), the replica all-reduce, offload
+
+static void offload_push(tl_sim *m, int u);
+
+// Unit u's gradient slice got its last contribution of this micro-batch: in the last one,
+// its replica all-reduce (per unit) or its early offload may start.
+static void grad_final(tl_sim *m, int u) {
+    const plan_tl_costs *c = m->c;
+    const int root = u == c->layers;
+    if (!m->last_micro) return;
+    if (c->replicas && m->s->ar_per_unit) m->ar_done = after_compute(m, PLAN_TL_REPLICA, root ? c->ar_root : c->ar_layer);
+    // fsdp_offload_can_overlap: one replica, no local accumulation; the root waits for the step
+    if (c->offload && m->s->offload_early && !c->replicas && c->grad_mode != FSDP_GRADS_LOCAL && !root)
+        offload_push(m, u);
+}
+
+// Complete the reduce-scatter in flight in buffer pair b (rs_finish): the compute stream waits.
+static void rs_finish(tl_sim *m, int b) {
+    if (m->rs_unit[b] < 0) return;
+    const int u = m->rs_unit[b];
+    m->rs_unit[b] = -1;
+    wait_for(m, m->rs_done[b], PLAN_TL_REDUCE);
+    grad_final(m, u);
+}
+
+static int overlapped(const tl_sim *m) { return m->c->sharded && m->c->grad_mode != FSDP_GRADS_LOCAL; }
+
+// Layer u's backward between grad_begin and grad_end.
+static void layer_backward(tl_sim *m, int u) {
+    const plan_tl_costs *c = m->c;
+    if (overlapped(m)) rs_finish(m, u % 2);
+    compute(m, c->layer_bwd);
+    if (overlapped(m)) {
+        m->rs_done[u % 2] = after_compute(m, PLAN_TL_REDUCE, c->rs_layer);
+        m->rs_unit[u % 2] = u;
+    } else if (c->grad_mode == FSDP_GRADS_LOCAL && c->sharded) {   // the step's fp32 sums, once
+        if (m->last_micro) {
+            blocking(m, PLAN_TL_REDUCE, c->rs_layer_f32);
+            grad_final(m, u);
+        }
+    } else {   // one shard: the backward wrote the slice itself
+        grad_final(m, u);
+    }
+}
+
+// The root's gradient at the end of a micro-batch's backward (prov_grad_end for u == L).
+static void root_grad_end(tl_sim *m) {
+    const plan_tl_costs *c = m->c;
+    const int L = c->layers;
+    if (overlapped(m) && m->s->rs_flush_per_micro) {
+        rs_finish(m, 0);
+        rs_finish(m, 1);
+    }
+    if (!c->sharded) {
+        grad_final(m, L);
+    } else if (c->grad_mode == FSDP_GRADS_PER_MICRO_BATCH) {
+        blocking(m, PLAN_TL_REDUCE, c->rs_root);
+        grad_final(m, L);
+    } else if (m->last_micro) {   // ROOT_ONCE and LOCAL: the root's fp32 sum, once per step
+        blocking(m, PLAN_TL_REDUCE, c->rs_root_f32);
+        grad_final(m, L);
+    }
+}
+
+// offload_push: unit u's gradient slice goes down (after the compute queued so far), then the
+// host updates the unit before it (waiting for its copy) and sends its parameters back.
+static void offload_update(tl_sim *m) {
+    const int u = m->off_pending, root = u == m->c->layers;
+    if (u < 0) return;
+    m->off_pending = -1;
+    m->host = fmax(m->host, m->off_down) + (root ? m->c->off_host_root : m->c->off_host_layer);
+    m->r->busy_s[PLAN_TL_HOST] += root ? m->c->off_host_root : m->c->off_host_layer;
+    (void)after_compute(m, PLAN_TL_OFFLOAD, root ? m->c->off_up_root : m->c->off_up_layer);
+}
+static void offload_push(tl_sim *m, int u) {
+    const int root = u == m->c->layers;
+    m->off_done[u] = 1;
+    const double down = after_compute(m, PLAN_TL_OFFLOAD, root ? m->c->off_down_root : m->c->off_down_layer);
+    offload_update(m);
+    m->off_pending = u;
+    m->off_down = down;
+}
+
+// ----------------------------------------------------------------------------
+// a micro-batch, the optimizer, the step
+
+// One micro-batch's forward and backward (model_forward_backward over the FSDP provider).
+static void micro_batch(tl_sim *m) {
+    const plan_tl_costs *c = m->c;
+    const int L = c->layers;
+    m->phase = PLAN_TL_FWD;
+    acquire_root(m);
+    compute(m, c->root_fwd);
+    for (int l = 0; l < L; l++) {
+        acquire_layer(m, l, +1);
+        compute(m, c->layer_fwd);
+        pace(m);
+    }
+    // the root's grad_begin flushes what the micro-batch before left in flight (fsdp.c)
+    if (overlapped(m)) {
+        rs_finish(m, 0);
+        rs_finish(m, 1);
+    }
+    compute(m, c->root_head);
+    m->phase = PLAN_TL_BWD;
+    for (int l = L - 1; l >= 0; l--) {
+        acquire_layer(m, l, -1);
+        layer_backward(m, l);
+        pace(m);
+    }
+    compute(m, c->root_bwd);
+    root_grad_end(m);
+    if (m->s->host_wait_per_micro && !m->last_micro) host_drain(m);
+}
+
+// After the last micro-batch: fsdp_finish_grads (the reduce-scatters left, the replica
+// all-reduce, the norm read by the host), the optimizer, the offload pipeline's rest, the
+// step's end (train.c: synchronize, the loss all-reduce).
+static void optimizer_step(tl_sim *m) {
+    const plan_tl_costs *c = m->c;
+    m->phase = PLAN_TL_OPT;
+    rs_finish(m, 0);
+    rs_finish(m, 1);
+    if (c->replicas) {
+        if (m->s->ar_per_unit) wait_for(m, m->ar_done, PLAN_TL_REPLICA);
+        else blocking(m, PLAN_TL_REPLICA, c->ar_all);
+    }
+    compute(m, c->optimizer);   // (the norm's host read: the drain below covers its wait)
+    host_drain(m);
+    if (c->offload) {
+        for (int u = 0; u <= c->layers; u++)
+            if (!m->off_done[u]) offload_push(m, u);
+        offload_update(m);
+        m->host = fmax(m->host, m->free[PLAN_TL_OFFLOAD]);
+        wait_for(m, m->free[PLAN_TL_OFFLOAD], PLAN_TL_OFFLOAD);
+    }
+    host_drain(m);
+}
+
+// The lane with the most busy time.
+static plan_tl_lane busiest(const plan_tl_result *r) {
+    plan_tl_lane b = PLAN_TL_COMPUTE;
+    for (int l = 1; l < PLAN_TL_LANES; l++)
+        if (r->busy_s[l] > r->busy_s[b]) b = (plan_tl_lane)l;
+    return b;
+}
+
+int plan_tl_run(const plan_tl_costs *c, const plan_tl_schedule *s, plan_tl_result *r) {
+    if (c->layers < 1 || c->layers > PLAN_TL_MAX_LAYERS)
+        return ft_error("plan timeline: %d layers (1 to %d)", c->layers, PLAN_TL_MAX_LAYERS);
+    if (s->prefetch < 1 || s->prefetch > PLAN_TL_MAX_PREFETCH)
+        return ft_error("plan timeline: prefetch %d (1 to %d)", s->prefetch, PLAN_TL_MAX_PREFETCH);
+    if (c->micro_batches < 1) return ft_error("plan timeline: %d micro-batches", c->micro_batches);
+    tl_sim m;
+    memset(&m, 0, sizeof m);
+    memset(r, 0, sizeof *r);
+    m.c = c, m.s = s, m.r = r;
+    m.rs_unit[0] = m.rs_unit[1] = m.off_pending = -1;
+    for (int i = 0; i <= PLAN_TL_MAX_PREFETCH; i++) m.buf_unit[i] = -1;
+    host_drain(&m);   // the step starts behind the host's token-count all-reduce (train.c)
+    for (int a = 0; a < c->micro_batches; a++) {
+        m.micro = a;
+        m.last_micro = a == c->micro_batches - 1;
+        micro_batch(&m);
+    }
+    optimizer_step(&m);
+    r->step_s = m.host;
+    // the device's idle time at the step's edges (the first and last host waits)
+    r->exposed_s[PLAN_TL_OPT] += m.host - m.free[PLAN_TL_COMPUTE];
+    r->exposed_by[PLAN_TL_HOST] += m.host - m.free[PLAN_TL_COMPUTE];
+    r->binding = busiest(r);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the fabric
+
+// Defaults, as fractions of plan_devices' link peaks (per GPU, per direction):
+// - within a node (NVLink through NVSwitch): 0.8 of the peak as bus bandwidth. NVIDIA's
+//   p2pBandwidthLatencyTest reached 380 GB/s of the 450 per direction between two H100 SXM
+//   (github.com/NVIDIA/nccl/issues/1264, 0.84); the GPU review estimated 360 GB/s for an
+//   all-gather (../shared/reviews/gpu-review-8a0bfb2.md): 0.8, without NVLink SHARP (which
+//   only all-reduce uses).
+// - across nodes (InfiniBand, one NIC per GPU): 0.92 of the link. An NVIDIA engineer gives
+//   46-48 GB/s per NDR 400 Gb/s NIC for nccl-tests' busbw (github.com/NVIDIA/nccl-tests/
+//   issues/290): 46 of 50.
+// - latency per collective: 15 us within a node: nccl-tests' smallest all-reduce on 8 NVLink
+//   GPUs took 12.5 us (github.com/deepseek-ai/DeepEP/issues/303), NCCL's smallest all-gather
+//   over 4 Hopper GPUs 13.6 us (github.com/flashinfer-ai/flashinfer/pull/5023). Across nodes
+//   40 us, an assumption: a multi-node H100 report shows 75 us for 4-8 KB all-reduces
+//   (github.com/NVIDIA/nccl/issues/1453, a slow cluster); a ring of many nodes adds hops.
+#define PLAN_TL_INTRA_FRACTION 0.8
+#define PLAN_TL_INTER_FRACTION 0.92
+#define PLAN_TL_INTRA_LATENCY_S 15e-6
+#define PLAN_TL_INTER_LATENCY_S 40e-6
+
+plan_fabric plan_fabric_of(const plan_request *r, const plan_device *d) {
+    plan_fabric f = {PLAN_TL_INTRA_FRACTION * d->nvlink_bytes_per_s, PLAN_TL_INTER_FRACTION * d->internode_bytes_per_s,
+                     PLAN_TL_INTRA_LATENCY_S, PLAN_TL_INTER_LATENCY_S, 0, 0};
+    if (r->fabric_intra_busbw > 0) f.intra_busbw = r->fabric_intra_busbw, f.measured_intra = 1;
+    if (r->fabric_inter_busbw > 0) f.inter_busbw = r->fabric_inter_busbw, f.measured_inter = 1;
+    return f;
+}
+
+// ----------------------------------------------------------------------------
+// a plan's costs
+
+// Seconds of a ring collective sending `bytes` per rank over a group of n ranks, within a node
+// or `across` nodes: latency + bytes / bus bandwidth (the plan's bytes are ring bytes sent).
+static double collective_s(const plan_fabric *f, double bytes, int n, int across) {
+    if (bytes <= 0 || n <= 1) return 0;
+    return across ? f->inter_latency_s + bytes / f->inter_busbw : f->intra_latency_s + bytes / f->intra_busbw;
+}
+
+// The collectives of one unit of each kind (plan.c plan_step_work's bytes, per unit). The
+// shard group spans nodes when it is larger than one; the replica group (one rank of each
+// shard group) when the job is (as plan_estimate_step_time takes them).
+static void comm_costs(const plan *p, const plan_device *d, const plan_fabric *f, plan_tl_costs *c) {
+    const plan_request *r = &p->req;
+    const int S = r->shard_size, R = p->replica_size, G = d->gpus_per_node;
+    const int shard_across = S > G, replica_across = r->world_size > G;
+    const double e = (double)r->elem_bytes, g = r->reduce_f32 ? 4 : e, ring = (double)(S - 1) / S;
+    const double tl = (double)p->trained_layer_numel, tr = (double)p->trained_root_numel;
+    c->ag_layer = collective_s(f, ring * (double)p->layer_numel * e, S, shard_across);
+    c->ag_root = collective_s(f, ring * (double)p->root_numel * e, S, shard_across);
+    c->rs_layer = collective_s(f, ring * tl * g, S, shard_across);
+    c->rs_root = collective_s(f, ring * tr * g, S, shard_across);
+    c->rs_layer_f32 = collective_s(f, ring * tl * 4, S, shard_across);
+    c->rs_root_f32 = collective_s(f, ring * tr * 4, S, shard_across);
+    const double ar = 2.0 * (R - 1) / R * 4 / S;   // ring bytes of the fp32 slice per element of the unit
+    c->replica_shares_link = S > 1 && R > 1 && shard_across == replica_across;
+    c->ar_layer = collective_s(f, ar * tl, R, replica_across);
+    c->ar_root = collective_s(f, ar * tr, R, replica_across);
+    c->ar_all = collective_s(f, ar * (tl * c->layers + tr), R, replica_across);
+}
+
+// The compute of the plan's ops (plan_op_seconds: the calibrated per-op pricing), unit by
+// unit: a layer's share of the forward and backward phases per micro-batch, the root's
+// phase per micro-batch (embedding, final norm, lm_head: all taken as the root's head), the
+// step's phase once.
+static void compute_costs(const plan *p, const plan_device *d, plan_tl_costs *c) {
+    const double LA = (double)c->layers * c->micro_batches;
+    for (int i = 0; i < p->n_ops; i++) {
+        const double s = plan_op_seconds(&p->ops[i], d);
+        switch (p->ops[i].phase) {
+        case PLAN_PHASE_FWD: c->layer_fwd += s / LA; break;
+        case PLAN_PHASE_BWD: c->layer_bwd += s / LA; break;
+        case PLAN_PHASE_ROOT: c->root_head += s / c->micro_batches; break;
+        default: c->optimizer += s; break;
+        }
+    }
+}
+
+// --offload_optimizer: the plan's offload bytes (plan.c) split by unit slice.
+static void offload_costs(const plan *p, plan_tl_costs *c) {
+    const double S = p->req.shard_size, n = (double)p->trained_padded_total / S;
+    const double parts[2] = {(double)p->trained_layer_numel / S / n, (double)p->trained_root_numel / S / n};
+    double *down[2] = {&c->off_down_layer, &c->off_down_root}, *up[2] = {&c->off_up_layer, &c->off_up_root};
+    double *host[2] = {&c->off_host_layer, &c->off_host_root};
+    for (int k = 0; k < 2; k++) {
+        *down[k] = parts[k] * p->offload_d2h_bytes / PLAN_PCIE_BYTES_PER_S;
+        *up[k] = parts[k] * p->offload_h2d_bytes / PLAN_PCIE_BYTES_PER_S;
+        *host[k] = parts[k] * p->offload_host_bytes / PLAN_HOST_BYTES_PER_S;
+    }
+}
+
+int plan_tl_costs_of(const plan *p, const plan_device *d, const plan_fabric *f, plan_tl_costs *c) {
+    const plan_request *r = &p->req;
+    if (r->eval_only) return ft_error("plan timeline: --eval_only has no optimizer step to time");
+    memset(c, 0, sizeof *c);
+    // (the plan's layout: L equal layer units and the root)
+    c->layers = (int)((p->padded_total - p->root_numel) / (p->layer_numel ? p->layer_numel : 1));
+    c->micro_batches = p->accum;
+    c->sharded = r->shard_size > 1;
+    c->keep_gathered = c->sharded && r->keep_params_gathered;
+    c->grad_mode = p->grad_mode;
+    c->replicas = p->replica_size > 1;
+    c->offload = r->offload_optimizer;
+    c->host_gap = PLAN_TL_HOST_GAP_S;
+    compute_costs(p, d, c);
+    comm_costs(p, d, f, c);
+    if (c->offload) offload_costs(p, c);
+    return 0;
+}
+
+double plan_tl_step_seconds(const plan *p, const plan_device *d, const plan_fabric *f, const plan_tl_schedule *s,
+                            plan_tl_result *r) {
+    const plan_fabric fab = f ? *f : plan_fabric_of(&p->req, d);
+    const plan_tl_schedule sched = s ? *s : plan_tl_program_schedule();
+    plan_tl_costs c;
+    plan_tl_result res;
+    if (plan_tl_costs_of(p, d, &fab, &c) || plan_tl_run(&c, &sched, &res)) return -1;
+    if (r) *r = res;
+    return res.step_s;
+}
+
+// ----------------------------------------------------------------------------
+// the report
+
+// One device's lines: the timeline's step beside the per-phase estimate.
+static void print_device(FILE *out, const plan *p, const plan_device *d) {
+    plan_tl_result r;
+    plan_step_time old;
+    const plan_fabric f = plan_fabric_of(&p->req, d);
+    if (plan_tl_step_seconds(p, d, &f, NULL, &r) < 0) {
+        fprintf(out, "  %-15s (no timeline: %s)\n", d->name, ft_error_message());
+        return;
+    }
+    plan_estimate_step_time(p, d, &old);
+    fprintf(out, "  %-15s %9.2f %9.2f %11.0f %6.1f%% %6.1f%% %8.2f %8.2f %8.2f  %s\n", d->name, 1e3 * r.step_s,
+            1e3 * old.total_s, p->tokens / r.step_s, 100 * p->model_flops / (r.step_s * d->peak_flops), 100 * old.mfu,
+            1e3 * r.exposed_s[PLAN_TL_FWD], 1e3 * r.exposed_s[PLAN_TL_BWD], 1e3 * r.exposed_s[PLAN_TL_OPT],
+            plan_tl_lane_name(r.binding));
+}
+
+void plan_tl_print(FILE *out, const plan *p) {
+    if (p->req.eval_only) return;
+    const plan_tl_schedule s = plan_tl_program_schedule();
+    fprintf(out, "\nstep time ESTIMATE on the program's schedule (timeline: each unit's compute and collectives on their "
+            "lanes,\nin the order src/fsdp.c issues them; an estimate, not a measurement):\n");
+    fprintf(out, "  schedule: prefetch %d layer(s) ahead, host waits %s, reduce-scatters flushed %s, replica all-reduce "
+            "%s\n", s.prefetch, s.host_wait_per_micro ? "per micro-batch" : "per step",
+            s.rs_flush_per_micro ? "per micro-batch" : "per step", s.ar_per_unit ? "per unit" : "after the backward");
+    fprintf(out, "  %-15s %9s %9s %11s %7s %7s %8s %8s %8s  %s\n", "device", "step ms", "per-phase", "tokens/s/GPU",
+            "MFU", "(phase)", "exp fwd", "exp bwd", "exp opt", "binding (busiest lane)");
+    for (int j = 0; j < plan_n_devices; j++) print_device(out, p, &plan_devices[j]);
+    const plan_fabric f = plan_fabric_of(&p->req, PLAN_FIT_DEVICE);
+    plan_tl_schedule next = s;   // what issue 36's item 1 changes
+    next.host_wait_per_micro = 0, next.rs_flush_per_micro = 0, next.ar_per_unit = 1;
+    plan_tl_result r;
+    if (plan_tl_step_seconds(p, PLAN_FIT_DEVICE, &f, &next, &r) > 0)
+        fprintf(out, "  %s with host waits per step, reduce-scatters in flight across micro-batches and the replica\n"
+                "  all-reduce per unit (not the program yet): %.2f ms, MFU %.1f%%, binding %s\n", PLAN_FIT_DEVICE->name,
+                1e3 * r.step_s, 100 * p->model_flops / (r.step_s * PLAN_FIT_DEVICE->peak_flops),
+                plan_tl_lane_name(r.binding));
+    fprintf(out, "  per-phase: the estimate above (kept for comparison until the timeline is validated); exp: the\n"
+            "  compute stream's idle ms per step in the forward (lm_head included), backward and optimizer.\n"
+            "  Fabric (%s): bus bandwidth %.0f GB/s within a node (%s), %.0f GB/s across nodes\n"
+            "  (%s), latency %.0f / %.0f us per collective; other devices scale their links alike\n"
+            "  (src/plan_timeline.c). Every row's tokens at the full --seq_len (runs trim padded rows).\n",
+            PLAN_FIT_DEVICE->name, f.intra_busbw / 1e9, f.measured_intra ? "--fabric_intra_gbps" : "0.8 of NVLink",
+            f.inter_busbw / 1e9, f.measured_inter ? "--fabric_inter_gbps" : "0.92 of InfiniBand",
+            1e6 * f.intra_latency_s, 1e6 * f.inter_latency_s);
+}
