@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "options.h"
+#include "plan_timeline.h"
 
 // ----------------------------------------------------------------------------
 // the device and the estimate
@@ -26,9 +27,12 @@ int plan_auto_device(size_t elem_bytes, plan_device *d, int *memory_tested) {
 void plan_auto_estimate(const plan *p, const plan_device *d, plan_auto_candidate *c) {
     plan_step_time t;
     plan_estimate_step_time(p, d, &t);
-    c->step_s = t.total_s;
-    c->mfu = t.mfu;
-    c->tokens_per_s = t.total_s > 0 ? p->tokens / t.total_s : 0;
+    // the timeline (the program's own schedule); the per-phase sum only if it cannot price p
+    const double tl = plan_tl_step_seconds(p, d, NULL, NULL, NULL);
+    if (!(tl > 0)) ft_error_clear();   // (the fallback: its message is not the job's)
+    c->step_s = tl > 0 ? tl : t.total_s;
+    c->mfu = c->step_s > 0 ? t.mfu * t.total_s / c->step_s : 0;   // (the same model FLOPs over another time)
+    c->tokens_per_s = c->step_s > 0 ? p->tokens / c->step_s : 0;
 }
 
 // ----------------------------------------------------------------------------

@@ -58,7 +58,8 @@ typedef struct {
 int plan_auto_device(size_t elem_bytes, plan_device *d, int *memory_tested);
 
 // THE estimate --auto ranks by: tokens/s per GPU, MFU and step time of plan p on d, into *c
-// (today plan_estimate_step_time, src/plan_time.c; swap the estimator here only).
+// (the timeline, plan_tl_step_seconds of src/plan_timeline.c, with the per-phase sum of
+// plan_estimate_step_time only where the timeline cannot price p; swap the estimator here only).
 void plan_auto_estimate(const plan *p, const plan_device *d, plan_auto_candidate *c);
 
 // Choose among the plans of `base` with the flags not in *fixed varied (see above); *res

@@ -17,7 +17,8 @@
 #      --auto run's tracker equals the --dry_run --auto plan to the byte and the config line
 #      shows the chosen flags.
 #   d. The choice is never slower than the default flags: for several shapes the chosen tokens/s
-#      >= the H100 tokens/s/GPU of a plain --dry_run of the same job (the same estimate), and the
+#      >= the H100 tokens/s/GPU of a plain --dry_run of the same job (the same estimate: the
+#      timeline's row), and the
 #      "no --auto" line equals that plain figure.
 #   e. What --auto cannot satisfy: one error line each.
 # Runtime: ~35 s of CPU (2 min wall at load 14): ~50 dry runs, two short emulated-GPU runs, two
@@ -139,7 +140,8 @@ shape() {
   local name=$1; shift
   local plain auto p a n
   plain=$("$bin" --dry_run --device cuda "$@" 2>&1); auto=$("$bin" --dry_run --auto --device cuda "$@" 2>&1)
-  p=$(awk '/^  tokens\/s\/GPU / { print $3; exit }' <<<"$plain"); a=$(chosen_tps <<<"$auto")
+  # (the timeline's H100 row: device, step ms, per-phase ms, tokens/s/GPU, ...: --auto's estimate)
+  p=$(awk '/^  H100-SXM5-80GB +[0-9.]+ +[0-9.]+ +[0-9]+ / { print $4; exit }' <<<"$plain"); a=$(chosen_tps <<<"$auto")
   n=$(awk '/^  no --auto: / { for (i = 1; i <= NF; i++) if ($i == "tokens/s/GPU,") { print $(i - 1); exit } }' <<<"$auto")
   grep -q "^fits an 80 GB GPU .*: yes" <<<"$plain" || { bad "$name: the default flags do not fit (pick a shape that does)"; return; }
   [ -n "$p" ] && [ -n "$a" ] && le "$p" "$a" && [ "$n" = "$p" ] \

@@ -1,5 +1,5 @@
 // test_plan_auto.c: the search of --auto (src/plan_auto.c) against an oracle that plans every
-// combination of the six flags itself (plan_compute, plan_fits, plan_estimate_step_time) and
+// combination of the six flags itself (plan_compute, plan_fits, plan_tl_step_seconds) and
 // keeps the fastest that fits and honours the fixed flags. For the bundled model and the
 // CodeLlama-7b config, GPU storage at several device memories and CPU storage:
 //   - the choice's tokens/s equals the oracle's best (relative 1e-9: the same arithmetic), it
@@ -13,6 +13,7 @@
 #include "config.h"
 #include "plan.h"
 #include "plan_auto.h"
+#include "plan_timeline.h"
 #include "test.h"
 
 typedef struct {
@@ -44,9 +45,11 @@ static void oracle(const llama_config *c, const plan_request *base, const plan_a
                 if (plan_compute(&p, c, &r) != 0) { ft_error_clear(); continue; }
                 if (o->valid++ == 0 || p.total < o->smallest) o->smallest = p.total;
                 if (tested && !plan_fits(&p, d)) continue;
-                plan_step_time t;
+                plan_step_time t;   // the timeline's step, the per-phase sum where it cannot price p
                 plan_estimate_step_time(&p, d, &t);
-                if (p.tokens / t.total_s > o->tokens_per_s) o->tokens_per_s = p.tokens / t.total_s;
+                const double tl = plan_tl_step_seconds(&p, d, NULL, NULL, NULL), step = tl > 0 ? tl : t.total_s;
+                if (!(tl > 0)) ft_error_clear();
+                if (p.tokens / step > o->tokens_per_s) o->tokens_per_s = p.tokens / step;
             }
 }
 
