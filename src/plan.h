@@ -31,6 +31,7 @@
 #include "config.h"
 #include "lora.h"
 #include "memory.h"
+#include "plan_price.h"
 
 // ----------------------------------------------------------------------------
 // the request: one job's shape
@@ -184,21 +185,7 @@ int plan_compute(plan *p, const llama_config *cfg, const plan_request *req);
 // ----------------------------------------------------------------------------
 // devices for the step-time estimate and the fit check
 
-typedef struct {
-    const char *name;
-    double peak_flops;              // dense bf16 FLOP/s (tensor cores)
-    double hbm_bytes_per_s;
-    double nvlink_bytes_per_s;      // per GPU, per direction
-    double internode_bytes_per_s;   // per GPU, when a group spans nodes
-    int gpus_per_node;
-    size_t memory_bytes;
-    double fp32_flops;              // fp32 SIMT peak FLOP/s
-    int sm_count;
-    double clock_hz;                // boost clock
-} plan_device;
-
-extern const plan_device plan_devices[];
-extern const int plan_n_devices;
+// plan_device and plan_devices[]: src/plan_price.h
 
 // What a GPU rank allocates for a plan: one device arena of the planned bytes, the inference
 // model of --sample_tokens (p->sample_bytes) and a margin of 1% + 256 MiB for what the plan
