@@ -49,6 +49,8 @@
 
 namespace cuemu {
 
+void stats_price(const std::string &name, double cost);   // (FT_EMU_STATS with the clock)
+
 // ----------------------------------------------------------------------------
 // state
 
@@ -273,6 +275,7 @@ uint64_t issue(Stream *s, std::string name, const std::vector<Access> &acc, std:
         R->host_vt += vclock_issue_s();
         it.vt_host = R->host_vt;
         it.cost = cost;
+        stats_price(op->name, cost);
     }
     push(s, std::move(it));
     return seq;
@@ -340,13 +343,17 @@ void set_async_default(int on) { g_default = on; }
 // "cudaMemsetAsync" ...), and print one line per name to stderr at exit ("cuda_emu: issued
 // <name> <count>"). tests/test_plan.sh compares the operations per optimizer step with
 // --dry_run's count (src/plan_time.c).
+// With the virtual clock (FT_EMU_VCLOCK) also the virtual seconds priced per name, summed over
+// the run: "cuda_emu: priced <name> <seconds>" (busy time, not the schedule's overlap).
 static pthread_mutex_t g_stats_mu = PTHREAD_MUTEX_INITIALIZER;
 static std::map<std::string, unsigned long long> *g_stats;
+static std::map<std::string, double> g_priced;
 
 static void stats_print() {
     pthread_mutex_lock(&g_stats_mu);
     fflush(nullptr);
     for (const auto &kv : *g_stats) fprintf(stderr, "cuda_emu: issued %s %llu\n", kv.first.c_str(), kv.second);
+    for (const auto &kv : g_priced) fprintf(stderr, "cuda_emu: priced %s %.9f\n", kv.first.c_str(), kv.second);
     pthread_mutex_unlock(&g_stats_mu);
 }
 
@@ -363,6 +370,14 @@ static void stats_count(const std::string &name) {
     if (!g_stats) return;
     pthread_mutex_lock(&g_stats_mu);
     (*g_stats)[name.substr(0, name.find(" ("))]++;
+    pthread_mutex_unlock(&g_stats_mu);
+}
+
+void stats_price(const std::string &name, double cost) {
+    pthread_once(&g_stats_once, stats_init);
+    if (!g_stats) return;
+    pthread_mutex_lock(&g_stats_mu);
+    g_priced[name.substr(0, name.find(" ("))] += cost;
     pthread_mutex_unlock(&g_stats_mu);
 }
 
