@@ -12,8 +12,9 @@
 #      losses are bitwise those of the run without it (the clock changes no data), and the
 #      per-step virtual times ("ms" in metrics.jsonl) are positive and equal under two
 #      FT_EMU_SEED values (other random stream delays: the virtual times do not depend on the
-#      real timing)
-# Runtime: about 1-2 min on the 2-core development machine (the GEMM case alone is a few s).
+#      real timing); HSDP 2 x 2 (split communicators) the same under two seeds
+# Runtime: 90 s wall, 30 s of CPU on the 2-core development machine (2026-11-28; the GEMM
+# case alone is a few s).
 set -u
 build=${1:-build}
 . "$(dirname "$0")/lib.sh" test_emu_vclock
@@ -58,4 +59,11 @@ for n in 1 2; do
   [ "$positive" = 2 ] && [ "$t1" = "$t2" ] && ok "$n rank(s): per-step virtual ms on an H100 $t1, the same under another seed" \
     || bad "$n rank(s): per-step virtual ms '$t1' (seed 1) vs '$t2' (seed 2)"
 done
+if command -v mpiexec >/dev/null; then
+  flags+=(--dp_shard 2 --batch_size_per_device 1)
+  if run hsdp 4 1 h100 && run hsdpb 4 2 h100; then
+    t1=$(times hsdp); t2=$(times hsdpb)
+    [ -n "$t1" ] && [ "$t1" = "$t2" ] && ok "HSDP 2 x 2: per-step virtual ms $t1, the same under another seed"       || bad "HSDP 2 x 2: per-step virtual ms '$t1' (seed 1) vs '$t2' (seed 2)"
+  fi
+fi
 finish

@@ -10,9 +10,9 @@
 //   5. a cuBLASLt GEMM of m = n = k = 1024 costs I + 2 m n k / (the GEMM rate)
 //   6. (2 ranks, mpiexec) an all-gather that rank 1 joins late (behind a kernel) completes at
 //      that late start + the collective's price on both ranks: I + K + C
-// With FT_EMU_VCLOCK unset ("off" as argument): cuemu_vclock_now() is -1 and
-// cudaEventElapsedTime is not supported (the clock changes nothing else: the script compares
-// a training run's losses with and without it).
+// FT_EMU_VCLOCK defaults to a100 here. With the clock off ("off" as argument):
+// cuemu_vclock_now() is -1 and cudaEventElapsedTime is not supported (the clock changes
+// nothing else: the script compares a training run's losses with and without it).
 #include "cuda_emu.h"
 
 #include <cublasLt.h>
@@ -145,6 +145,11 @@ static void test_collective(int rank, int size) {
 }
 
 int main(int argc, char **argv) {
+    // (before the runtime reads it, which MPI_Init's wrapper does): the A100's prices unless
+    // told, the clock off with "off"
+    const bool off = argc > 1 && !strcmp(argv[1], "off");
+    if (off) unsetenv("FT_EMU_VCLOCK");
+    else if (!getenv("FT_EMU_VCLOCK")) setenv("FT_EMU_VCLOCK", "a100", 1);
     MPI_Init(&argc, &argv);
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -155,7 +160,7 @@ int main(int argc, char **argv) {
     cudaMalloc((void **)&d, BIG * 4);
     cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
     cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
-    if (argc > 1 && !strcmp(argv[1], "off")) {
+    if (off) {
         cudaEvent_t e;
         cudaEventCreate(&e);
         cudaEventRecord(e, s1);
