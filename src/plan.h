@@ -99,7 +99,7 @@ typedef struct {
                                     // PLAN_OP_SIMT: FLOPs per SM per clock
     double launches;                // device operations it issues per rank per step (kernels,
                                     // GEMMs, cuDNN graph executions, memsets): each takes at
-                                    // least PLAN_OP_FLOOR_S (src/plan_time.c)
+                                    // least PLAN_OP_FLOOR_S (src/plan_price.h)
 } plan_op;
 #define PLAN_MAX_OPS 16
 
