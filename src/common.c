@@ -370,6 +370,8 @@ static const env_var env_vars[] = {
      "(`tests/cuda_emu/README.md`)"},
     {"FT_EMU_VCLOCK_GPUS_PER_NODE", ENV_TOOLS, "GPUs per node the virtual clock assumes (default the device's, "
      "8): an emulated NCCL group spanning nodes is priced at the network's rate"},
+    {"FT_EMU_VCLOCK_ISSUE_US", ENV_TOOLS, "the virtual clock's host cost of issuing one operation in us "
+     "(default 8, the per-operation floor)"},
     {"CUEMU_ORDER", ENV_TOOLS, "`forward`, `reverse` or `random`: the order emulated thread blocks run"},
     {"CUEMU_SEED", ENV_TOOLS, "the seed of `CUEMU_ORDER=random`"},
     {"CUEMU_STACK_KB", ENV_TOOLS, "stack of each emulated GPU thread in KiB (default 256, 1024 under "

@@ -7,7 +7,8 @@
 #      one stream add, on two streams overlap, an event wait serialises, a launch after a host
 #      sync starts after it, a GEMM costs its FLOPs at the GEMM rate; on 2 ranks an all-gather
 #      that one rank joins late ends at that late start + its price on both ranks, within a
-#      node and across nodes: FT_EMU_VCLOCK_GPUS_PER_NODE=1); unset, the clock answers -1
+#      node and across nodes: FT_EMU_VCLOCK_GPUS_PER_NODE=1); again with another host issue
+#      cost (FT_EMU_VCLOCK_ISSUE_US=3); unset, the clock answers -1
 #   2. the bundled model on the emulated device, 1 rank and FSDP over 2: with the clock on the
 #      losses are bitwise those of the run without it (the clock changes no data), and the
 #      per-step virtual times ("ms" in metrics.jsonl) are positive and equal under two
@@ -26,6 +27,8 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # 1. the rules (the A100's prices: the test kernel's bytes then cost more than an issue)
 FT_EMU_VCLOCK=a100 "$prog" >"$tmp/one.log" 2>&1 && ok "one process: $(tail -1 "$tmp/one.log")" \
   || bad "one process: $(grep -m3 FAIL "$tmp/one.log" | tr '\n' ' ')$(tail -1 "$tmp/one.log")"
+FT_EMU_VCLOCK=a100 FT_EMU_VCLOCK_ISSUE_US=3 "$prog" >"$tmp/issue3.log" 2>&1 \
+  && ok "one process, 3 us per issued operation: $(tail -1 "$tmp/issue3.log")" || bad "issue cost 3 us: $(grep -m3 FAIL "$tmp/issue3.log" | tr '\n' ' ')"
 "$prog" off >"$tmp/off.log" 2>&1 && ok "clock off: $(tail -1 "$tmp/off.log")" || bad "clock off: $(grep -m2 FAIL "$tmp/off.log")"
 if command -v mpiexec >/dev/null; then
   for g in 8 1; do

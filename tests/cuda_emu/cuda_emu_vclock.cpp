@@ -15,6 +15,7 @@ namespace {
 
 const plan_device *g_device;
 int g_gpus_per_node;
+double g_issue_s;
 
 void vclock_init() {
     const char *name = getenv("FT_EMU_VCLOCK");
@@ -28,6 +29,8 @@ void vclock_init() {
     }
     const char *g = getenv("FT_EMU_VCLOCK_GPUS_PER_NODE");
     g_gpus_per_node = g && atoi(g) > 0 ? atoi(g) : g_device->gpus_per_node;
+    const char *us = getenv("FT_EMU_VCLOCK_ISSUE_US");
+    g_issue_s = us && *us && atof(us) >= 0 ? 1e-6 * atof(us) : PLAN_OP_FLOOR_S;
 }
 
 } // namespace
@@ -49,8 +52,10 @@ void vclock_announce() {
 }
 
 // The host's cost of one cudaLaunchKernel / cublasLtMatmul / copy / collective call: the
-// per-operation floor, which was measured as the issue-bound rate of one host thread (plan_price.h).
-double vclock_issue_s() { return vclock_device() ? PLAN_OP_FLOOR_S : 0; }
+// per-operation floor, which was measured as the issue-bound rate of one host thread
+// (plan_price.h), unless FT_EMU_VCLOCK_ISSUE_US says otherwise (0: a host that is never the
+// bottleneck, to see the device's schedule alone).
+double vclock_issue_s() { return vclock_device() ? g_issue_s : 0; }
 
 double vclock_price_kernel(double bytes) {
     const plan_device *d = vclock_device();

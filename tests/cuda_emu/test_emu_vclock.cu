@@ -1,8 +1,9 @@
 // test_emu_vclock.cu: the emulator's virtual clock (FT_EMU_VCLOCK; README.md, "Virtual clock")
 // on small programs whose virtual times follow from the rules by hand; tests/test_emu_vclock.sh
 // runs it. The expected times are sums and maxima of the prices of src/plan_price.c (I: the
-// host's issue cost per operation; K: a kernel touching two 16 MiB allocations, > I on the
-// device the script names, so an addition and a maximum give different answers):
+// host's issue cost per operation, FT_EMU_VCLOCK_ISSUE_US or the 8 us floor; K: a kernel
+// touching two 16 MiB allocations, > I on the A100, so an addition and a maximum give
+// different answers):
 //   1. two kernels on one stream add: I + 2K (and cudaEventElapsedTime around them says so)
 //   2. on two streams with no dependency they overlap: 2I + K, not I + 2K
 //   3. an event wait serialises them: I + 2K
@@ -172,7 +173,8 @@ int main(int argc, char **argv) {
         dev = plan_device_find(getenv("FT_EMU_VCLOCK"));
         EXPECT(dev != nullptr && cuemu_vclock_now() >= 0, "FT_EMU_VCLOCK names a device and the clock runs");
         if (!dev) return 1;
-        I = PLAN_OP_FLOOR_S;
+        const char *us = getenv("FT_EMU_VCLOCK_ISSUE_US");
+        I = us ? 1e-6 * atof(us) : PLAN_OP_FLOOR_S;
         K = plan_price_op(plan_price_memory(dev, 2.0 * BIG * 4), 1);
         EXPECT(K > I * 1.5, "the test kernel's price %.3g s exceeds the issue cost %.3g s (pick a slower device)", K, I);
         if (size == 1) {
