@@ -30,7 +30,9 @@
 //     stream and its MPI call runs on that stream's worker (outside the device lock, so the
 //     compute stream goes on meanwhile, as on a GPU); MPI_Init is wrapped (PMPI) to ask for
 //     MPI_THREAD_MULTIPLE. cublasLtMatmul and the collectives are checked for ordering
-//     hazards with their exact byte ranges.
+//     hazards with their exact byte ranges. With the virtual clock (FT_EMU_VCLOCK) a
+//     collective's ranks first agree on its start (the latest of theirs) over the same
+//     communicator, and the matmuls and collectives carry their prices (src/plan_price.c).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

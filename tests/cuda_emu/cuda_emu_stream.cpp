@@ -25,6 +25,9 @@
 //     the stream's worker polls a 32-bit word of pinned or device memory until the condition
 //     holds; the host copies queued behind such a gate, not yet known passed, have sources the
 //     host may still fill (the gate orders them), so the checker does not checksum them.
+// With FT_EMU_VCLOCK (README.md, "Virtual clock") each stream and the host also keep a virtual
+// time: an operation starts at max(its stream's, the host's after issuing it, awaited events')
+// and ends its price later (cuda_emu_vclock.cpp); host syncs and event records carry the times.
 // Every operation is checked for ordering hazards when it is issued (cuda_emu_shadow.cpp),
 // with vector clocks kept here: each stream's clock says which operations of every stream
 // come before its next one (stream order, event waits, legacy-stream order, and what the
