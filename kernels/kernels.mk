@@ -125,10 +125,21 @@ EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu $(BUILD)/tests/finetune_emu_fault
                    $(BUILD)/tests/finetune_emu_fault_rs $(BUILD)/tests/finetune_emu_fault_offload
 -include $(wildcard $(BUILD)/emu/fault_*/*.d)
 # tests/cuda_emu/test_emu_host.cpp: the emulated cuBLASLt's and NCCL's aliasing rules
-$(BUILD)/tests/test_emu_host: tests/cuda_emu/test_emu_host.cpp $(BUILD)/emu/cuda_emu_host.o $(EMU_OBJ)
+$(BUILD)/tests/test_emu_host: tests/cuda_emu/test_emu_host.cpp $(BUILD)/emu/cuda_emu_host.o $(EMU_OBJ) $(EMU_PRICE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) $(if $(filter 1,$(MPI)),$(filter -I%,$(MPI_FLAGS)) -DFT_HAVE_MPI) $(filter %.cpp %.o,$^) -o $@ $(EMU_LDLIBS) \
 	  $(if $(filter 1,$(MPI)),$(filter-out -I%,$(MPI_FLAGS)))
+# tests/cuda_emu/test_emu_vclock.cu: the virtual clock's rules (one process, a few seconds: a C
+# test of the fast tier; tests/test_emu_vclock.sh also runs it clock off and on 2 ranks); MPI
+# builds only
+ifeq ($(MPI),1)
+$(BUILD)/tests/test_emu_vclock: tests/cuda_emu/test_emu_vclock.cu $(BUILD)/emu/cuda_emu_host.o $(EMU_OBJ) $(EMU_PRICE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) $(filter -I%,$(MPI_FLAGS)) -DFT_HAVE_MPI -x c++ $< -x none $(filter %.o,$^) -o $@ $(EMU_LDLIBS) \
+	  $(filter-out -I%,$(MPI_FLAGS))
+TEST_BINS += $(BUILD)/tests/test_emu_vclock
+CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_emu_vclock
+endif
 TEST_BINS += $(BUILD)/tests/test_backend_emu $(BUILD)/tests/test_emu_host
 CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_backend_emu $(BUILD)/tests/test_emu_host   # not in the CUDA=0 sanitizer build
 endif

@@ -368,6 +368,13 @@ static const env_var env_vars[] = {
      "collective fails, leaving its communicator in an asynchronous error"},
     {"FT_EMU_STATS", ENV_TOOLS, "print how many operations of each kind were issued, at exit"},
     {"FT_EMU_MAX_REPORTS", ENV_TOOLS, "the most ordering-hazard reports printed (default 20)"},
+    {"FT_EMU_VCLOCK", ENV_TOOLS, "a device of the estimate's table (`a100`, `h100`, `h200`): the emulated "
+     "runtime keeps a virtual clock priced at that device's rates and the trainer's step times read it "
+     "(`tests/cuda_emu/README.md`)"},
+    {"FT_EMU_VCLOCK_GPUS_PER_NODE", ENV_TOOLS, "GPUs per node the virtual clock assumes (default the device's, "
+     "8): an emulated NCCL group spanning nodes is priced at the network's rate"},
+    {"FT_EMU_VCLOCK_ISSUE_US", ENV_TOOLS, "the virtual clock's host cost of issuing one operation in us "
+     "(default 8, the per-operation floor)"},
     {"CUEMU_ORDER", ENV_TOOLS, "`forward`, `reverse` or `random`: the order emulated thread blocks run"},
     {"CUEMU_SEED", ENV_TOOLS, "the seed of `CUEMU_ORDER=random`"},
     {"CUEMU_STACK_KB", ENV_TOOLS, "stack of each emulated GPU thread in KiB (default 256, 1024 under "

@@ -15,27 +15,7 @@
 #include "fsutil.h"
 #include "mfu.h"
 
-// ----------------------------------------------------------------------------
-// devices
-//
-// Peak dense bf16 rates and HBM bandwidths from the NVIDIA A100, H100 and H200 (SXM)
-// datasheets, as torchtitan uses for MFU (312e12, 989e12; the H200 is the same GH100 die at
-// 4.8 TB/s). NVLink: 600 GB/s (A100, NVLink 3) and 900 GB/s (H100/H200, NVLink 4) per GPU in
-// both directions together, i.e. 300 / 450 GB/s each way, which is what a ring collective's
-// bytes sent per rank move over. Across nodes: one InfiniBand NIC per GPU, HDR 200 Gb/s (25
-// GB/s) on A100 systems, NDR 400 Gb/s (50 GB/s) on H100/H200 systems; 8 GPUs per node. fp32
-// SIMT peak, SM count and boost clock (the SIMT kernels' rate, src/plan_time.c): 19.5e12, 108,
-// 1.41 GHz (A100); 67e12, 132, 1.98 GHz (H100, H200). Memory: the total CUDA reports
-// (nvidia-smi): 81920 MiB (A100 80GB), 81559 MiB (H100 80GB HBM3: 79.65 GiB, not 80), 141 GB
-// on the H200; of it the fit check leaves PLAN_CONTEXT_BYTES and nccl_comm_bytes per NCCL
-// communicator (--nccl_gib_per_comm, else PLAN_NCCL_COMM_BYTES) outside the arena (plan.h).
-
-const plan_device plan_devices[] = {
-    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)81920 << 20, 19.5e12, 108, 1.41e9},
-    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)81559 << 20, 67e12, 132, 1.98e9},
-    {"H200-SXM-141GB", 989e12, 4.8e12, 450e9, 50e9, 8, (size_t)141000000000, 67e12, 132, 1.98e9},
-};
-const int plan_n_devices = (int)(sizeof plan_devices / sizeof plan_devices[0]);
+// (the devices' table: src/plan_price.c)
 
 static size_t arena_of(size_t planned, size_t sample) {
     return planned + sample + planned / PLAN_ARENA_MARGIN_DIVISOR + PLAN_ARENA_MARGIN_FIXED;

@@ -31,6 +31,7 @@
 #include "config.h"
 #include "lora.h"
 #include "memory.h"
+#include "plan_price.h"
 
 // ----------------------------------------------------------------------------
 // the request: one job's shape
@@ -107,7 +108,7 @@ typedef struct {
                                     // PLAN_OP_SIMT: FLOPs per SM per clock
     double launches;                // device operations it issues per rank per step (kernels,
                                     // GEMMs, cuDNN graph executions, memsets): each takes at
-                                    // least PLAN_OP_FLOOR_S (src/plan_time.c)
+                                    // least PLAN_OP_FLOOR_S (src/plan_price.h)
 } plan_op;
 #define PLAN_MAX_OPS 16
 
@@ -193,21 +194,7 @@ int plan_compute(plan *p, const llama_config *cfg, const plan_request *req);
 // ----------------------------------------------------------------------------
 // devices for the step-time estimate and the fit check
 
-typedef struct {
-    const char *name;
-    double peak_flops;              // dense bf16 FLOP/s (tensor cores)
-    double hbm_bytes_per_s;
-    double nvlink_bytes_per_s;      // per GPU, per direction
-    double internode_bytes_per_s;   // per GPU, when a group spans nodes
-    int gpus_per_node;
-    size_t memory_bytes;
-    double fp32_flops;              // fp32 SIMT peak FLOP/s
-    int sm_count;
-    double clock_hz;                // boost clock
-} plan_device;
-
-extern const plan_device plan_devices[];
-extern const int plan_n_devices;
+// plan_device and plan_devices[]: src/plan_price.h
 
 // What a GPU rank allocates for a plan: one device arena of the planned bytes, the inference
 // model of --sample_tokens (p->sample_bytes) and a margin of 1% + 256 MiB for what the plan
@@ -256,13 +243,6 @@ int plan_check_host_memory(const plan *p, int ranks_on_node);
 
 // ----------------------------------------------------------------------------
 // the step-time estimate (src/plan_time.c)
-
-// --offload_optimizer (assumptions, no measurement): host memory bandwidth per rank 50 GB/s, a
-// STREAM-like 0.7 of a dual-socket DDR5-4800 node (2 x 8 channels x 38.4 GB/s = 614 GB/s)
-// shared by 8 GPUs (77 GB/s each at peak), rounded down; PCIe Gen5 x16 at 50 GB/s per
-// direction (0.8 of 64 GB/s).
-#define PLAN_HOST_BYTES_PER_S 50e9
-#define PLAN_PCIE_BYTES_PER_S 50e9
 
 typedef struct {
     double class_s[PLAN_OP_CLASS_COUNT];  // the ops of each class

@@ -18,57 +18,7 @@
 #include "fsdp.h"
 #include "model.h"
 
-// ----------------------------------------------------------------------------
-// rates (fractions of the device peaks in plan_devices, src/plan.c)
-
-// cuBLASLt bf16 GEMMs (and any op moved onto them): MEASURED on one H200 (2026-11-26,
-// scripts/bench_gpu.py --profile_finetune, CodeLlama-7b width, 8 layers, seq 512): the
-// forward projections ran at 0.72-0.75 of the 989 TFLOP/s peak, their dX + dW at 0.67-0.69,
-// the lm_head's three GEMMs at 0.58-0.65; all of a step's GEMM FLOPs over their time 0.69 at
-// batch 4 and at batch 16. 0.69 for the H100 too (the same chip and clocks) and the A100 (an
-// assumption: not measured). It was 0.55, the GPU review's estimate, before any GPU ran this.
-#define PLAN_GEMM_FRACTION 0.69
-// Attention, by the path this build takes (assumptions, stated; the one H200 measurement,
-// 2026-11-26, profiled per op at seq 512, put the cuDNN graph at 0.16-0.25 of peak, forward and
-// backward, 7B width at batch 4 and 16: under 3% of that step, so the estimate was kept):
-// - cuDNN (--attention cudnn, the default on a GPU): the FlashAttention-3 paper's H100 SXM5
-//   charts show cuDNN's fused SDPA forward at head dim 128 reaching about 0.5-0.6 of the
-//   989 TFLOP/s peak at seq 512-2k. Our graph (src/attention_cudnn_graph.c) is built from
-//   generic matmul / pointwise / reduction ops, not the fused SDPA node, and whether cuDNN
-//   fuses it as well is unknown: half of that, 0.25.
-// - native (--attention native, or the fallback): kernels/attention.cu, wmma tiles, forward
-//   and a FlashAttention-2 style backward (5 products). FlashAttention-2 itself runs at about
-//   0.3 of an H100's peak (same charts); ours has no cp.async pipelining and sends dS through
-//   HBM: a third of that, 0.10.
-// - native with head_dim not a multiple of 16: the SIMT kernels, bound by shared-memory loads per SM
-//   per clock (review H2): 16 x 16 fp32 tiles with bank conflicts, "about 3-5 TF" on an
-//   H100 (132 SMs x 1.98 GHz): 15 FLOP/clk/SM = 3.9 TFLOP/s, forward and backward alike.
-#define PLAN_ATTN_CUDNN_FRACTION 0.25
-#define PLAN_ATTN_NATIVE_FRACTION 0.10
-#define PLAN_SIMT_ATTN_FLOP_PER_SM_CLK 15.0
-// Backward FLOPs per forward FLOP: the tensor-core paths recompute S = Q K^T and form dV, dP,
-// dQ, dK (5 products of the forward's 2: 2.5); the SIMT backward forms 7 (3.5).
-#define PLAN_ATTN_BWD_TC 2.5
-#define PLAN_ATTN_BWD_SIMT 3.5
-// Memory-bound kernels: REFERENCE.md section 7 reads ~3.0 TB/s for a device copy on the lent
-// H100 (3.35 peak) and ~4.3 on the H200 (4.8): 0.9 of peak, the best a copy does; ours are
-// not faster than a copy, so this part is optimistic.
-#define PLAN_HBM_FRACTION 0.9
-// --offload_optimizer: PLAN_HOST_BYTES_PER_S and PLAN_PCIE_BYTES_PER_S (plan.h). The copies run
-// behind the host AdamW (src/fsdp.c offload pipeline), so the longer of host and PCIe time
-// counts; both directions share one copy stream (src/backend_cuda.c), so they do not overlap
-// each other: the PCIe time is their sum.
-// Collectives at the link's peak per direction (no derating: no measured NCCL figure for
-// these links at hand), so exposed collective time is a lower bound too.
-// Every device operation (kernel, cuBLASLt GEMM, cuDNN graph execution, memset) takes at least
-// PLAN_OP_FLOOR_S: one CPU thread issues the step's operations in order, and a
-// cudaLaunchKernel / cublasLtMatmul call costs the host microseconds, so a model whose kernels
-// are shorter than that runs at the issue rate, not at its FLOP or byte rate. An op class's
-// time is the larger of its work and its operations x 8 us. MEASURED on one H200 machine
-// (2026-11-26): the bundled model at batch 16 x 512 issues 184 operations per step and took
-// 1.5 ms per step, 8.2 us each (the estimate was 0.77 ms with 4 us, an assumption before).
-// This only matters for small models; for 7B each op is milliseconds.
-#define PLAN_OP_FLOOR_S 8e-6
+// (the rates and fractions: src/plan_price.h)
 
 const char *plan_op_class_name(plan_op_class k) {
     static const char *names[PLAN_OP_CLASS_COUNT] = {"gemm", "attention", "simt", "memory"};
@@ -260,19 +210,14 @@ int plan_ops_compute(plan *p, const llama_config *c) {
 
 static double op_work_seconds(const plan_op *o, const plan_device *d) {
     switch (o->cls) {
-    case PLAN_OP_GEMM: return o->flops / (PLAN_GEMM_FRACTION * d->peak_flops);
-    case PLAN_OP_ATTENTION: return o->flops / (o->rate * d->peak_flops);
-    case PLAN_OP_SIMT: {
-        double rate = o->rate * d->sm_count * d->clock_hz;
-        return o->flops / (rate < d->fp32_flops ? rate : d->fp32_flops);
-    }
-    default: return o->bytes / (PLAN_HBM_FRACTION * d->hbm_bytes_per_s);
+    case PLAN_OP_GEMM: return plan_price_gemm(d, o->flops);
+    case PLAN_OP_ATTENTION: return plan_price_tensor(d, o->flops, o->rate);
+    case PLAN_OP_SIMT: return plan_price_simt(d, o->flops, o->rate);
+    default: return plan_price_memory(d, o->bytes);
     }
 }
 
-double plan_op_seconds(const plan_op *o, const plan_device *d) {
-    return fmax(op_work_seconds(o, d), o->launches * PLAN_OP_FLOOR_S);
-}
+double plan_op_seconds(const plan_op *o, const plan_device *d) { return plan_price_op(op_work_seconds(o, d), o->launches); }
 
 static double pos(double x) { return x > 0 ? x : 0; }
 
@@ -286,8 +231,8 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
     }
     // collectives: ring bytes sent per rank over the link of the group (NVLink within a node)
     const int G = d->gpus_per_node;
-    const double shard_bw = p->req.shard_size <= G ? d->nvlink_bytes_per_s : d->internode_bytes_per_s;
-    const double world_bw = p->req.world_size <= G ? d->nvlink_bytes_per_s : d->internode_bytes_per_s;
+    const double shard_bw = plan_price_link_bytes_per_s(d, p->req.shard_size > G);
+    const double world_bw = plan_price_link_bytes_per_s(d, p->req.world_size > G);
     const double root = (double)(p->root_all_gather_bytes + p->root_reduce_scatter_bytes) / shard_bw;
     const double layer_ag = (double)(p->all_gather_bytes - p->root_all_gather_bytes) / shard_bw;
     const double layer_rs = (double)(p->reduce_scatter_bytes - p->root_reduce_scatter_bytes) / shard_bw;
@@ -309,8 +254,8 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
     t->comm_exposed_s = root + all_reduce + (layer_rs - rs_hidden) + pos(ag_fwd - fwd_cover) +
                         pos(ag_bwd + rs_hidden - phase[PLAN_PHASE_BWD]);
     t->comm_hidden_s = t->link_s - t->comm_exposed_s;
-    const double pcie = (p->offload_d2h_bytes + p->offload_h2d_bytes) / PLAN_PCIE_BYTES_PER_S;
-    t->offload_s = fmax(p->offload_host_bytes / PLAN_HOST_BYTES_PER_S, pcie);
+    const double pcie = plan_price_pcie(p->offload_d2h_bytes + p->offload_h2d_bytes);
+    t->offload_s = fmax(plan_price_host_memory(p->offload_host_bytes), pcie);
     t->total_s = t->comm_exposed_s + t->offload_s;
     for (int k = 0; k < PLAN_OP_CLASS_COUNT; k++) t->total_s += t->class_s[k];
     t->mfu = p->model_flops / (t->total_s * d->peak_flops);

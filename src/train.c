@@ -63,7 +63,16 @@ static void install_signal_handlers(void) {
 // ----------------------------------------------------------------------------
 // small helpers
 
+// The emulated device's virtual clock (tests/cuda_emu, FT_EMU_VCLOCK): the host's virtual
+// seconds, or -1 when it is off; absent from a real build (a weak reference, as backend_cuda.c's
+// cuemu_* hooks), so the step timer reads the real clock there.
+extern double cuemu_vclock_now(void) __attribute__((weak));
+
 static double now_seconds(void) {
+    if (cuemu_vclock_now) {
+        const double v = cuemu_vclock_now();
+        if (v >= 0) return v;
+    }
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;

@@ -138,7 +138,7 @@ void job_log_step(job *j, int step, const step_stats *st, double avg_secs) {
         char rec[2048];
         int len = snprintf(rec, sizeof rec,
                 "{\"type\":\"train\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"tokens\":%.0f,"
-                "\"tokens_per_s\":%.1f,\"ms\":%.1f,\"mfu\":%.5f,\"peak_mem_bytes\":%zu,\"all_gather_bytes\":%zu,"
+                "\"tokens_per_s\":%.1f,\"ms\":%.4f,\"mfu\":%.5f,\"peak_mem_bytes\":%zu,\"all_gather_bytes\":%zu,"
                 "\"reduce_scatter_bytes\":%zu,\"all_reduce_bytes\":%zu,\"model_state_bytes\":%zu",
                 step + 1, st->loss, st->lr, st->norm, st->tokens, tps, 1000 * st->secs, mfu, j->mem.peak_total,
                 st->gather_bytes, st->rs_bytes, st->ar_bytes,

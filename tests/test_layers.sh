@@ -22,7 +22,7 @@ layers=(
   "4 files:     config safetensors fsutil token_shard loader"
   "5 model:     model param_layout lora profile backend_count"
   "6 sharding:  fsdp"
-  "7 job:       hf_checkpoint hf_export out_dir ckpt plan plan_time plan_timeline schedule sample"
+  "7 job:       hf_checkpoint hf_export out_dir ckpt plan plan_time plan_timeline plan_price schedule sample"
   "8 trainer:   train train_job train_log preflight"
   "9 process:   options launch main plan_auto"
 )

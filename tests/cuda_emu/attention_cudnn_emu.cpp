@@ -198,6 +198,10 @@ int attn_engine_destroy(attn_graph *g) {
     return 0;
 }
 
+// (virtual clock) the forward's FLOPs as the estimate counts them (src/backend_count.c):
+// Q K^T and P V over T / 2 keys on average; the backward's are PLAN_ATTN_BWD_TC times these
+static double causal_flops(const dims &s) { return 4.0 * s.H * s.D * (s.T / 2.0) * s.B * s.T; }
+
 int attn_engine_fwd(attn_graph *g, void *out, float *lse, const void *q, const void *k, const void *v, void *workspace) {
     (void)workspace;
     const dims s = dims_of(g->key);
@@ -207,7 +211,8 @@ int attn_engine_fwd(attn_graph *g, void *out, float *lse, const void *q, const v
                                       {lse, s.B * s.H * s.T * sizeof(float), cuemu::ACC_WRITE, false, true}};
     const attn_graph gc = *g;
     if (cuemu::enqueue(g_stream, "cudnn attention forward (emulated)", acc,
-                       [gc, out, lse, q, k, v]() { fwd_run(gc, out, lse, q, k, v); }) != cudaSuccess)
+                       [gc, out, lse, q, k, v]() { fwd_run(gc, out, lse, q, k, v); },
+                       cuemu::vclock_price_attention(causal_flops(s))) != cudaSuccess)
         return ft_error("cudnn attention (emulated): enqueue of the forward failed");
     return 0;
 }
@@ -233,7 +238,7 @@ int attn_engine_bwd(attn_graph *g, void *dq, void *dk, void *dv, const void *dou
     if (cuemu::enqueue(g_stream, "cudnn attention backward (emulated)", acc, [a, own_acc]() {
             bwd_run(a);
             free(own_acc);
-        }) != cudaSuccess) {
+        }, cuemu::vclock_price_attention(PLAN_ATTN_BWD_TC * causal_flops(s))) != cudaSuccess) {
         free(own_acc);
         return ft_error("cudnn attention (emulated): enqueue of the backward failed");
     }

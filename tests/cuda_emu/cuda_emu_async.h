@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "plan_price.h"   // (src/: the prices the estimate uses)
+
 // (also in cuda_emu.h, which must come before any CUDA header and so is not included here)
 extern "C" int cuemu_set_async(int on);
 extern "C" int cuemu_async(void);
@@ -63,8 +65,10 @@ void set_async_default(int on);   // the program's default mode (cuda_emu_host.c
 // Queue `fn` on `stream` as operation `name` touching `acc` (checked for hazards now, at
 // enqueue, so the verdict does not depend on timing). Synchronous mode: fn runs now.
 // cudaErrorInvalidResourceHandle for an unknown stream.
+// cost: its virtual seconds on the stream with the clock on (FT_EMU_VCLOCK); < 0: a kernel's,
+// priced from the bytes its accesses span (vclock_price_kernel).
 cudaError_t enqueue(cudaStream_t stream, std::string name, const std::vector<Access> &acc,
-                    std::function<void()> fn);
+                    std::function<void()> fn, double cost = -1);
 cudaError_t enqueue_kernel(const LaunchSpec &spec, cudaStream_t stream, const KernelPtr *ptrs,
                            int nptrs, std::function<void()> body);
 // a failed asynchronous operation (called on a stream worker): sticky, printed once
@@ -82,6 +86,29 @@ int stream_id(cudaStream_t stream);
 // count launches, the NCCL kind collectives.
 bool fault_hit(const char *kind);
 
+// The virtual clock (FT_EMU_VCLOCK; README.md, "Virtual clock"): on with a device named and the
+// asynchronous mode. Inside an operation a stream worker runs: its virtual start, and (a
+// collective) the start all ranks agreed on, from which its cost is counted.
+bool vclock_on();
+double vclock_op_start();
+void vclock_set_op_start(double t);
+
+// ---------------------------------------------------------------- cuda_emu_vclock.cpp
+// The prices, in virtual seconds, from src/plan_price.c for FT_EMU_VCLOCK's device; each is
+// 0 when the clock is off. vclock_device: that device, or null (FT_EMU_VCLOCK unset, or names
+// no device of src/plan_price.c's table: one line says so).
+const plan_device *vclock_device();
+void vclock_announce();                            // one stdout line: the device, the rates
+double vclock_issue_s();                           // the host's cost of issuing one operation
+double vclock_price_kernel(double bytes);          // HBM bytes, at least the per-op floor
+double vclock_price_gemm(double m, double n, double k);
+double vclock_price_attention(double flops);       // the cuDNN graph's rate, with the floor
+double vclock_price_copy(double bytes, bool pcie); // a copy: over PCIe, or device to device
+// a collective of an n-rank group (kind: 0 all-gather, 1 reduce-scatter, 2 all-reduce,
+// 3 broadcast; bytes: NCCL's per-rank buffer), across nodes or not
+double vclock_price_collective(int kind, double bytes, int n, bool cross_node);
+int vclock_gpus_per_node();                        // FT_EMU_VCLOCK_GPUS_PER_NODE, else the device's
+
 // ---------------------------------------------------------------- cuda_emu.cpp
 bool quiet();   // cuemu_set_quiet: no launch errors or hazards on stderr
 cudaError_t launch_check_config(const LaunchSpec &spec, char *msg, size_t n);
@@ -93,6 +120,7 @@ cudaError_t launch_run(const LaunchSpec &spec, const std::function<void()> &body
 void shadow_alloc(void *p, size_t n);                   // cudaMalloc'd memory
 void shadow_release(void *p);                            // cudaFree (after a device sync)
 bool shadow_is_device(const void *p);
+size_t shadow_extent(const void *p);   // bytes of the arena block (else allocation) holding p; 0: none
 void shadow_pinned(void *p, size_t n, bool add);         // cudaMallocHost / cudaFreeHost
 bool shadow_is_pinned(const void *p);
 // check op's accesses against the history (reports hazards), then record them; clock =

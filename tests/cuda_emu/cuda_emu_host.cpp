@@ -30,7 +30,9 @@
 //     stream and its MPI call runs on that stream's worker (outside the device lock, so the
 //     compute stream goes on meanwhile, as on a GPU); MPI_Init is wrapped (PMPI) to ask for
 //     MPI_THREAD_MULTIPLE. cublasLtMatmul and the collectives are checked for ordering
-//     hazards with their exact byte ranges.
+//     hazards with their exact byte ranges. With the virtual clock (FT_EMU_VCLOCK) a
+//     collective's ranks first agree on its start (the latest of theirs) over the same
+//     communicator, and the matmuls and collectives carry their prices (src/plan_price.c).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -83,8 +85,13 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     if (device < 0 || device >= emu_device_count()) return cudaErrorInvalidDevice;
     memset(prop, 0, sizeof *prop);
     // FT_EMU_DEVICE_NAME pretends to be a given GPU (tests of name-based lookups)
+    // (with the virtual clock, FT_EMU_VCLOCK, the clock's device by default: the MFU denominator
+    // is then that device's published peak)
     const char *name = getenv("FT_EMU_DEVICE_NAME");
-    snprintf(prop->name, sizeof prop->name, "%s", name ? name : "CPU emulation (tests/cuda_emu)");
+    const plan_device *vd = cuemu::vclock_device();
+    if (name) snprintf(prop->name, sizeof prop->name, "%s", name);
+    else if (vd) snprintf(prop->name, sizeof prop->name, "CPU emulation (tests/cuda_emu) priced as %s", vd->name);
+    else snprintf(prop->name, sizeof prop->name, "CPU emulation (tests/cuda_emu)");
     const char *cc = getenv("FT_EMU_COMPUTE_CAPABILITY");
     prop->major = 8;
     prop->minor = 0;
@@ -350,8 +357,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     char name[128];
     snprintf(name, sizeof name, "cublasLtMatmul (m %llu, n %llu, k %llu)", (unsigned long long)m,
              (unsigned long long)n, (unsigned long long)k);
-    return cuemu::enqueue(stream, name, acc, [x]() { matmul_run(x); }) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
-                                                                                      : CUBLAS_STATUS_INVALID_VALUE;
+    const double cost = cuemu::vclock_price_gemm((double)m, (double)n, (double)k);
+    return cuemu::enqueue(stream, name, acc, [x]() { matmul_run(x); }, cost) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                                                                                            : CUBLAS_STATUS_INVALID_VALUE;
 }
 
 // ----------------------------------------------------------------------------
@@ -389,7 +397,34 @@ struct ncclComm {
     std::atomic<int> pending{0};                      // collectives issued, not finished
     std::atomic<bool> aborted{false};
     std::atomic<int> error{ncclSuccess};              // a collective failed (GetAsyncError)
+    bool cross_node = false;                          // (virtual clock) its ranks span nodes
 };
+
+// (virtual clock) whether c's ranks span nodes: world rank / FT_EMU_VCLOCK_GPUS_PER_NODE (the
+// device's GPUs per node) differs between two of them. Collective over c (called by every rank).
+static void vclock_nodes(ncclComm *c) {
+    if (!cuemu::vclock_device()) return;
+    int wr = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    const int node = wr / cuemu::vclock_gpus_per_node();
+    int lo = node, hi = node;
+    MPI_Allreduce(&node, &lo, 1, MPI_INT, MPI_MIN, c->comm);
+    MPI_Allreduce(&node, &hi, 1, MPI_INT, MPI_MAX, c->comm);
+    c->cross_node = lo != hi;
+}
+
+static int mpi_finish(ncclComm_t c, int rc, MPI_Request *req);
+
+// (virtual clock, on a stream worker inside a collective) the ranks agree on the collective's
+// start: the latest of theirs, as a ring cannot move before its last member joins
+static int vclock_agree(ncclComm_t c) {
+    if (!cuemu::vclock_on()) return MPI_SUCCESS;
+    double mine = cuemu::vclock_op_start(), latest = mine;
+    MPI_Request r;
+    int rc = mpi_finish(c, MPI_Iallreduce(&mine, &latest, 1, MPI_DOUBLE, MPI_MAX, c->comm, &r), &r);
+    cuemu::vclock_set_op_start(latest);
+    return rc;
+}
 
 // the collectives' MPI calls run on stream workers, concurrently with the host's own MPI
 // calls: ask for MPI_THREAD_MULTIPLE whatever the program asks for (PMPI interposition)
@@ -446,9 +481,10 @@ static int mpi_finish(ncclComm_t c, int rc, MPI_Request *req) {
 }
 
 // Queue a collective on `stream`: `run` (the MPI calls) runs on the stream's worker, or now
-// in synchronous mode. Accesses are the exact device byte ranges it reads and writes.
+// in synchronous mode. Accesses are the exact device byte ranges it reads and writes. kind and
+// bytes price it for the virtual clock (vclock_price_collective).
 static ncclResult_t nccl_issue(ncclComm_t c, cudaStream_t stream, const char *what, size_t n, ncclDataType_t t,
-                               const std::vector<cuemu::Access> &acc, std::function<int()> run) {
+                               const std::vector<cuemu::Access> &acc, int kind, size_t bytes, std::function<int()> run) {
     if (c->aborted) return ncclInvalidUsage;
     if (cuemu::fault_hit("nccl_async")) {   // (FT_EMU_FAULT) this and later runs are skipped
         c->error = ncclSystemError;
@@ -457,14 +493,15 @@ static ncclResult_t nccl_issue(ncclComm_t c, cudaStream_t stream, const char *wh
     char name[128];
     snprintf(name, sizeof name, "%s (%zu x %s)", what, n, nccl_type_name(t));
     c->pending++;
+    const double cost = cuemu::vclock_price_collective(kind, (double)bytes, c->size, c->cross_node);
     cudaError_t e = cuemu::enqueue(stream, name, acc, [c, run]() {
         if (!c->aborted && c->error == ncclSuccess) {
             pthread_mutex_lock(&c->mu);
-            if (run() != MPI_SUCCESS) c->error = ncclSystemError;
+            if (vclock_agree(c) != MPI_SUCCESS || run() != MPI_SUCCESS) c->error = ncclSystemError;
             pthread_mutex_unlock(&c->mu);
         }
         c->pending--;
-    });
+    }, cost);
     if (e != cudaSuccess) {
         c->pending--;
         return ncclInvalidArgument;
@@ -516,6 +553,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId, int rank)
     MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
     m->rank = rank;
     m->size = nranks;
+    vclock_nodes(m);
     *c = m;
     g_nccl_live++;
     return ncclSuccess;
@@ -528,6 +566,7 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
     if (rc != MPI_SUCCESS) { delete m; return ncclSystemError; }
     MPI_Comm_rank(m->comm, &m->rank);
     MPI_Comm_size(m->comm, &m->size);
+    vclock_nodes(m);
     *out = m;
     g_nccl_live++;
     return ncclSuccess;
@@ -580,7 +619,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t n, ncclDataType_
     MPI_Comm comm = c->comm;
     return nccl_issue(c, s, "ncclAllGather", n, t,
                       {{send, bytes, cuemu::ACC_READ, false, true}, {recv, bytes * c->size, cuemu::ACC_WRITE, false, true}},
-                      [=]() {
+                      PLAN_COLL_ALL_GATHER, bytes, [=]() {
                           MPI_Request r;
                           return mpi_finish(c, MPI_Iallgather(snd, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
                                                            comm, &r), &r);
@@ -597,7 +636,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t n, ncclDataT
     MPI_Comm comm = c->comm;
     return nccl_issue(c, s, "ncclReduceScatter", n, t,
                       {{send, n * es * size, cuemu::ACC_READ, false, true}, {recv, n * es, cuemu::ACC_WRITE, false, true}},
-                      [=]() {
+                      PLAN_COLL_REDUCE_SCATTER, n * es, [=]() {
                           MPI_Request r;
                           if (t == ncclFloat64)
                               return mpi_finish(c, MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_DOUBLE, MPI_SUM,
@@ -618,7 +657,8 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDataType_
         return ncclInvalidArgument;
     MPI_Comm comm = c->comm;
     return nccl_issue(c, s, "ncclAllReduce", n, t,
-                      {{send, n * es, cuemu::ACC_READ, false, true}, {recv, n * es, cuemu::ACC_WRITE, false, true}}, [=]() {
+                      {{send, n * es, cuemu::ACC_READ, false, true}, {recv, n * es, cuemu::ACC_WRITE, false, true}},
+                      PLAN_COLL_ALL_REDUCE, n * es, [=]() {
                           MPI_Request r;
                           if (t == ncclFloat64)
                               return mpi_finish(c, MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)n,
@@ -640,7 +680,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDataType_
     MPI_Comm comm = c->comm;
     std::vector<cuemu::Access> acc = {{recv, bytes, cuemu::ACC_WRITE, false, true}};
     if (is_root) acc.insert(acc.begin(), {send, bytes, cuemu::ACC_READ, false, true});
-    return nccl_issue(c, s, "ncclBroadcast", n, t, acc, [=]() {
+    return nccl_issue(c, s, "ncclBroadcast", n, t, acc, PLAN_COLL_BROADCAST, bytes, [=]() {
         if (is_root && send != recv) memmove(recv, send, bytes);
         MPI_Request r;
         return mpi_finish(c, MPI_Ibcast(recv, (int)bytes, MPI_BYTE, root, comm, &r), &r);

@@ -399,6 +399,12 @@ void shadow_release(void *p) {
 }
 
 bool shadow_is_device(const void *p) { return find_alloc((uintptr_t)p) != nullptr; }
+size_t shadow_extent(const void *p) {
+    const Alloc *al = find_alloc((uintptr_t)p);
+    if (!al) return 0;
+    const auto *blk = find_block((uintptr_t)p);
+    return blk ? (size_t)(blk->second.hi - blk->first) : (size_t)(al->hi - al->lo);
+}
 
 // pinned host memory: start -> end (a GPU reaches it through unified addressing)
 static std::map<uintptr_t, uintptr_t> g_pinned;

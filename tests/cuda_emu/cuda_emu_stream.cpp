@@ -25,6 +25,9 @@
 //     the stream's worker polls a 32-bit word of pinned or device memory until the condition
 //     holds; the host copies queued behind such a gate, not yet known passed, have sources the
 //     host may still fill (the gate orders them), so the checker does not checksum them.
+// With FT_EMU_VCLOCK (README.md, "Virtual clock") each stream and the host also keep a virtual
+// time: an operation starts at max(its stream's, the host's after issuing it, awaited events')
+// and ends its price later (cuda_emu_vclock.cpp); host syncs and event records carry the times.
 // Every operation is checked for ordering hazards when it is issued (cuda_emu_shadow.cpp),
 // with vector clocks kept here: each stream's clock says which operations of every stream
 // come before its next one (stream order, event waits, legacy-stream order, and what the
@@ -38,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <set>
@@ -47,6 +51,8 @@
 #include "cuda_emu_async.h"
 
 namespace cuemu {
+
+void stats_price(const std::string &name, double cost);   // (FT_EMU_STATS with the clock)
 
 // ----------------------------------------------------------------------------
 // state
@@ -61,6 +67,7 @@ struct Item {
     Stream *wait_on;       // IT_WAIT: until this stream has finished wait_seq
     uint64_t wait_seq;
     std::function<void()> fn;
+    double vt_host = 0, cost = 0;   // (virtual clock) the host's time when issued; the cost
 };
 struct Stream {
     int id;
@@ -71,12 +78,15 @@ struct Stream {
     Clock clock;                     // what comes before its next operation
     unsigned long long rng = 0;
     pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;
+    double vt = 0;                   // (virtual clock) when its last finished operation ends
+    std::vector<double> vt_at{0.0};  // ... and each one, by position (grows while it runs)
 };
 struct Event {
     Stream *s = nullptr;
     uint64_t seq = 0;
     Clock clock;
     bool recorded = false;
+    double vt_host = 0;              // (virtual clock) the host's time when recorded
 };
 
 struct Runtime {
@@ -92,6 +102,8 @@ struct Runtime {
     bool async = false, announced = false;
     cudaError_t sticky = cudaSuccess;
     char sticky_msg[2048] = "";
+    bool vclock = false;             // FT_EMU_VCLOCK names a device (vc_on: and asynchronous)
+    double host_vt = 0;              // the host thread's virtual time (seconds)
 };
 Runtime *R;                          // never destroyed: workers may outlive main()
 int g_explicit = -1;                 // cuemu_set_async (wins over the environment)
@@ -132,9 +144,13 @@ Runtime *runtime() {
         R->legacy = new_stream(true, false);
         const char *sync = getenv("FT_EMU_SYNC");
         R->async = g_explicit >= 0 ? g_explicit == 1 : !(sync && !strcmp(sync, "1")) && g_default;
+        R->vclock = vclock_device() != nullptr;
     });
     return R;
 }
+
+// the virtual clock runs (FT_EMU_VCLOCK, asynchronous mode only)
+bool vc_on() { return R->vclock && R->async; }
 
 // the first stream operation of an asynchronous run says so, once per process
 void announce() {
@@ -144,6 +160,7 @@ void announce() {
     // stdout: stderr is for errors (tests count its lines); the hazard summary repeats the seed
     printf("cuda_emu: asynchronous streams, seed %llu (FT_EMU_SEED), delays up to %u us; "
            "ordering hazards are reported (FT_EMU_SYNC=1: synchronous)\n", R->seed, R->max_delay_us);
+    if (R->vclock) vclock_announce();
     fflush(stdout);
 }
 
@@ -159,6 +176,10 @@ Stream *resolve(cudaStream_t h) {
 
 // ----------------------------------------------------------------------------
 // workers
+
+// (virtual clock) the start of the operation this stream worker runs: max(its stream's time,
+// the host's when it issued it); a collective replaces it with the start all ranks agree on
+thread_local double t_op_start;
 
 void delay(Stream *s) {
     unsigned long long r = splitmix(s->rng++);
@@ -180,12 +201,16 @@ void *stream_main(void *arg) {
         s->q.pop_front();
         if (it.kind == IT_WAIT) {
             while (it.wait_on->done < it.wait_seq) pthread_cond_wait(&R->done_cv, &R->mu);
+            if (vc_on()) s->vt = std::max(s->vt, it.wait_on->vt_at[it.wait_seq]);
         } else {
+            t_op_start = std::max(s->vt, it.vt_host);   // (read only with the clock on)
             pthread_mutex_unlock(&R->mu);
             delay(s);
             it.fn();
             pthread_mutex_lock(&R->mu);
+            if (vc_on()) s->vt = t_op_start + it.cost;
         }
+        if (vc_on()) s->vt_at.push_back(s->vt);   // (position it.seq: items finish in order)
         s->done = it.seq;
         pthread_cond_broadcast(&R->done_cv);
     }
@@ -232,7 +257,9 @@ void order_legacy(Stream *s) {
 }
 
 // issue an operation on s (lock held); returns its position
-uint64_t issue(Stream *s, std::string name, const std::vector<Access> &acc, std::function<void()> fn) {
+// (cost: its virtual seconds; < 0: a kernel's, priced from the bytes its accesses span)
+uint64_t issue(Stream *s, std::string name, const std::vector<Access> &acc, std::function<void()> fn,
+               double cost = 0) {
     announce();
     order_legacy(s);
     s->clock.join(R->host);   // what the host knew finished comes before it
@@ -241,13 +268,26 @@ uint64_t issue(Stream *s, std::string name, const std::vector<Access> &acc, std:
     OpRef op = std::make_shared<OpInfo>(OpInfo{s->id, seq, std::move(name)});
     shadow_poll_watches();
     shadow_access(op, s->clock, acc);
-    push(s, Item{seq, IT_WORK, nullptr, 0, std::move(fn)});
+    Item it{seq, IT_WORK, nullptr, 0, std::move(fn)};
+    if (vc_on()) {
+        if (cost < 0) {
+            double bytes = 0;
+            for (const Access &x : acc) bytes += (double)(x.whole_block ? shadow_extent(x.p) : x.n);
+            cost = vclock_price_kernel(bytes);
+        }
+        R->host_vt += vclock_issue_s();
+        it.vt_host = R->host_vt;
+        it.cost = cost;
+        stats_price(op->name, cost);
+    }
+    push(s, std::move(it));
     return seq;
 }
 
 // the host waits until s has finished position seq and then knows what s knew there
 void host_wait(Stream *s, uint64_t seq, const Clock &c) {
     while (s->done < seq) pthread_cond_wait(&R->done_cv, &R->mu);
+    if (vc_on()) R->host_vt = std::max(R->host_vt, s->vt_at[seq]);
     R->host.join(c);
     shadow_host_retire(R->host);
     shadow_poll_watches();
@@ -306,13 +346,17 @@ void set_async_default(int on) { g_default = on; }
 // "cudaMemsetAsync" ...), and print one line per name to stderr at exit ("cuda_emu: issued
 // <name> <count>"). tests/test_plan.sh compares the operations per optimizer step with
 // --dry_run's count (src/plan_time.c).
+// With the virtual clock (FT_EMU_VCLOCK) also the virtual seconds priced per name, summed over
+// the run: "cuda_emu: priced <name> <seconds>" (busy time, not the schedule's overlap).
 static pthread_mutex_t g_stats_mu = PTHREAD_MUTEX_INITIALIZER;
 static std::map<std::string, unsigned long long> *g_stats;
+static std::map<std::string, double> g_priced;
 
 static void stats_print() {
     pthread_mutex_lock(&g_stats_mu);
     fflush(nullptr);
     for (const auto &kv : *g_stats) fprintf(stderr, "cuda_emu: issued %s %llu\n", kv.first.c_str(), kv.second);
+    for (const auto &kv : g_priced) fprintf(stderr, "cuda_emu: priced %s %.9f\n", kv.first.c_str(), kv.second);
     pthread_mutex_unlock(&g_stats_mu);
 }
 
@@ -332,8 +376,16 @@ static void stats_count(const std::string &name) {
     pthread_mutex_unlock(&g_stats_mu);
 }
 
+void stats_price(const std::string &name, double cost) {
+    pthread_once(&g_stats_once, stats_init);
+    if (!g_stats) return;
+    pthread_mutex_lock(&g_stats_mu);
+    g_priced[name.substr(0, name.find(" ("))] += cost;
+    pthread_mutex_unlock(&g_stats_mu);
+}
+
 cudaError_t enqueue(cudaStream_t stream, std::string name, const std::vector<Access> &acc,
-                    std::function<void()> fn) {
+                    std::function<void()> fn, double cost) {
     runtime();
     stats_count(name);
     if (!R->async) {
@@ -348,7 +400,7 @@ cudaError_t enqueue(cudaStream_t stream, std::string name, const std::vector<Acc
     // queue (about a thousand) does that. Host-issued work only (a worker never issues).
     static const long max_queue = getenv("FT_EMU_MAX_QUEUE") ? atol(getenv("FT_EMU_MAX_QUEUE")) : 0;
     while (max_queue > 0 && s->enq - s->done >= (uint64_t)max_queue) pthread_cond_wait(&R->done_cv, &R->mu);
-    issue(s, std::move(name), acc, std::move(fn));
+    issue(s, std::move(name), acc, std::move(fn), cost);
     return cudaSuccess;
 }
 
@@ -422,6 +474,10 @@ cudaError_t async_error() {
 }
 const char *async_error_message() { return runtime()->sticky_msg; }
 
+bool vclock_on() { return runtime()->vclock && R->async; }
+double vclock_op_start() { return t_op_start; }
+void vclock_set_op_start(double t) { t_op_start = t; }
+
 int stream_id(cudaStream_t stream) {
     runtime();
     Lock l;
@@ -447,6 +503,14 @@ extern "C" int cuemu_set_async(int on) {
     return R->async;
 }
 extern "C" int cuemu_async(void) { return async_on(); }
+
+// The host thread's virtual time in seconds with the clock on (FT_EMU_VCLOCK), else -1: the
+// trainer's step timer reads it (src/train.c, a weak reference as backend_cuda.c's hooks).
+extern "C" double cuemu_vclock_now(void) {
+    runtime();
+    Lock l;
+    return vc_on() ? R->host_vt : -1;
+}
 
 extern "C" void cuemu_block_alloc(void *p, size_t nbytes) {
     runtime();
@@ -552,6 +616,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
     ev->seq = s->enq;
     ev->clock = s->clock;
     ev->recorded = true;
+    ev->vt_host = R->host_vt;
     return cudaSuccess;
 }
 
@@ -569,10 +634,26 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned int) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) { return event_finish(e, true); }
+
+// Virtual milliseconds from a's record to b's with the clock on (FT_EMU_VCLOCK): an event's
+// time is the later of its stream's time at that point and the host's when it was recorded.
+// Without the clock the emulator has no device time: cudaErrorNotSupported.
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    runtime();
+    Lock l;
+    Event *ea = (Event *)a, *eb = (Event *)b;
+    if (!R->events.count(ea) || !R->events.count(eb)) return cudaErrorInvalidResourceHandle;
+    if (!vc_on()) return cudaErrorNotSupported;
+    if (!ea->recorded || !eb->recorded) return cudaErrorInvalidResourceHandle;
+    if (ea->s->done < ea->seq || eb->s->done < eb->seq) return cudaErrorNotReady;
+    const double ta = std::max(ea->s->vt_at[ea->seq], ea->vt_host), tb = std::max(eb->s->vt_at[eb->seq], eb->vt_host);
+    *ms = (float)(1e3 * (tb - ta));
+    return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return event_finish(e, false); }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, void *data) {
-    return enqueue(h, "host function (cudaLaunchHostFunc)", {}, [fn, data]() { fn(data); });
+    return enqueue(h, "host function (cudaLaunchHostFunc)", {}, [fn, data]() { fn(data); }, 0);
 }
 
 // ----------------------------------------------------------------------------
@@ -683,6 +764,18 @@ static cudaError_t copy_kind_check(const void *dst, const void *src, enum cudaMe
     return cudaErrorInvalidMemcpyDirection;
 }
 
+// (virtual clock) a copy: over PCIe when one side is host memory, else through HBM
+static double copy_cost(const void *dst, const void *src, size_t n) {
+    if (!vclock_device()) return 0;
+    bool d, s;
+    {
+        Lock l;
+        d = shadow_is_device(dst);
+        s = shadow_is_device(src);
+    }
+    return d && s ? vclock_price_copy(n, false) : vclock_price_copy(n, true);
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t h) {
     if (n == 0) return cudaSuccess;
     runtime();
@@ -693,7 +786,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     char name[96];
     snprintf(name, sizeof name, "cudaMemcpyAsync %s (%zu bytes)", direction(dst, src), n);
     return enqueue(h, name, {{src, n, ACC_READ, false}, {dst, n, ACC_WRITE, false}},
-                   [dst, src, n]() { memmove(dst, src, n); });
+                   [dst, src, n]() { memmove(dst, src, n); }, copy_cost(dst, src, n));
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t h) {
@@ -729,7 +822,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
         char name[96];
         snprintf(name, sizeof name, "cudaMemcpy host-to-device (%zu bytes)", n);
         return enqueue(nullptr, name, {{dst, n, ACC_WRITE, false}},
-                       [dst, staged, n]() { memcpy(dst, staged->data(), n); });
+                       [dst, staged, n]() { memcpy(dst, staged->data(), n); }, vclock_price_copy(n, true));
     }
     cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, nullptr);
     if (e != cudaSuccess || dev_dst) return e;

@@ -12,7 +12,10 @@ EMU_CXXFLAGS := -std=gnu++17 $(OPT) -g -Wall -Wextra -Wno-unknown-pragmas -fno-s
                 -isystem $(CUDA_HOME)/include -Itests/cuda_emu -Itests -Isrc $(SANFLAGS) -MMD -MP
 EMU_LDLIBS := -pthread -ldl $(SANFLAGS)
 EMU_OBJ := $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/cuda_emu_wmma.o $(BUILD)/emu/cuda_emu_stream.o \
-           $(BUILD)/emu/cuda_emu_shadow.o
+           $(BUILD)/emu/cuda_emu_shadow.o $(BUILD)/emu/cuda_emu_vclock.o
+# the virtual clock's prices (src/plan_price.c, a pure member of the library): a program that
+# links EMU_OBJ without the library links this object
+EMU_PRICE_OBJ := $(BUILD)/obj/plan_price.o
 # the second build of kernel sources: the GPU's worst-case approximate math and FMA
 # contraction (see "device functions" in cuda_emu.h)
 EMU_GPU_MATH_FLAGS := -DCUEMU_GPU_MATH -mfma -ffp-contract=fast
@@ -26,12 +29,12 @@ $(BUILD)/emu/%.o: tests/cuda_emu/%.cu
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -x c++ -c $< -o $@
 
-$(BUILD)/tests/test_emu: $(BUILD)/emu/test_emu.o $(EMU_OBJ)
+$(BUILD)/tests/test_emu: $(BUILD)/emu/test_emu.o $(EMU_OBJ) $(EMU_PRICE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $^ -o $@ $(EMU_LDLIBS)
 
 # the asynchronous runtime's own tests (streams, events, the ordering checker)
-$(BUILD)/tests/test_emu_async: $(BUILD)/emu/test_emu_async.o $(EMU_OBJ)
+$(BUILD)/tests/test_emu_async: $(BUILD)/emu/test_emu_async.o $(EMU_OBJ) $(EMU_PRICE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $^ -o $@ $(EMU_LDLIBS)
 

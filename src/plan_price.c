@@ -1,0 +1,80 @@
+// plan_price.c: the devices' peaks and the prices of device work (see plan_price.h).
+#include "plan_price.h"
+
+#include <math.h>
+#include <strings.h>
+#include <string.h>
+
+// ----------------------------------------------------------------------------
+// devices
+//
+// Peak dense bf16 rates and HBM bandwidths from the NVIDIA A100, H100 and H200 (SXM)
+// datasheets, as torchtitan uses for MFU (312e12, 989e12; the H200 is the same GH100 die at
+// 4.8 TB/s). NVLink: 600 GB/s (A100, NVLink 3) and 900 GB/s (H100/H200, NVLink 4) per GPU in
+// both directions together, i.e. 300 / 450 GB/s each way, which is what a ring collective's
+// bytes sent per rank move over. Across nodes: one InfiniBand NIC per GPU, HDR 200 Gb/s (25
+// GB/s) on A100 systems, NDR 400 Gb/s (50 GB/s) on H100/H200 systems; 8 GPUs per node. fp32
+// SIMT peak, SM count and boost clock (the SIMT kernels' rate, src/plan_time.c): 19.5e12, 108,
+// 1.41 GHz (A100); 67e12, 132, 1.98 GHz (H100, H200). Memory: the total CUDA reports
+// (nvidia-smi): 81920 MiB (A100 80GB), 81559 MiB (H100 80GB HBM3: 79.65 GiB, not 80), 141 GB
+// on the H200; of it the fit check leaves PLAN_CONTEXT_BYTES and nccl_comm_bytes per NCCL
+// communicator (--nccl_gib_per_comm, else PLAN_NCCL_COMM_BYTES) outside the arena (plan.h).
+
+const plan_device plan_devices[] = {
+    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)81920 << 20, 19.5e12, 108, 1.41e9},
+    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)81559 << 20, 67e12, 132, 1.98e9},
+    {"H200-SXM-141GB", 989e12, 4.8e12, 450e9, 50e9, 8, (size_t)141000000000, 67e12, 132, 1.98e9},
+};
+const int plan_n_devices = (int)(sizeof plan_devices / sizeof plan_devices[0]);
+
+const plan_device *plan_device_find(const char *name) {
+    const plan_device *found = NULL;
+    const size_t n = name ? strlen(name) : 0;
+    if (n == 0) return NULL;
+    for (int i = 0; i < plan_n_devices; i++) {
+        const char *s = plan_devices[i].name;
+        for (; *s; s++)
+            if (strncasecmp(s, name, n) == 0) break;
+        if (!*s) continue;
+        if (found) return NULL;   // ambiguous
+        found = &plan_devices[i];
+    }
+    return found;
+}
+
+// ----------------------------------------------------------------------------
+// prices
+
+double plan_price_tensor(const plan_device *d, double flops, double fraction) { return flops / (fraction * d->peak_flops); }
+
+double plan_price_gemm(const plan_device *d, double flops) { return plan_price_tensor(d, flops, PLAN_GEMM_FRACTION); }
+
+double plan_price_attention(const plan_device *d, double flops, int cudnn) {
+    return plan_price_tensor(d, flops, cudnn ? PLAN_ATTN_CUDNN_FRACTION : PLAN_ATTN_NATIVE_FRACTION);
+}
+
+double plan_price_simt(const plan_device *d, double flops, double flop_per_sm_clk) {
+    const double rate = flop_per_sm_clk * d->sm_count * d->clock_hz;
+    return flops / (rate < d->fp32_flops ? rate : d->fp32_flops);
+}
+
+double plan_price_memory(const plan_device *d, double bytes) { return bytes / (PLAN_HBM_FRACTION * d->hbm_bytes_per_s); }
+
+double plan_price_pcie(double bytes) { return bytes / PLAN_PCIE_BYTES_PER_S; }
+
+double plan_price_host_memory(double bytes) { return bytes / PLAN_HOST_BYTES_PER_S; }
+
+double plan_price_link_bytes_per_s(const plan_device *d, int cross_node) {
+    return cross_node ? d->internode_bytes_per_s : d->nvlink_bytes_per_s;
+}
+
+double plan_price_collective(const plan_device *d, plan_coll_kind kind, double bytes, int n, int cross_node) {
+    if (n <= 1) return 0;
+    double sent = (n - 1) * bytes, steps = n - 1;
+    if (kind == PLAN_COLL_ALL_REDUCE) sent = 2.0 * (n - 1) * bytes / n, steps = 2.0 * (n - 1);
+    if (kind == PLAN_COLL_BROADCAST) sent = bytes;
+    const double step = cross_node ? PLAN_COLL_STEP_NET_S : PLAN_COLL_STEP_NVLINK_S;
+    return sent / plan_price_link_bytes_per_s(d, cross_node) + PLAN_COLL_BASE_LATENCY_S + steps * step;
+}
+
+double plan_price_op(double work_s, double ops) { return fmax(work_s, ops * PLAN_OP_FLOOR_S); }
