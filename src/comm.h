@@ -41,6 +41,10 @@ struct comm {
     int (*ireduce_scatter)(comm *c, void *recv, const void *send, size_t count, st_dtype dt, void **req);
     // buf (count) = sum over ranks, in place
     int (*all_reduce)(comm *c, void *buf, size_t count, st_dtype dt);
+    // non-blocking all_reduce, completed by wait() like iall_gather: buf must stay untouched
+    // (neither read nor written) until wait returns; the nccl transport runs it on the
+    // group's own stream after the compute issued so far
+    int (*iall_reduce)(comm *c, void *buf, size_t count, st_dtype dt, void **req);
     // host doubles summed over ranks, in place (exact same result on every rank)
     int (*all_reduce_f64)(comm *c, double *buf, size_t count);
     // buf (bytes) from `root` to every rank (host or backend memory as the transport allows)
@@ -59,6 +63,7 @@ int comm_wait(comm *c, void *req);
 int comm_reduce_scatter(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
 int comm_ireduce_scatter(comm *c, void *recv, const void *send, size_t count, st_dtype dt, void **req);
 int comm_all_reduce(comm *c, void *buf, size_t count, st_dtype dt);
+int comm_iall_reduce(comm *c, void *buf, size_t count, st_dtype dt, void **req);
 int comm_all_reduce_f64(comm *c, double *buf, size_t count);
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
 int comm_barrier(comm *c);

@@ -19,6 +19,9 @@
 // the backward) overlap each other and the compute instead of queuing on one stream. Each
 // lane is ordered against the compute stream only, by the events above; the two lanes never
 // touch the same buffers (fsdp.c: gathered units vs gradients and reduce-scatter outputs).
+// The replica group (HSDP, DDP) is a third lane: fsdp.c starts each unit's all-reduce of its
+// fp32 gradient slice there (iall_reduce) once the slice is final, while the backward goes
+// on with other units' slices, and the compute stream waits for them all before the norm.
 // Lanes need NCCL 2.26+ (comm_nccl_choose_lanes): with NCCL 2.18-2.25 (or the user's
 // NCCL_LAUNCH_ORDER_IMPLICIT=0) every communicator enqueues on ONE shared comm stream and the
 // shard group gets no reduce-scatter lane, so the GPU runs collectives of all communicators
@@ -190,7 +193,10 @@ const char *comm_nccl_wheel_python(void) { return N.ncclGetUniqueId && nccl_pyth
 
 #define F64_SLOTS 4096
 #define TRACKED 64          // collectives remembered until seen complete (for the watchdog)
-#define EVENT_POOL 8        // more than the requests fsdp.c has outstanding (2 gathers + 2 reductions)
+#define EVENT_POOL 256      // spare request events kept per group: fsdp.c has up to 2 gathers and 2
+                            // reduce-scatters outstanding on the shard group, and on the replica
+                            // group one all-reduce per unit of the model (n_layers + 1: 33 for a
+                            // 7B, 81 for a 70B) until the step's gradient is final
 
 // a collective enqueued on the comm stream, for the watchdog's message
 typedef struct {
@@ -378,13 +384,26 @@ static int nccl_ireduce_scatter(comm *c, void *recv, const void *send, size_t n,
     return request_record(c, m, req);
 }
 
-static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
+// an in-place all-reduce of buf on the group's comm stream, after the compute issued so far
+static int all_reduce_enqueue(comm *c, void *buf, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
     TRY(comm_after_compute(impl(c)));
     if (n > 0) CHECK_NCCL(N.ncclAllReduce(buf, buf, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
-    TRY(track(impl(c), "all_reduce", n * st_dtype_size(dt)));
+    return track(impl(c), "all_reduce", n * st_dtype_size(dt));
+}
+
+static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
+    TRY(all_reduce_enqueue(c, buf, n, dt));
     return compute_after_comm(impl(c));
+}
+
+// started on the group's comm stream once the compute stream has produced buf (fsdp.c: a
+// unit's gradient slice made final); comm_wait makes the compute stream wait for it, so it
+// overlaps the compute issued meanwhile, which must not touch buf
+static int nccl_iall_reduce(comm *c, void *buf, size_t n, st_dtype dt, void **req) {
+    TRY(all_reduce_enqueue(c, buf, n, dt));
+    return request_record(c, impl(c), req);
 }
 
 // Host doubles through pinned staging: the copies are then truly asynchronous, and the host
@@ -494,6 +513,7 @@ static int nccl_setup(comm *c, const backend *be, int rank, int size, nccl_impl 
     c->reduce_scatter = nccl_reduce_scatter;
     c->ireduce_scatter = nccl_ireduce_scatter;
     c->all_reduce = nccl_all_reduce;
+    c->iall_reduce = nccl_iall_reduce;
     c->all_reduce_f64 = nccl_all_reduce_f64;
     c->broadcast = nccl_broadcast;
     c->barrier = nccl_barrier;
