@@ -40,6 +40,10 @@
 // (the process's exit ends the NCCL kernels); the abort hook (ncclCommAbort) runs only where
 // there is none (library tests): it could hang on a stream waiting on another communicator.
 //
+// SMs: every communicator (init, splits, the lane) is created with an ncclConfig_t whose
+// maxCTAs bounds the thread blocks one of its collectives takes beside the compute
+// (comm_nccl_set_max_ctas, --nccl_max_ctas; src/comm.h says why 16).
+//
 // NCCL is loaded at run time (nccl_load), not linked: it is not part of the CUDA toolkit and
 // only GPU jobs of more than one rank need it, so a machine without it still runs CPU and
 // single-GPU jobs, and a multi-GPU job says in one line what is missing.
@@ -64,7 +68,8 @@
 // else the one the nvidia-nccl wheel put beside the Python on PATH (src/wheel_lib.h).
 // ncclCommSplit needs NCCL 2.18.
 
-#define NCCL_FUNCTIONS(X) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommSplit) X(ncclCommUserRank) \
+#define NCCL_FUNCTIONS(X) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommInitRankConfig) X(ncclCommSplit) \
+    X(ncclCommUserRank) \
     X(ncclCommCount) X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString) \
     X(ncclAllGather) X(ncclReduceScatter) X(ncclAllReduce) X(ncclBroadcast) X(ncclGetVersion) X(ncclGetLastError)
 
@@ -81,6 +86,7 @@ static char nccl_python[FT_PATH_MAX];   // the Python whose wheel nccl_file is (
 static int one_lane;       // comm_nccl_choose_lanes: every communicator on shared_stream
 static cudaStream_t shared_stream;   // (one lane) created by the first communicator
 static int shared_users;             // communicators using it (destroyed with the last)
+static int max_ctas;                 // comm_nccl_set_max_ctas (0: no config, NCCL's defaults)
 
 #define NCCL_PRAGMA(text) _Pragma(#text)
 #define NCCL_WEAK(f) NCCL_PRAGMA(weak f)
@@ -176,6 +182,20 @@ int comm_nccl_choose_lanes(int *out) {
     one_lane = nccl_version < 22600 || (order && atoi(order) == 0);
     *out = one_lane;
     return 0;
+}
+
+void comm_nccl_set_max_ctas(int n) { max_ctas = n > 0 ? n : 0; }
+
+// The configuration the next communicator is created with: NULL (NCCL's defaults), or *cfg
+// with the CTA bounds of comm_nccl_set_max_ctas. The struct is this header's (2.28); an older
+// NCCL reads the fields it knows (it copies min(size, its own size), and 2.17+ knows these).
+static ncclConfig_t *cta_config(ncclConfig_t *cfg) {
+    if (max_ctas <= 0) return NULL;
+    const ncclConfig_t init = NCCL_CONFIG_INITIALIZER;
+    *cfg = init;
+    cfg->minCTAs = 1;
+    cfg->maxCTAs = max_ctas;
+    return cfg;
 }
 
 const char *comm_nccl_describe(void) {
@@ -546,13 +566,19 @@ int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *i
     memcpy(&uid, id, sizeof uid);
     char group[48];
     snprintf(group, sizeof group, "world of %d ranks", size);
-    CHECK_NCCL_GUARDED("ncclCommInitRank", group, N.ncclCommInitRank(&m->comm, size, uid, rank));
+    ncclConfig_t cfg;
+    ncclConfig_t *config = cta_config(&cfg);
+    if (config)
+        CHECK_NCCL_GUARDED("ncclCommInitRankConfig", group, N.ncclCommInitRankConfig(&m->comm, size, uid, rank, config));
+    else CHECK_NCCL_GUARDED("ncclCommInitRank", group, N.ncclCommInitRank(&m->comm, size, uid, rank));
     return nccl_register(m);
 }
 
 int comm_nccl_split(comm *parent, int color, int key, comm *out) {
     ncclComm_t sub = NULL;
-    CHECK_NCCL_GUARDED("ncclCommSplit", parent->label, N.ncclCommSplit(impl(parent)->comm, color, key, &sub, NULL));
+    ncclConfig_t cfg;
+    CHECK_NCCL_GUARDED("ncclCommSplit", parent->label,
+                       N.ncclCommSplit(impl(parent)->comm, color, key, &sub, cta_config(&cfg)));
     int rank = 0, size = 0;
     CHECK_NCCL(N.ncclCommUserRank(sub, &rank));
     CHECK_NCCL(N.ncclCommCount(sub, &size));
@@ -574,8 +600,9 @@ int comm_nccl_add_reduce_scatter_lane(comm *c, int *created) {
     m->rs = lane;   // freed with the group, also when the rest fails
     *created = 1;
     lane->owner = c;
+    ncclConfig_t cfg;
     CHECK_NCCL_GUARDED("ncclCommSplit of the reduce-scatter lane", c->label,
-                       N.ncclCommSplit(m->comm, 0, c->rank, &lane->comm, NULL));
+                       N.ncclCommSplit(m->comm, 0, c->rank, &lane->comm, cta_config(&cfg)));
     TRY(nccl_stream_create(&lane->stream));
     CHECK_CUDA(cudaEventCreateWithFlags(&lane->produced, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventCreateWithFlags(&lane->finished, cudaEventDisableTiming));

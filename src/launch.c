@@ -160,11 +160,18 @@ static int nccl_self_test(const launch *L) { return L->W == 1 && ft_getenv("FT_T
 
 // GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c). With shards of S > 1
 // ranks, an NCCL older than 2.26 cannot run the reduce-scatter lane beside the gathers: the
-// collectives then run in one lane (comm_nccl_choose_lanes), and rank 0 says so once. 0 / -1.
+// collectives then run in one lane (comm_nccl_choose_lanes), and rank 0 says so once. The
+// communicators' CTA bound is set here (L->nccl_max_ctas); NCCL_MAX_CTAS in the environment
+// wins over it inside NCCL, and rank 0 says so once. 0 / -1.
 static int nccl_available(const launch *L, int S) {
 #ifdef FT_HAVE_CUDA
     int one_lane = 0;
     TRY(comm_nccl_choose_lanes(&one_lane));
+    comm_nccl_set_max_ctas(L->nccl_max_ctas);
+    const char *env_max = getenv("NCCL_MAX_CTAS");
+    if (env_max && L->nccl_max_ctas > 0 && L->rank == 0)
+        fprintf(stderr, "finetune: NCCL_MAX_CTAS=%s in the environment: NCCL takes it over --nccl_max_ctas %d\n", env_max,
+                L->nccl_max_ctas);
     if (comm_nccl_wheel_python() && L->rank == 0)
         fprintf(stderr, "finetune: no libnccl.so.2 on the library path: loaded %s, from the nvidia-nccl wheel of %s\n",
                 comm_nccl_describe(), comm_nccl_wheel_python());
@@ -376,6 +383,7 @@ int launch_open(launch *L, const train_options *o, int *argc, char ***argv) {
     TRY(control_plane_open(L, argc, argv));
     watchdog_configure(o->collective_timeout, L->rank);
     L->nccl_comm_bytes = o->nccl_gib_per_comm > 0 ? (size_t)(o->nccl_gib_per_comm * 1073741824.0) : PLAN_NCCL_COMM_BYTES;
+    L->nccl_max_ctas = o->nccl_max_ctas;
     const int S = train_shard_size(o, L->W);
     int rc = grid_open(L, S, o->device);
     // the device: a GPU's arena is sized from the memory plan of this very job, after the
@@ -421,13 +429,15 @@ static const char *launch_nccl_describe(void) {
 
 void launch_print(const launch *L) {
     if (L->rank != 0) return;
+    char ctas[64] = "CTAs per collective as NCCL chooses";   // (--nccl_max_ctas 0)
+    if (L->nccl_max_ctas > 0) snprintf(ctas, sizeof ctas, "at most %d CTAs per collective", L->nccl_max_ctas);
     printf("finetune: bootstrap: %s; world %d rank(s), %d per node, %s per rank (rank 0: local rank %d, %s)",
            L->launcher, L->W, L->local_size, L->be == L->cpu ? "cpu" : "one GPU", L->local_rank,
            backend_describe(L->be));
     if (L->nccl)   // measured against the plan's assumption (--nccl_gib_per_comm, PLAN_NCCL_COMM_BYTES: src/plan.h)
-        printf("; %d NCCL communicator(s) took %.2f GiB of device memory on rank 0 (planned %.2f GiB; %s)", L->n_nccl,
-               L->nccl_bytes / 1073741824.0, L->n_nccl * (double)L->nccl_comm_bytes / 1073741824.0,
-               launch_nccl_describe());
+        printf("; %d NCCL communicator(s) took %.2f GiB of device memory on rank 0 (planned %.2f GiB; %s), %s",
+               L->n_nccl, L->nccl_bytes / 1073741824.0, L->n_nccl * (double)L->nccl_comm_bytes / 1073741824.0,
+               launch_nccl_describe(), ctas);
     printf("\n");
 }
 

@@ -45,6 +45,7 @@ typedef struct {
     double sample_top_p;          // sampling: nucleus of this probability (1 = all)
     double peak_tflops;           // for MFU; 0 = measure the backend's matmul rate
     double nccl_gib_per_comm;     // the plan's GPU memory per NCCL communicator (0 = PLAN_NCCL_COMM_BYTES)
+    int nccl_max_ctas;            // most CTAs of one NCCL collective (ncclConfig_t maxCTAs; 0 = NCCL's choice)
     int profile;                  // print ms per op per step, by phase (src/profile.h)
     // sharding
     int no_fsdp;
