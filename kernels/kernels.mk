@@ -104,9 +104,12 @@ $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(EMU_HOST_OBJS) $
 #   finetune_emu_fault_offload   -DFT_FAULT_SKIP_OFFLOAD_WAIT: --offload_optimizer's step does
 #                                not wait for the copies of the new weights to the device
 #                                (tests/test_offload.sh)
+#   finetune_emu_fault_ar        -DFT_FAULT_SKIP_AR_WAIT: the gradient norm and the optimizer do
+#                                not wait for the units' all-reduces across replicas
 FAULT_DEFS_prefetch := -DFT_FAULT_SKIP_PREFETCH_WAIT
 FAULT_DEFS_rs := -DFT_FAULT_SKIP_RS_WAIT
 FAULT_DEFS_offload := -DFT_FAULT_SKIP_OFFLOAD_WAIT
+FAULT_DEFS_ar := -DFT_FAULT_SKIP_AR_WAIT
 $(BUILD)/emu/fault_%/fsdp.o: src/fsdp.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(FAULT_DEFS_$*) -c $< -o $@
@@ -122,7 +125,8 @@ $(BUILD)/tests/finetune_emu_fault_%: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fa
 .PRECIOUS: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o
 
 EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu $(BUILD)/tests/finetune_emu_fault_prefetch \
-                   $(BUILD)/tests/finetune_emu_fault_rs $(BUILD)/tests/finetune_emu_fault_offload
+                   $(BUILD)/tests/finetune_emu_fault_rs $(BUILD)/tests/finetune_emu_fault_offload \
+                   $(BUILD)/tests/finetune_emu_fault_ar
 -include $(wildcard $(BUILD)/emu/fault_*/*.d)
 # tests/cuda_emu/test_emu_host.cpp: the emulated cuBLASLt's and NCCL's aliasing rules
 $(BUILD)/tests/test_emu_host: tests/cuda_emu/test_emu_host.cpp $(BUILD)/emu/cuda_emu_host.o $(EMU_OBJ) $(EMU_PRICE_OBJ)

@@ -30,10 +30,17 @@ int comm_ireduce_scatter(comm *c, void *recv, const void *send, size_t n, st_dty
     count(c, COMM_REDUCE_SCATTER, (size_t)(c->size - 1) * n * st_dtype_size(dt));
     return c->ireduce_scatter(c, recv, send, n, dt, req);
 }
+// ring all-reduce = reduce-scatter + all-gather of count / size each
+static size_t all_reduce_bytes(const comm *c, size_t n, st_dtype dt) {
+    return c->size > 1 ? 2 * (size_t)(c->size - 1) * (n / c->size) * st_dtype_size(dt) : 0;
+}
 int comm_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
-    // ring all-reduce = reduce-scatter + all-gather of count / size each
-    count(c, COMM_ALL_REDUCE, c->size > 1 ? 2 * (size_t)(c->size - 1) * (n / c->size) * st_dtype_size(dt) : 0);
+    count(c, COMM_ALL_REDUCE, all_reduce_bytes(c, n, dt));
     return c->all_reduce(c, buf, n, dt);
+}
+int comm_iall_reduce(comm *c, void *buf, size_t n, st_dtype dt, void **req) {
+    count(c, COMM_ALL_REDUCE, all_reduce_bytes(c, n, dt));
+    return c->iall_reduce(c, buf, n, dt, req);
 }
 int comm_all_reduce_f64(comm *c, double *buf, size_t n) {
     count(c, COMM_ALL_REDUCE, c->size > 1 ? 2 * (size_t)(c->size - 1) * n * sizeof(double) / c->size : 0);
@@ -78,6 +85,10 @@ static int single_icopy(comm *c, void *recv, const void *send, size_t n, st_dtyp
 }
 static int single_wait(comm *c, void *req) { (void)c; (void)req; return 0; }
 static int single_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) { (void)c; (void)buf; (void)n; (void)dt; return 0; }
+static int single_iall_reduce(comm *c, void *buf, size_t n, st_dtype dt, void **req) {
+    *req = NULL;
+    return single_all_reduce(c, buf, n, dt);
+}
 static int single_all_reduce_f64(comm *c, double *buf, size_t n) { (void)c; (void)buf; (void)n; return 0; }
 static int single_broadcast(comm *c, void *buf, size_t bytes, int root) { (void)c; (void)buf; (void)bytes; (void)root; return 0; }
 static int single_barrier(comm *c) { (void)c; return 0; }
@@ -95,6 +106,7 @@ void comm_init_single(comm *c, const backend *be) {
     c->reduce_scatter = single_copy;
     c->ireduce_scatter = single_icopy;   // the identity too: a copy, complete at once
     c->all_reduce = single_all_reduce;
+    c->iall_reduce = single_iall_reduce;
     c->all_reduce_f64 = single_all_reduce_f64;
     c->broadcast = single_broadcast;
     c->barrier = single_barrier;

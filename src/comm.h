@@ -41,6 +41,10 @@ struct comm {
     int (*ireduce_scatter)(comm *c, void *recv, const void *send, size_t count, st_dtype dt, void **req);
     // buf (count) = sum over ranks, in place
     int (*all_reduce)(comm *c, void *buf, size_t count, st_dtype dt);
+    // non-blocking all_reduce, completed by wait() like iall_gather: buf must stay untouched
+    // (neither read nor written) until wait returns; the nccl transport runs it on the
+    // group's own stream after the compute issued so far
+    int (*iall_reduce)(comm *c, void *buf, size_t count, st_dtype dt, void **req);
     // host doubles summed over ranks, in place (exact same result on every rank)
     int (*all_reduce_f64)(comm *c, double *buf, size_t count);
     // buf (bytes) from `root` to every rank (host or backend memory as the transport allows)
@@ -59,6 +63,7 @@ int comm_wait(comm *c, void *req);
 int comm_reduce_scatter(comm *c, void *recv, const void *send, size_t count, st_dtype dt);
 int comm_ireduce_scatter(comm *c, void *recv, const void *send, size_t count, st_dtype dt, void **req);
 int comm_all_reduce(comm *c, void *buf, size_t count, st_dtype dt);
+int comm_iall_reduce(comm *c, void *buf, size_t count, st_dtype dt, void **req);
 int comm_all_reduce_f64(comm *c, double *buf, size_t count);
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
 int comm_barrier(comm *c);
@@ -98,6 +103,26 @@ void comm_mpi_finalize(void);
 // library path, else the one of the nvidia-nccl-cu12/cu13 wheel of the Python on PATH.
 // Every function below loads it first. 0, or -1 with one line naming what is missing.
 int comm_nccl_load(void);
+// Bound the thread blocks (CTAs) one collective of each NCCL communicator created after this
+// call may take (comm_nccl_init, comm_nccl_split, the reduce-scatter lane): their
+// ncclConfig_t gets maxCTAs = max_ctas and minCTAs = 1 (NCCL's own minimum); 0 = no config,
+// NCCL's defaults. NCCL_MAX_CTAS / NCCL_MIN_CTAS in the environment override it (NCCL's rule).
+// Every NCCL finetune loads (2.18+) has these fields (2.17+).
+//
+// The default, COMM_NCCL_MAX_CTAS (--nccl_max_ctas): 16. Unbounded, NCCL's tuner gives a large
+// collective up to its channel limit (MAXCHANNELS, 32 or more), one CTA per channel, each CTA
+// holding an SM while it runs; here up to three collectives run beside the GEMMs at once (a
+// layer's all-gather, the reduce-scatter lane, a unit's all-reduce across replicas), so up to
+// 96 of an H100's 132 SMs; at 16, at most 48 (and 32 in the common two-lane overlap). 16
+// channels still fill the links: across nodes NCCL drives a NIC with 2 channels by default
+// (NCCL_NCHANNELS_PER_NET_PEER), 16 for the 8 NICs of an H100 node; over NVLink a
+// Simple-protocol channel moves roughly 20-25 GB/s, so 16 carry about the 350-370 GB/s bus
+// bandwidth nccl-tests reports for a ring all-gather on 8 H100 SXM. An estimate, not a
+// measurement: a GPU run should compare 16 with 8 and 0. (Megatron-LM lets a YAML file set
+// these fields per process group, --nccl-communicator-config-path, and sets none itself;
+// torchtitan keeps NCCL's defaults.)
+#define COMM_NCCL_MAX_CTAS 16
+void comm_nccl_set_max_ctas(int max_ctas);
 // Choose how the communicators of this process run their collectives (call before
 // comm_nccl_init). Two lanes (*one_lane = 0): each communicator has its own stream and the
 // FSDP shard group a reduce-scatter lane, so collectives of several communicators are in

@@ -29,7 +29,18 @@ static MPI_Comm mc(comm *c) { return ((mpi_impl *)c->impl)->comm; }
 // watchdog's deadline when --collective_timeout is set (MPI_Test polled; MPI makes progress
 // only inside such calls, so the first WATCHDOG_SPIN_S of every wait polls without pause)
 
-typedef struct { MPI_Request r; const char *op; size_t bytes; } mpi_request;
+// a non-blocking collective's request: n MPI requests (an all-reduce in chunks: mpi_max_count)
+typedef struct { const char *op; size_t bytes; int n; MPI_Request r[]; } mpi_request;
+
+static mpi_request *request_new(int n, const char *op, size_t bytes) {
+    mpi_request *m = ft_malloc(sizeof *m + (size_t)n * sizeof(MPI_Request), "mpi request");
+    if (!m) return NULL;
+    m->op = op;
+    m->bytes = bytes;
+    m->n = n;
+    for (int i = 0; i < n; i++) m->r[i] = MPI_REQUEST_NULL;
+    return m;
+}
 
 static int poll_request(void *ctx) {
     int done = 0;
@@ -94,11 +105,9 @@ static int mpi_reduce_scatter(comm *c, void *recv, const void *send, size_t n, s
 
 // the non-blocking forms: the request carries what complete() names
 static int mpi_istart(comm *c, void *recv, const void *send, size_t n, st_dtype dt, void **req, int gather) {
-    mpi_request *m = ft_malloc(sizeof *m, "mpi request");
+    mpi_request *m = request_new(1, gather ? "all_gather" : "reduce_scatter", (size_t)c->size * n * st_dtype_size(dt));
     if (!m) return -1;
-    m->op = gather ? "all_gather" : "reduce_scatter";
-    m->bytes = (size_t)c->size * n * st_dtype_size(dt);
-    if ((gather ? start_all_gather : start_reduce_scatter)(c, recv, send, n, dt, &m->r) != 0) {
+    if ((gather ? start_all_gather : start_reduce_scatter)(c, recv, send, n, dt, &m->r[0]) != 0) {
         free(m);
         return -1;
     }
@@ -114,9 +123,13 @@ static int mpi_ireduce_scatter(comm *c, void *recv, const void *send, size_t n, 
     return mpi_istart(c, recv, send, n, dt, req, 0);
 }
 
+// every part completed (the first failure is the status; the rest are still waited for:
+// MPI's requests must not be left behind)
 static int mpi_wait(comm *c, void *req) {
     mpi_request *m = req;
-    int rc = complete(c, &m->r, m->op, m->bytes);
+    int rc = 0;
+    for (int i = 0; i < m->n; i++)
+        if (complete(c, &m->r[i], m->op, m->bytes) != 0 && rc == 0) rc = -1;
     free(m);
     return rc;
 }
@@ -137,6 +150,15 @@ static int mpi_max_count(size_t *out) {
     return 0;
 }
 
+// buf (n <= mpi_max_count) summed in place, started
+static int start_all_reduce(comm *c, void *buf, size_t n, st_dtype dt, MPI_Request *r) {
+    MPI_Datatype t;
+    int k;
+    TRY(mpi_args("all_reduce", n, dt, &t, &k));
+    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, k, t, MPI_SUM, mc(c), r));
+    return 0;
+}
+
 static int mpi_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
     size_t chunk;
     TRY(mpi_max_count(&chunk));
@@ -144,14 +166,31 @@ static int mpi_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
     size_t off = 0;
     do {   // (one call for n = 0, as before)
         const size_t m = n - off < chunk ? n - off : chunk;
-        MPI_Datatype t;
-        int k;
         MPI_Request r;
-        TRY(mpi_args("all_reduce", m, dt, &t, &k));
-        CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esz, k, t, MPI_SUM, mc(c), &r));
+        TRY(start_all_reduce(c, (char *)buf + off * esz, m, dt, &r));
         TRY(complete(c, &r, dt == ST_F64 ? "all_reduce of host doubles" : "all_reduce", m * esz));
         off += m;
     } while (off < n);
+    return 0;
+}
+
+// non-blocking, in the same chunks as mpi_all_reduce (one MPI request each, all in flight)
+static int mpi_iall_reduce(comm *c, void *buf, size_t n, st_dtype dt, void **req) {
+    size_t chunk;
+    TRY(mpi_max_count(&chunk));
+    const size_t esz = st_dtype_size(dt), parts = n == 0 ? 1 : (n + chunk - 1) / chunk;
+    if (parts > (size_t)INT32_MAX) return ft_error("mpi: all_reduce of %zu elements in too many chunks", n);
+    mpi_request *m = request_new((int)parts, "all_reduce", n * esz);
+    if (!m) return -1;
+    for (size_t p = 0, off = 0; p < parts; p++, off += chunk) {
+        const size_t k = n - off < chunk ? n - off : chunk;
+        if (start_all_reduce(c, (char *)buf + off * esz, k, dt, &m->r[p]) != 0) {
+            m->n = (int)p;   // the parts already started complete first (their status aside)
+            (void)mpi_wait(c, m);
+            return -1;
+        }
+    }
+    *req = m;
     return 0;
 }
 
@@ -201,6 +240,7 @@ static int wrap(comm *c, MPI_Comm mcomm, const backend *be) {
     c->reduce_scatter = mpi_reduce_scatter;
     c->ireduce_scatter = mpi_ireduce_scatter;
     c->all_reduce = mpi_all_reduce;
+    c->iall_reduce = mpi_iall_reduce;
     c->all_reduce_f64 = mpi_all_reduce_f64;
     c->broadcast = mpi_broadcast;
     c->barrier = mpi_barrier;

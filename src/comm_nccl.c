@@ -19,6 +19,9 @@
 // the backward) overlap each other and the compute instead of queuing on one stream. Each
 // lane is ordered against the compute stream only, by the events above; the two lanes never
 // touch the same buffers (fsdp.c: gathered units vs gradients and reduce-scatter outputs).
+// The replica group (HSDP, DDP) is a third lane: fsdp.c starts each unit's all-reduce of its
+// fp32 gradient slice there (iall_reduce) once the slice is final, while the backward goes
+// on with other units' slices, and the compute stream waits for them all before the norm.
 // Lanes need NCCL 2.26+ (comm_nccl_choose_lanes): with NCCL 2.18-2.25 (or the user's
 // NCCL_LAUNCH_ORDER_IMPLICIT=0) every communicator enqueues on ONE shared comm stream and the
 // shard group gets no reduce-scatter lane, so the GPU runs collectives of all communicators
@@ -36,6 +39,10 @@
 // is named in the timeout message. On a timeout the job ends through main's end callback
 // (the process's exit ends the NCCL kernels); the abort hook (ncclCommAbort) runs only where
 // there is none (library tests): it could hang on a stream waiting on another communicator.
+//
+// SMs: every communicator (init, splits, the lane) is created with an ncclConfig_t whose
+// maxCTAs bounds the thread blocks one of its collectives takes beside the compute
+// (comm_nccl_set_max_ctas, --nccl_max_ctas; src/comm.h says why 16).
 //
 // NCCL is loaded at run time (nccl_load), not linked: it is not part of the CUDA toolkit and
 // only GPU jobs of more than one rank need it, so a machine without it still runs CPU and
@@ -61,7 +68,8 @@
 // else the one the nvidia-nccl wheel put beside the Python on PATH (src/wheel_lib.h).
 // ncclCommSplit needs NCCL 2.18.
 
-#define NCCL_FUNCTIONS(X) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommSplit) X(ncclCommUserRank) \
+#define NCCL_FUNCTIONS(X) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommInitRankConfig) X(ncclCommSplit) \
+    X(ncclCommUserRank) \
     X(ncclCommCount) X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString) \
     X(ncclAllGather) X(ncclReduceScatter) X(ncclAllReduce) X(ncclBroadcast) X(ncclGetVersion) X(ncclGetLastError)
 
@@ -78,6 +86,7 @@ static char nccl_python[FT_PATH_MAX];   // the Python whose wheel nccl_file is (
 static int one_lane;       // comm_nccl_choose_lanes: every communicator on shared_stream
 static cudaStream_t shared_stream;   // (one lane) created by the first communicator
 static int shared_users;             // communicators using it (destroyed with the last)
+static int max_ctas;                 // comm_nccl_set_max_ctas (0: no config, NCCL's defaults)
 
 #define NCCL_PRAGMA(text) _Pragma(#text)
 #define NCCL_WEAK(f) NCCL_PRAGMA(weak f)
@@ -177,6 +186,20 @@ int comm_nccl_choose_lanes(int *out) {
 
 void comm_nccl_use_one_lane(void) { one_lane = 1; }
 
+void comm_nccl_set_max_ctas(int n) { max_ctas = n > 0 ? n : 0; }
+
+// The configuration the next communicator is created with: NULL (NCCL's defaults), or *cfg
+// with the CTA bounds of comm_nccl_set_max_ctas. The struct is this header's (2.28); an older
+// NCCL reads the fields it knows (it copies min(size, its own size), and 2.17+ knows these).
+static ncclConfig_t *cta_config(ncclConfig_t *cfg) {
+    if (max_ctas <= 0) return NULL;
+    const ncclConfig_t init = NCCL_CONFIG_INITIALIZER;
+    *cfg = init;
+    cfg->minCTAs = 1;
+    cfg->maxCTAs = max_ctas;
+    return cfg;
+}
+
 const char *comm_nccl_describe(void) {
     static char text[FT_PATH_MAX + 64];
     if (!N.ncclGetUniqueId) return "NCCL (not loaded)";
@@ -192,7 +215,10 @@ const char *comm_nccl_wheel_python(void) { return N.ncclGetUniqueId && nccl_pyth
 
 #define F64_SLOTS 4096
 #define TRACKED 64          // collectives remembered until seen complete (for the watchdog)
-#define EVENT_POOL 8        // more than the requests fsdp.c has outstanding (2 gathers + 2 reductions)
+#define EVENT_POOL 256      // spare request events kept per group: fsdp.c has up to 2 gathers and 2
+                            // reduce-scatters outstanding on the shard group, and on the replica
+                            // group one all-reduce per unit of the model (n_layers + 1: 33 for a
+                            // 7B, 81 for a 70B) until the step's gradient is final
 
 // a collective enqueued on the comm stream, for the watchdog's message
 typedef struct {
@@ -380,13 +406,26 @@ static int nccl_ireduce_scatter(comm *c, void *recv, const void *send, size_t n,
     return request_record(c, m, req);
 }
 
-static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
+// an in-place all-reduce of buf on the group's comm stream, after the compute issued so far
+static int all_reduce_enqueue(comm *c, void *buf, size_t n, st_dtype dt) {
     ncclDataType_t t = ncclFloat32;
     TRY(nccl_dtype(dt, &t));
     TRY(comm_after_compute(impl(c)));
     if (n > 0) CHECK_NCCL(N.ncclAllReduce(buf, buf, n, t, ncclSum, impl(c)->comm, impl(c)->stream));
-    TRY(track(impl(c), "all_reduce", n * st_dtype_size(dt)));
+    return track(impl(c), "all_reduce", n * st_dtype_size(dt));
+}
+
+static int nccl_all_reduce(comm *c, void *buf, size_t n, st_dtype dt) {
+    TRY(all_reduce_enqueue(c, buf, n, dt));
     return compute_after_comm(impl(c));
+}
+
+// started on the group's comm stream once the compute stream has produced buf (fsdp.c: a
+// unit's gradient slice made final); comm_wait makes the compute stream wait for it, so it
+// overlaps the compute issued meanwhile, which must not touch buf
+static int nccl_iall_reduce(comm *c, void *buf, size_t n, st_dtype dt, void **req) {
+    TRY(all_reduce_enqueue(c, buf, n, dt));
+    return request_record(c, impl(c), req);
 }
 
 // Host doubles through pinned staging: the copies are then truly asynchronous, and the host
@@ -496,6 +535,7 @@ static int nccl_setup(comm *c, const backend *be, int rank, int size, nccl_impl 
     c->reduce_scatter = nccl_reduce_scatter;
     c->ireduce_scatter = nccl_ireduce_scatter;
     c->all_reduce = nccl_all_reduce;
+    c->iall_reduce = nccl_iall_reduce;
     c->all_reduce_f64 = nccl_all_reduce_f64;
     c->broadcast = nccl_broadcast;
     c->barrier = nccl_barrier;
@@ -528,13 +568,19 @@ int comm_nccl_init(comm *c, const backend *be, int rank, int size, const void *i
     memcpy(&uid, id, sizeof uid);
     char group[48];
     snprintf(group, sizeof group, "world of %d ranks", size);
-    CHECK_NCCL_GUARDED("ncclCommInitRank", group, N.ncclCommInitRank(&m->comm, size, uid, rank));
+    ncclConfig_t cfg;
+    ncclConfig_t *config = cta_config(&cfg);
+    if (config)
+        CHECK_NCCL_GUARDED("ncclCommInitRankConfig", group, N.ncclCommInitRankConfig(&m->comm, size, uid, rank, config));
+    else CHECK_NCCL_GUARDED("ncclCommInitRank", group, N.ncclCommInitRank(&m->comm, size, uid, rank));
     return nccl_register(m);
 }
 
 int comm_nccl_split(comm *parent, int color, int key, comm *out) {
     ncclComm_t sub = NULL;
-    CHECK_NCCL_GUARDED("ncclCommSplit", parent->label, N.ncclCommSplit(impl(parent)->comm, color, key, &sub, NULL));
+    ncclConfig_t cfg;
+    CHECK_NCCL_GUARDED("ncclCommSplit", parent->label,
+                       N.ncclCommSplit(impl(parent)->comm, color, key, &sub, cta_config(&cfg)));
     int rank = 0, size = 0;
     CHECK_NCCL(N.ncclCommUserRank(sub, &rank));
     CHECK_NCCL(N.ncclCommCount(sub, &size));
@@ -556,8 +602,9 @@ int comm_nccl_add_reduce_scatter_lane(comm *c, int *created) {
     m->rs = lane;   // freed with the group, also when the rest fails
     *created = 1;
     lane->owner = c;
+    ncclConfig_t cfg;
     CHECK_NCCL_GUARDED("ncclCommSplit of the reduce-scatter lane", c->label,
-                       N.ncclCommSplit(m->comm, 0, c->rank, &lane->comm, NULL));
+                       N.ncclCommSplit(m->comm, 0, c->rank, &lane->comm, cta_config(&cfg)));
     TRY(nccl_stream_create(&lane->stream));
     CHECK_CUDA(cudaEventCreateWithFlags(&lane->produced, cudaEventDisableTiming));
     CHECK_CUDA(cudaEventCreateWithFlags(&lane->finished, cudaEventDisableTiming));

@@ -323,6 +323,8 @@ static const env_var env_vars[] = {
      "its two communicators); `0` runs sharded GPU jobs in one lane, as on NCCL 2.18-2.25 (one warning)"},
     {"NCCL_RUNTIME_CONNECT", ENV_SYSTEM, "finetune sets `0` when unset: NCCL connects its peers at init, "
      "before the device arena is sized"},
+    {"NCCL_MAX_CTAS", ENV_SYSTEM, "NCCL's own bound on the CTAs of a collective: it overrides `--nccl_max_ctas` "
+     "(rank 0 says so once)"},
 
     {"FT_ROOT", ENV_SLURM, "the repository the job runs in (default: the submit directory)"},
     {"FT_BIN", ENV_SLURM, "the finetune binary, relative to `FT_ROOT` or absolute (default "
@@ -356,6 +358,8 @@ static const env_var env_vars[] = {
     {"FT_EMU_NCCL_COMM_BYTES", ENV_TOOLS, "bytes of an emulated GPU each live emulated NCCL communicator "
      "takes (default 0)"},
     {"FT_EMU_NCCL_ID_FAIL", ENV_TOOLS, "the emulated `ncclGetUniqueId` fails"},
+    {"FT_EMU_NCCL_CONFIG", ENV_TOOLS, "the emulated NCCL and the NCCL stand-in print each communicator's "
+     "`ncclConfig_t` CTA bounds (minCTAs, maxCTAs) as it is created"},
     {"FT_EMU_SEED", ENV_TOOLS, "seed of the emulated streams' random delays"},
     {"FT_EMU_MAX_DELAY_US", ENV_TOOLS, "the longest random delay of an emulated stream operation (us)"},
     {"FT_EMU_SYNC", ENV_TOOLS, "`1`: emulated streams run each operation when it is issued"},

@@ -185,8 +185,10 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->local_off = ft_calloc((size_t)l->n_units, sizeof(size_t), "slice offsets");
     s->off_done = ft_calloc((size_t)l->n_units, 1, "offload unit flags");
     s->kept = ft_calloc((size_t)l->n_units, 1, "gathered unit flags");
+    s->ar_req = ft_calloc((size_t)l->n_units, sizeof(void *), "all-reduce requests");
+    s->ar_live = ft_calloc((size_t)l->n_units, 1, "all-reduce flags");
     s->off_pending = -1;
-    if (!s->slice || !s->local_off || !s->off_done || !s->kept) { fsdp_free(s); return -1; }
+    if (!s->slice || !s->local_off || !s->off_done || !s->kept || !s->ar_req || !s->ar_live) { fsdp_free(s); return -1; }
     for (int u = 0; u < l->n_units; u++) {
         if (l->unit_numel[u] % S != 0) {
             fsdp_free(s);
@@ -218,12 +220,15 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     return 0;
 }
 
+static int replica_drain(fsdp_state *s);
+
 void fsdp_free(fsdp_state *s) {
     if (s->layout && s->slice) {
         for (int b = 0; b < 2; b++) {   // nothing may be in flight into a buffer being freed
             if (s->pending[b]) comm_wait(s->shard, s->pending[b]);
             if (s->rs_pending[b]) comm_wait(s->shard, s->rs_pending[b]);
         }
+        (void)replica_drain(s);
         if (s->offload)
             for (int k = 0; k < BACKEND_COPY_TICKETS; k++) (void)s->be->copy_wait(k);
         mem_table t = mem_table_releaser(s->mem);
@@ -233,6 +238,8 @@ void fsdp_free(fsdp_state *s) {
     free(s->local_off);
     free(s->off_done);
     free(s->kept);
+    free(s->ar_req);
+    free(s->ar_live);
     memset(s, 0, sizeof *s);
 }
 
@@ -340,6 +347,51 @@ static int prov_release(void *ctx, int u) { (void)ctx; (void)u; return 0; }
 // buffer pair is needed again two layers later, or when the root unit ends the backward.
 static int overlapped(const fsdp_state *s) { return s->shard->size > 1 && !s->accumulate_locally; }
 static int offload_grad_final(fsdp_state *s, int u);
+
+// ----------------------------------------------------------------------------
+// the sums across replicas (R > 1), unit by unit
+//
+// A unit's gradient slice is final once the step's last micro-batch made its last
+// contribution to it (grad_final): after its backward (one shard: the backward writes the
+// slice), after its reduce-scatter was waited for and added (per micro-batch, rs_finish), or
+// after its blocking reduce-scatter (the root, local accumulation). Its all-reduce across
+// replicas starts there, non-blocking, in place: on the replica group's own comm stream
+// (nccl) behind everything the compute stream was given so far, so it overlaps the rest of
+// the backward, which touches only other units' slices. fsdp_finish_grads makes the compute
+// stream wait for all of them before the gradient norm and the optimizer read the slices.
+
+static int replica_start(fsdp_state *s, int u) {
+    if (s->ar_live[u])
+        return ft_error("fsdp: unit %d's gradient slice changed after its sum across replicas started", u);
+    TRY(comm_iall_reduce(s->replica, s->grads + s->local_off[u], s->slice[u], ST_F32, &s->ar_req[u]));
+    s->ar_live[u] = 1;
+    return 0;
+}
+
+// wait for every all-reduce in flight (all are waited for even when one fails). 0 / -1.
+static int replica_drain(fsdp_state *s) {
+    int rc = 0;
+    for (int u = 0; s->ar_live && u < s->layout->n_units; u++) {
+        if (!s->ar_live[u]) continue;
+        s->ar_live[u] = 0;
+#ifdef FT_FAULT_SKIP_AR_WAIT
+        // TEST-ONLY FAULT (tests/test_cuda_emu_hazards.sh): the gradient norm and the optimizer
+        // read the slices without waiting for their all-reduces (the events leak); the
+        // emulated runtime must report the read
+        continue;
+#endif
+        if (comm_wait(s->replica, s->ar_req[u]) != 0) rc = -1;
+    }
+    return rc;
+}
+
+// Unit u's gradient slice received its last contribution of this micro-batch: in the step's
+// last micro-batch it is final, so its sum across replicas starts (and an armed offload its
+// update, offload_grad_final).
+static int grad_final(fsdp_state *s, int u) {
+    if (s->micro_last && s->replica->size > 1) TRY(replica_start(s, u));
+    return offload_grad_final(s, u);
+}
 static int grad_buffer(const fsdp_state *s, int u) { return overlapped(s) ? u % 2 : 0; }
 
 // the buffer unit u's micro-batch gradient goes to (gdt; the fp32 root sum when root_into_acc)
@@ -358,7 +410,7 @@ static int rs_finish(fsdp_state *s, int b) {
     s->rs_pending[b] = NULL;
     TRY(comm_wait(s->shard, req));
     TRY(s->be->accumulate(s->grads + s->local_off[u], s->rs_out[b], s->gdt, s->slice[u], 1.0f));
-    return offload_grad_final(s, u);
+    return grad_final(s, u);
 }
 
 // Complete every outstanding non-blocking reduce-scatter of layer gradients into the fp32
@@ -443,17 +495,18 @@ static int root_grad_end(fsdp_state *s) {
     if (s->root_grad) TRY(s->be->accumulate(s->root_acc, s->root_grad, s->gdt, s->layout->unit_numel[L], 1.0f));
     if (!s->micro_last) return 0;
     s->root_acc_live = 0;
-    return comm_reduce_scatter(s->shard, s->grads + s->local_off[L], s->root_acc, s->slice[L], ST_F32);
+    TRY(comm_reduce_scatter(s->shard, s->grads + s->local_off[L], s->root_acc, s->slice[L], ST_F32));
+    return grad_final(s, L);
 }
 
 static int prov_grad_end(void *ctx, int u) {
     fsdp_state *s = ctx;
-    if (s->mode == FSDP_GRADS_DIRECT) return offload_grad_final(s, u);   // the slice is the unit's sum
+    if (s->mode == FSDP_GRADS_DIRECT) return grad_final(s, u);   // the slice is the unit's sum
     const void *g = unit_grad_buffer(s, u);
     if (s->accumulate_locally) {   // the step's fp32 sum, reduce-scattered once (= is +=: zeroed slice)
         if (!s->micro_last) return 0;
         TRY(comm_reduce_scatter(s->shard, s->grads + s->local_off[u], g, s->slice[u], ST_F32));
-        return offload_grad_final(s, u);
+        return grad_final(s, u);
     }
     if (overlapped(s) && u < s->layout->n_layers) {
         const int b = grad_buffer(s, u);
@@ -469,7 +522,7 @@ static int prov_grad_end(void *ctx, int u) {
         g = s->rs_out[0];
     }
     TRY(s->be->accumulate(s->grads + s->local_off[u], g, s->gdt, s->slice[u], 1.0f));
-    return offload_grad_final(s, u);
+    return grad_final(s, u);
 }
 
 void fsdp_set_micro_batch(fsdp_state *s, int first, int last) {
@@ -578,6 +631,7 @@ int fsdp_zero_moments(fsdp_state *s) {
 
 int fsdp_zero_grads(fsdp_state *s) {
     if (fsdp_params_only(s)) return frozen_error("gradients");
+    TRY(replica_drain(s));   // (none after fsdp_finish_grads: only a step that failed leaves some)
     if (s->mode == FSDP_GRADS_DIRECT && s->role == FSDP_TRAINED) {   // the layers come fresh (prov_grad_begin)
         const int L = s->layout->n_layers;
         return s->be->zero(s->grads + s->local_off[L], s->slice[L] * sizeof(float));
@@ -588,7 +642,11 @@ int fsdp_zero_grads(fsdp_state *s) {
 int fsdp_finish_grads(fsdp_state *s, double *norm) {
     if (fsdp_params_only(s)) return frozen_error("gradients");
     TRY(fsdp_flush_grads(s));   // nothing is outstanding after a full backward; cheap check
-    if (s->replica->size > 1) TRY(comm_all_reduce(s->replica, s->grads, s->n_local, ST_F32));
+    if (s->replica->size > 1) {   // (every unit normally started in the last backward: grad_final)
+        for (int u = 0; u < s->layout->n_units; u++)
+            if (!s->ar_live[u]) TRY(replica_start(s, u));
+        TRY(replica_drain(s));
+    }
     double sq = 0;
     TRY(s->be->sum_squares(&sq, s->grads, s->n_local));
     TRY(comm_all_reduce_f64(s->shard, &sq, 1));

@@ -9,8 +9,10 @@
 // weights, AdamW moments and fp32 gradients. The unit_provider gathers a unit's full
 // parameters before use (all-gather in the shard group; nothing when S = 1) and, when a
 // unit's gradients of a micro-batch are complete, reduce-scatters them into the fp32
-// gradient slice (+=). After the last micro-batch, fsdp_finish_grads all-reduces the slices
-// across replicas. The optimizer then updates the slice in place: a shard is a slice.
+// gradient slice (+=). With R > 1, a unit's slice is all-reduced across replicas as soon as
+// it is final (its last contribution of the step's last micro-batch: fsdp.c grad_final),
+// non-blocking, overlapping the rest of the backward; fsdp_finish_grads waits for them all.
+// The optimizer then updates the slice in place: a shard is a slice.
 //
 // The root unit (embeddings, final norm, lm_head) is gathered once per optimizer step: its
 // parameters change only in the optimizer step (and when loading), so the gathered copy is
@@ -114,6 +116,9 @@ typedef struct {
                                   // one layer's reduce-scatter runs, the next layer computes
     void *rs_pending[2];          // outstanding non-blocking reduce-scatter of each, or NULL
     int rs_unit[2];               // the layer it reduces (-1 = none)
+    void **ar_req;                // (n_units) R > 1: unit u's all-reduce across replicas, started
+                                  // when its slice became final in the step (fsdp.c grad_final)
+    unsigned char *ar_live;       // (n_units) 1: ar_req[u] outstanding (fsdp_finish_grads waits)
     fsdp_grad_mode mode;
     int accumulate_locally;       // mode == FSDP_GRADS_LOCAL
     float *root_acc;              // (root unit_numel) fp32 root gradient summed over the step's
@@ -221,8 +226,11 @@ int fsdp_zero_moments(fsdp_state *s);
 int fsdp_zero_grads(fsdp_state *s);
 // Say which micro-batch of the step comes next (before its model_forward_backward).
 void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
-// After the last micro-batch: sum gradient slices across replicas, and return the global
-// L2 norm of the gradient in *norm (collective over all ranks). 0 / -1.
+// After the last micro-batch: complete the sums of the gradient slices across replicas
+// (started unit by unit during the last backward; any unit not started then is started
+// here, in unit order), and return the global L2 norm of the gradient in *norm (collective
+// over all ranks). The sums are those of one all-reduce of every slice after the backward:
+// the same fp32 values, summed per element. 0 / -1.
 int fsdp_finish_grads(fsdp_state *s, double *norm);
 // AdamW on this rank's slices; weight decay only on entries with decay = 1 (matrices and
 // embeddings, not RMSNorm weights); padding is never touched. `p->weight_decay` is the

@@ -160,10 +160,17 @@ static int device_arena_bytes(const train_options *o, int W, size_t *out) {
 static int nccl_self_test(const launch *L) { return L->W == 1 && ft_getenv("FT_TEST_NCCL_SELF") != NULL; }
 
 // GPU ranks beyond one need NCCL, loaded at run time (src/comm_nccl.c); *one_lane: whether
-// this rank's NCCL needs the one-lane mode (comm_nccl_choose_lanes). 0 / -1.
+// this rank's NCCL needs the one-lane mode (comm_nccl_choose_lanes). The communicators' CTA
+// bound is set here (L->nccl_max_ctas); NCCL_MAX_CTAS in the environment wins over it inside
+// NCCL, and rank 0 says so once. 0 / -1.
 static int nccl_available(const launch *L, int *one_lane) {
 #ifdef FT_HAVE_CUDA
     TRY(comm_nccl_choose_lanes(one_lane));
+    comm_nccl_set_max_ctas(L->nccl_max_ctas);
+    const char *env_max = getenv("NCCL_MAX_CTAS");
+    if (env_max && L->nccl_max_ctas > 0 && L->rank == 0)
+        fprintf(stderr, "finetune: NCCL_MAX_CTAS=%s in the environment: NCCL takes it over --nccl_max_ctas %d\n", env_max,
+                L->nccl_max_ctas);
     if (comm_nccl_wheel_python() && L->rank == 0)
         fprintf(stderr, "finetune: no libnccl.so.2 on the library path: loaded %s, from the nvidia-nccl wheel of %s\n",
                 comm_nccl_describe(), comm_nccl_wheel_python());
@@ -394,6 +401,7 @@ int launch_open(launch *L, train_options *o, int *argc, char ***argv) {
     TRY(control_plane_open(L, argc, argv));
     watchdog_configure(o->collective_timeout, L->rank);
     L->nccl_comm_bytes = o->nccl_gib_per_comm > 0 ? (size_t)(o->nccl_gib_per_comm * 1073741824.0) : PLAN_NCCL_COMM_BYTES;
+    L->nccl_max_ctas = o->nccl_max_ctas;
     int rc = 0, agreed = 0;
     if (o->auto_plan) {   // the grid's shard size may be its choice: first, agreed before the grid
         rc = plan_auto_apply(o, L->W, strcmp(o->device, "cpu") != 0 ? 2 : 4, &L->auto_choice);
@@ -451,13 +459,15 @@ static const char *launch_nccl_describe(void) {
 
 void launch_print(const launch *L) {
     if (L->rank != 0) return;
+    char ctas[64] = "CTAs per collective as NCCL chooses";   // (--nccl_max_ctas 0)
+    if (L->nccl_max_ctas > 0) snprintf(ctas, sizeof ctas, "at most %d CTAs per collective", L->nccl_max_ctas);
     printf("finetune: bootstrap: %s; world %d rank(s), %d per node, %s per rank (rank 0: local rank %d, %s)",
            L->launcher, L->W, L->local_size, L->be == L->cpu ? "cpu" : "one GPU", L->local_rank,
            backend_describe(L->be));
     if (L->nccl)   // measured against the plan's assumption (--nccl_gib_per_comm, PLAN_NCCL_COMM_BYTES: src/plan.h)
-        printf("; %d NCCL communicator(s) took %.2f GiB of device memory on rank 0 (planned %.2f GiB; %s)", L->n_nccl,
-               L->nccl_bytes / 1073741824.0, L->n_nccl * (double)L->nccl_comm_bytes / 1073741824.0,
-               launch_nccl_describe());
+        printf("; %d NCCL communicator(s) took %.2f GiB of device memory on rank 0 (planned %.2f GiB; %s), %s",
+               L->n_nccl, L->nccl_bytes / 1073741824.0, L->n_nccl * (double)L->nccl_comm_bytes / 1073741824.0,
+               launch_nccl_describe(), ctas);
     printf("\n");
 }
 

@@ -25,6 +25,7 @@ typedef struct {
     int n_nccl;                     // NCCL communicators created (the bootstrap line; the plan's count)
     size_t nccl_bytes;              // device memory they took (cudaMemGetInfo before - after; bootstrap line)
     size_t nccl_comm_bytes;         // the plan's assumption per communicator (the bootstrap line)
+    int nccl_max_ctas;              // --nccl_max_ctas their collectives were bounded to (0 = NCCL's choice)
     int nccl_setup;                 // the NCCL id was shared: a later setup failure is not agreed
     int ready;                      // launch_open succeeded
     int auto_done;                  // --auto chose the job's flags (auto_choice: what and why)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "common.h"
 #include "lora.h"
 #include "model.h"
@@ -139,6 +140,10 @@ static const flag_spec flags[] = {
     {"--nccl_gib_per_comm", FLAG_FLOAT, OPT(nccl_gib_per_comm), 0, 1024, NULL,
      "GPU memory each NCCL communicator is assumed to take, in GiB, for the memory plan's fit check and --dry_run's "
      "largest batch (0 = 0.98 GiB, measured on one H100; NVLS on NVSwitch nodes takes more: docs/planning.md)"},
+    {"--nccl_max_ctas", FLAG_INT, OPT(nccl_max_ctas), 0, 64, NULL,
+     "GPU ranks: the most thread blocks (CTAs, one SM each while they run) one collective of each NCCL communicator "
+     "may take beside the compute (ncclConfig_t maxCTAs; NCCL_MAX_CTAS in the environment overrides it); 0 = NCCL's "
+     "own choice, up to its channel limit (why 16: docs/cluster.md)"},
     {"--dry_run", FLAG_BOOL, OPT(dry_run), 0, 1, NULL,
      "print the per-rank memory plan, the largest batch that fits 80 GB and a roofline step-time estimate, then exit "
      "(reads only config.json)"},
@@ -180,6 +185,7 @@ static train_options options_default(void) {
         .sample_temperature = SAMPLE_TEMPERATURE,
         .sample_top_k = 0, .sample_top_p = 1, .device = "cpu", .pack_attention = "row",
         .attention = "cudnn", .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S, .lora_alpha = 16,
+        .nccl_max_ctas = COMM_NCCL_MAX_CTAS,
         .lora_targets = "q,k,v,o",
     };
     return o;

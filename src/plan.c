@@ -197,7 +197,12 @@ static void plan_step_work(plan *p, const llama_config *c) {
         }
     }
     const size_t n_trained_local = p->trained_padded_total / S;
-    if (R > 1) p->all_reduce_bytes = 2 * (R - 1) * (n_trained_local / R) * sizeof(float);   // fp32 slices
+    // fp32 slices across replicas, one all-reduce per unit (fsdp.c grad_final): each counts
+    // 2 (R - 1) x (its slice / R) elements (comm.c), the layers' slices and the root's
+    if (R > 1) {
+        const size_t tl = p->trained_layer_numel / S, tr = p->trained_root_numel / S;
+        p->all_reduce_bytes = 2 * (R - 1) * (Lu * (tl / R) + tr / R) * sizeof(float);
+    }
     // per slice element: zero the gradient (4), its norm (4), AdamW reads master, grad, m, v
     // (16) and writes master, m, v (12) and the working parameter (esz)
     p->optimizer_hbm_bytes = (double)n_trained_local * (36.0 + (double)esz);

@@ -239,8 +239,8 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
     const double all_reduce = (double)p->all_reduce_bytes / world_bw;
     t->link_s = root + layer_ag + layer_rs + all_reduce;
     // fsdp.c: the root's gather and reduce-scatter (each once per step, but for the root's
-    // reduce-scatter per micro-batch in FSDP_GRADS_PER_MICRO_BATCH) and the replica all-reduce
-    // block the compute stream; a layer's gather is prefetched behind the previous layer's compute and its
+    // reduce-scatter per micro-batch in FSDP_GRADS_PER_MICRO_BATCH) block the compute stream;
+    // a layer's gather is prefetched behind the previous layer's compute and its
     // reduce-scatter overlaps the next layer's backward (not with --accumulate_grads_locally:
     // one blocking reduction per step). Layer gathers: half in the forward, half in the backward
     // (exact but for the step's first forward, which gathers 2 more layers).
@@ -251,7 +251,20 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
     const double ag_fwd = p->req.keep_params_gathered || p->req.eval_only ? layer_ag : layer_ag / 2;
     const double ag_bwd = layer_ag - ag_fwd;
     const double fwd_cover = phase[PLAN_PHASE_FWD] / (p->req.keep_params_gathered ? p->accum : 1);
-    t->comm_exposed_s = root + all_reduce + (layer_rs - rs_hidden) + pos(ag_fwd - fwd_cover) +
+    // The replica all-reduce (fsdp.c grad_final) is one per unit, each started on the replica
+    // group's stream as soon as the unit's slice is final in the last micro-batch: the root's
+    // and the last layers' (1 and 0 with per-micro-batch reduce-scatters, finished when the
+    // root ends the backward; 0 otherwise) come after the backward, exposed; the other layers'
+    // overlap the last micro-batch's backward (the backward's own collectives run on other
+    // lanes; the link they share is not modelled here)
+    const size_t S = (size_t)p->req.shard_size, R = (size_t)p->replica_size;
+    const double nl = p->trained_layer_numel ? (double)((p->trained_padded_total - p->trained_root_numel) /
+                                                         p->trained_layer_numel) : 0;
+    const double ar_layer =
+        R > 1 ? 2.0 * (double)(R - 1) * (double)(p->trained_layer_numel / S / R) * sizeof(float) / world_bw : 0;
+    const double early = pos(nl - (S > 1 && !p->req.accumulate_grads_locally ? 2 : 1));
+    const double ar_exposed = all_reduce - early * ar_layer + pos(early * ar_layer - phase[PLAN_PHASE_BWD] / p->accum);
+    t->comm_exposed_s = root + ar_exposed + (layer_rs - rs_hidden) + pos(ag_fwd - fwd_cover) +
                         pos(ag_bwd + rs_hidden - phase[PLAN_PHASE_BWD]);
     t->comm_hidden_s = t->link_s - t->comm_exposed_s;
     const double pcie = plan_price_pcie(p->offload_d2h_bytes + p->offload_h2d_bytes);
@@ -325,7 +338,7 @@ void plan_print_step_time(FILE *out, const plan *p) {
     for (int k = 0; k < PLAN_OP_CLASS_COUNT; k++)
         ROW(plan_op_class_name((plan_op_class)k), 1e3 * t[j].class_s[k], "%15.2f", what[k]);
     ROW("comm_exposed", 1e3 * t[j].comm_exposed_s, "%15.2f",
-        "collectives not hidden: root gather/reduce, replica all-reduce, layer traffic beyond its phase's compute");
+        "collectives not hidden: root gather/reduce, the replica all-reduces of the root and last layers, layer traffic beyond its phase's compute");
     if (p->req.offload_optimizer)
         ROW("offload", 1e3 * t[j].offload_s, "%15.2f",
             "host AdamW at 50 GB/s of host memory, PCIe copies at 50 GB/s, one direction at a time: the longer (assumed; "

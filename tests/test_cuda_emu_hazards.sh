@@ -18,12 +18,19 @@
 # The verdict does not depend on timing (vector clocks at issue time), so one seed is enough.
 #   4. with --keep_params_gathered (every unit kept gathered in one buffer) the unfaulted
 #      build passes and the prefetch fault is reported likewise.
-# Runtime: five 2-rank runs of one step: 8 s wall (measured on the 2-core development machine).
+#   5. the sums across replicas (src/fsdp.c grad_final: each unit's fp32 gradient slice
+#      all-reduced as soon as it is final, overlapping the rest of the backward): HSDP 2 x 2
+#      passes with the unfaulted build; finetune_emu_fault_ar (-DFT_FAULT_SKIP_AR_WAIT: the
+#      gradient norm does not wait for them) is caught (exit 86), the report naming a compute
+#      kernel that reads what an ncclAllReduce of ONE layer's slice wrote (the per-unit
+#      all-reduces, not one of the whole gradient) on a stream of its own (the replica
+#      group's); likewise DDP 2 (one shard: each slice final right after its backward).
+# Runtime: eight 2-rank and two 4-rank runs of one step: about 15 s wall (the 2-core machine).
 set -u
 build=${1:-build}
 . "$(dirname "$0")/lib.sh" test_cuda_emu_hazards
 missing=""
-for b in finetune_emu finetune_emu_fault_prefetch finetune_emu_fault_rs; do
+for b in finetune_emu finetune_emu_fault_prefetch finetune_emu_fault_rs finetune_emu_fault_ar; do
   [ -x "$build/tests/$b" ] || missing="$missing $b"
 done
 command -v mpiexec >/dev/null || missing="$missing mpiexec"
@@ -31,9 +38,10 @@ if [ -n "$missing" ]; then skip_or_fail "not built or missing:$missing (needs th
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 flags=(--device cuda --batch_size_per_device 1 --total_batch_size 2 --seq_len 64 --max_steps 1 --max_eval_docs 1
        --warmup_fraction 0)
-run() {  # run NAME BINARY [FLAGS...]: 2 ranks, FSDP; sets rc
+run() {  # run NAME BINARY [FLAGS...]: 2 ranks (RANKS=n: n), FSDP; sets rc
   local name=$1 b=$2; shift 2
-  FT_EMU_SEED=1 timeout 300 mpiexec -n 2 "$build/tests/$b" "${flags[@]}" "$@" --out_dir "$tmp/$name" >"$tmp/$name.log" 2>&1
+  FT_EMU_SEED=1 timeout 300 mpiexec -n "${RANKS:-2}" "$build/tests/$b" "${flags[@]}" "$@" --out_dir "$tmp/$name" \
+    >"$tmp/$name.log" 2>&1
   rc=$?
 }
 
@@ -70,5 +78,25 @@ ag=$(grep -m1 -oE 'ncclAllGather \([^)]*\) on stream [0-9]+' "$tmp/prefetch.log"
 rs=$(grep -m1 -oE 'ncclReduceScatter \([^)]*\) on stream [0-9]+' "$tmp/rs.log" | grep -oE '[0-9]+$')
 [ -n "$ag" ] && [ -n "$rs" ] && [ "$ag" != "$rs" ] && ok "reduce-scatters on their own stream ($rs), all-gathers on stream $ag" \
   || bad "reduce-scatter and all-gather streams: '$rs' / '$ag'"
+
+# the all-reduces across replicas, one per unit, waited for before the norm reads the slices.
+# Default model: a layer unit holds 184,576 parameters: a slice of 92,288 over 2 shards.
+RANKS=4 run hsdp_clean finetune_emu --dp_shard 2 --total_batch_size 4
+[ $rc -eq 0 ] && ! grep -q HAZARD "$tmp/hsdp_clean.log" && ok "unfaulted HSDP 2 x 2 over 4 emulated GPUs: no hazard" \
+  || bad "unfaulted HSDP 2 x 2: rc $rc, $(grep -m1 'HAZARD\|error' "$tmp/hsdp_clean.log")"
+ar_caught() {  # ar_caught NAME SLICE: exit 86, a compute op reading what a per-unit all-reduce wrote
+  local line
+  line=$(grep -m1 -E "HAZARD read-after-write: (kernel [a-z_0-9]+ \([^)]*\)|cublasLtMatmul \([^)]*\)) on stream [0-9]+ \(op #[0-9]+\) reads .* last written by ncclAllReduce \($2 x f32\) on stream [0-9]+" "$tmp/$1.log")
+  local rd wr
+  rd=$(grep -oE '\) on stream [0-9]+ \(op' <<<"$line" | head -1 | grep -oE '[0-9]+')
+  wr=$(grep -oE 'ncclAllReduce \([^)]*\) on stream [0-9]+' <<<"$line" | grep -oE '[0-9]+$')
+  [ $rc -eq 86 ] && [ -n "$line" ] && [ -n "$rd" ] && [ "$rd" != "$wr" ] \
+    && ok "$1: the norm without the all-reduces' waits: exit 86, ${line#cuda_emu: }" \
+    || bad "$1: all-reduce fault not reported: rc $rc, $(grep -m1 'HAZARD\|error' "$tmp/$1.log")"
+}
+RANKS=4 run hsdp_ar finetune_emu_fault_ar --dp_shard 2 --total_batch_size 4
+ar_caught hsdp_ar 92288
+run ddp_ar finetune_emu_fault_ar --no_fsdp
+ar_caught ddp_ar 184576
 
 finish

@@ -22,7 +22,14 @@
 #      when there is one, else an empty stub): build/finetune over 2 ranks loads that file
 #      and rank 0 says so in one line (real NCCL: then stops at the missing GPU), or names it
 #      in its error (the stub has no ncclGetUniqueId)
-# Runtime: about 1.5 min on the 2-core development machine (eleven emulated runs of 1-3
+#   6. NCCL's share of the SMs (--nccl_max_ctas, src/comm.h): every communicator of every
+#      rank is created with the ncclConfig_t CTA bounds the emulated NCCL reports
+#      (FT_EMU_NCCL_CONFIG): a table of cases: the default 16 (FSDP 2: world + lane; HSDP
+#      2 x 2: world, shard, replica, lane), under NCCL 2.19 (the oldest finetune accepts,
+#      one lane: the fields exist since 2.17, so it gets them too), --nccl_max_ctas 8, 0 (no
+#      config: NCCL's defaults), NCCL_MAX_CTAS in the environment (NCCL's own override: said
+#      once by rank 0, the config still passed), and 65 refused in one line
+# Runtime: about 2 min on the 2-core development machine (fourteen emulated runs of 1-3
 # steps, two of them 4 ranks).
 set -u
 build=${1:-build}
@@ -35,7 +42,7 @@ done
 command -v mpiexec >/dev/null || missing="$missing mpiexec"
 if [ -n "$missing" ]; then skip_or_fail "not built or missing:$missing (needs the CUDA headers, CUDA=1, and MPICH)"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-export FT_EMU_SEED=1
+export FT_EMU_SEED=1 FT_EMU_NCCL_CONFIG=1
 flags=(--device cuda --batch_size_per_device 1 --total_batch_size 4 --seq_len 64 --max_steps 3 --max_eval_docs 1
        --warmup_fraction 0 --learning_rate 5e-3)
 run() {  # run NAME RANKS BINARY [FLAGS...]: sets rc; NAME.log holds stdout and stderr, NAME.err stderr
@@ -142,4 +149,32 @@ err=$(FT_TEST_NCCL_SONAME=libnccl_absent_here.so.2 PATH=/usr/bin:/bin HOME=$tmp/
       "${flags[@]}" --out_dir "$tmp/nowheel" 2>&1 >/dev/null); rc=$?
 [ $rc -ne 0 ] && [ "$(grep -c . <<<"$err")" = 1 ] && grep -q "no Python on PATH has the nvidia-nccl-cu12/cu13 wheel" <<<"$err" \
   && ok "no NCCL anywhere: one line: $err" || bad "no NCCL anywhere: rc $rc, '$err'"
+
+# ---------------------------------------------------------------- 6. the CTA bound
+flags=(--device cuda --batch_size_per_device 1 --total_batch_size 2 --seq_len 64 --max_steps 1 --max_eval_docs 1
+       --warmup_fraction 0)
+run ctas8 2 finetune_emu --nccl_max_ctas 8
+run ctas0 2 finetune_emu --nccl_max_ctas 0
+NCCL_MAX_CTAS=4 run ctas_env 2 finetune_emu
+# ctas_case NAME RUN MIN MAX LINES BOOT: RUN's communicators (LINES lines over its ranks) all
+# report minCTAs MIN and maxCTAs MAX, and rank 0's bootstrap line says BOOT
+ctas_case() {
+  local name=$1 r=$2 lo=$3 hi=$4 n=$5 boot=$6 all want
+  all=$(grep -cE '^cuda_emu: NCCL communicator (init|split) \(rank [0-9]+ of [0-9]+\): ' "$tmp/$r.err")
+  want=$(grep -cE "^cuda_emu: NCCL communicator (init|split) \(rank [0-9]+ of [0-9]+\): minCTAs $lo, maxCTAs $hi\$" "$tmp/$r.err")
+  [ -s "$tmp/$r/metrics.jsonl" ] && [ "$all" = "$n" ] && [ "$want" = "$n" ] && grep -q "NCCL communicator(s) took .*, $boot\$" "$tmp/$r.out" \
+    && ok "CTA bound, $name: $n communicator(s), each minCTAs $lo, maxCTAs $hi; bootstrap line: $boot" \
+    || bad "CTA bound, $name: $want of $all communicator lines (want $n) with minCTAs $lo, maxCTAs $hi; $(grep -m1 'error\|CTAs per' "$tmp/$r.log")"
+}
+ctas_case "default, FSDP 2" fsdp_new 1 16 4 "at most 16 CTAs per collective"
+ctas_case "default, HSDP 2 x 2" hsdp_new 1 16 16 "at most 16 CTAs per collective"
+ctas_case "NCCL 2.19 (one lane)" fsdp_old 1 16 2 "at most 16 CTAs per collective"
+ctas_case "--nccl_max_ctas 8" ctas8 1 8 4 "at most 8 CTAs per collective"
+ctas_case "--nccl_max_ctas 0 (no config)" ctas0 default default 4 "CTAs per collective as NCCL chooses"
+ctas_case "NCCL_MAX_CTAS=4 in the environment" ctas_env 1 16 4 "at most 16 CTAs per collective"
+n=$(grep -c "NCCL_MAX_CTAS=4 in the environment: NCCL takes it over --nccl_max_ctas 16" "$tmp/ctas_env.err")
+[ "$n" = 1 ] && ok "NCCL_MAX_CTAS in the environment: said once" || bad "NCCL_MAX_CTAS in the environment: said $n times"
+err=$("$emu" --device cuda --nccl_max_ctas 65 --max_steps 1 2>&1 >/dev/null); rc=$?
+[ $rc -ne 0 ] && [ "$(grep -c . <<<"$err")" = 1 ] && grep -q -- "--nccl_max_ctas" <<<"$err" \
+  && ok "--nccl_max_ctas 65: refused in one line: $err" || bad "--nccl_max_ctas 65: rc $rc, '$err'"
 finish

@@ -13,7 +13,9 @@
 #      of tests/test_cuda_emu_train.sh); FT_EMU_STATS shows its collectives went through the
 #      gate and none through the emulated NCCL
 #   2. HSDP 2 x 2 (4 ranks: world, shard group, its reduce-scatter lane, replica group, i.e.
-#      ncclCommSplit and concurrent communicators) and DDP over 2: bitwise the emulated NCCL's
+#      ncclCommSplit and concurrent communicators) and DDP over 2: bitwise the emulated NCCL's;
+#      the stand-in accepts the communicators' ncclConfig_t (--nccl_max_ctas 8 for HSDP): its
+#      16 communicators (4 per rank) report minCTAs 1, maxCTAs 8 (FT_EMU_NCCL_CONFIG)
 #   3. another interleaving (FT_EMU_SEED=2) of FSDP 2: the same losses bitwise, no hazard
 #   4. the fault build (FT_FAULT_SKIP_GATE: the copy back does not wait for the exchange):
 #      the run must fail (a hazard, an error, or other losses)
@@ -73,14 +75,17 @@ if run fsdp2 2 "$lib"; then
 else bad "FSDP 2 through the stand-in: $(why "$tmp/fsdp2.log")"; fi
 
 # 2. HSDP 2 x 2 and DDP 2
-for c in "hsdp2x2:4:--dp_shard 2" "ddp2:2:--no_fsdp"; do
+for c in "hsdp2x2:4:--dp_shard 2 --nccl_max_ctas 8" "ddp2:2:--no_fsdp"; do
   IFS=: read -r name n extra <<<"$c"
   # shellcheck disable=SC2086
-  if run "${name}_emu" "$n" emu $extra && run "$name" "$n" "$lib" $extra; then
+  if run "${name}_emu" "$n" emu $extra && FT_EMU_NCCL_CONFIG=1 run "$name" "$n" "$lib" $extra; then
     same "$tmp/$name" "$tmp/${name}_emu" && ok "$name through the stand-in (all ranks on one device): bitwise the emulated NCCL's" \
       || bad "$name through the stand-in: $(metric "$tmp/$name" loss | tr '\n' ' ') vs $(metric "$tmp/${name}_emu" loss | tr '\n' ' ')"
   else bad "$name: $(why "$tmp/${name}_emu.log"); stand-in: $(why "$tmp/$name.log" 2>/dev/null)"; fi
 done
+k=$(grep -cE '^nccl_standin: NCCL communicator (init|split) \(rank [0-9] of [24]\): minCTAs 1, maxCTAs 8$' "$tmp/hsdp2x2.log")
+[ "$k" = 16 ] && ok "HSDP 2 x 2 through the stand-in, --nccl_max_ctas 8: its 16 communicators took the config (maxCTAs 8)" \
+  || bad "HSDP 2 x 2 stand-in config: $k of 16 communicators with maxCTAs 8: $(grep -m1 'nccl_standin: NCCL' "$tmp/hsdp2x2.log")"
 
 # 3. another interleaving of the streams and the helper threads
 if FT_EMU_SEED=2 run fsdp2_s2 2 "$lib"; then

@@ -33,6 +33,8 @@
 //     hazards with their exact byte ranges. With the virtual clock (FT_EMU_VCLOCK) a
 //     collective's ranks first agree on its start (the latest of theirs) over the same
 //     communicator, and the matmuls and collectives carry their prices (src/plan_price.c).
+//     A communicator's ncclConfig_t CTA bounds are checked and kept as NCCL does
+//     (nccl_config_emu.h; FT_EMU_NCCL_CONFIG prints them).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -49,6 +51,7 @@
 #include <vector>
 
 #include "cuda_emu_async.h"
+#include "nccl_config_emu.h"
 
 // finetune_emu and test_backend_emu run the asynchronous runtime unless FT_EMU_SYNC=1
 __attribute__((constructor)) static void emu_host_async_default() { cuemu::set_async_default(1); }
@@ -398,6 +401,7 @@ struct ncclComm {
     std::atomic<bool> aborted{false};
     std::atomic<int> error{ncclSuccess};              // a collective failed (GetAsyncError)
     bool cross_node = false;                          // (virtual clock) its ranks span nodes
+    emu_ctas ctas = emu_ctas_default();               // its config's CTA bounds (nccl_config_emu.h)
 };
 
 // (virtual clock) whether c's ranks span nodes: world rank / FT_EMU_VCLOCK_GPUS_PER_NODE (the
@@ -517,7 +521,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     snprintf(id->internal, sizeof id->internal, "cuda_emu nccl id (MPI world)");
     return ncclSuccess;
 }
-ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId, int rank) {
+// the world communicator, with NCCL's default CTA bounds (ncclCommInitRank logs them)
+static ncclResult_t init_rank(ncclComm_t *c, int nranks, int rank) {
     int init = 0, wr = 0, ws = 0;
     MPI_Initialized(&init);
     if (!init) return ncclInvalidUsage;
@@ -558,8 +563,24 @@ ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId, int rank)
     g_nccl_live++;
     return ncclSuccess;
 }
-ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *) {
+ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId, int rank) {
+    const ncclResult_t r = init_rank(c, nranks, rank);
+    if (r == ncclSuccess) emu_ctas_log("cuda_emu", "init", rank, nranks, &(*c)->ctas);
+    return r;
+}
+// ncclCommInitRank with a configuration: its CTA bounds checked and kept as NCCL's are
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *c, int nranks, ncclUniqueId, int rank, ncclConfig_t *config) {
+    emu_ctas ctas;
+    if (emu_ctas_from_config(config, nullptr, &ctas) != 0) return ncclInvalidArgument;
+    const ncclResult_t r = init_rank(c, nranks, rank);
+    if (r == ncclSuccess) emu_ctas_take(&(*c)->ctas, &ctas, "cuda_emu", "init", rank, nranks);
+    return r;
+}
+ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *config) {
+    emu_ctas ctas;
+    if (emu_ctas_from_config(config, &c->ctas, &ctas) != 0) return ncclInvalidArgument;
     ncclComm *m = new ncclComm();
+    m->ctas = ctas;
     pthread_mutex_lock(&c->mu);
     int rc = MPI_Comm_split(c->comm, color, key, &m->comm);
     pthread_mutex_unlock(&c->mu);
@@ -569,6 +590,7 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
     vclock_nodes(m);
     *out = m;
     g_nccl_live++;
+    emu_ctas_log("cuda_emu", "split", m->rank, m->size, &m->ctas);
     return ncclSuccess;
 }
 ncclResult_t ncclCommUserRank(const ncclComm_t c, int *rank) { *rank = c->rank; return ncclSuccess; }
@@ -691,6 +713,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDataType_
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *) { return ncclInvalidUsage; }
 ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) { return ncclInvalidUsage; }
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *) { return ncclInvalidUsage; }
 ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *) { return ncclInvalidUsage; }
 ncclResult_t ncclCommUserRank(const ncclComm_t, int *) { return ncclInvalidUsage; }
 ncclResult_t ncclCommCount(const ncclComm_t, int *) { return ncclInvalidUsage; }

@@ -1,7 +1,9 @@
 // tests/nccl_standin/nccl_standin.c: a TEST-ONLY stand-in for libnccl, so that several ranks
 // can share ONE real GPU (NCCL refuses that: "Duplicate GPU detected"). It implements exactly
 // the NCCL calls src/comm_nccl.c resolves (NCCL_FUNCTIONS there) and is loaded only when
-// FT_NCCL_LIBRARY names its file; nothing loads it by default.
+// FT_NCCL_LIBRARY names its file; nothing loads it by default. A communicator's ncclConfig_t
+// CTA bounds are checked and kept as NCCL's (../cuda_emu/nccl_config_emu.h; FT_EMU_NCCL_CONFIG
+// prints them).
 //
 //   build/tests/libnccl_standin.so       against the real CUDA runtime (GPU machines:
 //                                        tests/gpu/multi_rank_gpu.sh, first light's multi_rank)
@@ -57,6 +59,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../cuda_emu/nccl_config_emu.h"   // (header-only: NCCL's checks of a config's CTA bounds)
+
 // what ncclGetVersion reports: the API level whose semantics it provides (2.26: concurrent
 // communicators are safe; here each has its own helper thread and MPI communicator)
 #define STANDIN_VERSION 22600
@@ -98,6 +102,7 @@ struct ncclComm {
     cudaEvent_t switched;     // orders a call on a new stream after the previous stream
     int error;                // ncclResult_t, written by the helper (atomics)
     int aborted;
+    emu_ctas ctas;            // its config's CTA bounds, kept (nothing here runs CTAs)
 };
 
 static char g_last_error[512];
@@ -312,6 +317,7 @@ static ncclResult_t comm_create(MPI_Comm ctl, ncclComm_t *out) {
     ncclComm_t c = calloc(1, sizeof *c);
     if (!c) return fail(ncclSystemError, "NCCL stand-in: out of host memory");
     c->ctl = ctl;
+    c->ctas = emu_ctas_default();   // (a config, if any, is applied by the caller)
     MPI_Comm_rank(ctl, &c->rank);
     MPI_Comm_size(ctl, &c->size);
     if (MPI_Comm_dup(ctl, &c->data) != MPI_SUCCESS) {
@@ -369,8 +375,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
-    (void)id;
+// the world communicator, with NCCL's default CTA bounds (ncclCommInitRank logs them)
+static ncclResult_t init_rank(ncclComm_t *comm, int nranks, int rank) {
     int init = 0, level = MPI_THREAD_SINGLE, wr = -1, ws = 0;
     MPI_Initialized(&init);
     if (!init) return fail(ncclInvalidUsage, "NCCL stand-in: MPI is not initialized (run the job under mpiexec)");
@@ -388,15 +394,38 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     return comm_create(ctl, comm);
 }
 
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    (void)id;
+    const ncclResult_t r = init_rank(comm, nranks, rank);
+    if (r == ncclSuccess) emu_ctas_log("nccl_standin", "init", rank, nranks, &(*comm)->ctas);
+    return r;
+}
+
+// ncclCommInitRank with a configuration: its CTA bounds checked and kept as NCCL's are
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
+    (void)id;
+    emu_ctas ctas;
+    if (emu_ctas_from_config(config, NULL, &ctas) != 0)
+        return fail(ncclInvalidArgument, "NCCL stand-in: invalid ncclConfig_t (magic, or its CTA bounds)");
+    const ncclResult_t r = init_rank(comm, nranks, rank);
+    if (r == ncclSuccess) emu_ctas_take(&(*comm)->ctas, &ctas, "nccl_standin", "init", rank, nranks);
+    return r;
+}
+
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
-    (void)config;
     if (!comm || !newcomm) return ncclInvalidArgument;
+    emu_ctas ctas;
+    if (emu_ctas_from_config(config, &comm->ctas, &ctas) != 0)
+        return fail(ncclInvalidArgument, "NCCL stand-in: invalid ncclConfig_t (magic, or its CTA bounds)");
     MPI_Comm ctl;
     if (MPI_Comm_split(comm->ctl, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &ctl) != MPI_SUCCESS)
         return fail(ncclSystemError, "NCCL stand-in: MPI_Comm_split failed");
     *newcomm = NULL;
     if (ctl == MPI_COMM_NULL) return ncclSuccess;
-    return comm_create(ctl, newcomm);
+    const ncclResult_t r = comm_create(ctl, newcomm);
+    if (r == ncclSuccess)
+        emu_ctas_take(&(*newcomm)->ctas, &ctas, "nccl_standin", "split", (*newcomm)->rank, (*newcomm)->size);
+    return r;
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
