@@ -15,7 +15,7 @@ const char *plan_tl_lane_name(plan_tl_lane l) {
 }
 
 plan_tl_schedule plan_tl_program_schedule(void) {
-    return (plan_tl_schedule){.prefetch = 1, .host_wait_per_micro = 1, .rs_flush_per_micro = 1, .ar_per_unit = 0,
+    return (plan_tl_schedule){.prefetch = 1, .host_wait_per_micro = 1, .rs_flush_per_micro = 1, .ar_per_unit = 1,
                               .offload_early = 0};
 }
 

@@ -61,7 +61,7 @@ typedef struct {
     int rs_flush_per_micro;    // 1: each micro-batch's root backward waits for every layer reduce-scatter
                                // (fsdp.c today); 0: they finish during the next micro-batch
     int ar_per_unit;           // 1: a unit's replica all-reduce starts when its slice is final in the
-                               // last micro-batch; 0: one all-reduce after the backward (fsdp.c today)
+                               // last micro-batch (fsdp.c's grad_final); 0: one all-reduce after the backward
     int offload_early;         // 1: offloaded layers update during the last backward (fsdp_offload_early:
                                // --max_grad_norm 0, one replica, no local accumulation)
 } plan_tl_schedule;
@@ -69,7 +69,7 @@ typedef struct {
 #define PLAN_TL_MAX_LAYERS 1024
 
 // The schedule of the program as it is at this commit: prefetch 1, a host wait per micro-batch,
-// the flush per micro-batch, the all-reduce after the backward, no early offload.
+// the flush per micro-batch, the replica all-reduce per unit, no early offload.
 plan_tl_schedule plan_tl_program_schedule(void);
 
 // ----------------------------------------------------------------------------
