@@ -260,6 +260,10 @@ void sync_all() {
     }
 }
 
+// A host wait that ended (a synchronize, or a poll that found the work done): FT_EMU_STATS
+// counts it as "host wait: stream" / "host wait: event" (tests/test_host_waits.sh).
+void stats_count_wait(const char *name);
+
 // the host waits for everything issued on h so far, or (poll) finds it finished: the sticky
 // error or cudaSuccess; cudaErrorNotReady when polling unfinished work
 cudaError_t stream_finish(cudaStream_t h, bool poll) {
@@ -270,6 +274,7 @@ cudaError_t stream_finish(cudaStream_t h, bool poll) {
     if (!R->async) return cudaSuccess;
     if (!poll) order_legacy(s);   // the legacy stream also waits for the blocking streams
     if (poll && s->done < s->enq) return cudaErrorNotReady;
+    stats_count_wait("host wait: stream");
     Clock c = s->clock;
     host_wait(s, s->enq, c);
     return R->sticky;
@@ -283,6 +288,7 @@ cudaError_t event_finish(cudaEvent_t e, bool poll) {
     if (!R->events.count(ev)) return cudaErrorInvalidResourceHandle;
     if (!R->async || !ev->recorded) return cudaSuccess;
     if (poll && ev->s->done < ev->seq) return cudaErrorNotReady;
+    stats_count_wait("host wait: event");
     host_wait(ev->s, ev->seq, ev->clock);
     return R->sticky;
 }
@@ -331,6 +337,10 @@ static void stats_count(const std::string &name) {
     (*g_stats)[name.substr(0, name.find(" ("))]++;
     pthread_mutex_unlock(&g_stats_mu);
 }
+
+namespace {
+void stats_count_wait(const char *name) { stats_count(name); }
+} // namespace
 
 cudaError_t enqueue(cudaStream_t stream, std::string name, const std::vector<Access> &acc,
                     std::function<void()> fn) {
