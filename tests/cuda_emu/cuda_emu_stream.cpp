@@ -613,9 +613,17 @@ static cudaError_t free_after_sync(void *p, bool shadowed) {
 cudaError_t cudaFree(void *p) { return free_after_sync(p, true); }
 
 // Pinned host memory: plain host memory with no shadow state (it is not device memory; the
-// async copies already treat all host memory as pinned).
+// async copies already treat all host memory as pinned). Each block has PIN_PAD unused bytes
+// on both sides: the checker's watchpoint sits on a pending copy's first bytes, and glibc's
+// vectorised string functions (memchr in the emulator's own FT_EMU_STATS counting, strlen)
+// read whole vectors past the end of their heap buffer, which could reach the first bytes of
+// a small staging buffer next to it (suspected cause of rare host-read-before-complete
+// reports on the NCCL stand-in's staging, all with FT_EMU_STATS=1; not proven).
+#define PIN_PAD 256
 cudaError_t cudaMallocHost(void **p, size_t n) {
-    if (posix_memalign(p, 256, n ? n : 1) != 0) { *p = nullptr; return cudaErrorMemoryAllocation; }
+    void *base = nullptr;
+    if (posix_memalign(&base, 256, (n ? n : 1) + 2 * PIN_PAD) != 0) { *p = nullptr; return cudaErrorMemoryAllocation; }
+    *p = (char *)base + PIN_PAD;
     runtime();
     Lock l;
     shadow_pinned(*p, n ? n : 1, true);   // kernels may reach it (unified addressing)
@@ -640,7 +648,7 @@ cudaError_t cudaFreeHost(void *p) {
         Lock l;
         shadow_pinned(p, 0, false);
     }
-    return free_after_sync(p, false);
+    return free_after_sync(p ? (char *)p - PIN_PAD : p, false);
 }
 
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t h) {
