@@ -80,6 +80,8 @@ int ftk_adamw(float *master, void *param, const float *grad, float *m, float *v,
 int ftk_sum_squares(double *host_out, const float *x, size_t n, ftk_stream stream);
 // accumulate.cu: src is bf16, or fp32 when src_f32
 int ftk_accumulate(float *dst, const void *src, int src_f32, size_t n, float alpha, ftk_stream stream);
+// loss_accumulate.cu: acc (2) double += {sum of valid losses (N), their count}, in row order
+int ftk_loss_accumulate(double *acc, const float *losses, const int32_t *targets, int N, ftk_stream stream);
 // cast.cu
 int ftk_cast_from_f32(void *dst, const float *src, size_t n, ftk_stream stream);
 // scratch.cu: workspace of the kernels that need some (attention_bwd, rmsnorm_bwd,

@@ -192,6 +192,12 @@ struct backend {
     int (*accumulate)(float *dst, const void *src, st_dtype src_dtype, size_t n, float alpha);
     // dst (n, dtype) = src (n, fp32) (rounded to nearest even for bf16)
     int (*cast_from_f32)(void *dst, const float *src, size_t n);
+    // acc (2, double, backend memory) += {s, c}: s = the sum of losses (N) over the rows whose
+    // target (N) is not -100, in double, added in increasing row order from 0.0 (bitwise the
+    // host loop `s = 0; for i: if valid: s += (double)losses[i]`), c = the number of those
+    // rows. Asynchronous on a GPU (no host wait): the model's loss accumulator (model.h), read
+    // once per optimizer step or evaluation instead of once per micro-batch.
+    int (*loss_accumulate)(double *acc, const float *losses, const int32_t *targets, int N);
 
     // ---------------------------------------------------------------- pacing
     // Called after each layer's forward and backward (model.c): a device backend lets the host

@@ -174,6 +174,11 @@ static int count_accumulate(float *d, const void *s, st_dtype sdt, size_t n, flo
     return not_model("accumulate");
 }
 static int count_cast(void *d, const float *s, size_t n) { (void)d, (void)s, (void)n; return not_model("cast_from_f32"); }
+// the loss into the accumulator: one kernel reading losses and targets (8 N bytes), 16 bytes
+static int count_loss_accumulate(double *acc, const float *l, const int32_t *t, int N) {
+    (void)acc, (void)l, (void)t;
+    return mem_op(0, 8.0 * N + 16, 1);
+}
 
 static backend count_table = {   // (dtype: the job's)
     .name = "count", .seq_bucket = 1,
@@ -185,6 +190,7 @@ static backend count_table = {   // (dtype: the job's)
     .attention_fwd = count_attention_fwd, .attention_bwd = count_attention_bwd, .swiglu_fwd = count_swiglu_fwd,
     .swiglu_bwd = count_swiglu_bwd, .scale = count_scale, .lmhead_xent = count_lmhead_xent, .adamw = count_adamw,
     .sum_squares = count_sum_squares, .accumulate = count_accumulate, .cast_from_f32 = count_cast,
+    .loss_accumulate = count_loss_accumulate,
 };
 
 // ----------------------------------------------------------------------------
@@ -225,15 +231,15 @@ static int count_run(const param_layout *l, const lora_layout *ll, const count_j
     mem_tracker_init(&mem, &count_table);
     model m;
     TRY(model_init_lora(&m, l, ll, &prov, &count_table, &mem, job->B, job->T, job->buffers, job->grads_f32));
+    memset(g.out, 0, sizeof *g.out);   // (the setup's ops, e.g. the loss accumulator's memset, are no micro-batch's)
     model_set_segments(&m, job->segments ? 0 : -1);
     const size_t n = (size_t)job->B * job->T;
     int32_t *tokens = ft_calloc(n, sizeof(int32_t), "op counting tokens");
     int32_t *targets = ft_calloc(n, sizeof(int32_t), "op counting targets");
-    double loss;
-    int valid, rc = tokens && targets ? 0 : -1;
-    if (rc == 0) {
+    int rc = tokens && targets ? 0 : -1;
+    if (rc == 0) {   // as the training step runs it: the loss stays on the device
         g.phase = COUNT_ROOT;
-        rc = model_forward_backward(&m, &prov, tokens, targets, job->backward, 1.0f, &loss, &valid);
+        rc = model_forward_backward(&m, &prov, tokens, targets, job->backward, 1.0f, NULL, NULL);
     }
     free(tokens);
     free(targets);

@@ -435,6 +435,20 @@ static int cpu_cast_from_f32(void *dst, const float *src, size_t n) {
     return cpu_copy(dst, src, n * sizeof(float));
 }
 
+// in row order from 0.0, one thread: the CUDA kernel's order (kernels/loss_accumulate.cu)
+static int cpu_loss_accumulate(double *acc, const float *losses, const int32_t *targets, int N) {
+    double s = 0.0;
+    int count = 0;
+    for (int i = 0; i < N; i++)
+        if (targets[i] != -100) {
+            s += (double)losses[i];
+            count++;
+        }
+    acc[0] += s;
+    acc[1] += (double)count;
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // registration
 
@@ -480,6 +494,7 @@ static const backend g_cpu = {
     .sum_squares = cpu_sum_squares,
     .accumulate = cpu_accumulate,
     .cast_from_f32 = cpu_cast_from_f32,
+    .loss_accumulate = cpu_loss_accumulate,
 };
 
 const backend *backend_cpu(void) { return &g_cpu; }

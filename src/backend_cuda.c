@@ -522,6 +522,9 @@ static int cu_accumulate(float *dst, const void *src, st_dtype src_dtype, size_t
     return rc;
 }
 static int cu_cast_from_f32(void *dst, const float *src, size_t n) { return ftk_cast_from_f32(dst, src, n, g_cuda.stream); }
+static int cu_loss_accumulate(double *acc, const float *losses, const int32_t *targets, int N) {
+    return ftk_loss_accumulate(acc, losses, targets, N, g_cuda.stream);
+}
 
 // Call k waits for the mark of call k - LAG (recorded LAG layers ago), then records its own
 // in the slot that mark k - LAG - 1 held (waited for by call k - 1). A wait rarely blocks
@@ -582,6 +585,7 @@ static const backend CUDA_BACKEND = {
     .sum_squares = cu_sum_squares,
     .accumulate = cu_accumulate,
     .cast_from_f32 = cu_cast_from_f32,
+    .loss_accumulate = cu_loss_accumulate,
     .pace = cu_pace,
 };
 

@@ -149,6 +149,8 @@ static void io_table(mem_table *t, const llama_config *c, int B, int T, model *m
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), io, SLOT(m, targets));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(int32_t), "segment starts (--pack_attention per_game)", SLOT(m, seg));
     mem_table_add(t, MEM_WORKSPACE, N * sizeof(float), io, SLOT(m, losses));
+    mem_table_add(t, MEM_WORKSPACE, 2 * sizeof(double), "loss accumulator: sum and valid count (2 doubles)",
+                  SLOT(m, loss_acc));
     if (m) m->lmhead_rows = (int)chunk;
     mem_table_add(t, MEM_WORKSPACE, chunk * V * sizeof(float), "fp32 logits of one lm_head row chunk",
                   SLOT(m, logits_ws));
@@ -274,7 +276,7 @@ int model_init_lora(model *m, const param_layout *layout, const lora_layout *lor
     if (!m->resid || !m->acts || !m->losses_host || !m->seg_host) { model_free(m); return -1; }
     mem_table t = mem_table_allocator(mem);
     model_buffer_table(&t, cfg, lora ? &lora->lc : NULL, B, T, buffers, grads_f32, m->esz, m);
-    if (t.failed || model_upload_rope(m) != 0) { model_free(m); return -1; }
+    if (t.failed || model_upload_rope(m) != 0 || model_loss_reset(m) != 0) { model_free(m); return -1; }
     if (buffers == MODEL_FORWARD_ONLY)   // one residual buffer (forward_only_table)
         for (int l = 1; l <= L; l++) m->resid[l] = m->resid[0];
     return 0;
@@ -654,16 +656,29 @@ int model_forward_backward(model *m, const unit_provider *p, const int32_t *toke
                         at(m, root, lm_head_offset(m)), m->targets, N, C, V, dloss, m->lmhead_rows, m->logits_ws,
                         backward && droot ? m->lmhead_dw_acc : NULL));
     if (backward) TRY(model_backward(m, p, root, droot));
-    // the losses are read after the backward is queued (nothing in it writes them): a copy
-    // to the host waits for the device, and here the host no longer has work to queue
-    TRY(be->copy_d2h(m->losses_host, m->losses, (size_t)N * sizeof(float)));
-    double sum = 0.0;
-    int count = 0;
-    for (int i = 0; i < N; i++)
-        if (targets[i] != -100) { sum += m->losses_host[i]; count++; }
-    *loss_sum = sum;
-    *n_valid = count;
+    // (after the backward is queued, which reads neither: on a GPU the lm_head's loss kernel
+    // ran long before, and this kernel waits for nothing but its turn on the stream)
+    TRY(be->loss_accumulate(m->loss_acc, m->losses, m->targets, N));
+    if (loss_sum) {   // a copy to the host waits for the device
+        TRY(be->copy_d2h(m->losses_host, m->losses, (size_t)N * sizeof(float)));
+        double sum = 0.0;
+        int count = 0;
+        for (int i = 0; i < N; i++)
+            if (targets[i] != -100) { sum += m->losses_host[i]; count++; }
+        *loss_sum = sum;
+        if (n_valid) *n_valid = count;
+    }
     return roots_release(m, p);
+}
+
+int model_loss_reset(model *m) { return m->be->zero(m->loss_acc, 2 * sizeof(double)); }
+
+int model_loss_read(model *m, double *sum, double *count) {
+    double acc[2];
+    TRY(m->be->copy_d2h(acc, m->loss_acc, sizeof acc));
+    *sum = acc[0];
+    *count = acc[1];
+    return 0;
 }
 
 void model_segment_starts(const int32_t *tokens, int B, int T, int bos, int32_t *seg) {

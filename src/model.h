@@ -109,6 +109,7 @@ typedef struct {
     void *lnf; float *lnf_rstd;     // (N, C), (N)
     float *losses;                  // (N) backend memory
     float *losses_host;             // (N)
+    double *loss_acc;               // (2) backend memory: the loss accumulator (model_loss_read)
     int lmhead_rows;                // rows per lm_head chunk (model_lmhead_chunk_rows of B*T_alloc)
     float *logits_ws;               // (lmhead_rows, V) fp32 workspace
     float *lmhead_dw_acc;           // (V, C) fp32, bf16 backends with B*T_alloc > lmhead_rows; else NULL
@@ -178,9 +179,20 @@ void model_free(model *m);
 // One micro-batch. tokens, targets: host (B, T) int32; targets[b, t] is the id to predict
 // after position t (already shifted), or -100 to ignore. Always runs the forward; if
 // `backward`, runs the backward too, adding d(sum of valid token losses * dloss)/dparam into
-// the provider's gradient buffers. Outputs the sum of valid token losses and their count.
+// the provider's gradient buffers. Adds the sum of the valid token losses and their count to
+// the model's loss accumulator on the device (backend.h's loss_accumulate: no host wait).
+// loss_sum / n_valid not NULL: also copies the losses back to m->losses_host (a host wait)
+// and outputs their sum (the same bits the accumulator adds) and count there; NULL: neither.
 int model_forward_backward(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,
                            int backward, float dloss, double *loss_sum, int *n_valid);
+
+// The loss accumulator: zero after model_init and after model_loss_reset (queued on the
+// device, no host wait); each model_forward_backward adds its micro-batch's loss sum s and
+// valid-token count c in double (acc += s, s summed from 0.0 in row order). model_loss_read
+// copies both back (the host waits for the work queued so far): *sum = the micro-batches'
+// s added in call order, *count = their c. 0 / -1.
+int model_loss_reset(model *m);
+int model_loss_read(model *m, double *sum, double *count);
 
 // --pack_attention per_game: with bos >= 0, model_forward_backward and model_logits treat every `bos` token as the start of a segment: RoPE
 // positions restart at 0 there and attention stays within the segment (backend.h, `seg`).

@@ -108,7 +108,7 @@ static int evaluate(job *j, double *loss_out, double *tokens_out) {
     uint64_t rows = loader_rows(&j->val);
     if (j->o->max_eval_docs > 0 && (uint64_t)j->o->max_eval_docs < rows) rows = (uint64_t)j->o->max_eval_docs;
     const uint64_t per_round = (uint64_t)B * j->world;
-    double acc[2] = {0, 0};
+    TRY(model_loss_reset(&j->m));
     for (uint64_t base = 0; base < rows; base += per_round) {
         for (int b = 0; b < B; b++) {
             uint64_t r = base + (uint64_t)j->rank * B + b;
@@ -118,12 +118,10 @@ static int evaluate(job *j, double *loss_out, double *tokens_out) {
         }
         int used = micro_batch(j, 0);
         TRY(model_set_seq_len(&j->m, used));
-        double sum;
-        int n;
-        TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 0, 0.0f, &sum, &n));
-        acc[0] += sum;
-        acc[1] += n;
+        TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 0, 0.0f, NULL, NULL));
     }
+    double acc[2];   // the loss sum and the predicted tokens, read once (model_loss_read)
+    TRY(model_loss_read(&j->m, &acc[0], &acc[1]));
     TRY(comm_all_reduce_f64(j->cc->world, acc, 2));
     if (acc[1] <= 0)   // every rank has the same sums: the same error everywhere
         return ft_error("%s: the %llu validation game(s) evaluated have no token to predict (a game needs at least 2 "
@@ -401,7 +399,8 @@ static int train_step(job *j, int step, step_stats *st) {
         const adamw_params early = schedule_adamw(&j->sched, step, 0.0);
         fsdp_offload_early(j->opt, &early);
     }
-    double loss_sum = 0, used_sum = 0;
+    double used_sum = 0;
+    TRY(model_loss_reset(&j->m));   // the micro-batches' losses add up on the device
     for (int a = 0; a < j->accum; a++) {
         int used = micro_batch(j, a);
         used_sum += used;
@@ -411,10 +410,7 @@ static int train_step(job *j, int step, step_stats *st) {
         // to itself) as step N's first forward begins, past the step's host all-reduce: the
         // other ranks then queue a whole micro-batch of device work behind their first gather
         if (a == 0 && step + 1 == j->test_stop_step) raise(SIGSTOP);
-        double sum;
-        int n;
-        TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 1, dloss, &sum, &n));
-        loss_sum += sum;
+        TRY(model_forward_backward(&j->m, &j->prov, j->rows_tok, j->rows_tgt, 1, dloss, NULL, NULL));
         if (is_main(j) && isatty(STDOUT_FILENO)) {
             printf("\rstep %d/%d: micro-batch %d/%d", step + 1, j->total_steps, a + 1, j->accum);
             fflush(stdout);
@@ -428,9 +424,11 @@ static int train_step(job *j, int step, step_stats *st) {
     if (!isfinite(norm)) return ft_error("step %d: gradient norm is %g (diverged); lower --learning_rate", step + 1, norm);
     const adamw_params ap = schedule_adamw(&j->sched, step, norm);
     TRY(fsdp_optimizer_step(j->opt, &ap));
-    TRY(j->be->synchronize());
-
-    double sums[2] = {loss_sum, used_sum};
+    // the step's one read of the loss (the micro-batches' sums added on the device in order),
+    // after everything is queued: the host waits for the device here
+    double sums[2], valid;
+    TRY(model_loss_read(&j->m, &sums[0], &valid));
+    sums[1] = used_sum;
     TRY(comm_all_reduce_f64(j->cc->world, sums, 2));
     st->loss = sums[0] / counts[0];
     if (!isfinite(st->loss))

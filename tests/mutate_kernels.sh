@@ -261,6 +261,15 @@ m sum_squares.no_sync sum_squares.cu sum_squares \
 m sum_squares.last_partial sum_squares.cu sum_squares \
   'for (int i = threadIdx.x; i < G; i += blockDim.x)' 'for (int i = threadIdx.x; i < G - 1; i += blockDim.x)'
 
+m loss_accumulate.ignored_added loss_accumulate.cu loss_accumulate \
+  'tile[j] = valid ? (double)losses[i] : 0.0;' 'tile[j] = i < N ? (double)losses[i] : 0.0;'
+m loss_accumulate.overwrites loss_accumulate.cu loss_accumulate 'acc[0] += s;' 'acc[0] = s;'
+m loss_accumulate.no_sync_tile loss_accumulate.cu loss_accumulate \
+  '__syncthreads();   // the tile is rewritten next' ';'
+m loss_accumulate.last_tile_row loss_accumulate.cu loss_accumulate \
+  'const int n = N - base < LA_TILE ? N - base : LA_TILE;' 'const int n = N - base < LA_TILE ? N - base - 1 : LA_TILE;'
+m loss_accumulate.count_all_rows loss_accumulate.cu loss_accumulate 'count += valid;' 'count += i < N;'
+
 # shared helpers (kernels/common.cuh): the files of the groups named are rebuilt
 m common.block_sum_no_sync common.cuh "rmsnorm lmhead_xent" \
   "if (lane == 0) scratch[warp] = v;$NL    __syncthreads();$NL    float t" \

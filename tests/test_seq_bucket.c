@@ -73,11 +73,14 @@ typedef struct { double sum; int n; float *losses; float *grads; } run_out;
 static int run_rows(model *m, fsdp_state *s, const int32_t *tok, const int32_t *tgt, int B, int used, int valid,
                     run_out *o) {
     unit_provider prov = fsdp_provider(s);
-    double norm;
-    if (model_set_seq_len(m, used) || fsdp_zero_grads(s) ||
+    double norm, acc_sum, acc_n;
+    if (model_set_seq_len(m, used) || fsdp_zero_grads(s) || model_loss_reset(m) ||
         model_forward_backward(m, &prov, tok, tgt, 1, 1.0f / (float)valid, &o->sum, &o->n) ||
-        fsdp_finish_grads(s, &norm))
+        fsdp_finish_grads(s, &norm) || model_loss_read(m, &acc_sum, &acc_n))
         return -1;
+    // the device loss accumulator (what the training step reads) holds the host sum's bits
+    EXPECT(memcmp(&acc_sum, &o->sum, sizeof acc_sum) == 0 && acc_n == o->n,
+           "loss accumulator %.17g / %.0f vs the host sum %.17g / %d", acc_sum, acc_n, o->sum, o->n);
     o->losses = malloc((size_t)B * used * sizeof(float));
     o->grads = malloc(s->n_local * sizeof(float));
     memcpy(o->losses, m->losses_host, (size_t)B * used * sizeof(float));

@@ -35,6 +35,8 @@
 //   Copies (embedding forward, cast bits vs the host round-to-nearest-even) must be exact:
 //   threshold 0 (any NaN matches any NaN: the GPU produces the canonical 0x7fff).
 //   sum_squares returns a double: relative error^2 <= 1e-20.
+//   loss_accumulate must equal the CPU backend's op bit for bit (threshold 0): both add in
+//   row order from 0.0, in double (the printed training loss depends on it).
 //   Attention forward on tensor cores (THR_ATT_TC): P = exp(s - m) is rounded to bf16
 //   before the P V product (as FlashAttention does) while l sums the fp32 P, so
 //   out = sum_j p_j (1 + d_j) v_j / l with |d_j| <= u: the extra error e = sum_j d_j p_j v_j / l
@@ -682,6 +684,40 @@ static void test_sum_squares(size_t n, size_t mis, bool wide = false) {
     });
 }
 
+// losses over magnitudes 1e-4 .. 30 (so that another summation order changes the double's
+// last bits), about `ignored` of the rows with target -100 and a loss there that must not be
+// added (a NaN or an infinity on some of them), added into an accumulator holding {2.5, 7}
+static void test_loss_accumulate(int N, double ignored) {
+    std::vector<float> losses((size_t)N);
+    std::vector<int32_t> targets((size_t)N);
+    const float mag[4] = {1e-4f, 0.3f, 3.0f, 30.0f};
+    for (int i = 0; i < N; i++) {
+        losses[i] = fabsf(rng_normal()) * mag[rng_u32() % 4];
+        targets[i] = (double)(rng_u32() % 1000) < ignored * 1000 ? -100 : (int32_t)(rng_u32() % 50);
+        if (targets[i] == -100 && i % 3 == 0) losses[i] = i % 2 ? NAN : INFINITY;
+    }
+    double ref[2] = {2.5, 7.0};
+    CPU->loss_accumulate(ref, losses.data(), targets.data(), N);
+    std::vector<Ref> refs(2);
+    for (int k = 0; k < 2; k++) {
+        refs[k].name = k ? "count" : "sum";
+        refs[k].thr = 0;
+        refs[k].metric = M_F64;
+        refs[k].d = ref[k];
+    }
+    run_case("loss_accumulate", fmt("N=%d ignored~%.0f%%", N, ignored * 100), refs, [&](Run &r) {
+        Dev d;
+        double *acc = (double *)d.alloc(2 * sizeof(double));
+        acc[0] = 2.5;
+        acc[1] = 7.0;
+        r.rc = ftk_loss_accumulate(acc, d.f32(losses), d.i32(targets), N, 0);
+        r.guards = d.guards_ok();
+        r.outs.resize(2);
+        for (int k = 0; k < 2; k++)
+            r.outs[k].raw.assign((unsigned char *)&acc[k], (unsigned char *)&acc[k] + sizeof(double));
+    });
+}
+
 // ----------------------------------------------------------------------------
 
 
@@ -858,13 +894,23 @@ static void cases_sum_squares() {
     test_sum_squares(70001, 4, true);
 }
 
+// one row, below / at / above one 1024-row tile, several tiles with a partial last one (odd
+// sizes); none, some and every row ignored
+static void cases_loss_accumulate() {
+    const int sizes[] = {1, 7, 1023, 1024, 1025, 4099, g_san ? 20001 : 70001};
+    for (int n : sizes) test_loss_accumulate(n, 0.3);
+    test_loss_accumulate(3001, 0.0);
+    test_loss_accumulate(2049, 1.0);
+    test_loss_accumulate(5, 1.0);
+}
+
 struct Group { const char *name; void (*run)(); };
 static const Group GROUPS[] = {
     {"embedding", cases_embedding},     {"rmsnorm", cases_rmsnorm}, {"rope", cases_rope},
     {"attention", cases_attention},     {"lmhead_xent", cases_lmhead_xent},
     {"swiglu", cases_swiglu},           {"accumulate", cases_accumulate},
     {"cast", cases_cast},               {"adamw", cases_adamw},     {"sum_squares", cases_sum_squares},
-    {"scale", cases_scale}};
+    {"scale", cases_scale},             {"loss_accumulate", cases_loss_accumulate}};
 
 // ----------------------------------------------------------------------------
 

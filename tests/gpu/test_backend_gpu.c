@@ -426,6 +426,25 @@ static void case_rope(int B, int T, int NH, int D, const char *games) {
 }
 
 // chunk: lm_head rows per chunk (0: the memory plan's, model_lmhead_chunk_rows)
+// loss_accumulate over the GPU's losses (device) and targets (device `tg`, host `tgt`, some
+// -100) into an accumulator holding {1.5, 3}, against the CPU op over the same fp32 values:
+// the same double bits and count (both add in row order from 0.0)
+static void case_loss_accumulate(const float *losses, const int32_t *tg, const int32_t *tgt, int N, const char *s) {
+    float *lh = malloc((size_t)N * 4);
+    double want[2] = {1.5, 3.0}, got[2] = {1.5, 3.0};
+    double *acc = GPU->alloc(sizeof got);
+    EXPECT(lh && acc && GPU->copy_d2h(lh, losses, (size_t)N * 4) == 0 && GPU->copy_h2d(acc, got, sizeof got) == 0,
+           "loss_accumulate setup: %s", ft_error_message());
+    BOTH(CPU->loss_accumulate(want, lh, tgt, N), GPU->loss_accumulate(acc, losses, tg, N));
+    EXPECT(GPU->copy_d2h(got, acc, sizeof got) == 0, "loss_accumulate read: %s", ft_error_message());
+    const int same = memcmp(want, got, sizeof got) == 0;
+    printf("%-14s %-28s %-8s %10s %8s  %s\n", "loss_accumulate", s, "sum,n", same ? "bitwise" : "differ", "0",
+           same ? "pass" : "FAIL");
+    EXPECT(same, "loss_accumulate %s: %.17g, %.0f vs the CPU's %.17g, %.0f", s, got[0], got[1], want[0], want[1]);
+    GPU->free(acc);
+    free(lh);
+}
+
 static void case_embedding_lmhead(int N, int C, int V, int chunk) {
     char s[64];
     if (chunk == 0) chunk = model_lmhead_chunk_rows(N, V);
@@ -455,6 +474,7 @@ static void case_embedding_lmhead(int N, int C, int V, int chunk) {
     report("lmhead_xent", s, "losses", &loss);
     report("lmhead_xent", s, "dx", &dx);
     report("lmhead_xent", s, "dweight", &dw);
+    case_loss_accumulate(loss.gpu, gg, tgt, N, s);
     // into an fp32 dweight with no dw_acc even over several chunks (from zero: the NMSE is
     // relative to dW itself; "+=" is the GEMM's beta 1, checked in case_matmul); the GPU's
     // dlogits are bf16 GEMM operands, so the sum keeps one bf16 rounding (THR_BF16)
