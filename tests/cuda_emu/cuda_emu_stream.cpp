@@ -512,6 +512,14 @@ extern "C" double cuemu_vclock_now(void) {
     return vc_on() ? R->host_vt : -1;
 }
 
+// The host's own work of `seconds` (the offloaded optimizer's AdamW, src/fsdp.c): the host's
+// virtual time moves on by it (clock on only; the real time it took is not counted).
+extern "C" void cuemu_vclock_host_work(double seconds) {
+    runtime();
+    Lock l;
+    if (vc_on() && seconds > 0) R->host_vt += seconds;
+}
+
 extern "C" void cuemu_block_alloc(void *p, size_t nbytes) {
     runtime();
     Lock l;
