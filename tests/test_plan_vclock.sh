@@ -25,7 +25,7 @@ emu=$build/tests/finetune_emu
 if [ ! -x "$emu" ]; then skip_or_fail "$emu not built (make CUDA=1)"; finish; fi
 if ! command -v mpiexec >/dev/null; then skip_or_fail "mpiexec (the multi-rank shapes)"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-FABRIC=1      # GB/s of bus bandwidth within a node, both sides
+FABRIC=${PLAN_VCLOCK_GBPS:-0.5}   # GB/s of bus bandwidth within a node, both sides
 TOL=0.15
 
 base=(--device cuda --seq_len 64 --learning_rate 5e-3 --max_eval_docs 2 --warmup_fraction 0 --collective_timeout 0

@@ -18,11 +18,8 @@ int g_gpus_per_node;
 double g_issue_s;
 double g_busbw[2];   // within a node, across nodes (bytes/s)
 
-// FT_EMU_VCLOCK_<name>_GBPS in GB/s when set and positive, else `dflt`.
-double busbw_env(const char *var, double dflt) {
-    const char *v = getenv(var);
-    return v && *v && atof(v) > 0 ? 1e9 * atof(v) : dflt;
-}
+// A bus bandwidth variable's value `v` in GB/s when set and positive, else `dflt` (bytes/s).
+double busbw_env(const char *v, double dflt) { return v && *v && atof(v) > 0 ? 1e9 * atof(v) : dflt; }
 
 void vclock_init() {
     const char *name = getenv("FT_EMU_VCLOCK");
@@ -38,8 +35,8 @@ void vclock_init() {
     g_gpus_per_node = g && atoi(g) > 0 ? atoi(g) : g_device->gpus_per_node;
     const char *us = getenv("FT_EMU_VCLOCK_ISSUE_US");
     g_issue_s = us && *us && atof(us) >= 0 ? 1e-6 * atof(us) : PLAN_OP_FLOOR_S;
-    g_busbw[0] = busbw_env("FT_EMU_VCLOCK_INTRA_GBPS", plan_price_busbw(g_device, 0));
-    g_busbw[1] = busbw_env("FT_EMU_VCLOCK_INTER_GBPS", plan_price_busbw(g_device, 1));
+    g_busbw[0] = busbw_env(getenv("FT_EMU_VCLOCK_INTRA_GBPS"), plan_price_busbw(g_device, 0));
+    g_busbw[1] = busbw_env(getenv("FT_EMU_VCLOCK_INTER_GBPS"), plan_price_busbw(g_device, 1));
 }
 
 } // namespace
