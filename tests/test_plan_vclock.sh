@@ -6,18 +6,20 @@
 # prediction for the same job (--dry_run with the same flags and --world_size). Both price
 # work with the same functions (src/plan_price.h) over the same fabric: a slow one (FABRIC GB/s
 # of bus bandwidth, --fabric_intra_gbps for the estimate, FT_EMU_VCLOCK_INTRA_GBPS for the
-# clock) so that at this tiny model's size a collective takes about as long as a layer's
-# compute and the order of events decides the step time. What is checked is the timeline's
+# clock) so that at this tiny model's size a layer's gather outlasts its compute and the order
+# of events decides the step time. What is checked is the timeline's
 # logic: its dependencies (prefetch, buffer reuse, the reduce-scatter lane, accumulation,
 # offload, the host's issue and waits), not its constants.
 #   For each shape (1 rank; FSDP 2; FSDP 2 with 2 micro-batches; FSDP 2 --keep_params_gathered;
 #   HSDP 2 x 2; FSDP 2 --offload_optimizer; FSDP 2 --accumulate_grads_locally): the mean
 #   virtual ms of steps 2-3 (the first step's gathers and warm-up excluded) and the prediction
-#   agree within TOL (15%, issue 36); both figures and the ratio are printed.
+#   agree within TOL (15%, issue 36) and within TIGHT (8%, what they reach today: a change to
+#   either schedule, the program's or src/plan_timeline.c's plan_tl_program_schedule, that is
+#   not made in the other shows here); both figures and the ratio are printed.
 # Usage: tests/test_plan_vclock.sh [build] (needs build/tests/finetune_emu and mpiexec);
 # PLAN_VCLOCK_SHAPES="name ..." runs some of them; PLAN_VCLOCK_TABLE=FILE appends a Markdown row
 # per shape (docs/results/2026-11-28-timeline-vs-vclock.md).
-# Runtime: ~3 min wall at load 10 on the 2-core development machine (7 emulated jobs).
+# Runtime: 80 s wall, 30 s of CPU at load 10 on the 2-core development machine (7 emulated jobs).
 set -u
 build=${1:-build}
 . "$(dirname "$0")/lib.sh" test_plan_vclock
@@ -25,8 +27,12 @@ emu=$build/tests/finetune_emu
 if [ ! -x "$emu" ]; then skip_or_fail "$emu not built (make CUDA=1)"; finish; fi
 if ! command -v mpiexec >/dev/null; then skip_or_fail "mpiexec (the multi-rank shapes)"; finish; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-FABRIC=${PLAN_VCLOCK_GBPS:-0.5}   # GB/s of bus bandwidth within a node, both sides
-TOL=0.15
+FABRIC=${PLAN_VCLOCK_GBPS:-0.25}   # GB/s of bus bandwidth within a node, both sides
+TOL=0.15     # issue 36's bound
+TIGHT=0.08   # the regression guard: every shape agreed within 6.2% on 2026-11-28 (the one-rank
+             # shape's host issue of copies and memsets, which the timeline does not charge;
+             # the sharded ones within 1.5%); prefetching 2 layers instead of 1 in the
+             # timeline reads 0.88-0.96 on five shapes, within TOL, two beyond this
 
 base=(--device cuda --seq_len 64 --learning_rate 5e-3 --max_eval_docs 2 --warmup_fraction 0 --collective_timeout 0
       --eval_every 0)
@@ -61,7 +67,10 @@ for shape in "${shapes[@]}"; do
   if [ -z "$pred" ] || [ -z "$meas" ]; then bad "$name: no figures (predicted '$pred', virtual '$meas')"; continue; fi
   ratio=$(awk -v p="$pred" -v m="$meas" 'BEGIN { printf "%.3f", p / m }')
   line="$name ($n rank(s), $flags): predicted $pred ms, virtual $meas ms, ratio $ratio"
-  awk -v r="$ratio" -v t="$TOL" 'BEGIN { d = r - 1; exit !(d <= t && -d <= t) }' && ok "$line" || bad "$line (beyond $TOL)"
+  within() { awk -v r="$ratio" -v t="$1" 'BEGIN { d = r - 1; exit !(d <= t && -d <= t) }'; }
+  if within "$TOL" && within "$TIGHT"; then ok "$line"
+  elif within "$TOL"; then bad "$line (within issue 36's $TOL, beyond the regression guard $TIGHT)"
+  else bad "$line (beyond $TOL)"; fi
   [ -n "${PLAN_VCLOCK_TABLE:-}" ] && echo "| $name | $n | \`$flags\` | $pred | $meas | $ratio |" >>"$PLAN_VCLOCK_TABLE"
 done
 finish
