@@ -124,6 +124,7 @@ SLOW_TESTS += test_watchdog.sh        # header: 67-131 s
 SLOW_TESTS += test_gpu_faults.sh      # about 50 s: 3 emulated 2-GPU jobs with a fault on rank 1, resumed
 SLOW_TESTS += test_lora.sh            # header: 48-91 s wall, 60 s of CPU
 SLOW_TESTS += test_emu_vclock.sh      # header: 90 s wall: 8 short emulated-GPU training runs
+SLOW_TESTS += test_plan_vclock.sh     # 76 s wall, 28 s of CPU at load 10: 7 emulated-GPU jobs and their --dry_run
 SLOW_TESTS += test_cudnn_plan         # 62 s wall at load 9
 SLOW_TESTS += test_soak_script.sh     # header: 40 s
 SLOW_TESTS += test_data_in.sh         # header: 35 s idle, 2-4 min loaded

@@ -379,6 +379,10 @@ static const env_var env_vars[] = {
      "8): an emulated NCCL group spanning nodes is priced at the network's rate"},
     {"FT_EMU_VCLOCK_ISSUE_US", ENV_TOOLS, "the virtual clock's host cost of issuing one operation in us "
      "(default 8, the per-operation floor)"},
+    {"FT_EMU_VCLOCK_INTRA_GBPS", ENV_TOOLS, "the virtual clock's bus bandwidth of a collective within a node, GB/s "
+     "per GPU (default the estimate's, 0.8 of NVLink; as `--fabric_intra_gbps` gives the estimate)"},
+    {"FT_EMU_VCLOCK_INTER_GBPS", ENV_TOOLS, "the virtual clock's bus bandwidth of a collective across nodes, GB/s "
+     "per GPU (default the estimate's, 0.92 of the network; as `--fabric_inter_gbps` gives the estimate)"},
     {"CUEMU_ORDER", ENV_TOOLS, "`forward`, `reverse` or `random`: the order emulated thread blocks run"},
     {"CUEMU_SEED", ENV_TOOLS, "the seed of `CUEMU_ORDER=random`"},
     {"CUEMU_STACK_KB", ENV_TOOLS, "stack of each emulated GPU thread in KiB (default 256, 1024 under "

@@ -676,6 +676,12 @@ static size_t entry_local_range(const fsdp_state *s, const param_entry *e, size_
 // their gradients become final in the backward (fsdp_offload_early).
 enum { TICKET_GRAD = 0, TICKET_PARAM = 2 };
 
+// The emulated device's virtual clock (tests/cuda_emu, FT_EMU_VCLOCK): charges host work that
+// moves `bytes` of host memory to the host's virtual time, at the estimate's host rate; absent
+// from a real build (a weak reference, as train.c's cuemu_vclock_now), where the host's time
+// passes by itself.
+extern void cuemu_vclock_host_bytes(double bytes) __attribute__((weak));
+
 // Unit u (slot b, its gradient slice on its way to grad_host[b]): AdamW on the host, then
 // its working parameters back to the device.
 static int offload_update(fsdp_state *s, int u, int b) {
@@ -691,6 +697,8 @@ static int offload_update(fsdp_state *s, int u, int b) {
         TRY(backend_cpu()->adamw(s->master + k, NULL, s->grad_host[b] + (k - u0), s->exp_avg + k, s->exp_avg_sq + k, m,
                                  e->decay ? &s->off_params : &nodecay));
     }
+    // the host AdamW's bytes for the virtual clock, counted as plan.c's offload_host_bytes
+    if (cuemu_vclock_host_bytes) cuemu_vclock_host_bytes((double)n * (28.0 + (double)s->esz));
     const void *src = s->master + u0;
     if (s->esz != sizeof(float)) {
         TRY(s->be->copy_wait(TICKET_PARAM + b));   // param_host[b]'s previous unit has left

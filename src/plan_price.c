@@ -68,13 +68,26 @@ double plan_price_link_bytes_per_s(const plan_device *d, int cross_node) {
     return cross_node ? d->internode_bytes_per_s : d->nvlink_bytes_per_s;
 }
 
-double plan_price_collective(const plan_device *d, plan_coll_kind kind, double bytes, int n, int cross_node) {
+double plan_price_busbw(const plan_device *d, int cross_node) {
+    return (cross_node ? PLAN_BUSBW_INTER_FRACTION : PLAN_BUSBW_INTRA_FRACTION) * plan_price_link_bytes_per_s(d, cross_node);
+}
+
+double plan_price_collective_latency(plan_coll_kind kind, int n, int cross_node) {
     if (n <= 1) return 0;
-    double sent = (n - 1) * bytes, steps = n - 1;
-    if (kind == PLAN_COLL_ALL_REDUCE) sent = 2.0 * (n - 1) * bytes / n, steps = 2.0 * (n - 1);
+    const double steps = kind == PLAN_COLL_ALL_REDUCE ? 2.0 * (n - 1) : n - 1;
+    return PLAN_COLL_BASE_LATENCY_S + steps * (cross_node ? PLAN_COLL_STEP_NET_S : PLAN_COLL_STEP_NVLINK_S);
+}
+
+double plan_price_collective_at(plan_coll_kind kind, double bytes, int n, int cross_node, double busbw) {
+    if (n <= 1) return 0;
+    double sent = (n - 1) * bytes;
+    if (kind == PLAN_COLL_ALL_REDUCE) sent = 2.0 * (n - 1) * bytes / n;
     if (kind == PLAN_COLL_BROADCAST) sent = bytes;
-    const double step = cross_node ? PLAN_COLL_STEP_NET_S : PLAN_COLL_STEP_NVLINK_S;
-    return sent / plan_price_link_bytes_per_s(d, cross_node) + PLAN_COLL_BASE_LATENCY_S + steps * step;
+    return sent / busbw + plan_price_collective_latency(kind, n, cross_node);
+}
+
+double plan_price_collective(const plan_device *d, plan_coll_kind kind, double bytes, int n, int cross_node) {
+    return plan_price_collective_at(kind, bytes, n, cross_node, plan_price_busbw(d, cross_node));
 }
 
 double plan_price_op(double work_s, double ops) { return fmax(work_s, ops * PLAN_OP_FLOOR_S); }

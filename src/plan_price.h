@@ -77,8 +77,6 @@ const plan_device *plan_device_find(const char *name);
 // (src/backend_cuda.c), so they do not overlap each other: the PCIe time is their sum.
 #define PLAN_HOST_BYTES_PER_S 50e9
 #define PLAN_PCIE_BYTES_PER_S 50e9
-// Collectives at the link's peak per direction (no derating: no measured NCCL figure for
-// these links at hand), so exposed collective time is a lower bound too.
 // Every device operation (kernel, cuBLASLt GEMM, cuDNN graph execution, memset) takes at least
 // PLAN_OP_FLOOR_S: one CPU thread issues the step's operations in order, and a
 // cudaLaunchKernel / cublasLtMatmul call costs the host microseconds, so a model whose kernels
@@ -96,6 +94,18 @@ const plan_device *plan_device_find(const char *name);
 #define PLAN_COLL_BASE_LATENCY_S 8.4e-6
 #define PLAN_COLL_STEP_NVLINK_S 3.4e-6
 #define PLAN_COLL_STEP_NET_S 14e-6
+// The bus bandwidth a collective reaches by default (nccl-tests' busbw: bytes sent per rank per
+// second), as fractions of plan_devices' link peaks (per GPU, per direction); a measured
+// fabric (--fabric_intra_gbps / --fabric_inter_gbps, FT_EMU_VCLOCK_INTRA_GBPS / _INTER_GBPS)
+// replaces them:
+// - within a node (NVLink through NVSwitch): 0.8. NVIDIA's p2pBandwidthLatencyTest reached
+//   380 GB/s of the 450 per direction between two H100 SXM (github.com/NVIDIA/nccl/issues/1264,
+//   0.84); the GPU review estimated 360 GB/s for an all-gather
+//   (../shared/reviews/gpu-review-8a0bfb2.md): 0.8, without NVLink SHARP (all-reduce only).
+// - across nodes (InfiniBand, one NIC per GPU): 0.92. An NVIDIA engineer gives 46-48 GB/s per
+//   NDR 400 Gb/s NIC for nccl-tests' busbw (github.com/NVIDIA/nccl-tests/issues/290): 46 of 50.
+#define PLAN_BUSBW_INTRA_FRACTION 0.8
+#define PLAN_BUSBW_INTER_FRACTION 0.92
 
 typedef enum { PLAN_COLL_ALL_GATHER, PLAN_COLL_REDUCE_SCATTER, PLAN_COLL_ALL_REDUCE, PLAN_COLL_BROADCAST } plan_coll_kind;
 
@@ -118,10 +128,18 @@ double plan_price_pcie(double bytes);
 double plan_price_host_memory(double bytes);
 // The link a group's collectives run over: NVLink, or the per-GPU network across nodes.
 double plan_price_link_bytes_per_s(const plan_device *d, int cross_node);
-// One ring collective of an n-rank group: `bytes` is NCCL's per-rank buffer (all-gather: the
-// send buffer; reduce-scatter: the receive buffer; all-reduce and broadcast: the buffer); the
-// bytes a rank sends ((n - 1) x bytes; all-reduce 2 (n - 1) / n x bytes; broadcast bytes) over
-// the link, plus the latency above. 0 for n <= 1.
+// The default bus bandwidth of a group's collectives (PLAN_BUSBW_*_FRACTION of the link).
+double plan_price_busbw(const plan_device *d, int cross_node);
+// The latency of one ring collective of an n-rank group (PLAN_COLL_*: the base and a step per
+// ring step); 0 for n <= 1.
+double plan_price_collective_latency(plan_coll_kind kind, int n, int cross_node);
+// One ring collective of an n-rank group at bus bandwidth `busbw`: `bytes` is NCCL's per-rank
+// buffer (all-gather: the send buffer; reduce-scatter: the receive buffer; all-reduce and
+// broadcast: the buffer); the bytes a rank sends ((n - 1) x bytes; all-reduce 2 (n - 1) / n x
+// bytes; broadcast bytes) over busbw, plus the latency. 0 for n <= 1. The step-time timeline
+// (src/plan_timeline.c) and the emulator's virtual clock both price collectives here.
+double plan_price_collective_at(plan_coll_kind kind, double bytes, int n, int cross_node, double busbw);
+// plan_price_collective_at with d's default bus bandwidth (plan_price_busbw).
 double plan_price_collective(const plan_device *d, plan_coll_kind kind, double bytes, int n, int cross_node);
 // A device operation's time: its work, but at least PLAN_OP_FLOOR_S per operation.
 double plan_price_op(double work_s, double ops);

@@ -344,28 +344,11 @@ int plan_tl_run(const plan_tl_costs *c, const plan_tl_schedule *s, plan_tl_resul
 // ----------------------------------------------------------------------------
 // the fabric
 
-// Defaults, as fractions of plan_devices' link peaks (per GPU, per direction):
-// - within a node (NVLink through NVSwitch): 0.8 of the peak as bus bandwidth. NVIDIA's
-//   p2pBandwidthLatencyTest reached 380 GB/s of the 450 per direction between two H100 SXM
-//   (github.com/NVIDIA/nccl/issues/1264, 0.84); the GPU review estimated 360 GB/s for an
-//   all-gather (../shared/reviews/gpu-review-8a0bfb2.md): 0.8, without NVLink SHARP (which
-//   only all-reduce uses).
-// - across nodes (InfiniBand, one NIC per GPU): 0.92 of the link. An NVIDIA engineer gives
-//   46-48 GB/s per NDR 400 Gb/s NIC for nccl-tests' busbw (github.com/NVIDIA/nccl-tests/
-//   issues/290): 46 of 50.
-// - latency per collective: 15 us within a node: nccl-tests' smallest all-reduce on 8 NVLink
-//   GPUs took 12.5 us (github.com/deepseek-ai/DeepEP/issues/303), NCCL's smallest all-gather
-//   over 4 Hopper GPUs 13.6 us (github.com/flashinfer-ai/flashinfer/pull/5023). Across nodes
-//   40 us, an assumption: a multi-node H100 report shows 75 us for 4-8 KB all-reduces
-//   (github.com/NVIDIA/nccl/issues/1453, a slow cluster); a ring of many nodes adds hops.
-#define PLAN_TL_INTRA_FRACTION 0.8
-#define PLAN_TL_INTER_FRACTION 0.92
-#define PLAN_TL_INTRA_LATENCY_S 15e-6
-#define PLAN_TL_INTER_LATENCY_S 40e-6
-
+// The defaults: plan_price_busbw (src/plan_price.h, with their sources); the latency of a
+// collective: plan_price_collective_latency (NCCL's ring model), the emulator's virtual
+// clock's prices too, so that the two differ only by the schedule.
 plan_fabric plan_fabric_of(const plan_request *r, const plan_device *d) {
-    plan_fabric f = {PLAN_TL_INTRA_FRACTION * d->nvlink_bytes_per_s, PLAN_TL_INTER_FRACTION * d->internode_bytes_per_s,
-                     PLAN_TL_INTRA_LATENCY_S, PLAN_TL_INTER_LATENCY_S, 0, 0};
+    plan_fabric f = {plan_price_busbw(d, 0), plan_price_busbw(d, 1), 0, 0};
     if (r->fabric_intra_busbw > 0) f.intra_busbw = r->fabric_intra_busbw, f.measured_intra = 1;
     if (r->fabric_inter_busbw > 0) f.inter_busbw = r->fabric_inter_busbw, f.measured_inter = 1;
     return f;
@@ -374,33 +357,36 @@ plan_fabric plan_fabric_of(const plan_request *r, const plan_device *d) {
 // ----------------------------------------------------------------------------
 // a plan's costs
 
-// Seconds of a ring collective sending `bytes` per rank over a group of n ranks, within a node
-// or `across` nodes: latency + bytes / bus bandwidth (the plan's bytes are ring bytes sent).
-static double collective_s(const plan_fabric *f, double bytes, int n, int across) {
+// Seconds of one ring collective of `kind` over a group of n ranks, within a node or `across`
+// nodes, with NCCL's per-rank buffer of `bytes` (plan_price_collective_at: the bytes a rank
+// sends over the fabric's bus bandwidth plus the ring's latency).
+static double collective_s(const plan_fabric *f, plan_coll_kind kind, double bytes, int n, int across) {
     if (bytes <= 0 || n <= 1) return 0;
-    return across ? f->inter_latency_s + bytes / f->inter_busbw : f->intra_latency_s + bytes / f->intra_busbw;
+    return plan_price_collective_at(kind, bytes, n, across, across ? f->inter_busbw : f->intra_busbw);
 }
 
-// The collectives of one unit of each kind (plan.c plan_step_work's bytes, per unit). The
-// shard group spans nodes when it is larger than one; the replica group (one rank of each
-// shard group) when the job is (as plan_estimate_step_time takes them).
+// The collectives of one unit of each kind (the bytes of plan.c plan_step_work, per unit, as
+// each rank's buffer: a gather sends its 1/S slice, a reduce-scatter receives one, the replica
+// all-reduce sums the fp32 slice). The shard group spans nodes when it is larger than one; the
+// replica group (one rank of each shard group) when the job is (as plan_estimate_step_time
+// takes them).
 static void comm_costs(const plan *p, const plan_device *d, const plan_fabric *f, plan_tl_costs *c) {
     const plan_request *r = &p->req;
     const int S = r->shard_size, R = p->replica_size, G = d->gpus_per_node;
     const int shard_across = S > G, replica_across = r->world_size > G;
-    const double e = (double)r->elem_bytes, g = r->reduce_f32 ? 4 : e, ring = (double)(S - 1) / S;
-    const double tl = (double)p->trained_layer_numel, tr = (double)p->trained_root_numel;
-    c->ag_layer = collective_s(f, ring * (double)p->layer_numel * e, S, shard_across);
-    c->ag_root = collective_s(f, ring * (double)p->root_numel * e, S, shard_across);
-    c->rs_layer = collective_s(f, ring * tl * g, S, shard_across);
-    c->rs_root = collective_s(f, ring * tr * g, S, shard_across);
-    c->rs_layer_f32 = collective_s(f, ring * tl * 4, S, shard_across);
-    c->rs_root_f32 = collective_s(f, ring * tr * 4, S, shard_across);
-    const double ar = 2.0 * (R - 1) / R * 4 / S;   // ring bytes of the fp32 slice per element of the unit
+    const double e = (double)r->elem_bytes, g = r->reduce_f32 ? 4 : e;
+    const double tl = (double)p->trained_layer_numel / S, tr = (double)p->trained_root_numel / S;
+    const plan_coll_kind AG = PLAN_COLL_ALL_GATHER, RS = PLAN_COLL_REDUCE_SCATTER, AR = PLAN_COLL_ALL_REDUCE;
+    c->ag_layer = collective_s(f, AG, (double)p->layer_numel / S * e, S, shard_across);
+    c->ag_root = collective_s(f, AG, (double)p->root_numel / S * e, S, shard_across);
+    c->rs_layer = collective_s(f, RS, tl * g, S, shard_across);
+    c->rs_root = collective_s(f, RS, tr * g, S, shard_across);
+    c->rs_layer_f32 = collective_s(f, RS, tl * 4, S, shard_across);
+    c->rs_root_f32 = collective_s(f, RS, tr * 4, S, shard_across);
     c->replica_shares_link = S > 1 && R > 1 && shard_across == replica_across;
-    c->ar_layer = collective_s(f, ar * tl, R, replica_across);
-    c->ar_root = collective_s(f, ar * tr, R, replica_across);
-    c->ar_all = collective_s(f, ar * (tl * c->layers + tr), R, replica_across);
+    c->ar_layer = collective_s(f, AR, tl * 4, R, replica_across);
+    c->ar_root = collective_s(f, AR, tr * 4, R, replica_across);
+    c->ar_all = collective_s(f, AR, (tl * c->layers + tr) * 4, R, replica_across);
 }
 
 // The compute of the plan's ops (plan_op_seconds: the calibrated per-op pricing), unit by
@@ -427,9 +413,9 @@ static void offload_costs(const plan *p, plan_tl_costs *c) {
     double *down[2] = {&c->off_down_layer, &c->off_down_root}, *up[2] = {&c->off_up_layer, &c->off_up_root};
     double *host[2] = {&c->off_host_layer, &c->off_host_root};
     for (int k = 0; k < 2; k++) {
-        *down[k] = parts[k] * p->offload_d2h_bytes / PLAN_PCIE_BYTES_PER_S;
-        *up[k] = parts[k] * p->offload_h2d_bytes / PLAN_PCIE_BYTES_PER_S;
-        *host[k] = parts[k] * p->offload_host_bytes / PLAN_HOST_BYTES_PER_S;
+        *down[k] = plan_price_pcie(parts[k] * p->offload_d2h_bytes);
+        *up[k] = plan_price_pcie(parts[k] * p->offload_h2d_bytes);
+        *host[k] = plan_price_host_memory(parts[k] * p->offload_host_bytes);
     }
 }
 
@@ -505,9 +491,10 @@ void plan_tl_print(FILE *out, const plan *p) {
     fprintf(out, "  per-phase: the estimate above (kept for comparison until the timeline is validated); exp: the\n"
             "  compute stream's idle ms per step in the forward (lm_head included), backward and optimizer.\n"
             "  Fabric (%s): bus bandwidth %.0f GB/s within a node (%s), %.0f GB/s across nodes\n"
-            "  (%s), latency %.0f / %.0f us per collective; other devices scale their links alike\n"
-            "  (src/plan_timeline.c). Every row's tokens at the full --seq_len (runs trim padded rows).\n",
+            "  (%s), latency NCCL's ring model (%.1f us + %.1f us per ring step within a node, %.0f us across);\n"
+            "  other devices scale their links alike (src/plan_price.h). Every row's tokens at the full --seq_len\n"
+            "  (runs trim padded rows).\n",
             PLAN_FIT_DEVICE->name, f.intra_busbw / 1e9, f.measured_intra ? "--fabric_intra_gbps" : "0.8 of NVLink",
             f.inter_busbw / 1e9, f.measured_inter ? "--fabric_inter_gbps" : "0.92 of InfiniBand",
-            1e6 * f.intra_latency_s, 1e6 * f.inter_latency_s);
+            1e6 * PLAN_COLL_BASE_LATENCY_S, 1e6 * PLAN_COLL_STEP_NVLINK_S, 1e6 * PLAN_COLL_STEP_NET_S);
 }

@@ -126,15 +126,15 @@ int plan_tl_run(const plan_tl_costs *c, const plan_tl_schedule *s, plan_tl_resul
 // the fabric and a plan's costs
 
 // Bus bandwidth (bytes/s sent per rank, nccl-tests' busbw: the convention of src/preflight.c
-// and of the plan's ring bytes) and per-collective latency within a node and across nodes.
+// and of the plan's ring bytes) within a node and across nodes; a collective's latency is
+// plan_price_collective_latency's (src/plan_price.h).
 typedef struct {
     double intra_busbw, inter_busbw;
-    double intra_latency_s, inter_latency_s;
     int measured_intra, measured_inter;  // 1: the bandwidth came from the request (--fabric_*_gbps)
 } plan_fabric;
 
 // The fabric of device d for request r: r's --fabric_intra_gbps / --fabric_inter_gbps where
-// given, else the defaults of src/plan_timeline.c (fractions of d's links, with sources).
+// given, else plan_price_busbw's defaults (fractions of d's links, sources in plan_price.h).
 plan_fabric plan_fabric_of(const plan_request *r, const plan_device *d);
 
 // The costs of plan p on device d over fabric f (p from plan_compute; not --eval_only).

@@ -267,7 +267,7 @@ static void test_measured_one_gpu(void) {
 
 // The timeline's gathers and reduce-scatters carry the plan's bytes (plan.c counts them by its
 // own formula): each lane's busy time is those bytes over the bus bandwidth plus a latency per
-// collective. Sharded jobs of 8 GPUs (one node) and 64 (HSDP 8 x 8, and flat FSDP over nodes).
+// collective (plan_price_collective_latency, the emulator's virtual clock's too). Sharded jobs of 8 GPUs (one node) and 64 (HSDP 8 x 8, and flat FSDP over nodes).
 static void test_plan_bytes(void) {
     static const struct { int W, S, B, total, keep, local; } cases[] = {
         {8, 8, 4, 64, 0, 0}, {8, 8, 1, 64, 0, 0}, {8, 8, 2, 64, 1, 0}, {8, 8, 2, 64, 0, 1}, {64, 8, 1, 128, 0, 0},
@@ -284,7 +284,8 @@ static void test_plan_bytes(void) {
         const plan_device *d = PLAN_FIT_DEVICE;
         const plan_fabric f = plan_fabric_of(&req, d);
         const double bw = cases[i].S > d->gpus_per_node ? f.inter_busbw : f.intra_busbw;
-        const double lat = cases[i].S > d->gpus_per_node ? f.inter_latency_s : f.intra_latency_s;
+        // (a gather's and a reduce-scatter's latency alike: S - 1 ring steps, plan_price.h)
+        const double lat = plan_price_collective_latency(PLAN_COLL_ALL_GATHER, cases[i].S, cases[i].S > d->gpus_per_node);
         plan_tl_result r;
         EXPECT(plan_tl_step_seconds(&p, d, &f, NULL, &r) > 0, "case %zu: %s", i, ft_error_message());
         const double ag = r.busy_s[PLAN_TL_GATHER] - (double)p.all_gather_bytes / bw;
@@ -297,8 +298,9 @@ static void test_plan_bytes(void) {
         EXPECT(r.step_s > r.busy_s[PLAN_TL_COMPUTE], "case %zu: step %.4f", i, r.step_s);
         if (p.replica_size > 1) {   // HSDP: one all-reduce across nodes per unit (L layers + the root)
             const double ar = r.busy_s[PLAN_TL_REPLICA] - (double)p.all_reduce_bytes / f.inter_busbw;
-            EXPECT(NEAR(ar, 33 * f.inter_latency_s, 1e-6), "case %zu: all-reduce busy %.6f s, the plan's bytes say "
-                   "%.6f + 33 latencies", i, r.busy_s[PLAN_TL_REPLICA], (double)p.all_reduce_bytes / f.inter_busbw);
+            const double ar_lat = plan_price_collective_latency(PLAN_COLL_ALL_REDUCE, p.replica_size, 1);
+            EXPECT(NEAR(ar, 33 * ar_lat, 1e-6), "case %zu: all-reduce busy %.6f s, the plan's bytes say %.6f + "
+                   "33 latencies", i, r.busy_s[PLAN_TL_REPLICA], (double)p.all_reduce_bytes / f.inter_busbw);
         }
     }
 }

@@ -419,11 +419,50 @@ static void vclock_nodes(ncclComm *c) {
 
 static int mpi_finish(ncclComm_t c, int rc, MPI_Request *req);
 
+// (virtual clock) the links: this rank's collectives over each kind of link (within a node,
+// across nodes) take it one at a time, in the order the host issued them (a ring all-gather and
+// a ring reduce-scatter each load every link of the ring: run together each would get about
+// half), as the step-time timeline has them (src/plan_timeline.c). The host takes a ticket
+// when it issues a collective; its stream worker waits for its turn (every collective issued
+// before it on that link priced: they depend only on work issued before them, so the wait
+// ends), starts no earlier than the link is free, and hands the link on.
+static struct {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    long issued[2] = {0, 0}, priced[2] = {0, 0};
+    double free_at[2] = {0, 0};
+} g_link;
+
+static long link_ticket(int cross) {
+    if (!cuemu::vclock_on()) return -1;
+    pthread_mutex_lock(&g_link.mu);
+    const long t = g_link.issued[cross]++;
+    pthread_mutex_unlock(&g_link.mu);
+    return t;
+}
+// Wait for ticket t's turn; returns when the link is free.
+static double link_turn(int cross, long t) {
+    pthread_mutex_lock(&g_link.mu);
+    while (g_link.priced[cross] < t) pthread_cond_wait(&g_link.cv, &g_link.mu);
+    const double f = g_link.free_at[cross];
+    pthread_mutex_unlock(&g_link.mu);
+    return f;
+}
+// The collective of the current turn ends at `end` (0: it did not run).
+static void link_done(int cross, double end) {
+    pthread_mutex_lock(&g_link.mu);
+    if (end > g_link.free_at[cross]) g_link.free_at[cross] = end;
+    g_link.priced[cross]++;
+    pthread_cond_broadcast(&g_link.cv);
+    pthread_mutex_unlock(&g_link.mu);
+}
+
 // (virtual clock, on a stream worker inside a collective) the ranks agree on the collective's
-// start: the latest of theirs, as a ring cannot move before its last member joins
-static int vclock_agree(ncclComm_t c) {
+// start: the latest of theirs (each no earlier than its link is free, `link_free`), as a ring
+// cannot move before its last member joins
+static int vclock_agree(ncclComm_t c, double link_free) {
     if (!cuemu::vclock_on()) return MPI_SUCCESS;
-    double mine = cuemu::vclock_op_start(), latest = mine;
+    double mine = std::max(cuemu::vclock_op_start(), link_free), latest = mine;
     MPI_Request r;
     int rc = mpi_finish(c, MPI_Iallreduce(&mine, &latest, 1, MPI_DOUBLE, MPI_MAX, c->comm, &r), &r);
     cuemu::vclock_set_op_start(latest);
@@ -498,15 +537,22 @@ static ncclResult_t nccl_issue(ncclComm_t c, cudaStream_t stream, const char *wh
     snprintf(name, sizeof name, "%s (%zu x %s)", what, n, nccl_type_name(t));
     c->pending++;
     const double cost = cuemu::vclock_price_collective(kind, (double)bytes, c->size, c->cross_node);
-    cudaError_t e = cuemu::enqueue(stream, name, acc, [c, run]() {
+    const int cross = c->cross_node ? 1 : 0;
+    const long ticket = link_ticket(cross);
+    cudaError_t e = cuemu::enqueue(stream, name, acc, [c, run, cross, ticket, cost]() {
+        const double link_free = ticket >= 0 ? link_turn(cross, ticket) : 0;
+        double end = 0;
         if (!c->aborted && c->error == ncclSuccess) {
             pthread_mutex_lock(&c->mu);
-            if (vclock_agree(c) != MPI_SUCCESS || run() != MPI_SUCCESS) c->error = ncclSystemError;
+            if (vclock_agree(c, link_free) != MPI_SUCCESS || run() != MPI_SUCCESS) c->error = ncclSystemError;
+            else end = cuemu::vclock_op_start() + cost;
             pthread_mutex_unlock(&c->mu);
         }
+        if (ticket >= 0) link_done(cross, end);
         c->pending--;
     }, cost);
     if (e != cudaSuccess) {
+        if (ticket >= 0) link_done(cross, 0);   // (its turn passes: nothing will run it)
         c->pending--;
         return ncclInvalidArgument;
     }

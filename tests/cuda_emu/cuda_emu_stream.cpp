@@ -522,6 +522,15 @@ extern "C" double cuemu_vclock_now(void) {
     return vc_on() ? R->host_vt : -1;
 }
 
+// The host's own work over `bytes` of host memory (the offloaded optimizer's AdamW,
+// src/fsdp.c): the host's virtual time moves on by its price, plan_price_host_memory (clock
+// on only; the real time it took is not counted).
+extern "C" void cuemu_vclock_host_bytes(double bytes) {
+    runtime();
+    Lock l;
+    if (vc_on() && bytes > 0) R->host_vt += plan_price_host_memory(bytes);
+}
+
 extern "C" void cuemu_block_alloc(void *p, size_t nbytes) {
     runtime();
     Lock l;

@@ -16,6 +16,10 @@ namespace {
 const plan_device *g_device;
 int g_gpus_per_node;
 double g_issue_s;
+double g_busbw[2];   // within a node, across nodes (bytes/s)
+
+// A bus bandwidth variable's value `v` in GB/s when set and positive, else `dflt` (bytes/s).
+double busbw_env(const char *v, double dflt) { return v && *v && atof(v) > 0 ? 1e9 * atof(v) : dflt; }
 
 void vclock_init() {
     const char *name = getenv("FT_EMU_VCLOCK");
@@ -31,6 +35,8 @@ void vclock_init() {
     g_gpus_per_node = g && atoi(g) > 0 ? atoi(g) : g_device->gpus_per_node;
     const char *us = getenv("FT_EMU_VCLOCK_ISSUE_US");
     g_issue_s = us && *us && atof(us) >= 0 ? 1e-6 * atof(us) : PLAN_OP_FLOOR_S;
+    g_busbw[0] = busbw_env(getenv("FT_EMU_VCLOCK_INTRA_GBPS"), plan_price_busbw(g_device, 0));
+    g_busbw[1] = busbw_env(getenv("FT_EMU_VCLOCK_INTER_GBPS"), plan_price_busbw(g_device, 1));
 }
 
 } // namespace
@@ -47,7 +53,8 @@ void vclock_announce() {
     const plan_device *d = vclock_device();
     if (!d) return;
     printf("cuda_emu: virtual clock on (FT_EMU_VCLOCK): %s prices from src/plan_price.c, %.1f us per issued "
-           "operation on the host, %d GPUs per node\n", d->name, 1e6 * vclock_issue_s(), g_gpus_per_node);
+           "operation on the host, %d GPUs per node, collectives at %.3g / %.3g GB/s bus bandwidth within / across "
+           "nodes\n", d->name, 1e6 * vclock_issue_s(), g_gpus_per_node, g_busbw[0] / 1e9, g_busbw[1] / 1e9);
     if (!async_on()) printf("cuda_emu: the virtual clock needs the asynchronous streams: off under FT_EMU_SYNC=1\n");
 }
 
@@ -80,7 +87,7 @@ double vclock_price_copy(double bytes, bool pcie) {
 
 double vclock_price_collective(int kind, double bytes, int n, bool cross_node) {
     const plan_device *d = vclock_device();
-    return d ? plan_price_collective(d, (plan_coll_kind)kind, bytes, n, cross_node) : 0;
+    return d ? plan_price_collective_at((plan_coll_kind)kind, bytes, n, cross_node, g_busbw[cross_node ? 1 : 0]) : 0;
 }
 
 } // namespace cuemu
