@@ -88,8 +88,10 @@ $(BUILD)/tests/finetune_emu: $(BUILD)/obj/main.o $(EMU_HOST_OBJS) $(BUILD)/libfi
 	$(CXX) $^ -o $@ -rdynamic $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
 # tests/gpu/test_backend_gpu.c (every backend op, CUDA vs CPU) on the emulated device
+# (the emulator's clock prices through plan_price.o, which nothing before it in the link pulls
+# from the archive here: linked by name, as test_emu does)
 $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(EMU_HOST_OBJS) $(BUILD)/libfinetune.a \
-                                 $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ)
+                                 $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ) $(EMU_PRICE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -c $< -o $@.o
 	$(CXX) $@.o $(filter-out $<,$^) -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
