@@ -154,8 +154,10 @@ $(BUILD)/libfinetune.a: $(LIB_OBJS)
 # changes, so that a new commit rebuilds main.o alone
 FT_VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 # (written while the Makefile is read, not by a FORCE'd rule, so that `make -n` and `make -q`
-# see an unchanged header as up to date; not for `make clean` alone)
-ifneq ($(MAKECMDGOALS),clean)
+# see an unchanged header as up to date; not for `make clean` alone, nor under `make -n`, which
+# must leave the tree as it is: MAKE_WRITES is empty then)
+MAKE_WRITES := $(if $(filter clean,$(MAKECMDGOALS))$(findstring n,$(firstword -$(MAKEFLAGS))),,yes)
+ifeq ($(MAKE_WRITES),yes)
 # (\043 is '#', which a make function's text cannot hold portably across make versions)
 VERSION_LINE := printf '\043define FT_VERSION "%s"\n' '$(FT_VERSION)'
 _ := $(shell mkdir -p $(BUILD) && { $(VERSION_LINE) | cmp -s - $(BUILD)/version.h || $(VERSION_LINE) > $(BUILD)/version.h; })
@@ -205,7 +207,7 @@ BUILD_CONFIG_LINES := \
   $(call shq,DEPS_PREFIX: $(or $(DEPS_PREFIX),none)) \
   $(call shq,sanitizers: $(if $(SAN),ASan+UBSan,none))
 BUILD_CONFIG_H := $(BUILD)/build_config.h
-ifneq ($(MAKECMDGOALS),clean)
+ifeq ($(MAKE_WRITES),yes)
 _ := $(shell mkdir -p $(BUILD) && bash scripts/build_config.sh $(BUILD_CONFIG_H) $(BUILD_CONFIG_LINES))
 endif
 $(BUILD_CONFIG_H):   # (only when missing: `make clean all`)

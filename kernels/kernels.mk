@@ -180,7 +180,7 @@ NVCC_STAMP := $(BUILD)/nvcc/flags.stamp
 # (rewritten while the Makefile is read, only when the flags changed, so that `make -n` / `-q`
 # see unchanged flags as up to date; the rule makes it only when missing: `make clean all`)
 NVCC_STAMP_LINE := echo '$(NVCC) $(NVCC_FLAGS)'
-ifneq ($(MAKECMDGOALS),clean)
+ifeq ($(MAKE_WRITES),yes)
 _ := $(shell mkdir -p $(dir $(NVCC_STAMP)) && { $(NVCC_STAMP_LINE) | cmp -s - $(NVCC_STAMP) || $(NVCC_STAMP_LINE) > $(NVCC_STAMP); })
 endif
 $(NVCC_STAMP):
