@@ -179,7 +179,7 @@ fi
 # jobs ran past 60 s (measured 2026-11-26).
 if [ -x "$emu" ]; then
   for call in nccl_init nccl_split; do
-    stopped_case "stop_before_$call" "^finetune: error: rank 0: setup: (ncclCommInitRank \\(world of 2 ranks\\)|ncclCommSplit of the reduce-scatter lane \\(shard group\\)) made no progress for 8(\\.[0-9])? s \\(--collective_timeout 8\\); aborting$" FT_TEST_STOP_BEFORE=$call
+    stopped_case "stop_before_$call" "^finetune: error: rank 0: setup: (ncclCommInitRank(Config)? \\(world of 2 ranks\\)|ncclCommSplit of the reduce-scatter lane \\(shard group\\)) made no progress for 8(\\.[0-9])? s \\(--collective_timeout 8\\); aborting$" FT_TEST_STOP_BEFORE=$call
   done
 fi
 finish
