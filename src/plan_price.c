@@ -72,22 +72,35 @@ double plan_price_busbw(const plan_device *d, int cross_node) {
     return (cross_node ? PLAN_BUSBW_INTER_FRACTION : PLAN_BUSBW_INTRA_FRACTION) * plan_price_link_bytes_per_s(d, cross_node);
 }
 
-double plan_price_collective_latency(plan_coll_kind kind, int n, int cross_node) {
-    if (n <= 1) return 0;
-    const double steps = kind == PLAN_COLL_ALL_REDUCE ? 2.0 * (n - 1) : n - 1;
-    return PLAN_COLL_BASE_LATENCY_S + steps * (cross_node ? PLAN_COLL_STEP_NET_S : PLAN_COLL_STEP_NVLINK_S);
+int plan_group_nodes(int first, int stride, int n, int gpus_per_node) {
+    if (n <= 1 || gpus_per_node <= 0) return 1;
+    int nodes = 1;   // members' nodes never decrease along the group (stride >= 0): count changes
+    for (int k = 1, prev = first / gpus_per_node; k < n; k++) {
+        const int node = (first + k * stride) / gpus_per_node;
+        if (node != prev) nodes++, prev = node;
+    }
+    return nodes;
 }
 
-double plan_price_collective_at(plan_coll_kind kind, double bytes, int n, int cross_node, double busbw) {
+double plan_price_collective_latency(plan_coll_kind kind, int n, int nodes) {
+    if (n <= 1) return 0;
+    if (nodes < 1) nodes = 1;
+    if (nodes > n) nodes = n;
+    const double per = kind == PLAN_COLL_ALL_REDUCE ? 2.0 : 1.0;   // ring passes
+    const double steps = per * (n - 1), net = per * (nodes - 1);
+    return PLAN_COLL_BASE_LATENCY_S + (steps - net) * PLAN_COLL_STEP_NVLINK_S + net * PLAN_COLL_STEP_NET_S;
+}
+
+double plan_price_collective_at(plan_coll_kind kind, double bytes, int n, int nodes, double busbw) {
     if (n <= 1) return 0;
     double sent = (n - 1) * bytes;
     if (kind == PLAN_COLL_ALL_REDUCE) sent = 2.0 * (n - 1) * bytes / n;
     if (kind == PLAN_COLL_BROADCAST) sent = bytes;
-    return sent / busbw + plan_price_collective_latency(kind, n, cross_node);
+    return sent / busbw + plan_price_collective_latency(kind, n, nodes);
 }
 
-double plan_price_collective(const plan_device *d, plan_coll_kind kind, double bytes, int n, int cross_node) {
-    return plan_price_collective_at(kind, bytes, n, cross_node, plan_price_busbw(d, cross_node));
+double plan_price_collective(const plan_device *d, plan_coll_kind kind, double bytes, int n, int nodes) {
+    return plan_price_collective_at(kind, bytes, n, nodes, plan_price_busbw(d, nodes > 1));
 }
 
 double plan_price_op(double work_s, double ops) { return fmax(work_s, ops * PLAN_OP_FLOOR_S); }

@@ -87,10 +87,14 @@ const plan_device *plan_device_find(const char *name);
 // This only matters for small models; for 7B each op is milliseconds.
 #define PLAN_OP_FLOOR_S 8e-6
 // Collective latency (an assumption: no NCCL run measured here): NCCL's own tuning model
-// (src/graph/tuning.cc, ring algorithm, Simple protocol) charges a base latency of 8.4 us per
-// collective plus 3.4 us per ring step over NVLink; across nodes its network step is taken
-// as 14 us. A ring all-gather, reduce-scatter or broadcast of n ranks takes n - 1 steps, an
-// all-reduce 2 (n - 1).
+// (src/graph/tuning.cc, ncclTopoTuneModel: ring algorithm, Simple protocol) charges a base
+// latency of 8.4 us per collective plus a latency per ring step: 3.4 us over NVLink
+// (hwLat[NVLINK][RING][SIMPLE]), 14 us over the network (hwLat[NET][RING][SIMPLE]). A ring of n
+// ranks over N nodes takes n - 1 steps for an all-gather or reduce-scatter, of which N - 1 cross
+// a node boundary (nInterSteps), 2 (n - 1) for an all-reduce, of which 2 (N - 1); the other
+// steps are NVLink steps. (A broadcast is taken as n - 1 steps, N - 1 across, like a gather.)
+// Not modelled: NCCL's x1.9 "plateau" on multi-node all-reduce latency above a size, and the
+// tree algorithm it may pick for small all-reduces.
 #define PLAN_COLL_BASE_LATENCY_S 8.4e-6
 #define PLAN_COLL_STEP_NVLINK_S 3.4e-6
 #define PLAN_COLL_STEP_NET_S 14e-6
@@ -130,17 +134,25 @@ double plan_price_host_memory(double bytes);
 double plan_price_link_bytes_per_s(const plan_device *d, int cross_node);
 // The default bus bandwidth of a group's collectives (PLAN_BUSBW_*_FRACTION of the link).
 double plan_price_busbw(const plan_device *d, int cross_node);
-// The latency of one ring collective of an n-rank group (PLAN_COLL_*: the base and a step per
-// ring step); 0 for n <= 1.
-double plan_price_collective_latency(plan_coll_kind kind, int n, int cross_node);
-// One ring collective of an n-rank group at bus bandwidth `busbw`: `bytes` is NCCL's per-rank
-// buffer (all-gather: the send buffer; reduce-scatter: the receive buffer; all-reduce and
-// broadcast: the buffer); the bytes a rank sends ((n - 1) x bytes; all-reduce 2 (n - 1) / n x
-// bytes; broadcast bytes) over busbw, plus the latency. 0 for n <= 1. The step-time timeline
-// (src/plan_timeline.c) and the emulator's virtual clock both price collectives here.
-double plan_price_collective_at(plan_coll_kind kind, double bytes, int n, int cross_node, double busbw);
-// plan_price_collective_at with d's default bus bandwidth (plan_price_busbw).
-double plan_price_collective(const plan_device *d, plan_coll_kind kind, double bytes, int n, int cross_node);
+// The nodes a group of n ranks spans when its members are world ranks first, first + stride,
+// ..., first + (n - 1) stride and each node holds gpus_per_node consecutive ranks (node =
+// rank / gpus_per_node): a shard group is consecutive ranks (stride 1), a replica group one rank
+// of each shard group (stride the shard size). 1 for n <= 1 or gpus_per_node <= 0.
+int plan_group_nodes(int first, int stride, int n, int gpus_per_node);
+// The latency of one ring collective of an n-rank group spanning `nodes` nodes (PLAN_COLL_*:
+// the base, and per ring step NVLink's or, on the steps that cross nodes, the network's); 0 for
+// n <= 1.
+double plan_price_collective_latency(plan_coll_kind kind, int n, int nodes);
+// One ring collective of an n-rank group over `nodes` nodes at bus bandwidth `busbw`: `bytes`
+// is NCCL's per-rank buffer (all-gather: the send buffer; reduce-scatter: the receive buffer;
+// all-reduce and broadcast: the buffer); the bytes a rank sends ((n - 1) x bytes; all-reduce
+// 2 (n - 1) / n x bytes; broadcast bytes) over busbw, plus the latency. 0 for n <= 1. The
+// step-time timeline (src/plan_timeline.c) and the emulator's virtual clock both price
+// collectives here.
+double plan_price_collective_at(plan_coll_kind kind, double bytes, int n, int nodes, double busbw);
+// plan_price_collective_at with d's default bus bandwidth (plan_price_busbw: across nodes when
+// nodes > 1).
+double plan_price_collective(const plan_device *d, plan_coll_kind kind, double bytes, int n, int nodes);
 // A device operation's time: its work, but at least PLAN_OP_FLOOR_S per operation.
 double plan_price_op(double work_s, double ops);
 

@@ -357,36 +357,38 @@ plan_fabric plan_fabric_of(const plan_request *r, const plan_device *d) {
 // ----------------------------------------------------------------------------
 // a plan's costs
 
-// Seconds of one ring collective of `kind` over a group of n ranks, within a node or `across`
-// nodes, with NCCL's per-rank buffer of `bytes` (plan_price_collective_at: the bytes a rank
-// sends over the fabric's bus bandwidth plus the ring's latency).
-static double collective_s(const plan_fabric *f, plan_coll_kind kind, double bytes, int n, int across) {
+// Seconds of one ring collective of `kind` over a group of n ranks spanning `nodes` nodes
+// (across nodes when more than one), with NCCL's per-rank buffer of `bytes`
+// (plan_price_collective_at: the bytes a rank sends over the fabric's bus bandwidth plus the
+// ring's latency, network steps only where the ring crosses nodes).
+static double collective_s(const plan_fabric *f, plan_coll_kind kind, double bytes, int n, int nodes) {
     if (bytes <= 0 || n <= 1) return 0;
-    return plan_price_collective_at(kind, bytes, n, across, across ? f->inter_busbw : f->intra_busbw);
+    return plan_price_collective_at(kind, bytes, n, nodes, nodes > 1 ? f->inter_busbw : f->intra_busbw);
 }
 
 // The collectives of one unit of each kind (the bytes of plan.c plan_step_work, per unit, as
 // each rank's buffer: a gather sends its 1/S slice, a reduce-scatter receives one, the replica
-// all-reduce sums the fp32 slice). The shard group spans nodes when it is larger than one; the
-// replica group (one rank of each shard group) when the job is (as plan_estimate_step_time
-// takes them).
+// all-reduce sums the fp32 slice). The groups as src/launch.c splits the world: a shard group is
+// S consecutive ranks, a replica group every S-th rank; each spans the nodes of its members
+// (plan_group_nodes, d's GPUs per node: the bandwidth across nodes when more than one, and the
+// ring's network steps).
 static void comm_costs(const plan *p, const plan_device *d, const plan_fabric *f, plan_tl_costs *c) {
     const plan_request *r = &p->req;
     const int S = r->shard_size, R = p->replica_size, G = d->gpus_per_node;
-    const int shard_across = S > G, replica_across = r->world_size > G;
+    const int shard_nodes = plan_group_nodes(0, 1, S, G), replica_nodes = plan_group_nodes(0, S, R, G);
     const double e = (double)r->elem_bytes, g = r->reduce_f32 ? 4 : e;
     const double tl = (double)p->trained_layer_numel / S, tr = (double)p->trained_root_numel / S;
     const plan_coll_kind AG = PLAN_COLL_ALL_GATHER, RS = PLAN_COLL_REDUCE_SCATTER, AR = PLAN_COLL_ALL_REDUCE;
-    c->ag_layer = collective_s(f, AG, (double)p->layer_numel / S * e, S, shard_across);
-    c->ag_root = collective_s(f, AG, (double)p->root_numel / S * e, S, shard_across);
-    c->rs_layer = collective_s(f, RS, tl * g, S, shard_across);
-    c->rs_root = collective_s(f, RS, tr * g, S, shard_across);
-    c->rs_layer_f32 = collective_s(f, RS, tl * 4, S, shard_across);
-    c->rs_root_f32 = collective_s(f, RS, tr * 4, S, shard_across);
-    c->replica_shares_link = S > 1 && R > 1 && shard_across == replica_across;
-    c->ar_layer = collective_s(f, AR, tl * 4, R, replica_across);
-    c->ar_root = collective_s(f, AR, tr * 4, R, replica_across);
-    c->ar_all = collective_s(f, AR, (tl * c->layers + tr) * 4, R, replica_across);
+    c->ag_layer = collective_s(f, AG, (double)p->layer_numel / S * e, S, shard_nodes);
+    c->ag_root = collective_s(f, AG, (double)p->root_numel / S * e, S, shard_nodes);
+    c->rs_layer = collective_s(f, RS, tl * g, S, shard_nodes);
+    c->rs_root = collective_s(f, RS, tr * g, S, shard_nodes);
+    c->rs_layer_f32 = collective_s(f, RS, tl * 4, S, shard_nodes);
+    c->rs_root_f32 = collective_s(f, RS, tr * 4, S, shard_nodes);
+    c->replica_shares_link = S > 1 && R > 1 && (shard_nodes > 1) == (replica_nodes > 1);
+    c->ar_layer = collective_s(f, AR, tl * 4, R, replica_nodes);
+    c->ar_root = collective_s(f, AR, tr * 4, R, replica_nodes);
+    c->ar_all = collective_s(f, AR, (tl * c->layers + tr) * 4, R, replica_nodes);
 }
 
 // The compute of the plan's ops (plan_op_seconds: the calibrated per-op pricing), unit by
@@ -468,6 +470,25 @@ static void print_device(FILE *out, const plan *p, const plan_device *d) {
             plan_tl_lane_name(r.binding));
 }
 
+// The report's closing lines: what the columns mean, the fabric and latency, the row length.
+static void print_notes(FILE *out, const plan *p, const plan_fabric *f) {
+    const plan_request *q = &p->req;
+    fprintf(out, "  per-phase: the estimate above (kept for comparison until the timeline is validated); exp: the\n"
+            "  compute stream's idle ms per step in the forward (lm_head included), backward and optimizer.\n"
+            "  Fabric (%s): bus bandwidth %.0f GB/s within a node (%s), %.0f GB/s across nodes\n"
+            "  (%s), latency NCCL's ring model (%.1f us + %.1f us per NVLink ring step, %.0f us per step\n"
+            "  that crosses nodes); other devices scale their links alike (src/plan_price.h).\n",
+            PLAN_FIT_DEVICE->name, f->intra_busbw / 1e9, f->measured_intra ? "--fabric_intra_gbps" : "0.8 of NVLink",
+            f->inter_busbw / 1e9, f->measured_inter ? "--fabric_inter_gbps" : "0.92 of InfiniBand",
+            1e6 * PLAN_COLL_BASE_LATENCY_S, 1e6 * PLAN_COLL_STEP_NVLINK_S, 1e6 * PLAN_COLL_STEP_NET_S);
+    if (q->row_tokens > 0 && q->row_tokens != q->seq_len)
+        fprintf(out, "  Every row's tokens at --dry_run_row_tokens %d (memory planned for --seq_len %d).\n", q->row_tokens,
+                q->seq_len);
+    else
+        fprintf(out, "  Every row's tokens at the full --seq_len (runs trim padded rows: --dry_run_row_tokens prices\n"
+                "  shorter ones).\n");
+}
+
 void plan_tl_print(FILE *out, const plan *p) {
     if (p->req.eval_only) return;
     const plan_tl_schedule s = plan_tl_program_schedule();
@@ -480,21 +501,12 @@ void plan_tl_print(FILE *out, const plan *p) {
             "MFU", "(phase)", "exp fwd", "exp bwd", "exp opt", "binding (busiest lane)");
     for (int j = 0; j < plan_n_devices; j++) print_device(out, p, &plan_devices[j]);
     const plan_fabric f = plan_fabric_of(&p->req, PLAN_FIT_DEVICE);
-    plan_tl_schedule next = s;   // what issue 36's item 1 changes
-    next.host_wait_per_micro = 0, next.rs_flush_per_micro = 0, next.ar_per_unit = 1;
+    plan_tl_schedule next = s;   // what issue 36's item 1 still changes (the per-unit all-reduce is in)
+    next.host_wait_per_micro = 0, next.rs_flush_per_micro = 0;
     plan_tl_result r;
     if (plan_tl_step_seconds(p, PLAN_FIT_DEVICE, &f, &next, &r) > 0)
-        fprintf(out, "  %s with host waits per step, reduce-scatters in flight across micro-batches and the replica\n"
-                "  all-reduce per unit (not the program yet): %.2f ms, MFU %.1f%%, binding %s\n", PLAN_FIT_DEVICE->name,
-                1e3 * r.step_s, 100 * p->model_flops / (r.step_s * PLAN_FIT_DEVICE->peak_flops),
-                plan_tl_lane_name(r.binding));
-    fprintf(out, "  per-phase: the estimate above (kept for comparison until the timeline is validated); exp: the\n"
-            "  compute stream's idle ms per step in the forward (lm_head included), backward and optimizer.\n"
-            "  Fabric (%s): bus bandwidth %.0f GB/s within a node (%s), %.0f GB/s across nodes\n"
-            "  (%s), latency NCCL's ring model (%.1f us + %.1f us per ring step within a node, %.0f us across);\n"
-            "  other devices scale their links alike (src/plan_price.h). Every row's tokens at the full --seq_len\n"
-            "  (runs trim padded rows).\n",
-            PLAN_FIT_DEVICE->name, f.intra_busbw / 1e9, f.measured_intra ? "--fabric_intra_gbps" : "0.8 of NVLink",
-            f.inter_busbw / 1e9, f.measured_inter ? "--fabric_inter_gbps" : "0.92 of InfiniBand",
-            1e6 * PLAN_COLL_BASE_LATENCY_S, 1e6 * PLAN_COLL_STEP_NVLINK_S, 1e6 * PLAN_COLL_STEP_NET_S);
+        fprintf(out, "  %s with host waits per step and reduce-scatters in flight across micro-batches (not the\n"
+                "  program yet): %.2f ms, MFU %.1f%%, binding %s\n", PLAN_FIT_DEVICE->name, 1e3 * r.step_s,
+                100 * p->model_flops / (r.step_s * PLAN_FIT_DEVICE->peak_flops), plan_tl_lane_name(r.binding));
+    print_notes(out, p, &f);
 }

@@ -265,13 +265,50 @@ static void test_measured_one_gpu(void) {
     }
 }
 
+// NCCL's ring latency (plan_price.h, src/graph/tuning.cc): a base per collective, a network
+// step for each ring step that crosses a node boundary (all-gather / reduce-scatter: nodes - 1;
+// all-reduce: 2 (nodes - 1)), an NVLink step for every other ring step. Each case states its
+// step counts; a rule charging the network step on every step of a group spanning nodes (a
+// flat 64-GPU group over 8 nodes: 63 network steps) fails the multi-node cases.
+static void test_ring_latency(void) {
+    static const struct { plan_coll_kind kind; int n, nodes, nvlink_steps, net_steps; } cases[] = {
+        {PLAN_COLL_ALL_GATHER, 1, 1, 0, 0},       {PLAN_COLL_ALL_GATHER, 8, 1, 7, 0},
+        {PLAN_COLL_ALL_GATHER, 64, 8, 56, 7},     {PLAN_COLL_REDUCE_SCATTER, 64, 8, 56, 7},
+        {PLAN_COLL_REDUCE_SCATTER, 16, 2, 14, 1}, {PLAN_COLL_ALL_REDUCE, 8, 1, 14, 0},
+        {PLAN_COLL_ALL_REDUCE, 8, 8, 0, 14},      {PLAN_COLL_ALL_REDUCE, 64, 8, 112, 14},
+        {PLAN_COLL_ALL_REDUCE, 2, 2, 0, 2},       {PLAN_COLL_BROADCAST, 4, 2, 2, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const double want = cases[i].n <= 1 ? 0
+                                            : PLAN_COLL_BASE_LATENCY_S + cases[i].nvlink_steps * PLAN_COLL_STEP_NVLINK_S +
+                                                  cases[i].net_steps * PLAN_COLL_STEP_NET_S;
+        const double got = plan_price_collective_latency(cases[i].kind, cases[i].n, cases[i].nodes);
+        EXPECT(NEAR(got, want, 1e-12), "latency case %zu (kind %d, %d ranks over %d nodes): %.2f us, want %.2f us "
+               "(%d NVLink + %d network steps)", i, (int)cases[i].kind, cases[i].n, cases[i].nodes, 1e6 * got,
+               1e6 * want, cases[i].nvlink_steps, cases[i].net_steps);
+    }
+    // the nodes a group spans, as src/launch.c splits the world: shard groups consecutive
+    // ranks, replica groups every S-th rank
+    static const struct { int first, stride, n, per_node, nodes; } groups[] = {
+        {0, 1, 8, 8, 1}, {0, 1, 64, 8, 8}, {0, 8, 8, 8, 8}, {0, 4, 16, 8, 8}, {4, 1, 8, 8, 2},
+        {0, 1, 4, 8, 1}, {0, 2, 2, 2, 2}, {1, 2, 2, 2, 2}, {0, 1, 2, 2, 1}, {0, 1, 1, 8, 1},
+    };
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+        const int got = plan_group_nodes(groups[i].first, groups[i].stride, groups[i].n, groups[i].per_node);
+        EXPECT(got == groups[i].nodes, "group case %zu (ranks %d + k x %d, %d of them, %d per node): %d nodes, want %d",
+               i, groups[i].first, groups[i].stride, groups[i].n, groups[i].per_node, got, groups[i].nodes);
+    }
+}
+
 // The timeline's gathers and reduce-scatters carry the plan's bytes (plan.c counts them by its
 // own formula): each lane's busy time is those bytes over the bus bandwidth plus a latency per
-// collective (plan_price_collective_latency, the emulator's virtual clock's too). Sharded jobs of 8 GPUs (one node) and 64 (HSDP 8 x 8, and flat FSDP over nodes).
+// collective (plan_price_collective_latency over the nodes the group spans, the emulator's
+// virtual clock's too). Sharded jobs of 8 GPUs (one node) and 64 (HSDP 8 x 8, and flat FSDP
+// over 8 nodes: its ring has 7 network steps of 63).
 static void test_plan_bytes(void) {
-    static const struct { int W, S, B, total, keep, local; } cases[] = {
-        {8, 8, 4, 64, 0, 0}, {8, 8, 1, 64, 0, 0}, {8, 8, 2, 64, 1, 0}, {8, 8, 2, 64, 0, 1}, {64, 8, 1, 128, 0, 0},
-        {64, 64, 1, 64, 0, 0},
+    static const struct { int W, S, B, total, keep, local, shard_nodes; } cases[] = {
+        {8, 8, 4, 64, 0, 0, 1}, {8, 8, 1, 64, 0, 0, 1}, {8, 8, 2, 64, 1, 0, 1}, {8, 8, 2, 64, 0, 1, 1},
+        {64, 8, 1, 128, 0, 0, 1}, {64, 64, 1, 64, 0, 0, 8},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         plan p;
@@ -283,9 +320,10 @@ static void test_plan_bytes(void) {
         }
         const plan_device *d = PLAN_FIT_DEVICE;
         const plan_fabric f = plan_fabric_of(&req, d);
-        const double bw = cases[i].S > d->gpus_per_node ? f.inter_busbw : f.intra_busbw;
+        const int nodes = cases[i].shard_nodes;
+        const double bw = nodes > 1 ? f.inter_busbw : f.intra_busbw;
         // (a gather's and a reduce-scatter's latency alike: S - 1 ring steps, plan_price.h)
-        const double lat = plan_price_collective_latency(PLAN_COLL_ALL_GATHER, cases[i].S, cases[i].S > d->gpus_per_node);
+        const double lat = plan_price_collective_latency(PLAN_COLL_ALL_GATHER, cases[i].S, nodes);
         plan_tl_result r;
         EXPECT(plan_tl_step_seconds(&p, d, &f, NULL, &r) > 0, "case %zu: %s", i, ft_error_message());
         const double ag = r.busy_s[PLAN_TL_GATHER] - (double)p.all_gather_bytes / bw;
@@ -296,9 +334,9 @@ static void test_plan_bytes(void) {
         EXPECT(n_rs > 0.5 && fabs(n_rs - round(n_rs)) < 1e-3,
                "case %zu: reduce-scatters %.3f latencies beyond the plan's bytes", i, n_rs);
         EXPECT(r.step_s > r.busy_s[PLAN_TL_COMPUTE], "case %zu: step %.4f", i, r.step_s);
-        if (p.replica_size > 1) {   // HSDP: one all-reduce across nodes per unit (L layers + the root)
+        if (p.replica_size > 1) {   // HSDP 8 x 8: one all-reduce per unit (L layers + the root), one rank per node
             const double ar = r.busy_s[PLAN_TL_REPLICA] - (double)p.all_reduce_bytes / f.inter_busbw;
-            const double ar_lat = plan_price_collective_latency(PLAN_COLL_ALL_REDUCE, p.replica_size, 1);
+            const double ar_lat = plan_price_collective_latency(PLAN_COLL_ALL_REDUCE, p.replica_size, p.replica_size);
             EXPECT(NEAR(ar, 33 * ar_lat, 1e-6), "case %zu: all-reduce busy %.6f s, the plan's bytes say %.6f + "
                    "33 latencies", i, r.busy_s[PLAN_TL_REPLICA], (double)p.all_reduce_bytes / f.inter_busbw);
         }
@@ -345,6 +383,7 @@ int main(void) {
     test_host_wait();
     test_replica_all_reduce();
     test_measured_one_gpu();
+    test_ring_latency();
     test_plan_bytes();
     test_row_tokens();
     TEST_SUMMARY("test_plan_timeline");

@@ -105,8 +105,8 @@ double vclock_price_gemm(double m, double n, double k);
 double vclock_price_attention(double flops);       // the cuDNN graph's rate, with the floor
 double vclock_price_copy(double bytes, bool pcie); // a copy: over PCIe, or device to device
 // a collective of an n-rank group (kind: 0 all-gather, 1 reduce-scatter, 2 all-reduce,
-// 3 broadcast; bytes: NCCL's per-rank buffer), across nodes or not
-double vclock_price_collective(int kind, double bytes, int n, bool cross_node);
+// 3 broadcast; bytes: NCCL's per-rank buffer) spanning `nodes` nodes (across them when > 1)
+double vclock_price_collective(int kind, double bytes, int n, int nodes);
 int vclock_gpus_per_node();                        // FT_EMU_VCLOCK_GPUS_PER_NODE, else the device's
 
 // ---------------------------------------------------------------- cuda_emu.cpp

@@ -45,6 +45,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <string>
@@ -400,21 +401,21 @@ struct ncclComm {
     std::atomic<int> pending{0};                      // collectives issued, not finished
     std::atomic<bool> aborted{false};
     std::atomic<int> error{ncclSuccess};              // a collective failed (GetAsyncError)
-    bool cross_node = false;                          // (virtual clock) its ranks span nodes
+    int nodes = 1;                                    // (virtual clock) the nodes its ranks span
     emu_ctas ctas = emu_ctas_default();               // its config's CTA bounds (nccl_config_emu.h)
 };
 
-// (virtual clock) whether c's ranks span nodes: world rank / FT_EMU_VCLOCK_GPUS_PER_NODE (the
-// device's GPUs per node) differs between two of them. Collective over c (called by every rank).
+// (virtual clock) the nodes c's ranks span: the distinct world rank / FT_EMU_VCLOCK_GPUS_PER_NODE
+// (the device's GPUs per node) among them. Collective over c (called by every rank).
 static void vclock_nodes(ncclComm *c) {
     if (!cuemu::vclock_device()) return;
     int wr = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &wr);
     const int node = wr / cuemu::vclock_gpus_per_node();
-    int lo = node, hi = node;
-    MPI_Allreduce(&node, &lo, 1, MPI_INT, MPI_MIN, c->comm);
-    MPI_Allreduce(&node, &hi, 1, MPI_INT, MPI_MAX, c->comm);
-    c->cross_node = lo != hi;
+    std::vector<int> all((size_t)c->size);
+    MPI_Allgather(&node, 1, MPI_INT, all.data(), 1, MPI_INT, c->comm);
+    std::sort(all.begin(), all.end());
+    c->nodes = (int)(std::unique(all.begin(), all.end()) - all.begin());
 }
 
 static int mpi_finish(ncclComm_t c, int rc, MPI_Request *req);
@@ -536,8 +537,8 @@ static ncclResult_t nccl_issue(ncclComm_t c, cudaStream_t stream, const char *wh
     char name[128];
     snprintf(name, sizeof name, "%s (%zu x %s)", what, n, nccl_type_name(t));
     c->pending++;
-    const double cost = cuemu::vclock_price_collective(kind, (double)bytes, c->size, c->cross_node);
-    const int cross = c->cross_node ? 1 : 0;
+    const double cost = cuemu::vclock_price_collective(kind, (double)bytes, c->size, c->nodes);
+    const int cross = c->nodes > 1 ? 1 : 0;
     const long ticket = link_ticket(cross);
     cudaError_t e = cuemu::enqueue(stream, name, acc, [c, run, cross, ticket, cost]() {
         const double link_free = ticket >= 0 ? link_turn(cross, ticket) : 0;

@@ -85,9 +85,9 @@ double vclock_price_copy(double bytes, bool pcie) {
     return pcie ? plan_price_pcie(bytes) : plan_price_memory(d, 2 * bytes);   // (read and written)
 }
 
-double vclock_price_collective(int kind, double bytes, int n, bool cross_node) {
+double vclock_price_collective(int kind, double bytes, int n, int nodes) {
     const plan_device *d = vclock_device();
-    return d ? plan_price_collective_at((plan_coll_kind)kind, bytes, n, cross_node, g_busbw[cross_node ? 1 : 0]) : 0;
+    return d ? plan_price_collective_at((plan_coll_kind)kind, bytes, n, nodes, g_busbw[nodes > 1 ? 1 : 0]) : 0;
 }
 
 } // namespace cuemu

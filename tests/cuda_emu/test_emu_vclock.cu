@@ -139,7 +139,8 @@ static void test_collective(int rank, int size) {
     const double dt = settle() - t0;
     const char *g = getenv("FT_EMU_VCLOCK_GPUS_PER_NODE");
     const int per_node = g && atoi(g) > 0 ? atoi(g) : dev->gpus_per_node;
-    const double C = plan_price_collective(dev, PLAN_COLL_ALL_GATHER, (double)bytes, size, size > per_node);
+    const double C = plan_price_collective(dev, PLAN_COLL_ALL_GATHER, (double)bytes, size,
+                                           plan_group_nodes(0, 1, size, per_node));
     EXPECT(near(dt, I + K + C), "6. rank %d: the all-gather ends at %.9f s, want the late start I + K + C = %.9f "
            "(%s)", rank, dt, I + K + C, size > per_node ? "across nodes" : "within a node");
     ncclCommDestroy(comm);
