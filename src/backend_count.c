@@ -174,7 +174,15 @@ static int count_accumulate(float *d, const void *s, st_dtype sdt, size_t n, flo
     return not_model("accumulate");
 }
 static int count_cast(void *d, const float *s, size_t n) { (void)d, (void)s, (void)n; return not_model("cast_from_f32"); }
-// the loss into the accumulator: one kernel reading losses and targets (8 N bytes), 16 bytes
+// the loss into the accumulator: one kernel reading losses and targets (8 N bytes), 16 bytes.
+// Priced as memory-bound, which it is not: kernels/loss_accumulate.cu sums the rows on one
+// thread, one dependent double add each, so its time is about N x (a double add's latency,
+// ~10 cycles: an assumption, not measured) / the clock, ~20 us for the tutorial's 8 x 512
+// rows on an H100, where its bytes price at the per-op floor (8 us). Kept: once per
+// micro-batch that is under 0.01% of a 7B step; on the bundled model (16 x 512 rows, ~40 us
+// of a measured 1.5 ms step) the floor was calibrated on that very step (plan_price.h), which
+// holds this kernel. No count kind prices serial work; one would if a job's rows grew to
+// where it shows.
 static int count_loss_accumulate(double *acc, const float *l, const int32_t *t, int N) {
     (void)acc, (void)l, (void)t;
     return mem_op(0, 8.0 * N + 16, 1);

@@ -90,7 +90,10 @@ int main(int argc, char **argv) {
     int failure_agreed = 0, rc = launch_open(&L, &o, &argc, &argv);
     if (rc == 0) {
         launch_print(&L);
-        if (L.rank == 0 && L.auto_done) plan_auto_print(stdout, &L.auto_choice);
+        if (L.rank == 0 && L.auto_done) {
+            plan_auto_print(stdout, &L.auto_choice);
+            plan_auto_print_estimate_flags(stdout, &o);
+        }
         if (L.rank == 0) {
             printf("finetune: config:");
             options_print(stdout, &o);

@@ -11,6 +11,7 @@
 #include "common.h"
 #include "lora.h"
 #include "model.h"
+#include "plan_price.h"
 #include "sample.h"
 #include "watchdog.h"
 
@@ -159,6 +160,12 @@ static const flag_spec flags[] = {
     {"--dry_run_row_tokens", FLAG_INT, OPT(dry_run_row_tokens), 0, 1 << 20, NULL,
      "with --dry_run: the tokens per row the step-time estimates compute (unpacked rows: the mean of each "
      "micro-batch's longest row, which a run trims to; 0 = --seq_len); memory stays planned for --seq_len"},
+    {"--dry_run_gpus_per_node", FLAG_INT, OPT(dry_run_gpus_per_node), 0, 4096, NULL,
+     "with --dry_run: the GPUs per node the step-time estimates place the ranks on (consecutive ranks share a node, "
+     "as the launcher places them; a collective group spanning nodes runs over the network: 0 = the device's 8)"},
+    {"--dry_run_device", FLAG_STR, OPT(dry_run_device), 0, 0, NULL,
+     "with --dry_run --auto: the device it plans for (the fit test and the step time): any part of one name in the "
+     "estimate's device table (a100, h100, h200; the report's fit line stays the H100 80GB)"},
     {"--fabric_intra_gbps", FLAG_FLOAT, OPT(fabric_intra_gbps), 0, 1e6, NULL,
      "with --dry_run: the bus bandwidth of a collective within a node, GB/s per GPU (nccl-tests' busbw, as --preflight "
      "prints it), for the step-time timeline (0 = 0.8 of the device's NVLink)"},
@@ -185,7 +192,7 @@ static train_options options_default(void) {
         .sample_temperature = SAMPLE_TEMPERATURE,
         .sample_top_k = 0, .sample_top_p = 1, .device = "cpu", .pack_attention = "row",
         .attention = "cudnn", .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S, .lora_alpha = 16,
-        .nccl_max_ctas = COMM_NCCL_MAX_CTAS,
+        .nccl_max_ctas = COMM_NCCL_MAX_CTAS, .dry_run_device = "h100",
         .lora_targets = "q,k,v,o",
     };
     return o;
@@ -330,6 +337,21 @@ static int set_flag(train_options *o, const flag_spec *f, const char *val) {
     return 0;
 }
 
+// --dry_run_device: one device of the estimate's table, and only where --auto plans in a dry
+// run (a run plans for the GPU it runs on). 0 / -1 naming the flag and the valid names.
+static int options_check_dry_run_device(const train_options *o) {
+    if (!plan_device_find(o->dry_run_device)) {
+        char names[256] = "";
+        for (int i = 0; i < plan_n_devices; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", plan_devices[i].name);
+        return ft_error("flag --dry_run_device: '%s' is part of no device name or of more than one; the devices: %s "
+                        "(e.g. h100)", o->dry_run_device, names);
+    }
+    if (options_given(o, "--dry_run_device") && !(o->dry_run && o->auto_plan))
+        return ft_error("flag --dry_run_device is for --dry_run --auto (the device a dry run's --auto plans for)");
+    return 0;
+}
+
 // The checks across flags once all are parsed. 0 / -1 naming the flags.
 static int options_check_combinations(train_options *o) {
     if (strcmp(o->resume, "none") == 0) o->resume = "";
@@ -343,6 +365,7 @@ static int options_check_combinations(train_options *o) {
                         "--batch_size_per_device yourself)");
     if (o->world_size > 0 && !o->dry_run)
         return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");
+    TRY(options_check_dry_run_device(o));
     TRY(model_lmhead_chunk_env_check());
     const train_options d = options_default();   // sampling flags without sampling: it sampled nothing, silently
     const char *sampling = o->sample_games != d.sample_games ? "--sample_games"

@@ -228,6 +228,10 @@ int plan_validate_grid(int W, int S) {
 
 int plan_row_tokens(const plan_request *r) { return r->row_tokens > 0 ? r->row_tokens : r->seq_len; }
 
+int plan_gpus_per_node(const plan_request *r, const plan_device *d) {
+    return r->gpus_per_node > 0 ? r->gpus_per_node : d->gpus_per_node;
+}
+
 int plan_validate(const llama_config *c, const plan_request *r) {
     TRY(plan_validate_grid(r->world_size, r->shard_size));
     if (r->batch_size_per_device < 1 || r->seq_len < 1 || r->total_batch_size < 1)

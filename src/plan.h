@@ -75,10 +75,14 @@ typedef struct {
     double fabric_intra_busbw;      // bytes/s: the step-time timeline's collectives within a node
     double fabric_inter_busbw;      // and across nodes (--fabric_intra_gbps, --fabric_inter_gbps;
                                     // 0 = plan_fabric_of's defaults, src/plan_timeline.c)
+    int gpus_per_node;              // the step-time estimates' GPUs per node (--dry_run_gpus_per_node;
+                                    // 0 = the device's): which groups span nodes
 } plan_request;
 
 // The tokens per row the step-time estimates take: r->row_tokens, or seq_len when that is 0.
 int plan_row_tokens(const plan_request *r);
+// The GPUs per node the step-time estimates place r's ranks on: r->gpus_per_node, or d's when 0.
+int plan_gpus_per_node(const plan_request *r, const plan_device *d);
 
 // The model buffers (model.h: MODEL_TRAIN, MODEL_TRAIN_CKPT, MODEL_FORWARD_ONLY) a job of `r`
 // allocates: the planner and the trainer both take them from here.

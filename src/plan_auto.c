@@ -11,8 +11,10 @@
 // ----------------------------------------------------------------------------
 // the device and the estimate
 
-int plan_auto_device(size_t elem_bytes, plan_device *d, int *memory_tested) {
-    *d = *PLAN_FIT_DEVICE;
+int plan_auto_device(size_t elem_bytes, const char *name, plan_device *d, int *memory_tested) {
+    const plan_device *named = name ? plan_device_find(name) : PLAN_FIT_DEVICE;
+    if (!named) return ft_error("flag --dry_run_device: '%s' names no one device of the estimate's table", name);
+    *d = *named;
     *memory_tested = elem_bytes == 2;
     const char *mib = ft_getenv("FT_TEST_DEVICE_MIB");
     if (!mib) return 0;
@@ -249,6 +251,22 @@ void plan_auto_print(FILE *out, const plan_auto_result *res) {
     fprintf(out, "  %-10s%s\n", "held:", held[0] ? held : " nothing (no flag --auto chooses was given)");
 }
 
+void plan_auto_print_estimate_flags(FILE *out, const train_options *o) {
+    char buf[256] = "";
+    size_t n = 0;
+    if (options_given(o, "--fabric_intra_gbps"))
+        n += (size_t)snprintf(buf + n, sizeof buf - n, " --fabric_intra_gbps %g", o->fabric_intra_gbps);
+    if (options_given(o, "--fabric_inter_gbps") && n < sizeof buf)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, " --fabric_inter_gbps %g", o->fabric_inter_gbps);
+    if (options_given(o, "--dry_run_row_tokens") && n < sizeof buf)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, " --dry_run_row_tokens %d", o->dry_run_row_tokens);
+    if (options_given(o, "--dry_run_gpus_per_node") && n < sizeof buf)
+        snprintf(buf + n, sizeof buf - n, " --dry_run_gpus_per_node %d", o->dry_run_gpus_per_node);
+    if (buf[0])
+        fprintf(out, "finetune: --auto ranked the plans by the step-time estimate with%s (the estimate's assumptions "
+                "about this job, not measured by it)\n", buf);
+}
+
 // ----------------------------------------------------------------------------
 // the command line
 
@@ -264,7 +282,7 @@ int plan_auto_apply(train_options *o, int W, size_t elem_bytes, plan_auto_result
     };
     plan_device d;
     int memory_tested;
-    TRY(plan_auto_device(elem_bytes, &d, &memory_tested));
+    TRY(plan_auto_device(elem_bytes, o->dry_run ? o->dry_run_device : NULL, &d, &memory_tested));
     const plan_request base = train_plan_request(o, W, elem_bytes);
     TRY(plan_auto_choose(&cfg, &base, &fixed, &d, memory_tested, res));
     const plan_request *r = &res->best.req;

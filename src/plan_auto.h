@@ -9,9 +9,11 @@
 // another estimator can replace it). Ties go to the plan with fewer bytes. The choice depends only
 // on the request, so every rank of a job makes the same one.
 //
-// The device: the one --dry_run's fit line uses (PLAN_FIT_DEVICE, an H100 80GB), whose
-// memory FT_TEST_DEVICE_MIB replaces (test-only), for --dry_run and real GPU runs alike: on a
-// larger GPU the choice leaves memory unused, on a smaller one the startup check refuses it.
+// The device: the one --dry_run's fit line uses (PLAN_FIT_DEVICE, an H100 80GB), or in a dry
+// run the one --dry_run_device names (A100, H100, H200: plan_devices), whose memory
+// FT_TEST_DEVICE_MIB replaces (test-only). A real GPU run plans for the H100 80GB whatever GPU
+// it runs on: on a larger GPU the choice leaves memory unused, on a smaller one the startup
+// check refuses it.
 // On the CPU backend (fp32 storage, elem_bytes 4) the buffers are host memory, which --auto
 // does not test (no plan is refused for memory), the candidates are ranked by the same
 // estimate on that GPU's rates (the only time model there is), and --offload_optimizer is
@@ -52,10 +54,11 @@ typedef struct {
     int has_runner_up, has_blocked, given_valid;
 } plan_auto_result;
 
-// The device --auto plans for, into *d: PLAN_FIT_DEVICE with FT_TEST_DEVICE_MIB's memory when
-// that is set (a positive number of MiB). *memory_tested = 1 for GPU storage (elem_bytes 2).
-// 0, or -1 with ft_error naming FT_TEST_DEVICE_MIB when it is not a positive number.
-int plan_auto_device(size_t elem_bytes, plan_device *d, int *memory_tested);
+// The device --auto plans for, into *d: the one of plan_devices `name` picks (plan_device_find;
+// NULL: PLAN_FIT_DEVICE), with FT_TEST_DEVICE_MIB's memory when that is set (a positive number
+// of MiB). *memory_tested = 1 for GPU storage (elem_bytes 2). 0, or -1 with ft_error naming
+// --dry_run_device (no such device) or FT_TEST_DEVICE_MIB (not a positive number).
+int plan_auto_device(size_t elem_bytes, const char *name, plan_device *d, int *memory_tested);
 
 // THE estimate --auto ranks by: tokens/s per GPU, MFU and step time of plan p on d, into *c
 // (the timeline, plan_tl_step_seconds of src/plan_timeline.c, with the per-phase sum of
@@ -76,6 +79,11 @@ void plan_auto_describe(const plan_request *r, char *buf, size_t n);
 // Print the choice: the device, the counts, the chosen plan, the runner-up, the fastest plan
 // that does not fit (the binding reason), the job without --auto, the flags held fixed.
 void plan_auto_print(FILE *out, const plan_auto_result *res);
+
+// A real run's --auto (not --dry_run): one line naming the estimate-only flags of o it ranked
+// the plans with (--fabric_intra_gbps, --fabric_inter_gbps, --dry_run_row_tokens,
+// --dry_run_gpus_per_node) and their values, or nothing when none was given.
+void plan_auto_print_estimate_flags(FILE *out, const train_options *o);
 
 // --auto for job `o` at world size W with elem_bytes per storage element: reads the model's
 // config.json, chooses (plan_auto_choose, the flags given on the command line fixed) and

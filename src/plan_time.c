@@ -230,7 +230,7 @@ void plan_estimate_step_time(const plan *p, const plan_device *d, plan_step_time
         phase[p->ops[i].phase] += s;
     }
     // collectives: ring bytes sent per rank over the link of the group (NVLink within a node)
-    const int G = d->gpus_per_node;
+    const int G = plan_gpus_per_node(&p->req, d);
     const double shard_bw = plan_price_link_bytes_per_s(d, p->req.shard_size > G);
     const double world_bw = plan_price_link_bytes_per_s(d, p->req.world_size > G);
     const double root = (double)(p->root_all_gather_bytes + p->root_reduce_scatter_bytes) / shard_bw;

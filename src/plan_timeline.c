@@ -370,11 +370,11 @@ static double collective_s(const plan_fabric *f, plan_coll_kind kind, double byt
 // each rank's buffer: a gather sends its 1/S slice, a reduce-scatter receives one, the replica
 // all-reduce sums the fp32 slice). The groups as src/launch.c splits the world: a shard group is
 // S consecutive ranks, a replica group every S-th rank; each spans the nodes of its members
-// (plan_group_nodes, d's GPUs per node: the bandwidth across nodes when more than one, and the
+// (plan_group_nodes, plan_gpus_per_node: --dry_run_gpus_per_node or d's; the bandwidth across nodes when more than one, and the
 // ring's network steps).
 static void comm_costs(const plan *p, const plan_device *d, const plan_fabric *f, plan_tl_costs *c) {
     const plan_request *r = &p->req;
-    const int S = r->shard_size, R = p->replica_size, G = d->gpus_per_node;
+    const int S = r->shard_size, R = p->replica_size, G = plan_gpus_per_node(r, d);
     const int shard_nodes = plan_group_nodes(0, 1, S, G), replica_nodes = plan_group_nodes(0, S, R, G);
     const double e = (double)r->elem_bytes, g = r->reduce_f32 ? 4 : e;
     const double tl = (double)p->trained_layer_numel / S, tr = (double)p->trained_root_numel / S;

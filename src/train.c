@@ -817,7 +817,8 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .attention_segments = elem_bytes == 2 && pack_per_game(o) && !o->eval_only,
         .deterministic = o->deterministic,
         .nccl_comm_bytes = (size_t)(o->nccl_gib_per_comm * 1073741824.0),
-        .row_tokens = o->dry_run_row_tokens, .fabric_intra_busbw = o->fabric_intra_gbps * 1e9, .fabric_inter_busbw = o->fabric_inter_gbps * 1e9,
+        .row_tokens = o->dry_run_row_tokens, .gpus_per_node = o->dry_run_gpus_per_node,
+        .fabric_intra_busbw = o->fabric_intra_gbps * 1e9, .fabric_inter_busbw = o->fabric_inter_gbps * 1e9,
         .sample_seq = o->sample_tokens > 0 ? SAMPLE_PROMPT_TOKENS + o->sample_tokens : 0,
     };
 }

@@ -48,6 +48,8 @@ typedef struct {
     double fabric_intra_gbps;     // --dry_run's timeline: bus bandwidth within a node, GB/s (0 = default)
     double fabric_inter_gbps;     // and across nodes
     int dry_run_row_tokens;       // --dry_run's step-time estimates: tokens per row (0 = seq_len)
+    int dry_run_gpus_per_node;    // the step-time estimates' GPUs per node (0 = the device's)
+    const char *dry_run_device;   // --dry_run --auto: the device it plans for (plan_device_find)
     int nccl_max_ctas;            // most CTAs of one NCCL collective (ncclConfig_t maxCTAs; 0 = NCCL's choice)
     int profile;                  // print ms per op per step, by phase (src/profile.h)
     // sharding

@@ -84,6 +84,16 @@ out=$("$bin" --dry_run --auto --device cuda --model_dir $m7 --world_size 8 --gra
   && ok "--gradient_checkpointing=false: held off ($(chosen_flags <<<"$out"))" \
   || bad "--gradient_checkpointing=false: $(grep -E '^  (held|chosen)' <<<"$out")"
 
+# --dry_run_device: the device --auto plans for; a larger one never gives a slower choice, and
+# the report names it with its memory
+out=$("$bin" --dry_run --auto --device cuda --model_dir $m7 --world_size 8 2>&1)
+out200=$("$bin" --dry_run --auto --device cuda --model_dir $m7 --world_size 8 --dry_run_device h200 2>&1)
+t100=$(chosen_tps <<<"$out"); t200=$(chosen_tps <<<"$out200")
+grep -q "predicted on the H100-SXM5-80GB (79.65 GiB" <<<"$out" && grep -q "predicted on the H200-SXM-141GB (131.32 GiB" <<<"$out200" \
+  && awk -v a="$t200" -v b="$t100" 'BEGIN { exit !(a >= b && b > 0) }' \
+  && ok "--dry_run_device h200: planned on the H200 ($t200 >= $t100 tokens/s on the H100)" \
+  || bad "--dry_run_device h200: $t200 vs $t100: $(grep -m1 'predicted on' <<<"$out200")"
+
 # ---------------------------------------------------------------- c. the choice fits
 emu=$build/tests/finetune_emu
 if [ -x "$emu" ]; then
@@ -131,6 +141,14 @@ cpu_case() {
     || bad "CPU, $name: rc $rc, chosen '$flags', peak '$peak', plan '$planned': $(grep -m1 error "$d.log")"
 }
 cpu_case "1 rank" 1 --seq_len 64 --total_batch_size 8
+# a real run's --auto names the estimate-only flags it ranked by, once; without them, nothing
+grep -q "^finetune: --auto ranked" "$tmp/cpu1.log" && bad "1 rank: an estimate-flag line without such flags" \
+  || ok "1 rank, no estimate-only flags: no line about them"
+"$bin" --auto --max_steps 1 --max_eval_docs 2 --seq_len 64 --total_batch_size 8 --fabric_inter_gbps 40 \
+  --dry_run_row_tokens 32 --out_dir "$tmp/cpu_est" > "$tmp/cpu_est.log" 2>&1; rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^finetune: --auto ranked the plans by the step-time estimate with --fabric_inter_gbps 40 --dry_run_row_tokens 32 ' "$tmp/cpu_est.log")" = 1 ] \
+  && ok "a real run's --auto names --fabric_inter_gbps 40 --dry_run_row_tokens 32 once" \
+  || bad "estimate-only flags in a real run: rc $rc, $(grep -m1 'auto ranked\|error' "$tmp/cpu_est.log")"
 if have_mpi; then cpu_case "2 ranks" 2 --seq_len 64 --total_batch_size 8
 else skip_or_fail "--auto over 2 CPU ranks (no mpiexec, or $bin built without MPI)"; fi
 

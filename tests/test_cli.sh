@@ -47,6 +47,14 @@ expect_error "--beta2: 1 is out of range [0, 0.999999999]" --eval_only --beta2 1
 expect_error "--seq_len: 'abc' is not an integer" --eval_only --seq_len abc
 expect_error "--seq_len needs a value" --eval_only --seq_len
 expect_error "--eval_only: 'maybe' is not true/false" --eval_only=maybe
+# the estimate's device and placement flags (--dry_run_device names one device of the table,
+# and only a dry run's --auto plans for it)
+expect_error "flag --dry_run_device: 'b200' is part of no device name or of more than one; the devices: A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB" \
+  --dry_run --auto --dry_run_device b200
+expect_error "flag --dry_run_device: 'sxm' is part of no device name" --dry_run --auto --dry_run_device sxm
+expect_error "flag --dry_run_device is for --dry_run --auto" --dry_run --dry_run_device h200
+expect_error "flag --dry_run_device is for --dry_run --auto" --auto --dry_run_device h200
+expect_error "--dry_run_gpus_per_node: -1 is out of range [0, 4096]" --dry_run --dry_run_gpus_per_node -1
 expect_error "$tmp/none/config.json" --eval_only --model_dir "$tmp/none"
 mkdir -p "$tmp/m"; echo '[1,2]' > "$tmp/m/config.json"
 expect_error "$tmp/m/config.json" --eval_only --model_dir "$tmp/m"

@@ -304,16 +304,18 @@ static void test_ring_latency(void) {
 // own formula): each lane's busy time is those bytes over the bus bandwidth plus a latency per
 // collective (plan_price_collective_latency over the nodes the group spans, the emulator's
 // virtual clock's too). Sharded jobs of 8 GPUs (one node) and 64 (HSDP 8 x 8, and flat FSDP
-// over 8 nodes: its ring has 7 network steps of 63).
+// over 8 nodes: its ring has 7 network steps of 63), and HSDP 8 x 2 on nodes of 4 GPUs
+// (--dry_run_gpus_per_node: each shard group spans 2 nodes, each replica group 2).
 static void test_plan_bytes(void) {
-    static const struct { int W, S, B, total, keep, local, shard_nodes; } cases[] = {
-        {8, 8, 4, 64, 0, 0, 1}, {8, 8, 1, 64, 0, 0, 1}, {8, 8, 2, 64, 1, 0, 1}, {8, 8, 2, 64, 0, 1, 1},
-        {64, 8, 1, 128, 0, 0, 1}, {64, 64, 1, 64, 0, 0, 8},
+    static const struct { int W, S, B, total, keep, local, shard_nodes, per_node; } cases[] = {
+        {8, 8, 4, 64, 0, 0, 1, 0},   {8, 8, 1, 64, 0, 0, 1, 0},  {8, 8, 2, 64, 1, 0, 1, 0}, {8, 8, 2, 64, 0, 1, 1, 0},
+        {64, 8, 1, 128, 0, 0, 1, 0}, {64, 64, 1, 64, 0, 0, 8, 0}, {16, 8, 1, 64, 0, 0, 2, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         plan p;
         plan_request req = gpu_request(cases[i].W, cases[i].S, cases[i].B, cases[i].total);
         req.keep_params_gathered = cases[i].keep, req.accumulate_grads_locally = cases[i].local;
+        req.gpus_per_node = cases[i].per_node;
         if (plan_7b(&p, 32, req)) {
             EXPECT(0, "plan of case %zu: %s", i, ft_error_message());
             continue;
@@ -334,7 +336,7 @@ static void test_plan_bytes(void) {
         EXPECT(n_rs > 0.5 && fabs(n_rs - round(n_rs)) < 1e-3,
                "case %zu: reduce-scatters %.3f latencies beyond the plan's bytes", i, n_rs);
         EXPECT(r.step_s > r.busy_s[PLAN_TL_COMPUTE], "case %zu: step %.4f", i, r.step_s);
-        if (p.replica_size > 1) {   // HSDP 8 x 8: one all-reduce per unit (L layers + the root), one rank per node
+        if (p.replica_size > 1) {   // HSDP: one all-reduce per unit (L layers + the root), one rank per node
             const double ar = r.busy_s[PLAN_TL_REPLICA] - (double)p.all_reduce_bytes / f.inter_busbw;
             const double ar_lat = plan_price_collective_latency(PLAN_COLL_ALL_REDUCE, p.replica_size, p.replica_size);
             EXPECT(NEAR(ar, 33 * ar_lat, 1e-6), "case %zu: all-reduce busy %.6f s, the plan's bytes say %.6f + "
