@@ -481,6 +481,9 @@ static void print_notes(FILE *out, const plan *p, const plan_fabric *f) {
             PLAN_FIT_DEVICE->name, f->intra_busbw / 1e9, f->measured_intra ? "--fabric_intra_gbps" : "0.8 of NVLink",
             f->inter_busbw / 1e9, f->measured_inter ? "--fabric_inter_gbps" : "0.92 of InfiniBand",
             1e6 * PLAN_COLL_BASE_LATENCY_S, 1e6 * PLAN_COLL_STEP_NVLINK_S, 1e6 * PLAN_COLL_STEP_NET_S);
+    fprintf(out, "  Ranks on nodes of %d GPUs (%s): shard groups of consecutive ranks, replica groups of every\n"
+            "  --dp_shard-th; a group spanning nodes runs over the network.\n", plan_gpus_per_node(q, PLAN_FIT_DEVICE),
+            q->gpus_per_node > 0 ? "--dry_run_gpus_per_node" : "the device's");
     if (q->row_tokens > 0 && q->row_tokens != q->seq_len)
         fprintf(out, "  Every row's tokens at --dry_run_row_tokens %d (memory planned for --seq_len %d).\n", q->row_tokens,
                 q->seq_len);
