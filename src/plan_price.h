@@ -87,7 +87,8 @@ const plan_device *plan_device_find(const char *name);
 // This only matters for small models; for 7B each op is milliseconds.
 #define PLAN_OP_FLOOR_S 8e-6
 // Collective latency (an assumption: no NCCL run measured here): NCCL's own tuning model
-// (src/graph/tuning.cc, ncclTopoTuneModel: ring algorithm, Simple protocol) charges a base
+// (github.com/NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel, as read at commit 01afd20;
+// later releases may refine it), for the ring algorithm and Simple protocol, charges a base
 // latency of 8.4 us per collective plus a latency per ring step: 3.4 us over NVLink
 // (hwLat[NVLINK][RING][SIMPLE]), 14 us over the network (hwLat[NET][RING][SIMPLE]). A ring of n
 // ranks over N nodes takes n - 1 steps for an all-gather or reduce-scatter, of which N - 1 cross
