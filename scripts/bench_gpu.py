@@ -47,6 +47,11 @@ Programs:
   liger          torch_compile plus Liger's kernels (liger_kernel.transformers.
                  apply_liger_kernel_to_llama: RMSNorm, SwiGLU, RoPE, fused linear +
                  cross-entropy, so no logits tensor)
+  finetune_fp8, finetune_bf16_moments
+                 finetune with --fp8 (issue 37 item 4: FP8 GEMMs; goal >= 1.3x finetune's
+                 tokens/s at batch 16) and with --optimizer_moments bf16 (item 3), compared
+                 with plain finetune ("finetune_fp8_speedup", ...); each runs only when
+                 `finetune --help` lists its flag, else "not run: this binary has no --fp8"
 All: the same batch of full rows, lr 1e-4, weight decay 0.01, gradient clipping at 1.0. PyTorch
 trains on random token ids of the same shape (a step's cost does not depend on the values).
 The warm-up steps (1; 2 for the compiled programs) are not timed; the median of the timed
@@ -82,7 +87,12 @@ GPU run. Writes the figures with the date, the device, the driver, the versions 
 commit as JSON (--json), after every program ("complete": false until the end), so a run cut
 short keeps what it measured. --deadline_s bounds the whole run (a GPU lease is short): a
 program gets at most what is left, and one that cannot start with MIN_PROGRAM_S left is
-recorded as not run, naming the deadline.
+recorded as not run, naming the deadline; so is one whose estimated time (EST_S: warm-up and
+torch.compile included) exceeds what is left, while a shorter one after it may still run: the
+order of --programs is the priority. A program that runs out of device memory is "not run: out
+of memory: ..." (a shape that does not fit is no failure of the benchmark). --md writes the
+report as Markdown too (scripts/bench_results/'s form); --kit_lines JSON prints a report's
+one-line-per-program summary for tests/gpu/first_light.sh.
 """
 import argparse
 import datetime
@@ -99,8 +109,12 @@ import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROGRAMS = ("finetune", "torch", "torch_fsdp", "torch_compile", "liger")
-BASELINES = PROGRAMS[1:]   # what finetune is compared with; the goals name the fastest of them
+PROGRAMS = ("finetune", "torch", "torch_fsdp", "torch_compile", "liger", "finetune_fp8", "finetune_bf16_moments")
+BASELINES = ("torch", "torch_fsdp", "torch_compile", "liger")   # what finetune is compared with (goals: the fastest)
+# finetune with an optional flag (issue 37 items 3 and 4), run only where `finetune --help` lists
+# the flag (else "not run: this binary has no --fp8"); compared with plain finetune, not a baseline
+VARIANTS = {"finetune_fp8": ["--fp8"], "finetune_bf16_moments": ["--optimizer_moments", "bf16"]}
+GOAL_FP8_SPEEDUP = 1.3   # issue 37 item 4: --fp8 >= 1.3x our own bf16 tokens/s at 7B width, batch 16
 COMPILED = ("torch_compile", "liger")   # FSDP2 + torch.compile per decoder layer (fsdp2_worker)
 JOBS = ("bundled", "7b", "7b32")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -114,9 +128,20 @@ FIT_FRACTION = 0.85   # of the device memory, for the fit estimates below
 # training bytes per parameter of the PyTorch programs (fit estimate): fp32 weight 4 + fp32
 # grad 4 + AdamW 8, + 2 for autocast's bf16 weight copies (eager torch); FSDP's bf16 gathered
 # weights are one unit's at a time
-BYTES_PER_PARAM = {"finetune": 16, "torch": 18, "torch_fsdp": 16, "torch_compile": 16, "liger": 16}
+BYTES_PER_PARAM = {"finetune": 16, "torch": 18, "torch_fsdp": 16, "torch_compile": 16, "liger": 16,
+                   "finetune_fp8": 16, "finetune_bf16_moments": 12}
 LIGER_VERSION = "0.8.5"   # the wheel scripts/gpu_bundle.sh carries (py3-none-any; needs torch, triton)
 MIN_PROGRAM_S = 20   # with less left before --deadline_s, a program is not started
+# the seconds a program takes from start to its last timed step (5 timed steps), warm-up,
+# loading and compilation included, at the 8-layer 7b job on an H100/H200 (ESTIMATES: finetune
+# and eager torch from the 2026-11-26 runs, ~10-20 s; torch.compile's warm-up unmeasured, taken
+# as a minute), plus EST_S_PER_BPARAM per billion parameters (loading, the 7b32 jobs): with
+# --deadline_s a program whose estimate exceeds what is left is not started (a shorter one after
+# it may still run), so the budget goes to the programs in --programs order that can finish
+EST_S = {"finetune": 20, "finetune_fp8": 20, "finetune_bf16_moments": 20, "torch": 25, "torch_fsdp": 25,
+         "torch_compile": 70, "liger": 75}
+EST_S_PER_BPARAM = 4
+EST_WRITE_S_PER_BPARAM = 6   # writing a job's random model (init on the GPU, bf16 safetensors to disk)
 
 
 # ----------------------------------------------------------------------------
@@ -281,13 +306,13 @@ class MemSampler:
 # ----------------------------------------------------------------------------
 # the programs (each in its own process)
 
-def finetune_cmd(a, job, model_dir, out, steps):
+def finetune_cmd(a, job, model_dir, out, steps, extra=()):
     b, s = job["batch"], job["seq"]
     return [a.bin, "--device", "cuda", "--model_dir", model_dir, "--data_dir", a.data_dir, "--pack",
             "--batch_size_per_device", str(b), "--total_batch_size", str(b), "--seq_len", str(s),
             "--max_steps", str(steps), "--learning_rate", "1e-4", "--weight_decay", "0.01",
             "--max_grad_norm", "1.0", "--max_eval_docs", "1", "--eval_every", "0", "--save_every", "0",
-            "--sample_tokens", "0", "--out_dir", out] + (["--gradient_checkpointing"] if job["checkpointing"] else [])
+            "--sample_tokens", "0", "--out_dir", out] + (["--gradient_checkpointing"] if job["checkpointing"] else []) + list(extra)
 
 
 def run_finetune_profile(a, job, model_dir, tmp, limit):
@@ -311,10 +336,57 @@ def run_finetune_profile(a, job, model_dir, tmp, limit):
     return block
 
 
-def run_finetune(a, job, model_dir, tmp, limit):
+def finetune_help(binary):
+    """The text of `BINARY --help` ("" when it cannot be run)."""
+    try:
+        r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+        return r.stdout + r.stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def variant_guard(a):
+    """{variant: why it cannot run} for the finetune variants in a.programs whose flag the
+    binary's --help does not list (a capability check: the flags arrive on other branches)."""
+    wanted = [p for p in a.programs if p in VARIANTS]
+    text = finetune_help(a.bin) if wanted else ""
+    why = {}
+    for prog in wanted:
+        flag = VARIANTS[prog][0]
+        if not any(l.split()[:1] == [flag] for l in text.splitlines()):
+            why[prog] = f"this binary has no {flag} ({a.bin} --help does not list it)"
+    return why
+
+
+def estimate_s(prog, job):
+    """A program's estimated seconds on a job, warm-up included (EST_S)."""
+    return EST_S[prog] + EST_S_PER_BPARAM * job["params"] / 1e9
+
+
+def start_refusal(left, deadline, prog, job):
+    """Why a program is not started with `left` seconds before --deadline_s (None: start it)."""
+    if left is None:
+        return None
+    need = max(MIN_PROGRAM_S, estimate_s(prog, job))
+    if left >= need:
+        return None
+    return (f"not started: {max(left, 0):.0f} s left of --deadline_s {deadline:.0f}, it needs ~{need:.0f} s "
+            f"(warm-up included; bench_gpu.py's estimate): dropped to fit the budget")
+
+
+def out_of_memory(text):
+    """The first line of text that says the device ran out of memory, or None."""
+    for line in text.splitlines():
+        low = line.lower()
+        if "out of memory" in low or "outofmemoryerror" in low or "cudaerrormemoryallocation" in low:
+            return line.strip()[:300]
+    return None
+
+
+def run_finetune(a, job, model_dir, tmp, limit, extra=()):
     out = os.path.join(tmp, "ft_out")
     shutil.rmtree(out, ignore_errors=True)
-    cmd = finetune_cmd(a, job, model_dir, out, a.steps + 3)
+    cmd = finetune_cmd(a, job, model_dir, out, a.steps + 3, extra)
     metrics = os.path.join(out, "metrics.jsonl")
     with open(os.path.join(tmp, "ft.log"), "w") as log:
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -334,6 +406,8 @@ def run_finetune(a, job, model_dir, tmp, limit):
         train = [json.loads(l) for l in open(metrics) if '"type":"train"' in l]
     if len(train) < a.steps + 1:
         tail = open(os.path.join(tmp, "ft.log")).read()[-1500:]
+        if out_of_memory(tail):
+            raise NotRun(f"out of memory: {out_of_memory(tail)}")
         raise RuntimeError(f"finetune logged {len(train)} of {a.steps + 1} steps (rc {p.returncode}):\n{tail}")
     train = train[:a.steps + 1]
     out = {"ms": [r["ms"] for r in train[1:]], "device_peak_mib": peak,
@@ -366,6 +440,8 @@ def run_torch(a, job, model_dir, tmp, program, limit, env_extra=None):
         peak = mem.stop()
         out.seek(0)
         text = out.read()
+    if p.returncode != 0 and out_of_memory(text):   # a shape that does not fit: not a failure of the kit
+        raise NotRun(f"{program}: out of memory: {out_of_memory(text)}")
     if p.returncode != 0:
         why = f"stopped at its {limit:.0f} s limit" if p.returncode == -signal.SIGKILL else f"rc {p.returncode}"
         raise RuntimeError(f"{program} failed ({why}):\n{text[-1500:]}")
@@ -708,6 +784,11 @@ def compare(res):
         ratios["speedup_vs_" + prog] = round(ft["tokens_per_s"] / t["tokens_per_s"], 3)
         if t["device_peak_mib"]:
             ratios["memory_ratio_vs_" + prog] = round(ft["device_peak_mib"] / t["device_peak_mib"], 3)
+    for prog in VARIANTS:   # finetune with --fp8 / bf16 moments against plain finetune
+        if measured(res.get(prog)):
+            ratios[prog + "_speedup"] = round(res[prog]["tokens_per_s"] / ft["tokens_per_s"], 3)
+            if ft["device_peak_mib"]:
+                ratios[prog + "_memory_ratio"] = round(res[prog]["device_peak_mib"] / ft["device_peak_mib"], 3)
     if done:
         fastest = max(done, key=lambda p: res[p]["tokens_per_s"])
         res["fastest_baseline"] = fastest
@@ -738,18 +819,18 @@ def print_plan(gpu, jobs, a):
 def print_report(report):
     print(f"\nbench_gpu: {report['date']}, {report['device']['name']} (driver {report['device']['driver']}), "
           f"commit {report['commit']}, {report['timed_steps']} timed steps (median reported).")
-    print(f"{'job':<28} {'program':<13} {'ms/step':>9} {'tokens/s':>10} {'MFU':>7} {'dev MiB':>9} {'own MiB':>9}")
+    print(f"{'job':<28} {'program':<21} {'ms/step':>9} {'tokens/s':>10} {'MFU':>7} {'dev MiB':>9} {'own MiB':>9}")
     for name, res in report["jobs"].items():
         label = f"{name} ({res['params'] / 1e9:.2f}B, {res['batch']}x{res['seq']})"
         for prog in report["programs"]:
             r = res.get(prog, {})
             if "error" in r:
-                print(f"{label:<28} {prog:<13} FAILED: {r['error'].splitlines()[0]}")
+                print(f"{label:<28} {prog:<21} FAILED: {r['error'].splitlines()[0]}")
             elif "not_run" in r:
-                print(f"{label:<28} {prog:<13} not run: {r['not_run']}")
+                print(f"{label:<28} {prog:<21} not run: {r['not_run']}")
             elif r:
                 mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
-                print(f"{label:<28} {prog:<13} {r['ms_per_step']:>9.1f} {r['tokens_per_s']:>10.0f} {mfu:>7} "
+                print(f"{label:<28} {prog:<21} {r['ms_per_step']:>9.1f} {r['tokens_per_s']:>10.0f} {mfu:>7} "
                       f"{r['device_peak_mib']:>9} {r['own_peak_mib']:>9.0f}"
                       + (f"  sdpa {r['setup']['sdpa_backend']}" if "sdpa_backend" in r.get("setup", {}) else ""))
             label = ""
@@ -763,6 +844,80 @@ def print_report(report):
             print("  finetune " + line if line.startswith("profile") else "  " + line)
     for line in report["goals"]:
         print("goal " + line)
+
+
+def program_row(name, res, prog):
+    """One Markdown table row of a job's program: its figures, or why it has none."""
+    r = res.get(prog, {})
+    head = f"| {name} | {res['params'] / 1e9:.2f}B, {res['layers']} layers, {res['batch']} x {res['seq']} | {prog} |"
+    if "error" in r:
+        return head + " FAILED | | | | | " + r["error"].splitlines()[0].replace("|", "\\|") + " |"
+    if not measured(r):
+        return head + " not run | | | | | " + r.get("not_run", "not reached").replace("|", "\\|") + " |"
+    mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
+    note = f"sdpa {r['setup']['sdpa_backend']}" if "sdpa_backend" in r.get("setup", {}) else ""
+    return (head + f" {r['ms_per_step']:.1f} | {r['tokens_per_s']:.0f} | {mfu} | {r['device_peak_mib']} | "
+            f"{r['own_peak_mib']:.0f} ({r['own_peak_what']}) | {note} |")
+
+
+def write_markdown(report, path, argv):
+    """The report as Markdown (scripts/bench_results/'s form): the machine, the command, one
+    row per job and program (figures, or "not run"/"FAILED" with the reason), ratios, goals."""
+    dev = report["device"]
+    lines = [f"# bench_gpu: {report['date']}, {dev['name']}", "",
+             "Written by scripts/bench_gpu.py --md; the figures are medians of the timed steps (warm-up "
+             "excluded), MFU with one FLOP count for every program.", "", "| | |", "|---|---|",
+             f"| device | {dev['name']} ({dev['mem_bytes'] / 2**30:.1f} GiB), driver {dev['driver']}, "
+             f"{report['peak_tflops_bf16'] or '?'} TFLOP/s bf16 peak |",
+             f"| commit | {report['commit']} |",
+             f"| software | torch {report.get('torch', '-')}, transformers {report.get('transformers', '-')}, "
+             f"liger_kernel {report.get('python', {}).get('liger_kernel', '-')} |",
+             f"| timed steps | {report['timed_steps']} per program |",
+             f"| time | {report.get('seconds', '?')} s of --deadline_s {report['deadline_s'] or 'none'}"
+             f"{'' if report['complete'] else ' (cut short)'} |",
+             f"| command | `{' '.join(argv)}` |", "",
+             "| job | shape | program | ms/step | tokens/s | MFU | device peak MiB | own peak MiB | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, res in report["jobs"].items():
+        lines += [program_row(name, res, prog) for prog in report["programs"]]
+    lines += ["", "## Ratios (finetune / baseline; variants / finetune)", ""]
+    if not any(res.get("ratios") for res in report["jobs"].values()):
+        lines.append("(none: no baseline or variant was measured beside finetune)")
+    for name, res in report["jobs"].items():
+        for k, v in res.get("ratios", {}).items():
+            lines.append(f"- {name} {k}: {v:.3f}" + (f" ({res['fastest_baseline']})" if k.endswith("_fastest") else ""))
+    lines += ["", "## Goals (issue 37)", ""] + ["- " + g for g in report["goals"]]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def kit_lines(path):
+    """first_light.sh's bench check: one line per job and program of the JSON at path ("ok   ",
+    "skip " with the reason it did not run, "FAIL " with its error), the goals, and a summary
+    line; exit 1 when a program failed (a "not run" is no failure), 2 when there is no report."""
+    try:
+        report = json.load(open(path))
+    except (OSError, ValueError) as e:
+        print(f"bench: no report: {e}")
+        return 2
+    n = {"ok": 0, "skip": 0, "FAIL": 0}
+    for name, res in report["jobs"].items():
+        for prog in report["programs"]:
+            r = res.get(prog, {"not_run": "not reached (the run was cut short)"})
+            if "error" in r:
+                kind, text = "FAIL", "failed: " + r["error"].splitlines()[0]
+            elif measured(r):
+                mfu = f", MFU {100 * r['mfu']:.1f}%" if "mfu" in r else ""
+                kind, text = "ok", f"{r['tokens_per_s']:.0f} tokens/s{mfu}, peak {r['device_peak_mib']} MiB"
+            else:
+                kind, text = "skip", "not run: " + r.get("not_run", "?")
+            n[kind] += 1
+            print(f"{kind:<4} {name} {prog} (batch {res['batch']}, {res['layers']} layers): {text}")
+    for g in report.get("goals", []):
+        print("goal " + g)
+    print(f"bench: {n['ok']} measured, {n['skip']} not run, {n['FAIL']} failed"
+          + ("" if report.get("complete") else " (cut short: the figures so far)"))
+    return 1 if n["FAIL"] else 0
 
 
 def goals(report):
@@ -792,6 +947,9 @@ def job_goals(res):
     if "memory_ratio_vs_fastest" in r:
         out.append(f"peak memory <= {GOAL_MEMORY}x the fastest baseline's ({best}): "
                    f"{r['memory_ratio_vs_fastest']:.2f}x, {'met' if r['memory_ratio_vs_fastest'] <= GOAL_MEMORY else 'NOT met'}")
+    if "finetune_fp8_speedup" in r and res.get("batch", 0) >= 16:
+        out.append(f"--fp8 >= {GOAL_FP8_SPEEDUP}x our bf16 tokens/s (batch {res['batch']}): "
+                   f"{r['finetune_fp8_speedup']:.2f}x, {'met' if r['finetune_fp8_speedup'] >= GOAL_FP8_SPEEDUP else 'NOT met'}")
     return out
 
 
@@ -819,6 +977,8 @@ def parse_args():
     ap.add_argument("--data_dir", default=os.path.join(REPO, "data", "chess"))
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "finetune"))
     ap.add_argument("--json", default=os.path.join(REPO, "build", "bench_gpu.json"))
+    ap.add_argument("--md", help="also write the report as Markdown here (scripts/bench_results/'s form: "
+                    "the figures, ratios, goals, every program not run with its reason, the command)")
     ap.add_argument("--wheels", default=os.path.join(REPO, ".deps", "root", "wheels"),
                     help="where the kit's liger_kernel wheel is (scripts/gpu_bundle.sh), installed into a "
                     "temporary folder when liger_kernel is not importable")
@@ -826,7 +986,7 @@ def parse_args():
                     "(no GPU needed with --gpu_name and --gpu_mem_gib)")
     ap.add_argument("--gpu_name", help="with --plan_only: the device name to plan for")
     ap.add_argument("--gpu_mem_gib", type=float, help="with --plan_only: the device memory to plan for")
-    for hidden in ("--torch_worker", "--worker_model", "--make_model"):
+    for hidden in ("--torch_worker", "--worker_model", "--make_model", "--kit_lines"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     ap.add_argument("--worker_batch", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--worker_seq", type=int, help=argparse.SUPPRESS)
@@ -834,7 +994,7 @@ def parse_args():
     ap.add_argument("--worker_ckpt", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--worker_compile", type=int, default=1, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.torch_worker or a.make_model:
+    if a.torch_worker or a.make_model or a.kit_lines:
         return ap, a
     a.jobs = [j for j in a.jobs.split(",") if j]
     a.programs = [p for p in a.programs.split(",") if p]
@@ -871,6 +1031,8 @@ def main():
         return torch_worker(a)
     if a.make_model:
         return make_model_worker(a)
+    if a.kit_lines:
+        return kit_lines(a.kit_lines)
     if a.gpu_name is not None:
         gpu = {"name": a.gpu_name, "mem_bytes": int(a.gpu_mem_gib * 2**30), "driver": "none (planned)"}
     else:
@@ -913,6 +1075,7 @@ def main():
     written = {}   # config (JSON) -> the model directory written for it
     with tempfile.TemporaryDirectory() as tmp:
         report["python"], cannot, liger_env = preflight(a, tmp)
+        cannot.update(variant_guard(a))
         for prog, why in cannot.items():
             if prog in a.programs:
                 print(f"bench_gpu: {prog} not run: {why}", flush=True)
@@ -926,8 +1089,13 @@ def main():
             key = json.dumps(job["config"], sort_keys=True)
             if model_dir is None and key in written:   # another batch of the same model
                 model_dir = written[key]
-            if left() is not None and left() < MIN_PROGRAM_S:
-                why_not = late
+            todo = [p for p in a.programs if not skips[p]]
+            need = (EST_WRITE_S_PER_BPARAM * job["params"] / 1e9 + min(estimate_s(p, job) for p in todo)
+                    if todo and model_dir is None else 0)
+            if left() is not None and left() < max(MIN_PROGRAM_S, need):
+                why_not = (late if left() < MIN_PROGRAM_S else f"not started: {left():.0f} s left of --deadline_s "
+                           f"{a.deadline_s:.0f}, writing the model and its quickest program need ~{need:.0f} s "
+                           "(bench_gpu.py's estimate): dropped to fit the budget")
             elif model_dir is None and not all(skips.values()):   # (none to run: no model)
                 model_dir = os.path.join(tmp, "model_" + name)
                 os.makedirs(model_dir)
@@ -945,13 +1113,15 @@ def main():
             for prog in a.programs:
                 if why_not is None and left() is not None and left() < MIN_PROGRAM_S:
                     why_not = late
-                if why_not is not None or skips[prog]:
-                    res[prog] = {"not_run": why_not or skips[prog]}
+                dropped = None if why_not or skips[prog] else start_refusal(left(), a.deadline_s, prog, job)
+                if why_not is not None or skips[prog] or dropped:
+                    res[prog] = {"not_run": why_not or skips[prog] or dropped}
                     continue
                 print(f"bench_gpu: {name}: {prog} ...", flush=True)
                 try:
                     lim = limit()
-                    r = (run_finetune(a, job, model_dir, tmp, lim) if prog == "finetune"
+                    r = (run_finetune(a, job, model_dir, tmp, lim, VARIANTS.get(prog, ()))
+                         if prog == "finetune" or prog in VARIANTS
                          else run_torch(a, job, model_dir, tmp, prog, lim, liger_env if prog == "liger" else None))
                     res[prog] = summarise(job, r, peak * 1e12 if peak else None)
                     if prog == "finetune" and a.profile_finetune and (left() is None or left() > MIN_PROGRAM_S):
@@ -980,6 +1150,9 @@ def main():
     save()
     print_report(report)
     print(f"wrote {a.json}")
+    if a.md:
+        write_markdown(report, a.md, ["python3", os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
+        print(f"wrote {a.md}")
     return 0
 
 

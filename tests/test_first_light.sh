@@ -18,7 +18,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-checks="build fatbin test-gpu multi_rank memcheck racecheck synccheck soak deterministic"
+checks="build fatbin test-gpu multi_rank bench fp8_loss memcheck racecheck synccheck soak deterministic"
 listing() { ls -a . build .deps 2>/dev/null | md5sum; }
 before=$(listing)
 
@@ -32,8 +32,8 @@ report_ok() {
   for c in $checks; do
     grep -q "^- $c: no GPU: " "$d/first_light.md" && listed=$((listed + 1))
   done
-  [ $listed = 9 ] && ok "markdown: all 9 checks under 'Not run, and why', each with the reason" \
-    || bad "markdown lists $listed of 9 checks as not run for want of a GPU"
+  [ $listed = 11 ] && ok "markdown: all 11 checks under 'Not run, and why', each with the reason" \
+    || bad "markdown lists $listed of 11 checks as not run for want of a GPU"
   local js
   js=$(python3 - "$d/first_light.json" "$checks" <<'EOF' 2>&1
 import json, sys
@@ -43,20 +43,47 @@ got = [(c["id"], c["status"], c["detail"]) for c in r["checks"]]
 assert [g[0] for g in got] == want, "checks %s" % [g[0] for g in got]
 bad = [g for g in got if g[1] != "not_run" or not g[2].startswith("no GPU: ")]
 assert not bad, "not 'not_run' with a no-GPU reason: %s" % bad
-assert r["summary"] == {"pass": 0, "fail": 0, "timeout": 0, "not_run": 9}, r["summary"]
+assert r["summary"] == {"pass": 0, "fail": 0, "timeout": 0, "not_run": 11}, r["summary"]
+# the time plan: every check has a slot, in the order they run; the slots sum to the budget
+# (less the rounding of their scaling, under one second each)
+plan = r["plan"]
+assert [p["id"] for p in plan] == want, "plan %s" % [p["id"] for p in plan]
+total = sum(p["slot_seconds"] for p in plan)
+assert r["budget_seconds"] - len(plan) < total <= r["budget_seconds"], (total, r["budget_seconds"])
+assert all(p["slot_seconds"] > 0 and p["min_seconds"] >= 0 for p in plan), plan
 print("ok")
 EOF
 )
   js=$(tail -1 <<<"$js")
-  [ "$js" = ok ] && ok "JSON: parses, 9 checks, each not_run with the no-GPU reason" || bad "JSON: $js"
+  [ "$js" = ok ] && ok "JSON: parses, 11 checks, each not_run with the no-GPU reason; the time plan sums to the budget" || bad "JSON: $js"
+  listed=0
+  for c in $checks; do grep -Eq "^\| $c \| [0-9]+ \| [0-9]+ \| 0 \| not_run \|$" "$d/first_light.md" && listed=$((listed + 1)); done
+  [ $listed = 11 ] && ok "markdown: the time plan lists all 11 checks" || bad "markdown: the time plan lists $listed of 11 checks"
 }
 
 out=$(bash tests/gpu/first_light.sh "$tmp/arg" 2>&1); rc=$?
 report_ok "$tmp/arg" $rc
-grep -q "9 not run" <<<"$out" && ok "summary line: $(tail -1 <<<"$out")" || bad "summary line: $(tail -1 <<<"$out")"
+grep -q "11 not run" <<<"$out" && ok "summary line: $(tail -1 <<<"$out")" || bad "summary line: $(tail -1 <<<"$out")"
 out=$(OUT="$tmp/out" bash tests/gpu/first_light.sh "$tmp/ignored" 2>&1); rc=$?
 report_ok "$tmp/out" $rc
 [ ! -e "$tmp/ignored" ] && ok "\$OUT wins over the argument" || bad "wrote to the argument although \$OUT was set"
+# the time plan read from first_light.sh's table: the table's slots sum to its total and to the
+# default budget (465 s); a smaller budget scales the slots (never over it); a budget that is
+# not a number is refused
+tab=$(sed -n '/^#   phase  *slot/,/^#   total/p' tests/gpu/first_light.sh)
+sum=$(sed -nE 's/^#   [a-z0-9_-]+ +([0-9]+) +[0-9]+( .*)?$/\1/p' <<<"$tab" | paste -sd+ | bc)
+tot=$(sed -nE 's/^#   total +([0-9]+)$/\1/p' <<<"$tab")
+[ -n "$sum" ] && [ "$sum" = "$tot" ] && [ "$tot" = 465 ] && grep -q 'FT_FIRST_LIGHT_BUDGET:-465' tests/gpu/first_light.sh \
+  && ok "first_light.sh's time plan: the slots sum to $sum s, the table's total and the default budget" \
+  || bad "first_light.sh's time plan: slots sum to '$sum', total '$tot', want 465"
+FT_FIRST_LIGHT_BUDGET=300 bash tests/gpu/first_light.sh "$tmp/b300" >/dev/null 2>&1
+js=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); s = sum(p["slot_seconds"] for p in r["plan"])
+print("ok" if r["budget_seconds"] == 300 and 289 < s <= 300 and len(r["plan"]) == 11 else "slots %d of %d" % (s, r["budget_seconds"]))' \
+  "$tmp/b300/first_light.json" 2>&1 | tail -1)
+[ "$js" = ok ] && ok "FT_FIRST_LIGHT_BUDGET=300: the 11 slots scaled to sum to at most 300 s" || bad "FT_FIRST_LIGHT_BUDGET=300: $js"
+err=$(FT_FIRST_LIGHT_BUDGET=abc bash tests/gpu/first_light.sh "$tmp/bad" 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && [[ $err == *"FT_FIRST_LIGHT_BUDGET=abc is not a number"* ]] && ok "FT_FIRST_LIGHT_BUDGET=abc refused: $err" \
+  || bad "FT_FIRST_LIGHT_BUDGET=abc: rc $rc '$err'"
 # scripts/bench_gpu.py (the GPU benchmark, unverified on GPU) without a GPU: one line naming
 # the reason, exit 1, no JSON written (the listing below); --plan_only plans the 7B-width job
 # for an H100 80GB without one (15 layers by its fit estimate; 3.298B parameters)
@@ -89,8 +116,9 @@ grep -q "job 7b32: 32 layers (full depth, activation checkpointing).*6.739B para
   && ok "bench_gpu.py --plan_only on an H200: jobs 7b32 and 7b32_b16, FSDP programs fit, eager torch skipped at batch 16" \
   || bad "bench_gpu.py --plan_only 7b32 on an H200: $out"
 out=$(python3 scripts/bench_gpu.py --plan_only --jobs 7b32 --gpu_name "NVIDIA H100 80GB HBM3" --gpu_mem_gib 79.6 2>&1)
-[ "$(grep -c "skipped: does not fit: estimated .* GiB > 0.85 x 79.6 GiB" <<<"$out")" = 5 ] \
-  && ok "bench_gpu.py --plan_only 7b32 on an H100 80GB: all 5 programs skipped by the estimate" \
+[ "$(grep -c "skipped: does not fit: estimated .* GiB > 0.85 x 79.6 GiB" <<<"$out")" = 7 ] \
+  && grep -q "finetune_bf16_moments: skipped: does not fit: estimated 78.9 GiB .*(12 bytes per parameter" <<<"$out" \
+  && ok "bench_gpu.py --plan_only 7b32 on an H100 80GB: all 7 programs skipped by the estimate (bf16 moments: 12 bytes per parameter)" \
   || bad "bench_gpu.py --plan_only 7b32 on an H100 80GB: $out"
 
 # bench_gpu.py's orchestration on a pretend GPU (it has never run on a real one; a GPU lease
@@ -110,9 +138,14 @@ case "$*" in
   *) echo "GPU 0: NVIDIA H100 80GB HBM3 (fake)" ;;
 esac
 SMI
+# (--help lists the flags in FAKE_FLAGS, as finetune's "  --flag  help" lines; --fp8 halves the
+# step times; FAKE_OOM: one out-of-memory line and exit 1 before any step)
 cat >"$tmp/bin/fake_finetune" <<'FT'
 #!/usr/bin/env bash
-out=""; prof=0; while [ $# -gt 0 ]; do [ "$1" = --out_dir ] && out=$2; [ "$1" = --profile ] && prof=1; shift; done
+[ "$1" = --help ] && { echo "usage: finetune [flags]"; for f in ${FAKE_FLAGS:-}; do echo "  $f  (fake)"; done; exit 0; }
+[ -n "${FAKE_OOM:-}" ] && { echo "finetune: cuda: out of memory allocating 81.0 GiB for the arena" >&2; exit 1; }
+echo "$*" >>"$FAKE_DIR/args"
+out=""; prof=0; base=100; while [ $# -gt 0 ]; do [ "$1" = --out_dir ] && out=$2; [ "$1" = --profile ] && prof=1; [ "$1" = --fp8 ] && base=50; shift; done
 if [ $prof = 1 ]; then   # --profile: what finetune prints per step (src/profile.c), 3 steps, exit 0
   for i in 1 2 3; do echo "profile step $i (ms, op ms/calls): 9.$i = forward 3.0 + backward 6.$i"
     echo "  forward   matmul_fwd 2.0/16"; echo "  backward  matmul_bwd 4.$i/16"; done
@@ -120,7 +153,7 @@ if [ $prof = 1 ]; then   # --profile: what finetune prints per step (src/profile
 fi
 mkdir -p "$out" && echo $$ >"$FAKE_DIR/pid"
 for i in $(seq 1 "${FAKE_STEPS:-50}"); do
-  echo "{\"type\":\"train\",\"step\":$i,\"loss\":7.5,\"ms\":$((100 + i)),\"peak_mem_bytes\":$((i * 1048576)),\"arena_bytes\":104857600,\"arena_high_water_bytes\":$((i * 2097152))}" >>"$out/metrics.jsonl"
+  echo "{\"type\":\"train\",\"step\":$i,\"loss\":7.5,\"ms\":$((base + i)),\"peak_mem_bytes\":$((i * 1048576)),\"arena_bytes\":104857600,\"arena_high_water_bytes\":$((i * 2097152))}" >>"$out/metrics.jsonl"
   sleep 0.2
 done
 sleep "${FAKE_HANG:-0}"
@@ -171,6 +204,140 @@ js=$(bench_json '(all("deadline_s" in r["jobs"][j][p]["not_run"] for j in ("bund
 [ $rc = 0 ] && [ "$js" = ok ] && grep -q "not run: not started" "$tmp/bench.log" \
   && ok "bench_gpu.py --deadline_s spent: every program recorded (and printed) as not run" \
   || bad "bench_gpu.py --deadline_s 1: rc $rc, $js; $(tail -3 "$tmp/bench.log")"
+# the finetune variants (--fp8, --optimizer_moments bf16: flags other branches add) run only
+# where `finetune --help` lists the flag, else "not run: this binary has no ..."; with --fp8
+# listed it runs with --fp8 (the fake halves its step time), its ratio to plain finetune and
+# the 1.3x goal at batch 16 judged; --md and --kit_lines (first_light.sh's bench check) say so
+rm -f "$tmp/bench.json" "$tmp/args"
+FAKE_FLAGS="--fp8 --max_steps" bench --steps 2 --programs finetune,finetune_fp8,finetune_bf16_moments --md "$tmp/bench.md"; rc=$?
+js=$(bench_json '(lambda j: j["finetune_fp8"]["ms_per_step"] == 52.5 and abs(j["ratios"]["finetune_fp8_speedup"] - 102.5 / 52.5) < 1e-3
+  and j["finetune_bf16_moments"]["not_run"].startswith("this binary has no --optimizer_moments")
+  and "speedup_vs_fastest" not in j["ratios"] and any(g.startswith("--fp8 >= 1.3x our bf16 tokens/s (batch 16): 1.95x, met")
+  for g in r["goals"]))(r["jobs"]["bundled"])')
+[ $rc = 0 ] && [ "$js" = ok ] && [ "$(grep -c -- ' --fp8$' "$tmp/args")" = 1 ] \
+  && grep -q "^| bundled | .* | finetune_bf16_moments | not run | .* this binary has no --optimizer_moments" "$tmp/bench.md" \
+  && grep -q "^| bundled | .* | finetune_fp8 | 52.5 | " "$tmp/bench.md" \
+  && ok "bench_gpu.py finetune_fp8 (flag listed: run with --fp8, 1.95x, goal met) and finetune_bf16_moments (not listed: not run), in the JSON and --md" \
+  || bad "bench_gpu.py's finetune variants: rc $rc, $js; $(tail -3 "$tmp/bench.log"); $(grep -c . "$tmp/args" 2>/dev/null) runs"
+lines=$(python3 scripts/bench_gpu.py --kit_lines "$tmp/bench.json"); rc=$?
+[ $rc = 0 ] && grep -q "^ok   bundled finetune_fp8 (batch 16, 4 layers): " <<<"$lines" \
+  && grep -q "^skip bundled finetune_bf16_moments (batch 16, 4 layers): not run: this binary has no --optimizer_moments" <<<"$lines" \
+  && [ "$(tail -1 <<<"$lines")" = "bench: 2 measured, 1 not run, 0 failed" ] \
+  && ok "bench_gpu.py --kit_lines: one ok/skip line per program, the summary: $(tail -1 <<<"$lines")" \
+  || bad "bench_gpu.py --kit_lines: rc $rc: $lines"
+rm -f "$tmp/bench.json"
+bench --steps 2 --programs finetune,finetune_fp8,finetune_bf16_moments; rc=$?
+js=$(bench_json 'all(r["jobs"]["bundled"][p]["not_run"].startswith("this binary has no " + f)
+  for p, f in (("finetune_fp8", "--fp8"), ("finetune_bf16_moments", "--optimizer_moments")))')
+[ $rc = 0 ] && [ "$js" = ok ] && grep -q "finetune_fp8 *not run: this binary has no --fp8" "$tmp/bench.log" \
+  && ok "bench_gpu.py without the flags in --help: both variants 'not run: this binary has no <flag>'" \
+  || bad "bench_gpu.py's variants without the flags: rc $rc, $js"
+# a trainer that runs out of device memory: "not run: out of memory: ..." (a shape that does not
+# fit), not an error; --kit_lines fails only on an error (the hanging trainer's)
+rm -f "$tmp/bench.json"; FAKE_OOM=1 bench --steps 2; rc=$?
+js=$(bench_json 'r["jobs"]["bundled"]["finetune"]["not_run"].startswith("out of memory: finetune: cuda: out of memory")')
+[ $rc = 0 ] && [ "$js" = ok ] && ok "bench_gpu.py: finetune out of memory is 'not run: out of memory: <its line>'" \
+  || bad "bench_gpu.py with an out-of-memory trainer: rc $rc, $js"
+rm -f "$tmp/bench.json"; FAKE_STEPS=1 FAKE_HANG=60 bench --steps 3 --timeout 4; rc2=x
+lines=$(python3 scripts/bench_gpu.py --kit_lines "$tmp/bench.json"); rc=$?
+[ $rc = 1 ] && grep -q "^FAIL bundled finetune .*failed: finetune logged 1 of 4 steps" <<<"$lines" \
+  && python3 scripts/bench_gpu.py --kit_lines "$tmp/none.json" >/dev/null; rc2=$?
+[ $rc = 1 ] && [ "$rc2" = 2 ] && ok "bench_gpu.py --kit_lines: a failed program exits 1 (FAIL line), no report exits 2" \
+  || bad "bench_gpu.py --kit_lines on an error: rc $rc/$rc2: $lines"
+# the time estimates: a program whose estimate exceeds what is left of --deadline_s is not
+# started (torch.compile's warm-up), a shorter one still is; no deadline, no refusal
+js=$(python3 - <<'PY' 2>&1 | tail -1
+import argparse, sys
+sys.path.insert(0, "scripts")
+import bench_gpu as b
+a = argparse.Namespace(jobs=["7b", "7b32"], seq=512, batch_7b=[16, 4], layers="8", model_dir="data/model")
+jobs = b.plan_jobs(a, 140 * 2**30)
+j8, j32 = jobs["7b"], jobs["7b32"]
+need = b.estimate_s("torch_compile", j8)
+assert b.EST_S["torch_compile"] < need < b.EST_S["torch_compile"] + 20, need
+why = b.start_refusal(need - 1, 150, "torch_compile", j8)
+assert why and "dropped to fit the budget" in why and "--deadline_s 150" in why, why
+assert b.start_refusal(need - 1, 150, "finetune", j8) is None
+assert b.start_refusal(None, 0, "liger", j32) is None
+assert b.estimate_s("finetune", j32) > b.estimate_s("finetune", j8) + 15   # loading 6.7B parameters
+assert b.out_of_memory("x\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB") and not b.out_of_memory("ok")
+print("ok")
+PY
+)
+[ "$js" = ok ] && ok "bench_gpu.py's time estimates: a program that cannot finish before --deadline_s is dropped, a shorter one runs" \
+  || bad "bench_gpu.py's time estimates: $js"
+# tests/gpu/fp8_loss_gpu.sh (first_light.sh's fp8_loss): a capability check first (a binary
+# whose --help lacks --fp8, or that refuses it here with one line: exit 3 "not run: <why>"),
+# then 30 steps --fp8 vs bf16 within its tolerance, and the --fp8 loss falling. A stand-in
+# trainer: losses 7 - 0.1 x step, --fp8's off by FAKE_FP8_REL
+cat >"$tmp/bin/fake_fp8" <<'FT'
+#!/usr/bin/env bash
+[ "$1" = --help ] && { echo "usage: finetune [flags]"; [ -n "${FAKE_HAS_FP8:-}" ] && echo "  --fp8                      FP8 GEMMs"; exit 0; }
+out=""; fp8=0; n=30
+while [ $# -gt 0 ]; do [ "$1" = --out_dir ] && out=$2; [ "$1" = --fp8 ] && fp8=1; [ "$1" = --max_steps ] && n=$2; shift; done
+[ $fp8 = 1 ] && [ -n "${FAKE_FP8_REFUSE:-}" ] && { echo "finetune: --fp8 needs a GPU with FP8 tensor cores (compute capability 8.9 or newer)" >&2; exit 1; }
+mkdir -p "$out"
+for i in $(seq 1 "$n"); do
+  awk -v i=$i -v f=$fp8 -v r="${FAKE_FP8_REL:-0}" 'BEGIN { printf "{\"type\":\"train\",\"step\":%d,\"loss\":%.6f,\"ms\":5}\n", i, (7 - 0.1 * i) * (1 + f * r) }'
+done >"$out/metrics.jsonl"
+FT
+chmod +x "$tmp/bin/fake_fp8"
+fp8() { bash tests/gpu/fp8_loss_gpu.sh "$tmp/bin/fake_fp8" cuda "$tmp/fp8_$1" 2>&1; }
+out=$(fp8 a); rc=$?
+[ $rc = 3 ] && [ "$out" = "not run: this binary has no --fp8 ($tmp/bin/fake_fp8 --help does not list it)" ] \
+  && ok "fp8_loss_gpu.sh, a binary without --fp8: exit 3, $out" || bad "fp8_loss_gpu.sh without --fp8: rc $rc: $out"
+out=$(FAKE_HAS_FP8=1 FAKE_FP8_REFUSE=1 fp8 b); rc=$?
+[ $rc = 3 ] && [[ $out == "not run: finetune refuses --fp8 here: finetune: --fp8 needs a GPU"* ]] \
+  && ok "fp8_loss_gpu.sh, --fp8 refused on this device: exit 3, its line as the reason" || bad "fp8_loss_gpu.sh refused: rc $rc: $out"
+out=$(FAKE_HAS_FP8=1 FAKE_FP8_REL=0.01 fp8 c); rc=$?
+[ $rc = 0 ] && [ "$(tail -1 <<<"$out")" = "fp8_loss_gpu: 3 passed, 0 failed" ] && grep -q "worst rel 1.00e-02 <= 3e-2" <<<"$out" \
+  && ok "fp8_loss_gpu.sh, --fp8 within 1% of bf16: passes (worst rel 1.00e-02)" || bad "fp8_loss_gpu.sh 1%: rc $rc: $out"
+out=$(FAKE_HAS_FP8=1 FAKE_FP8_REL=0.05 fp8 d); rc=$?
+[ $rc = 1 ] && grep -q "^FAIL --fp8 losses leave bf16's: worst rel 5.00e-02 > 3e-2" <<<"$out" \
+  && ok "fp8_loss_gpu.sh, --fp8 5% off bf16: fails" || bad "fp8_loss_gpu.sh 5%: rc $rc: $out"
+if [ -x "$bin" ]; then   # the real binary: no --fp8 yet, or --fp8 refused on the CPU backend
+  out=$(bash tests/gpu/fp8_loss_gpu.sh "$bin" cpu 2>&1); rc=$?
+  [ $rc = 3 ] && [[ $out == "not run: "* ]] && [ "$(grep -c . <<<"$out")" = 1 ] \
+    && ok "fp8_loss_gpu.sh with $bin on the CPU: $out" || bad "fp8_loss_gpu.sh with $bin on the CPU: rc $rc: $out"
+fi
+# first_light.sh itself on a pretend GPU (the fake nvidia-smi), a stand-in `make` that puts the
+# fake trainer in FT_FIRST_LIGHT_BUILD, FT_FIRST_LIGHT_CHECKS="bench fp8_loss": the build
+# passes; bench runs bench_gpu.py under its slot, finetune measured and every PyTorch program
+# and variant a "skip" line with its reason (the check passes: a program that cannot be had is
+# no failure), its JSON and Markdown in REPORT_DIR/bench_results/DATE-GPU.*; fp8_loss exits 3
+# (no --fp8) and is recorded not run with that reason; exit 3
+mkdir -p "$tmp/flbin"
+cp "$tmp/bin/nvidia-smi" "$tmp/flbin/"
+cat >"$tmp/flbin/make" <<MK
+#!/usr/bin/env bash
+for a; do case \$a in BUILD=*) b=\${a#BUILD=} ;; esac; done
+mkdir -p "\$b" && cp "$tmp/bin/fake_finetune" "\$b/finetune" && echo "fake make: \$b/finetune"
+MK
+chmod +x "$tmp/flbin/make"
+out=$(PATH="$tmp/flbin:$PATH" FT_FIRST_LIGHT_BUILD="$tmp/flb" FT_FIRST_LIGHT_CHECKS="bench fp8_loss" FT_BENCH_JOBS=bundled \
+      FT_BENCH_STEPS=2 OUT="$tmp/fl" bash tests/gpu/first_light.sh 2>&1); rc=$?
+name=$(date -u +%F)-h100-80gb-hbm3
+js=$(python3 - "$tmp/fl/first_light.json" "$name" <<'PY' 2>&1 | tail -1
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = {x["id"]: x for x in r["checks"]}
+assert c["build"]["status"] == "pass", c["build"]
+b = c["bench"]
+assert b["status"] == "pass" and b["detail"].startswith("bench: 1 measured, 5 not run, 0 failed; bench_results/%s.{json,md}" % sys.argv[2]), b
+assert any(l.startswith("ok   bundled finetune (batch 16, 4 layers): ") for l in b["lines"]), b["lines"]
+assert any(l.startswith("skip bundled finetune_fp8 (batch 16, 4 layers): not run: this binary has no --fp8") for l in b["lines"]), b["lines"]
+assert any(l.startswith("skip bundled torch_compile (batch 16, 4 layers): not run: torch/transformers not importable") for l in b["lines"]), b["lines"]
+f = c["fp8_loss"]
+assert f["status"] == "not_run" and f["detail"].startswith("this binary has no --fp8"), f
+assert c["memcheck"]["status"] == "not_run" and c["memcheck"]["detail"].startswith("not selected"), c["memcheck"]
+print("ok")
+PY
+)
+[ $rc = 3 ] && [ "$js" = ok ] && [ -s "$tmp/fl/bench_results/$name.json" ] && [ -s "$tmp/fl/bench_results/$name.md" ] \
+  && grep -q "^- bench: bundled liger (batch 16, 4 layers): not run: liger_kernel not importable" "$tmp/fl/first_light.md" \
+  && grep -q "^- fp8_loss: this binary has no --fp8" "$tmp/fl/first_light.md" && [ ! -e "$tmp/fl/bench_gpu.json" ] \
+  && ok "first_light.sh on a pretend GPU: build, bench (1 measured, 5 not run with reasons, bench_results/$name.*), fp8_loss not run (no --fp8), exit 3" \
+  || bad "first_light.sh on a pretend GPU: rc $rc, $js; $(tail -4 <<<"$out")"
 # the baselines that cannot be had on this machine (no liger_kernel wheel here, torch without
 # CUDA or absent): "not run: <reason>" for each, in the JSON and the report, finetune's
 # figures and the goals intact (against no baseline)
@@ -332,11 +499,11 @@ judge && bad "racecheck_judge: a failed program passed" || ok "racecheck_judge: 
 rc_log "========= Internal Sanitizer Error"
 judge && bad "racecheck_judge: a log naming no kernel passed" || ok "racecheck_judge: a log naming no kernel fails"
 
-# tests/gpu/gpu_session.sh (first light + the benchmark in one device call) without a GPU:
-# first light's exit 3 passes through, the benchmark says why it did not run
+# tests/gpu/gpu_session.sh (now first light alone: the benchmark is its bench phase) without
+# a GPU: first light's exit 3 and report, the bench check not run with the reason
 out=$(OUT="$tmp/session" bash tests/gpu/gpu_session.sh 2>&1); rc=$?
-[ $rc = 3 ] && [ -s "$tmp/session/first_light.json" ] && grep -q "no usable GPU" "$tmp/session/bench_gpu.log" \
-  && ok "gpu_session.sh without a GPU: exit 3, first light's report, the benchmark's reason in bench_gpu.log" \
+[ $rc = 3 ] && [ -s "$tmp/session/first_light.json" ] && grep -q '^- bench: no GPU: ' "$tmp/session/first_light.md" \
+  && ok "gpu_session.sh without a GPU: exit 3, first light's report with the bench check not run (no GPU)" \
   || bad "gpu_session.sh without a GPU: rc $rc: $(tail -2 <<<"$out"); $(ls "$tmp/session")"
 
 # tests/gpu/one_gpu_7b.sh's bookkeeping, pointed at the CPU trainer and the bundled model
