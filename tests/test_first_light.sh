@@ -232,6 +232,22 @@ js=$(bench_json 'all(r["jobs"]["bundled"][p]["not_run"].startswith("this binary 
 [ $rc = 0 ] && [ "$js" = ok ] && grep -q "finetune_fp8 *not run: this binary has no --fp8" "$tmp/bench.log" \
   && ok "bench_gpu.py without the flags in --help: both variants 'not run: this binary has no <flag>'" \
   || bad "bench_gpu.py's variants without the flags: rc $rc, $js"
+# the guard against the real binary: a variant runs exactly when `finetune --help` lists its
+# flag (today's main has neither; the branches adding them make it run)
+if [ -x "$bin" ]; then
+  want=""; for f in --fp8 --optimizer_moments; do "$bin" --help | grep -qE "^ +$f( |$)" && want+="$f "; done
+  js=$(python3 - "$bin" "$want" <<'PY' 2>&1 | tail -1
+import argparse, sys
+sys.path.insert(0, "scripts")
+import bench_gpu as b
+why = b.variant_guard(argparse.Namespace(programs=list(b.VARIANTS), bin=sys.argv[1]))
+runs = sorted(b.VARIANTS[p][0] for p in b.VARIANTS if p not in why)
+print("ok" if runs == sorted(sys.argv[2].split()) else "guard runs %s, --help lists '%s': %s" % (runs, sys.argv[2], why))
+PY
+)
+  [ "$js" = ok ] && ok "bench_gpu.py's variant guard on $bin agrees with its --help (listed: ${want:-neither flag})" \
+    || bad "bench_gpu.py's variant guard on $bin: $js"
+fi
 # a trainer that runs out of device memory: "not run: out of memory: ..." (a shape that does not
 # fit), not an error; --kit_lines fails only on an error (the hanging trainer's)
 rm -f "$tmp/bench.json"; FAKE_OOM=1 bench --steps 2; rc=$?

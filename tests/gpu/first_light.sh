@@ -257,7 +257,8 @@ bench_phase() {
   slug=$(sed -E 's/^NVIDIA //; s/[^A-Za-z0-9]+/-/g; s/-+$//' <<<"${gpu_name:-gpu}" | tr 'A-Z' 'a-z')
   name=$(date -u +%F)-$slug
   mkdir -p "$report/bench_results"
-  phase bench bash -c 'exec python3 scripts/bench_gpu.py --deadline_s $((FT_PHASE_LIMIT - 20)) "$@"' bench \
+  # (20 s of the phase kept for bench_gpu.py's report and the kill of a program past the deadline)
+  phase bench bash -c 'l=$FT_PHASE_LIMIT; exec python3 scripts/bench_gpu.py --deadline_s $((l > 40 ? l - 20 : l / 2)) "$@"' bench \
     --jobs "${FT_BENCH_JOBS:-7b,7b32}" --batch_7b 16,4 --layers "${FT_BENCH_LAYERS:-8}" --steps "${FT_BENCH_STEPS:-5}" \
     --programs "${FT_BENCH_PROGRAMS:-finetune,finetune_fp8,torch_compile,liger,torch,finetune_bf16_moments}" \
     --bin "$B/finetune" --json "$report/bench_results/$name.json" --md "$report/bench_results/$name.md"
