@@ -2,12 +2,16 @@
 # tests/test_first_light.sh [BUILD]: tests/gpu/first_light.sh on a machine without a GPU, as
 # CI is: it must still run, exit 3 ("nothing failed, something not run"), touch nothing but
 # its report folder, and write a markdown and a JSON report that list every check as not
-# run with the reason (no GPU). Both report locations: $OUT when set, else the argument.
-# Also scripts/bench_gpu.py's no-GPU refusal, its --plan_only arithmetic (the 7b32 job's fit),
+# run with the reason (no GPU), and its time plan (slots summing to the budget, every check
+# in it). Both report locations: $OUT when set, else the argument. first_light.sh's bench and
+# fp8_loss checks on a pretend GPU (a fake nvidia-smi, a stand-in make and trainer);
+# tests/gpu/fp8_loss_gpu.sh's guard and tolerance; bench_gpu.py's finetune variants (--fp8,
+# --optimizer_moments bf16: run only where --help lists the flag), time estimates, out of
+# memory as "not run", --md and --kit_lines. Also scripts/bench_gpu.py's no-GPU refusal, its --plan_only arithmetic (the 7b32 job's fit),
 # its bookkeeping on a fake GPU (a missing baseline "not run: <reason>", the ratios against the
 # fastest baseline, the goals), its PyTorch workers on the CPU (FT_ORACLE_PYTHON with torch and
 # transformers: ~1-2 min, torch.compile for the CPU included), and tests/gpu/one_gpu_7b.sh's
-# bookkeeping on the CPU trainer. ~10 s without torch. Where a GPU is present it skips:
+# bookkeeping on the CPU trainer. ~2 min without torch (2 CPUs). Where a GPU is present it skips:
 # first_light.sh itself is the test there (~8 min).
 set -u
 build="${1:-build}"

@@ -38,7 +38,8 @@
 #   deterministic   tests/gpu/deterministic_gpu.sh: two short runs with --deterministic
 #              bitwise equal (and whether two without it are: reported, not judged)
 #
-# Writes REPORT_DIR/first_light.md, first_light.json and first_light_logs.tar.gz (REPORT_DIR:
+# Writes REPORT_DIR/first_light.md, first_light.json, first_light_logs.tar.gz and the bench
+# check's bench_results/DATE-GPU.{json,md} (REPORT_DIR:
 # $OUT when set, else the argument, else out/first_light). Every check is pass, fail,
 # timeout or not_run, and each not run names why (no GPU, no compute-sanitizer, an earlier
 # failure, the time budget). Exit 0: all ran and passed; 1: something failed or timed out;
