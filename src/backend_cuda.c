@@ -71,6 +71,7 @@ typedef struct {
 
 static struct {
     int open, device;
+    int cc;                                // compute capability, major * 10 + minor
     cudaStream_t stream;
     cudaStream_t copy_stream;              // copy_async's copies (--offload_optimizer)
     cudaEvent_t compute_mark;              // the compute stream's position when a copy is issued
@@ -292,6 +293,8 @@ static int gemm_plan_get(const gemm_key *key, gemm_plan **out) {
     return 0;
 }
 
+int backend_cuda_fp8_capable(void) { return g_cuda.open && g_cuda.cc >= 89; }
+
 void backend_cuda_gemm_stats(int *cached, long *evictions) {
     *cached = g_cuda.n_plans;
     *evictions = g_cuda.gemm_evictions;
@@ -339,6 +342,9 @@ static int cu_matmul_fp8(void *out, const void *a, fp8_format a_fmt, const float
     if (a_fmt >= FP8_FORMAT_COUNT || b_fmt >= FP8_FORMAT_COUNT || (a_fmt == FP8_E5M2 && b_fmt == FP8_E5M2))
         return ft_error("matmul_fp8: formats %s x %s (e4m3 x e4m3, e4m3 x e5m2 or e5m2 x e4m3)", fp8_name(a_fmt),
                         fp8_name(b_fmt));
+    if (!backend_cuda_fp8_capable())
+        return ft_error("matmul_fp8: %s has no FP8 tensor cores (compute capability 8.9 or newer: Ada, Hopper)",
+                        g_cuda.device_name);
     if (M <= 0 || N <= 0 || K <= 0 || K % 16 != 0)
         return ft_error("matmul_fp8: shape M %d N %d K %d (K a multiple of 16: the FP8 GEMM's rows)", M, N, K);
     gemm_plan *p = NULL;
@@ -741,6 +747,7 @@ static int open_device(int local_rank, size_t arena_bytes) {
     struct cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, g_cuda.device));
     snprintf(g_cuda.device_name, sizeof g_cuda.device_name, "%s", prop.name);
+    g_cuda.cc = prop.major * 10 + prop.minor;
     size_t free_b = 0, total_b = 0;
     CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
     // 0 = take most of what is free (leave room for the CUDA context, NCCL and cuBLASLt)

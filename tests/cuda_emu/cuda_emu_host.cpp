@@ -19,7 +19,8 @@
 //     cublasLtMatmul computes D = alpha op(A) op(B) + beta C from the documented column-major
 //     definition (element (i, j) of a rows x cols layout with leading dimension ld is at
 //     i + j * ld; op(X) = X or X^T), with fp32 accumulation and bf16/fp32 storage. FP8 A and B
-//     (CUDA_R_8F_E4M3 / _E5M2, not both E5M2) follow the Hopper FP8 rules: "TN" only (A
+//     (CUDA_R_8F_E4M3 / _E5M2, not both E5M2; a device of compute capability 8.9 or newer,
+//     FT_EMU_COMPUTE_CAPABILITY) follow the Hopper FP8 rules: "TN" only (A
 //     transposed, B not), lda and ldb multiples of 16 elements, A and B 16-byte aligned, else
 //     the heuristic finds no algorithm and cublasLtMatmul returns NOT_SUPPORTED; the products
 //     are exact and summed in fp32, then D = alpha * scaleA * scaleB * sum + beta C, scaleA /
@@ -252,10 +253,18 @@ static size_t elem_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : is_fp8(t
 // FP8, not both E5M2, A transposed and B not ("TN"), lda and ldb multiples of 16, A and B
 // 16-byte aligned (`align_a`, `align_b`: what the pointers or the preference guarantee).
 // true when the operands are not FP8 at all or meet these.
+// The emulated device has FP8 tensor cores when FT_EMU_COMPUTE_CAPABILITY is 8.9 or newer
+// (the default 8.0, an A100, has none: its cuBLASLt finds no FP8 algorithm).
+static bool fp8_device() {
+    const char *cc = getenv("FT_EMU_COMPUTE_CAPABILITY");
+    int major = 8, minor = 0;
+    if (cc && sscanf(cc, "%d.%d", &major, &minor) != 2) return false;
+    return major * 10 + minor >= 89;
+}
 static bool fp8_rules_ok(const emu_desc &v, const emu_layout &la, const emu_layout &lb, uint32_t align_a,
                          uint32_t align_b) {
     if (!is_fp8(la.type) && !is_fp8(lb.type)) return true;
-    if (!is_fp8(la.type) || !is_fp8(lb.type)) return false;
+    if (!is_fp8(la.type) || !is_fp8(lb.type) || !fp8_device()) return false;
     if (la.type == CUDA_R_8F_E5M2 && lb.type == CUDA_R_8F_E5M2) return false;
     if (v.ta != CUBLAS_OP_T || v.tb != CUBLAS_OP_N) return false;
     return la.ld % 16 == 0 && lb.ld % 16 == 0 && align_a % 16 == 0 && align_b % 16 == 0;
