@@ -19,6 +19,10 @@ static struct {
 
 static size_t round_up(size_t n) { return (n + FP8_ALIGN - 1) / FP8_ALIGN * FP8_ALIGN; }
 
+// 1 when a linear of these widths runs in FP8: the FP8 GEMM's reduction length and its output
+// rows' stride must be multiples of 16 (LoRA's factors at a small rank are not: bf16)
+static int fp8_shape_ok(int IC, int OC) { return IC % 16 == 0 && OC % 16 == 0; }
+
 // room for a (N, IC) activation and an (OC, IC) weight, grown (never shrunk) on demand: the
 // old buffer is released first (ops on the one compute stream run in order, so the GEMM still
 // queued on it has read it before anything reuses its memory)
@@ -33,20 +37,48 @@ static int scratch_reserve(size_t bytes) {
     return 0;
 }
 
+// the scratch laid out for two FP8 operands of na and nb codes: *qa, *qb (256-byte aligned)
+// and *stats (6 floats: a's, then b's)
+static int scratch_pair(size_t na, size_t nb, unsigned char **qa, unsigned char **qb, float **stats) {
+    na = round_up(na), nb = round_up(nb);
+    TRY(scratch_reserve(na + nb + 6 * sizeof(float)));
+    *qa = g_scratch.buf;
+    *qb = *qa + na;
+    *stats = (float *)(*qb + nb);
+    return 0;
+}
+
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T (+ residual): both operands quantised to E4M3,
-// the product by the FP8 GEMM; a shape the FP8 GEMM does not take (IC not a multiple of 16:
-// LoRA's B factor at a small rank) runs in bf16
+// the product by the FP8 GEMM; a shape outside fp8_shape_ok runs in bf16
 static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC) {
-    if (IC % 16 != 0) return g_inner->matmul_fwd(out, inp, weight, residual, N, IC, OC);
-    const size_t na = round_up((size_t)N * IC), nw = round_up((size_t)OC * IC);
-    TRY(scratch_reserve(na + nw + 6 * sizeof(float)));
-    unsigned char *qa = g_scratch.buf, *qw = qa + na;
-    float *stats = (float *)(qw + nw);
+    if (!fp8_shape_ok(IC, OC)) return g_inner->matmul_fwd(out, inp, weight, residual, N, IC, OC);
+    unsigned char *qa, *qw;
+    float *stats;
+    TRY(scratch_pair((size_t)N * IC, (size_t)OC * IC, &qa, &qw, &stats));
     TRY(g_inner->fp8_quantize(qa, NULL, stats, inp, N, IC, FP8_E4M3));
     TRY(g_inner->fp8_quantize(qw, NULL, stats + 3, weight, OC, IC, FP8_E4M3));
     if (residual && residual != out)
         TRY(g_inner->copy_d2d(out, residual, (size_t)N * OC * st_dtype_size(g_inner->dtype)));
     return g_inner->matmul_fp8(out, qa, FP8_E4M3, stats, qw, FP8_E4M3, stats + 3, N, OC, IC, residual != NULL);
+}
+
+// dinp (N, IC) = (+=) dout (N, OC) @ weight (OC, IC) in FP8: dout quantised to E5M2 (a
+// gradient: range over precision), the weight to E4M3 in its transposed layout (IC, OC),
+// which is what the FP8 GEMM's "a b^T" form takes; dweight as the inner backend computes it
+// (bf16 GEMM, into a bf16 or fp32 gradient). A shape outside fp8_shape_ok runs the inner
+// backward whole.
+static int fp8_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
+                          const void *weight, int N, int IC, int OC, int accumulate_dinp, int accumulate_dw) {
+    if (!dinp || !fp8_shape_ok(IC, OC))
+        return g_inner->matmul_bwd(dinp, dweight, gdt, dout, inp, weight, N, IC, OC, accumulate_dinp, accumulate_dw);
+    unsigned char *qd, *qwt;
+    float *stats;
+    TRY(scratch_pair((size_t)N * OC, (size_t)OC * IC, &qd, &qwt, &stats));
+    TRY(g_inner->fp8_quantize(qd, NULL, stats, dout, N, OC, FP8_E5M2));
+    TRY(g_inner->fp8_quantize(NULL, qwt, stats + 3, weight, OC, IC, FP8_E4M3));
+    TRY(g_inner->matmul_fp8(dinp, qd, FP8_E5M2, stats, qwt, FP8_E4M3, stats + 3, N, IC, OC, accumulate_dinp));
+    if (!dweight) return 0;
+    return g_inner->matmul_bwd(NULL, dweight, gdt, dout, inp, weight, N, IC, OC, 0, accumulate_dw);
 }
 
 // 1 when `be` runs FP8 GEMMs: it has the ops, and (the CUDA backend) its device has FP8 tensor cores
@@ -66,6 +98,7 @@ int fp8_linear_backend(const backend *inner, const backend **out) {
     g_inner = inner;
     g_table = *inner;
     g_table.matmul_fwd = fp8_matmul_fwd;
+    g_table.matmul_bwd = fp8_matmul_bwd;
     *out = &g_table;
     return 0;
 }

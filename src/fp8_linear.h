@@ -4,7 +4,8 @@
 // the device) and multiplies them with the FP8 GEMM; every other op is the inner backend's.
 // The model's matmul_fwd calls are exactly the decoder linears (q|k|v, o, gate|up, down, and
 // LoRA's small factors): lm_head runs in lmhead_xent, attention and the norms in their ops,
-// so they stay bf16. matmul_bwd (dX, dW) stays bf16 for now.
+// so they stay bf16. In matmul_bwd the input gradient dX = dY W runs in FP8 too (dY in E5M2,
+// W in E4M3); the weight gradient dW = dY^T X stays a bf16 GEMM for now.
 #pragma once
 #include "backend.h"
 

@@ -17,6 +17,9 @@
 // data, so the NMSE lies below 2 (u_a^2 + u_b^2) / 3 (0.013 for e5m2 x e4m3, 0.0052 for e4m3
 // x e4m3; measured about half of that) and above 1e-4 (1e-5 with "+=": C dilutes it), where
 // operands left unquantised would give only fp32 noise (~1e-12).
+// Then --fp8's backend wrapper (src/fp8_linear.h): its matmul_fwd and matmul_bwd against the
+// CPU's linear (case_wrapper's bounds), and its bf16 fallback for widths the FP8 GEMM does
+// not take.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +29,7 @@
 #include "backend_cuda.h"
 #include "common.h"
 #include "fp8.h"
+#include "fp8_linear.h"
 #include "test.h"
 
 #define THR_BF16 2e-5
@@ -114,6 +118,53 @@ static void case_matmul(int M, int N, int K, fp8_format fa, fp8_format fb, int a
     free(ha), free(hb), free(hc);
 }
 
+// NMSE of a GPU bf16 tensor against a CPU fp32 one, reported within [lo, hi]
+static void report_range(const char *what, const char *shape, void *cpu, void *gpu, size_t n, double lo, double hi) {
+    float *c = malloc(n * 4), *g = malloc(n * 4);
+    uint16_t *b = malloc(n * 2);
+    CPU->copy_d2h(c, cpu, n * 4);
+    GPU->copy_d2h(b, gpu, n * 2);
+    for (size_t i = 0; i < n; i++) g[i] = ft_bf16_to_f32(b[i]);
+    const double e = test_nmse(g, c, n);
+    const int ok = e >= lo && e <= hi;
+    printf("%-12s %-34s %-9s %10.3e %8.1e  %s (within [%.0e, %.1e])\n", "fp8_linear", shape, what, e, hi,
+           ok ? "pass" : "FAIL", lo, hi);
+    EXPECT(ok, "fp8_linear %s %s: NMSE %.3e outside [%.0e, %.1e]", shape, what, e, lo, hi);
+    free(c), free(g), free(b);
+}
+
+// --fp8's wrapper (src/fp8_linear.h) against the CPU's bf16-input linear: the forward (with a
+// residual) and dX carry FP8 quantisation noise (e4m3 x e4m3: NMSE <= 5.2e-3; dX, e5m2 dY x
+// e4m3 W: <= 1.3e-2; both well above THR_BF16, so the FP8 path ran), dW is the bf16 GEMM's
+// (THR_BF16); widths not multiples of 16 (a LoRA rank of 8) run in bf16 throughout
+static void case_wrapper(int N, int IC, int OC) {
+    const backend *W = NULL;
+    EXPECT(fp8_linear_backend(GPU, &W) == 0, "wrapper: %s", ft_error_message());
+    if (!W) return;
+    const int fp8 = IC % 16 == 0 && OC % 16 == 0;
+    char shape[64];
+    snprintf(shape, sizeof shape, "N %d IC %d OC %d%s", N, IC, OC, fp8 ? "" : " (bf16)");
+    float *h = malloc(sizeof(float) * ((size_t)N * IC + (size_t)OC * IC + 2 * (size_t)N * OC));
+    void *x_c, *x_g, *w_c, *w_g, *r_c, *r_g, *dy_c, *dy_g;
+    upload(h, &x_c, &x_g, (size_t)N * IC, 1.0f);
+    upload(h, &w_c, &w_g, (size_t)OC * IC, 0.05f);
+    upload(h, &r_c, &r_g, (size_t)N * OC, 0.1f);
+    upload(h, &dy_c, &dy_g, (size_t)N * OC, 1e-3f);
+    void *o_c = CPU->alloc(4 * (size_t)N * OC), *o_g = GPU->alloc(2 * (size_t)N * OC);
+    void *dx_c = CPU->alloc(4 * (size_t)N * IC), *dx_g = GPU->alloc(2 * (size_t)N * IC);
+    void *dw_c = CPU->alloc(4 * (size_t)OC * IC), *dw_g = GPU->alloc(2 * (size_t)OC * IC);
+    EXPECT(CPU->matmul_fwd(o_c, x_c, w_c, r_c, N, IC, OC) == 0 && W->matmul_fwd(o_g, x_g, w_g, r_g, N, IC, OC) == 0,
+           "forward: %s", ft_error_message());
+    EXPECT(CPU->matmul_bwd(dx_c, dw_c, ST_F32, dy_c, x_c, w_c, N, IC, OC, 0, 0) == 0 &&
+           W->matmul_bwd(dx_g, dw_g, ST_BF16, dy_g, x_g, w_g, N, IC, OC, 0, 0) == 0, "backward: %s", ft_error_message());
+    report_range("out", shape, o_c, o_g, (size_t)N * OC, fp8 ? 1e-5 : 0, fp8 ? 5.2e-3 : THR_BF16);
+    report_range("dinp", shape, dx_c, dx_g, (size_t)N * IC, fp8 ? 1e-4 : 0, fp8 ? 1.3e-2 : THR_BF16);
+    report_range("dweight", shape, dw_c, dw_g, (size_t)OC * IC, 0, THR_BF16);
+    void *cb[] = {x_c, w_c, r_c, dy_c, o_c, dx_c, dw_c}, *gb[] = {x_g, w_g, r_g, dy_g, o_g, dx_g, dw_g};
+    for (int i = 0; i < 7; i++) CPU->free(cb[i]), GPU->free(gb[i]);
+    free(h);
+}
+
 // what matmul_fp8 refuses with a line: two E5M2 operands, K not a multiple of 16
 static void case_refusals(void) {
     void *q = GPU->alloc(4096), *o = GPU->alloc(4096);
@@ -147,6 +198,8 @@ int main(void) {
     case_matmul(65, 48, 128, FP8_E5M2, FP8_E4M3, 0);
     case_matmul(48, 65, 128, FP8_E4M3, FP8_E5M2, 0);
     case_matmul(33, 40, 96, FP8_E4M3, FP8_E4M3, 1);
+    case_wrapper(130, 96, 64);
+    case_wrapper(64, 8, 48);
     case_refusals();
     backend_close(GPU);
     TEST_SUMMARY("test_fp8_gpu");
