@@ -230,6 +230,13 @@ static int gemm_plan_build(gemm_plan *p) {
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    if (key->a_fp8) {   // FP8: the heuristic chooses among scaled kernels (cu_matmul_fp8 sets the real scales per call)
+        const void *placeholder = g_cuda.lt_workspace;
+        CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder,
+                                                    sizeof placeholder));
+        CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder,
+                                                    sizeof placeholder));
+    }
     // stored shapes: op(A) is (m, k), op(B) is (k, n)
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, operand_type(key->a_fp8), ta ? k : m, ta ? m : k, key->lda));
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, operand_type(key->b_fp8), tb ? n : k, tb ? k : n, key->ldb));
