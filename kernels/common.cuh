@@ -108,16 +108,21 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
-// `scratch` is 32 floats of shared memory; the function has two __syncthreads, so it can be
-// called repeatedly with the same scratch.
-__device__ __forceinline__ float block_sum(float v, float *scratch) {
+// Reduce over the block with a warp reduction (warp_sum, warp_max) whose identity is `id`
+// (blockDim.x a multiple of 32, <= 1024); every thread gets the result. `scratch` is 32
+// floats of shared memory; the function has two __syncthreads, so it can be called
+// repeatedly with the same scratch.
+template <float (*WARP_OP)(float)>
+__device__ __forceinline__ float block_reduce(float v, float *scratch, float id) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_sum(v);
+    v = WARP_OP(v);
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
-    float t = lane < nwarps ? scratch[lane] : 0.0f;
-    t = warp_sum(t);
+    float t = lane < nwarps ? scratch[lane] : id;
+    t = WARP_OP(t);
     __syncthreads();
     return t;
 }
+// sum and max over the block (block_reduce's rules)
+__device__ __forceinline__ float block_sum(float v, float *scratch) { return block_reduce<warp_sum>(v, scratch, 0.0f); }
+__device__ __forceinline__ float block_max(float v, float *scratch) { return block_reduce<warp_max>(v, scratch, -INFINITY); }

@@ -84,6 +84,11 @@ int ftk_accumulate(float *dst, const void *src, int src_f32, size_t n, float alp
 int ftk_loss_accumulate(double *acc, const float *losses, const int32_t *targets, int N, ftk_stream stream);
 // cast.cu
 int ftk_cast_from_f32(void *dst, const float *src, size_t n, ftk_stream stream);
+// fp8_quantize.cu: inp (rows, cols) bf16 -> out (rows, cols) and/or out_t (cols, rows) FP8 codes
+// (one byte each; either may be NULL), stats (3) fp32 = {amax, scale, 1 / scale}; fmt 0 e4m3,
+// 1 e5m2 (fp8.h's fp8_format). Takes (G) floats of scratch (scratch.cu).
+int ftk_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int rows, int cols, int fmt,
+                     ftk_stream stream);
 // scratch.cu: workspace of the kernels that need some (attention_bwd, rmsnorm_bwd,
 // sum_squares) comes from `alloc`/`release` once set (the backend's arena), else from
 // cudaMallocAsync. Set it before launching; NULLs restore the default.

@@ -146,6 +146,14 @@ $(BUILD)/tests/test_emu_vclock: tests/cuda_emu/test_emu_vclock.cu $(BUILD)/emu/c
 TEST_BINS += $(BUILD)/tests/test_emu_vclock
 CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_emu_vclock
 endif
+# tests/gpu/test_fp8_gpu.c (the FP8 ops, CUDA vs CPU) on the emulated device, an emulated sm_90
+$(BUILD)/tests/test_fp8_emu: tests/gpu/test_fp8_gpu.c $(EMU_HOST_OBJS) $(BUILD)/libfinetune.a \
+                             $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ) $(EMU_PRICE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@.o
+	$(CXX) $@.o $(filter-out $<,$^) -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
+TEST_BINS += $(BUILD)/tests/test_fp8_emu
+CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_fp8_emu
 TEST_BINS += $(BUILD)/tests/test_backend_emu $(BUILD)/tests/test_emu_host
 CUDA_ONLY_TEST_BINS += $(BUILD)/tests/test_backend_emu $(BUILD)/tests/test_emu_host   # not in the CUDA=0 sanitizer build
 endif

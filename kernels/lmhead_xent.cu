@@ -29,17 +29,6 @@
 #define XENT_THREADS 256
 #define XENT_UNROLL 4
 
-__device__ __forceinline__ float block_max(float v, float *scratch) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_max(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    float t = lane < nwarps ? scratch[lane] : -INFINITY;
-    t = warp_max(t);
-    __syncthreads();
-    return t;
-}
-
 // row r of dlogits (bf16, V values) over row r of logits (fp32): strides as in the header
 __device__ __forceinline__ void xent_write_dlogits(float *l, int V, int tgt, float lse) {
     bf16 *d = reinterpret_cast<bf16 *>(l);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "fp8.h"
 
 // The fused lm_head + cross-entropy op materialises the (N, V) logits `chunk_rows` rows at a
 // time; the memory plan picks the chunk (model_lmhead_chunk_rows, src/model.h): as many rows
@@ -179,6 +180,26 @@ struct backend {
     int (*lmhead_xent)(float *losses, void *dx, void *dweight, st_dtype gdt, const void *x,
                        const void *weight, const int32_t *targets, int N, int C, int V,
                        float dloss, int chunk_rows, float *logits_ws, float *dw_acc);
+
+    // ---------------------------------------------------------------- FP8 (--fp8)
+    // NULL on a backend without FP8. Codes are one byte per element (fp8.h's formats).
+    //
+    // Per-tensor quantisation of inp (rows, cols): amax = max |inp| (NaN elements do not
+    // count); scale = fp8_scale_from_amax(amax, fmt); out (rows, cols) =
+    // fp8_from_float_sat(inp * scale, fmt) (an fp32 product, then one rounding: the host
+    // functions of fp8.h, bit for bit); out_t (cols, rows) = the same codes transposed (the
+    // layout a backward GEMM's operand needs); either may be NULL. stats (3 fp32, backend
+    // memory) = {amax, scale, 1 / scale}: [2] is what the GEMM multiplies back. Computed on
+    // the device: the host reads nothing.
+    int (*fp8_quantize)(void *out, void *out_t, float *stats, const void *inp, int rows, int cols,
+                        fp8_format fmt);
+    // out (M, N) = a_stats[2] * b_stats[2] * a (M, K) @ b (N, K)^T (+= when accumulate), a and
+    // b FP8 codes of formats a_fmt, b_fmt (e4m3 x e4m3, or one of them e5m2: gradients) with
+    // the stats fp8_quantize gave them; products exact, summed in fp32, one rounding to the
+    // storage dtype. The three linear GEMMs are all of this form: forward x W^T (a = x, b =
+    // W), dx = dy W (a = dy, b = W^T), dW = dy^T x (a = dy^T, b = x^T).
+    int (*matmul_fp8)(void *out, const void *a, fp8_format a_fmt, const float *a_stats, const void *b,
+                      fp8_format b_fmt, const float *b_stats, int M, int N, int K, int accumulate);
 
     // ---------------------------------------------------------------- optimizer & utils
     // AdamW on an fp32 master slice (n): g = grad * grad_scale; m,v updated; master updated

@@ -162,6 +162,21 @@ static int count_lmhead_xent(float *l, void *dx, void *dw, st_dtype gdt, const v
     return 0;
 }
 
+// FP8 (--fp8): the quantisation reads the tensor twice (amax, then the cast) and writes one
+// byte per element per layout asked for, in 3 kernels (partial maxima, the scale, the cast);
+// its GEMM is priced as a bf16 one's FLOPs (the FP8 tensor-core rate is not modelled yet)
+static int count_fp8_quantize(void *o, void *ot, float *st, const void *x, int rows, int cols, fp8_format f) {
+    (void)st, (void)x, (void)f;
+    const double n = (double)rows * cols;
+    return mem_op(2.0 * n, n * ((o != NULL) + (ot != NULL)) + 12.0, 3);
+}
+static int count_matmul_fp8(void *o, const void *a, fp8_format af, const float *as, const void *b, fp8_format bf,
+                            const float *bs, int M, int N, int K, int acc) {
+    (void)o, (void)a, (void)af, (void)as, (void)b, (void)bf, (void)bs;
+    tally(COUNT_GEMM, 2.0 * M * N * K, 1, acc ? (double)M * N * g.e : 0, 0);
+    return 0;
+}
+
 // optimizer and utility ops: the model calls none of them
 static int not_model(const char *op) { return ft_error("op counting: the model called %s, which it never did", op); }
 static int count_adamw(float *m, void *p, const float *gr, float *a, float *v, size_t n, const adamw_params *ap) {
@@ -198,7 +213,7 @@ static backend count_table = {   // (dtype: the job's)
     .attention_fwd = count_attention_fwd, .attention_bwd = count_attention_bwd, .swiglu_fwd = count_swiglu_fwd,
     .swiglu_bwd = count_swiglu_bwd, .scale = count_scale, .lmhead_xent = count_lmhead_xent, .adamw = count_adamw,
     .sum_squares = count_sum_squares, .accumulate = count_accumulate, .cast_from_f32 = count_cast,
-    .loss_accumulate = count_loss_accumulate,
+    .loss_accumulate = count_loss_accumulate, .fp8_quantize = count_fp8_quantize, .matmul_fp8 = count_matmul_fp8,
 };
 
 // ----------------------------------------------------------------------------

@@ -494,6 +494,8 @@ static const backend g_cpu = {
     .sum_squares = cpu_sum_squares,
     .accumulate = cpu_accumulate,
     .cast_from_f32 = cpu_cast_from_f32,
+    .fp8_quantize = cpu_fp8_quantize,
+    .matmul_fp8 = cpu_matmul_fp8,
     .loss_accumulate = cpu_loss_accumulate,
 };
 

@@ -56,7 +56,8 @@
 typedef struct {
     int m, n, k, ta, tb;
     int lda, ldb, ldc;
-    int c_f32;                             // C/D fp32 (else bf16); A, B always bf16
+    int c_f32;                             // C/D fp32 (else bf16)
+    int a_fp8, b_fp8;                      // A / B: 0 bf16, else 1 + its fp8_format (--fp8's GEMMs)
     uint32_t align[3];
 } gemm_key;
 
@@ -70,6 +71,7 @@ typedef struct {
 
 static struct {
     int open, device;
+    int cc;                                // compute capability, major * 10 + minor
     cudaStream_t stream;
     cudaStream_t copy_stream;              // copy_async's copies (--offload_optimizer)
     cudaEvent_t compute_mark;              // the compute stream's position when a copy is issued
@@ -213,6 +215,11 @@ static void gemm_plan_destroy(gemm_plan *p) {
     p->op = NULL;
 }
 
+// an operand's cuBLASLt type from its key field (0 bf16, 1 + fp8_format)
+static cudaDataType_t operand_type(int fp8) {
+    return fp8 == 0 ? CUDA_R_16BF : fp8 == 1 + FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
 // Create the descriptors of the plan keyed by p->key and ask the heuristic for its
 // algorithm. On failure the caller destroys what was created.
 static int gemm_plan_build(gemm_plan *p) {
@@ -223,9 +230,16 @@ static int gemm_plan_build(gemm_plan *p) {
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    if (key->a_fp8) {   // FP8: the heuristic chooses among scaled kernels (cu_matmul_fp8 sets the real scales per call)
+        const void *placeholder = g_cuda.lt_workspace;
+        CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder,
+                                                    sizeof placeholder));
+        CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder,
+                                                    sizeof placeholder));
+    }
     // stored shapes: op(A) is (m, k), op(B) is (k, n)
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, ta ? k : m, ta ? m : k, key->lda));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, tb ? n : k, tb ? k : n, key->ldb));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, operand_type(key->a_fp8), ta ? k : m, ta ? m : k, key->lda));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, operand_type(key->b_fp8), tb ? n : k, tb ? k : n, key->ldb));
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, key->c_f32 ? CUDA_R_32F : CUDA_R_16BF, m, n, key->ldc));
     cublasLtMatmulPreference_t pref;
     CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -244,9 +258,9 @@ static int gemm_plan_build(gemm_plan *p) {
     if (st == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;   // the heuristic's way to say "none": the line below
     else CHECK_CUBLAS(st);
     if (found < 1)
-        return ft_error("cuda: cuBLASLt has no algorithm for a bf16 GEMM m=%d n=%d k=%d, %s output (leading dimensions "
-                        "%d/%d/%d, alignments %u/%u/%u bytes)", m, n, k, key->c_f32 ? "fp32" : "bf16", key->lda,
-                        key->ldb, key->ldc, align[0], align[1], align[2]);
+        return ft_error("cuda: cuBLASLt has no algorithm for a %s GEMM m=%d n=%d k=%d, %s output (leading dimensions "
+                        "%d/%d/%d, alignments %u/%u/%u bytes)", key->a_fp8 ? "fp8" : "bf16", m, n, k,
+                        key->c_f32 ? "fp32" : "bf16", key->lda, key->ldb, key->ldc, align[0], align[1], align[2]);
     p->algo = res.algo;
     return 0;
 }
@@ -286,6 +300,8 @@ static int gemm_plan_get(const gemm_key *key, gemm_plan **out) {
     return 0;
 }
 
+int backend_cuda_fp8_capable(void) { return g_cuda.open && g_cuda.cc >= 89; }
+
 void backend_cuda_gemm_stats(int *cached, long *evictions) {
     *cached = g_cuda.n_plans;
     *evictions = g_cuda.gemm_evictions;
@@ -321,6 +337,38 @@ static int gemm(int ta, int tb, int m, int n, int k, const void *A, const void *
 static int cu_matmul_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC) {
     if (!residual) return gemm(1, 0, OC, N, IC, weight, inp, out, 0.0f);
     return gemm_cd(1, 0, OC, N, IC, weight, IC, inp, IC, residual, out, OC, 0, 1.0f, 1.0f);
+}
+
+// out (M, N) = sa sb a (M, K) b (N, K)^T  <=>  out^T (N, M) = b (N, K) . a^T (K, M): cuBLASLt's A
+// is b transposed, its B is a (the "TN" form Hopper's FP8 GEMMs require), the scales are
+// device pointers set on the cached descriptor at each call (cuBLASLt reads them when the
+// GEMM runs, as it does the operands). Fast accumulation stays off (the default): every
+// product summed in full fp32, the precision the CPU reference and the tests assume.
+static int cu_matmul_fp8(void *out, const void *a, fp8_format a_fmt, const float *a_stats, const void *b,
+                         fp8_format b_fmt, const float *b_stats, int M, int N, int K, int accumulate) {
+    if (a_fmt >= FP8_FORMAT_COUNT || b_fmt >= FP8_FORMAT_COUNT || (a_fmt == FP8_E5M2 && b_fmt == FP8_E5M2))
+        return ft_error("matmul_fp8: formats %s x %s (e4m3 x e4m3, e4m3 x e5m2 or e5m2 x e4m3)", fp8_name(a_fmt),
+                        fp8_name(b_fmt));
+    if (!backend_cuda_fp8_capable())
+        return ft_error("matmul_fp8: %s has no FP8 tensor cores (compute capability 8.9 or newer: Ada, Hopper)",
+                        g_cuda.device_name);
+    if (M <= 0 || N <= 0 || K <= 0 || K % 16 != 0)
+        return ft_error("matmul_fp8: shape M %d N %d K %d (K a multiple of 16: the FP8 GEMM's rows)", M, N, K);
+    gemm_plan *p = NULL;
+    const uint32_t ao = ptr_align(out);
+    const gemm_key key = {.m = N, .n = M, .k = K, .ta = 1, .tb = 0, .lda = K, .ldb = K, .ldc = N, .c_f32 = 0,
+                          .a_fp8 = 1 + (int)b_fmt, .b_fp8 = 1 + (int)a_fmt, .align = {ptr_align(b), ptr_align(a), ao}};
+    TRY(gemm_plan_get(&key, &p));
+    const float *sa = b_stats + 2, *sb = a_stats + 2, alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+    CHECK_CUBLAS(cublasLtMatmul(g_cuda.lt, p->op, &alpha, b, p->a, a, p->b, &beta, out, p->c, out, p->c, &p->algo,
+                                g_cuda.lt_workspace, LT_WORKSPACE_BYTES, g_cuda.stream));
+    return 0;
+}
+
+static int cu_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int rows, int cols, fp8_format fmt) {
+    return ftk_fp8_quantize(out, out_t, stats, inp, rows, cols, (int)fmt, g_cuda.stream);
 }
 
 // a parameter gradient's dtype (backend.h, gdt): 1 for fp32, 0 for bf16, -1 + ft_error otherwise
@@ -586,6 +634,8 @@ static const backend CUDA_BACKEND = {
     .accumulate = cu_accumulate,
     .cast_from_f32 = cu_cast_from_f32,
     .loss_accumulate = cu_loss_accumulate,
+    .fp8_quantize = cu_fp8_quantize,
+    .matmul_fp8 = cu_matmul_fp8,
     .pace = cu_pace,
 };
 
@@ -704,6 +754,7 @@ static int open_device(int local_rank, size_t arena_bytes) {
     struct cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, g_cuda.device));
     snprintf(g_cuda.device_name, sizeof g_cuda.device_name, "%s", prop.name);
+    g_cuda.cc = prop.major * 10 + prop.minor;
     size_t free_b = 0, total_b = 0;
     CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
     // 0 = take most of what is free (leave room for the CUDA context, NCCL and cuBLASLt)

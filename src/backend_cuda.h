@@ -28,6 +28,9 @@ double backend_cuda_peak_tflops(void);
 // GEMM plans (cuBLASLt descriptors + algorithm) the backend keeps; a new shape beyond this
 // evicts the least recently used one.
 #define BACKEND_CUDA_GEMM_PLANS 256
+// 1 when the open device has FP8 tensor cores (compute capability 8.9 or newer: the FP8
+// GEMMs of matmul_fp8 run there), else 0 (also when not open).
+int backend_cuda_fp8_capable(void);
 // For tests: plans cached now and evictions since open.
 void backend_cuda_gemm_stats(int *cached, long *evictions);
 // Attention implementation of the next open (`--attention`): "cudnn" (cuDNN's flash attention,

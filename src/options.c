@@ -138,6 +138,12 @@ static const flag_spec flags[] = {
      "bitwise-reproducible runs with --attention cudnn: its backward keeps dP in its workspace (batch x heads x "
      "seq_len^2 x 2 bytes more, in the memory plan) instead of summing dQ across thread blocks (the CPU, the native "
      "kernels and the rest are deterministic already)"},
+    {"--fp8", FLAG_BOOL, OPT(fp8), 0, 1, NULL,
+     "FP8 training on GPUs of compute capability 8.9+ (Hopper, Ada): the decoder layers' linear layers run their "
+     "forward GEMMs and their input-gradient GEMMs in FP8 (E4M3 weights and activations, E5M2 output gradients; "
+     "per-tensor scales from each tensor's current amax, computed on the device; cuBLASLt, fp32 accumulation, bf16 "
+     "outputs); weight gradients, lm_head, attention, norms, master weights and optimizer stay as they are. Refused "
+     "on the CPU backend and on older GPUs"},
     {"--nccl_gib_per_comm", FLAG_FLOAT, OPT(nccl_gib_per_comm), 0, 1024, NULL,
      "GPU memory each NCCL communicator is assumed to take, in GiB, for the memory plan's fit check and --dry_run's "
      "largest batch (0 = 0.98 GiB, measured on one H100; NVLS on NVSwitch nodes takes more: docs/planning.md)"},
@@ -377,6 +383,9 @@ static int options_check_combinations(train_options *o) {
     if (o->eval_only && o->sample_tokens > 0)   // (--eval_only writes nothing: it sampled nothing, silently)
         return ft_error("flag --sample_tokens: --eval_only writes nothing, samples neither; to sample from a finished "
                         "run's checkpoint, rerun it with --resume (it trains nothing more, then samples)");
+    if (o->fp8 && strcmp(o->device, "cuda") != 0)
+        return ft_error("flag --fp8 needs --device cuda on a GPU with FP8 tensor cores (compute capability 8.9+: Hopper, "
+                        "Ada); the CPU backend computes in fp32");
     if (!o->pack && strcmp(o->pack_attention, d.pack_attention) != 0)
         return ft_error("flag --pack_attention %s needs --pack (rows of one game each attend within their game "
                         "already)", o->pack_attention);

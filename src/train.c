@@ -20,6 +20,7 @@
 
 #include "ckpt.h"
 #include "common.h"
+#include "fp8_linear.h"
 #include "fsutil.h"
 #include "hf_checkpoint.h"
 #include "hf_export.h"
@@ -284,7 +285,9 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->cc = cc;
     j->rank = cc->world->rank;
     j->world = cc->world->size;
-    j->be = o->profile ? profile_backend(cc->world->be) : cc->world->be;
+    j->be = cc->world->be;
+    if (o->fp8) TRY(fp8_linear_backend(j->be, &j->be));   // (one line when the device has no FP8)
+    if (o->profile) j->be = profile_backend(j->be);
     mem_tracker_init(&j->mem, j->be);
     char path[FT_PATH_MAX];
     TRY(ft_path(path, sizeof path, "%s/config.json", o->model_dir));

@@ -74,6 +74,7 @@ typedef struct {
     const char *device;           // "cpu" (fp32 storage) or "cuda" (bf16); the plan's dtype
     const char *attention;        // GPU attention: "cudnn" (default) or "native"
     int deterministic;            // bitwise-reproducible GPU attention backward (cuDNN's dP-workspace graph)
+    int fp8;                      // --fp8: the decoder linears' forward GEMMs in FP8 (src/fp8_linear.h)
     int auto_plan;                // --auto: choose the batch and sharding flags not given (src/plan_auto.h)
     unsigned char given[128];     // given[i]: flag i of the flag table was on the command line
                                   // (options_given asks by name)

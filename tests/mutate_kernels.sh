@@ -270,6 +270,16 @@ m loss_accumulate.last_tile_row loss_accumulate.cu loss_accumulate \
   'const int n = N - base < LA_TILE ? N - base : LA_TILE;' 'const int n = N - base < LA_TILE ? N - base - 1 : LA_TILE;'
 m loss_accumulate.count_all_rows loss_accumulate.cu loss_accumulate 'count += valid;' 'count += i < N;'
 
+# FP8 quantisation (--fp8): the max of |x| (a negative extreme), each format's largest value,
+# the amax = 0 guard (all-zero case), saturation (the infinity cases), the transposed index
+m fp8_quantize.amax_signed fp8_quantize.cu fp8_quantize \
+  'm = fmaxf(m, fabsf(bf2f(x[i])));' 'm = fmaxf(m, bf2f(x[i]));'
+m fp8_quantize.e5m2_max fp8_quantize.cu fp8_quantize 'fmt == 1 ? 57344.0f : 448.0f' 'fmt == 1 ? 448.0f : 448.0f'
+m fp8_quantize.zero_amax fp8_quantize.cu fp8_quantize 'm > 0.0f && isfinite(m) ?' 'isfinite(m) ?'
+m fp8_quantize.no_saturation fp8_quantize.cu fp8_quantize '__NV_SATFINITE' '__NV_NOSAT'
+m fp8_quantize.transpose_index fp8_quantize.cu fp8_quantize \
+  'out_t[(i % (size_t)cols) * rows + i / (size_t)cols]' 'out_t[(i % (size_t)cols) * cols + i / (size_t)cols]'
+
 # shared helpers (kernels/common.cuh): the files of the groups named are rebuilt
 m common.block_sum_no_sync common.cuh "rmsnorm lmhead_xent" \
   "if (lane == 0) scratch[warp] = v;$NL    __syncthreads();$NL    float t" \

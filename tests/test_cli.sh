@@ -39,6 +39,7 @@ done
 expect_error "flag --help: 'bogus' is not one of markdown|env" --help=bogus
 
 expect_error "unknown flag '--bogus'" --bogus
+expect_error "flag --fp8 needs --device cuda" --eval_only --fp8
 expect_error "--batch_size_per_device: 0 is out of range" --eval_only --batch_size_per_device 0
 # the bounds exactly as the flag takes them (%g printed 1048576 as 1.04858e+06, and --beta2's
 # upper bound 0.999999999 as 1: "1 is out of range [0, 1]")

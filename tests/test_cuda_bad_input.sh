@@ -7,7 +7,8 @@
 #      needs about 0.32 GiB: its plan, 1% and 256 MiB of margin): names the need, the free memory and the flags that lower it;
 #      under mpiexec with only rank 1's device too small, every rank exits and the line is
 #      printed once (by rank 1)
-#   2. a GPU older than sm_80 (FT_EMU_COMPUTE_CAPABILITY=7.5): names its architecture; 8.6
+#   2. a GPU older than sm_80 (FT_EMU_COMPUTE_CAPABILITY=7.5): names its architecture; --fp8
+#      on an sm_80 (no FP8 tensor cores): says so; 8.6
 #      and 9.0 run the sm_80/sm_90 cubins, 10.0 and 12.0 (newer than every cubin) the
 #      compute_90 PTX the build also holds (the driver compiles it at load). The refusal of
 #      a GPU newer than everything built is reachable only in a build without PTX
@@ -63,6 +64,8 @@ fi
 # ---------------------------------------------------------------- 2. architectures
 expect_one_line "sm_75" "is sm_75; the kernels need sm_80 or newer" \
   env FT_EMU_COMPUTE_CAPABILITY=7.5 "$emu" --device cuda "${flags[@]}"
+expect_one_line "--fp8 on sm_80" "has no FP8 tensor cores" \
+  env FT_EMU_COMPUTE_CAPABILITY=8.0 "$emu" --device cuda "${flags[@]}" --fp8
 for cc in 8.6 9.0 10.0 12.0; do
   out=$(FT_EMU_COMPUTE_CAPABILITY=$cc "$emu" --device cuda "${flags[@]}" --eval_only --out_dir "$tmp/ok" 2>&1); rc=$?
   [ $rc -eq 0 ] && [[ "$out" == *"sm_${cc/./}, arena"* ]] && ok "sm_${cc/./} runs the build's kernels (cubin or PTX)" \

@@ -20,6 +20,8 @@
 #      in row chunks (FT_LMHEAD_CHUNK_ROWS=48, test-only) on one device (dW straight into the
 #      fp32 step gradient) and over FSDP 2 (bf16 root gradient, the fp32 dW accumulator)
 #      against the CPU with run 1's tolerances; FT_LMHEAD_CHUNK_ROWS=0 refused in one line
+#      --fp8 on an emulated sm_90 (the decoder linears' forward GEMMs in FP8): losses within
+#      1% of run 1's bf16 ones, and not identical (the FP8 path ran)
 #   3. the bf16 sampling path (model_logits on a bf16 backend) produces a continuation
 #   4. FT_EMU_DEVICES=0 (a machine without a device): one clear error line; MFU against the
 #      published peak of a GPU known by name (FT_EMU_DEVICE_NAME), else the measured rate
@@ -90,6 +92,13 @@ if "$emu" --device cuda "${flags[@]}" --sample_tokens 16 --out_dir "$tmp/emu" >"
 else
   bad "emulated CUDA run failed: $(grep -m1 HAZARD "$tmp/emu.log" || tail -1 "$tmp/emu.log")"
 fi
+# --fp8 on an emulated sm_90: the decoder linears' forward GEMMs in FP8 E4M3 (src/fp8_linear.h);
+# its quantisation error (2^-4 relative per operand) moves the losses by ~1e-4 relative here
+if FT_EMU_COMPUTE_CAPABILITY=9.0 "$emu" --device cuda "${flags[@]}" --sample_tokens 16 --fp8 --out_dir "$tmp/fp8" >"$tmp/fp8.log" 2>&1; then
+  w=$(worst_rel "$(metric "$tmp/emu" loss)" "$(metric "$tmp/fp8" loss)")
+  [ "$(metric "$tmp/fp8" loss | wc -l)" = 8 ] && le "$w" 1e-2 && [ "$(metric "$tmp/fp8" loss)" != "$(metric "$tmp/emu" loss)" ] \
+    && ok "--fp8: 8 step losses within 1% of bf16's (and not identical): worst rel $w" || bad "--fp8 losses: worst rel $w"
+else bad "emulated --fp8 run: $(tail -1 "$tmp/fp8.log")"; fi
 if "$emu" --device cuda "${flags[@]}" --gradient_checkpointing --out_dir "$tmp/ckpt" >"$tmp/ckpt.log" 2>&1; then
   [ "$(metric "$tmp/ckpt" loss)" = "$(metric "$tmp/emu" loss)" ] && [ "$(metric "$tmp/ckpt" grad_norm)" = "$(metric "$tmp/emu" grad_norm)" ] \
     && ok "--gradient_checkpointing on the device: identical losses and gradient norms" || bad "checkpointing changes the device's losses"

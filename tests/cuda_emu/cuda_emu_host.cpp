@@ -18,7 +18,16 @@
 //   - cuBLASLt: descriptors hold what cublasLtMatmul needs (types, transposes, layouts), and
 //     cublasLtMatmul computes D = alpha op(A) op(B) + beta C from the documented column-major
 //     definition (element (i, j) of a rows x cols layout with leading dimension ld is at
-//     i + j * ld; op(X) = X or X^T), with fp32 accumulation and bf16/fp32 storage. It is
+//     i + j * ld; op(X) = X or X^T), with fp32 accumulation and bf16/fp32 storage. FP8 A and B
+//     (CUDA_R_8F_E4M3 / _E5M2, not both E5M2; a device of compute capability 8.9 or newer,
+//     FT_EMU_COMPUTE_CAPABILITY) follow the Hopper FP8 rules: "TN" only (A
+//     transposed, B not), lda and ldb multiples of 16 elements, A and B 16-byte aligned, else
+//     the heuristic finds no algorithm and cublasLtMatmul returns NOT_SUPPORTED; the products
+//     are exact and summed in fp32, then D = alpha * scaleA * scaleB * sum + beta C, scaleA /
+//     scaleB read from the device pointers of CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER (1 when
+//     unset) when the GEMM runs. The codes are decoded by cuda_fp8.h's conversions, not the
+//     project's src/fp8.c, so the two check each other. CUBLASLT_MATMUL_DESC_FAST_ACCUM is
+//     accepted and changes nothing here (fp32 sums always). It is
 //     written from that definition, independently of how backend_cuda.c maps row-major
 //     tensors onto it, so a wrong transpose or leading dimension there shows up as a wrong
 //     loss in the training test. The heuristic's algorithm requires the pointer alignments
@@ -37,6 +46,7 @@
 //     (nccl_config_emu.h; FT_EMU_NCCL_CONFIG prints them).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <stdint.h>
@@ -139,7 +149,11 @@ struct cublasLtContext { int unused; };
 
 // what the emulated descriptors hold, stored inside the headers' semi-opaque structs
 struct emu_layout { cudaDataType type; uint64_t rows, cols; int64_t ld; };
-struct emu_desc { cublasComputeType_t compute; cudaDataType_t scale; cublasOperation_t ta, tb; };
+struct emu_desc {
+    cublasComputeType_t compute; cudaDataType_t scale; cublasOperation_t ta, tb;
+    const float *a_scale, *b_scale;   // FP8 A / B scale factors (device pointers; NULL = 1)
+    int8_t fast_accum;
+};
 // the minimum alignments a search may assume (the preference; cuBLASLt's default is 256 bytes
 // each), which the emulated algorithm then requires of the A, B, C, D pointers, as a real
 // algorithm chosen under them may
@@ -174,7 +188,9 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
 }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale) {
     auto *o = new cublasLtMatmulDescOpaque_t();
-    emu_desc v = {compute, scale, CUBLAS_OP_N, CUBLAS_OP_N};
+    emu_desc v;
+    memset(&v, 0, sizeof v);
+    v.compute = compute, v.scale = scale, v.ta = v.tb = CUBLAS_OP_N;
     memcpy(o, &v, sizeof v);
     *d = o;
     return CUBLAS_STATUS_SUCCESS;
@@ -187,10 +203,16 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
                                               const void *buf, size_t n) {
     emu_desc v;
     memcpy(&v, d, sizeof v);
-    if (n != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (attr == CUBLASLT_MATMUL_DESC_TRANSA) memcpy(&v.ta, buf, n);
-    else if (attr == CUBLASLT_MATMUL_DESC_TRANSB) memcpy(&v.tb, buf, n);
-    else return CUBLAS_STATUS_NOT_SUPPORTED;
+    void *field = attr == CUBLASLT_MATMUL_DESC_TRANSA ? (void *)&v.ta : attr == CUBLASLT_MATMUL_DESC_TRANSB ? (void *)&v.tb
+                : attr == CUBLASLT_MATMUL_DESC_A_SCALE_POINTER ? (void *)&v.a_scale
+                : attr == CUBLASLT_MATMUL_DESC_B_SCALE_POINTER ? (void *)&v.b_scale
+                : attr == CUBLASLT_MATMUL_DESC_FAST_ACCUM ? (void *)&v.fast_accum : nullptr;
+    const size_t want = attr == CUBLASLT_MATMUL_DESC_FAST_ACCUM ? sizeof(int8_t)
+                      : attr == CUBLASLT_MATMUL_DESC_TRANSA || attr == CUBLASLT_MATMUL_DESC_TRANSB ? sizeof(cublasOperation_t)
+                      : sizeof(void *);
+    if (!field) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (n != want) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(field, buf, n);
     memcpy(d, &v, sizeof v);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -225,6 +247,30 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     }
 }
 
+static bool is_fp8(cudaDataType t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+static size_t elem_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : is_fp8(t) ? 1 : 2; }
+
+// The Hopper FP8 GEMM's rules (cuBLASLt's documented requirements for FP8 A/B): both A and B
+// FP8, not both E5M2, A transposed and B not ("TN"), lda and ldb multiples of 16, A and B
+// 16-byte aligned (`align_a`, `align_b`: what the pointers or the preference guarantee).
+// true when the operands are not FP8 at all or meet these.
+// The emulated device has FP8 tensor cores when FT_EMU_COMPUTE_CAPABILITY is 8.9 or newer
+// (the default 8.0, an A100, has none: its cuBLASLt finds no FP8 algorithm).
+static bool fp8_device() {
+    const char *cc = getenv("FT_EMU_COMPUTE_CAPABILITY");
+    int major = 8, minor = 0;
+    if (cc && sscanf(cc, "%d.%d", &major, &minor) != 2) return false;
+    return major * 10 + minor >= 89;
+}
+static bool fp8_rules_ok(const emu_desc &v, const emu_layout &la, const emu_layout &lb, uint32_t align_a,
+                         uint32_t align_b) {
+    if (!is_fp8(la.type) && !is_fp8(lb.type)) return true;
+    if (!is_fp8(la.type) || !is_fp8(lb.type) || !fp8_device()) return false;
+    if (la.type == CUDA_R_8F_E5M2 && lb.type == CUDA_R_8F_E5M2) return false;
+    if (v.ta != CUBLAS_OP_T || v.tb != CUBLAS_OP_N) return false;
+    return la.ld % 16 == 0 && lb.ld % 16 == 0 && align_a % 16 == 0 && align_b % 16 == 0;
+}
+
 // shape of op(X) for a layout and a transpose
 static void op_shape(const emu_layout &l, cublasOperation_t t, uint64_t *r, uint64_t *c) {
     *r = t == CUBLAS_OP_N ? l.rows : l.cols;
@@ -246,6 +292,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
     // like the library: inconsistent shapes have no algorithm
     if (k != k2 || lc.rows != m || lc.cols != n || ld.rows != m || ld.cols != n) return CUBLAS_STATUS_SUCCESS;
+    emu_align al;
+    memcpy(&al, pref, sizeof al);
+    if (!fp8_rules_ok(v, la, lb, al.a, al.b)) return CUBLAS_STATUS_NOT_SUPPORTED;   // no FP8 kernel for this
     memset(&results[0], 0, sizeof results[0]);
     memcpy(&results[0].algo, pref, sizeof(emu_align));   // the algorithm needs what was allowed
     results[0].state = CUBLAS_STATUS_SUCCESS;
@@ -256,6 +305,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
 
 static float load_elem(const void *p, cudaDataType t, uint64_t i) {
     if (t == CUDA_R_32F) return ((const float *)p)[i];
+    if (is_fp8(t))   // exact: every E4M3 / E5M2 value is a half
+        return __half2float(__half(__nv_cvt_fp8_to_halfraw(((const __nv_fp8_storage_t *)p)[i],
+                                                           t == CUDA_R_8F_E4M3 ? __NV_E4M3 : __NV_E5M2)));
     uint16_t h = ((const uint16_t *)p)[i];
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -274,11 +326,13 @@ struct emu_matmul {
     emu_desc v;
     emu_layout la, lb, lc, ld;
     float alpha, beta;
+    float scale_ab;   // FP8: scaleA * scaleB, read when the GEMM runs; else 1
     const void *A, *B, *C;
     void *D;
 };
 
-static void matmul_run(const emu_matmul &x) {
+static void matmul_run(emu_matmul x) {
+    x.scale_ab = (x.v.a_scale ? *x.v.a_scale : 1.0f) * (x.v.b_scale ? *x.v.b_scale : 1.0f);
     uint64_t m, k, k2, n;
     op_shape(x.la, x.v.ta, &m, &k);
     op_shape(x.lb, x.v.tb, &k2, &n);
@@ -291,7 +345,7 @@ static void matmul_run(const emu_matmul &x) {
             float acc = 0.0f;
             for (uint64_t p = 0; p < k; p++)
                 acc += load_elem(x.A, x.la.type, x.v.ta == CUBLAS_OP_N ? i + p * x.la.ld : p + i * x.la.ld) * col[p];
-            float out = x.alpha * acc;
+            float out = x.alpha * x.scale_ab * acc;
             if (x.beta != 0.0f) out += x.beta * load_elem(x.C, x.lc.type, i + j * x.lc.ld);
             store_elem(x.D, x.ld.type, i + j * x.ld.ld, out);
         }
@@ -305,7 +359,7 @@ static bool overlaps(const void *p, size_t n, const void *q, size_t m) {
 }
 static size_t layout_bytes(const emu_layout &l) {
     if (l.rows == 0 || l.cols == 0) return 0;
-    return ((l.cols - 1) * (uint64_t)l.ld + l.rows) * (l.type == CUDA_R_32F ? 4 : 2);
+    return ((l.cols - 1) * (uint64_t)l.ld + l.rows) * elem_bytes(l.type);
 }
 
 extern "C" {
@@ -325,8 +379,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     memcpy(&x.v, d, sizeof x.v); memcpy(&x.la, a, sizeof x.la); memcpy(&x.lb, b, sizeof x.lb);
     memcpy(&x.lc, c, sizeof x.lc); memcpy(&x.ld, dd, sizeof x.ld);
     if (x.v.compute != CUBLAS_COMPUTE_32F || x.v.scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    for (cudaDataType t : {x.la.type, x.lb.type, x.lc.type, x.ld.type})
+    for (cudaDataType t : {x.lc.type, x.ld.type})
         if (t != CUDA_R_16BF && t != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    for (cudaDataType t : {x.la.type, x.lb.type})
+        if (t != CUDA_R_16BF && t != CUDA_R_32F && !is_fp8(t)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!fp8_rules_ok(x.v, x.la, x.lb, need.a, need.b)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if ((x.v.a_scale || x.v.b_scale) && !is_fp8(x.la.type)) return CUBLAS_STATUS_INVALID_VALUE;   // scales: FP8 only
     uint64_t m, k, k2, n;
     op_shape(x.la, x.v.ta, &m, &k);
     op_shape(x.lb, x.v.tb, &k2, &n);
@@ -356,6 +414,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     std::vector<cuemu::Access> acc = {{A, layout_bytes(x.la), cuemu::ACC_READ, false, true},
                                       {B, layout_bytes(x.lb), cuemu::ACC_READ, false, true}};
     if (x.beta != 0.0f) acc.push_back({C, layout_bytes(x.lc), cuemu::ACC_READ, false, true});
+    for (const float *sc : {x.v.a_scale, x.v.b_scale})
+        if (sc) acc.push_back({sc, sizeof(float), cuemu::ACC_READ, false, true});
     acc.push_back({D, layout_bytes(x.ld), cuemu::ACC_WRITE, false, true});
     if (workspace && workspace_bytes) acc.push_back({workspace, workspace_bytes, cuemu::ACC_WRITE, false, true});
     char name[128];

@@ -2,12 +2,14 @@
 // GPU would give wrong numbers without an error: a GEMM whose D overlaps A, B or (other than
 // in place) C; a collective whose send and receive buffers overlap other than in NCCL's
 // in-place forms. The accepted forms (in place, disjoint) must still run. NCCL over MPI with
-// one rank (a singleton MPI_Init, no mpiexec); without MPI only the cuBLASLt part runs.
+// one rank (a singleton MPI_Init, no mpiexec); without MPI only the cuBLASLt part runs. The
+// emulated FP8 GEMM's arithmetic (scale pointers) and Hopper's FP8 rules are checked too.
 #include "cuda_emu.h"
 
 #include <cublasLt.h>
 #include <nccl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #ifdef FT_HAVE_MPI
@@ -18,14 +20,11 @@
 
 static cublasLtHandle_t lt;
 
-// D (m, n) = A (m, k) B (k, n) + beta C, bf16, column-major, packed; the status
-static cublasStatus_t gemm(int m, int n, int k, const void *A, const void *B, const void *C, void *D, float beta) {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, c;
-    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, m, k, m);
-    cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, n, k);
-    cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, m, n, m);
+// D = alpha op(A) op(B) + beta C with alpha 1, C and D of layout c, by the heuristic's first
+// algorithm (NOT_SUPPORTED when it finds none), waited for; then the descriptors are destroyed
+static cublasStatus_t run_gemm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                               cublasLtMatrixLayout_t c, const void *A, const void *B, const void *C, void *D,
+                               float beta) {
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulPreferenceCreate(&pref);
     cublasLtMatmulHeuristicResult_t res;
@@ -44,6 +43,17 @@ static cublasStatus_t gemm(int m, int n, int k, const void *A, const void *B, co
     return st;
 }
 
+// D (m, n) = A (m, k) B (k, n) + beta C, bf16, column-major, packed; the status
+static cublasStatus_t gemm(int m, int n, int k, const void *A, const void *B, const void *C, void *D, float beta) {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, m, k, m);
+    cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, n, k);
+    cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, m, n, m);
+    return run_gemm(op, a, b, c, A, B, C, D, beta);
+}
+
 static void test_gemm_aliasing(void) {
     char *buf = nullptr;
     cudaMalloc((void **)&buf, 4096);
@@ -58,6 +68,55 @@ static void test_gemm_aliasing(void) {
            "D overlapping C (C != D, beta 1) is rejected");
     cuemu_set_quiet(0);
     cudaFree(buf);
+}
+
+// D (m, n, bf16) = scales * op(A) op(B) with FP8 A (type ta_type, transposed when ta) and B
+// (not transposed), packed; the status (NOT_SUPPORTED when the heuristic finds no algorithm)
+static cublasStatus_t gemm_fp8(bool ta, int m, int n, int k, cudaDataType_t a_type, cudaDataType_t b_type,
+                               const void *A, const void *B, void *D, const float *scales) {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    const cublasOperation_t t = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const float *sa = scales, *sb = scales + 1;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
+    cublasLtMatrixLayoutCreate(&a, a_type, ta ? k : m, ta ? m : k, ta ? k : m);
+    cublasLtMatrixLayoutCreate(&b, b_type, k, n, k);
+    cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, m, n, m);
+    return run_gemm(op, a, b, d, A, B, D, D, 0.0f);
+}
+
+// The emulated FP8 GEMM: codes decoded, scales applied when it runs; Hopper's rules refused
+// (an sm_80 device, NN layout, ld not a multiple of 16, E5M2 x E5M2)
+static void test_gemm_fp8(void) {
+    unsigned char *A = nullptr, *B = nullptr;
+    uint16_t *D = nullptr;
+    float *scales = nullptr;
+    cudaMalloc((void **)&A, 1024), cudaMalloc((void **)&B, 1024), cudaMalloc((void **)&D, 1024);
+    cudaMalloc((void **)&scales, 8);
+    memset(A, 0x38, 1024);   // e4m3 1.0
+    memset(B, 0x40, 1024);   // e4m3 2.0 (e5m2 0x40: 2.0 as well)
+    const float sc[2] = {0.5f, 3.0f};
+    memcpy(scales, sc, sizeof sc);
+    setenv("FT_EMU_COMPUTE_CAPABILITY", "9.0", 1);
+    EXPECT(gemm_fp8(true, 16, 16, 32, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, A, B, D, scales) == CUBLAS_STATUS_SUCCESS,
+           "TN e4m3 GEMM runs");
+    const uint16_t want = 0x42c0;   // bf16 96 = 0.5 * 3 * (32 terms of 1 * 2)
+    EXPECT(D[0] == want && D[255] == want, "D = scaleA scaleB sum: 0x%04x 0x%04x, want 0x%04x", D[0], D[255], want);
+    EXPECT(gemm_fp8(true, 16, 16, 32, CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, A, B, D, scales) == CUBLAS_STATUS_SUCCESS,
+           "TN e5m2 x e4m3 runs");
+    EXPECT(gemm_fp8(false, 16, 16, 32, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, A, B, D, scales) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "NN FP8 has no algorithm");
+    EXPECT(gemm_fp8(true, 16, 16, 24, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, A, B, D, scales) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "lda 24 has no algorithm");
+    EXPECT(gemm_fp8(true, 16, 16, 32, CUDA_R_8F_E5M2, CUDA_R_8F_E5M2, A, B, D, scales) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "e5m2 x e5m2 has no algorithm");
+    unsetenv("FT_EMU_COMPUTE_CAPABILITY");
+    EXPECT(gemm_fp8(true, 16, 16, 32, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, A, B, D, scales) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "no FP8 on the default sm_80");
+    cudaFree(A), cudaFree(B), cudaFree(D), cudaFree(scales);
 }
 
 #ifdef FT_HAVE_MPI
@@ -99,6 +158,7 @@ int main(int argc, char **argv) {
 #endif
     cublasLtCreate(&lt);
     test_gemm_aliasing();
+    test_gemm_fp8();
 #ifdef FT_HAVE_MPI
     test_nccl_overlap();
 #endif

@@ -624,6 +624,52 @@ static void test_cast(size_t n, size_t mis, bool specials) {
     });
 }
 
+// FP8 codes read back: their values (exact in fp32) and their bytes
+static Output read_fp8(const void *p, size_t n, fp8_format f) {
+    Output o;
+    o.raw.assign((const unsigned char *)p, (const unsigned char *)p + n);
+    for (size_t i = 0; i < n; i++) o.vals.push_back(fp8_to_float(o.raw[i], f));
+    return o;
+}
+
+// fp8_quantize: bf16 values of magnitude `mag` (an inf at element 0 when `inf`; all zeros when
+// mag is 0), quantised in `fmt` into out, out_t or both (layouts: 1 out, 2 out_t, 3 both).
+// Codes, amax and the scales must equal the CPU backend's (src/fp8.c's conversions) exactly:
+// the same fp32 product, one correctly rounded conversion, an order-free max.
+static void test_fp8_quantize(int rows, int cols, fp8_format f, float mag, bool inf, int layouts, size_t mis) {
+    const size_t n = (size_t)rows * cols;
+    std::vector<float> x = randn_bf(n, mag);
+    if (inf && n) x[0] = -INFINITY;
+    std::vector<unsigned char> q(n), qt(n);
+    float st[3];
+    CPU->fp8_quantize(q.data(), qt.data(), st, x.data(), rows, cols, f);
+    std::vector<Ref> refs;
+    auto codes = [&](const char *name, const std::vector<unsigned char> &c) {
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; i++) v[i] = fp8_to_float(c[i], f);
+        refs.push_back(nmse_ref(name, v, THR_EXACT));
+    };
+    if (layouts & 1) codes("out", q);
+    if (layouts & 2) codes("out_t", qt);
+    // amax as "is it infinite" when it is (NMSE takes no infinities), then the two scales
+    refs.push_back(nmse_ref("stats", {inf ? 1.0f : st[0], st[1], st[2]}, THR_EXACT));
+    std::string shape = fmt("%dx%d %s |x|~%g%s%s%s", rows, cols, fp8_name(f), mag, inf ? " inf" : "",
+                            layouts == 1 ? "" : layouts == 2 ? " out_t only" : " +out_t", mis ? " misaligned" : "");
+    run_case("fp8_quantize", shape, refs, [&](Run &r) {
+        Dev d;
+        void *o = layouts & 1 ? d.alloc(n, mis) : nullptr, *ot = layouts & 2 ? d.alloc(n, mis) : nullptr;
+        float *stats = (float *)d.alloc(3 * sizeof(float));
+        r.rc = ftk_fp8_quantize(o, ot, stats, d.bf16(x, mis), rows, cols, (int)f, 0);
+        r.guards = d.guards_ok();
+        r.outs.clear();
+        if (o) r.outs.push_back(read_fp8(o, n, f));
+        if (ot) r.outs.push_back(read_fp8(ot, n, f));
+        Output so = read_f32(stats, 3);
+        if (inf) so.vals[0] = isinf(so.vals[0]) ? 1.0f : 0.0f;
+        r.outs.push_back(so);
+    });
+}
+
 // gradients: random at step 3; at step 1 (the largest bias corrections) a mix per element of
 // zero gradient with zero state (an embedding row no token used yet), zero gradient with
 // earlier state, gradients ~1e-9 (sqrt(v) ~ eps) with zero state, and random ones; or zero
@@ -874,6 +920,21 @@ static void cases_cast() {
     test_cast(13, 4, true);
 }
 
+// odd and aligned shapes, both formats, small and large magnitudes (scales far from 1 both
+// ways), an all-zero tensor (amax 0: scale 1, zero codes), an infinity (amax inf: scale 1,
+// everything saturates or rounds as is), each layout, a misaligned input
+static void cases_fp8_quantize() {
+    const int shapes[][2] = {{1, 1}, {3, 5}, {7, 33}, {64, 64}, {129, 257}, {g_san ? 300 : 1000, 1001}};
+    for (int f = 0; f < FP8_FORMAT_COUNT; f++) {
+        for (auto &sh : shapes) test_fp8_quantize(sh[0], sh[1], (fp8_format)f, 1.0f, false, 3, 0);
+        test_fp8_quantize(33, 17, (fp8_format)f, 1e-3f, false, 1, 0);
+        test_fp8_quantize(17, 33, (fp8_format)f, 3e3f, false, 2, 0);
+        test_fp8_quantize(16, 48, (fp8_format)f, 0.0f, false, 3, 0);
+        test_fp8_quantize(31, 9, (fp8_format)f, 1.0f, true, 3, 0);
+        test_fp8_quantize(101, 13, (fp8_format)f, 2.0f, false, 3, 2);
+    }
+}
+
 static void cases_adamw() {
     const size_t aw[] = {1, 3, 4, 5, 1025, 5000, g_san ? 20000u : 100000u};
     for (size_t n : aw) test_adamw(n, 0, true);
@@ -910,7 +971,8 @@ static const Group GROUPS[] = {
     {"attention", cases_attention},     {"lmhead_xent", cases_lmhead_xent},
     {"swiglu", cases_swiglu},           {"accumulate", cases_accumulate},
     {"cast", cases_cast},               {"adamw", cases_adamw},     {"sum_squares", cases_sum_squares},
-    {"scale", cases_scale},             {"loss_accumulate", cases_loss_accumulate}};
+    {"scale", cases_scale},             {"loss_accumulate", cases_loss_accumulate},
+    {"fp8_quantize", cases_fp8_quantize}};
 
 // ----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 #   1. tests/gpu/test_backend_gpu --large: every CUDA backend op (kernels + cuBLASLt) against
 #      the CPU backend on 5-7 shapes each, the bundled model's at B*T = 513 and CodeLlama-7b's
 #      at seq 512 (--large), thresholds derived in the file
+#      tests/gpu/test_fp8_gpu: the FP8 ops (--fp8's quantisation and scaled GEMM) likewise
 #   2. the default job, 30 steps, --device cuda against --device cpu: per-step losses within
 #      bf16 tolerance (below), and the GPU's loss falls
 #   3. attention: the run of 2 uses cuDNN (--attention cudnn, the default): its bootstrap line
@@ -46,6 +47,8 @@ tmp=$(mktemp -d /tmp/ft-gpu.XXXXXX)
 finish_hook() { if [ "$fail" -eq 0 ]; then rm -rf "$tmp"; else echo "test_gpu: outputs kept in $tmp"; fi; }
 
 if "$build/tests/gpu/test_backend_gpu" --large; then ok "every backend op on the GPU matches the CPU"; else bad "test_backend_gpu"; fi
+# (the FP8 GEMM cases need compute capability 8.9+; elsewhere the binary says SKIPPED and passes)
+if "$build/tests/gpu/test_fp8_gpu"; then ok "the FP8 ops (quantisation, cuBLASLt FP8 GEMM) match the CPU"; else bad "test_fp8_gpu"; fi
 
 flags=(--model_dir data/model --data_dir data/chess --batch_size_per_device 8 --total_batch_size 32
        --learning_rate 5e-3 --max_steps 30 --eval_every 0 --save_every 0 --sample_tokens 0)

@@ -1,0 +1,106 @@
+// fp8_linear.c: --fp8's backend wrapper (see fp8_linear.h).
+#include "fp8_linear.h"
+
+#include <string.h>
+
+#include "common.h"
+#ifdef FT_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+
+#define FP8_ALIGN 256   // the FP8 operands' offsets in the scratch (cuBLASLt wants 16 bytes at least)
+
+static const backend *g_inner;
+static backend g_table;
+static struct {
+    unsigned char *buf;   // [activation codes | weight codes | stats (6 floats)], backend memory
+    size_t cap;
+} g_scratch;
+
+static size_t round_up(size_t n) { return (n + FP8_ALIGN - 1) / FP8_ALIGN * FP8_ALIGN; }
+
+// 1 when a linear of these widths runs in FP8: the FP8 GEMM's reduction length and its output
+// rows' stride must be multiples of 16 (LoRA's factors at a small rank are not: bf16)
+static int fp8_shape_ok(int IC, int OC) { return IC % 16 == 0 && OC % 16 == 0; }
+
+// room for a (N, IC) activation and an (OC, IC) weight, grown (never shrunk) on demand: the
+// old buffer is released first (ops on the one compute stream run in order, so the GEMM still
+// queued on it has read it before anything reuses its memory)
+static int scratch_reserve(size_t bytes) {
+    if (bytes <= g_scratch.cap) return 0;
+    if (g_scratch.buf) g_inner->free(g_scratch.buf);
+    g_scratch.cap = 0;
+    if (!(g_scratch.buf = g_inner->alloc(bytes)))
+        return ft_error("flag --fp8: no device memory for the FP8 copies of an activation and a weight (%.1f MiB)",
+                        bytes / 1048576.0);
+    g_scratch.cap = bytes;
+    return 0;
+}
+
+// the scratch laid out for two FP8 operands of na and nb codes: *qa, *qb (256-byte aligned)
+// and *stats (6 floats: a's, then b's)
+static int scratch_pair(size_t na, size_t nb, unsigned char **qa, unsigned char **qb, float **stats) {
+    na = round_up(na), nb = round_up(nb);
+    TRY(scratch_reserve(na + nb + 6 * sizeof(float)));
+    *qa = g_scratch.buf;
+    *qb = *qa + na;
+    *stats = (float *)(*qb + nb);
+    return 0;
+}
+
+// out (N, OC) = inp (N, IC) @ weight (OC, IC)^T (+ residual): both operands quantised to E4M3,
+// the product by the FP8 GEMM; a shape outside fp8_shape_ok runs in bf16
+static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC) {
+    if (!fp8_shape_ok(IC, OC)) return g_inner->matmul_fwd(out, inp, weight, residual, N, IC, OC);
+    unsigned char *qa, *qw;
+    float *stats;
+    TRY(scratch_pair((size_t)N * IC, (size_t)OC * IC, &qa, &qw, &stats));
+    TRY(g_inner->fp8_quantize(qa, NULL, stats, inp, N, IC, FP8_E4M3));
+    TRY(g_inner->fp8_quantize(qw, NULL, stats + 3, weight, OC, IC, FP8_E4M3));
+    if (residual && residual != out)
+        TRY(g_inner->copy_d2d(out, residual, (size_t)N * OC * st_dtype_size(g_inner->dtype)));
+    return g_inner->matmul_fp8(out, qa, FP8_E4M3, stats, qw, FP8_E4M3, stats + 3, N, OC, IC, residual != NULL);
+}
+
+// dinp (N, IC) = (+=) dout (N, OC) @ weight (OC, IC) in FP8: dout quantised to E5M2 (a
+// gradient: range over precision), the weight to E4M3 in its transposed layout (IC, OC),
+// which is what the FP8 GEMM's "a b^T" form takes; dweight as the inner backend computes it
+// (bf16 GEMM, into a bf16 or fp32 gradient). A shape outside fp8_shape_ok runs the inner
+// backward whole.
+static int fp8_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
+                          const void *weight, int N, int IC, int OC, int accumulate_dinp, int accumulate_dw) {
+    if (!dinp || !fp8_shape_ok(IC, OC))
+        return g_inner->matmul_bwd(dinp, dweight, gdt, dout, inp, weight, N, IC, OC, accumulate_dinp, accumulate_dw);
+    unsigned char *qd, *qwt;
+    float *stats;
+    TRY(scratch_pair((size_t)N * OC, (size_t)OC * IC, &qd, &qwt, &stats));
+    TRY(g_inner->fp8_quantize(qd, NULL, stats, dout, N, OC, FP8_E5M2));
+    TRY(g_inner->fp8_quantize(NULL, qwt, stats + 3, weight, OC, IC, FP8_E4M3));
+    TRY(g_inner->matmul_fp8(dinp, qd, FP8_E5M2, stats, qwt, FP8_E4M3, stats + 3, N, IC, OC, accumulate_dinp));
+    if (!dweight) return 0;
+    return g_inner->matmul_bwd(NULL, dweight, gdt, dout, inp, weight, N, IC, OC, 0, accumulate_dw);
+}
+
+// 1 when `be` runs FP8 GEMMs: it has the ops, and (the CUDA backend) its device has FP8 tensor cores
+static int has_fp8(const backend *be) {
+    if (!be->fp8_quantize || !be->matmul_fp8 || strcmp(be->name, "cuda") != 0) return 0;
+#ifdef FT_HAVE_CUDA
+    return backend_cuda_fp8_capable();
+#else
+    return 0;
+#endif
+}
+
+int fp8_linear_backend(const backend *inner, const backend **out) {
+    if (!has_fp8(inner))
+        return ft_error("flag --fp8: %s has no FP8 tensor cores (FP8 GEMMs need --device cuda on compute capability "
+                        "8.9+: Hopper, Ada)", backend_describe(inner));
+    g_inner = inner;
+    g_table = *inner;
+    g_table.matmul_fwd = fp8_matmul_fwd;
+    g_table.matmul_bwd = fp8_matmul_bwd;
+    *out = &g_table;
+    return 0;
+}
+
+size_t fp8_linear_scratch_bytes(void) { return g_scratch.cap; }

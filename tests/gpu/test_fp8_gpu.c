@@ -1,0 +1,206 @@
+// test_fp8_gpu.c: the CUDA backend's FP8 ops (fp8_quantize, matmul_fp8: kernels/fp8_quantize.cu
+// and cuBLASLt's scaled FP8 GEMM) against the CPU backend's (src/backend_cpu_fp8.c). Two builds,
+// as test_backend_gpu.c: build/tests/gpu/test_fp8_gpu (a real GPU, make test-gpu; the GEMM
+// cases need compute capability 8.9+, else they are skipped with a line) and
+// build/tests/test_fp8_emu (the emulator, an emulated sm_90: the fast tier).
+//
+// Each case: bf16 inputs a (M, K) and b (N, K) on both backends; both quantise them (codes
+// and stats must agree bit for bit: the same fp32 product and one correctly rounded
+// conversion), then multiply. Every product of two FP8 values is exact in fp32 (4 x 4
+// significant bits), so the two sides differ only by the order of K fp32 additions (a
+// relative error of at most ~K 2^-24 of the sum of |terms|, NMSE ~1e-10 at K = 1024 on random
+// signs) and the GPU's one bf16 rounding of the result (NMSE <= u^2 = 1.5e-5, u = 2^-8): the
+// threshold is THR_BF16 = 2e-5, as for the bf16 GEMMs. With accumulate, D = C + the product,
+// C read in bf16 on both. Then, as a check that the operands really were quantised, the FP8
+// result against the unquantised product (CPU matmul_fwd on the bf16 values): each operand
+// carries a relative rounding error of at most 2^-4 (e4m3) or 2^-3 (e5m2), uniform on random
+// data, so the NMSE lies below 2 (u_a^2 + u_b^2) / 3 (0.013 for e5m2 x e4m3, 0.0052 for e4m3
+// x e4m3; measured about half of that) and above 1e-4 (1e-5 with "+=": C dilutes it), where
+// operands left unquantised would give only fp32 noise (~1e-12).
+// Then --fp8's backend wrapper (src/fp8_linear.h): its matmul_fwd and matmul_bwd against the
+// CPU's linear (case_wrapper's bounds), and its bf16 fallback for widths the FP8 GEMM does
+// not take.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "backend_cuda.h"
+#include "common.h"
+#include "fp8.h"
+#include "fp8_linear.h"
+#include "test.h"
+
+#define THR_BF16 2e-5
+
+static const backend *CPU, *GPU;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+// n bf16-representable values of magnitude `scale` on both backends (cpu fp32, gpu bf16)
+static void upload(float *host, void **cpu, void **gpu, size_t n, float scale) {
+    uint16_t *b = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        b[i] = ft_f32_to_bf16(scale * test_rand_normal(&rng));
+        host[i] = ft_bf16_to_f32(b[i]);
+    }
+    *cpu = CPU->alloc(n * 4);
+    *gpu = GPU->alloc(n * 2);
+    CPU->copy_h2d(*cpu, host, n * 4);
+    GPU->copy_h2d(*gpu, b, n * 2);
+    free(b);
+}
+
+// both backends quantise x (rows, cols): 1 when the codes (and transposed codes) and the stats agree bitwise
+static int quantize_both(void *cpu_x, void *gpu_x, int rows, int cols, fp8_format f, void **q_cpu, void **q_gpu,
+                         float **s_cpu, float **s_gpu) {
+    const size_t n = (size_t)rows * cols;
+    *q_cpu = CPU->alloc(n), *q_gpu = GPU->alloc(n);
+    void *t_cpu = CPU->alloc(n), *t_gpu = GPU->alloc(n);
+    *s_cpu = CPU->alloc(12), *s_gpu = GPU->alloc(12);
+    EXPECT(CPU->fp8_quantize(*q_cpu, t_cpu, *s_cpu, cpu_x, rows, cols, f) == 0, "cpu fp8_quantize: %s", ft_error_message());
+    EXPECT(GPU->fp8_quantize(*q_gpu, t_gpu, *s_gpu, gpu_x, rows, cols, f) == 0, "cuda fp8_quantize: %s", ft_error_message());
+    unsigned char *h = malloc(4 * n);
+    float st[6];
+    GPU->copy_d2h(h, *q_gpu, n);
+    GPU->copy_d2h(h + n, t_gpu, n);
+    CPU->copy_d2h(h + 2 * n, *q_cpu, n);
+    CPU->copy_d2h(h + 3 * n, t_cpu, n);
+    GPU->copy_d2h(st, *s_gpu, 12);
+    CPU->copy_d2h(st + 3, *s_cpu, 12);
+    const int same = memcmp(h, h + 2 * n, 2 * n) == 0 && memcmp(st, st + 3, 12) == 0;
+    free(h);
+    CPU->free(t_cpu);
+    GPU->free(t_gpu);
+    return same;
+}
+
+// out (M, N) on the GPU (bf16) against the CPU's (fp32), and the CPU's FP8 result against exact
+static void compare(const char *shape, void *out_cpu, void *out_gpu, const float *exact, size_t n, double lo, double hi) {
+    float *c = malloc(n * 4), *g = malloc(n * 4);
+    uint16_t *b = malloc(n * 2);
+    CPU->copy_d2h(c, out_cpu, n * 4);
+    GPU->copy_d2h(b, out_gpu, n * 2);
+    for (size_t i = 0; i < n; i++) g[i] = ft_bf16_to_f32(b[i]);
+    const double e = test_nmse(g, c, n), q = test_nmse(c, exact, n);
+    printf("%-12s %-34s %-9s %10.3e %8.1e  %s\n", "matmul_fp8", shape, "out", e, THR_BF16, e <= THR_BF16 ? "pass" : "FAIL");
+    printf("%-12s %-34s %-9s %10.3e %8.1e  %s (FP8 vs bf16 operands, within [%.0e, %.1e])\n", "matmul_fp8", shape,
+           "quantised", q, hi, q >= lo && q <= hi ? "pass" : "FAIL", lo, hi);
+    EXPECT(e <= THR_BF16, "matmul_fp8 %s: NMSE %.3e", shape, e);
+    EXPECT(q >= lo && q <= hi, "matmul_fp8 %s: FP8 vs exact NMSE %.3e outside [%.0e, %.1e]", shape, q, lo, hi);
+    free(c), free(g), free(b);
+}
+
+static void case_matmul(int M, int N, int K, fp8_format fa, fp8_format fb, int accumulate) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "%dx%dx%d %s x %s%s", M, N, K, fp8_name(fa), fp8_name(fb), accumulate ? " +=" : "");
+    float *ha = malloc(sizeof(float) * M * K), *hb = malloc(sizeof(float) * N * K), *hc = malloc(sizeof(float) * M * N);
+    void *a_cpu, *a_gpu, *b_cpu, *b_gpu, *c_cpu, *c_gpu, *qa_c, *qa_g, *qb_c, *qb_g;
+    float *sa_c, *sa_g, *sb_c, *sb_g;
+    upload(ha, &a_cpu, &a_gpu, (size_t)M * K, 3.0f);     // activations ~3, weights ~0.02: scales far from 1
+    upload(hb, &b_cpu, &b_gpu, (size_t)N * K, 0.02f);
+    upload(hc, &c_cpu, &c_gpu, (size_t)M * N, accumulate ? 1.0f : 0.0f);
+    EXPECT(quantize_both(a_cpu, a_gpu, M, K, fa, &qa_c, &qa_g, &sa_c, &sa_g), "%s: a's codes or stats differ", shape);
+    EXPECT(quantize_both(b_cpu, b_gpu, N, K, fb, &qb_c, &qb_g, &sb_c, &sb_g), "%s: b's codes or stats differ", shape);
+    // the unquantised product, the same C added
+    float *exact = CPU->alloc(sizeof(float) * M * N);
+    memcpy(exact, hc, sizeof(float) * M * N);
+    CPU->matmul_fwd(exact, a_cpu, b_cpu, accumulate ? exact : NULL, M, K, N);
+    EXPECT(CPU->matmul_fp8(c_cpu, qa_c, fa, sa_c, qb_c, fb, sb_c, M, N, K, accumulate) == 0, "cpu matmul_fp8: %s",
+           ft_error_message());
+    EXPECT(GPU->matmul_fp8(c_gpu, qa_g, fa, sa_g, qb_g, fb, sb_g, M, N, K, accumulate) == 0, "cuda matmul_fp8: %s",
+           ft_error_message());
+    const double ua = fa == FP8_E4M3 ? 0x1p-4 : 0x1p-3, ub = fb == FP8_E4M3 ? 0x1p-4 : 0x1p-3;
+    compare(shape, c_cpu, c_gpu, exact, (size_t)M * N, accumulate ? 1e-5 : 1e-4, 2 * (ua * ua + ub * ub) / 3);
+    void *cpu_bufs[] = {a_cpu, b_cpu, c_cpu, qa_c, qb_c, sa_c, sb_c, exact}, *gpu_bufs[] = {a_gpu, b_gpu, c_gpu, qa_g, qb_g, sa_g, sb_g};
+    for (size_t i = 0; i < sizeof cpu_bufs / sizeof *cpu_bufs; i++) CPU->free(cpu_bufs[i]);
+    for (size_t i = 0; i < sizeof gpu_bufs / sizeof *gpu_bufs; i++) GPU->free(gpu_bufs[i]);
+    free(ha), free(hb), free(hc);
+}
+
+// NMSE of a GPU bf16 tensor against a CPU fp32 one, reported within [lo, hi]
+static void report_range(const char *what, const char *shape, void *cpu, void *gpu, size_t n, double lo, double hi) {
+    float *c = malloc(n * 4), *g = malloc(n * 4);
+    uint16_t *b = malloc(n * 2);
+    CPU->copy_d2h(c, cpu, n * 4);
+    GPU->copy_d2h(b, gpu, n * 2);
+    for (size_t i = 0; i < n; i++) g[i] = ft_bf16_to_f32(b[i]);
+    const double e = test_nmse(g, c, n);
+    const int ok = e >= lo && e <= hi;
+    printf("%-12s %-34s %-9s %10.3e %8.1e  %s (within [%.0e, %.1e])\n", "fp8_linear", shape, what, e, hi,
+           ok ? "pass" : "FAIL", lo, hi);
+    EXPECT(ok, "fp8_linear %s %s: NMSE %.3e outside [%.0e, %.1e]", shape, what, e, lo, hi);
+    free(c), free(g), free(b);
+}
+
+// --fp8's wrapper (src/fp8_linear.h) against the CPU's bf16-input linear: the forward (with a
+// residual) and dX carry FP8 quantisation noise (e4m3 x e4m3: NMSE <= 5.2e-3; dX, e5m2 dY x
+// e4m3 W: <= 1.3e-2; both well above THR_BF16, so the FP8 path ran), dW is the bf16 GEMM's
+// (THR_BF16); widths not multiples of 16 (a LoRA rank of 8) run in bf16 throughout
+static void case_wrapper(int N, int IC, int OC) {
+    const backend *W = NULL;
+    EXPECT(fp8_linear_backend(GPU, &W) == 0, "wrapper: %s", ft_error_message());
+    if (!W) return;
+    const int fp8 = IC % 16 == 0 && OC % 16 == 0;
+    char shape[64];
+    snprintf(shape, sizeof shape, "N %d IC %d OC %d%s", N, IC, OC, fp8 ? "" : " (bf16)");
+    float *h = malloc(sizeof(float) * ((size_t)N * IC + (size_t)OC * IC + 2 * (size_t)N * OC));
+    void *x_c, *x_g, *w_c, *w_g, *r_c, *r_g, *dy_c, *dy_g;
+    upload(h, &x_c, &x_g, (size_t)N * IC, 1.0f);
+    upload(h, &w_c, &w_g, (size_t)OC * IC, 0.05f);
+    upload(h, &r_c, &r_g, (size_t)N * OC, 0.1f);
+    upload(h, &dy_c, &dy_g, (size_t)N * OC, 1e-3f);
+    void *o_c = CPU->alloc(4 * (size_t)N * OC), *o_g = GPU->alloc(2 * (size_t)N * OC);
+    void *dx_c = CPU->alloc(4 * (size_t)N * IC), *dx_g = GPU->alloc(2 * (size_t)N * IC);
+    void *dw_c = CPU->alloc(4 * (size_t)OC * IC), *dw_g = GPU->alloc(2 * (size_t)OC * IC);
+    EXPECT(CPU->matmul_fwd(o_c, x_c, w_c, r_c, N, IC, OC) == 0 && W->matmul_fwd(o_g, x_g, w_g, r_g, N, IC, OC) == 0,
+           "forward: %s", ft_error_message());
+    EXPECT(CPU->matmul_bwd(dx_c, dw_c, ST_F32, dy_c, x_c, w_c, N, IC, OC, 0, 0) == 0 &&
+           W->matmul_bwd(dx_g, dw_g, ST_BF16, dy_g, x_g, w_g, N, IC, OC, 0, 0) == 0, "backward: %s", ft_error_message());
+    report_range("out", shape, o_c, o_g, (size_t)N * OC, fp8 ? 1e-5 : 0, fp8 ? 5.2e-3 : THR_BF16);
+    report_range("dinp", shape, dx_c, dx_g, (size_t)N * IC, fp8 ? 1e-4 : 0, fp8 ? 1.3e-2 : THR_BF16);
+    report_range("dweight", shape, dw_c, dw_g, (size_t)OC * IC, 0, THR_BF16);
+    void *cb[] = {x_c, w_c, r_c, dy_c, o_c, dx_c, dw_c}, *gb[] = {x_g, w_g, r_g, dy_g, o_g, dx_g, dw_g};
+    for (int i = 0; i < 7; i++) CPU->free(cb[i]), GPU->free(gb[i]);
+    free(h);
+}
+
+// what matmul_fp8 refuses with a line: two E5M2 operands, K not a multiple of 16
+static void case_refusals(void) {
+    void *q = GPU->alloc(4096), *o = GPU->alloc(4096);
+    float *s = GPU->alloc(12);
+    EXPECT(GPU->fp8_quantize(q, NULL, s, GPU->alloc(2 * 1024), 32, 32, FP8_E5M2) == 0, "quantize: %s", ft_error_message());
+    EXPECT(GPU->matmul_fp8(o, q, FP8_E5M2, s, q, FP8_E5M2, s, 32, 32, 32, 0) != 0, "e5m2 x e5m2 refused");
+    printf("refused: %s\n", ft_error_message());
+    ft_error_clear();
+    EXPECT(GPU->matmul_fp8(o, q, FP8_E4M3, s, q, FP8_E4M3, s, 16, 16, 24, 0) != 0, "K 24 refused");
+    printf("refused: %s\n", ft_error_message());
+    ft_error_clear();
+}
+
+int main(void) {
+    setenv("FT_EMU_COMPUTE_CAPABILITY", "9.0", 0);   // the emulated build: an H100 (ignored on a GPU)
+    CPU = backend_cpu();
+    if (backend_open("cuda", 0, (size_t)1 << 30, &GPU) != 0) {
+        printf("skip: test_fp8_gpu SKIPPED: %s\n", ft_error_message());
+        return 0;
+    }
+    printf("test_fp8_gpu: %s\n", backend_describe(GPU));
+    if (!backend_cuda_fp8_capable()) {
+        printf("skip: test_fp8_gpu SKIPPED: no FP8 tensor cores on this device\n");
+        backend_close(GPU);
+        return 0;
+    }
+    // (M, N, K): one tile, odd M and N, the bundled model's projections at B*T = 513, a
+    // longer K; the three format pairs; "+=" (the backward's accumulating GEMMs)
+    const int mm[][3] = {{16, 16, 16}, {7, 33, 64}, {513, 96, 288}, {64, 256, 1024}};
+    for (int i = 0; i < 4; i++) case_matmul(mm[i][0], mm[i][1], mm[i][2], FP8_E4M3, FP8_E4M3, 0);
+    case_matmul(65, 48, 128, FP8_E5M2, FP8_E4M3, 0);
+    case_matmul(48, 65, 128, FP8_E4M3, FP8_E5M2, 0);
+    case_matmul(33, 40, 96, FP8_E4M3, FP8_E4M3, 1);
+    case_wrapper(130, 96, 64);
+    case_wrapper(64, 8, 48);
+    case_refusals();
+    backend_close(GPU);
+    TEST_SUMMARY("test_fp8_gpu");
+}
