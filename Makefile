@@ -135,6 +135,7 @@ SLOW_TESTS += test_plan.sh            # 469 s / 82 s
 SLOW_TESTS += test_train.sh           # > 8 min / > 83 s (stopped there)
 SLOW_TESTS += test_build_config.sh    # 2 builds of the C sources: ~1 min each idle, 3-4 min loaded
 SLOW_TESTS += test_nccl_standin.sh    # 163 s of CPU, 4.5 min wall at load ~15: 3 emulated multi-rank jobs, twice
+SLOW_TESTS += test_early_update.sh     # 2 min wall, 38 s of CPU: 9 CPU and 2 emulated-GPU job pairs
 
 .PHONY: all test test-slow test-all test-list test-bins test-asan test-slurm test-gpu check run clean docs
 all: $(BUILD)/finetune

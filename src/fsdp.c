@@ -191,7 +191,7 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->ar_req = ft_calloc((size_t)l->n_units, sizeof(void *), "all-reduce requests");
     s->ar_live = ft_calloc((size_t)l->n_units, 1, "all-reduce flags");
     s->norm_done = ft_calloc((size_t)l->n_units, 1, "gradient norm flags");
-    s->off_pending = -1;
+    s->off_pending = s->upd_pending = -1;
     if (!s->slice || !s->local_off || !s->off_done || !s->kept || !s->ar_req || !s->ar_live || !s->norm_done) {
         fsdp_free(s);
         return -1;
@@ -357,6 +357,7 @@ static int prov_release(void *ctx, int u) { (void)ctx; (void)u; return 0; }
 static int overlapped(const fsdp_state *s) { return s->shard->size > 1 && !s->accumulate_locally; }
 static int offload_grad_final(fsdp_state *s, int u);
 static int early_update(fsdp_state *s, int u);
+static int update_pending(fsdp_state *s);
 
 // ----------------------------------------------------------------------------
 // the sums across replicas (R > 1), unit by unit
@@ -571,9 +572,12 @@ static int prov_grad_end(void *ctx, int u) {
         TRY(rs_finish(s, b));   // normally done by grad_begin already
         TRY(comm_ireduce_scatter(s->shard, s->rs_out[b], g, s->slice[u], s->gdt, &s->rs_pending[b]));
         s->rs_unit[b] = u;
-        return 0;
+        return update_pending(s);   // (an early AdamW behind the reduce-scatter just started)
     }
-    if (overlapped(s)) TRY(fsdp_flush_grads(s));   // the root ends the backward
+    if (overlapped(s)) {   // the root ends the backward: the last early AdamW under the tail's reduce-scatters
+        TRY(update_pending(s));
+        TRY(fsdp_flush_grads(s));
+    }
     if (s->root_acc) return root_grad_end(s);
     if (s->shard->size > 1) {
         TRY(comm_reduce_scatter(s->shard, s->rs_out[0], g, s->slice[u], s->gdt));
@@ -701,6 +705,7 @@ int fsdp_zero_grads(fsdp_state *s) {
 int fsdp_finish_grads(fsdp_state *s, double *norm) {
     if (fsdp_params_only(s)) return frozen_error("gradients");
     TRY(fsdp_flush_grads(s));   // nothing is outstanding after a full backward; cheap check
+    TRY(update_pending(s));     // (armed: the last layer's early AdamW, before the norm's read)
     if (s->replica->size > 1) {   // (every unit normally started in the last backward: grad_final)
         for (int u = 0; u < s->layout->n_units; u++)
             if (!s->ar_live[u]) TRY(replica_start(s, u));
@@ -840,11 +845,22 @@ static int unit_adamw(fsdp_state *s, int u, const adamw_params *p) {
     return 0;
 }
 
+// the early AdamW waiting for the next reduce-scatter's start (upd_pending), if any
+static int update_pending(fsdp_state *s) {
+    const int u = s->upd_pending;
+    s->upd_pending = -1;
+    return u >= 0 ? unit_adamw(s, u, &s->off_params) : 0;
+}
+
 // Armed (fsdp_update_early, on the device): layer u's gradient slice is final in the last
-// micro-batch, so AdamW updates it now, on the compute stream behind its last use: its
-// backward is done (grad_end follows it) and no later work of the step reads its
-// parameters. Its gathered copies are forgotten (the gather buffers and, kept gathered,
-// all_full): they hold the parameters before the update. The root waits for the step.
+// micro-batch, so AdamW updates it on the compute stream behind its last use: its backward
+// is done (grad_end follows it) and no later work of the step reads its parameters. Its
+// gathered copies are forgotten (the gather buffers and, kept gathered, all_full): they hold
+// the parameters before the update. The root waits for the step. With overlapped
+// reduce-scatters (final in rs_finish, at the grad_begin of the layer two below) the update
+// waits for the next layer's reduce-scatter to start (prov_grad_end, update_pending), so that
+// it runs under that collective instead of delaying the backward feeding it; the last one
+// under the tail (the root's grad_end, before its flush).
 static int early_update(fsdp_state *s, int u) {
     if (!s->off_early || u == s->layout->n_layers) return 0;
     if (s->off_done[u]) return ft_error("fsdp: unit %d's gradient slice changed after its early update", u);
@@ -852,7 +868,10 @@ static int early_update(fsdp_state *s, int u) {
     if (s->kept) s->kept[u] = 0;
     for (int b = 0; b < 2; b++)
         if (s->held[b] == u && !s->pending[b]) s->held[b] = -1;
-    return unit_adamw(s, u, &s->off_params);
+    if (!overlapped(s)) return unit_adamw(s, u, &s->off_params);
+    TRY(update_pending(s));
+    s->upd_pending = u;
+    return 0;
 }
 
 static int offload_step(fsdp_state *s, const adamw_params *p) {
@@ -870,6 +889,7 @@ int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p) {
     if (s->offload) return offload_step(s, p);
     if (s->off_early && memcmp(p, &s->off_params, sizeof *p) != 0)
         return ft_error("fsdp: the optimizer step's AdamW parameters differ from those armed by fsdp_update_early");
+    TRY(update_pending(s));
     // unit by unit (AdamW is elementwise: the same values as one pass over the entries)
     for (int u = 0; u < s->layout->n_units; u++)
         if (!s->off_done[u]) TRY(unit_adamw(s, u, p));

@@ -151,6 +151,8 @@ typedef struct {
     int off_early;                // fsdp_offload_early / fsdp_update_early armed this step: layers
                                   // update in the backward (on the host, or on the device)
     adamw_params off_params;      // the step's AdamW parameters (decaying entries)
+    int upd_pending;              // armed on the device: the layer whose early AdamW waits for the next
+                                  // reduce-scatter to start (-1 none; fsdp.c early_update)
 } fsdp_state;
 
 // Allocate this rank's state for `layout` (which must be padded to a multiple of
