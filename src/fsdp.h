@@ -241,8 +241,14 @@ void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
 // the same fp32 values, summed per element. With one replica each unit's sum of squares was
 // taken on the device as its slice became final (in the last micro-batch); here the host
 // reads them once and adds them in unit order (the whole slice in one sum_squares with
-// R > 1). The two orders of the double sums differ only in the last bits of the norm (a
-// relative 2^-52 x (units + elements per 4096-chunk count), far below fp32's 2^-24). 0 / -1.
+// R > 1), so the value does not depend on the order in which units became final. Against one
+// sum over the whole slice only the order of the double additions differs: the squares are
+// exact in double and positive, so either order is within depth x 2^-53 of the exact sum
+// (depth: the longest chain of additions, at most 4096 per CPU chunk or GPU thread plus the
+// chunks, partials and units after it), and the norm (a square root: half the relative error)
+// moves by at most (4096 + n / 4096 + units) x 2^-53: 1e-12 at 7B, where fp32 (the clipping
+// scale) resolves 6e-8. Tests comparing norms across programs or splits allow 1e-6 and more;
+// two runs of one job agree bit for bit (in whatever order its units became final). 0 / -1.
 int fsdp_finish_grads(fsdp_state *s, double *norm);
 // AdamW on this rank's slices; weight decay only on entries with decay = 1 (matrices and
 // embeddings, not RMSNorm weights); padding is never touched. `p->weight_decay` is the
