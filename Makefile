@@ -116,7 +116,7 @@ TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 # load 10-40 (so the wall times are 3-6 times an idle machine's), or the suite's own header.
 SLOW_TESTS :=
 SLOW_TESTS += test_cuda_emu_soak.sh   # header: 6-7 min; 300 emulated-GPU steps, stops, resumes
-SLOW_TESTS += mutate_kernels.sh       # header: ~300 s of CPU; 120 kernel mutants
+SLOW_TESTS += mutate_kernels.sh       # header: ~300 s of CPU; 122 kernel mutants
 SLOW_TESTS += test_cuda_emu_train.sh  # header: 3.5-7 min wall, 4 min of CPU
 SLOW_TESTS += test_offload.sh         # header: 2 min
 SLOW_TESTS += test_backend_emu        # 159 s wall at load 9: every backend op, emulated CUDA
@@ -135,6 +135,7 @@ SLOW_TESTS += test_plan.sh            # 469 s / 82 s
 SLOW_TESTS += test_train.sh           # > 8 min / > 83 s (stopped there)
 SLOW_TESTS += test_build_config.sh    # 2 builds of the C sources: ~1 min each idle, 3-4 min loaded
 SLOW_TESTS += test_nccl_standin.sh    # 163 s of CPU, 4.5 min wall at load ~15: 3 emulated multi-rank jobs, twice
+SLOW_TESTS += test_early_update.sh     # 2 min wall, 38 s of CPU: 9 CPU and 2 emulated-GPU job pairs
 
 .PHONY: all test test-slow test-all test-list test-bins test-asan test-slurm test-gpu check run clean docs
 all: $(BUILD)/finetune

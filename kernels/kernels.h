@@ -78,6 +78,8 @@ int ftk_adamw(float *master, void *param, const float *grad, float *m, float *v,
               const adamw_params *p, ftk_stream stream);
 // sum_squares.cu (synchronises `stream`)
 int ftk_sum_squares(double *host_out, const float *x, size_t n, ftk_stream stream);
+// sum_squares_accumulate.cu: *acc (device double) += sum of x (n)^2, in double; asynchronous
+int ftk_sum_squares_accumulate(double *acc, const float *x, size_t n, ftk_stream stream);
 // accumulate.cu: src is bf16, or fp32 when src_f32
 int ftk_accumulate(float *dst, const void *src, int src_f32, size_t n, float alpha, ftk_stream stream);
 // loss_accumulate.cu: acc (2) double += {sum of valid losses (N), their count}, in row order
@@ -90,7 +92,7 @@ int ftk_cast_from_f32(void *dst, const float *src, size_t n, ftk_stream stream);
 int ftk_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int rows, int cols, int fmt,
                      ftk_stream stream);
 // scratch.cu: workspace of the kernels that need some (attention_bwd, rmsnorm_bwd,
-// sum_squares) comes from `alloc`/`release` once set (the backend's arena), else from
+// sum_squares, sum_squares_accumulate) comes from `alloc`/`release` once set (the backend's arena), else from
 // cudaMallocAsync. Set it before launching; NULLs restore the default.
 void ftk_set_scratch_allocator(void *(*alloc)(size_t nbytes), void (*release)(void *p));
 

@@ -1,77 +1,17 @@
-// sum_squares.cu: *host_out = sum of x (n, fp32)^2 in double (gradient-norm clipping).
-//
-// Deterministic two-pass reduction whose order depends only on n (not on the GPU, the
-// pointer's alignment or timing):
-//   pass 1: G = min(ceil(n / (256 * 4 * 8)), 1024) blocks of 256 threads; thread t of block
-//     b owns the 4-element groups b*256 + t, + G*256, ... (float4 loads when x is 16-byte
-//     aligned, the same groups element by element otherwise) and accumulates x*x in
-//     double; warp-shuffle tree, then the 8 warp sums in order -> partial[b] (double).
-//   pass 2: one block of 256 threads: strided partial sums, the same tree -> result.
-//   The double is copied back with cudaMemcpyAsync and the stream synchronised.
+// sum_squares.cu: *host_out = sum of x (n, fp32)^2 in double (the gradient norm over a whole
+// slice). The deterministic two-pass reduction of sum_squares.cuh into a scratch double, which
+// is copied back with cudaMemcpyAsync; the stream is synchronised.
 //   Workspace: (G + 1) doubles from ftk_scratch_get (scratch.cu).
-//   numerics: products exact in double, double accumulation: ~1e-16 relative.
-#include "common.cuh"
-
-#define SS_THREADS 256
-#define SS_MAX_BLOCKS 1024
-
-__device__ __forceinline__ double block_sum_d(double v, double *scratch) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_sum_d(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    double t = 0.0;
-    for (int w = 0; w < nwarps; w++) t += scratch[w];   // same order in every thread
-    __syncthreads();
-    return t;
-}
-
-__global__ void __launch_bounds__(SS_THREADS)
-sum_squares_partial_kernel(double *partial, const float *x, size_t n, int vec) {
-    __shared__ double scratch[32];
-    const size_t ngroups = (n + 3) / 4;
-    double s = 0.0;
-    for (size_t gi = (size_t)blockIdx.x * blockDim.x + threadIdx.x; gi < ngroups;
-         gi += (size_t)gridDim.x * blockDim.x) {
-        const size_t i = gi * 4;
-        if (vec && i + 4 <= n) {
-            float v[4];
-            load4f(v, x + i);
-#pragma unroll
-            for (int k = 0; k < 4; k++) s += (double)v[k] * v[k];
-        } else {
-            for (size_t k = i; k < i + 4 && k < n; k++) s += (double)x[k] * x[k];
-        }
-    }
-    s = block_sum_d(s, scratch);
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-__global__ void __launch_bounds__(SS_THREADS)
-sum_squares_final_kernel(double *out, const double *partial, int G) {
-    __shared__ double scratch[32];
-    double s = 0.0;
-    for (int i = threadIdx.x; i < G; i += blockDim.x) s += partial[i];
-    s = block_sum_d(s, scratch);
-    if (threadIdx.x == 0) *out = s;
-}
+#include "sum_squares.cuh"
 
 extern "C" int ftk_sum_squares(double *host_out, const float *x, size_t n, ftk_stream stream) {
     if (n == 0) {
         *host_out = 0.0;
         return 0;
     }
-    size_t g = (n + (size_t)SS_THREADS * 32 - 1) / ((size_t)SS_THREADS * 32);
-    int G = (int)(g < SS_MAX_BLOCKS ? g : SS_MAX_BLOCKS);
     double *ws = NULL;
-    if (ftk_scratch_get((void **)&ws, sizeof(double) * (G + 1), stream, "sum_squares (partials)") != 0) return -1;
-    LAUNCH_KERNEL(dim3(G), dim3(SS_THREADS), 0, stream, sum_squares_partial_kernel)(
-        ws + 1, x, n, (int)aligned16(x));
-    int rc = launch_check("sum_squares");
-    if (rc == 0) {
-        LAUNCH_KERNEL(dim3(1), dim3(SS_THREADS), 0, stream, sum_squares_final_kernel)(ws, ws + 1, G);
-        rc = launch_check("sum_squares (final)");
-    }
+    if (ftk_scratch_get((void **)&ws, sizeof(double), stream, "sum_squares (result)") != 0) return -1;
+    int rc = ss_launch(ws, 0, x, n, stream, "sum_squares");
     if (rc == 0)
         rc = cuda_check(cudaMemcpyAsync(host_out, ws, sizeof(double), cudaMemcpyDeviceToHost,
                                         stream), "sum_squares", "cudaMemcpyAsync");

@@ -208,6 +208,11 @@ struct backend {
                  const adamw_params *p);
     // *host_out = sum of x (n, fp32)^2, computed in double, returned to the host
     int (*sum_squares)(double *host_out, const float *x, size_t n);
+    // *acc (one double, backend memory) += sum of x (n, fp32)^2, computed in double in
+    // sum_squares' order for the same n (so one call on a zeroed acc gives sum_squares' value
+    // bit for bit), then added once. Asynchronous on a GPU (no host wait): the gradient norm
+    // taken unit by unit as each unit's slice becomes final (src/fsdp.c), read once per step.
+    int (*sum_squares_accumulate)(double *acc, const float *x, size_t n);
     // dst (n, fp32) += alpha * src (n, src_dtype); src_dtype is the backend's dtype or ST_F32
     // (--reduce_dtype fp32: fp32 reduce-scatter outputs), anything else an error
     int (*accumulate)(float *dst, const void *src, st_dtype src_dtype, size_t n, float alpha);

@@ -189,6 +189,12 @@ static int count_accumulate(float *d, const void *s, st_dtype sdt, size_t n, flo
     return not_model("accumulate");
 }
 static int count_cast(void *d, const float *s, size_t n) { (void)d, (void)s, (void)n; return not_model("cast_from_f32"); }
+// the gradient norm of a unit's slice into its double (fsdp.c, not the model's): the slice's
+// fp32 read once (4 n bytes), two kernels (the partials, their sum added in)
+static int count_sum_squares_accumulate(double *acc, const float *x, size_t n) {
+    (void)acc, (void)x;
+    return mem_op(0, 4.0 * (double)n + 8, 2);
+}
 // the loss into the accumulator: one kernel reading losses and targets (8 N bytes), 16 bytes.
 // Priced as memory-bound, which it is not: kernels/loss_accumulate.cu sums the rows on one
 // thread, one dependent double add each, so its time is about N x (a double add's latency,
@@ -212,8 +218,9 @@ static backend count_table = {   // (dtype: the job's)
     .rope_qkv_bwd = count_rope_qkv_bwd, .matmul_fwd = count_matmul_fwd, .matmul_bwd = count_matmul_bwd,
     .attention_fwd = count_attention_fwd, .attention_bwd = count_attention_bwd, .swiglu_fwd = count_swiglu_fwd,
     .swiglu_bwd = count_swiglu_bwd, .scale = count_scale, .lmhead_xent = count_lmhead_xent, .adamw = count_adamw,
-    .sum_squares = count_sum_squares, .accumulate = count_accumulate, .cast_from_f32 = count_cast,
-    .loss_accumulate = count_loss_accumulate, .fp8_quantize = count_fp8_quantize, .matmul_fp8 = count_matmul_fp8,
+    .sum_squares = count_sum_squares, .sum_squares_accumulate = count_sum_squares_accumulate,
+    .accumulate = count_accumulate, .cast_from_f32 = count_cast, .loss_accumulate = count_loss_accumulate,
+    .fp8_quantize = count_fp8_quantize, .matmul_fp8 = count_matmul_fp8,
 };
 
 // ----------------------------------------------------------------------------

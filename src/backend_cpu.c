@@ -423,6 +423,14 @@ static int cpu_sum_squares(double *host_out, const float *x, size_t n) {
     return 0;
 }
 
+// sum_squares' chunks and order, added into *acc once (the CUDA kernel's contract)
+static int cpu_sum_squares_accumulate(double *acc, const float *x, size_t n) {
+    double s;
+    TRY(cpu_sum_squares(&s, x, n));
+    *acc += s;
+    return 0;
+}
+
 static int cpu_accumulate(float *dst, const void *src_, st_dtype src_dtype, size_t n, float alpha) {
     if (src_dtype != ST_F32) return ft_error("cpu accumulate: source dtype %s, the CPU backend's is F32", st_dtype_name(src_dtype));
     const float *src = src_;
@@ -492,6 +500,7 @@ static const backend g_cpu = {
     .lmhead_xent = cpu_lmhead_xent,
     .adamw = cpu_adamw,
     .sum_squares = cpu_sum_squares,
+    .sum_squares_accumulate = cpu_sum_squares_accumulate,
     .accumulate = cpu_accumulate,
     .cast_from_f32 = cpu_cast_from_f32,
     .fp8_quantize = cpu_fp8_quantize,

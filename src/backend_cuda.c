@@ -554,12 +554,27 @@ static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *g
 static int cu_scale(void *out, const void *inp, float alpha, size_t n) { return ftk_scale(out, inp, alpha, n, g_cuda.stream); }
 static int cu_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,
                     const adamw_params *p) {
-    return ftk_adamw(master, param, grad, m, v, n, p, g_cuda.stream);
+    // (n,) of each: one entry of a unit's slice of the flat buffers (a gather reads another
+    // unit's working parameters meanwhile when the update runs in the backward: fsdp.c)
+    emu_extent(master, n * sizeof *master);
+    if (param) emu_extent(param, n * 2);   // bf16
+    emu_extent(grad, n * sizeof *grad);
+    emu_extent(m, n * sizeof *m);
+    emu_extent(v, n * sizeof *v);
+    const int rc = ftk_adamw(master, param, grad, m, v, n, p, g_cuda.stream);
+    emu_extent(NULL, 0);
+    return rc;
 }
 static int cu_sum_squares(double *host_out, const float *x, size_t n) {
     // the kernel's own host synchronisation then waits for its two kernels only
     TRY(compute_wait("gradient norm", n * sizeof(float)));
     return ftk_sum_squares(host_out, x, n, g_cuda.stream);
+}
+static int cu_sum_squares_accumulate(double *acc, const float *x, size_t n) {
+    emu_extent(x, n * sizeof(float));   // (n,) fp32: one unit's gradient slice
+    const int rc = ftk_sum_squares_accumulate(acc, x, n, g_cuda.stream);
+    emu_extent(NULL, 0);
+    return rc;
 }
 static int cu_accumulate(float *dst, const void *src, st_dtype src_dtype, size_t n, float alpha) {
     if (src_dtype != ST_BF16 && src_dtype != ST_F32)
@@ -631,6 +646,7 @@ static const backend CUDA_BACKEND = {
     .lmhead_xent = cu_lmhead_xent,
     .adamw = cu_adamw,
     .sum_squares = cu_sum_squares,
+    .sum_squares_accumulate = cu_sum_squares_accumulate,
     .accumulate = cu_accumulate,
     .cast_from_f32 = cu_cast_from_f32,
     .loss_accumulate = cu_loss_accumulate,

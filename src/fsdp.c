@@ -34,7 +34,7 @@ static void fsdp_unit_range(const fsdp_state *s, int u, size_t *lo, size_t *hi) 
 typedef struct {
     const char *params, *opt, *opt_host, *grad_host, *param_host, *grads, *root, *layers, *rs, *rs2, *rs_layers, *full,
         *micro_s, *micro_1,
-        *micro_s_f32, *micro_layers_f32, *f32, *f32_root, *kept;
+        *micro_s_f32, *micro_layers_f32, *f32, *f32_root, *kept, *norm;
 } fsdp_lines;
 static const fsdp_lines model_lines = {
     "working parameters, this rank's slice", "fp32 master weights + AdamW exp_avg, exp_avg_sq (slice)",
@@ -52,7 +52,8 @@ static const fsdp_lines model_lines = {
     "one micro-batch's two layer gradients, fp32 (one reducing while the next computes; the root's add into the fp32 sum)",
     "fp32 unit buffer (checkpoint gathers)",
     "fp32 unit buffer (checkpoint gathers; during a step the root gradient sum)",
-    "every unit, gathered once per optimizer step and kept (--keep_params_gathered)"};
+    "every unit, gathered once per optimizer step and kept (--keep_params_gathered)",
+    "gradient norm: each unit's sum of squares (one double per unit)"};
 static const fsdp_lines adapter_lines = {
     "LoRA adapters: working parameters (slice)", "LoRA adapters: fp32 master + AdamW moments (slice)",
     "LoRA adapters: offloaded fp32 master + AdamW moments (slice), host memory",
@@ -64,7 +65,8 @@ static const fsdp_lines adapter_lines = {
     "LoRA adapters: one micro-batch's gradients", "LoRA adapters: one micro-batch's gradients",
     "LoRA adapters: one micro-batch's gradients, fp32", "LoRA adapters: one micro-batch's gradients, fp32",
     "LoRA adapters: fp32 unit buffer (checkpoint gathers)", "LoRA adapters: fp32 unit buffer (checkpoint gathers)",
-    "LoRA adapters: every unit, gathered once per optimizer step and kept (--keep_params_gathered)"};
+    "LoRA adapters: every unit, gathered once per optimizer step and kept (--keep_params_gathered)",
+    "LoRA adapters: gradient norm, each unit's sum of squares"};
 
 // A state set up as `setup` holds the working parameters (and gathers) only.
 static int setup_params_only(const fsdp_setup *setup) { return setup->role == FSDP_FROZEN || setup->eval_only; }
@@ -109,6 +111,7 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, cons
         mem_table_add(t, oc, nf, opt, SLOT(s, exp_avg));
         mem_table_add(t, oc, nf, opt, SLOT(s, exp_avg_sq));
         mem_table_add(t, MEM_GRADS, nf, w->grads, SLOT(s, grads));
+        mem_table_add(t, MEM_WORKSPACE, (size_t)l->n_units * sizeof(double), w->norm, SLOT(s, norm_acc));
     }
     if (S > 1 && keep_gathered) {
         const char *kept = role == FSDP_FROZEN ? "frozen base (LoRA): every unit, gathered once and kept "
@@ -187,8 +190,12 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->kept = ft_calloc((size_t)l->n_units, 1, "gathered unit flags");
     s->ar_req = ft_calloc((size_t)l->n_units, sizeof(void *), "all-reduce requests");
     s->ar_live = ft_calloc((size_t)l->n_units, 1, "all-reduce flags");
-    s->off_pending = -1;
-    if (!s->slice || !s->local_off || !s->off_done || !s->kept || !s->ar_req || !s->ar_live) { fsdp_free(s); return -1; }
+    s->norm_done = ft_calloc((size_t)l->n_units, 1, "gradient norm flags");
+    s->off_pending = s->upd_pending = -1;
+    if (!s->slice || !s->local_off || !s->off_done || !s->kept || !s->ar_req || !s->ar_live || !s->norm_done) {
+        fsdp_free(s);
+        return -1;
+    }
     for (int u = 0; u < l->n_units; u++) {
         if (l->unit_numel[u] % S != 0) {
             fsdp_free(s);
@@ -213,6 +220,7 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
         memset(s->exp_avg_sq, 0, nf);
     }
     if (be->zero(s->params, s->n_local * s->esz) || (nf && be->zero(s->grads, nf)) ||
+        (nf && be->zero(s->norm_acc, (size_t)l->n_units * sizeof(double))) ||
         (nf && !s->offload && (be->zero(s->master, nf) || be->zero(s->exp_avg, nf) || be->zero(s->exp_avg_sq, nf)))) {
         fsdp_free(s);
         return -1;
@@ -240,6 +248,7 @@ void fsdp_free(fsdp_state *s) {
     free(s->kept);
     free(s->ar_req);
     free(s->ar_live);
+    free(s->norm_done);
     memset(s, 0, sizeof *s);
 }
 
@@ -347,6 +356,8 @@ static int prov_release(void *ctx, int u) { (void)ctx; (void)u; return 0; }
 // buffer pair is needed again two layers later, or when the root unit ends the backward.
 static int overlapped(const fsdp_state *s) { return s->shard->size > 1 && !s->accumulate_locally; }
 static int offload_grad_final(fsdp_state *s, int u);
+static int early_update(fsdp_state *s, int u);
+static int update_pending(fsdp_state *s);
 
 // ----------------------------------------------------------------------------
 // the sums across replicas (R > 1), unit by unit
@@ -359,6 +370,12 @@ static int offload_grad_final(fsdp_state *s, int u);
 // (nccl) behind everything the compute stream was given so far, so it overlaps the rest of
 // the backward, which touches only other units' slices. fsdp_finish_grads makes the compute
 // stream wait for all of them before the gradient norm and the optimizer read the slices.
+// In NCCL's one-lane mode (comm.h comm_nccl_choose_lanes: every collective on one stream, in
+// issue order) a unit's all-reduce queues behind the prefetch already issued (the layer
+// computed next) and in front of the one after, which has a layer's backward to arrive in:
+// starting them all in fsdp_finish_grads instead would expose every one of them. The timeline
+// (src/plan_timeline.c, a shared link taken in issue order: that mode) agrees: per unit is
+// faster at every all-reduce size tried, 16 layers, from compute-bound to link-bound.
 
 static int replica_start(fsdp_state *s, int u) {
     if (s->ar_live[u])
@@ -385,12 +402,60 @@ static int replica_drain(fsdp_state *s) {
     return rc;
 }
 
+// ----------------------------------------------------------------------------
+// the gradient norm, unit by unit (R = 1)
+//
+// With one replica a unit's slice is final on this rank when grad_final says so, and its sum
+// of squares is added (on the device, no host wait) into its own double of norm_acc then;
+// fsdp_finish_grads adds the units' doubles in unit order on the host after one read. So the
+// norm no longer waits for the tail of the backward (the last reduce-scatters) and does not
+// read the whole slice again after it, and its value does not depend on the order in which
+// units become final (backward order, the reduce-scatters' parity). With R > 1 a unit's
+// slice changes again in its all-reduce (on the replica stream), so fsdp_finish_grads takes
+// the whole slice after them, as one sum_squares (the order of before).
+
+// unit u's sum of squares into norm_acc[u], once per step; a second time (a slice changed
+// after it was final: a caller running several last micro-batches without fsdp_zero_grads)
+// marks the per-unit sums stale, and fsdp_finish_grads takes the whole slice instead
+static int norm_add(fsdp_state *s, int u) {
+    if (s->norm_done[u]) {
+        s->norm_stale = 1;
+        return 0;
+    }
+    s->norm_done[u] = 1;
+    return s->be->sum_squares_accumulate(s->norm_acc + u, s->grads + s->local_off[u], s->slice[u]);
+}
+
+// a new step's sums: zero, none taken
+static int norm_reset(fsdp_state *s) {
+    memset(s->norm_done, 0, (size_t)s->layout->n_units);
+    s->norm_stale = 0;
+    return s->be->zero(s->norm_acc, (size_t)s->layout->n_units * sizeof(double));
+}
+
+// this rank's sum of squares of its slice (R = 1: per unit, the units not taken yet first)
+static int norm_local(fsdp_state *s, double *sq) {
+    const int n = s->layout->n_units;
+    if (s->replica->size > 1 || s->norm_stale) return s->be->sum_squares(sq, s->grads, s->n_local);
+    for (int u = 0; u < n; u++)
+        if (!s->norm_done[u]) TRY(norm_add(s, u));
+    double *part = ft_malloc((size_t)n * sizeof(double), "per-unit gradient norms");
+    if (!part) return -1;
+    const int rc = s->be->copy_d2h(part, s->norm_acc, (size_t)n * sizeof(double));
+    *sq = 0;
+    for (int u = 0; u < n; u++) *sq += part[u];
+    free(part);
+    return rc;
+}
+
 // Unit u's gradient slice received its last contribution of this micro-batch: in the step's
-// last micro-batch it is final, so its sum across replicas starts (and an armed offload its
-// update, offload_grad_final).
+// last micro-batch it is final, so its sum across replicas starts (R > 1) or its sum of
+// squares is taken (R = 1), and an armed early update starts (offload_grad_final; on the
+// device, early_update).
 static int grad_final(fsdp_state *s, int u) {
-    if (s->micro_last && s->replica->size > 1) TRY(replica_start(s, u));
-    return offload_grad_final(s, u);
+    if (!s->micro_last) return 0;
+    TRY(s->replica->size > 1 ? replica_start(s, u) : norm_add(s, u));
+    return s->offload ? offload_grad_final(s, u) : early_update(s, u);
 }
 static int grad_buffer(const fsdp_state *s, int u) { return overlapped(s) ? u % 2 : 0; }
 
@@ -513,9 +578,12 @@ static int prov_grad_end(void *ctx, int u) {
         TRY(rs_finish(s, b));   // normally done by grad_begin already
         TRY(comm_ireduce_scatter(s->shard, s->rs_out[b], g, s->slice[u], s->gdt, &s->rs_pending[b]));
         s->rs_unit[b] = u;
-        return 0;
+        return update_pending(s);   // (an early AdamW behind the reduce-scatter just started)
     }
-    if (overlapped(s)) TRY(fsdp_flush_grads(s));   // the root ends the backward
+    if (overlapped(s)) {   // the root ends the backward: the last early AdamW under the tail's reduce-scatters
+        TRY(update_pending(s));
+        TRY(fsdp_flush_grads(s));
+    }
     if (s->root_acc) return root_grad_end(s);
     if (s->shard->size > 1) {
         TRY(comm_reduce_scatter(s->shard, s->rs_out[0], g, s->slice[u], s->gdt));
@@ -632,6 +700,7 @@ int fsdp_zero_moments(fsdp_state *s) {
 int fsdp_zero_grads(fsdp_state *s) {
     if (fsdp_params_only(s)) return frozen_error("gradients");
     TRY(replica_drain(s));   // (none after fsdp_finish_grads: only a step that failed leaves some)
+    TRY(norm_reset(s));
     if (s->mode == FSDP_GRADS_DIRECT && s->role == FSDP_TRAINED) {   // the layers come fresh (prov_grad_begin)
         const int L = s->layout->n_layers;
         return s->be->zero(s->grads + s->local_off[L], s->slice[L] * sizeof(float));
@@ -642,13 +711,14 @@ int fsdp_zero_grads(fsdp_state *s) {
 int fsdp_finish_grads(fsdp_state *s, double *norm) {
     if (fsdp_params_only(s)) return frozen_error("gradients");
     TRY(fsdp_flush_grads(s));   // nothing is outstanding after a full backward; cheap check
+    TRY(update_pending(s));     // (armed: the last layer's early AdamW, before the norm's read)
     if (s->replica->size > 1) {   // (every unit normally started in the last backward: grad_final)
         for (int u = 0; u < s->layout->n_units; u++)
             if (!s->ar_live[u]) TRY(replica_start(s, u));
         TRY(replica_drain(s));
     }
     double sq = 0;
-    TRY(s->be->sum_squares(&sq, s->grads, s->n_local));
+    TRY(norm_local(s, &sq));
     TRY(comm_all_reduce_f64(s->shard, &sq, 1));
     *norm = sqrt(sq);
     return 0;
@@ -756,6 +826,60 @@ void fsdp_offload_early(fsdp_state *s, const adamw_params *p) {
     s->off_early = 1;
 }
 
+int fsdp_update_can_overlap(const fsdp_state *s) {
+    return fsdp_offload_can_overlap(s) || (!s->offload && !fsdp_params_only(s) && s->replica->size == 1);
+}
+
+void fsdp_update_early(fsdp_state *s, const adamw_params *p) {
+    if (!fsdp_update_can_overlap(s)) return;
+    s->off_params = *p;
+    s->off_early = 1;
+}
+
+// AdamW of unit u's entries (this rank's slice), decaying ones with p, the others without.
+static int unit_adamw(fsdp_state *s, int u, const adamw_params *p) {
+    const param_layout *l = s->layout;
+    adamw_params nodecay = *p;
+    nodecay.weight_decay = 0.0f;
+    for (int i = 0; i < l->n_entries; i++) {
+        const param_entry *e = &l->entries[i];
+        size_t k, m;
+        if (e->unit != u || (m = entry_local_range(s, e, &k)) == 0) continue;
+        TRY(s->be->adamw(s->master + k, (char *)s->params + k * s->esz, s->grads + k, s->exp_avg + k,
+                         s->exp_avg_sq + k, m, e->decay ? p : &nodecay));
+    }
+    return 0;
+}
+
+// the early AdamW waiting for the next reduce-scatter's start (upd_pending), if any
+static int update_pending(fsdp_state *s) {
+    const int u = s->upd_pending;
+    s->upd_pending = -1;
+    return u >= 0 ? unit_adamw(s, u, &s->off_params) : 0;
+}
+
+// Armed (fsdp_update_early, on the device): layer u's gradient slice is final in the last
+// micro-batch, so AdamW updates it on the compute stream behind its last use: its backward
+// is done (grad_end follows it) and no later work of the step reads its parameters. Its
+// gathered copies are forgotten (the gather buffers and, kept gathered, all_full): they hold
+// the parameters before the update. The root waits for the step. With overlapped
+// reduce-scatters (final in rs_finish, at the grad_begin of the layer two below) the update
+// waits for the next layer's reduce-scatter to start (prov_grad_end, update_pending), so that
+// it runs under that collective instead of delaying the backward feeding it; the last one
+// under the tail (the root's grad_end, before its flush).
+static int early_update(fsdp_state *s, int u) {
+    if (!s->off_early || u == s->layout->n_layers) return 0;
+    if (s->off_done[u]) return ft_error("fsdp: unit %d's gradient slice changed after its early update", u);
+    s->off_done[u] = 1;
+    if (s->kept) s->kept[u] = 0;
+    for (int b = 0; b < 2; b++)
+        if (s->held[b] == u && !s->pending[b]) s->held[b] = -1;
+    if (!overlapped(s)) return unit_adamw(s, u, &s->off_params);
+    TRY(update_pending(s));
+    s->upd_pending = u;
+    return 0;
+}
+
 static int offload_step(fsdp_state *s, const adamw_params *p) {
     if (s->off_early && memcmp(p, &s->off_params, sizeof *p) != 0)
         return ft_error("fsdp: the optimizer step's AdamW parameters differ from those armed by fsdp_offload_early");
@@ -767,17 +891,15 @@ static int offload_step(fsdp_state *s, const adamw_params *p) {
 
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p) {
     if (fsdp_params_only(s)) return frozen_error("an optimizer step");
-    const param_layout *l = s->layout;
     fsdp_invalidate_gathered(s);
     if (s->offload) return offload_step(s, p);
-    adamw_params nodecay = *p;
-    nodecay.weight_decay = 0.0f;
-    for (int i = 0; i < l->n_entries; i++) {
-        const param_entry *e = &l->entries[i];
-        size_t k, m;
-        if ((m = entry_local_range(s, e, &k)) == 0) continue;
-        TRY(s->be->adamw(s->master + k, (char *)s->params + k * s->esz, s->grads + k, s->exp_avg + k,
-                         s->exp_avg_sq + k, m, e->decay ? p : &nodecay));
-    }
+    if (s->off_early && memcmp(p, &s->off_params, sizeof *p) != 0)
+        return ft_error("fsdp: the optimizer step's AdamW parameters differ from those armed by fsdp_update_early");
+    TRY(update_pending(s));
+    // unit by unit (AdamW is elementwise: the same values as one pass over the entries)
+    for (int u = 0; u < s->layout->n_units; u++)
+        if (!s->off_done[u]) TRY(unit_adamw(s, u, p));
+    s->off_early = 0;
+    memset(s->off_done, 0, (size_t)s->layout->n_units);
     return 0;
 }

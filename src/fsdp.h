@@ -119,6 +119,10 @@ typedef struct {
     void **ar_req;                // (n_units) R > 1: unit u's all-reduce across replicas, started
                                   // when its slice became final in the step (fsdp.c grad_final)
     unsigned char *ar_live;       // (n_units) 1: ar_req[u] outstanding (fsdp_finish_grads waits)
+    double *norm_acc;             // (n_units) backend memory: each unit's gradient sum of squares
+                                  // of the step, taken as its slice became final (R = 1; fsdp.c norm_add)
+    unsigned char *norm_done;     // (n_units) 1: norm_acc[u] holds unit u's sum of this step
+    int norm_stale;               // a slice changed after its sum was taken: the whole slice at finish
     fsdp_grad_mode mode;
     int accumulate_locally;       // mode == FSDP_GRADS_LOCAL
     float *root_acc;              // (root unit_numel) fp32 root gradient summed over the step's
@@ -142,9 +146,13 @@ typedef struct {
     int off_slot;                 // the host buffer pair (grad_host, param_host) the next unit takes
     int off_pending;              // the unit whose gradient slice is on its way down (-1 none),
                                   // in buffer pair off_slot ^ 1 (the last one taken)
-    unsigned char *off_done;      // (n_units) 1: unit updated (or on its way) in this step
-    int off_early;                // fsdp_offload_early armed this step: layers update in the backward
+    unsigned char *off_done;      // (n_units) 1: unit updated (or on its way) in this step (offloaded,
+                                  // or on the device by fsdp_update_early)
+    int off_early;                // fsdp_offload_early / fsdp_update_early armed this step: layers
+                                  // update in the backward (on the host, or on the device)
     adamw_params off_params;      // the step's AdamW parameters (decaying entries)
+    int upd_pending;              // armed on the device: the layer whose early AdamW waits for the next
+                                  // reduce-scatter to start (-1 none; fsdp.c early_update)
 } fsdp_state;
 
 // Allocate this rank's state for `layout` (which must be padded to a multiple of
@@ -230,7 +238,17 @@ void fsdp_set_micro_batch(fsdp_state *s, int first, int last);
 // (started unit by unit during the last backward; any unit not started then is started
 // here, in unit order), and return the global L2 norm of the gradient in *norm (collective
 // over all ranks). The sums are those of one all-reduce of every slice after the backward:
-// the same fp32 values, summed per element. 0 / -1.
+// the same fp32 values, summed per element. With one replica each unit's sum of squares was
+// taken on the device as its slice became final (in the last micro-batch); here the host
+// reads them once and adds them in unit order (the whole slice in one sum_squares with
+// R > 1), so the value does not depend on the order in which units became final. Against one
+// sum over the whole slice only the order of the double additions differs: the squares are
+// exact in double and positive, so either order is within depth x 2^-53 of the exact sum
+// (depth: the longest chain of additions, at most 4096 per CPU chunk or GPU thread plus the
+// chunks, partials and units after it), and the norm (a square root: half the relative error)
+// moves by at most (4096 + n / 4096 + units) x 2^-53: 1e-12 at 7B, where fp32 (the clipping
+// scale) resolves 6e-8. Tests comparing norms across programs or splits allow 1e-6 and more;
+// two runs of one job agree bit for bit (in whatever order its units became final). 0 / -1.
 int fsdp_finish_grads(fsdp_state *s, double *norm);
 // AdamW on this rank's slices; weight decay only on entries with decay = 1 (matrices and
 // embeddings, not RMSNorm weights); padding is never touched. `p->weight_decay` is the
@@ -238,8 +256,8 @@ int fsdp_finish_grads(fsdp_state *s, double *norm);
 // gradient slice comes to the host while the previous unit's AdamW runs there, and the
 // updated working parameters go back behind it); bitwise the same result on the CPU backend,
 // the same arithmetic in fp32 on a GPU (the host's rounding of the bf16 cast is the
-// device's: nearest even). Units already updated by an armed fsdp_offload_early are skipped
-// (then `p` must equal the armed parameters). 0 / -1.
+// device's: nearest even). Units already updated by an armed fsdp_offload_early or
+// fsdp_update_early are skipped (then `p` must equal the armed parameters). 0 / -1.
 int fsdp_optimizer_step(fsdp_state *s, const adamw_params *p);
 
 // --offload_optimizer without clipping: arm this step's update to start during the backward.
@@ -256,3 +274,20 @@ void fsdp_offload_early(fsdp_state *s, const adamw_params *p);
 // 1 when fsdp_offload_early would arm this state (offload, one replica, per-micro-batch
 // reduction), else 0.
 int fsdp_offload_can_overlap(const fsdp_state *s);
+
+// --max_grad_norm 0 (no clipping): arm this step's update to start during the backward, on
+// the host (offloaded: fsdp_offload_early) or on the device: each layer unit, as soon as its
+// gradient slice is final in the step's last micro-batch (after its backward, its
+// reduce-scatter, or its blocking reduce-scatter with local accumulation), is updated by
+// AdamW on the compute stream, so that the tail of the backward (the last layers'
+// reduce-scatters, the root) overlaps the update of the units already final; the root
+// and anything left wait for fsdp_optimizer_step, which must get the same `p`. AdamW is
+// elementwise: the same values as the update after the backward, bit for bit. A unit's
+// gathered copies are forgotten when it is updated (nothing of the step reads them again).
+// Call before the step's last micro-batch. Does nothing when this state cannot
+// (fsdp_update_can_overlap: replicas to all-reduce first, working parameters only, or an
+// offload that cannot overlap). As with the offload, a step whose norm comes out non-finite
+// has already changed the layers (the job stops there with an error, as without it).
+void fsdp_update_early(fsdp_state *s, const adamw_params *p);
+// 1 when fsdp_update_early would arm this state, else 0.
+int fsdp_update_can_overlap(const fsdp_state *s);

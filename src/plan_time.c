@@ -182,12 +182,15 @@ static void step_ops_add(plan *p, const llama_config *c, const count_result *k) 
     op_add(p, grad_what, PLAN_OP_MEMORY, PLAN_PHASE_BWD, 0, grad_bytes, 0,
            p->grad_mode == FSDP_GRADS_DIRECT ? (lora ? 0 : 2 * L) : A * 3 * units);
     // AdamW: one kernel per trained tensor in this rank's slice (a sharded slice cuts up to one
-    // tensor per unit), the grad norm's 2 kernels, a memset; the loss accumulator's memset
+    // tensor per unit); the grad norm's 2 kernels per unit as each becomes final (fsdp.c
+    // norm_add; with replicas 2 over the whole slice after their all-reduces); memsets of the
+    // gradient, the norm's per-unit doubles and the loss accumulator
     const double nt = r->lora.rank ? __builtin_popcount(r->lora.targets) : 0;
     const double tensors = lora ? 2 * nt * L : 9 * L + 3 - (c->tie_word_embeddings ? 1 : 0);
     const double adamw = r->shard_size == 1 ? tensors : tensors / r->shard_size + units;
+    const double norm = p->replica_size > 1 ? 2 : 2 * units;
     op_add(p, "optimizer: grad norm, AdamW", PLAN_OP_MEMORY, PLAN_PHASE_STEP, 0, p->optimizer_hbm_bytes, 0,
-           (r->offload_optimizer ? 0 : adamw) + 3 + 1);   // (offloaded: AdamW runs on the host)
+           (r->offload_optimizer ? 0 : adamw) + norm + 3);   // (offloaded: AdamW runs on the host)
 }
 
 int plan_ops_compute(plan *p, const llama_config *c) {

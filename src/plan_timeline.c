@@ -16,7 +16,7 @@ const char *plan_tl_lane_name(plan_tl_lane l) {
 
 plan_tl_schedule plan_tl_program_schedule(void) {
     return (plan_tl_schedule){.prefetch = 1, .host_wait_per_micro = 1, .rs_flush_per_micro = 1, .ar_per_unit = 1,
-                              .offload_early = 0};
+                              .offload_early = 0, .norm_per_unit = 1, .update_early = 0};
 }
 
 // ----------------------------------------------------------------------------
@@ -46,6 +46,9 @@ typedef struct {
     int off_pending;                     // the unit whose gradient is on its way down (-1 none)
     double off_down;                     // when that copy is done
     unsigned char off_done[PLAN_TL_MAX_LAYERS + 1];
+    unsigned char norm_done[PLAN_TL_MAX_LAYERS + 1];   // unit's sum of squares taken (norm_per_unit)
+    unsigned char upd_done[PLAN_TL_MAX_LAYERS + 1];    // unit updated on the device (update_early)
+    int upd_pending;                     // an early AdamW waiting for the next reduce-scatter's start (0/1)
 } tl_sim;
 
 // The compute stream waits until t, for `lane`: its idle time is exposed.
@@ -170,6 +173,13 @@ static void acquire_root(tl_sim *m) {
 // gradients (fsdp.c prov_grad_begin / prov_grad_end), the replica all-reduce, offload
 
 static void offload_push(tl_sim *m, int u);
+static int overlapped(const tl_sim *m);
+
+// fsdp.c update_pending: the early AdamW held back for the next reduce-scatter's start.
+static void update_pending(tl_sim *m) {
+    if (m->upd_pending) compute(m, m->c->adamw_layer);
+    m->upd_pending = 0;
+}
 
 // Unit u's gradient slice got its last contribution of this micro-batch: in the last one,
 // its replica all-reduce (per unit) or its early offload may start.
@@ -178,9 +188,19 @@ static void grad_final(tl_sim *m, int u) {
     const int root = u == c->layers;
     if (!m->last_micro) return;
     if (c->replicas && m->s->ar_per_unit) m->ar_done = after_compute(m, PLAN_TL_REPLICA, root ? c->ar_root : c->ar_layer);
+    if (!c->replicas && m->s->norm_per_unit) {   // fsdp.c norm_add
+        compute(m, root ? c->norm_root : c->norm_layer);
+        m->norm_done[u] = 1;
+    }
     // fsdp_offload_can_overlap: one replica, no local accumulation; the root waits for the step
     if (c->offload && m->s->offload_early && !c->replicas && c->grad_mode != FSDP_GRADS_LOCAL && !root)
         offload_push(m, u);
+    if (!c->offload && m->s->update_early && !c->replicas && !root) {   // fsdp.c early_update
+        m->upd_done[u] = 1;
+        update_pending(m);
+        if (overlapped(m)) m->upd_pending = 1;   // held back behind the next reduce-scatter
+        else compute(m, c->adamw_layer);
+    }
 }
 
 // Complete the reduce-scatter in flight in buffer pair b (rs_finish): the compute stream waits.
@@ -202,6 +222,7 @@ static void layer_backward(tl_sim *m, int u) {
     if (overlapped(m)) {
         m->rs_done[u % 2] = after_compute(m, PLAN_TL_REDUCE, c->rs_layer);
         m->rs_unit[u % 2] = u;
+        update_pending(m);
     } else if (c->grad_mode == FSDP_GRADS_LOCAL && c->sharded) {   // the step's fp32 sums, once
         if (m->last_micro) {
             blocking(m, PLAN_TL_REDUCE, c->rs_layer_f32);
@@ -217,6 +238,7 @@ static void root_grad_end(tl_sim *m) {
     const plan_tl_costs *c = m->c;
     const int L = c->layers;
     if (overlapped(m) && m->s->rs_flush_per_micro) {
+        update_pending(m);   // (under the tail's reduce-scatters)
         rs_finish(m, 0);
         rs_finish(m, 1);
     }
@@ -282,20 +304,30 @@ static void micro_batch(tl_sim *m) {
     if (m->s->host_wait_per_micro && !m->last_micro) host_drain(m);
 }
 
+// The per-unit work of the units whose flag is not set: `layer` each, `root` for the root.
+static double units_left(const tl_sim *m, const unsigned char *done, double layer, double root) {
+    double s = done[m->c->layers] ? 0 : root;
+    for (int u = 0; u < m->c->layers; u++) s += done[u] ? 0 : layer;
+    return s;
+}
+
 // After the last micro-batch: fsdp_finish_grads (the reduce-scatters left, the replica
-// all-reduce, the norm read by the host), the optimizer, the offload pipeline's rest, the
-// step's end (train.c: synchronize, the loss all-reduce).
+// all-reduce, the norms not taken yet, their read by the host), the optimizer (the AdamW not
+// run yet), the offload pipeline's rest, the step's end (train.c: synchronize, the loss
+// all-reduce).
 static void optimizer_step(tl_sim *m) {
     const plan_tl_costs *c = m->c;
     m->phase = PLAN_TL_OPT;
     rs_finish(m, 0);
     rs_finish(m, 1);
+    update_pending(m);
     if (c->replicas) {
         if (m->s->ar_per_unit) wait_for(m, m->ar_done, PLAN_TL_REPLICA);
         else blocking(m, PLAN_TL_REPLICA, c->ar_all);
     }
-    compute(m, c->optimizer);   // (the norm's host read: the drain below covers its wait)
-    host_drain(m);
+    compute(m, units_left(m, m->norm_done, c->norm_layer, c->norm_root) + c->optimizer);
+    host_drain(m);   // the norm's host read
+    compute(m, units_left(m, m->upd_done, c->adamw_layer, c->adamw_root));
     if (c->offload) {
         for (int u = 0; u <= c->layers; u++)
             if (!m->off_done[u]) offload_push(m, u);
@@ -391,10 +423,30 @@ static void comm_costs(const plan *p, const plan_device *d, const plan_fabric *f
     c->ar_all = collective_s(f, AR, (tl * c->layers + tr) * 4, R, replica_nodes);
 }
 
+// The step's op (plan_time.c "optimizer: grad norm, AdamW") in its parts, each priced as an
+// op of its own: by the bytes per slice element plan.c counts, zeroing the gradient 4, its
+// norm 4, AdamW 28 + e (on the host when offloaded: the device keeps 8); by device operations,
+// the norm's 2 kernels per unit (2 in all with replicas), AdamW's the op's others but the 3
+// memsets, which stay with the zeroing. The norm and AdamW go to the units by slice size.
+static void step_costs(const plan *p, const plan_device *d, const plan_op *o, plan_tl_costs *c) {
+    const double S = p->req.shard_size, n = (double)p->trained_padded_total / S, units = c->layers + 1.0;
+    const double e = (double)p->req.elem_bytes, per = p->req.offload_optimizer ? 8 : 36 + e;
+    const double norm_ops = c->replicas ? 2 : 2 * units, adamw_ops = fmax(o->launches - norm_ops - 3, 0);
+    plan_op norm = *o, adamw = *o, rest = *o;
+    norm.bytes = o->bytes * 4 / per, norm.launches = norm_ops;
+    adamw.bytes = o->bytes * (per - 8) / per, adamw.launches = adamw_ops;
+    rest.bytes = o->bytes * 4 / per, rest.launches = o->launches - norm_ops - adamw_ops;
+    const double fl = (double)p->trained_layer_numel / S / n, fr = (double)p->trained_root_numel / S / n;
+    const double ns = plan_op_seconds(&norm, d), as = adamw.launches > 0 ? plan_op_seconds(&adamw, d) : 0;
+    c->norm_layer += ns * fl, c->norm_root += ns * fr;
+    c->adamw_layer += as * fl, c->adamw_root += as * fr;
+    c->optimizer += plan_op_seconds(&rest, d);
+}
+
 // The compute of the plan's ops (plan_op_seconds: the calibrated per-op pricing), unit by
 // unit: a layer's share of the forward and backward phases per micro-batch, the root's
 // phase per micro-batch (embedding, final norm, lm_head: all taken as the root's head), the
-// step's phase once.
+// step's phase once (the norm and AdamW per unit: step_costs).
 static void compute_costs(const plan *p, const plan_device *d, plan_tl_costs *c) {
     const double LA = (double)c->layers * c->micro_batches;
     for (int i = 0; i < p->n_ops; i++) {
@@ -403,7 +455,7 @@ static void compute_costs(const plan *p, const plan_device *d, plan_tl_costs *c)
         case PLAN_PHASE_FWD: c->layer_fwd += s / LA; break;
         case PLAN_PHASE_BWD: c->layer_bwd += s / LA; break;
         case PLAN_PHASE_ROOT: c->root_head += s / c->micro_batches; break;
-        default: c->optimizer += s; break;
+        default: step_costs(p, d, &p->ops[i], c); break;
         }
     }
 }
@@ -434,7 +486,7 @@ int plan_tl_costs_of(const plan *p, const plan_device *d, const plan_fabric *f, 
     c->replicas = p->replica_size > 1;
     c->offload = r->offload_optimizer;
     c->host_gap = PLAN_TL_HOST_GAP_S;
-    compute_costs(p, d, c);
+    compute_costs(p, d, c);   // (after the fields step_costs reads: layers, replicas)
     comm_costs(p, d, f, c);
     if (c->offload) offload_costs(p, c);
     return 0;

@@ -64,12 +64,19 @@ typedef struct {
                                // last micro-batch (fsdp.c's grad_final); 0: one all-reduce after the backward
     int offload_early;         // 1: offloaded layers update during the last backward (fsdp_offload_early:
                                // --max_grad_norm 0, one replica, no local accumulation)
+    int norm_per_unit;         // 1: a unit's gradient sum of squares is taken on the compute stream when its
+                               // slice is final in the last micro-batch (fsdp.c norm_add; one replica),
+                               // 0: the whole slice's after the backward
+    int update_early;          // 1: a layer's AdamW runs on the compute stream when its slice is final in the
+                               // last micro-batch (fsdp_update_early: --max_grad_norm 0, one replica, the
+                               // optimizer on the device); the root's and the rest after the backward
 } plan_tl_schedule;
 #define PLAN_TL_MAX_PREFETCH 8
 #define PLAN_TL_MAX_LAYERS 1024
 
 // The schedule of the program as it is at this commit: prefetch 1, a host wait per micro-batch,
-// the flush per micro-batch, the replica all-reduce per unit, no early offload.
+// the flush per micro-batch, the replica all-reduce per unit, the gradient norm per unit, no
+// early offload or device update (they need --max_grad_norm 0; the default clips).
 plan_tl_schedule plan_tl_program_schedule(void);
 
 // ----------------------------------------------------------------------------
@@ -92,7 +99,11 @@ typedef struct {
     // passes included); the root: embedding before layer 0, final norm + lm_head forward and
     // backward before the layers' backward, embedding backward after it
     double layer_fwd, layer_bwd, root_fwd, root_head, root_bwd;
-    double optimizer;          // per step on the compute stream: gradient norm and AdamW (offloaded: the norm)
+    double optimizer;          // per step on the compute stream after the backward: what the per-unit
+                               // costs below leave (zeroing the gradient; with them 0, the whole
+                               // gradient norm and AdamW)
+    // per unit on the compute stream: its gradient sum of squares, its AdamW (0 when offloaded)
+    double norm_layer, norm_root, adamw_layer, adamw_root;
     // collectives, one each: gathers (working dtype), reduce-scatters (per-micro-batch dtype
     // and fp32), the replica all-reduce of a unit's fp32 slice
     double ag_layer, ag_root, rs_layer, rs_root, rs_layer_f32, rs_root_f32, ar_layer, ar_root;

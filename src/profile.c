@@ -13,7 +13,7 @@
     X(rmsnorm_fwd) X(rmsnorm_bwd) X(rope_fwd) X(rope_bwd) X(rope_qkv_fwd) X(rope_qkv_bwd)       \
     X(matmul_fwd) X(matmul_bwd)                                                                \
     X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(scale)                     \
-    X(lmhead_xent) X(adamw) X(sum_squares) X(accumulate) X(cast_from_f32)
+    X(lmhead_xent) X(adamw) X(sum_squares) X(sum_squares_accumulate) X(accumulate) X(cast_from_f32)
 
 #define PROF_ENUM(op) OP_##op,
 #define PROF_NAME(op) #op,
@@ -111,6 +111,7 @@ PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, st_dtype g, const void *x,
 PROF_WRAP(adamw, (float *m, void *p, const float *g, float *a, float *v, size_t n, const adamw_params *ap),
           (m, p, g, a, v, n, ap))
 PROF_WRAP(sum_squares, (double *o, const float *x, size_t n), (o, x, n))
+PROF_WRAP(sum_squares_accumulate, (double *o, const float *x, size_t n), (o, x, n))
 PROF_WRAP(accumulate, (float *d, const void *s, st_dtype sdt, size_t n, float a), (d, s, sdt, n, a))
 PROF_WRAP(cast_from_f32, (void *d, const float *s, size_t n), (d, s, n))
 

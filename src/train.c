@@ -398,9 +398,9 @@ static int train_step(job *j, int step, step_stats *st) {
     const float dloss = (float)(1.0 / counts[0]);
 
     TRY(fsdp_zero_grads(j->opt));
-    if (o->offload_optimizer && o->max_grad_norm == 0) {   // the host AdamW may start in the backward
+    if (o->max_grad_norm == 0) {   // no clipping: the layers' AdamW may start in the last backward
         const adamw_params early = schedule_adamw(&j->sched, step, 0.0);
-        fsdp_offload_early(j->opt, &early);
+        fsdp_update_early(j->opt, &early);
     }
     double used_sum = 0;
     TRY(model_loss_reset(&j->m));   // the micro-batches' losses add up on the device

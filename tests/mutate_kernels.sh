@@ -249,17 +249,21 @@ m adamw.no_grad_scale adamw.cu adamw 'g *= k.grad_scale;' 'g *= 1.0f;'
 m adamw.param_order adamw.cu adamw \
   'p[1] = __floats2bfloat162_rn(w[2], w[3]);' 'p[1] = __floats2bfloat162_rn(w[3], w[2]);'
 
-m sum_squares.float_product sum_squares.cu sum_squares \
+m sum_squares.float_product sum_squares.cuh "sum_squares sum_squares_accumulate" \
   's += (double)v[k] * v[k];' 's += (double)(v[k] * v[k]);'
-m sum_squares.tail_group sum_squares.cu sum_squares \
+m sum_squares.tail_group sum_squares.cuh "sum_squares sum_squares_accumulate" \
   'const size_t ngroups = (n + 3) / 4;' 'const size_t ngroups = n / 4;'
-m sum_squares.last_warp sum_squares.cu sum_squares \
+m sum_squares.last_warp sum_squares.cuh "sum_squares sum_squares_accumulate" \
   'for (int w = 0; w < nwarps; w++)' 'for (int w = 0; w < nwarps - 1; w++)'
-m sum_squares.no_sync sum_squares.cu sum_squares \
+m sum_squares.no_sync sum_squares.cuh "sum_squares sum_squares_accumulate" \
   "if (lane == 0) scratch[warp] = v;$NL    __syncthreads();$NL    double t" \
   "if (lane == 0) scratch[warp] = v;$NL    double t"
-m sum_squares.last_partial sum_squares.cu sum_squares \
+m sum_squares.last_partial sum_squares.cuh "sum_squares sum_squares_accumulate" \
   'for (int i = threadIdx.x; i < G; i += blockDim.x)' 'for (int i = threadIdx.x; i < G - 1; i += blockDim.x)'
+m sum_squares_accumulate.overwrites sum_squares.cuh sum_squares_accumulate \
+  'if (threadIdx.x == 0) *out = add ? *out + s : s;' 'if (threadIdx.x == 0) *out = s;'
+m sum_squares_accumulate.not_added sum_squares_accumulate.cu sum_squares_accumulate \
+  'return ss_launch(acc, 1, x, n, stream' 'return ss_launch(acc, 0, x, n, stream'
 
 m loss_accumulate.ignored_added loss_accumulate.cu loss_accumulate \
   'tile[j] = valid ? (double)losses[i] : 0.0;' 'tile[j] = i < N ? (double)losses[i] : 0.0;'

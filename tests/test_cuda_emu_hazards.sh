@@ -25,7 +25,11 @@
 #      kernel that reads what an ncclAllReduce of ONE layer's slice wrote (the per-unit
 #      all-reduces, not one of the whole gradient) on a stream of its own (the replica
 #      group's); likewise DDP 2 (one shard: each slice final right after its backward).
-# Runtime: eight 2-rank and two 4-rank runs of one step: about 15 s wall (the 2-core machine).
+#   6. --max_grad_norm 0 (src/fsdp.c early_update: each layer's AdamW on the compute stream as
+#      its slice is final in the last micro-batch, writing its working parameters while the
+#      all-gather of a lower layer reads another slice of the same buffer; each unit's norm
+#      taken then too): FSDP 2 with 2 micro-batches, kept gathered, passes unfaulted.
+# Runtime: nine 2-rank and two 4-rank runs of one step: about 17 s wall (the 2-core machine).
 set -u
 build=${1:-build}
 . "$(dirname "$0")/lib.sh" test_cuda_emu_hazards
@@ -98,5 +102,10 @@ RANKS=4 run hsdp_ar finetune_emu_fault_ar --dp_shard 2 --total_batch_size 4
 ar_caught hsdp_ar 92288
 run ddp_ar finetune_emu_fault_ar --no_fsdp
 ar_caught ddp_ar 184576
+
+# the layers' AdamW in the last backward (no clipping), with every unit kept gathered
+run early_clean finetune_emu --max_grad_norm 0 --keep_params_gathered --total_batch_size 4
+[ $rc -eq 0 ] && ! grep -q HAZARD "$tmp/early_clean.log" && ok "--max_grad_norm 0 (early AdamW), kept gathered, 2 micro-batches: no hazard" \
+  || bad "--max_grad_norm 0: rc $rc, $(grep -m1 'HAZARD\|error' "$tmp/early_clean.log")"
 
 finish

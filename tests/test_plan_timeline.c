@@ -23,7 +23,7 @@ static plan_tl_costs base_costs(int L, int A, int grad_mode) {
 }
 static double compute_sum(const plan_tl_costs *c) {
     return c->micro_batches * (c->layers * (c->layer_fwd + c->layer_bwd) + c->root_fwd + c->root_head + c->root_bwd) +
-           c->optimizer;
+           c->optimizer + c->layers * (c->norm_layer + c->adamw_layer) + c->norm_root + c->adamw_root;
 }
 static plan_tl_result run(const plan_tl_costs *c, const plan_tl_schedule *s) {
     plan_tl_result r;
@@ -220,6 +220,39 @@ static void test_replica_all_reduce(void) {
     }
 }
 
+// (6b) the gradient norm per unit and, without clipping, AdamW per layer as each slice is final
+// (fsdp.c norm_add, early_update). FSDP, one micro-batch, 8 layers, a layer's AdamW 0.5 and
+// its norm 0.05 (the root's 0.1 and 0.01). With reduce-scatters of 1.5 (under a layer's
+// backward, 2) the tail is exposed: after layer 0's backward its reduce-scatter (1.5) has
+// only the root's backward (0.25) beside it, 1.25 idle. An early AdamW is held back until the
+// next layer's reduce-scatter has started (so it runs under it, not before the backward feeding
+// it): layer 2's then runs under layer 0's, and the idle tail shrinks by 0.5, the step with it,
+// the compute the same. The norms run where the slices become final: the same step (they are
+// compute either way). With fast reduce-scatters (0.03, nothing exposed) the step is the same.
+static void test_update_early(void) {
+    static const double rs[] = {1.5, 0.03};
+    for (int i = 0; i < 2; i++) {
+        plan_tl_costs c = base_costs(8, 1, FSDP_GRADS_PER_MICRO_BATCH);
+        c.rs_layer = rs[i], c.optimizer = 0.2;
+        c.adamw_layer = 0.5, c.adamw_root = 0.1, c.norm_layer = 0.05, c.norm_root = 0.01;
+        plan_tl_schedule after = plan_tl_program_schedule(), early = after, norm_after = after;
+        after.update_early = 0, early.update_early = 1, norm_after.norm_per_unit = 0;
+        const plan_tl_result r0 = run(&c, &after), r1 = run(&c, &early), r2 = run(&c, &norm_after);
+        const double saved = rs[i] > 1 ? c.adamw_layer : 0;
+        EXPECT(NEAR(r0.step_s - r1.step_s, saved, 1e-9), "rs %.2f: step %.3f -> %.3f with the early AdamW (want -%.2f)",
+               rs[i], r0.step_s, r1.step_s, saved);
+        EXPECT(NEAR(r0.exposed_by[PLAN_TL_REDUCE] - r1.exposed_by[PLAN_TL_REDUCE], saved, 1e-9),
+               "rs %.2f: reduce-scatter exposed %.3f -> %.3f", rs[i], r0.exposed_by[PLAN_TL_REDUCE],
+               r1.exposed_by[PLAN_TL_REDUCE]);
+        EXPECT(NEAR(r0.step_s, r2.step_s, 1e-9), "rs %.2f: norm per unit %.3f, after the backward %.3f", rs[i],
+               r0.step_s, r2.step_s);
+        // replicas: the norm waits for the all-reduces either way, and nothing updates early
+        c.replicas = 1, c.ar_layer = 0.1, c.ar_root = 0.05;
+        const plan_tl_result h0 = run(&c, &after), h1 = run(&c, &early);
+        EXPECT(NEAR(h0.step_s, h1.step_s, 1e-12), "rs %.2f, replicas: %.3f vs %.3f", rs[i], h0.step_s, h1.step_s);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // real plans
 
@@ -384,6 +417,7 @@ int main(void) {
     test_keep_gathered();
     test_host_wait();
     test_replica_all_reduce();
+    test_update_early();
     test_measured_one_gpu();
     test_ring_latency();
     test_plan_bytes();

@@ -34,7 +34,8 @@
 //   catches any real error (one wrong element in 1000 gives ~1e-3).
 //   Copies (embedding forward, cast bits vs the host round-to-nearest-even) must be exact:
 //   threshold 0 (any NaN matches any NaN: the GPU produces the canonical 0x7fff).
-//   sum_squares returns a double: relative error^2 <= 1e-20.
+//   sum_squares returns a double: relative error^2 <= 1e-20; sum_squares_accumulate too
+//   (added into a double holding 2.5), and from 0.0 bit for bit ftk_sum_squares' value.
 //   loss_accumulate must equal the CPU backend's op bit for bit (threshold 0): both add in
 //   row order from 0.0, in double (the printed training loss depends on it).
 //   Attention forward on tensor cores (THR_ATT_TC): P = exp(s - m) is rounded to bf16
@@ -730,6 +731,52 @@ static void test_sum_squares(size_t n, size_t mis, bool wide = false) {
     });
 }
 
+// sum_squares_accumulate into a device double holding `start`, against the CPU backend's op
+// (relative error^2 <= THR_F64), and from 0 against ftk_sum_squares of the same n: bit for
+// bit (the same reduction order; one add into 0 is exact). `special`: one element NaN (1) or
+// +-inf (2) at a random place: the sum must come out NaN, or +inf (a square is never negative).
+static void test_sum_squares_accumulate(size_t n, size_t mis, bool wide, int special = 0) {
+    std::vector<float> x = randn_f(n, 1.0f);
+    const float mag[4] = {1e-25f, 1.0f, 1e12f, 1e25f};
+    for (auto &v : x) v *= wide ? mag[rng_u32() % 4] : 1.0f;
+    if (special) x[rng_u32() % n] = special == 1 ? NAN : (rng_u32() % 2 ? INFINITY : -INFINITY);
+    const double start = 2.5;
+    double want = start;
+    CPU->sum_squares_accumulate(&want, x.data(), n);
+    std::vector<Ref> refs(2);
+    refs[0].name = special ? "class" : "acc";
+    refs[0].thr = special ? 0 : THR_F64;
+    refs[0].metric = M_F64;
+    refs[0].d = special ? (double)special : want;   // special: 1 NaN, 2 +inf
+    refs[1].name = "vs sum_sq";
+    refs[1].thr = 0;
+    refs[1].metric = M_F64;
+    refs[1].d = 0;   // (from 0) minus ftk_sum_squares: exactly 0 (NaN: both NaN, 0 given)
+    const char *sp = special == 1 ? " NaN" : special == 2 ? " inf" : "";
+    run_case("sum_squares_accumulate", fmt("n=%zu%s%s%s", n, mis ? " misaligned" : "", wide ? " 1e+-25" : "", sp), refs,
+             [&](Run &r) {
+                 Dev d;
+                 double *acc = (double *)d.alloc(2 * sizeof(double));
+                 acc[0] = start;
+                 acc[1] = 0.0;
+                 const float *dx = d.f32(x, mis);
+                 r.rc = ftk_sum_squares_accumulate(acc, dx, n, 0) || ftk_sum_squares_accumulate(acc + 1, dx, n, 0);
+                 double whole = -1;
+                 if (r.rc == 0) r.rc = ftk_sum_squares(&whole, dx, n, 0);
+                 cudaDeviceSynchronize();
+                 r.guards = d.guards_ok();
+                 double got = acc[0], diff = acc[1] - whole;
+                 if (special) {
+                     got = isnan(got) ? 1.0 : isinf(got) && got > 0 ? 2.0 : -1.0;
+                     const bool both = special == 1 ? isnan(acc[1]) && isnan(whole) : acc[1] == whole;
+                     diff = both ? 0.0 : 1.0;   // (inf - inf is NaN)
+                 }
+                 r.outs.resize(2);
+                 r.outs[0].raw.assign((unsigned char *)&got, (unsigned char *)&got + sizeof got);
+                 r.outs[1].raw.assign((unsigned char *)&diff, (unsigned char *)&diff + sizeof diff);
+             });
+}
+
 // losses over magnitudes 1e-4 .. 30 (so that another summation order changes the double's
 // last bits), about `ignored` of the rows with target -100 and a loss there that must not be
 // added (a NaN or an infinity on some of them), added into an accumulator holding {2.5, 7}
@@ -955,6 +1002,19 @@ static void cases_sum_squares() {
     test_sum_squares(70001, 4, true);
 }
 
+// odd sizes from one element to several blocks of partials (8192 elements each), aligned and
+// not, wide magnitudes, a NaN or an infinity in the slice
+static void cases_sum_squares_accumulate() {
+    const size_t ns[] = {1, 2, 3, 5, 7, 63, 1001, 8191, 8193, 24577, g_san ? 30001u : 70001u};
+    for (size_t n : ns) test_sum_squares_accumulate(n, 0, false);
+    test_sum_squares_accumulate(8193, 4, false);
+    test_sum_squares_accumulate(70001, 4, true);
+    test_sum_squares_accumulate(1, 0, false, 1);
+    test_sum_squares_accumulate(70001, 4, false, 1);
+    test_sum_squares_accumulate(3, 0, false, 2);
+    test_sum_squares_accumulate(8193, 0, true, 2);
+}
+
 // one row, below / at / above one 1024-row tile, several tiles with a partial last one (odd
 // sizes); none, some and every row ignored
 static void cases_loss_accumulate() {
@@ -972,7 +1032,8 @@ static const Group GROUPS[] = {
     {"swiglu", cases_swiglu},           {"accumulate", cases_accumulate},
     {"cast", cases_cast},               {"adamw", cases_adamw},     {"sum_squares", cases_sum_squares},
     {"scale", cases_scale},             {"loss_accumulate", cases_loss_accumulate},
-    {"fp8_quantize", cases_fp8_quantize}};
+    {"fp8_quantize", cases_fp8_quantize},
+    {"sum_squares_accumulate", cases_sum_squares_accumulate}};
 
 // ----------------------------------------------------------------------------
 

@@ -554,6 +554,16 @@ static void case_optimizer(size_t n) {
     double rel = (sg - sc) / sc;
     printf("%-14s %-28s %-8s %10.3e %8.1e  %s\n", "sum_squares", s, "sum", rel * rel, 1e-20, rel * rel <= 1e-20 ? "pass" : "FAIL");
     EXPECT(rel * rel <= 1e-20, "sum_squares %s: relative error %.3e", s, rel);
+    // the same sum added on the device into a double holding 1.5 (the per-unit gradient norm),
+    // read back once: the CPU's within the same bound
+    double *dacc = GPU->alloc(sizeof(double)), start = 1.5, ca = 1.5, ga = 0;
+    EXPECT(dacc && GPU->copy_h2d(dacc, &start, sizeof start) == 0, "sum_squares_accumulate setup: %s", ft_error_message());
+    BOTH(CPU->sum_squares_accumulate(&ca, grad.cpu, n), GPU->sum_squares_accumulate(dacc, grad.gpu, n));
+    EXPECT(GPU->copy_d2h(&ga, dacc, sizeof ga) == 0, "sum_squares_accumulate read: %s", ft_error_message());
+    rel = (ga - ca) / ca;
+    printf("%-14s %-28s %-8s %10.3e %8.1e  %s\n", "sum_sq_acc", s, "acc", rel * rel, 1e-20, rel * rel <= 1e-20 ? "pass" : "FAIL");
+    EXPECT(rel * rel <= 1e-20, "sum_squares_accumulate %s: relative error %.3e", s, rel);
+    GPU->free(dacc);
     BOTH(CPU->accumulate(grad.cpu, src.cpu, ST_F32, n, 0.25f), GPU->accumulate(grad.gpu, src.gpu, ST_BF16, n, 0.25f));
     report("accumulate", s, "dst", &grad);
     // an fp32 source (--reduce_dtype fp32's reduce-scatter output): the master slice
