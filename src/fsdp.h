@@ -76,6 +76,8 @@ typedef struct {
     int eval_only;                // --eval_only: whatever the role, the working parameters and
                                   // the gather buffers only, as FSDP_FROZEN (no master, moments,
                                   // gradients or optimizer offload; fsdp_params_only)
+    int moments_bf16;             // --optimizer_moments bf16: exp_avg and exp_avg_sq stored in bf16
+                                  // (2 bytes each, not 4); not with offload (fsdp_init_role refuses)
 } fsdp_setup;
 
 typedef struct {
@@ -98,7 +100,8 @@ typedef struct {
 
     void *params;                 // (n_local) backend dtype, what the forward reads
     float *master;                // (n_local) fp32 master weights
-    float *exp_avg, *exp_avg_sq;  // (n_local) fp32 AdamW moments
+    void *exp_avg, *exp_avg_sq;   // (n_local) AdamW moments in mdt
+    st_dtype mdt;                 // the moments' dtype: ST_F32, or ST_BF16 (setup.moments_bf16)
     float *grads;                 // (n_local) fp32 gradients of the current optimizer step
 
     int keep_gathered;            // --keep_params_gathered (S > 1): every unit gathered into
