@@ -621,7 +621,7 @@ void fsdp_grid_place(const fsdp_state *s, int *index, int *count) {
 }
 
 // fsdp_get_unit of a bf16 moment (src: this rank's slice of unit u, in backend memory; never
-// offloaded): gathered in bf16 (into the fp32 unit buffer, which holds twice that), brought to
+// offloaded): gathered as is (into the fp32 unit buffer, which holds twice that), brought to
 // the host and widened to fp32 there, exactly.
 static int get_unit_bf16(fsdp_state *s, int u, const void *src, float *host_full) {
     const size_t n = s->layout->unit_numel[u];
@@ -631,7 +631,9 @@ static int get_unit_bf16(fsdp_state *s, int u, const void *src, float *host_full
     if (s->shard->size == 1) {
         rc = s->be->copy_d2h(h, src, n * sizeof(uint16_t));
     } else {
-        rc = comm_all_gather(s->shard, s->unit_f32, src, s->slice[u], ST_BF16);
+        // as raw bytes, two bf16 to an fp32 element (a gather copies; slices are multiples of 16
+        // elements; the CPU's MPI transport carries no bf16)
+        rc = comm_all_gather(s->shard, s->unit_f32, src, s->slice[u] / 2, ST_F32);
         if (rc == 0) rc = s->be->copy_d2h(h, s->unit_f32, n * sizeof(uint16_t));
     }
     for (size_t i = 0; rc == 0 && i < n; i++) host_full[i] = ft_bf16_to_f32(h[i]);

@@ -186,9 +186,9 @@ int fsdp_params_only(const fsdp_state *s);
 
 // Every backend buffer fsdp_init_role allocates for `layout` set up as `setup` over a shard
 // group of shard_size ranks (S divides every unit), offered to `t` in allocation order with
-// esz bytes per storage element; offload moves master + moments to MEM_HOST; keep_gathered
-// one gather buffer of the whole layout; reduce_f32 fp32 gradient buffers. `s` NULL: only
-// sizes (the planner); otherwise slots are s's fields.
+// esz bytes per storage element; moments_bf16 2-byte moments; offload moves master + moments
+// to MEM_HOST; keep_gathered one gather buffer of the whole layout; reduce_f32 fp32 gradient
+// buffers. `s` NULL: only sizes (the planner); otherwise slots are s's fields.
 void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, const fsdp_setup *setup,
                        size_t esz, fsdp_state *s);
 
@@ -202,7 +202,9 @@ unit_provider fsdp_provider(fsdp_state *s);
 // loading call it.
 void fsdp_invalidate_gathered(fsdp_state *s);
 
-// Which fp32 slice buffer: master weights or the two AdamW moments.
+// Which slice buffer: the fp32 master weights or the two AdamW moments (fp32, or bf16 with
+// setup.moments_bf16: fsdp_set_unit rounds them to nearest even, fsdp_get_unit widens them
+// exactly, so the host side is fp32 either way).
 typedef enum { FSDP_MASTER, FSDP_EXP_AVG, FSDP_EXP_AVG_SQ } fsdp_buffer;
 
 // Set unit u of `which` from the full unit in host fp32 memory (unit_numel[u] elements; this
