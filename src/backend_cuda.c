@@ -506,7 +506,8 @@ static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *g
 static int cu_scale(void *out, const void *inp, float alpha, size_t n) { return ftk_scale(out, inp, alpha, n, g_cuda.stream); }
 static int cu_adamw(float *master, void *param, const float *grad, void *m, void *v, st_dtype mdt, size_t n,
                     const adamw_params *p) {
-    if (mdt != ST_F32 && mdt != ST_BF16) return ft_error("cuda adamw: moments dtype %s is not supported", st_dtype_name(mdt));
+    if (mdt != ST_F32 && mdt != ST_BF16)
+        return ft_error("cuda adamw: moments dtype %s is not supported", st_dtype_name(mdt));
     return ftk_adamw(master, param, grad, m, v, mdt == ST_BF16, n, p, g_cuda.stream);
 }
 static int cu_sum_squares(double *host_out, const float *x, size_t n) {

@@ -23,7 +23,8 @@ set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_moments
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-small=(--seq_len 64 --batch_size_per_device 4 --total_batch_size 8 --max_eval_docs 16 --learning_rate 3e-3 --max_steps 20)
+small=(--seq_len 64 --batch_size_per_device 4 --total_batch_size 8 --max_eval_docs 16 --learning_rate 3e-3
+       --max_steps 20)
 dtypes() {   # the set of tensor dtypes in safetensors file $1
   python3 -c 'import json,struct,sys
 f=open(sys.argv[1],"rb"); n=struct.unpack("<Q",f.read(8))[0]; h=json.loads(f.read(n))
@@ -39,7 +40,8 @@ run() {   # run NAME flags...: 0 when it succeeded (log in $tmp/NAME.log)
 run f32 --save_every 10 && run b16 --save_every 10 --optimizer_moments bf16 || finish
 l32=$(metric "$tmp/f32" loss) l16=$(metric "$tmp/b16" loss)
 [ "$(printf '%s\n' "$l32" | head -2)" = "$(printf '%s\n' "$l16" | head -2)" ] \
-  && ok "steps 1-2: losses bitwise equal (no rounded moment used yet)" || bad "steps 1-2 differ: $(paste <(echo "$l32") <(echo "$l16") | head -2)"
+  && ok "steps 1-2: losses bitwise equal (no rounded moment used yet)" \
+  || bad "steps 1-2 differ: $(paste <(echo "$l32") <(echo "$l16") | head -2)"
 [ "$(printf '%s\n' "$l32" | tail -n +3)" != "$(printf '%s\n' "$l16" | tail -n +3)" ] \
   && ok "steps 3-20: bf16 moments change the losses (the setting takes effect)" || bad "bf16 moments changed nothing"
 res=$(paste <(echo "$l32") <(echo "$l16") | awk 'NR == 1 { l1 = $1 } { t = $1 - l1; if (t < 0) t = -t; if (t > tr) tr = t

@@ -699,15 +699,15 @@ static void test_adamw_bf16_moments(size_t n, size_t mis, int grads) {
         bits.bits.assign((const unsigned char *)h.data(), (const unsigned char *)h.data() + 2 * n);
         refs.push_back(bits);
     }
-    run_case("adamw bf16 moments", fmt("n=%zu%s%s", n, mis ? " misaligned" : "", grads == GRAD_MIXED ? " zero/1e-9 grads" : ""),
-             refs, [&](Run &r) {
-                 Dev d;
-                 float *mw = d.f32(w0);
-                 void *mm = d.bf16(mb, mis), *mv = d.bf16(vb, mis), *pp = d.alloc(n * 2);
-                 r.rc = ftk_adamw(mw, pp, d.f32(g), mm, mv, 1, n, &p, 0);
-                 r.guards = d.guards_ok();
-                 r.outs = {read_f32(mw, n), read_bf16(pp, n), read_bf16(mm, n), read_bf16(mv, n)};
-             });
+    const char *what = grads == GRAD_MIXED ? " zero/1e-9 grads" : "";
+    run_case("adamw bf16 moments", fmt("n=%zu%s%s", n, mis ? " misaligned" : "", what), refs, [&](Run &r) {
+        Dev d;
+        float *mw = d.f32(w0);
+        void *mm = d.bf16(mb, mis), *mv = d.bf16(vb, mis), *pp = d.alloc(n * 2);
+        r.rc = ftk_adamw(mw, pp, d.f32(g), mm, mv, 1, n, &p, 0);
+        r.guards = d.guards_ok();
+        r.outs = {read_f32(mw, n), read_bf16(pp, n), read_bf16(mm, n), read_bf16(mv, n)};
+    });
 }
 
 // `wide`: magnitudes from 1e-25 to 1e25 (squares outside fp32's range both ways)

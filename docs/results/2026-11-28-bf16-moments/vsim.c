@@ -4,7 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-static float bf16(float f) { uint32_t u; memcpy(&u, &f, 4); u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u; memcpy(&f, &u, 4); return f; }
+static float bf16(float f) {   // round to nearest even
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
 static uint64_t h = 0x9e3779b97f4a7c15ull;
 static float bf16_sr(float f) {   // stochastic rounding: add 16 random low bits, truncate
     uint32_t u; memcpy(&u, &f, 4); h ^= h << 13; h ^= h >> 7; h ^= h << 17;
