@@ -15,8 +15,8 @@
 #       over 2 emulated GPUs (--total_batch_size 8, 6 steps)
 # 200 optimizer steps in all (336 with the bf16-moments run below). Every run is done in two
 # legs: --stop_at_step (half way: an evaluation, a checkpoint save, stop) then --resume latest to
-# the end (final evaluation, HF
-# export, --sample_tokens 12 on --sample_games 2 validation games). Each is checked for: exit
+# the end (final evaluation, HF export, --sample_tokens 12 on --sample_games 2 validation
+# games). Each is checked for: exit
 # 0 and no error line, the stop, the checkpoint and the resume, every step logged once, three
 # evaluations, two samples, and every step's training loss and every validation loss against
 # the same job on the CPU (build/finetune --device cpu, fp32, straight through, run in the
