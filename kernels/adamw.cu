@@ -6,6 +6,12 @@
 //   launch: grid-stride, 256 threads; groups of 4 with float4 loads/stores (and two bf16x2
 //   stores) while master/grad/m/v are 16-byte and param 8-byte aligned, else single
 //   elements. param may be NULL (only the master is updated).
+//   moments: fp32, or bf16 (--optimizer_moments bf16: m, v read widened to fp32, the update
+//   computed on the unrounded fp32 values, m, v stored rounded to nearest even; groups of 4
+//   need m, v 8-byte aligned). Round to nearest even, not stochastic rounding: the op stays
+//   deterministic (same inputs, same bits) and needs no random state; its cost, an EMA
+//   update smaller than half a bf16 ulp being lost, is measured in
+//   docs/results/2026-11-28-bf16-moments.md.
 //   numerics: fp32, IEEE sqrtf and division (no fast-math), one bf16 rounding for param.
 #include "common.cuh"
 
@@ -27,8 +33,27 @@ __device__ __forceinline__ float adamw_one(float &w, float g, float &m, float &v
     return x;
 }
 
+// moments in fp32 or bf16: four (aligned) or one of them in and out as fp32
+__device__ __forceinline__ void load4m(float out[4], const float *p) { load4f(out, p); }
+__device__ __forceinline__ void store4m(float *p, const float v[4]) { store4f(p, v); }
+__device__ __forceinline__ void load4m(float out[4], const bf16 *p) {
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(p);
+    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+    out[0] = a.x; out[1] = a.y; out[2] = b.x; out[3] = b.y;
+}
+__device__ __forceinline__ void store4m(bf16 *p, const float v[4]) {
+    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(p);
+    h[0] = __floats2bfloat162_rn(v[0], v[1]);
+    h[1] = __floats2bfloat162_rn(v[2], v[3]);
+}
+__device__ __forceinline__ float load1m(const float *p) { return *p; }
+__device__ __forceinline__ float load1m(const bf16 *p) { return bf2f(*p); }
+__device__ __forceinline__ void store1m(float *p, float x) { *p = x; }
+__device__ __forceinline__ void store1m(bf16 *p, float x) { *p = f2bf(x); }
+
+template <typename M>
 __global__ void __launch_bounds__(ADAMW_THREADS)
-adamw_kernel(float *master, bf16 *param, const float *grad, float *m, float *v, size_t n,
+adamw_kernel(float *master, bf16 *param, const float *grad, M *m, M *v, size_t n,
              size_t nvec, AdamwConsts k) {
     const size_t items = nvec + (n - nvec * 4);
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < items;
@@ -38,13 +63,13 @@ adamw_kernel(float *master, bf16 *param, const float *grad, float *m, float *v, 
             float w[4], g[4], mm[4], vv[4];
             load4f(w, master + i);
             load4f(g, grad + i);
-            load4f(mm, m + i);
-            load4f(vv, v + i);
+            load4m(mm, m + i);
+            load4m(vv, v + i);
 #pragma unroll
             for (int j = 0; j < 4; j++) adamw_one(w[j], g[j], mm[j], vv[j], k);
             store4f(master + i, w);
-            store4f(m + i, mm);
-            store4f(v + i, vv);
+            store4m(m + i, mm);
+            store4m(v + i, vv);
             if (param) {
                 __nv_bfloat162 *p = reinterpret_cast<__nv_bfloat162 *>(param + i);
                 p[0] = __floats2bfloat162_rn(w[0], w[1]);
@@ -52,18 +77,18 @@ adamw_kernel(float *master, bf16 *param, const float *grad, float *m, float *v, 
             }
         } else {
             const size_t i = nvec * 4 + (idx - nvec);
-            float w = master[i], mm = m[i], vv = v[i];
+            float w = master[i], mm = load1m(m + i), vv = load1m(v + i);
             adamw_one(w, grad[i], mm, vv, k);
             master[i] = w;
-            m[i] = mm;
-            v[i] = vv;
+            store1m(m + i, mm);
+            store1m(v + i, vv);
             if (param) param[i] = f2bf(w);
         }
     }
 }
 
-extern "C" int ftk_adamw(float *master, void *param, const float *grad, float *m, float *v,
-                         size_t n, const adamw_params *p, ftk_stream stream) {
+extern "C" int ftk_adamw(float *master, void *param, const float *grad, void *m, void *v,
+                         int moments_bf16, size_t n, const adamw_params *p, ftk_stream stream) {
     if (n == 0) return 0;
     AdamwConsts k;
     k.beta1 = p->beta1;
@@ -73,11 +98,16 @@ extern "C" int ftk_adamw(float *master, void *param, const float *grad, float *m
     k.step_size = p->lr / p->bias_correction1;
     k.bc2_sqrt = sqrtf(p->bias_correction2);
     k.decay = 1.0f - p->lr * p->weight_decay;
-    bool al = aligned16(master) && aligned16(grad) && aligned16(m) && aligned16(v) &&
-              (!param || ((uintptr_t)param & 7u) == 0);
+    const uintptr_t malign = moments_bf16 ? 7u : 15u;
+    bool al = aligned16(master) && aligned16(grad) && ((uintptr_t)m & malign) == 0 &&
+              ((uintptr_t)v & malign) == 0 && (!param || ((uintptr_t)param & 7u) == 0);
     size_t nvec = al ? n / 4 : 0;
     unsigned blocks = elementwise_blocks(nvec + (n - nvec * 4), ADAMW_THREADS);
-    LAUNCH_KERNEL(dim3(blocks), dim3(ADAMW_THREADS), 0, stream, adamw_kernel)(
-        master, (bf16 *)param, grad, m, v, n, nvec, k);
+    if (moments_bf16)
+        LAUNCH_KERNEL(dim3(blocks), dim3(ADAMW_THREADS), 0, stream, adamw_kernel<bf16>)(
+            master, (bf16 *)param, grad, (bf16 *)m, (bf16 *)v, n, nvec, k);
+    else
+        LAUNCH_KERNEL(dim3(blocks), dim3(ADAMW_THREADS), 0, stream, adamw_kernel<float>)(
+            master, (bf16 *)param, grad, (float *)m, (float *)v, n, nvec, k);
     return launch_check("adamw");
 }

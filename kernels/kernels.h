@@ -73,8 +73,8 @@ int ftk_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, c
                    int N, int F, int ld, ftk_stream stream);
 // scale.cu: out (n) = alpha * inp, bf16; out may alias inp
 int ftk_scale(void *out, const void *inp, float alpha, size_t n, ftk_stream stream);
-// adamw.cu
-int ftk_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,
+// adamw.cu: m, v (n) fp32, or bf16 when moments_bf16 (backend.h adamw)
+int ftk_adamw(float *master, void *param, const float *grad, void *m, void *v, int moments_bf16, size_t n,
               const adamw_params *p, ftk_stream stream);
 // sum_squares.cu (synchronises `stream`)
 int ftk_sum_squares(double *host_out, const float *x, size_t n, ftk_stream stream);

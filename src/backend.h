@@ -204,7 +204,9 @@ struct backend {
     // ---------------------------------------------------------------- optimizer & utils
     // AdamW on an fp32 master slice (n): g = grad * grad_scale; m,v updated; master updated
     // with decoupled weight decay; param (n, dtype) = master cast, skipped if param NULL.
-    int (*adamw)(float *master, void *param, const float *grad, float *m, float *v, size_t n,
+    // m, v (n) in mdt: ST_F32, or ST_BF16 (--optimizer_moments bf16: read widened to fp32, the
+    // math in fp32 on the unrounded values, stored rounded to nearest even); others an error.
+    int (*adamw)(float *master, void *param, const float *grad, void *m, void *v, st_dtype mdt, size_t n,
                  const adamw_params *p);
     // *host_out = sum of x (n, fp32)^2, computed in double, returned to the host
     int (*sum_squares)(double *host_out, const float *x, size_t n);

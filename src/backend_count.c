@@ -179,8 +179,9 @@ static int count_matmul_fp8(void *o, const void *a, fp8_format af, const float *
 
 // optimizer and utility ops: the model calls none of them
 static int not_model(const char *op) { return ft_error("op counting: the model called %s, which it never did", op); }
-static int count_adamw(float *m, void *p, const float *gr, float *a, float *v, size_t n, const adamw_params *ap) {
-    (void)m, (void)p, (void)gr, (void)a, (void)v, (void)n, (void)ap;
+static int count_adamw(float *m, void *p, const float *gr, void *a, void *v, st_dtype mdt, size_t n,
+                       const adamw_params *ap) {
+    (void)m, (void)p, (void)gr, (void)a, (void)v, (void)mdt, (void)n, (void)ap;
     return not_model("adamw");
 }
 static int count_sum_squares(double *o, const float *x, size_t n) { (void)o, (void)x, (void)n; return not_model("sum_squares"); }

@@ -377,9 +377,36 @@ static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, st_dtype gdt
 // ----------------------------------------------------------------------------
 // optimizer and utilities (torch.optim.AdamW single-tensor formula)
 
-static int cpu_adamw(float *master, void *param_, const float *grad, float *m, float *v, size_t n,
+// --optimizer_moments bf16: the same element formula on moments stored in bf16, each read
+// widened to fp32 and written back rounded to nearest even (the update itself uses the
+// unrounded fp32 values, as the CUDA kernel does)
+static void cpu_adamw_bf16_moments(float *master, float *param, const float *grad, uint16_t *m16, uint16_t *v16,
+                                   size_t n, const adamw_params *p) {
+    const float step_size = p->lr / p->bias_correction1, bc2_sqrt = sqrtf(p->bias_correction2);
+    const float decay = 1.0f - p->lr * p->weight_decay, b1 = p->beta1, b2 = p->beta2;
+    const float scale = p->grad_scale, eps = p->eps;
+#pragma omp parallel for if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * scale, w = master[i] * decay, m = ft_bf16_to_f32(m16[i]), v = ft_bf16_to_f32(v16[i]);
+        m += (1.0f - b1) * (g - m);
+        v = b2 * v + (1.0f - b2) * g * g;
+        w -= step_size * (m / (sqrtf(v) / bc2_sqrt + eps));
+        master[i] = w;
+        m16[i] = ft_f32_to_bf16(m);
+        v16[i] = ft_f32_to_bf16(v);
+        if (param) param[i] = w;
+    }
+}
+
+static int cpu_adamw(float *master, void *param_, const float *grad, void *m_, void *v_, st_dtype mdt, size_t n,
                      const adamw_params *p) {
     float *param = param_ == (void *)master ? NULL : param_;
+    if (mdt == ST_BF16) {
+        cpu_adamw_bf16_moments(master, param, grad, m_, v_, n, p);
+        return 0;
+    }
+    if (mdt != ST_F32) return ft_error("cpu adamw: moments dtype %s is not supported", st_dtype_name(mdt));
+    float *m = m_, *v = v_;
     const float step_size = p->lr / p->bias_correction1, bc2_sqrt = sqrtf(p->bias_correction2);
     const float decay = 1.0f - p->lr * p->weight_decay, b1 = p->beta1, b2 = p->beta2;
     const float scale = p->grad_scale, eps = p->eps;

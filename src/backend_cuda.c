@@ -552,16 +552,18 @@ static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *g
     return ftk_swiglu_bwd(dgate, dup, dout, gate, up, N, F, ld, g_cuda.stream);
 }
 static int cu_scale(void *out, const void *inp, float alpha, size_t n) { return ftk_scale(out, inp, alpha, n, g_cuda.stream); }
-static int cu_adamw(float *master, void *param, const float *grad, float *m, float *v, size_t n,
+static int cu_adamw(float *master, void *param, const float *grad, void *m, void *v, st_dtype mdt, size_t n,
                     const adamw_params *p) {
+    if (mdt != ST_F32 && mdt != ST_BF16)
+        return ft_error("cuda adamw: moments dtype %s is not supported", st_dtype_name(mdt));
     // (n,) of each: one entry of a unit's slice of the flat buffers (a gather reads another
     // unit's working parameters meanwhile when the update runs in the backward: fsdp.c)
     emu_extent(master, n * sizeof *master);
     if (param) emu_extent(param, n * 2);   // bf16
     emu_extent(grad, n * sizeof *grad);
-    emu_extent(m, n * sizeof *m);
-    emu_extent(v, n * sizeof *v);
-    const int rc = ftk_adamw(master, param, grad, m, v, n, p, g_cuda.stream);
+    emu_extent(m, n * st_dtype_size(mdt));
+    emu_extent(v, n * st_dtype_size(mdt));
+    const int rc = ftk_adamw(master, param, grad, m, v, mdt == ST_BF16, n, p, g_cuda.stream);
     emu_extent(NULL, 0);
     return rc;
 }

@@ -314,7 +314,9 @@ int ckpt_save(const char *out_dir, const char *model_dir, fsdp_state *s, const t
               int world_rank, int keep) {
     static const char *const model_prefix[] = {""}, *const optim_prefix[] = {"exp_avg.", "exp_avg_sq."};
     static const fsdp_buffer model_which[] = {FSDP_MASTER}, optim_which[] = {FSDP_EXP_AVG, FSDP_EXP_AVG_SQ};
-    static const hf_param_file files[] = {{model_prefix, model_which, 1, ST_F32}, {optim_prefix, optim_which, 2, ST_F32}};
+    // the moments as they are stored (fp32, or bf16 with --optimizer_moments bf16: the widened
+    // gather rounds back exactly), their dtype recorded in the safetensors header
+    const hf_param_file files[] = {{model_prefix, model_which, 1, ST_F32}, {optim_prefix, optim_which, 2, s->mdt}};
     static const char *const names[] = {"model.safetensors", "optimizer.safetensors"};
     char root[FT_PATH_MAX] = "", tmp[FT_PATH_MAX] = "";
     char *state = NULL;
@@ -416,9 +418,11 @@ int ckpt_load_weights(fsdp_state *s, const char *dir) {
     return rc;
 }
 
-// An optimizer.safetensors tensor for entry e: F32 of e's shape.
+// An optimizer.safetensors tensor for entry e: F32 or BF16 (the moments as a run with
+// --optimizer_moments fp32 or bf16 stored them; a resume with the other setting converts), of
+// e's shape.
 static int moment_fits(const st_tensor *t, const param_entry *e) {
-    if (!t || t->dtype != ST_F32 || t->ndim != e->ndim) return 0;
+    if (!t || (t->dtype != ST_F32 && t->dtype != ST_BF16) || t->ndim != e->ndim) return 0;
     for (int d = 0; d < e->ndim; d++)
         if (t->shape[d] != e->shape[d]) return 0;
     return 1;
@@ -432,6 +436,18 @@ static int moment_check_values(const char *path, const char *name, const float *
     for (size_t i = 0; squares && i < n; i++)
         if (x[i] < 0) return ft_error("%s: tensor '%s': element %zu is %g (a mean square must be >= 0)", path, name, i, x[i]);
     return 0;
+}
+
+// dst (n, fp32) = elements [k, k + n) of moment tensor t (F32, or BF16 widened exactly). A
+// bf16 run resuming fp32 moments rounds them when fsdp_set_unit stores them (to nearest even,
+// as its AdamW op stores them); an fp32 run resuming bf16 ones continues from their values.
+static void moment_widen(float *dst, const st_tensor *t, size_t k, size_t n) {
+    if (t->dtype == ST_F32) {
+        memcpy(dst, (const float *)t->data + k, n * sizeof(float));
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)t->data + k;
+    for (size_t i = 0; i < n; i++) dst[i] = ft_bf16_to_f32(h[i]);
 }
 
 // Every tensor of optimizer.safetensors `f` (at path p) is exp_avg.<name> or exp_avg_sq.<name>
@@ -460,7 +476,7 @@ static int moments_check_header(const st_file *f, const char *p, const param_lay
             char name[160];
             snprintf(name, sizeof name, "%s%s", k == 0 ? "exp_avg." : "exp_avg_sq.", l->entries[i].name);
             if (!moment_fits(st_find(f, name), &l->entries[i]))
-                return ft_error("%s: tensor '%s' missing, not F32, or of the wrong shape", p, name);
+                return ft_error("%s: tensor '%s' missing, not F32 or BF16, or of the wrong shape", p, name);
         }
     return 0;
 }
@@ -499,6 +515,10 @@ static int load_moments(fsdp_state *s, const char *dir) {
     int rc = unit ? moments_check_header(&f, p, l) : -1;
     int index, count, c = 0;   // as ckpt_load_weights: this rank's slice, and every count-th checksum
     fsdp_grid_place(s, &index, &count);
+    if (rc == 0 && index == 0 && f.n_tensors > 0 && f.tensors[0].dtype != s->mdt)
+        printf("finetune: note: %s holds %s moments; this run stores them in %s (--optimizer_moments %s): "
+               "converted\n", p, st_dtype_name(f.tensors[0].dtype), st_dtype_name(s->mdt),
+               s->mdt == ST_BF16 ? "bf16" : "fp32");
     for (int k = 0; k < 2 && rc == 0; k++) {
         const char *prefix = k == 0 ? "exp_avg." : "exp_avg_sq.";
         for (int u = 0; u < l->n_units && rc == 0; u++) {
@@ -517,7 +537,7 @@ static int load_moments(fsdp_state *s, const char *dir) {
                 const st_tensor *t = st_find(&f, name);   // there, of e's shape: checked above
                 if (verify) rc = st_verify(t, p);   // the checksum first: a damaged file is named as such
                 if (rc != 0 || a >= b) continue;
-                memcpy(unit + a, (const float *)t->data + (a - e->unit_offset), (b - a) * sizeof(float));
+                moment_widen(unit + a, t, a - e->unit_offset, b - a);
                 rc = moment_check_values(p, name, unit + a, b - a, k == 1);
             }
             if (rc == 0) rc = fsdp_set_unit(s, k == 0 ? FSDP_EXP_AVG : FSDP_EXP_AVG_SQ, u, unit);

@@ -89,6 +89,7 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, cons
     const int params_only = setup_params_only(setup);
     const int offload = setup->offload && !params_only, keep_gathered = setup->keep_gathered;
     const size_t S = (size_t)shard_size, n_local = l->total / S, nf = n_local * sizeof(float);
+    const size_t nm = n_local * (setup->moments_bf16 ? 2 : sizeof(float));   // each moment's bytes
     const int accumulate_locally = mode == FSDP_GRADS_LOCAL, root_once = mode == FSDP_GRADS_ROOT_ONCE && S > 1;
     // per-micro-batch gradients and reduce-scatter outputs: esz, or fp32 (grad_dtype)
     const size_t gesz = setup->reduce_f32 && !params_only ? sizeof(float) : esz;
@@ -108,8 +109,8 @@ void fsdp_buffer_table(mem_table *t, const param_layout *l, int shard_size, cons
         const char *opt = offload ? w->opt_host : w->opt;
         mem_table_add(t, MEM_PARAMS, n_local * esz, w->params, SLOT(s, params));
         mem_table_add(t, oc, nf, opt, SLOT(s, master));
-        mem_table_add(t, oc, nf, opt, SLOT(s, exp_avg));
-        mem_table_add(t, oc, nf, opt, SLOT(s, exp_avg_sq));
+        mem_table_add(t, oc, nm, opt, SLOT(s, exp_avg));
+        mem_table_add(t, oc, nm, opt, SLOT(s, exp_avg_sq));
         mem_table_add(t, MEM_GRADS, nf, w->grads, SLOT(s, grads));
         mem_table_add(t, MEM_WORKSPACE, (size_t)l->n_units * sizeof(double), w->norm, SLOT(s, norm_acc));
     }
@@ -165,6 +166,12 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
     s->layout = l;
     s->role = role;
     s->offload = !setup_params_only(setup) && offload;
+    if (s->offload && setup->moments_bf16) {   // the host AdamW and its staging keep fp32 moments
+        memset(s, 0, sizeof *s);
+        return ft_error("flags --offload_optimizer and --optimizer_moments bf16 do not combine (the offloaded "
+                        "moments are fp32 in host memory; use one or the other)");
+    }
+    s->mdt = setup->moments_bf16 ? ST_BF16 : ST_F32;
     // the host casts the updated weights to the working dtype itself (host_cast_from_f32)
     if (s->offload && be->dtype != ST_F32 && be->dtype != ST_BF16) {
         memset(s, 0, sizeof *s);
@@ -207,21 +214,23 @@ int fsdp_init_role(fsdp_state *s, const param_layout *l, const backend *be, mem_
         s->n_local += s->slice[u];
         if (l->unit_numel[u] > s->max_unit) s->max_unit = l->unit_numel[u];
     }
-    s->setup = (fsdp_setup){s->mode, role, s->offload, s->keep_gathered, setup->reduce_f32, setup->eval_only};
+    s->setup = (fsdp_setup){s->mode, role, s->offload, s->keep_gathered, setup->reduce_f32, setup->eval_only,
+                            setup->moments_bf16};
     mem_table t = mem_table_allocator(mem);
     fsdp_buffer_table(&t, l, shard->size, &s->setup, s->esz, s);
     if (t.failed) { fsdp_free(s); return -1; }
     // the checkpoint gather buffer (max_unit >= the root's elements) is idle during a step
     if (s->mode == FSDP_GRADS_ROOT_ONCE) s->root_acc = s->unit_f32;
     const size_t nf = fsdp_params_only(s) ? 0 : s->n_local * sizeof(float);
+    const size_t nm = fsdp_params_only(s) ? 0 : s->n_local * st_dtype_size(s->mdt);
     if (s->offload) {   // host memory: the host zeroes it
         memset(s->master, 0, nf);
-        memset(s->exp_avg, 0, nf);
-        memset(s->exp_avg_sq, 0, nf);
+        memset(s->exp_avg, 0, nm);
+        memset(s->exp_avg_sq, 0, nm);
     }
     if (be->zero(s->params, s->n_local * s->esz) || (nf && be->zero(s->grads, nf)) ||
         (nf && be->zero(s->norm_acc, (size_t)l->n_units * sizeof(double))) ||
-        (nf && !s->offload && (be->zero(s->master, nf) || be->zero(s->exp_avg, nf) || be->zero(s->exp_avg_sq, nf)))) {
+        (nf && !s->offload && (be->zero(s->master, nf) || be->zero(s->exp_avg, nm) || be->zero(s->exp_avg_sq, nm)))) {
         fsdp_free(s);
         return -1;
     }
@@ -606,8 +615,15 @@ unit_provider fsdp_provider(fsdp_state *s) {
 // ----------------------------------------------------------------------------
 // moving whole units in and out (loading, checkpoints)
 
-static float *buffer_of(fsdp_state *s, fsdp_buffer which) {
-    return which == FSDP_MASTER ? s->master : which == FSDP_EXP_AVG ? s->exp_avg : s->exp_avg_sq;
+// Element k of a slice buffer: the master (fp32) or a moment (mdt), and its element size.
+static void *buffer_at(fsdp_state *s, fsdp_buffer which, size_t k, size_t *esz) {
+    *esz = which == FSDP_MASTER ? sizeof(float) : st_dtype_size(s->mdt);
+    char *b = which == FSDP_MASTER ? (char *)s->master : which == FSDP_EXP_AVG ? s->exp_avg : s->exp_avg_sq;
+    return b + k * *esz;
+}
+static void *moment_at(fsdp_state *s, fsdp_buffer which, size_t k) {
+    size_t e;
+    return buffer_at(s, which, k, &e);
 }
 
 // dst (n, dtype) = src (n, fp32) on the host, rounded as the backends' cast_from_f32 rounds
@@ -640,10 +656,19 @@ int fsdp_set_unit(fsdp_state *s, fsdp_buffer which, int u, const float *host_ful
     const float *src = host_full + (size_t)s->shard->rank * s->slice[u];
     if (fsdp_params_only(s))
         return which == FSDP_MASTER ? params_from_host(s, u, src) : frozen_error("optimizer state");
-    float *dst = buffer_of(s, which) + s->local_off[u];
-    if (s->offload) {   // host memory
+    size_t bsz;
+    void *dst = buffer_at(s, which, s->local_off[u], &bsz);
+    if (s->offload) {   // host memory (fp32: offload keeps fp32 moments)
         memcpy(dst, src, s->slice[u] * sizeof(float));
         return which == FSDP_MASTER ? params_from_host(s, u, dst) : 0;
+    }
+    if (bsz != sizeof(float)) {   // bf16 moments: rounded on the host as the AdamW op stores them
+        void *h = ft_malloc(s->slice[u] * bsz, "moment slice in bf16");   // (slice,)
+        if (!h) return -1;
+        host_cast_from_f32(h, src, s->slice[u], s->mdt);
+        const int rc = s->be->copy_h2d(dst, h, s->slice[u] * bsz);
+        free(h);
+        return rc;
     }
     TRY(s->be->copy_h2d(dst, src, s->slice[u] * sizeof(float)));
     if (which == FSDP_MASTER) {
@@ -663,11 +688,34 @@ void fsdp_grid_place(const fsdp_state *s, int *index, int *count) {
     *count = s->shard->size * s->replica->size;
 }
 
+// fsdp_get_unit of a bf16 moment (src: this rank's slice of unit u, in backend memory; never
+// offloaded): gathered as is (into the fp32 unit buffer, which holds twice that), brought to
+// the host and widened to fp32 there, exactly.
+static int get_unit_bf16(fsdp_state *s, int u, const void *src, float *host_full) {
+    const size_t n = s->layout->unit_numel[u];
+    uint16_t *h = ft_malloc(n * sizeof(uint16_t), "moment unit in bf16");   // (unit_numel,)
+    if (!h) return -1;
+    int rc = 0;
+    if (s->shard->size == 1) {
+        rc = s->be->copy_d2h(h, src, n * sizeof(uint16_t));
+    } else {
+        // as raw bytes, two bf16 to an fp32 element (a gather copies; slices are multiples of 16
+        // elements; the CPU's MPI transport carries no bf16)
+        rc = comm_all_gather(s->shard, s->unit_f32, src, s->slice[u] / 2, ST_F32);
+        if (rc == 0) rc = s->be->copy_d2h(h, s->unit_f32, n * sizeof(uint16_t));
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) host_full[i] = ft_bf16_to_f32(h[i]);
+    free(h);
+    return rc;
+}
+
 int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
     if (fsdp_params_only(s)) return frozen_error("fp32 units");
     if (s->root_acc_live)
         return ft_error("fsdp: a unit gathered in the middle of an optimizer step (its buffer holds the root gradient sum)");
-    const float *src = buffer_of(s, which) + s->local_off[u];
+    size_t bsz;
+    const void *src = buffer_at(s, which, s->local_off[u], &bsz);
+    if (bsz != sizeof(float)) return get_unit_bf16(s, u, src, host_full);
     const size_t n = s->slice[u] * sizeof(float);
     if (s->offload && s->shard->size == 1) {
         memcpy(host_full, src, n);
@@ -685,13 +733,13 @@ int fsdp_get_unit(fsdp_state *s, fsdp_buffer which, int u, float *host_full) {
 
 int fsdp_zero_moments(fsdp_state *s) {
     if (fsdp_params_only(s)) return 0;   // none
-    const size_t nf = s->n_local * sizeof(float);
+    const size_t nm = s->n_local * st_dtype_size(s->mdt);
     if (s->offload) {
-        memset(s->exp_avg, 0, nf);
-        memset(s->exp_avg_sq, 0, nf);
+        memset(s->exp_avg, 0, nm);
+        memset(s->exp_avg_sq, 0, nm);
         return 0;
     }
-    return s->be->zero(s->exp_avg, nf) || s->be->zero(s->exp_avg_sq, nf) ? -1 : 0;
+    return s->be->zero(s->exp_avg, nm) || s->be->zero(s->exp_avg_sq, nm) ? -1 : 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -764,8 +812,8 @@ static int offload_update(fsdp_state *s, int u, int b) {
         const param_entry *e = &l->entries[i];
         size_t k, m;
         if (e->unit != u || (m = entry_local_range(s, e, &k)) == 0) continue;
-        TRY(backend_cpu()->adamw(s->master + k, NULL, s->grad_host[b] + (k - u0), s->exp_avg + k, s->exp_avg_sq + k, m,
-                                 e->decay ? &s->off_params : &nodecay));
+        TRY(backend_cpu()->adamw(s->master + k, NULL, s->grad_host[b] + (k - u0), moment_at(s, FSDP_EXP_AVG, k),
+                                 moment_at(s, FSDP_EXP_AVG_SQ, k), s->mdt, m, e->decay ? &s->off_params : &nodecay));
     }
     // the host AdamW's bytes for the virtual clock, counted as plan.c's offload_host_bytes
     if (cuemu_vclock_host_bytes) cuemu_vclock_host_bytes((double)n * (28.0 + (double)s->esz));
@@ -845,8 +893,9 @@ static int unit_adamw(fsdp_state *s, int u, const adamw_params *p) {
         const param_entry *e = &l->entries[i];
         size_t k, m;
         if (e->unit != u || (m = entry_local_range(s, e, &k)) == 0) continue;
-        TRY(s->be->adamw(s->master + k, (char *)s->params + k * s->esz, s->grads + k, s->exp_avg + k,
-                         s->exp_avg_sq + k, m, e->decay ? p : &nodecay));
+        TRY(s->be->adamw(s->master + k, (char *)s->params + k * s->esz, s->grads + k,
+                         moment_at(s, FSDP_EXP_AVG, k), moment_at(s, FSDP_EXP_AVG_SQ, k), s->mdt, m,
+                         e->decay ? p : &nodecay));
     }
     return 0;
 }

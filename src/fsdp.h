@@ -76,6 +76,8 @@ typedef struct {
     int eval_only;                // --eval_only: whatever the role, the working parameters and
                                   // the gather buffers only, as FSDP_FROZEN (no master, moments,
                                   // gradients or optimizer offload; fsdp_params_only)
+    int moments_bf16;             // --optimizer_moments bf16: exp_avg and exp_avg_sq stored in bf16
+                                  // (2 bytes each, not 4); not with offload (fsdp_init_role refuses)
 } fsdp_setup;
 
 typedef struct {
@@ -98,7 +100,8 @@ typedef struct {
 
     void *params;                 // (n_local) backend dtype, what the forward reads
     float *master;                // (n_local) fp32 master weights
-    float *exp_avg, *exp_avg_sq;  // (n_local) fp32 AdamW moments
+    void *exp_avg, *exp_avg_sq;   // (n_local) AdamW moments in mdt
+    st_dtype mdt;                 // the moments' dtype: ST_F32, or ST_BF16 (setup.moments_bf16)
     float *grads;                 // (n_local) fp32 gradients of the current optimizer step
 
     int keep_gathered;            // --keep_params_gathered (S > 1): every unit gathered into
@@ -191,9 +194,9 @@ int fsdp_params_only(const fsdp_state *s);
 
 // Every backend buffer fsdp_init_role allocates for `layout` set up as `setup` over a shard
 // group of shard_size ranks (S divides every unit), offered to `t` in allocation order with
-// esz bytes per storage element; offload moves master + moments to MEM_HOST; keep_gathered
-// one gather buffer of the whole layout; reduce_f32 fp32 gradient buffers. `s` NULL: only
-// sizes (the planner); otherwise slots are s's fields.
+// esz bytes per storage element; moments_bf16 2-byte moments; offload moves master + moments
+// to MEM_HOST; keep_gathered one gather buffer of the whole layout; reduce_f32 fp32 gradient
+// buffers. `s` NULL: only sizes (the planner); otherwise slots are s's fields.
 void fsdp_buffer_table(mem_table *t, const param_layout *layout, int shard_size, const fsdp_setup *setup,
                        size_t esz, fsdp_state *s);
 
@@ -207,7 +210,9 @@ unit_provider fsdp_provider(fsdp_state *s);
 // loading call it.
 void fsdp_invalidate_gathered(fsdp_state *s);
 
-// Which fp32 slice buffer: master weights or the two AdamW moments.
+// Which slice buffer: the fp32 master weights or the two AdamW moments (fp32, or bf16 with
+// setup.moments_bf16: fsdp_set_unit rounds them to nearest even, fsdp_get_unit widens them
+// exactly, so the host side is fp32 either way).
 typedef enum { FSDP_MASTER, FSDP_EXP_AVG, FSDP_EXP_AVG_SQ } fsdp_buffer;
 
 // Set unit u of `which` from the full unit in host fp32 memory (unit_numel[u] elements; this

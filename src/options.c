@@ -128,6 +128,12 @@ static const flag_spec flags[] = {
      "keep the fp32 master weights and AdamW moments in host memory (pinned on a GPU) and run AdamW there, unit by "
      "unit, while the next unit's gradients and the last unit's new weights cross on a copy stream; with "
      "--max_grad_norm 0 the layers' updates start during the last micro-batch's backward"},
+    {"--optimizer_moments", FLAG_STR, OPT(optimizer_moments), 0, 0, "fp32|bf16",
+     "the dtype AdamW's moments (exp_avg, exp_avg_sq) are stored in: fp32 (exact, the default) or bf16 (4 bytes "
+     "of optimizer state per parameter instead of 8; the update is computed in fp32 and the moments rounded to "
+     "nearest even when stored; the loss effect is measured in docs/results/2026-11-28-bf16-moments.md). A "
+     "checkpoint records the moments in their dtype; a resume with the other setting converts them. Not with "
+     "--offload_optimizer"},
     {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda",
      "backend: cpu (fp32, OpenMP; the reference) or cuda (bf16 storage, fp32 math; one GPU per rank by local rank)"},
     {"--attention", FLAG_STR, OPT(attention), 0, 0, "cudnn|native",
@@ -194,7 +200,8 @@ static train_options options_default(void) {
         .learning_rate = 1e-5, .lr_schedule = "linear", .warmup_fraction = 0.1,
         .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
         .max_steps = 0, .epochs = 1, .seed = 42, .eval_every = 0, .max_eval_docs = 0, .save_every = 0,
-        .save_dtype = "bf16", .reduce_dtype = "bf16", .sample_tokens = 0, .sample_games = 1,
+        .save_dtype = "bf16", .reduce_dtype = "bf16", .optimizer_moments = "fp32", .sample_tokens = 0,
+        .sample_games = 1,
         .sample_temperature = SAMPLE_TEMPERATURE,
         .sample_top_k = 0, .sample_top_p = 1, .device = "cpu", .pack_attention = "row",
         .attention = "cudnn", .collective_timeout = WATCHDOG_DEFAULT_TIMEOUT_S, .lora_alpha = 16,
@@ -369,6 +376,9 @@ static int options_check_combinations(train_options *o) {
     if (o->auto_plan && o->eval_only)
         return ft_error("flag --auto chooses a training step's flags; --eval_only has none to choose (give "
                         "--batch_size_per_device yourself)");
+    if (o->offload_optimizer && strcmp(o->optimizer_moments, "bf16") == 0)
+        return ft_error("flags --offload_optimizer and --optimizer_moments bf16 do not combine (the offloaded "
+                        "optimizer keeps fp32 moments in host memory; use one or the other)");
     if (o->world_size > 0 && !o->dry_run)
         return ft_error("flag --world_size is for --dry_run (training runs on the ranks the launcher started)");
     TRY(options_check_dry_run_device(o));

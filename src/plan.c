@@ -84,7 +84,7 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
     model_buffer_table(&t, c, ll ? &r->lora : NULL, r->batch_size_per_device, r->seq_len, plan_model_buffers(r),
                        fsdp_grads_f32(mode, r->reduce_f32), r->elem_bytes, NULL);
     fsdp_setup setup = {mode, ll ? FSDP_FROZEN : FSDP_TRAINED, r->offload_optimizer, r->keep_params_gathered,
-                        r->reduce_f32, r->eval_only};
+                        r->reduce_f32, r->eval_only, r->moments_bf16};
     fsdp_buffer_table(&t, l, r->shard_size, &setup, r->elem_bytes, NULL);
     setup.role = FSDP_ADAPTERS;
     if (ll) fsdp_buffer_table(&t, &ll->layout, r->shard_size, &setup, r->elem_bytes, NULL);
@@ -204,8 +204,9 @@ static void plan_step_work(plan *p, const llama_config *c) {
         p->all_reduce_bytes = 2 * (R - 1) * (Lu * (tl / R) + tr / R) * sizeof(float);
     }
     // per slice element: zero the gradient (4), its norm (4), AdamW reads master, grad, m, v
-    // (16) and writes master, m, v (12) and the working parameter (esz)
-    p->optimizer_hbm_bytes = (double)n_trained_local * (36.0 + (double)esz);
+    // (16) and writes master, m, v (12) and the working parameter (esz); bf16 moments: m, v 2
+    // bytes each way (8 fewer)
+    p->optimizer_hbm_bytes = (double)n_trained_local * ((r->moments_bf16 ? 28.0 : 36.0) + (double)esz);
     if (p->req.offload_optimizer) {
         // the device keeps the zeroing and the norm (8); the host AdamW reads grad, master, m,
         // v (16), writes master, m, v (12) and the working parameter (esz); over PCIe the fp32

@@ -57,6 +57,8 @@ typedef struct {
                                     // buffers (src/mfu.h) are workspace
     int offload_optimizer;          // 1: fp32 master + AdamW moments in host memory (MEM_HOST, not
                                     // in `total`), AdamW on the host
+    int moments_bf16;               // 1: --optimizer_moments bf16: the two moments 2 bytes an element
+                                    // each, not 4 (never with offload_optimizer)
     lora_config lora;               // rank 0: full fine-tuning; else LoRA: a frozen base (working
                                     // parameters only) and the adapters' own sharded state
     int sample_seq;                 // --sample_tokens: the sampled sequence's length (prompt +

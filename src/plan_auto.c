@@ -107,7 +107,8 @@ static void rank_candidates(plan_auto_result *res, const candidates *v) {
 
 // Set r's four switches from `bits` (checkpointing, kept gathers, local accumulation, offload:
 // bits 0-3), each fixed one as base has it. 0 when this combination is to be skipped: a fixed
-// flag that differs, kept gathers without a shard group (no effect), offload on the CPU.
+// flag that differs, kept gathers without a shard group (no effect), offload on the CPU or
+// with bf16 moments.
 static int set_switches(plan_request *r, const plan_request *base, const plan_auto_fixed *f, int bits) {
     const int want[4] = {bits & 1, (bits >> 1) & 1, (bits >> 2) & 1, (bits >> 3) & 1};
     const int have[4] = {base->gradient_checkpointing, base->keep_params_gathered, base->accumulate_grads_locally,
@@ -116,7 +117,7 @@ static int set_switches(plan_request *r, const plan_request *base, const plan_au
     for (int i = 0; i < 4; i++)
         if (fixed[i] && want[i] != have[i]) return 0;
     if (!fixed[1] && want[1] && r->shard_size == 1) return 0;
-    if (!fixed[3] && want[3] && r->elem_bytes != 2) return 0;
+    if (!fixed[3] && want[3] && (r->elem_bytes != 2 || base->moments_bf16)) return 0;   // (offload: fp32 moments)
     r->gradient_checkpointing = want[0];
     r->keep_params_gathered = want[1];
     r->accumulate_grads_locally = want[2];

@@ -108,8 +108,8 @@ PROF_WRAP(scale, (void *o, const void *a, float s, size_t n), (o, a, s, n))
 PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, st_dtype g, const void *x, const void *w, const int32_t *t, int N,
                         int C, int V, float dl, int rows, float *ws, float *acc),
           (l, dx, dw, g, x, w, t, N, C, V, dl, rows, ws, acc))
-PROF_WRAP(adamw, (float *m, void *p, const float *g, float *a, float *v, size_t n, const adamw_params *ap),
-          (m, p, g, a, v, n, ap))
+PROF_WRAP(adamw, (float *m, void *p, const float *g, void *a, void *v, st_dtype mdt, size_t n, const adamw_params *ap),
+          (m, p, g, a, v, mdt, n, ap))
 PROF_WRAP(sum_squares, (double *o, const float *x, size_t n), (o, x, n))
 PROF_WRAP(sum_squares_accumulate, (double *o, const float *x, size_t n), (o, x, n))
 PROF_WRAP(accumulate, (float *d, const void *s, st_dtype sdt, size_t n, float a), (d, s, sdt, n, a))

@@ -320,7 +320,7 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
                    "native kernels (our cuDNN graphs are plain causal; sampling keeps cuDNN)\n");
     }
     fsdp_setup setup = {(fsdp_grad_mode)pl.grad_mode, j->lora ? FSDP_FROZEN : FSDP_TRAINED, o->offload_optimizer,
-                        o->keep_params_gathered, req.reduce_f32, o->eval_only};
+                        o->keep_params_gathered, req.reduce_f32, o->eval_only, req.moments_bf16};
     TRY(fsdp_init_role(&j->fs, &j->layout, j->be, &j->mem, cc->shard, cc->replica, &setup));
     setup.role = FSDP_ADAPTERS;
     if (j->lora) TRY(fsdp_init_role(&j->afs, &j->ll.layout, j->be, &j->mem, cc->shard, cc->replica, &setup));
@@ -815,7 +815,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .elem_bytes = elem_bytes, .mfu_benchmark = o->peak_tflops <= 0 && !o->eval_only,   // (measured for training)
         .eval_only = o->eval_only,
         .lora = {o->lora_rank, (float)o->lora_alpha, o->lora_rank ? o->lora_target_mask : 0},
-        .offload_optimizer = o->offload_optimizer,
+        .offload_optimizer = o->offload_optimizer, .moments_bf16 = strcmp(o->optimizer_moments, "bf16") == 0,
         .attention_cudnn = elem_bytes == 2 && strcmp(o->attention, "cudnn") == 0,
         .attention_segments = elem_bytes == 2 && pack_per_game(o) && !o->eval_only,
         .deterministic = o->deterministic,

@@ -67,6 +67,7 @@ typedef struct {
     int merge_lora;               // also export <out_dir>/final_merged: the base with the adapters merged
     int allow_other_base;         // resume LoRA adapters on a base other than the one they were trained on
     int offload_optimizer;        // fp32 master + AdamW moments in host memory, AdamW on the host
+    const char *optimizer_moments;   // "fp32" or "bf16": the dtype AdamW's exp_avg, exp_avg_sq are stored in
     // planning (src/plan.h): print the memory / step-time plan and exit, without training
     int dry_run;
     int preflight;                // run the preflight (src/preflight.h) alone and exit

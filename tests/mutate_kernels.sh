@@ -248,6 +248,10 @@ m adamw.bc2_not_sqrt adamw.cu adamw \
 m adamw.no_grad_scale adamw.cu adamw 'g *= k.grad_scale;' 'g *= 1.0f;'
 m adamw.param_order adamw.cu adamw \
   'p[1] = __floats2bfloat162_rn(w[2], w[3]);' 'p[1] = __floats2bfloat162_rn(w[3], w[2]);'
+m adamw.bf16_moment_truncated adamw.cu adamw \
+  'store1m(bf16 *p, float x) { *p = f2bf(x); }' 'store1m(bf16 *p, float x) { *p = __float2bfloat16_rz(x); }'
+m adamw.bf16_moment_pair_order adamw.cu adamw \
+  'h[1] = __floats2bfloat162_rn(v[2], v[3]);' 'h[1] = __floats2bfloat162_rn(v[3], v[2]);'
 
 m sum_squares.float_product sum_squares.cuh "sum_squares sum_squares_accumulate" \
   's += (double)v[k] * v[k];' 's += (double)(v[k] * v[k]);'

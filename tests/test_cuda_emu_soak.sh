@@ -13,9 +13,10 @@
 #       over 2 emulated GPUs (mpiexec -n 2, --total_batch_size 2, 50 steps)
 #   b4  --batch_size_per_device 4: one emulated GPU (--total_batch_size 4, 8 steps) and FSDP
 #       over 2 emulated GPUs (--total_batch_size 8, 6 steps)
-# 200 optimizer steps in all. Every run is done in two legs: --stop_at_step (half way: an
-# evaluation, a checkpoint save, stop) then --resume latest to the end (final evaluation, HF
-# export, --sample_tokens 12 on --sample_games 2 validation games). Each is checked for: exit
+# 200 optimizer steps in all (336 with the bf16-moments run below). Every run is done in two
+# legs: --stop_at_step (half way: an evaluation, a checkpoint save, stop) then --resume latest to
+# the end (final evaluation, HF export, --sample_tokens 12 on --sample_games 2 validation
+# games). Each is checked for: exit
 # 0 and no error line, the stop, the checkpoint and the resume, every step logged once, three
 # evaluations, two samples, and every step's training loss and every validation loss against
 # the same job on the CPU (build/finetune --device cpu, fp32, straight through, run in the
@@ -38,9 +39,24 @@
 # positions that keep a real target (a mutant of train_micro_batch_rows) give step losses
 # rel 5.2 (b1) and 0.3 (b4).
 #
+# --optimizer_moments bf16 (docs/results/2026-11-28-bf16-moments.md): the emu_b1 job once more
+# with bf16 moments, stopped half way (a BF16 checkpoint) and resumed, against emu_b1 (fp32
+# moments; the same rows in the same order on the same deterministic device, so the moments are
+# the only difference): the mean training loss of the last 34 steps and the final validation
+# loss. Tolerance: RNE storage moves each moment by at most half a bf16 ulp (2^-9 relative), an
+# update m / sqrt(v) by at most 2^-9 + 2^-10 = 0.3%; to first order the loss then moves by at
+# most 0.3% of what the updates moved it, measured as the fp32 run's validation-loss travel
+# (first to last evaluation). Over 136 steps the second moment's RNE drift (decrements smaller
+# than half an ulp are lost at beta2 0.999) stays at +0.2% (the report's simulation), 0.1% in the
+# step size. We allow 1% of the travel (3x the first-order bound, for the compounding).
+# Measured 2026-11-28: 0.13% (last 34 steps) and 0.11% (final val) of a travel of 0.0326.
+# A bf16 run whose moments were read as fp32, or not stored at all, moves by far more.
+#
 # Runtime, measured on the 2-core development machine with other jobs at load 1.5-5: 7.3 min
-# wall, 8.6 min of CPU (emulated steps ~1.3 s wall at batch 1, ~5 s at batch 4; each of the 8
-# legs adds ~10 s of start, evaluation and sampling). An idle machine should take ~6 min.
+# wall, 8.6 min of CPU before the bf16-moments run (emulated steps ~1.3 s wall at batch 1, ~5 s
+# at batch 4; each of the 8 legs adds ~10 s of start, evaluation and sampling). The bf16-moments
+# run adds 136 emulated steps in two legs: 486 s wall at load 7 (two such runs side by side,
+# 2026-11-28), ~3 min on a quiet machine. An idle machine should take ~9 min in all.
 set -u
 build=${1:-build}
 . "$(dirname "$0")/lib.sh" test_cuda_emu_soak
@@ -49,6 +65,7 @@ if [ ! -x "$emu" ]; then skip_or_fail "$emu not built (needs the CUDA toolkit's 
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 vals() { grep '"type":"eval"' "$1/metrics.jsonl" | sed -E 's/.*"val_loss":([0-9.]+).*/\1/'; }
 TOL=1e-3
+TOL_MOMENTS=0.01   # a fraction of the fp32 run's validation-loss travel (the header)
 common=(--model_dir data/model --data_dir data/chess --seq_len 512 --max_eval_docs 4 --peak_tflops 1)
 sampling=(--sample_tokens 12 --sample_games 2)
 
@@ -102,9 +119,40 @@ soak() {
     && ok "$name: 2 sampled continuations: $(grep -m1 '^  continuation' "$tmp/$name.2.log")" || bad "$name: sampling: ${s:-0} samples"
 }
 
+# moments NAME REF STEPS N: the job of the emulated run REF (one GPU, batch 1) with
+# --optimizer_moments bf16, in two legs (a BF16 checkpoint at the half, resumed), against REF's
+# fp32 moments: the mean training loss of the last N steps and the final validation loss, each
+# within TOL_MOMENTS relative (see the top). No sampling (REF checked it).
+moments() {
+  local name=$1 ref=$tmp/$2 steps=$3 nlast=$4 half=$(($3 / 2)) out=$tmp/$1 t0=$SECONDS
+  local flags=(--device cuda "${common[@]}" --batch_size_per_device 1 --total_batch_size 1 --max_steps "$steps"
+               --eval_every "$half" --optimizer_moments bf16 --out_dir "$out")
+  timeout 900 "$emu" "${flags[@]}" --stop_at_step "$half" >"$tmp/$name.1.log" 2>&1 \
+    && timeout 900 "$emu" "${flags[@]}" --resume latest >"$tmp/$name.2.log" 2>&1 \
+    || { bad "$name: $(grep -m1 -i error "$tmp/$name.1.log" "$tmp/$name.2.log")"; return; }
+  local ck; ck=$out/checkpoints/step_$(printf %08d "$half")/optimizer.safetensors
+  grep -q "resumed from .*step_$(printf %08d "$half") at step $half" "$tmp/$name.2.log" \
+    && [ "$(python3 -c 'import json,struct,sys
+f=open(sys.argv[1],"rb"); n=struct.unpack("<Q",f.read(8))[0]; h=json.loads(f.read(n))
+print(" ".join(sorted({v["dtype"] for k,v in h.items() if k!="__metadata__"})))' "$ck")" = BF16 ] \
+    && ok "$name: $steps steps with bf16 moments in two legs (a BF16 checkpoint at $half, resumed), $((SECONDS - t0)) s" \
+    || bad "$name: no resume at $half, or its checkpoint's moments are not BF16"
+  local m32 m16 v32 v16 travel dm dv
+  m32=$(metric "$ref" loss | tail -n "$nlast" | awk '{ s += $1 } END { printf "%.6f", s / NR }')
+  m16=$(metric "$out" loss | tail -n "$nlast" | awk '{ s += $1 } END { printf "%.6f", s / NR }')
+  v32=$(vals "$ref" | tail -1) v16=$(vals "$out" | tail -1)
+  travel=$(vals "$ref" | awk 'NR == 1 { a = $1 } { b = $1 } END { d = a - b; printf "%.6f", d < 0 ? -d : d }')
+  dm=$(awk -v a="$m32" -v b="$m16" -v t="$travel" 'BEGIN { d = a - b; printf "%.2e", (d < 0 ? -d : d) / t }')
+  dv=$(awk -v a="$v32" -v b="$v16" -v t="$travel" 'BEGIN { d = a - b; printf "%.2e", (d < 0 ? -d : d) / t }')
+  local what="bf16 vs fp32 moments: mean loss of the last $nlast steps $m16 vs $m32 ($dm of the val loss's travel"
+  what="$what $travel), final val loss $v16 vs $v32 ($dv); max $TOL_MOMENTS"
+  le "$dm" $TOL_MOMENTS && le "$dv" $TOL_MOMENTS && ok "$name: $what" || bad "$name: $what"
+}
+
 { cpu_ref b1_1 1 1 136; cpu_ref b1_2 1 2 50; cpu_ref b4_4 4 4 8; cpu_ref b4_8 4 8 6; } &
 refs_pid=$!
 soak emu_b1 1 1 1 136 b1_1
+moments emu_b1_moments_bf16 emu_b1 136 34
 soak emu_b4 1 4 4 8 b4_4
 if command -v mpiexec >/dev/null; then
   soak fsdp2_b1 2 1 2 50 b1_2

@@ -701,6 +701,43 @@ static void check_op_errors(const backend *be) {
     free(x); free(w); free(out); free(dw); free(dx); free(ws);
 }
 
+// --optimizer_moments bf16 on the CPU: the op on bf16 moments is the fp32 op on the same
+// values widened, its m and v then rounded to nearest even (ft_f32_to_bf16), the master
+// unchanged by where the moments are kept: checked element for element (bits) at odd sizes,
+// one above the op's parallel threshold. Second moments of magnitudes 1e-12 ..
+// ~1 (small values are fine in bf16, which has fp32's exponent range).
+// Another moment dtype is refused.
+static void check_adamw_bf16_moments(const backend *be) {
+    const size_t sizes[] = {1, 7, 1001, 70001};
+    const adamw_params p = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.271f, 0.003f, 0.5f};
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        const size_t n = sizes[t];
+        float *w32 = randn(n, 1.0f), *g = randn(n, 1.0f), *m32 = randn(n, 0.1f), *v32 = randn(n, 1.0f);
+        float *w16 = malloc(n * sizeof(float)), *p16 = malloc(n * sizeof(float)), *p32 = malloc(n * sizeof(float));
+        uint16_t *m16 = malloc(n * sizeof(uint16_t)), *v16 = malloc(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) {
+            v32[i] = v32[i] * v32[i] * powf(10.0f, -(float)(i % 13));   // 1e-12 .. ~1
+            m16[i] = ft_f32_to_bf16(m32[i]), v16[i] = ft_f32_to_bf16(v32[i]);
+            m32[i] = ft_bf16_to_f32(m16[i]), v32[i] = ft_bf16_to_f32(v16[i]);
+            w16[i] = w32[i];
+        }
+        const int rc32 = be->adamw(w32, p32, g, m32, v32, ST_F32, n, &p);
+        const int rc16 = be->adamw(w16, p16, g, m16, v16, ST_BF16, n, &p);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += w16[i] != w32[i] || p16[i] != p32[i] || m16[i] != ft_f32_to_bf16(m32[i]) ||
+                   v16[i] != ft_f32_to_bf16(v32[i]);
+        char name[64];
+        snprintf(name, sizeof name, "adamw bf16 moments n=%zu", n);
+        printf("%-36s %-7s %12zu %10d %s\n", name, "differ", bad, 0, rc32 == 0 && rc16 == 0 && bad == 0 ? "pass" : "FAIL");
+        EXPECT(rc32 == 0 && rc16 == 0 && bad == 0, "%s: %zu elements differ from the fp32 op rounded (rc %d %d)", name,
+               bad, rc32, rc16);
+        free(w32); free(g); free(m32); free(v32); free(w16); free(p16); free(p32); free(m16); free(v16);
+    }
+    float w = 1, g = 1, m = 0, v = 0;
+    expect_refused("adamw", "fp16 moments", be->adamw(&w, NULL, &g, &m, &v, ST_F16, 1, &p));
+}
+
 // cpu_expf against exp in double: at most 2 ulp (2 * 2^-23 relative) over [-87, 88]. Derived:
 // the reduced argument r is exact to ~2^-32, the degree-7 Taylor remainder is below 0.05 ulp,
 // the Horner steps round 8 times on values in [0.7, 1.5] (~1.5 ulp at worst), and scaling by
@@ -797,6 +834,7 @@ int main(void) {
         teardown(&s);
     }
     check_op_errors(be);
+    check_adamw_bf16_moments(be);
     check_expf();
     check_sum_squares_accumulate(be);
     TEST_SUMMARY("test_ops");

@@ -136,12 +136,22 @@ case_run b2_s128_local   1 --batch_size_per_device 2 --seq_len 128 --total_batch
 case_run offload_b2_s64 1 --batch_size_per_device 2 --seq_len 64 --total_batch_size 4 --peak_tflops 1 --offload_optimizer
 case_run lora_b2_s64_ckpt 1 --batch_size_per_device 2 --seq_len 64 --total_batch_size 4 --gradient_checkpointing --peak_tflops 1 \
   --lora_rank 8 --lora_targets q,k,v,o,gate,up,down
+# --optimizer_moments bf16: the moments 2 bytes an element each; the optimizer category is then
+# master 4 + moments 4 = 8 bytes an element against 12 (the same run in fp32: b1_s64)
+case_run moments_bf16_b1_s64 1 --batch_size_per_device 1 --seq_len 64 --total_batch_size 2 --peak_tflops 1 \
+  --optimizer_moments bf16
+o32=$(planned "$tmp/b1_s64.plan" optimizer) o16=$(planned "$tmp/moments_bf16_b1_s64.plan" optimizer)
+[ -n "$o32" ] && [ $((o16 * 3)) -eq $((o32 * 2)) ] \
+  && ok "--optimizer_moments bf16: optimizer state $o16 bytes = 2/3 of fp32's $o32" \
+  || bad "--optimizer_moments bf16: optimizer state '$o16' bytes, fp32 '$o32' (want 2/3)"
 if have_mpi; then
   case_run fsdp2_b2_s128      2 --batch_size_per_device 2 --seq_len 128 --total_batch_size 8 --peak_tflops 1
   case_run fsdp2_b1_ckpt_local 2 --batch_size_per_device 1 --seq_len 64 --total_batch_size 4 --gradient_checkpointing --accumulate_grads_locally
   case_run ddp2_b2_s128       2 --batch_size_per_device 2 --seq_len 128 --total_batch_size 4 --no_fsdp --peak_tflops 1
   case_run hsdp4_b1_s64       4 --batch_size_per_device 1 --seq_len 64 --total_batch_size 8 --dp_shard 2 --peak_tflops 1
   case_run lora_fsdp2_b2_s64  2 --batch_size_per_device 2 --seq_len 64 --total_batch_size 8 --peak_tflops 1 --lora_rank 4
+  case_run moments_bf16_lora_fsdp2 2 --batch_size_per_device 2 --seq_len 64 --total_batch_size 8 --peak_tflops 1 \
+    --lora_rank 4 --optimizer_moments bf16
   case_run offload_fsdp2_b2_s64 2 --batch_size_per_device 2 --seq_len 64 --total_batch_size 8 --peak_tflops 1 --offload_optimizer
   # --keep_params_gathered: one gather buffer of the whole model, every unit gathered once per step
   case_run keep_fsdp2_b1_s64  2 --batch_size_per_device 1 --seq_len 64 --total_batch_size 8 --peak_tflops 1 --keep_params_gathered

@@ -694,7 +694,7 @@ static void test_adamw(size_t n, size_t mis, bool with_param, int grads = GRAD_R
         if (kind == 0 || kind == 2) m0[i] = v0[i] = 0.0f;
     }
     std::vector<float> w = w0, m = m0, v = v0, param(n);
-    CPU->adamw(w.data(), param.data(), g.data(), m.data(), v.data(), n, &p);
+    CPU->adamw(w.data(), param.data(), g.data(), m.data(), v.data(), ST_F32, n, &p);
     std::vector<Ref> refs = {nmse_ref("master", w, THR_F32), nmse_ref("m", m, THR_F32), nmse_ref("v", v, THR_F32)};
     if (with_param) refs.push_back(nmse_ref("param", w, THR_BF16));
     static const char *gname[] = {"", " zero/1e-9 grads", " zero grads+state"};
@@ -703,11 +703,58 @@ static void test_adamw(size_t n, size_t mis, bool with_param, int grads = GRAD_R
                  Dev d;
                  float *mw = d.f32(w0, mis), *mm = d.f32(m0, mis), *mv = d.f32(v0, mis);
                  void *pp = with_param ? d.alloc(n * 2) : nullptr;
-                 r.rc = ftk_adamw(mw, pp, d.f32(g, mis), mm, mv, n, &p, 0);
+                 r.rc = ftk_adamw(mw, pp, d.f32(g, mis), mm, mv, 0, n, &p, 0);
                  r.guards = d.guards_ok();
                  r.outs = {read_f32(mw, n), read_f32(mm, n), read_f32(mv, n)};
                  if (with_param) r.outs.push_back(read_bf16(pp, n));
              });
+}
+
+// --optimizer_moments bf16: moments stored in bf16 (misaligned by `mis` bytes: 2 breaks their
+// 8-byte groups), against the CPU op on the same bf16 moments. The stored moments are compared
+// bit for bit, allowing a rounding flip in 1 element of 1000 (+1): the fp32 math may differ by
+// FMA contraction (~1e-7 relative, a flip only within that of a bf16 rounding boundary, ~1e-5
+// of the elements); a store that truncates, or reads the moments as fp32, differs in about
+// half of them. Master fp32 (THR_F32 on the unrounded update), param bf16.
+static void test_adamw_bf16_moments(size_t n, size_t mis, int grads) {
+    adamw_params p;
+    p.lr = 1e-3f; p.beta1 = 0.9f; p.beta2 = 0.999f; p.eps = 1e-8f; p.weight_decay = 0.1f;
+    p.bias_correction1 = 1.0f - powf(0.9f, 3);
+    p.bias_correction2 = 1.0f - powf(0.999f, 3);
+    p.grad_scale = 0.5f;
+    std::vector<float> w0 = randn_f(n, 1.0f), g = randn_f(n, 1.0f), m0 = randn_f(n, 0.1f), v0 = randn_f(n, 0.1f);
+    for (auto &v : v0) v = v * v;
+    for (size_t i = 0; i < n && grads == GRAD_MIXED; i++) {
+        const uint32_t kind = rng_u32() % 4;
+        if (kind <= 1) g[i] = 0.0f;
+        if (kind == 2) g[i] *= 1e-9f;
+        if (kind == 0 || kind == 2) m0[i] = v0[i] = 0.0f;
+    }
+    std::vector<uint16_t> m16(n), v16(n);
+    for (size_t i = 0; i < n; i++) m16[i] = ft_f32_to_bf16(m0[i]), v16[i] = ft_f32_to_bf16(v0[i]);
+    std::vector<float> mb(n), vb(n);   // the bf16 inputs, widened: what the device gets
+    for (size_t i = 0; i < n; i++) mb[i] = ft_bf16_to_f32(m16[i]), vb[i] = ft_bf16_to_f32(v16[i]);
+    std::vector<float> w = w0, param(n);
+    CPU->adamw(w.data(), param.data(), g.data(), m16.data(), v16.data(), ST_BF16, n, &p);
+    std::vector<Ref> refs = {nmse_ref("master", w, THR_F32), nmse_ref("param", w, THR_BF16)};
+    for (int k = 0; k < 2; k++) {
+        Ref bits;
+        bits.name = k ? "v bits!=" : "m bits!=";
+        bits.thr = 1.0 + (double)(n / 1000);
+        bits.metric = M_BITS;
+        const std::vector<uint16_t> &h = k ? v16 : m16;
+        bits.bits.assign((const unsigned char *)h.data(), (const unsigned char *)h.data() + 2 * n);
+        refs.push_back(bits);
+    }
+    const char *what = grads == GRAD_MIXED ? " zero/1e-9 grads" : "";
+    run_case("adamw bf16 moments", fmt("n=%zu%s%s", n, mis ? " misaligned" : "", what), refs, [&](Run &r) {
+        Dev d;
+        float *mw = d.f32(w0);
+        void *mm = d.bf16(mb, mis), *mv = d.bf16(vb, mis), *pp = d.alloc(n * 2);
+        r.rc = ftk_adamw(mw, pp, d.f32(g), mm, mv, 1, n, &p, 0);
+        r.guards = d.guards_ok();
+        r.outs = {read_f32(mw, n), read_bf16(pp, n), read_bf16(mm, n), read_bf16(mv, n)};
+    });
 }
 
 // `wide`: magnitudes from 1e-25 to 1e25 (squares outside fp32's range both ways)
@@ -992,6 +1039,10 @@ static void cases_adamw() {
     test_adamw(1003, 0, true, GRAD_MIXED);
     test_adamw(1001, 4, true, GRAD_MIXED);
     test_adamw(64, 0, false, GRAD_MIXED);
+    const size_t awb[] = {1, 3, 4, 5, 7, 1025, 4099, g_san ? 20000u : 100003u};
+    for (size_t n : awb) test_adamw_bf16_moments(n, 0, GRAD_RANDOM);
+    test_adamw_bf16_moments(1001, 2, GRAD_RANDOM);
+    test_adamw_bf16_moments(1003, 0, GRAD_MIXED);
 }
 
 static void cases_sum_squares() {

@@ -543,8 +543,8 @@ static void case_optimizer(size_t n) {
     pair master = pair_new(n, 1, 1, 0), grad = pair_new(n, 1, 1, 0), m = pair_new(n, 1, 0.1f, 0);
     pair v = pair_new(n, 1, 0, 1), param = pair_new(n, 0, 1, 1), src = pair_new(n, 0, 1, 0);
     adamw_params ap = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.001f, 0.5f};
-    BOTH(CPU->adamw(master.cpu, param.cpu, grad.cpu, m.cpu, v.cpu, n, &ap),
-         GPU->adamw(master.gpu, param.gpu, grad.gpu, m.gpu, v.gpu, n, &ap));
+    BOTH(CPU->adamw(master.cpu, param.cpu, grad.cpu, m.cpu, v.cpu, ST_F32, n, &ap),
+         GPU->adamw(master.gpu, param.gpu, grad.gpu, m.gpu, v.gpu, ST_F32, n, &ap));
     report("adamw", s, "master", &master);
     report("adamw", s, "m", &m);
     report("adamw", s, "v", &v);
