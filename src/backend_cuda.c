@@ -129,7 +129,8 @@ static void cu_free(void *p) {
     (void)arena_free(&g_cuda.ar, p);
 }
 static void scratch_release(void *p) { cu_free(p); }
-// Host buffers here are pageable (tokens, targets, losses, checkpoint slices): CUDA's
+// Host buffers here are pageable (RoPE tables, losses, checkpoint slices; a micro-batch's
+// tokens and targets go through cu_upload's pinned slots instead): CUDA's
 // cudaMemcpyAsync from or to pageable memory may block the host until the work queued before
 // it is done, where the watchdog cannot see it (a dead peer's collective would hang the job
 // with no message). So drain the stream first, in the polled wait; the copy then finishes at
