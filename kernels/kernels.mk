@@ -96,8 +96,8 @@ $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(EMU_HOST_OBJS) $
 	$(CC) $(CFLAGS) -Itests -c $< -o $@.o
 	$(CXX) $@.o $(filter-out $<,$^) -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
-# Fault-injection builds for tests/test_cuda_emu_hazards.sh: finetune_emu with src/fsdp.c and
-# src/comm_nccl.c compiled with one TEST-ONLY macro each (never in a real build), to show that
+# Fault-injection builds for tests/test_cuda_emu_hazards.sh: finetune_emu with src/fsdp.c,
+# src/comm_nccl.c and src/model.c compiled with one TEST-ONLY macro each (never in a real build), to show that
 # the asynchronous emulated runtime reports the ordering bug it creates:
 #   finetune_emu_fault_prefetch  -DFT_FAULT_SKIP_PREFETCH_WAIT: FSDP uses a prefetched layer
 #                                without waiting for its all-gather
@@ -108,27 +108,35 @@ $(BUILD)/tests/test_backend_emu: tests/gpu/test_backend_gpu.c $(EMU_HOST_OBJS) $
 #                                (tests/test_offload.sh)
 #   finetune_emu_fault_ar        -DFT_FAULT_SKIP_AR_WAIT: the gradient norm and the optimizer do
 #                                not wait for the units' all-reduces across replicas
+#   finetune_emu_fault_upload    -DFT_FAULT_UPLOAD_NO_WAIT: the model stages each micro-batch's
+#                                rows in one pinned slot without waiting for its last uploads
 FAULT_DEFS_prefetch := -DFT_FAULT_SKIP_PREFETCH_WAIT
 FAULT_DEFS_rs := -DFT_FAULT_SKIP_RS_WAIT
 FAULT_DEFS_offload := -DFT_FAULT_SKIP_OFFLOAD_WAIT
 FAULT_DEFS_ar := -DFT_FAULT_SKIP_AR_WAIT
+FAULT_DEFS_upload := -DFT_FAULT_UPLOAD_NO_WAIT
 $(BUILD)/emu/fault_%/fsdp.o: src/fsdp.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(FAULT_DEFS_$*) -c $< -o $@
 $(BUILD)/emu/fault_%/comm_nccl.o: src/comm_nccl.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(FAULT_DEFS_$*) -c $< -o $@
-# (the faulted objects come first, so the library's own fsdp.o and comm_nccl.o are not linked)
+$(BUILD)/emu/fault_%/model.o: src/model.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(FAULT_DEFS_$*) -c $< -o $@
+# (the faulted objects come first, so the library's own fsdp.o, comm_nccl.o and model.o are
+# not linked)
 $(BUILD)/tests/finetune_emu_fault_%: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o \
+                                    $(BUILD)/emu/fault_%/model.o \
                                     $(BUILD)/obj/main.o $(EMU_HOST_OBJS) $(BUILD)/libfinetune.a \
                                     $(KERNEL_EMU_GPU_OBJS) $(EMU_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $^ -o $@ $(EMU_LDLIBS) $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
-.PRECIOUS: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o
+.PRECIOUS: $(BUILD)/emu/fault_%/fsdp.o $(BUILD)/emu/fault_%/comm_nccl.o $(BUILD)/emu/fault_%/model.o
 
 EXTRA_TEST_DEPS += $(BUILD)/tests/finetune_emu $(BUILD)/tests/finetune_emu_fault_prefetch \
                    $(BUILD)/tests/finetune_emu_fault_rs $(BUILD)/tests/finetune_emu_fault_offload \
-                   $(BUILD)/tests/finetune_emu_fault_ar
+                   $(BUILD)/tests/finetune_emu_fault_ar $(BUILD)/tests/finetune_emu_fault_upload
 -include $(wildcard $(BUILD)/emu/fault_*/*.d)
 # tests/cuda_emu/test_emu_host.cpp: the emulated cuBLASLt's and NCCL's aliasing rules
 $(BUILD)/tests/test_emu_host: tests/cuda_emu/test_emu_host.cpp $(BUILD)/emu/cuda_emu_host.o $(EMU_OBJ) $(EMU_PRICE_OBJ)

@@ -28,8 +28,11 @@
 #define LMHEAD_CHUNK_ROWS_MAX 2048
 #define LMHEAD_CHUNK_BYTES ((size_t)256 << 20)
 
-// Independent asynchronous copies in flight at once (backend.copy_async's tickets).
-#define BACKEND_COPY_TICKETS 4
+// Independent asynchronous copies in flight at once (backend.copy_async's and upload's
+// tickets): 0 .. 3 --offload_optimizer's (src/fsdp.c), BACKEND_TICKET_UPLOAD and the one after
+// it the model's two micro-batch staging slots (src/model.c).
+#define BACKEND_COPY_TICKETS 6
+#define BACKEND_TICKET_UPLOAD 4
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -93,6 +96,12 @@ struct backend {
     // Wait for the copy under `ticket` (none outstanding: nothing): the host may then read
     // or reuse its host buffer, and work issued after this call sees its device result.
     int (*copy_wait)(int ticket);
+    // Asynchronous copy from host memory from host_alloc to backend memory, queued on the
+    // compute stream after all work issued so far (work issued after it sees what it wrote);
+    // the host does not wait. Uploads under one ticket add up: copy_wait(ticket) waits for
+    // all of them, and their host buffers may not be touched before it. NULL where copy_h2d
+    // costs no wait (the CPU): the model then copies with copy_h2d.
+    int (*upload)(void *dst, const void *src, size_t nbytes, int ticket);
 
     // ---------------------------------------------------------------- layers
     // out (N, C) = wte (V, C)[tokens (N)]

@@ -131,7 +131,8 @@ static void cu_free(void *p) {
     (void)arena_free(&g_cuda.ar, p);
 }
 static void scratch_release(void *p) { cu_free(p); }
-// Host buffers here are pageable (tokens, targets, losses, checkpoint slices): CUDA's
+// Host buffers here are pageable (RoPE tables, losses, checkpoint slices; a micro-batch's
+// tokens and targets go through cu_upload's pinned slots instead): CUDA's
 // cudaMemcpyAsync from or to pageable memory may block the host until the work queued before
 // it is done, where the watchdog cannot see it (a dead peer's collective would hang the job
 // with no message). So drain the stream first, in the polled wait; the copy then finishes at
@@ -178,9 +179,12 @@ static int cu_copy_wait(int ticket) {
     if (ticket < 0 || ticket >= BACKEND_COPY_TICKETS) return ft_error("cuda backend: copy ticket %d out of range", ticket);
     if (!g_cuda.copy_live[ticket]) return 0;
     g_cuda.copy_live[ticket] = 0;
-    if (watchdog_enabled()) TRY(watchdog_wait(poll_event, g_cuda.copy_done[ticket], "offload copy", "copy stream", 0));
+    const int up = ticket >= BACKEND_TICKET_UPLOAD;   // (cu_upload's: on the compute stream)
+    if (watchdog_enabled())
+        TRY(watchdog_wait(poll_event, g_cuda.copy_done[ticket], up ? "micro-batch upload" : "offload copy",
+                          up ? "compute stream" : "copy stream", 0));
     else CHECK_CUDA(cudaEventSynchronize(g_cuda.copy_done[ticket]));
-    CHECK_CUDA(cudaStreamWaitEvent(g_cuda.stream, g_cuda.copy_done[ticket], 0));
+    if (!up) CHECK_CUDA(cudaStreamWaitEvent(g_cuda.stream, g_cuda.copy_done[ticket], 0));
     return 0;
 }
 static int cu_copy_async(void *dst, const void *src, size_t n, int to_device, int ticket) {
@@ -189,6 +193,18 @@ static int cu_copy_async(void *dst, const void *src, size_t n, int to_device, in
     CHECK_CUDA(cudaStreamWaitEvent(g_cuda.copy_stream, g_cuda.compute_mark, 0));
     CHECK_CUDA(cudaMemcpyAsync(dst, src, n, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, g_cuda.copy_stream));
     CHECK_CUDA(cudaEventRecord(g_cuda.copy_done[ticket], g_cuda.copy_stream));
+    g_cuda.copy_live[ticket] = 1;
+    return 0;
+}
+// A micro-batch's rows from a pinned staging slot (src/model.c), on the compute stream: no
+// drain, no host wait (pinned memory, so cudaMemcpyAsync returns at once). The ticket's event
+// is recorded again after each upload; the stream runs in order, so it covers earlier ones.
+static int cu_upload(void *dst, const void *src, size_t n, int ticket) {
+    if (ticket < BACKEND_TICKET_UPLOAD || ticket >= BACKEND_COPY_TICKETS)
+        return ft_error("cuda backend: upload ticket %d out of range", ticket);
+    if (n == 0) return 0;
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_cuda.stream));
+    CHECK_CUDA(cudaEventRecord(g_cuda.copy_done[ticket], g_cuda.stream));
     g_cuda.copy_live[ticket] = 1;
     return 0;
 }
@@ -630,6 +646,7 @@ static const backend CUDA_BACKEND = {
     .host_free = cu_host_free,
     .copy_async = cu_copy_async,
     .copy_wait = cu_copy_wait,
+    .upload = cu_upload,
     .embedding_fwd = cu_embedding_fwd,
     .embedding_bwd = cu_embedding_bwd,
     .rmsnorm_fwd = cu_rmsnorm_fwd,

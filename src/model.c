@@ -274,6 +274,8 @@ int model_init_lora(model *m, const param_layout *layout, const lora_layout *lor
     m->seg_host = ft_malloc((size_t)B * T * sizeof(int32_t), "host segment starts");
     m->seg_bos = -1;
     if (!m->resid || !m->acts || !m->losses_host || !m->seg_host) { model_free(m); return -1; }
+    for (int k = 0; be->upload && k < 2; k++)   // (host memory: no device bytes counted)
+        if (!(m->up_host[k] = be->host_alloc(3 * (size_t)B * T * sizeof(int32_t)))) { model_free(m); return -1; }
     mem_table t = mem_table_allocator(mem);
     model_buffer_table(&t, cfg, lora ? &lora->lc : NULL, B, T, buffers, grads_f32, m->esz, m);
     if (t.failed || model_upload_rope(m) != 0 || model_loss_reset(m) != 0) { model_free(m); return -1; }
@@ -292,6 +294,11 @@ void model_free(model *m) {
     free(m->acts);
     free(m->losses_host);
     free(m->seg_host);
+    for (int k = 0; k < 2; k++)
+        if (m->up_host[k]) {
+            (void)m->be->copy_wait(BACKEND_TICKET_UPLOAD + k);   // (its upload may still read it)
+            m->be->host_free(m->up_host[k]);
+        }
     memset(m, 0, sizeof *m);
 }
 
@@ -462,23 +469,52 @@ static int roots_release(model *m, const unit_provider *p) {
     return p->release(p->ctx, m->cfg.num_hidden_layers);
 }
 
-// --pack_attention per_game (model_set_segments): the micro-batch's segment starts from its
-// tokens, uploaded, and handed to the rope and attention ops; otherwise NULL (one sequence
-// per row).
-static int segments_upload(model *m, const int32_t *tokens) {
+// One input array to the backend: through `stage` (a pinned slot, backend.upload under
+// `ticket`) or, stage NULL, with copy_h2d.
+static int input_put(model *m, int32_t *dst, const int32_t *src, size_t bytes, int32_t *stage, int ticket) {
+    if (!stage) return m->be->copy_h2d(dst, src, bytes);
+    if (stage != src) memcpy(stage, src, bytes);
+    return m->be->upload(dst, stage, bytes, ticket);
+}
+
+// A micro-batch's rows to the backend: the tokens, the targets (NULL: none, the logits'
+// forward) and, with --pack_attention per_game (model_set_segments), the segment starts built
+// from the tokens (handed to the rope and attention ops; otherwise seg_cur NULL, one sequence
+// per row). With backend.upload, through the two pinned slots in turn: slot s is refilled only
+// after copy_wait of the uploads that last read it, two micro-batches back (long finished:
+// a whole micro-batch was issued behind them, and backend.pace keeps the host near the
+// device), so the host does not wait for the device here; without it, copy_h2d (the CPU).
+static int inputs_upload(model *m, const int32_t *tokens, const int32_t *targets) {
+    const size_t N = (size_t)m->B * m->T, bytes = N * sizeof(int32_t);
+    int32_t *stage = NULL;
+#ifdef FT_FAULT_UPLOAD_NO_WAIT
+    // TEST-ONLY FAULT (tests/test_cuda_emu_hazards.sh): one slot, refilled without waiting for
+    // the uploads that read it; the emulated runtime must report the host's write
+    const int ticket = BACKEND_TICKET_UPLOAD;
+    stage = m->up_host[0];
+#else
+    const int ticket = BACKEND_TICKET_UPLOAD + m->up_slot;
+    if (m->up_host[0]) {
+        TRY(m->be->copy_wait(ticket));
+        stage = m->up_host[m->up_slot];
+        m->up_slot ^= 1;
+    }
+#endif
+    TRY(input_put(m, m->tokens, tokens, bytes, stage, ticket));
+    if (targets) TRY(input_put(m, m->targets, targets, bytes, stage ? stage + N : NULL, ticket));
     m->seg_cur = NULL;
     if (m->seg_bos < 0) return 0;
-    model_segment_starts(tokens, m->B, m->T, m->seg_bos, m->seg_host);
-    TRY(m->be->copy_h2d(m->seg, m->seg_host, (size_t)m->B * m->T * sizeof(int32_t)));
+    int32_t *seg = stage ? stage + 2 * N : m->seg_host;
+    model_segment_starts(tokens, m->B, m->T, m->seg_bos, seg);
+    TRY(input_put(m, m->seg, seg, bytes, stage ? seg : NULL, ticket));
     m->seg_cur = m->seg;
     return 0;
 }
 
 // Embedding and all decoder layers; leaves the root unit acquired in *root.
-static int forward_trunk(model *m, const unit_provider *p, const int32_t *tokens, void **root) {
+static int forward_trunk(model *m, const unit_provider *p, void **root) {
     const llama_config *c = &m->cfg;
     const int N = m->B * m->T, C = c->hidden_size;
-    TRY(m->be->copy_h2d(m->tokens, tokens, (size_t)N * sizeof(int32_t)));
     void *aroot;   // the adapters' root is empty; acquiring it starts their layer 0's gather
     TRY(p->acquire(p->ctx, c->num_hidden_layers, 0, root));
     TRY(adapters_acquire(m, c->num_hidden_layers, 0, &aroot));
@@ -514,8 +550,8 @@ int model_logits_rows(model *m, const unit_provider *p, const int32_t *tokens, i
     uint16_t *half = NULL;
     if (m->be->dtype != ST_F32) CHECK_ALLOC(half = malloc((size_t)chunk * V * 2), (size_t)chunk * V * 2);
     void *root;
-    int rc = segments_upload(m, tokens);
-    if (rc == 0) rc = forward_trunk(m, p, tokens, &root);
+    int rc = inputs_upload(m, tokens, NULL);
+    if (rc == 0) rc = forward_trunk(m, p, &root);
     for (int r = 0; rc == 0 && r < nrows; r += chunk) {
         const int rows = nrows - r < chunk ? nrows - r : chunk;
         const size_t n = (size_t)rows * V;
@@ -644,10 +680,9 @@ int model_forward_backward(model *m, const unit_provider *p, const int32_t *toke
 
     if (backward && m->buffers == MODEL_FORWARD_ONLY)
         return ft_error("model: a backward asked of a model allocated for the forward only (MODEL_FORWARD_ONLY)");
-    TRY(be->copy_h2d(m->targets, targets, (size_t)N * sizeof(int32_t)));
-    TRY(segments_upload(m, tokens));
+    TRY(inputs_upload(m, tokens, targets));
     void *root, *droot = NULL, *daroot = NULL;
-    TRY(forward_trunk(m, p, tokens, &root));
+    TRY(forward_trunk(m, p, &root));
     if (backward) {
         TRY(grads_begin(m, p, L, &droot, &daroot));   // the adapters' root gradient is empty
         if (m->lora) TRY(be->zero(m->norm_sink, (size_t)C * m->esz));

@@ -102,6 +102,9 @@ typedef struct {
     int32_t *seg_host;              // (N) host: the same, built from the tokens
     int seg_bos;                    // model_set_segments' BOS id, -1 = off
     const int32_t *seg_cur;         // what the rope/attention ops get now: seg or NULL
+    int32_t *up_host[2];            // backend.upload's pinned staging slots, 3 (B, T_alloc) int32 each:
+                                    // tokens | targets | segment starts; NULL: copy_h2d (the CPU)
+    int up_slot;                    // the slot the next micro-batch's rows go through
     void **resid;                   // (L + 1) x (N, C): input of each layer + final output
                                     // (MODEL_FORWARD_ONLY: all L + 1 are one buffer)
     layer_acts *acts;               // L sets, or 1 set reused (grad_ckpt, MODEL_FORWARD_ONLY)
@@ -181,6 +184,8 @@ void model_free(model *m);
 // `backward`, runs the backward too, adding d(sum of valid token losses * dloss)/dparam into
 // the provider's gradient buffers. Adds the sum of the valid token losses and their count to
 // the model's loss accumulator on the device (backend.h's loss_accumulate: no host wait).
+// The tokens and targets go up through pinned staging (backend.upload, no host wait; the
+// caller may reuse its arrays at once).
 // loss_sum / n_valid not NULL: also copies the losses back to m->losses_host (a host wait)
 // and outputs their sum (the same bits the accumulator adds) and count there; NULL: neither.
 int model_forward_backward(model *m, const unit_provider *p, const int32_t *tokens, const int32_t *targets,

@@ -56,8 +56,8 @@ const char *plan_tl_lane_name(plan_tl_lane l);
 // How the program orders a step: what other changes to src/fsdp.c, model.c and train.c move.
 typedef struct {
     int prefetch;              // layers gathered ahead of the computing one (1..PLAN_TL_MAX_PREFETCH)
-    int host_wait_per_micro;   // 1: the host waits for the device after each micro-batch (it reads the
-                               // losses); 0: once per step
+    int host_wait_per_micro;   // 1: the host waits for the device after each micro-batch (it read the
+                               // losses, its uploads drained the stream); 0: once per step (today)
     int rs_flush_per_micro;    // 1: each micro-batch's root backward waits for every layer reduce-scatter
                                // (fsdp.c today); 0: they finish during the next micro-batch
     int ar_per_unit;           // 1: a unit's replica all-reduce starts when its slice is final in the
@@ -74,9 +74,10 @@ typedef struct {
 #define PLAN_TL_MAX_PREFETCH 8
 #define PLAN_TL_MAX_LAYERS 1024
 
-// The schedule of the program as it is at this commit: prefetch 1, a host wait per micro-batch,
-// the flush per micro-batch, the replica all-reduce per unit, the gradient norm per unit, no
-// early offload or device update (they need --max_grad_norm 0; the default clips).
+// The schedule of the program as it is at this commit: prefetch 1, host waits per step (none
+// per micro-batch), the flush per micro-batch, the replica all-reduce per unit, the gradient
+// norm per unit, no early offload or device update (they need --max_grad_norm 0; the default
+// clips).
 plan_tl_schedule plan_tl_program_schedule(void);
 
 // ----------------------------------------------------------------------------

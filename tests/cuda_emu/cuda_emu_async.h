@@ -23,6 +23,19 @@ namespace cuemu {
 struct LaunchSpec;
 struct KernelPtr;
 
+// The emulator's own code runs on this thread (depth > 0): the checker's host watchpoints
+// (cuda_emu_shadow.cpp) ignore what it touches: glibc's vectorised memchr in its stats code
+// reads up to 31 bytes past a short heap string, into a neighbouring pinned block's watched
+// first bytes (what was found there). Entered by Lock (cuda_emu_stream.cpp), enqueue and the
+// stats code; an EmuInside object marks a scope.
+extern thread_local int t_emu_inside;
+struct EmuInside {
+    EmuInside() { ++t_emu_inside; }
+    ~EmuInside() { --t_emu_inside; }
+    EmuInside(const EmuInside &) = delete;
+    EmuInside &operator=(const EmuInside &) = delete;
+};
+
 // ---------------------------------------------------------------- operations
 enum AccessKind { ACC_READ = 1, ACC_WRITE = 2, ACC_RW = 3 };
 // What an operation touches. Device memory is checked against the other streams' work;

@@ -116,9 +116,15 @@ unsigned long long splitmix(unsigned long long x) {
     return x ^ (x >> 31);
 }
 
-struct Lock {
-    Lock() { pthread_mutex_lock(&R->mu); }
-    ~Lock() { pthread_mutex_unlock(&R->mu); }
+struct Lock {   // (the emulator's own code runs while it is held: EmuInside)
+    Lock() {
+        ++t_emu_inside;
+        pthread_mutex_lock(&R->mu);
+    }
+    ~Lock() {
+        pthread_mutex_unlock(&R->mu);
+        --t_emu_inside;
+    }
 };
 
 Stream *new_stream(bool legacy, bool blocking) {
@@ -359,6 +365,7 @@ static std::map<std::string, unsigned long long> *g_stats;
 static std::map<std::string, double> g_priced;
 
 static void stats_print() {
+    EmuInside in;
     pthread_mutex_lock(&g_stats_mu);
     fflush(nullptr);
     for (const auto &kv : *g_stats) fprintf(stderr, "cuda_emu: issued %s %llu\n", kv.first.c_str(), kv.second);
@@ -375,6 +382,7 @@ static void stats_init() {
 }
 
 static void stats_count(const std::string &name) {
+    EmuInside in;
     pthread_once(&g_stats_once, stats_init);
     if (!g_stats) return;
     pthread_mutex_lock(&g_stats_mu);
@@ -383,6 +391,7 @@ static void stats_count(const std::string &name) {
 }
 
 void stats_price(const std::string &name, double cost) {
+    EmuInside in;
     pthread_once(&g_stats_once, stats_init);
     if (!g_stats) return;
     pthread_mutex_lock(&g_stats_mu);
@@ -396,6 +405,7 @@ void stats_count_wait(const char *name) { stats_count(name); }
 
 cudaError_t enqueue(cudaStream_t stream, std::string name, const std::vector<Access> &acc,
                     std::function<void()> fn, double cost) {
+    EmuInside in;
     runtime();
     stats_count(name);
     if (!R->async) {
@@ -419,6 +429,7 @@ static thread_local std::vector<std::pair<const void *, size_t>> g_extents;
 
 cudaError_t enqueue_kernel(const LaunchSpec &spec, cudaStream_t stream, const KernelPtr *ptrs,
                            int nptrs, std::function<void()> body) {
+    EmuInside in;
     std::vector<Access> acc;
     for (int i = 0; i < nptrs; i++) {
         if (!ptrs[i].p) continue;
@@ -703,17 +714,13 @@ static cudaError_t free_after_sync(void *p, bool shadowed) {
 cudaError_t cudaFree(void *p) { return free_after_sync(p, true); }
 
 // Pinned host memory: plain host memory with no shadow state (it is not device memory; the
-// async copies already treat all host memory as pinned). Each block has PIN_PAD unused bytes
-// on both sides: the checker's watchpoint sits on a pending copy's first bytes, and glibc's
-// vectorised string functions (memchr in the emulator's own FT_EMU_STATS counting, strlen)
-// read whole vectors past the end of their heap buffer, which could reach the first bytes of
-// a small staging buffer next to it (suspected cause of rare host-read-before-complete
-// reports on the NCCL stand-in's staging, all with FT_EMU_STATS=1; not proven).
-#define PIN_PAD 256
+// async copies already treat all host memory as pinned). No padding around the blocks: the
+// reports it once worked around were glibc's memchr in the emulator's own stats code reading
+// into a block's watched first bytes, hits now ignored (t_emu_inside, cuda_emu_shadow.cpp).
 cudaError_t cudaMallocHost(void **p, size_t n) {
     void *base = nullptr;
-    if (posix_memalign(&base, 256, (n ? n : 1) + 2 * PIN_PAD) != 0) { *p = nullptr; return cudaErrorMemoryAllocation; }
-    *p = (char *)base + PIN_PAD;
+    if (posix_memalign(&base, 256, n ? n : 1) != 0) { *p = nullptr; return cudaErrorMemoryAllocation; }
+    *p = base;
     runtime();
     Lock l;
     shadow_pinned(*p, n ? n : 1, true);   // kernels may reach it (unified addressing)
@@ -738,7 +745,7 @@ cudaError_t cudaFreeHost(void *p) {
         Lock l;
         shadow_pinned(p, 0, false);
     }
-    return free_after_sync(p ? (char *)p - PIN_PAD : p, false);
+    return free_after_sync(p, false);
 }
 
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t h) {
