@@ -28,7 +28,8 @@
 # be 1.2% here; but the errors are unbiased and independent, so over the ~2.5M elements the
 # loss's change averages them: we keep 1% of the loss's travel, which a bf16 run that does not
 # train (moments read as fp32 garbage) or a biased rounding (RNE's v ratchet over many steps)
-# is far outside. Measured 2026-11-28 with RNE: 1.1e-5 of the travel; with SR: see below.
+# is far outside. Measured 2026-11-28: 1.1e-5 of the travel with RNE, 2.3e-5 with SR (2.3e-5
+# in loss over a travel of 1.02).
 set -u
 build="${1:-build}"
 . "$(dirname "$0")/lib.sh" test_moments
