@@ -39,6 +39,11 @@ typedef struct {
     float bias_correction1;   // 1 - beta1^step
     float bias_correction2;   // 1 - beta2^step
     float grad_scale;         // gradients are multiplied by this first (clipping)
+    // bf16 moments only (stochastic rounding, src/bf16_sr.h): the random bits of element i
+    // hash (seed, step, the moment, offset + i); fp32 moments ignore them
+    uint32_t seed;            // --seed
+    uint32_t step;            // the optimizer step, 1-based
+    uint64_t offset;          // global index (flat parameter layout) of the slice's element 0
 } adamw_params;
 
 typedef struct backend backend;
@@ -214,7 +219,9 @@ struct backend {
     // AdamW on an fp32 master slice (n): g = grad * grad_scale; m,v updated; master updated
     // with decoupled weight decay; param (n, dtype) = master cast, skipped if param NULL.
     // m, v (n) in mdt: ST_F32, or ST_BF16 (--optimizer_moments bf16: read widened to fp32, the
-    // math in fp32 on the unrounded values, stored rounded to nearest even); others an error.
+    // math in fp32 on the unrounded values, stored with stochastic rounding whose bits come
+    // from p's seed, step and offset, src/bf16_sr.h: the same bits on every backend, world
+    // size and shard size); others an error.
     int (*adamw)(float *master, void *param, const float *grad, void *m, void *v, st_dtype mdt, size_t n,
                  const adamw_params *p);
     // *host_out = sum of x (n, fp32)^2, computed in double, returned to the host

@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "backend_cpu_internal.h"
+#include "bf16_sr.h"
 #include "common.h"
 
 // elementwise loops shorter than this run on the calling thread
@@ -378,13 +379,15 @@ static int cpu_lmhead_xent(float *losses, void *dx_, void *dweight, st_dtype gdt
 // optimizer and utilities (torch.optim.AdamW single-tensor formula)
 
 // --optimizer_moments bf16: the same element formula on moments stored in bf16, each read
-// widened to fp32 and written back rounded to nearest even (the update itself uses the
-// unrounded fp32 values, as the CUDA kernel does)
+// widened to fp32 and written back with stochastic rounding (src/bf16_sr.h; the bits of
+// element i from p's seed, step and global index offset + i, as the CUDA kernel's); the
+// update itself uses the unrounded fp32 values, as the kernel does
 static void cpu_adamw_bf16_moments(float *master, float *param, const float *grad, uint16_t *m16, uint16_t *v16,
                                    size_t n, const adamw_params *p) {
     const float step_size = p->lr / p->bias_correction1, bc2_sqrt = sqrtf(p->bias_correction2);
     const float decay = 1.0f - p->lr * p->weight_decay, b1 = p->beta1, b2 = p->beta2;
     const float scale = p->grad_scale, eps = p->eps;
+    const uint32_t km = ft_sr_key(p->seed, p->step, 0), kv = ft_sr_key(p->seed, p->step, 1);
 #pragma omp parallel for if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] * scale, w = master[i] * decay, m = ft_bf16_to_f32(m16[i]), v = ft_bf16_to_f32(v16[i]);
@@ -392,8 +395,11 @@ static void cpu_adamw_bf16_moments(float *master, float *param, const float *gra
         v = b2 * v + (1.0f - b2) * g * g;
         w -= step_size * (m / (sqrtf(v) / bc2_sqrt + eps));
         master[i] = w;
-        m16[i] = ft_f32_to_bf16(m);
-        v16[i] = ft_f32_to_bf16(v);
+        uint32_t um, uv;
+        memcpy(&um, &m, 4);
+        memcpy(&uv, &v, 4);
+        m16[i] = ft_f32_to_bf16_sr(um, ft_sr_bits(km, p->offset + i));
+        v16[i] = ft_f32_to_bf16_sr(uv, ft_sr_bits(kv, p->offset + i));
         if (param) param[i] = w;
     }
 }

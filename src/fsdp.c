@@ -782,6 +782,16 @@ static size_t entry_local_range(const fsdp_state *s, const param_entry *e, size_
     return b - a;
 }
 
+// p for the AdamW of the slice at local index k of unit u: .offset its global index (the
+// stochastic rounding's counter of bf16 moments, the same at any sharding)
+static adamw_params slice_params(const fsdp_state *s, int u, size_t k, const adamw_params *p) {
+    size_t lo, hi;
+    fsdp_unit_range(s, u, &lo, &hi);
+    adamw_params q = *p;
+    q.offset = (uint64_t)(lo + (k - s->local_off[u]));
+    return q;
+}
+
 // --offload_optimizer: AdamW on the host, unit by unit, as a three-stage pipeline over two
 // host buffer pairs (slots, taken in turn):
 //     copy stream:  D2H grads of the next unit -> grad_host[b']    H2D param_host[b] -> params of u
@@ -812,8 +822,9 @@ static int offload_update(fsdp_state *s, int u, int b) {
         const param_entry *e = &l->entries[i];
         size_t k, m;
         if (e->unit != u || (m = entry_local_range(s, e, &k)) == 0) continue;
+        const adamw_params q = slice_params(s, u, k, e->decay ? &s->off_params : &nodecay);
         TRY(backend_cpu()->adamw(s->master + k, NULL, s->grad_host[b] + (k - u0), moment_at(s, FSDP_EXP_AVG, k),
-                                 moment_at(s, FSDP_EXP_AVG_SQ, k), s->mdt, m, e->decay ? &s->off_params : &nodecay));
+                                 moment_at(s, FSDP_EXP_AVG_SQ, k), s->mdt, m, &q));
     }
     // the host AdamW's bytes for the virtual clock, counted as plan.c's offload_host_bytes
     if (cuemu_vclock_host_bytes) cuemu_vclock_host_bytes((double)n * (28.0 + (double)s->esz));
@@ -893,9 +904,9 @@ static int unit_adamw(fsdp_state *s, int u, const adamw_params *p) {
         const param_entry *e = &l->entries[i];
         size_t k, m;
         if (e->unit != u || (m = entry_local_range(s, e, &k)) == 0) continue;
+        const adamw_params q = slice_params(s, u, k, e->decay ? p : &nodecay);
         TRY(s->be->adamw(s->master + k, (char *)s->params + k * s->esz, s->grads + k,
-                         moment_at(s, FSDP_EXP_AVG, k), moment_at(s, FSDP_EXP_AVG_SQ, k), s->mdt, m,
-                         e->decay ? p : &nodecay));
+                         moment_at(s, FSDP_EXP_AVG, k), moment_at(s, FSDP_EXP_AVG_SQ, k), s->mdt, m, &q));
     }
     return 0;
 }

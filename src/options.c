@@ -130,8 +130,9 @@ static const flag_spec flags[] = {
      "--max_grad_norm 0 the layers' updates start during the last micro-batch's backward"},
     {"--optimizer_moments", FLAG_STR, OPT(optimizer_moments), 0, 0, "fp32|bf16",
      "the dtype AdamW's moments (exp_avg, exp_avg_sq) are stored in: fp32 (exact, the default) or bf16 (4 bytes "
-     "of optimizer state per parameter instead of 8; the update is computed in fp32 and the moments rounded to "
-     "nearest even when stored; the loss effect is measured in docs/results/2026-11-28-bf16-moments.md). A "
+     "of optimizer state per parameter instead of 8; the update is computed in fp32 and the moments stored with "
+     "stochastic rounding, its bits a hash of --seed, the step and the element, the same at any world size; "
+     "the loss effect is measured in docs/results/2026-11-28-bf16-moments.md). A "
      "checkpoint records the moments in their dtype; a resume with the other setting converts them. Not with "
      "--offload_optimizer"},
     {"--device", FLAG_STR, OPT(device), 0, 0, "cpu|cuda",

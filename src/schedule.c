@@ -42,6 +42,8 @@ adamw_params schedule_adamw(const schedule *s, int step, double grad_norm) {
         .bias_correction1 = (float)(1.0 - pow(s->beta1, t)),
         .bias_correction2 = (float)(1.0 - pow(s->beta2, t)),
         .grad_scale = (float)clip,
+        .seed = s->seed,
+        .step = (uint32_t)t,
     };
     return p;
 }

@@ -14,6 +14,7 @@ typedef struct {
     int total_steps;              // decay reaches 0 at total_steps (linear, cosine)
     double beta1, beta2, eps, weight_decay;
     double max_grad_norm;         // clip the global gradient norm to this; 0 = no clipping
+    uint32_t seed;                // --seed: the bf16 moments' stochastic rounding (adamw_params.seed)
 } schedule;
 
 // The kind called `name` ("linear", "cosine" or "constant"). 0, or -1 with ft_error naming
@@ -31,5 +32,6 @@ double schedule_lr(const schedule *s, int step);
 
 // AdamW parameters of optimizer step `step` (0-based) whose global gradient norm (before
 // clipping) is grad_norm: lr from schedule_lr, grad_scale = min(1, max_grad_norm /
-// (grad_norm + 1e-6)) (1 when max_grad_norm is 0), bias corrections 1 - beta^(step + 1).
+// (grad_norm + 1e-6)) (1 when max_grad_norm is 0), bias corrections 1 - beta^(step + 1),
+// .step = step + 1, .seed = s->seed, .offset 0 (the caller's slice sets it).
 adamw_params schedule_adamw(const schedule *s, int step, double grad_norm);

@@ -334,7 +334,8 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
     j->sched = (schedule){.learning_rate = o->learning_rate, .total_steps = j->total_steps,
                           .warmup_steps = schedule_warmup_steps(o->warmup_fraction, j->total_steps),
                           .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay,
-                          .max_grad_norm = o->max_grad_norm};
+                          .max_grad_norm = o->max_grad_norm,
+                          .seed = (uint32_t)o->seed};
     TRY(schedule_kind_parse(o->lr_schedule, &j->sched.kind));
 
     const size_t BT = (size_t)o->batch_size_per_device * o->seq_len;

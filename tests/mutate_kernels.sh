@@ -248,10 +248,16 @@ m adamw.bc2_not_sqrt adamw.cu adamw \
 m adamw.no_grad_scale adamw.cu adamw 'g *= k.grad_scale;' 'g *= 1.0f;'
 m adamw.param_order adamw.cu adamw \
   'p[1] = __floats2bfloat162_rn(w[2], w[3]);' 'p[1] = __floats2bfloat162_rn(w[3], w[2]);'
-m adamw.bf16_moment_truncated adamw.cu adamw \
-  'store1m(bf16 *p, float x) { *p = f2bf(x); }' 'store1m(bf16 *p, float x) { *p = __float2bfloat16_rz(x); }'
+m adamw.bf16_moment_nearest adamw.cu adamw \
+  'ft_f32_to_bf16_sr(__float_as_uint(x), ft_sr_bits(key, gi));' '__bfloat16_as_ushort(f2bf(x));'
 m adamw.bf16_moment_pair_order adamw.cu adamw \
-  'h[1] = __floats2bfloat162_rn(v[2], v[3]);' 'h[1] = __floats2bfloat162_rn(v[3], v[2]);'
+  'u.y = (uint32_t)b[2] | ((uint32_t)b[3] << 16);' 'u.y = (uint32_t)b[3] | ((uint32_t)b[2] << 16);'
+m adamw.bf16_sr_same_stream adamw.cu adamw \
+  'k.key_v = ft_sr_key(p->seed, p->step, 1);' 'k.key_v = ft_sr_key(p->seed, p->step, 0);'
+m adamw.bf16_sr_no_offset adamw.cu adamw \
+  'store4m(m + i, mm, k.key_m, k.offset + i);' 'store4m(m + i, mm, k.key_m, i);'
+m adamw.bf16_sr_group_index adamw.cu adamw \
+  'ft_sr_bits(key, gi + j)' 'ft_sr_bits(key, gi)'
 
 m sum_squares.float_product sum_squares.cuh "sum_squares sum_squares_accumulate" \
   's += (double)v[k] * v[k];' 's += (double)(v[k] * v[k]);'

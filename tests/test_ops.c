@@ -20,6 +20,7 @@
 // index) produces NMSE of order 1e-2..1, far above it.
 #include "backend.h"
 #include "backend_cpu_internal.h"
+#include "bf16_sr.h"
 #include "common.h"
 #include "model.h"
 #include "test.h"
@@ -702,14 +703,17 @@ static void check_op_errors(const backend *be) {
 }
 
 // --optimizer_moments bf16 on the CPU: the op on bf16 moments is the fp32 op on the same
-// values widened, its m and v then rounded to nearest even (ft_f32_to_bf16), the master
-// unchanged by where the moments are kept: checked element for element (bits) at odd sizes,
-// one above the op's parallel threshold. Second moments of magnitudes 1e-12 ..
-// ~1 (small values are fine in bf16, which has fp32's exponent range).
-// Another moment dtype is refused.
+// values widened, its m and v then stochastically rounded (ft_f32_to_bf16_sr with the bits of
+// (seed, step, moment, offset + i), src/bf16_sr.h), the master unchanged by where the moments
+// are kept: checked element for element (bits) at odd sizes, one above the op's parallel
+// threshold. Second moments of magnitudes 1e-12 .. ~1 (small values are fine in bf16, which
+// has fp32's exponent range). Another moment dtype is refused.
 static void check_adamw_bf16_moments(const backend *be) {
     const size_t sizes[] = {1, 7, 1001, 70001};
-    const adamw_params p = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.271f, 0.003f, 0.5f};
+    const adamw_params p = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                            .bias_correction1 = 0.271f, .bias_correction2 = 0.003f, .grad_scale = 0.5f,
+                            .seed = 1234, .step = 7, .offset = 5000000123ull};   // above 2^32: both halves
+    const uint32_t km = ft_sr_key(p.seed, p.step, 0), kv = ft_sr_key(p.seed, p.step, 1);
     for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
         const size_t n = sizes[t];
         float *w32 = randn(n, 1.0f), *g = randn(n, 1.0f), *m32 = randn(n, 0.1f), *v32 = randn(n, 1.0f);
@@ -724,9 +728,13 @@ static void check_adamw_bf16_moments(const backend *be) {
         const int rc32 = be->adamw(w32, p32, g, m32, v32, ST_F32, n, &p);
         const int rc16 = be->adamw(w16, p16, g, m16, v16, ST_BF16, n, &p);
         size_t bad = 0;
-        for (size_t i = 0; i < n; i++)
-            bad += w16[i] != w32[i] || p16[i] != p32[i] || m16[i] != ft_f32_to_bf16(m32[i]) ||
-                   v16[i] != ft_f32_to_bf16(v32[i]);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t um, uv;
+            memcpy(&um, &m32[i], 4);
+            memcpy(&uv, &v32[i], 4);
+            bad += w16[i] != w32[i] || p16[i] != p32[i] || m16[i] != ft_f32_to_bf16_sr(um, ft_sr_bits(km, p.offset + i)) ||
+                   v16[i] != ft_f32_to_bf16_sr(uv, ft_sr_bits(kv, p.offset + i));
+        }
         char name[64];
         snprintf(name, sizeof name, "adamw bf16 moments n=%zu", n);
         printf("%-36s %-7s %12zu %10d %s\n", name, "differ", bad, 0, rc32 == 0 && rc16 == 0 && bad == 0 ? "pass" : "FAIL");
@@ -736,6 +744,65 @@ static void check_adamw_bf16_moments(const backend *be) {
     }
     float w = 1, g = 1, m = 0, v = 0;
     expect_refused("adamw", "fp16 moments", be->adamw(&w, NULL, &g, &m, &v, ST_F16, 1, &p));
+}
+
+// The stochastic rounding is unbiased: x = lo + f ulp between two bf16 neighbours (f 0.3,
+// 0.5, 0.9; positive and negative), rounded with the bits of N = 65536 consecutive global
+// indices. Each result is lo or hi; their mean is x within 6 sigma of a mean of N Bernoulli(f)
+// draws, 6 ulp sqrt(f (1 - f) / N) <= 0.012 ulp. Rounding to nearest gives an error of
+// min(f, 1 - f) ulp >= 0.1 ulp; bits that repeat or ignore the index, similar.
+static void check_sr_unbiased(void) {
+    const float fr[] = {0.3f, 0.5f, 0.9f}, base[] = {1.0f, -3.0f, 1e-20f};
+    const size_t N = 65536;
+    const uint32_t key = ft_sr_key(42, 3, 1);
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            const float lo = ft_bf16_to_f32(ft_f32_to_bf16(base[b]));
+            const float ulp = fabsf(ft_bf16_to_f32((uint16_t)(ft_f32_to_bf16(lo) + 1)) - lo);
+            const float x = lo + (lo < 0 ? -1.0f : 1.0f) * fr[a] * ulp;
+            uint32_t ux;
+            memcpy(&ux, &x, 4);
+            double sum = 0;
+            size_t outside = 0;
+            for (size_t i = 0; i < N; i++) {
+                const float r = ft_bf16_to_f32(ft_f32_to_bf16_sr(ux, ft_sr_bits(key, (uint64_t)i + 77)));
+                outside += fabsf(r - x) >= ulp;
+                sum += r;
+            }
+            const double err = fabs(sum / (double)N - (double)x) / ulp;
+            const double bound = 6.0 * sqrt((double)fr[a] * (1.0 - fr[a]) / (double)N);
+            char name[64];
+            snprintf(name, sizeof name, "bf16 SR mean x=%.3g f=%.1f", (double)x, (double)fr[a]);
+            const int ok = err <= bound && outside == 0;
+            printf("%-36s %-7s %12.3e %10.1e %s\n", name, "ulp", err, bound, ok ? "pass" : "FAIL");
+            EXPECT(ok, "%s: mean off by %.3e ulp (bound %.3e), %zu results not a neighbour", name, err, bound, outside);
+        }
+}
+
+// With zero gradients and beta2 0.999, v = 1 must decay as 0.999^T: T = 1000 steps of the CPU
+// op on 4096 bf16 moments (steps 1..T, so each step draws new bits), the mean of v against
+// 0.999^1000 = 0.368. Round to nearest keeps v at 1 (a decrease of 0.1% is under half an
+// ulp). Bound: each step's rounding error is zero-mean, independent and at most one ulp
+// (2^-7 v <= 2^-7), so one element's error has a standard deviation under
+// 2^-7 sqrt(T) / 2 = 0.12 and the mean of 4096 one under 0.0019: 3% of 0.368 is 5.8 sigma.
+static void check_sr_v_decays(const backend *be) {
+    enum { N = 4096, T = 1000 };
+    float *w = calloc(N, sizeof(float)), *g = calloc(N, sizeof(float));
+    uint16_t *m = calloc(N, sizeof(uint16_t)), *v = malloc(N * sizeof(uint16_t));
+    for (size_t i = 0; i < N; i++) v[i] = ft_f32_to_bf16(1.0f);
+    int rc = 0;
+    for (int t = 1; t <= T && rc == 0; t++) {
+        const adamw_params p = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .bias_correction1 = 1.0f,
+                                .bias_correction2 = 1.0f, .grad_scale = 1.0f, .seed = 9, .step = (uint32_t)t, .offset = 100};
+        rc = be->adamw(w, NULL, g, m, v, ST_BF16, N, &p);
+    }
+    double mean = 0;
+    for (size_t i = 0; i < N; i++) mean += ft_bf16_to_f32(v[i]) / N;
+    const double want = pow(0.999, T), rel = fabs(mean / want - 1.0);
+    const int ok = rc == 0 && rel <= 0.03;
+    printf("%-36s %-7s %12.3e %10.1e %s\n", "bf16 SR v decays (g=0, 1000 steps)", "rel", rel, 0.03, ok ? "pass" : "FAIL");
+    EXPECT(ok, "bf16 moments: mean v %.4f after %d zero-gradient steps, want %.4f within 3%% (rc %d)", mean, T, want, rc);
+    free(w); free(g); free(m); free(v);
 }
 
 // cpu_expf against exp in double: at most 2 ulp (2 * 2^-23 relative) over [-87, 88]. Derived:
@@ -835,6 +902,8 @@ int main(void) {
     }
     check_op_errors(be);
     check_adamw_bf16_moments(be);
+    check_sr_unbiased();
+    check_sr_v_decays(be);
     check_expf();
     check_sum_squares_accumulate(be);
     TEST_SUMMARY("test_ops");

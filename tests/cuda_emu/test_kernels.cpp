@@ -679,7 +679,7 @@ static void test_fp8_quantize(int rows, int cols, fp8_format f, float mag, bool 
 enum { GRAD_RANDOM, GRAD_MIXED, GRAD_ZERO };
 static void test_adamw(size_t n, size_t mis, bool with_param, int grads = GRAD_RANDOM) {
     const int step = grads == GRAD_RANDOM ? 3 : 1;
-    adamw_params p;
+    adamw_params p = {};
     p.lr = 1e-3f; p.beta1 = 0.9f; p.beta2 = 0.95f; p.eps = 1e-8f; p.weight_decay = 0.1f;
     p.bias_correction1 = 1.0f - powf(0.9f, step);
     p.bias_correction2 = 1.0f - powf(0.95f, step);
@@ -713,11 +713,15 @@ static void test_adamw(size_t n, size_t mis, bool with_param, int grads = GRAD_R
 // --optimizer_moments bf16: moments stored in bf16 (misaligned by `mis` bytes: 2 breaks their
 // 8-byte groups), against the CPU op on the same bf16 moments. The stored moments are compared
 // bit for bit, allowing a rounding flip in 1 element of 1000 (+1): the fp32 math may differ by
-// FMA contraction (~1e-7 relative, a flip only within that of a bf16 rounding boundary, ~1e-5
-// of the elements); a store that truncates, or reads the moments as fp32, differs in about
-// half of them. Master fp32 (THR_F32 on the unrounded update), param bf16.
-static void test_adamw_bf16_moments(size_t n, size_t mis, int grads) {
-    adamw_params p;
+// FMA contraction (~1e-7 relative, a flip only where the random bits fall within that of the
+// threshold, ~1e-5 of the elements); a store that rounds to nearest or truncates, takes other
+// random bits (another moment's, step's, seed's or element's), or reads the moments as fp32,
+// differs in about half of them. The stochastic rounding's counters: seed, step and the
+// slice's global offset (one above 2^32: both halves of the index). Master fp32 (THR_F32 on
+// the unrounded update), param bf16.
+static void test_adamw_bf16_moments(size_t n, size_t mis, int grads, uint64_t offset = 12345) {
+    adamw_params p = {};
+    p.seed = 20261128u; p.step = 3; p.offset = offset;
     p.lr = 1e-3f; p.beta1 = 0.9f; p.beta2 = 0.999f; p.eps = 1e-8f; p.weight_decay = 0.1f;
     p.bias_correction1 = 1.0f - powf(0.9f, 3);
     p.bias_correction2 = 1.0f - powf(0.999f, 3);
@@ -747,7 +751,8 @@ static void test_adamw_bf16_moments(size_t n, size_t mis, int grads) {
         refs.push_back(bits);
     }
     const char *what = grads == GRAD_MIXED ? " zero/1e-9 grads" : "";
-    run_case("adamw bf16 moments", fmt("n=%zu%s%s", n, mis ? " misaligned" : "", what), refs, [&](Run &r) {
+    run_case("adamw bf16 moments", fmt("n=%zu%s%s off=%llu", n, mis ? " misaligned" : "", what, (unsigned long long)offset),
+             refs, [&](Run &r) {
         Dev d;
         float *mw = d.f32(w0);
         void *mm = d.bf16(mb, mis), *mv = d.bf16(vb, mis), *pp = d.alloc(n * 2);
@@ -1043,6 +1048,7 @@ static void cases_adamw() {
     for (size_t n : awb) test_adamw_bf16_moments(n, 0, GRAD_RANDOM);
     test_adamw_bf16_moments(1001, 2, GRAD_RANDOM);
     test_adamw_bf16_moments(1003, 0, GRAD_MIXED);
+    test_adamw_bf16_moments(1029, 0, GRAD_RANDOM, (1ull << 32) - 500);
 }
 
 static void cases_sum_squares() {

@@ -542,7 +542,8 @@ static void case_optimizer(size_t n) {
     snprintf(s, sizeof s, "n=%zu", n);
     pair master = pair_new(n, 1, 1, 0), grad = pair_new(n, 1, 1, 0), m = pair_new(n, 1, 0.1f, 0);
     pair v = pair_new(n, 1, 0, 1), param = pair_new(n, 0, 1, 1), src = pair_new(n, 0, 1, 0);
-    adamw_params ap = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.001f, 0.5f};
+    adamw_params ap = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                       .bias_correction1 = 0.1f, .bias_correction2 = 0.001f, .grad_scale = 0.5f};
     BOTH(CPU->adamw(master.cpu, param.cpu, grad.cpu, m.cpu, v.cpu, ST_F32, n, &ap),
          GPU->adamw(master.gpu, param.gpu, grad.gpu, m.gpu, v.gpu, ST_F32, n, &ap));
     report("adamw", s, "master", &master);
