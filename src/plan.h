@@ -77,6 +77,8 @@ typedef struct {
                                     // 0 = plan_fabric_of's defaults, src/plan_timeline.c)
     int gpus_per_node;              // the step-time estimates' GPUs per node (--dry_run_gpus_per_node;
                                     // 0 = the device's): which groups span nodes
+    int fp8;                        // --fp8 (elem_bytes 2): the FP8 copies of the largest linear's
+                                    // operands, one arena buffer (src/fp8_linear.h), are workspace
 } plan_request;
 
 // The tokens per row the step-time estimates take: r->row_tokens, or seq_len when that is 0.
@@ -153,6 +155,8 @@ typedef struct {
     size_t sample_bytes;            // the inference model --sample_tokens builds after training
                                     // beside the training buffers (sampler_continue); not in total
     int sample_alloc_seq;           // its length: sample_seq padded to the GPU's bucket
+    size_t fp8_bytes;               // --fp8: the FP8 scratch (in bytes[MEM_WORKSPACE] and total);
+                                    // the trainer reserves it at setup (fp8_linear_reserve)
     plan_item items[PLAN_MAX_ITEMS];
     int n_items;
 
