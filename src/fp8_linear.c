@@ -21,9 +21,8 @@ static struct {
 
 static size_t round_up(size_t n) { return (n + FP8_ALIGN - 1) / FP8_ALIGN * FP8_ALIGN; }
 
-// 1 when a linear of these widths runs in FP8: the FP8 GEMM's reduction length and its output
-// rows' stride must be multiples of 16 (LoRA's factors at a small rank are not: bf16)
-static int fp8_shape_ok(int IC, int OC) { return IC % 16 == 0 && OC % 16 == 0; }
+// (the FP8 GEMM's reduction length and its output rows' stride must be multiples of 16)
+int fp8_linear_shape_ok(int IC, int OC) { return IC % 16 == 0 && OC % 16 == 0; }
 
 // room for a (N, IC) activation and an (OC, IC) weight, grown (never shrunk) on demand: the
 // old buffer is released first (ops on the one compute stream run in order, so the GEMM still
@@ -57,7 +56,7 @@ static int scratch_pair(size_t na, size_t nb, unsigned char **qa, unsigned char 
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T (+ residual): both operands quantised to E4M3,
 // the product by the FP8 GEMM; a shape outside fp8_shape_ok runs in bf16
 static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC) {
-    if (!fp8_shape_ok(IC, OC)) return g_inner->matmul_fwd(out, inp, weight, residual, N, IC, OC);
+    if (!fp8_linear_shape_ok(IC, OC)) return g_inner->matmul_fwd(out, inp, weight, residual, N, IC, OC);
     unsigned char *qa, *qw;
     float *stats;
     TRY(scratch_pair((size_t)N * IC, (size_t)OC * IC, &qa, &qw, &stats));
@@ -75,7 +74,7 @@ static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const 
 // backward whole.
 static int fp8_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
                           const void *weight, int N, int IC, int OC, int accumulate_dinp, int accumulate_dw) {
-    if (!dinp || !fp8_shape_ok(IC, OC))
+    if (!dinp || !fp8_linear_shape_ok(IC, OC))
         return g_inner->matmul_bwd(dinp, dweight, gdt, dout, inp, weight, N, IC, OC, accumulate_dinp, accumulate_dw);
     unsigned char *qd, *qwt;
     float *stats;
@@ -118,7 +117,7 @@ int fp8_linear_reserve(size_t bytes) {
 }
 
 size_t fp8_linear_call_bytes(int N, int IC, int OC, int backward) {
-    if (!fp8_shape_ok(IC, OC)) return 0;
+    if (!fp8_linear_shape_ok(IC, OC)) return 0;
     const size_t rows = (size_t)(backward && OC > IC ? OC : IC);
     return pair_bytes((size_t)N * rows, (size_t)OC * IC);
 }

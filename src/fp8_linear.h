@@ -26,6 +26,10 @@ size_t fp8_linear_scratch_used(void);
 // Take `bytes` of scratch now (the planned size, at setup: one buffer, not a series of growing
 // ones). 0, or -1 with ft_error (no wrapper yet, no device memory).
 int fp8_linear_reserve(size_t bytes);
+// 1 when a linear of IC inputs and OC outputs runs in FP8 (both multiples of 16; LoRA's factors
+// at a rank that is not run in bf16); the step-time estimate's counter (src/backend_count.c)
+// takes the same rule.
+int fp8_linear_shape_ok(int IC, int OC);
 // The scratch one FP8 linear call takes: an (N, IC) activation and an (OC, IC) weight
 // (backward: the (N, OC) output gradient when that is wider, and the weight transposed), each
 // 256-byte aligned, and the two scales' stats; 0 for a shape that runs in bf16.

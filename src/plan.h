@@ -111,12 +111,14 @@ typedef struct {
     double flops;                   // per rank per optimizer step (0 for memory-bound ops)
     double bytes;                   // HBM bytes per rank per step (memory-bound ops only)
     double rate;                    // PLAN_OP_ATTENTION: fraction of the peak bf16 rate;
-                                    // PLAN_OP_SIMT: FLOPs per SM per clock
+                                    // PLAN_OP_SIMT: FLOPs per SM per clock; PLAN_OP_GEMM: 0
+                                    // (bf16) or PLAN_GEMM_RATE_FP8 (at the FP8 peak: --fp8)
     double launches;                // device operations it issues per rank per step (kernels,
                                     // GEMMs, cuDNN graph executions, memsets): each takes at
                                     // least PLAN_OP_FLOOR_S (src/plan_price.h)
 } plan_op;
-#define PLAN_MAX_OPS 16
+#define PLAN_MAX_OPS 20
+#define PLAN_GEMM_RATE_FP8 8.0   // plan_op.rate of an FP8 GEMM (--fp8)
 
 // one line of the memory table: a buffer (or a group of equal buffers) of one category
 #define PLAN_MAX_ITEMS 48
