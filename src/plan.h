@@ -11,7 +11,9 @@
 // peaks. Every buffer is allocated once at setup and kept to the
 // end of training, so the peak total is the sum of the categories. One planned workspace line
 // is not a tracked buffer: the GPU attention backward's per-call workspace, cuDNN's (--attention
-// cudnn) or the native kernels' dS^T (src/attention_ws.h), taken from the arena around each call. Not planned: what the
+// cudnn) or the native kernels' dS^T (src/attention_ws.h), taken from the arena around each call;
+// with --fp8 a second: the FP8 wrapper's scratch (src/fp8_linear.h), one arena buffer reserved at
+// setup (tests/test_cuda_emu_train.sh compares it with the run's largest call). Not planned: what the
 // mem_tracker does not see (a CUDA context and the libraries' handles: PLAN_CONTEXT_BYTES in
 // the fit check; NCCL communicators: counted in the fit check at nccl_comm_bytes each)
 // and the inference model that --sample_tokens builds after training (sample_bytes, beside the
