@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "fp8_linear.h"
 #include "lora.h"
 #include "model.h"
 
@@ -21,6 +22,7 @@ static struct {
     int n_layers;
     double e;             // bytes per storage element
     int grads_f32;        // the gradient units are fp32
+    int fp8;              // --fp8 (count_job.fp8)
     uintptr_t next;       // the next address alloc hands out
 } g;
 
@@ -101,18 +103,37 @@ static int count_rope_qkv_bwd(void *dx, const void *dq, const void *dk, const vo
     (void)dx, (void)dq, (void)dk, (void)dv, (void)c, (void)s, (void)sg;
     return mem_op(2.0 * B * T * (H + 2.0 * KVH) * D, 0, 3);
 }
-// GEMMs: 2 FLOPs per multiply-add; a residual added in the epilogue is read (N, OC)
+static int count_fp8_quantize(void *o, void *ot, float *st, const void *x, int rows, int cols, fp8_format f);
+// GEMMs: 2 FLOPs per multiply-add; a residual added in the epilogue is read (N, OC). --fp8
+// (fp8_linear.c): the activation and the weight quantised, a residual copied into the output
+// first (read and written), then the FP8 GEMM
 static int count_matmul_fwd(void *o, const void *x, const void *w, const void *r, int N, int IC, int OC) {
     (void)o, (void)x, (void)w;
-    tally(COUNT_GEMM, 2.0 * N * IC * OC, 1, r ? (double)N * OC * g.e : 0, 0);
+    const double epilogue = r ? (double)N * OC * g.e : 0;
+    if (!g.fp8 || !fp8_linear_shape_ok(IC, OC)) {
+        tally(COUNT_GEMM, 2.0 * N * IC * OC, 1, epilogue, 0);
+        return 0;
+    }
+    count_fp8_quantize(&g, NULL, NULL, NULL, N, IC, FP8_E4M3);
+    count_fp8_quantize(&g, NULL, NULL, NULL, OC, IC, FP8_E4M3);
+    if (r) mem_op(2.0 * N * OC, 0, 1);
+    tally(COUNT_GEMM_FP8, 2.0 * N * IC * OC, 1, epilogue, 0);
     return 0;
 }
-// dX and dW: one GEMM each, the one of a NULL output skipped
+// dX and dW: one GEMM each, the one of a NULL output skipped. --fp8: dX from the output
+// gradient and the weight (transposed) quantised, in FP8; dW a bf16 GEMM
 static int count_matmul_bwd(void *dx, void *dw, st_dtype gdt, const void *d, const void *x, const void *w, int N,
                             int IC, int OC, int acc, int acc_dw) {
-    (void)gdt, (void)d, (void)x, (void)w, (void)acc, (void)acc_dw;
+    (void)gdt, (void)d, (void)x, (void)w, (void)acc_dw;
+    const double flops = 2.0 * N * IC * OC;
+    if (dx && g.fp8 && fp8_linear_shape_ok(IC, OC)) {
+        count_fp8_quantize(&g, NULL, NULL, NULL, N, OC, FP8_E5M2);
+        count_fp8_quantize(NULL, &g, NULL, NULL, OC, IC, FP8_E4M3);
+        tally(COUNT_GEMM_FP8, flops, 1, acc ? (double)N * IC * g.e : 0, 0);
+        dx = NULL;
+    }
     const double products = (dx != NULL) + (dw != NULL);
-    tally(COUNT_GEMM, products * 2.0 * N * IC * OC, products, 0, 0);
+    if (products > 0) tally(COUNT_GEMM, products * flops, products, 0, 0);
     return 0;
 }
 // causal attention: Q K^T and P V over on average T / 2 keys (model_attention_fwd_flops);
@@ -164,7 +185,7 @@ static int count_lmhead_xent(float *l, void *dx, void *dw, st_dtype gdt, const v
 
 // FP8 (--fp8): the quantisation reads the tensor twice (amax, then the cast) and writes one
 // byte per element per layout asked for, in 3 kernels (partial maxima, the scale, the cast);
-// its GEMM is priced as a bf16 one's FLOPs (the FP8 tensor-core rate is not modelled yet)
+// its GEMM at the FP8 rate (COUNT_GEMM_FP8), an accumulated output read in the epilogue
 static int count_fp8_quantize(void *o, void *ot, float *st, const void *x, int rows, int cols, fp8_format f) {
     (void)st, (void)x, (void)f;
     const double n = (double)rows * cols;
@@ -173,7 +194,7 @@ static int count_fp8_quantize(void *o, void *ot, float *st, const void *x, int r
 static int count_matmul_fp8(void *o, const void *a, fp8_format af, const float *as, const void *b, fp8_format bf,
                             const float *bs, int M, int N, int K, int acc) {
     (void)o, (void)a, (void)af, (void)as, (void)b, (void)bf, (void)bs;
-    tally(COUNT_GEMM, 2.0 * M * N * K, 1, acc ? (double)M * N * g.e : 0, 0);
+    tally(COUNT_GEMM_FP8, 2.0 * M * N * K, 1, acc ? (double)M * N * g.e : 0, 0);
     return 0;
 }
 
@@ -285,6 +306,7 @@ int count_micro_batch(const llama_config *cfg, const count_job *job, count_resul
     g.e = (double)job->elem_bytes;
     g.next = (uintptr_t)1 << 32;
     g.grads_f32 = job->grads_f32;
+    g.fp8 = job->fp8;
     count_table.dtype = job->elem_bytes == 2 ? ST_BF16 : ST_F32;
     param_layout l;
     TRY(param_layout_init(&l, cfg, 1));

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "lora.h"
 #ifdef FT_HAVE_CUDA
 #include "backend_cuda.h"
 #endif
@@ -15,13 +16,13 @@ static backend g_table;
 static struct {
     unsigned char *buf;   // [activation codes | weight codes | stats (6 floats)], backend memory
     size_t cap;
+    size_t used;          // the largest layout a call asked for
 } g_scratch;
 
 static size_t round_up(size_t n) { return (n + FP8_ALIGN - 1) / FP8_ALIGN * FP8_ALIGN; }
 
-// 1 when a linear of these widths runs in FP8: the FP8 GEMM's reduction length and its output
-// rows' stride must be multiples of 16 (LoRA's factors at a small rank are not: bf16)
-static int fp8_shape_ok(int IC, int OC) { return IC % 16 == 0 && OC % 16 == 0; }
+// (the FP8 GEMM's reduction length and its output rows' stride must be multiples of 16)
+int fp8_linear_shape_ok(int IC, int OC) { return IC % 16 == 0 && OC % 16 == 0; }
 
 // room for a (N, IC) activation and an (OC, IC) weight, grown (never shrunk) on demand: the
 // old buffer is released first (ops on the one compute stream run in order, so the GEMM still
@@ -37,11 +38,15 @@ static int scratch_reserve(size_t bytes) {
     return 0;
 }
 
+static size_t pair_bytes(size_t na, size_t nb) { return round_up(na) + round_up(nb) + 6 * sizeof(float); }
+
 // the scratch laid out for two FP8 operands of na and nb codes: *qa, *qb (256-byte aligned)
 // and *stats (6 floats: a's, then b's)
 static int scratch_pair(size_t na, size_t nb, unsigned char **qa, unsigned char **qb, float **stats) {
+    const size_t bytes = pair_bytes(na, nb);
+    if (bytes > g_scratch.used) g_scratch.used = bytes;
+    TRY(scratch_reserve(bytes));
     na = round_up(na), nb = round_up(nb);
-    TRY(scratch_reserve(na + nb + 6 * sizeof(float)));
     *qa = g_scratch.buf;
     *qb = *qa + na;
     *stats = (float *)(*qb + nb);
@@ -51,7 +56,7 @@ static int scratch_pair(size_t na, size_t nb, unsigned char **qa, unsigned char 
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T (+ residual): both operands quantised to E4M3,
 // the product by the FP8 GEMM; a shape outside fp8_shape_ok runs in bf16
 static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC) {
-    if (!fp8_shape_ok(IC, OC)) return g_inner->matmul_fwd(out, inp, weight, residual, N, IC, OC);
+    if (!fp8_linear_shape_ok(IC, OC)) return g_inner->matmul_fwd(out, inp, weight, residual, N, IC, OC);
     unsigned char *qa, *qw;
     float *stats;
     TRY(scratch_pair((size_t)N * IC, (size_t)OC * IC, &qa, &qw, &stats));
@@ -69,7 +74,7 @@ static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const 
 // backward whole.
 static int fp8_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
                           const void *weight, int N, int IC, int OC, int accumulate_dinp, int accumulate_dw) {
-    if (!dinp || !fp8_shape_ok(IC, OC))
+    if (!dinp || !fp8_linear_shape_ok(IC, OC))
         return g_inner->matmul_bwd(dinp, dweight, gdt, dout, inp, weight, N, IC, OC, accumulate_dinp, accumulate_dw);
     unsigned char *qd, *qwt;
     float *stats;
@@ -104,3 +109,35 @@ int fp8_linear_backend(const backend *inner, const backend **out) {
 }
 
 size_t fp8_linear_scratch_bytes(void) { return g_scratch.cap; }
+size_t fp8_linear_scratch_used(void) { return g_scratch.used; }
+
+int fp8_linear_reserve(size_t bytes) {
+    if (!g_inner) return ft_error("fp8_linear_reserve: no FP8 wrapper (fp8_linear_backend first)");
+    return scratch_reserve(bytes);
+}
+
+size_t fp8_linear_call_bytes(int N, int IC, int OC, int backward) {
+    if (!fp8_linear_shape_ok(IC, OC)) return 0;
+    const size_t rows = (size_t)(backward && OC > IC ? OC : IC);
+    return pair_bytes((size_t)N * rows, (size_t)OC * IC);
+}
+
+// the larger of a and b
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+size_t fp8_linear_model_bytes(const llama_config *c, const lora_config *lc, int N, int backward) {
+    const int C = c->hidden_size, F = c->intermediate_size;
+    const int qkv = (c->num_attention_heads + 2 * c->num_key_value_heads) * c->head_dim;
+    const int mlp_fused = !(lc && lc->rank && (lc->targets & ((1u << LT_WGATE) | (1u << LT_WUP))));
+    size_t b = fp8_linear_call_bytes(N, C, qkv, backward);
+    b = zmax(b, fp8_linear_call_bytes(N, c->num_attention_heads * c->head_dim, C, backward));
+    b = zmax(b, fp8_linear_call_bytes(N, C, mlp_fused ? 2 * F : F, backward));
+    b = zmax(b, fp8_linear_call_bytes(N, F, C, backward));
+    for (int t = LT_WQ; lc && lc->rank && t <= LT_WDOWN; t++) {   // the adapters' two factors
+        if (!(lc->targets & (1u << t))) continue;
+        int in, out;
+        lora_proj_dims(c, t, &in, &out);
+        b = zmax(b, zmax(fp8_linear_call_bytes(N, in, lc->rank, backward), fp8_linear_call_bytes(N, lc->rank, out, backward)));
+    }
+    return b;
+}

@@ -12,6 +12,7 @@
 #include "attention_ws.h"
 #include "common.h"
 #include "fsdp.h"
+#include "fp8_linear.h"
 #include "fsutil.h"
 #include "mfu.h"
 
@@ -77,6 +78,27 @@ int plan_model_buffers(const plan_request *r) {
     return r->eval_only ? MODEL_FORWARD_ONLY : r->gradient_checkpointing ? MODEL_TRAIN_CKPT : MODEL_TRAIN;
 }
 
+// --fp8: the one scratch buffer of the FP8 wrapper, sized for its largest call: the decoder
+// linears at B x T rows (forward, and the backward's dX unless --eval_only), the MFU
+// benchmark's square GEMM, and after training the sampler's (1, T) inference model: its
+// linears, and its logits (one row against the lm_head, which model_logits_rows multiplies
+// with matmul_fwd). Call after p->sample_alloc_seq is set.
+static size_t plan_fp8_bytes(const plan *p, const llama_config *c) {
+    const plan_request *r = &p->req;
+    if (!r->fp8 || r->elem_bytes != 2) return 0;
+    const lora_config *lc = r->lora.rank ? &r->lora : NULL;
+    size_t b = fp8_linear_model_bytes(c, lc, r->batch_size_per_device * r->seq_len, !r->eval_only);
+    const size_t n = MFU_BENCH_MATMUL_DIM;
+    if (r->mfu_benchmark && fp8_linear_call_bytes(n, n, n, 0) > b) b = fp8_linear_call_bytes(n, n, n, 0);
+    if (r->sample_seq > 0) {
+        const size_t s = fp8_linear_model_bytes(c, lc, p->sample_alloc_seq, 0);
+        const size_t v = fp8_linear_call_bytes(1, c->hidden_size, c->vocab_size, 0);
+        if (s > b) b = s;
+        if (v > b) b = v;
+    }
+    return b;
+}
+
 static void plan_memory(plan *p, const llama_config *c, const param_layout *l, const lora_layout *ll) {
     const plan_request *r = &p->req;
     mem_table t = {plan_table_add, p, 0};
@@ -100,6 +122,9 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
         model_buffer_table(&s, c, ll ? &r->lora : NULL, 1, p->sample_alloc_seq, MODEL_FORWARD_ONLY, 0, r->elem_bytes,
                            NULL);
     }
+    if ((p->fp8_bytes = plan_fp8_bytes(p, c)))
+        add_item(p, MEM_WORKSPACE, p->fp8_bytes, "--fp8: FP8 copies of the largest linear's activation and weight "
+                                                 "(one arena buffer, reserved at setup)");
     // cuDNN attention takes its workspace from the device arena around each call (the largest
     // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more. The
     // native tensor-core backward takes its bf16 dS^T workspace likewise (src/attention_ws.h),
@@ -575,7 +600,8 @@ static void print_memory(FILE *out, const plan *p) {
     const plan_request *r = &p->req;
     fprintf(out, "\nmemory per rank (what the allocator's tracker records; exact for this build%s):\n",
             r->elem_bytes == 2 && !r->eval_only ? ", but for the attention backward's workspace line: taken from the "
-                                                  "arena around each call, not a tracked buffer"
+                                                  "arena around each call, not a tracked buffer; and --fp8's, an "
+                                                  "untracked arena buffer"
             : r->elem_bytes == 2 && r->attention_cudnn ? ", but for the cuDNN attention forward workspace line: taken "
                                                          "from the arena around each call, not a tracked buffer"
                                                        : "");

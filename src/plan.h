@@ -11,7 +11,9 @@
 // peaks. Every buffer is allocated once at setup and kept to the
 // end of training, so the peak total is the sum of the categories. One planned workspace line
 // is not a tracked buffer: the GPU attention backward's per-call workspace, cuDNN's (--attention
-// cudnn) or the native kernels' dS^T (src/attention_ws.h), taken from the arena around each call. Not planned: what the
+// cudnn) or the native kernels' dS^T (src/attention_ws.h), taken from the arena around each call;
+// with --fp8 a second: the FP8 wrapper's scratch (src/fp8_linear.h), one arena buffer reserved at
+// setup (tests/test_cuda_emu_train.sh compares it with the run's largest call). Not planned: what the
 // mem_tracker does not see (a CUDA context and the libraries' handles: PLAN_CONTEXT_BYTES in
 // the fit check; NCCL communicators: counted in the fit check at nccl_comm_bytes each)
 // and the inference model that --sample_tokens builds after training (sample_bytes, beside the
@@ -79,6 +81,8 @@ typedef struct {
                                     // 0 = plan_fabric_of's defaults, src/plan_timeline.c)
     int gpus_per_node;              // the step-time estimates' GPUs per node (--dry_run_gpus_per_node;
                                     // 0 = the device's): which groups span nodes
+    int fp8;                        // --fp8 (elem_bytes 2): the FP8 copies of the largest linear's
+                                    // operands, one arena buffer (src/fp8_linear.h), are workspace
 } plan_request;
 
 // The tokens per row the step-time estimates take: r->row_tokens, or seq_len when that is 0.
@@ -111,12 +115,14 @@ typedef struct {
     double flops;                   // per rank per optimizer step (0 for memory-bound ops)
     double bytes;                   // HBM bytes per rank per step (memory-bound ops only)
     double rate;                    // PLAN_OP_ATTENTION: fraction of the peak bf16 rate;
-                                    // PLAN_OP_SIMT: FLOPs per SM per clock
+                                    // PLAN_OP_SIMT: FLOPs per SM per clock; PLAN_OP_GEMM: 0
+                                    // (bf16) or PLAN_GEMM_RATE_FP8 (at the FP8 peak: --fp8)
     double launches;                // device operations it issues per rank per step (kernels,
                                     // GEMMs, cuDNN graph executions, memsets): each takes at
                                     // least PLAN_OP_FLOOR_S (src/plan_price.h)
 } plan_op;
-#define PLAN_MAX_OPS 16
+#define PLAN_MAX_OPS 20
+#define PLAN_GEMM_RATE_FP8 8.0   // plan_op.rate of an FP8 GEMM (--fp8)
 
 // one line of the memory table: a buffer (or a group of equal buffers) of one category
 #define PLAN_MAX_ITEMS 48
@@ -155,6 +161,8 @@ typedef struct {
     size_t sample_bytes;            // the inference model --sample_tokens builds after training
                                     // beside the training buffers (sampler_continue); not in total
     int sample_alloc_seq;           // its length: sample_seq padded to the GPU's bucket
+    size_t fp8_bytes;               // --fp8: the FP8 scratch (in bytes[MEM_WORKSPACE] and total);
+                                    // the trainer reserves it at setup (fp8_linear_reserve)
     plan_item items[PLAN_MAX_ITEMS];
     int n_items;
 

@@ -19,11 +19,13 @@
 // (nvidia-smi): 81920 MiB (A100 80GB), 81559 MiB (H100 80GB HBM3: 79.65 GiB, not 80), 141 GB
 // on the H200; of it the fit check leaves PLAN_CONTEXT_BYTES and nccl_comm_bytes per NCCL
 // communicator (--nccl_gib_per_comm, else PLAN_NCCL_COMM_BYTES) outside the arena (plan.h).
+// Dense FP8 (E4M3/E5M2): 1979e12 on the H100 and H200 (twice bf16, the same datasheets); the
+// A100 has none.
 
 const plan_device plan_devices[] = {
-    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)81920 << 20, 19.5e12, 108, 1.41e9},
-    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)81559 << 20, 67e12, 132, 1.98e9},
-    {"H200-SXM-141GB", 989e12, 4.8e12, 450e9, 50e9, 8, (size_t)141000000000, 67e12, 132, 1.98e9},
+    {"A100-SXM4-80GB", 312e12, 2.0e12, 300e9, 25e9, 8, (size_t)81920 << 20, 19.5e12, 108, 1.41e9, 0},
+    {"H100-SXM5-80GB", 989e12, 3.35e12, 450e9, 50e9, 8, (size_t)81559 << 20, 67e12, 132, 1.98e9, 1979e12},
+    {"H200-SXM-141GB", 989e12, 4.8e12, 450e9, 50e9, 8, (size_t)141000000000, 67e12, 132, 1.98e9, 1979e12},
 };
 const int plan_n_devices = (int)(sizeof plan_devices / sizeof plan_devices[0]);
 
@@ -48,6 +50,10 @@ const plan_device *plan_device_find(const char *name) {
 double plan_price_tensor(const plan_device *d, double flops, double fraction) { return flops / (fraction * d->peak_flops); }
 
 double plan_price_gemm(const plan_device *d, double flops) { return plan_price_tensor(d, flops, PLAN_GEMM_FRACTION); }
+double plan_price_gemm_fp8(const plan_device *d, double flops) {
+    if (d->fp8_flops <= 0) return plan_price_gemm(d, flops);
+    return flops / (PLAN_GEMM_FRACTION * d->fp8_flops);
+}
 
 double plan_price_attention(const plan_device *d, double flops, int cudnn) {
     return plan_price_tensor(d, flops, cudnn ? PLAN_ATTN_CUDNN_FRACTION : PLAN_ATTN_NATIVE_FRACTION);

@@ -24,6 +24,7 @@ typedef struct {
     double fp32_flops;              // fp32 SIMT peak FLOP/s
     int sm_count;
     double clock_hz;                // boost clock
+    double fp8_flops;               // dense FP8 FLOP/s (tensor cores); 0: none (--fp8 refused)
 } plan_device;
 
 extern const plan_device plan_devices[];
@@ -121,6 +122,9 @@ typedef enum { PLAN_COLL_ALL_GATHER, PLAN_COLL_REDUCE_SCATTER, PLAN_COLL_ALL_RED
 double plan_price_tensor(const plan_device *d, double flops, double fraction);
 // A cuBLASLt GEMM's `flops` (2 m n k) at PLAN_GEMM_FRACTION of the peak.
 double plan_price_gemm(const plan_device *d, double flops);
+// An FP8 cuBLASLt GEMM's `flops` (--fp8) at PLAN_GEMM_FRACTION of d's FP8 peak (assumed: the
+// fraction was measured on bf16 GEMMs only); at the bf16 GEMM's price on a device without FP8.
+double plan_price_gemm_fp8(const plan_device *d, double flops);
 // Attention `flops` on the tensor cores: the cuDNN graph (cudnn != 0) or the native wmma kernels.
 double plan_price_attention(const plan_device *d, double flops, int cudnn);
 // fp32 SIMT `flops` at `flop_per_sm_clk` per SM per clock, at most the fp32 peak.

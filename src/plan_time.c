@@ -43,7 +43,7 @@ static int count_model_ops(const plan *p, const llama_config *c, count_result *k
     const count_job job = {r->batch_size_per_device, plan_row_tokens(r), r->elem_bytes, plan_model_buffers(r),
                            r->lora.rank ? &r->lora : NULL,
                            fsdp_grads_f32((fsdp_grad_mode)p->grad_mode, r->reduce_f32), r->attention_segments,
-                           !r->eval_only};
+                           !r->eval_only, r->fp8 && r->elem_bytes == 2};
     return count_micro_batch(c, &job, k);
 }
 
@@ -98,10 +98,20 @@ static void model_ops_add(plan *p, const llama_config *c, const count_result *k,
     const count_tally *lm = &k->t[COUNT_ROOT][COUNT_LMHEAD], *rg = &k->t[COUNT_ROOT][COUNT_GEMM];
     op_add(p, lora ? "layer GEMMs forward (base + adapters)" : "layer GEMMs forward (q k v o gate|up down)",
            PLAN_OP_GEMM, PLAN_PHASE_FWD, A * gf->flops, 0, 0, A * gf->flop_ops);
-    op_add(p, lora ? "layer GEMMs backward (base dX, adapters)" : "layer GEMMs backward (dX, dW)", PLAN_OP_GEMM,
+    op_add(p, lora ? "layer GEMMs backward (base dX, adapters)" : p->req.fp8 ? "layer GEMMs backward (dW)" : "layer GEMMs backward (dX, dW)", PLAN_OP_GEMM,
            PLAN_PHASE_BWD, A * gb->flops, 0, 0, A * gb->flop_ops);
     op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, A * gr->flops, 0, 0,
            A * gr->flop_ops);
+    // --fp8: the decoder linears' forward and dX GEMMs (rate PLAN_GEMM_RATE_FP8: the FP8 peak);
+    // their quantisations are in the phases' memory rows below
+    const count_tally *ff = &k->t[COUNT_LAYER_FWD][COUNT_GEMM_FP8], *fb = &k->t[COUNT_LAYER_BWD][COUNT_GEMM_FP8];
+    const count_tally *fr = &k->t[COUNT_LAYER_RECOMPUTE][COUNT_GEMM_FP8];
+    op_add(p, "layer GEMMs forward in FP8 (--fp8)", PLAN_OP_GEMM, PLAN_PHASE_FWD, A * ff->flops, 0, PLAN_GEMM_RATE_FP8,
+           A * ff->flop_ops);
+    op_add(p, "layer GEMMs backward dX in FP8 (--fp8)", PLAN_OP_GEMM, PLAN_PHASE_BWD, A * fb->flops, 0,
+           PLAN_GEMM_RATE_FP8, A * fb->flop_ops);
+    op_add(p, "layer GEMMs recomputed in FP8 (--fp8)", PLAN_OP_GEMM, PLAN_PHASE_BWD, A * fr->flops, 0,
+           PLAN_GEMM_RATE_FP8, A * fr->flop_ops);
     attention_ops_add(p, c, k, A);
     op_add(p, !train ? "lm_head GEMM: logits" : lora ? "lm_head GEMMs: logits, dX (frozen)" : "lm_head GEMMs: logits, dX, dW",
            PLAN_OP_GEMM, PLAN_PHASE_ROOT, A * (lm->flops + rg->flops), 0, 0, A * (lm->flop_ops + rg->flop_ops));
@@ -213,7 +223,7 @@ int plan_ops_compute(plan *p, const llama_config *c) {
 
 static double op_work_seconds(const plan_op *o, const plan_device *d) {
     switch (o->cls) {
-    case PLAN_OP_GEMM: return plan_price_gemm(d, o->flops);
+    case PLAN_OP_GEMM: return o->rate == PLAN_GEMM_RATE_FP8 ? plan_price_gemm_fp8(d, o->flops) : plan_price_gemm(d, o->flops);
     case PLAN_OP_ATTENTION: return plan_price_tensor(d, o->flops, o->rate);
     case PLAN_OP_SIMT: return plan_price_simt(d, o->flops, o->rate);
     default: return plan_price_memory(d, o->bytes);
@@ -323,7 +333,7 @@ void plan_print_step_time(FILE *out, const plan *p) {
     for (int j = 0; j < nd; j++) plan_estimate_step_time(p, &plan_devices[j], &t[j]);
     _Static_assert(PLAN_GEMM_FRACTION == 0.69, "the gemm line below states the fraction");
     static const char *what[PLAN_OP_CLASS_COUNT] = {
-        "tensor-core GEMMs (cuBLASLt) at 0.69 of peak bf16 (measured on an H200)",
+        "tensor-core GEMMs (cuBLASLt) at 0.69 of peak bf16 (measured on an H200); --fp8's at 0.69 of peak FP8",
         "attention on tensor cores: cuDNN graph at 0.25, native wmma at 0.10 of peak bf16",
         "fp32 SIMT kernels (native attention when head_dim % 16 != 0): 15 FLOP/SM-clock",
         "memory-bound kernels at 0.9 of HBM bandwidth",

@@ -300,6 +300,7 @@ static int job_setup(job *j, const train_options *o, const train_comms *cc) {
         return ft_error("flag --attention cudnn: cuDNN attention did not start (the warning above) and the native "
                         "kernels that would replace it take head_dim up to %d, the model's is %d", dmax, j->cfg.head_dim);
     TRY(plan_check_host_memory(&pl, cc->local_size > 0 ? cc->local_size : 1));
+    if (pl.fp8_bytes) TRY(fp8_linear_reserve(pl.fp8_bytes));   // (the arena's first buffer: the plan's line)
     j->accum = o->total_batch_size / (o->batch_size_per_device * j->world);
 
     TRY(param_layout_init(&j->layout, &j->cfg, fsdp_pad_multiple(cc->shard->size)));
@@ -824,6 +825,7 @@ plan_request train_plan_request(const train_options *o, int W, size_t elem_bytes
         .row_tokens = o->dry_run_row_tokens, .gpus_per_node = o->dry_run_gpus_per_node,
         .fabric_intra_busbw = o->fabric_intra_gbps * 1e9, .fabric_inter_busbw = o->fabric_inter_gbps * 1e9,
         .sample_seq = o->sample_tokens > 0 ? SAMPLE_PROMPT_TOKENS + o->sample_tokens : 0,
+        .fp8 = o->fp8 && elem_bytes == 2,
     };
 }
 

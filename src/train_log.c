@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "fp8_linear.h"
 #include "fsutil.h"
 #include "mfu.h"
 #include "out_dir.h"
@@ -265,4 +266,7 @@ void job_print_peak_memory(const job *j) {
         printf("finetune: device arena: high-water %.1f MiB (%zu bytes) of %.1f MiB\n", top / 1048576.0, top,
                cap / 1048576.0);
     }
+    if (j->o->fp8)   // outside the tracker: the plan's workspace line for it
+        printf("finetune: --fp8 scratch: largest call %zu bytes, buffer %zu bytes\n", fp8_linear_scratch_used(),
+               fp8_linear_scratch_bytes());
 }

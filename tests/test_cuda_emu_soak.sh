@@ -13,10 +13,10 @@
 #       over 2 emulated GPUs (mpiexec -n 2, --total_batch_size 2, 50 steps)
 #   b4  --batch_size_per_device 4: one emulated GPU (--total_batch_size 4, 8 steps) and FSDP
 #       over 2 emulated GPUs (--total_batch_size 8, 6 steps)
-# 200 optimizer steps in all (336 with the bf16-moments run below). Every run is done in two
-# legs: --stop_at_step (half way: an evaluation, a checkpoint save, stop) then --resume latest to
-# the end (final evaluation, HF export, --sample_tokens 12 on --sample_games 2 validation
-# games). Each is checked for: exit
+#   fp8_b1  b1's one-GPU job with --fp8 (an emulated sm_90), straight through, against emu_b1
+# 472 optimizer steps in all (with the bf16-moments run below). Every run but fp8_b1 is done in
+# two legs: --stop_at_step (half way: an evaluation, a checkpoint save, stop) then --resume latest to the end (final evaluation, HF
+# export, --sample_tokens 12 on --sample_games 2 validation games). Each is checked for: exit
 # 0 and no error line, the stop, the checkpoint and the resume, every step logged once, three
 # evaluations, two samples, and every step's training loss and every validation loss against
 # the same job on the CPU (build/finetune --device cpu, fp32, straight through, run in the
@@ -43,13 +43,13 @@
 # with bf16 moments, stopped half way (a BF16 checkpoint) and resumed, against emu_b1 (fp32
 # moments; the same rows in the same order on the same deterministic device, so the moments are
 # the only difference): the mean training loss of the last 34 steps and the final validation
-# loss. Tolerance: RNE storage moves each moment by at most half a bf16 ulp (2^-9 relative), an
-# update m / sqrt(v) by at most 2^-9 + 2^-10 = 0.3%; to first order the loss then moves by at
-# most 0.3% of what the updates moved it, measured as the fp32 run's validation-loss travel
-# (first to last evaluation). Over 136 steps the second moment's RNE drift (decrements smaller
-# than half an ulp are lost at beta2 0.999) stays at +0.2% (the report's simulation), 0.1% in the
-# step size. We allow 1% of the travel (3x the first-order bound, for the compounding).
-# Measured 2026-11-28: 0.13% (last 34 steps) and 0.11% (final val) of a travel of 0.0326.
+# loss. Tolerance: stochastic rounding (src/bf16_sr.h) moves each stored moment by less than
+# one bf16 ulp (2^-8 relative), unbiased; an update m / sqrt(v) by at most 2^-8 + 2^-9 = 0.6%
+# were every error of one sign; to first order the loss then moves by at most 0.6% of what the
+# updates moved it, measured as the fp32 run's validation-loss travel (first to last
+# evaluation). We allow 1% of the travel (the first-order worst case with room for the
+# compounding; unbiased errors stay far below it). Measured 2026-11-28 with round-to-nearest
+# storage (before SR): 0.13% (last 34 steps) and 0.11% (final val) of a travel of 0.0326.
 # A bf16 run whose moments were read as fp32, or not stored at all, moves by far more.
 #
 # Runtime, measured on the 2-core development machine with other jobs at load 1.5-5: 7.3 min
@@ -160,5 +160,32 @@ if command -v mpiexec >/dev/null; then
 else
   skip_or_fail "FSDP over 2 emulated GPUs (needs mpiexec)"
 fi
+# --fp8 (issue 37 item 4): emu_b1's job again with the decoder linears' forward and dX GEMMs
+# in FP8 (an emulated sm_90, FT_EMU_COMPUTE_CAPABILITY=9.0), straight through, its losses
+# against emu_b1's (bf16). The bound is the issue's 1%, on two readings: every step's loss
+# (one game of ~137 tokens a step: FP8's per-operand error of 2^-4 relative averages over
+# few terms, the noisiest reading), and the means over 8 windows of 17 steps (what a loss
+# curve shows). Measured 2026-11-28 (docs/results/2026-11-28-fp8-soak.md): steps worst rel
+# 6.5e-4, 17-step means 1.0e-4 (15x and 100x inside the bound). Runtime: 1.5x the bf16 job's
+# steps under the emulator (the FP8 conversions run in software): 674 s wall beside a bf16
+# run of 454 s at load ~10 on 2 cores, so about 3 more minutes on an idle machine.
+fp8_soak() {
+  local out=$tmp/fp8_b1 t0=$SECONDS w m
+  if ! timeout 1800 env FT_EMU_COMPUTE_CAPABILITY=9.0 "$emu" --device cuda "${common[@]}" --batch_size_per_device 1 \
+      --total_batch_size 1 --max_steps 136 --eval_every 68 --fp8 --out_dir "$out" >"$tmp/fp8_b1.log" 2>&1; then
+    bad "fp8_b1: $(grep -m1 -i error "$tmp/fp8_b1.log")"; return
+  fi
+  [ "$(metric "$out" loss | wc -l)" = 136 ] && [ "$(metric "$tmp/emu_b1" loss | wc -l)" = 136 ] \
+    || { bad "fp8_b1: $(metric "$out" loss | wc -l) step records, emu_b1 $(metric "$tmp/emu_b1" loss | wc -l) (want 136)"; return; }
+  w=$(worst_rel "$(metric "$tmp/emu_b1" loss)" "$(metric "$out" loss)")
+  m=$(paste <(metric "$tmp/emu_b1" loss) <(metric "$out" loss) | awk '
+    { a += $1; b += $2 } NR % 17 == 0 { r = (b - a) / a; if (r < 0) r = -r; if (r > w) w = r; a = b = 0 }
+    END { printf "%.2e", w }')
+  le "$w" 1e-2 && le "$m" 1e-2 && [ "$(metric "$out" loss)" != "$(metric "$tmp/emu_b1" loss)" ] \
+    && ok "fp8_b1: 136 --fp8 steps vs bf16's in $((SECONDS - t0)) s: step losses worst rel $w, 17-step means worst rel $m (max 1e-2)" \
+    || bad "fp8_b1: step losses worst rel $w, 17-step means worst rel $m (max 1e-2; identical means FP8 did not run)"
+}
+fp8_soak
+
 wait   # the CPU references, when a run ended before comparing
 finish

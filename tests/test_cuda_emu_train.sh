@@ -21,7 +21,8 @@
 #      fp32 step gradient) and over FSDP 2 (bf16 root gradient, the fp32 dW accumulator)
 #      against the CPU with run 1's tolerances; FT_LMHEAD_CHUNK_ROWS=0 refused in one line
 #      --fp8 on an emulated sm_90 (the decoder linears' forward GEMMs in FP8): losses within
-#      1% of run 1's bf16 ones, and not identical (the FP8 path ran)
+#      1% of run 1's bf16 ones, and not identical (the FP8 path ran); its FP8 scratch equals
+#      --dry_run --fp8's workspace line (the largest call's layout, and the buffer held)
 #   3. the bf16 sampling path (model_logits on a bf16 backend) produces a continuation
 #   4. FT_EMU_DEVICES=0 (a machine without a device): one clear error line; MFU against the
 #      published peak of a GPU known by name (FT_EMU_DEVICE_NAME), else the measured rate
@@ -94,10 +95,20 @@ else
 fi
 # --fp8 on an emulated sm_90: the decoder linears' forward GEMMs in FP8 E4M3 (src/fp8_linear.h);
 # its quantisation error (2^-4 relative per operand) moves the losses by ~1e-4 relative here
-if FT_EMU_COMPUTE_CAPABILITY=9.0 "$emu" --device cuda "${flags[@]}" --sample_tokens 16 --fp8 --out_dir "$tmp/fp8" >"$tmp/fp8.log" 2>&1; then
+# (--peak_tflops 1: no MFU benchmark, whose 384 x 384 GEMM would be the largest FP8 call here;
+# no sampling, whose lm_head logits call would be: the largest is a training linear's backward)
+if FT_EMU_COMPUTE_CAPABILITY=9.0 "$emu" --device cuda "${flags[@]}" --peak_tflops 1 --fp8 --out_dir "$tmp/fp8" >"$tmp/fp8.log" 2>&1; then
   w=$(worst_rel "$(metric "$tmp/emu" loss)" "$(metric "$tmp/fp8" loss)")
   [ "$(metric "$tmp/fp8" loss | wc -l)" = 8 ] && le "$w" 1e-2 && [ "$(metric "$tmp/fp8" loss)" != "$(metric "$tmp/emu" loss)" ] \
     && ok "--fp8: 8 step losses within 1% of bf16's (and not identical): worst rel $w" || bad "--fp8 losses: worst rel $w"
+  # the FP8 scratch in the plan (src/plan.c, plan_fp8_bytes): --dry_run's line equals the
+  # largest layout a call of the run asked for (gate|up's dX: an (N, 2F) E5M2 gradient), and
+  # the buffer the run holds (reserved at setup: it never grew past the plan)
+  "$build/finetune" --dry_run --device cuda "${flags[@]}" --peak_tflops 1 --fp8 >"$tmp/fp8.plan" 2>&1
+  pf=$(sed -nE 's/^ +([0-9]+) +[0-9.]+ +--fp8: FP8 copies.*/\1/p' "$tmp/fp8.plan")
+  uf=$(sed -nE 's/^finetune: --fp8 scratch: largest call ([0-9]+) bytes, buffer ([0-9]+) bytes/\1 \2/p' "$tmp/fp8.log")
+  [ -n "$pf" ] && [ "$uf" = "$pf $pf" ] && ok "--fp8 scratch: planned $pf bytes = the run's largest call and its buffer" \
+    || bad "--fp8 scratch: planned '${pf:-none}' vs the run's largest call and buffer '${uf:-none}'"
 else bad "emulated --fp8 run: $(tail -1 "$tmp/fp8.log")"; fi
 if "$emu" --device cuda "${flags[@]}" --gradient_checkpointing --out_dir "$tmp/ckpt" >"$tmp/ckpt.log" 2>&1; then
   [ "$(metric "$tmp/ckpt" loss)" = "$(metric "$tmp/emu" loss)" ] && [ "$(metric "$tmp/ckpt" grad_norm)" = "$(metric "$tmp/emu" grad_norm)" ] \
