@@ -778,6 +778,17 @@ int backend_cuda_select_device(int local_rank, int *device) {
     return 0;
 }
 
+int backend_cuda_device_memory(int local_rank, size_t *total_bytes, char *name, size_t name_len) {
+    int count = 0;
+    TRY(backend_cuda_device_count(&count));
+    if (local_rank < 0) return ft_error("flag --device cuda: local rank %d", local_rank);
+    struct cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, local_rank % count));
+    *total_bytes = prop.totalGlobalMem;
+    snprintf(name, name_len, "%s", prop.name);
+    return 0;
+}
+
 int backend_cuda_free_bytes(size_t *free_bytes) {
     size_t total = 0;
     CHECK_CUDA(cudaMemGetInfo(free_bytes, &total));

@@ -11,6 +11,10 @@ int backend_cuda_device_count(int *count);
 // the backend: NCCL communicators are created on it before the arena is sized. local_rank:
 // the rank's place among its node's ranks that see the same GPUs (launch.c). 0 / -1.
 int backend_cuda_select_device(int local_rank, int *device);
+// Total memory (bytes) and name of device local_rank modulo the visible GPUs, read without
+// selecting it or opening the backend (--auto's fit, launch.c, before the arena is sized).
+// name: at least 64 bytes. 0 / -1 (no usable GPU).
+int backend_cuda_device_memory(int local_rank, size_t *total_bytes, char *name, size_t name_len);
 // Bytes free on the current device now (cudaMemGetInfo): the bootstrap line's measure of the
 // memory NCCL's communicators took (free before them minus free after). 0 / -1.
 int backend_cuda_free_bytes(size_t *free_bytes);

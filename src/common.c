@@ -293,8 +293,8 @@ static const env_var env_vars[] = {
      "fill each fresh gradient buffer with NaN first, so that an element the backward fails to "
      "overwrite shows in the gradient norm"},
     {"FT_TEST_DEVICE_MIB", ENV_TEST,
-     "the device memory in MiB that `--auto` plans for instead of the H100 80GB's 81559 (the emulated "
-     "device's `FT_EMU_MEMORY_MIB`, a memory sweep)"},
+     "the device memory in MiB that `--auto` plans for instead of the device's (a real run's GPUs, or "
+     "`--dry_run_device`'s; a memory sweep)"},
     {"FT_TEST_METRICS_TEAR", ENV_TEST,
      "`N`: write half of the N-th `metrics.jsonl` record and fail it, as a full disk would"},
 

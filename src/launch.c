@@ -392,6 +392,47 @@ static int device_select(launch *L) {
 #endif
 }
 
+// --auto on GPUs: the device it plans for. Memory: the smallest total of the ranks' GPUs
+// (collective over the MPI world; each rank reads the GPU of its local rank, before the
+// device is selected); rates: the table's device whose family (its name's first four
+// characters: "H100", "H200", "A100") the GPU's name holds, else the H100's, named so in the
+// report. 0 / -1 on every rank when one could not read its GPU.
+static int auto_device_probe(launch *L, plan_device *d) {
+    static char label[200];
+    char name[128] = "cuda";
+    size_t total = 0;
+    int rc = -1;
+#ifdef FT_HAVE_CUDA
+    rc = backend_cuda_device_memory(L->local_rank, &total, name, sizeof name);
+#else
+    ft_error("--auto: this build has no CUDA");
+#endif
+    double *mem = ft_calloc((size_t)L->W, sizeof(double), "GPU memory of the ranks");
+    if (!mem) return -1;
+    mem[L->rank] = rc == 0 ? (double)total : -1.0;   // (-1: this rank could not read it)
+    int rc_all = comm_all_reduce_f64(&L->world, mem, (size_t)L->W);
+    double least = mem[0];
+    int failed = -1;
+    for (int r = 0; r < L->W; r++) {
+        if (mem[r] < 0 && failed < 0) failed = r;
+        least = mem[r] < least ? mem[r] : least;
+    }
+    free(mem);
+    if (rc != 0 || rc_all != 0) return -1;
+    if (failed >= 0) return ft_error("--auto: rank %d could not read its GPU's memory", failed);
+    const plan_device *rates = PLAN_FIT_DEVICE;
+    for (int i = 0; i < plan_n_devices; i++) {
+        char family[5];
+        snprintf(family, sizeof family, "%s", plan_devices[i].name);
+        if (strstr(name, family)) rates = &plan_devices[i];
+    }
+    *d = *rates;
+    d->memory_bytes = (size_t)least;
+    snprintf(label, sizeof label, "%s, the smallest of the ranks' (priced as the %s)", name, rates->name);
+    d->name = label;
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // open / close
 
@@ -404,7 +445,10 @@ int launch_open(launch *L, train_options *o, int *argc, char ***argv) {
     L->nccl_max_ctas = o->nccl_max_ctas;
     int rc = 0, agreed = 0;
     if (o->auto_plan) {   // the grid's shard size may be its choice: first, agreed before the grid
-        rc = plan_auto_apply(o, L->W, strcmp(o->device, "cpu") != 0 ? 2 : 4, &L->auto_choice);
+        const int on_gpu = strcmp(o->device, "cpu") != 0;
+        plan_device real;
+        rc = on_gpu ? auto_device_probe(L, &real) : 0;
+        if (rc == 0) rc = plan_auto_apply(o, L->W, on_gpu ? 2 : 4, on_gpu ? &real : NULL, &L->auto_choice);
         L->auto_done = rc == 0;
         if ((rc = comm_agree(&L->world, rc, &agreed)) != 0) return rc;
     }

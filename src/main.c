@@ -26,7 +26,7 @@ static int dry_run(const train_options *given) {
     const int W = o->world_size > 0 ? o->world_size : launch_env_world_size();
     const size_t elem_bytes = strcmp(o->device, "cuda") == 0 ? 2 : 4;
     plan_auto_result choice;
-    if (o->auto_plan) TRY(plan_auto_apply(o, W, elem_bytes, &choice));
+    if (o->auto_plan) TRY(plan_auto_apply(o, W, elem_bytes, NULL, &choice));
     const plan_request req = train_plan_request(o, W, elem_bytes);
     plan p;
     TRY(plan_compute(&p, &cfg, &req));

@@ -11,8 +11,9 @@
 // ----------------------------------------------------------------------------
 // the device and the estimate
 
-int plan_auto_device(size_t elem_bytes, const char *name, plan_device *d, int *memory_tested) {
-    const plan_device *named = name ? plan_device_find(name) : PLAN_FIT_DEVICE;
+int plan_auto_device(size_t elem_bytes, const char *name, const plan_device *real, plan_device *d,
+                     int *memory_tested) {
+    const plan_device *named = real ? real : name ? plan_device_find(name) : PLAN_FIT_DEVICE;
     if (!named) return ft_error("flag --dry_run_device: '%s' names no one device of the estimate's table", name);
     *d = *named;
     *memory_tested = elem_bytes == 2;
@@ -271,7 +272,7 @@ void plan_auto_print_estimate_flags(FILE *out, const train_options *o) {
 // ----------------------------------------------------------------------------
 // the command line
 
-int plan_auto_apply(train_options *o, int W, size_t elem_bytes, plan_auto_result *res) {
+int plan_auto_apply(train_options *o, int W, size_t elem_bytes, const plan_device *real, plan_auto_result *res) {
     llama_config cfg;
     char path[FT_PATH_MAX];
     TRY(ft_path(path, sizeof path, "%s/config.json", o->model_dir));
@@ -283,7 +284,7 @@ int plan_auto_apply(train_options *o, int W, size_t elem_bytes, plan_auto_result
     };
     plan_device d;
     int memory_tested;
-    TRY(plan_auto_device(elem_bytes, o->dry_run ? o->dry_run_device : NULL, &d, &memory_tested));
+    TRY(plan_auto_device(elem_bytes, o->dry_run ? o->dry_run_device : NULL, real, &d, &memory_tested));
     const plan_request base = train_plan_request(o, W, elem_bytes);
     TRY(plan_auto_choose(&cfg, &base, &fixed, &d, memory_tested, res));
     const plan_request *r = &res->best.req;

@@ -54,11 +54,13 @@ typedef struct {
     int has_runner_up, has_blocked, given_valid;
 } plan_auto_result;
 
-// The device --auto plans for, into *d: the one of plan_devices `name` picks (plan_device_find;
-// NULL: PLAN_FIT_DEVICE), with FT_TEST_DEVICE_MIB's memory when that is set (a positive number
-// of MiB). *memory_tested = 1 for GPU storage (elem_bytes 2). 0, or -1 with ft_error naming
-// --dry_run_device (no such device) or FT_TEST_DEVICE_MIB (not a positive number).
-int plan_auto_device(size_t elem_bytes, const char *name, plan_device *d, int *memory_tested);
+// The device --auto plans for, into *d: `real` when not NULL (the probed GPU), else the one of
+// plan_devices `name` picks (plan_device_find; NULL: PLAN_FIT_DEVICE), with FT_TEST_DEVICE_MIB's
+// memory when that is set (a positive number of MiB). *memory_tested = 1 for GPU storage
+// (elem_bytes 2). 0, or -1 with ft_error naming --dry_run_device (no such device) or
+// FT_TEST_DEVICE_MIB (not a positive number).
+int plan_auto_device(size_t elem_bytes, const char *name, const plan_device *real, plan_device *d,
+                     int *memory_tested);
 
 // THE estimate --auto ranks by: tokens/s per GPU, MFU and step time of plan p on d, into *c
 // (the timeline, plan_tl_step_seconds of src/plan_timeline.c, with the per-phase sum of
@@ -88,4 +90,8 @@ void plan_auto_print_estimate_flags(FILE *out, const train_options *o);
 // --auto for job `o` at world size W with elem_bytes per storage element: reads the model's
 // config.json, chooses (plan_auto_choose, the flags given on the command line fixed) and
 // writes the chosen flags into *o, before anything is planned or allocated from them. 0 / -1.
-int plan_auto_apply(train_options *o, int world_size, size_t elem_bytes, plan_auto_result *res);
+// real: the GPU the job runs on (a real run: launch.c's probe, the smallest of the ranks'
+// memories, the rates of the table's device of that family), or NULL (--dry_run: the table's
+// --dry_run_device, the H100 80GB by default). FT_TEST_DEVICE_MIB replaces either's memory.
+int plan_auto_apply(train_options *o, int world_size, size_t elem_bytes, const plan_device *real,
+                    plan_auto_result *res);

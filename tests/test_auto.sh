@@ -108,7 +108,8 @@ if [ -x "$emu" ]; then
   planned=$(awk '$1 == "total" && NF >= 3 { print $2; exit }' "$tmp/emu.plan")
   blocked=$(sed -nE 's/^  binding: +the fastest plan, (--[^(]*) \(.*/\1/p' "$tmp/emu.plan")
   # (FT_EMU_CONTEXT_MIB: the plan's 1 GiB less cuBLASLt's 32 MiB workspace, which the arena holds)
-  FT_EMU_MEMORY_MIB=$mib FT_EMU_CONTEXT_MIB=992 FT_TEST_DEVICE_MIB=$mib "$emu" --auto "${f[@]}" --max_steps 2 \
+  # (no FT_TEST_DEVICE_MIB: the run reads its GPU's memory, launch.c auto_device_probe)
+  FT_EMU_MEMORY_MIB=$mib FT_EMU_CONTEXT_MIB=992 "$emu" --auto "${f[@]}" --max_steps 2 \
     --out_dir "$tmp/emu" > "$tmp/emu.log" 2>&1; rc=$?
   peak=$(train_field "$tmp/emu/metrics.jsonl" 2 peak_mem_bytes)
   hw=$(sed -nE 's/^finetune: device arena: high-water .* \(([0-9]+) bytes\) of .*/\1/p' "$tmp/emu.log")
@@ -116,6 +117,24 @@ if [ -x "$emu" ]; then
     && [ "$peak" -le "$planned" ] && [ -n "$hw" ] && [ "$hw" -le $((planned + 33554432)) ] \
     && ok "emulated GPU of $mib MiB: --auto chose '$flags', trained 2 steps, tracked peak $peak and high-water $hw within the plan $planned (+32 MiB)" \
     || bad "emulated GPU of $mib MiB: rc $rc, chosen '$flags', blocked '$blocked', peak '$peak' hw '$hw' plan '$planned': $(grep -m1 error "$tmp/emu.log")"
+  gib=$(awk -v m="$mib" 'BEGIN { printf "%.2f", m / 1024 }')
+  grep -q "predicted on the CPU emulation (tests/cuda_emu), the smallest of the ranks' (priced as the H100[^(]*) ($gib GiB" \
+    "$tmp/emu.log" && ok "a real run plans for its GPU's memory ($gib GiB read from the device)" \
+    || bad "a real run's --auto device: $(grep -m1 'predicted on' "$tmp/emu.log") (wanted the device's $gib GiB)"
+  # two ranks whose GPUs differ: both plan for the smaller (rank 1's), and agree on the choice
+  if command -v mpiexec > /dev/null; then
+    # (GiBs, not the 1-rank case's MiBs: two GPU ranks' plans hold NCCL's communicators)
+    small=6144 big=24576 g2=6.00
+    FT_EMU_CONTEXT_MIB=992 FT_EMU_DEVICE_NAME="NVIDIA H200" timeout 300 mpiexec -n 1 -env FT_EMU_MEMORY_MIB "$big" \
+      "$emu" --auto "${f[@]}" --max_steps 1 --out_dir "$tmp/emu3" : -n 1 -env FT_EMU_MEMORY_MIB "$small" "$emu" --auto \
+      "${f[@]}" --max_steps 1 --out_dir "$tmp/emu3" > "$tmp/emu3.log" 2>&1; rc=$?
+    FT_TEST_DEVICE_MIB=$small "$bin" --dry_run --auto --world_size 2 --dry_run_device h200 "${f[@]}" > "$tmp/emu3.plan" 2>&1
+    want=$(chosen_flags < "$tmp/emu3.plan")
+    [ $rc -eq 0 ] && grep -q "predicted on the NVIDIA H200, the smallest of the ranks' (priced as the H200[^(]*) ($g2 GiB" \
+      "$tmp/emu3.log" && grep -qE "^  chosen: +$want:" "$tmp/emu3.log" \
+      && ok "2 ranks, GPUs of $big and $small MiB: planned for $g2 GiB at H200 rates, chose '$want' as the dry run does" \
+      || bad "2 ranks of $big / $small MiB: rc $rc, $(grep -m1 'predicted on\|error' "$tmp/emu3.log"); wanted '$want'"
+  else skip_or_fail "--auto over 2 emulated GPUs (no mpiexec)"; fi
   # shellcheck disable=SC2086
   FT_EMU_MEMORY_MIB=$mib FT_EMU_CONTEXT_MIB=992 "$emu" "${f[@]}" $blocked --max_steps 1 --out_dir "$tmp/emu2" \
     > "$tmp/emu2.log" 2>&1; rc=$?
