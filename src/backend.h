@@ -43,7 +43,7 @@ typedef struct {
     // hash (seed, step, the moment, offset + i); fp32 moments ignore them
     uint32_t seed;            // --seed
     uint32_t step;            // the optimizer step, 1-based
-    uint64_t offset;          // global index (flat parameter layout) of the slice's element 0
+    uint64_t offset;          // index of the slice's element 0 among the parameters (no padding)
 } adamw_params;
 
 typedef struct backend backend;

@@ -1,8 +1,9 @@
 // bf16_sr.h: stochastic rounding of fp32 to bf16 with counter-based random bits, shared by
 // the CPU backend's AdamW and the CUDA kernel (kernels/adamw.cu), which must produce the same
 // bits. The bits of an element are a hash of (seed, optimizer step, which moment, the
-// element's global index in the flat parameter layout): no random state, the same bits on any
-// world size, shard size or device.
+// element's index among the model's parameters: the flat layout without the units' padding,
+// which depends on the shard size): no random state, the same bits on any world size, shard
+// size or device.
 #pragma once
 #include <stdint.h>
 

@@ -782,13 +782,18 @@ static size_t entry_local_range(const fsdp_state *s, const param_entry *e, size_
     return b - a;
 }
 
-// p for the AdamW of the slice at local index k of unit u: .offset its global index (the
-// stochastic rounding's counter of bf16 moments, the same at any sharding)
+// p for the AdamW of the slice at local index k of unit u: .offset its index among the model's
+// parameters without the units' padding (the stochastic rounding's counter of bf16 moments:
+// the padding is a multiple of 16 x the shard size, so padded offsets would differ by world
+// size). Layers come first in the flat buffer, then the root (param_layout.c).
 static adamw_params slice_params(const fsdp_state *s, int u, size_t k, const adamw_params *p) {
+    const param_layout *l = s->layout;
     size_t lo, hi;
     fsdp_unit_range(s, u, &lo, &hi);
+    const size_t in_unit = lo + (k - s->local_off[u]) - l->unit_offset[u];
+    const size_t unit_base = (size_t)(u < l->n_layers ? u : l->n_layers) * l->layer_numel;
     adamw_params q = *p;
-    q.offset = (uint64_t)(lo + (k - s->local_off[u]));
+    q.offset = (uint64_t)(unit_base + in_unit);
     return q;
 }
 
