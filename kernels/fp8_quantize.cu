@@ -41,7 +41,8 @@ fp8_amax_final_kernel(float *stats, const float *partial, int G, int fmt) {
     for (int i = threadIdx.x; i < G; i += blockDim.x) m = fmaxf(m, partial[i]);
     m = block_max(m, scratch);
     if (threadIdx.x == 0) {
-        const float scale = m > 0.0f && isfinite(m) ? fp8_fmt_max(fmt) / m : 1.0f;
+        // (a tiny amax, below the format's max / FLT_MAX, would make the scale inf: clamped)
+        const float scale = m > 0.0f && isfinite(m) ? fminf(fp8_fmt_max(fmt) / m, 3.40282347e38f) : 1.0f;
         stats[0] = m;
         stats[1] = scale;
         stats[2] = 1.0f / scale;

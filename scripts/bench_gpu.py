@@ -408,6 +408,10 @@ def run_finetune(a, job, model_dir, tmp, limit, extra=()):
         tail = open(os.path.join(tmp, "ft.log")).read()[-1500:]
         if out_of_memory(tail):
             raise NotRun(f"out of memory: {out_of_memory(tail)}")
+        # --fp8 on a GPU before Hopper/Ada, or on the CPU backend (src/fp8_linear.c, options.c)
+        refused = [l for l in tail.splitlines() if "flag --fp8" in l and "FP8 tensor cores" in l]
+        if refused:
+            raise NotRun(f"finetune refuses --fp8 here: {refused[0].strip()[:300]}")
         raise RuntimeError(f"finetune logged {len(train)} of {a.steps + 1} steps (rc {p.returncode}):\n{tail}")
     train = train[:a.steps + 1]
     out = {"ms": [r["ms"] for r in train[1:]], "device_peak_mib": peak,

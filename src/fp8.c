@@ -1,6 +1,7 @@
 // fp8.c: FP8 E4M3 / E5M2 conversions on the host (see fp8.h).
 #include "fp8.h"
 
+#include <float.h>
 #include <math.h>
 
 // a format's fields: mantissa bits, exponent bias, the largest finite code (positive)
@@ -62,5 +63,6 @@ uint8_t fp8_from_float(float x, fp8_format f) { return from_float(x, f, 0); }
 uint8_t fp8_from_float_sat(float x, fp8_format f) { return from_float(x, f, 1); }
 
 float fp8_scale_from_amax(float amax, fp8_format f) {
-    return amax > 0.0f && isfinite(amax) ? fp8_max(f) / amax : 1.0f;
+    // (a tiny amax, below the format's max / FLT_MAX, would make the scale inf: clamped)
+    return amax > 0.0f && isfinite(amax) ? fminf(fp8_max(f) / amax, FLT_MAX) : 1.0f;
 }

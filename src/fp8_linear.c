@@ -108,6 +108,8 @@ int fp8_linear_backend(const backend *inner, const backend **out) {
     return 0;
 }
 
+const backend *fp8_linear_unwrap(const backend *be) { return be == &g_table && g_inner ? g_inner : be; }
+
 size_t fp8_linear_scratch_bytes(void) { return g_scratch.cap; }
 size_t fp8_linear_scratch_used(void) { return g_scratch.used; }
 

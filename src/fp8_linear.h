@@ -16,6 +16,11 @@ typedef struct lora_config lora_config;
 // CPU backend, a GPU of compute capability below 8.9). One wrapper per process (its FP8
 // scratch is static); calling again rewraps.
 int fp8_linear_backend(const backend *inner, const backend **out);
+// The backend without the FP8 wrapper: its inner one when `be` is the wrapper, else `be`. For
+// the GEMMs that stay bf16 under --fp8 though they are matmul_fwd calls: the lm_head's logits
+// (model_logits_rows: sampling) and the MFU benchmark's GEMM. (Under --profile the wrapper is
+// wrapped again and these calls keep the FP8 path.)
+const backend *fp8_linear_unwrap(const backend *be);
 // The scratch the wrapper holds now (FP8 copies of the largest activation and weight so far,
 // their scales), in bytes: one buffer from the backend's arena, outside the tracker (the
 // memory plan's "FP8 copies" workspace line, src/plan.c).

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "fp8_linear.h"
 #include "lora.h"
 
 // ----------------------------------------------------------------------------
@@ -556,8 +557,9 @@ int model_logits_rows(model *m, const unit_provider *p, const int32_t *tokens, i
         const int rows = nrows - r < chunk ? nrows - r : chunk;
         const size_t n = (size_t)rows * V;
         float *dst = logits + (size_t)r * V;   // (rows, V)
-        rc = m->be->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)(row0 + r) * C), at(m, root, lm_head_offset(m)),
-                               NULL, rows, C, V);
+        // (the lm_head in bf16 under --fp8 too: the wrapper's inner backend)
+        rc = fp8_linear_unwrap(m->be)->matmul_fwd(m->logits_ws, at(m, m->lnf, (size_t)(row0 + r) * C),
+                                                  at(m, root, lm_head_offset(m)), NULL, rows, C, V);
         if (rc == 0 && !half) rc = m->be->copy_d2h(dst, m->logits_ws, n * sizeof(float));
         if (rc == 0 && half) {
             rc = m->be->copy_d2h(half, m->logits_ws, n * 2);

@@ -81,20 +81,16 @@ int plan_model_buffers(const plan_request *r) {
 // --fp8: the one scratch buffer of the FP8 wrapper, sized for its largest call: the decoder
 // linears at B x T rows (forward, and the backward's dX unless --eval_only), the MFU
 // benchmark's square GEMM, and after training the sampler's (1, T) inference model: its
-// linears, and its logits (one row against the lm_head, which model_logits_rows multiplies
-// with matmul_fwd). Call after p->sample_alloc_seq is set.
+// linears (the lm_head's logits and the MFU benchmark's GEMM skip the wrapper:
+// fp8_linear_unwrap). Call after p->sample_alloc_seq is set.
 static size_t plan_fp8_bytes(const plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
     if (!r->fp8 || r->elem_bytes != 2) return 0;
     const lora_config *lc = r->lora.rank ? &r->lora : NULL;
     size_t b = fp8_linear_model_bytes(c, lc, r->batch_size_per_device * r->seq_len, !r->eval_only);
-    const size_t n = MFU_BENCH_MATMUL_DIM;
-    if (r->mfu_benchmark && fp8_linear_call_bytes(n, n, n, 0) > b) b = fp8_linear_call_bytes(n, n, n, 0);
     if (r->sample_seq > 0) {
         const size_t s = fp8_linear_model_bytes(c, lc, p->sample_alloc_seq, 0);
-        const size_t v = fp8_linear_call_bytes(1, c->hidden_size, c->vocab_size, 0);
         if (s > b) b = s;
-        if (v > b) b = v;
     }
     return b;
 }

@@ -225,7 +225,7 @@ int job_open_outputs(job *j, int start) {
     const double known = backend_peak_tflops(j->be);
     j->peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12
                     : known > 0        ? known * 1e12
-                                       : mfu_measure_matmul_flops(j->be, &j->mem);
+                                       : mfu_measure_matmul_flops(fp8_linear_unwrap(j->be), &j->mem);
     if (is_main(j))
         printf("finetune: MFU denominator %.1f GFLOP/s per rank (%s)\n", j->peak_flops / 1e9,
                o->peak_tflops > 0 ? "--peak_tflops"

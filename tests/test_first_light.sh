@@ -287,7 +287,7 @@ PY
 [ "$js" = ok ] && ok "bench_gpu.py's time estimates: a program that cannot finish before --deadline_s is dropped, a shorter one runs" \
   || bad "bench_gpu.py's time estimates: $js"
 # tests/gpu/fp8_loss_gpu.sh (first_light.sh's fp8_loss): a capability check first (a binary
-# whose --help lacks --fp8, or that refuses it here with one line: exit 3 "not run: <why>"),
+# whose --help lacks --fp8, or that refuses it here, after its launch lines: exit 3 "not run: <why>"),
 # then 30 steps --fp8 vs bf16 within its tolerance, and the --fp8 loss falling. A stand-in
 # trainer: losses 7 - 0.1 x step, --fp8's off by FAKE_FP8_REL
 cat >"$tmp/bin/fake_fp8" <<'FT'
@@ -295,7 +295,9 @@ cat >"$tmp/bin/fake_fp8" <<'FT'
 [ "$1" = --help ] && { echo "usage: finetune [flags]"; [ -n "${FAKE_HAS_FP8:-}" ] && echo "  --fp8                      FP8 GEMMs"; exit 0; }
 out=""; fp8=0; n=30
 while [ $# -gt 0 ]; do [ "$1" = --out_dir ] && out=$2; [ "$1" = --fp8 ] && fp8=1; [ "$1" = --max_steps ] && n=$2; shift; done
-[ $fp8 = 1 ] && [ -n "${FAKE_FP8_REFUSE:-}" ] && { echo "finetune: --fp8 needs a GPU with FP8 tensor cores (compute capability 8.9 or newer)" >&2; exit 1; }
+# (the real refusal: at job setup, after the launch and config lines, src/fp8_linear.c's text)
+[ $fp8 = 1 ] && [ -n "${FAKE_FP8_REFUSE:-}" ] && { echo "finetune: 1 rank, cuda"; echo "finetune: config: ..."
+  echo "finetune: error: flag --fp8: cuda device 0 (NVIDIA A100-SXM4-80GB, sm_80) has no FP8 tensor cores (FP8 GEMMs need --device cuda on compute capability 8.9+: Hopper, Ada)" >&2; exit 1; }
 mkdir -p "$out"
 for i in $(seq 1 "$n"); do
   awk -v i=$i -v f=$fp8 -v r="${FAKE_FP8_REL:-0}" 'BEGIN { printf "{\"type\":\"train\",\"step\":%d,\"loss\":%.6f,\"ms\":5}\n", i, (7 - 0.1 * i) * (1 + f * r) }'
@@ -307,7 +309,7 @@ out=$(fp8 a); rc=$?
 [ $rc = 3 ] && [ "$out" = "not run: this binary has no --fp8 ($tmp/bin/fake_fp8 --help does not list it)" ] \
   && ok "fp8_loss_gpu.sh, a binary without --fp8: exit 3, $out" || bad "fp8_loss_gpu.sh without --fp8: rc $rc: $out"
 out=$(FAKE_HAS_FP8=1 FAKE_FP8_REFUSE=1 fp8 b); rc=$?
-[ $rc = 3 ] && [[ $out == "not run: finetune refuses --fp8 here: finetune: --fp8 needs a GPU"* ]] \
+[ $rc = 3 ] && [[ $out == "not run: finetune refuses --fp8 here: finetune: error: flag --fp8: cuda device 0 (NVIDIA A100"* ]] \
   && ok "fp8_loss_gpu.sh, --fp8 refused on this device: exit 3, its line as the reason" || bad "fp8_loss_gpu.sh refused: rc $rc: $out"
 out=$(FAKE_HAS_FP8=1 FAKE_FP8_REL=0.01 fp8 c); rc=$?
 [ $rc = 0 ] && [ "$(tail -1 <<<"$out")" = "fp8_loss_gpu: 3 passed, 0 failed" ] && grep -q "worst rel 1.00e-02 <= 3e-2" <<<"$out" \

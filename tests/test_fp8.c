@@ -5,6 +5,7 @@
 //      value and infinity round-trips; NaN codes give NaN), values increase with the code
 //   3. rounding: every midpoint between neighbouring codes goes to the even code, a float
 //      step either side of it to the nearer code; overflow and underflow by each rule
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -116,6 +117,12 @@ static void test_scale(void) {
     EXPECT(fp8_scale_from_amax(0.0f, FP8_E4M3) == 1.0f, "amax 0");
     EXPECT(fp8_scale_from_amax(INFINITY, FP8_E4M3) == 1.0f, "amax inf");
     EXPECT(fp8_scale_from_amax(NAN, FP8_E5M2) == 1.0f, "amax NaN");
+    // a tiny amax: the format's max / amax overflows fp32; the scale stays finite (FLT_MAX) and
+    // the largest value still lands within the format (amax x FLT_MAX < 448)
+    EXPECT(fp8_scale_from_amax(1e-37f, FP8_E4M3) == FLT_MAX, "e4m3 scale at amax 1e-37 clamped to FLT_MAX");
+    EXPECT(fp8_scale_from_amax(1e-36f, FP8_E5M2) == FLT_MAX, "e5m2 scale at amax 1e-36 clamped to FLT_MAX");
+    EXPECT(fp8_from_float(1e-37f * FLT_MAX, FP8_E4M3) != 0 && fp8_to_float(fp8_from_float(1e-37f * FLT_MAX, FP8_E4M3), FP8_E4M3) <= 448.0f,
+           "amax x clamped scale is a finite nonzero e4m3 code");
 }
 
 int main(void) {

@@ -1031,6 +1031,8 @@ static void cases_fp8_quantize() {
         test_fp8_quantize(16, 48, (fp8_format)f, 0.0f, false, 3, 0);
         test_fp8_quantize(31, 9, (fp8_format)f, 1.0f, true, 3, 0);
         test_fp8_quantize(101, 13, (fp8_format)f, 2.0f, false, 3, 2);
+        // amax ~1e-37: the format's max / amax is past FLT_MAX, the scale clamped (else inf, NaN codes)
+        test_fp8_quantize(19, 16, (fp8_format)f, 1e-37f, false, 3, 0);
     }
 }
 

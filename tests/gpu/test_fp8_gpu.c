@@ -141,6 +141,9 @@ static void case_wrapper(int N, int IC, int OC) {
     const backend *W = NULL;
     EXPECT(fp8_linear_backend(GPU, &W) == 0, "wrapper: %s", ft_error_message());
     if (!W) return;
+    // the lm_head's logits and the MFU benchmark take the inner backend (bf16)
+    EXPECT(fp8_linear_unwrap(W) == GPU && fp8_linear_unwrap(GPU) == GPU && W->matmul_fwd != GPU->matmul_fwd,
+           "fp8_linear_unwrap: the wrapper's inner backend, any other backend itself");
     const int fp8 = IC % 16 == 0 && OC % 16 == 0;
     char shape[64];
     snprintf(shape, sizeof shape, "N %d IC %d OC %d%s", N, IC, OC, fp8 ? "" : " (bf16)");
