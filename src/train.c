@@ -400,7 +400,10 @@ static int train_step(job *j, int step, step_stats *st) {
     const float dloss = (float)(1.0 / counts[0]);
 
     TRY(fsdp_zero_grads(j->opt));
-    if (o->max_grad_norm == 0) {   // no clipping: the layers' AdamW may start in the last backward
+    // no clipping: the layers' AdamW may start in the last backward. (A step whose norm then
+    // proves non-finite has updated those layers already: the job stops below and saves
+    // nothing; a "skip the bad step" path would need the update held back.)
+    if (o->max_grad_norm == 0) {
         const adamw_params early = schedule_adamw(&j->sched, step, 0.0);
         fsdp_update_early(j->opt, &early);
     }

@@ -714,13 +714,18 @@ static cudaError_t free_after_sync(void *p, bool shadowed) {
 cudaError_t cudaFree(void *p) { return free_after_sync(p, true); }
 
 // Pinned host memory: plain host memory with no shadow state (it is not device memory; the
-// async copies already treat all host memory as pinned). No padding around the blocks: the
-// reports it once worked around were glibc's memchr in the emulator's own stats code reading
-// into a block's watched first bytes, hits now ignored (t_emu_inside, cuda_emu_shadow.cpp).
+// async copies already treat all host memory as pinned). The reports once seen at a block's
+// first bytes were glibc's vectorised memchr in the emulator's own stats code reading past a
+// string into the next block; hits inside the emulator are ignored now (t_emu_inside,
+// cuda_emu_shadow.cpp). The program's own string functions over-read the same way (a 32-byte
+// vector load that holds a string's last byte reaches at most 31 bytes past it): PIN_GAP free
+// bytes before each block keep such a load out of it, so only the program's real touches
+// of a block are reported.
+#define PIN_GAP 256   // (a multiple of 256: blocks stay 256-byte aligned)
 cudaError_t cudaMallocHost(void **p, size_t n) {
     void *base = nullptr;
-    if (posix_memalign(&base, 256, n ? n : 1) != 0) { *p = nullptr; return cudaErrorMemoryAllocation; }
-    *p = base;
+    if (posix_memalign(&base, 256, PIN_GAP + (n ? n : 1)) != 0) { *p = nullptr; return cudaErrorMemoryAllocation; }
+    *p = (char *)base + PIN_GAP;
     runtime();
     Lock l;
     shadow_pinned(*p, n ? n : 1, true);   // kernels may reach it (unified addressing)
@@ -745,7 +750,7 @@ cudaError_t cudaFreeHost(void *p) {
         Lock l;
         shadow_pinned(p, 0, false);
     }
-    return free_after_sync(p, false);
+    return free_after_sync(p ? (char *)p - PIN_GAP : p, false);   // (the block began PIN_GAP before)
 }
 
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t h) {
