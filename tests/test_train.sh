@@ -461,7 +461,7 @@ bad_state "field 'beta2' is not a finite number >= 0" 's/"beta2": [0-9.e-]*/"bet
 # a moment of another shape with the same size ([352, 128] for down_proj's [128, 352])
 bad_ck; LC_ALL=C sed -i 's/\("exp_avg.model.layers.0.mlp.down_proj.weight":{"dtype":"F32","shape":\)\[128,352\]/\1[352,128]/' \
   "$tmp/bad-ck/optimizer.safetensors"
-expect_error "tensor 'exp_avg.model.layers.0.mlp.down_proj.weight' missing, not F32, or of the wrong shape" \
+expect_error "tensor 'exp_avg.model.layers.0.mlp.down_proj.weight' missing, not F32 or BF16, or of the wrong shape" \
   --eval_only "${small[@]}" --resume "$tmp/bad-ck"
 # the moments' header is checked with the weights' before anything is loaded: with both a NaN
 # weight (found only when the data is read) and that mis-shaped moment, the moment is named
@@ -469,7 +469,7 @@ bad_ck; LC_ALL=C sed -i 's/\("exp_avg.model.layers.0.mlp.down_proj.weight":{"dty
   "$tmp/bad-ck/optimizer.safetensors"
 printf '\x00\x00\xc0\x7f' | dd of="$tmp/bad-ck/model.safetensors" bs=1 \
   seek=$((8 + $(od -An -t u8 -N8 "$tmp/bad-ck/model.safetensors" | tr -d ' '))) conv=notrunc status=none
-expect_error "tensor 'exp_avg.model.layers.0.mlp.down_proj.weight' missing, not F32, or of the wrong shape" \
+expect_error "tensor 'exp_avg.model.layers.0.mlp.down_proj.weight' missing, not F32 or BF16, or of the wrong shape" \
   --eval_only "${small[@]}" --resume "$tmp/bad-ck"
 # a tensor the moments file should not hold: refused by name, as one in the weights is
 opt_add_tensor() {   # opt_add_tensor NAME [SUM]: one more F32 [1] tensor (zero) at the end of the bad copy's
