@@ -28,7 +28,7 @@ struct KernelPtr;
 // reads up to 31 bytes past a short heap string, into a neighbouring pinned block's watched
 // first bytes (what was found there). Entered by Lock (cuda_emu_stream.cpp), enqueue and the
 // stats code; an EmuInside object marks a scope.
-extern thread_local int t_emu_inside;
+extern __thread int t_emu_inside;
 struct EmuInside {
     EmuInside() { ++t_emu_inside; }
     ~EmuInside() { --t_emu_inside; }

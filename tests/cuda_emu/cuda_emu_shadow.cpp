@@ -50,7 +50,9 @@
 
 namespace cuemu {
 
-thread_local int t_emu_inside = 0;
+// (__thread, not thread_local: under UBSan the thread_local read as a null load on the
+// emulator's fiber stacks, 2026-11-28; the cause not pinned down)
+__thread int t_emu_inside = 0;
 
 namespace {
 
