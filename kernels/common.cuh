@@ -126,3 +126,16 @@ __device__ __forceinline__ float block_reduce(float v, float *scratch, float id)
 // sum and max over the block (block_reduce's rules)
 __device__ __forceinline__ float block_sum(float v, float *scratch) { return block_reduce<warp_sum>(v, scratch, 0.0f); }
 __device__ __forceinline__ float block_max(float v, float *scratch) { return block_reduce<warp_max>(v, scratch, -INFINITY); }
+
+// An output's amax (max |y| over the tensor, --fp8's scale, backend.h rmsnorm_fwd): *amax (one
+// fp32, device memory, zeroed by amax_zero before the launch) = max(*amax, the block's max of
+// m). Every thread's m is a max from 0 of |y| (fmaxf: NaNs do not count), so it is >= 0 and
+// its bits order as its value: the integer atomicMax is exact and order-free (deterministic).
+__device__ __forceinline__ void block_amax_publish(float *amax, float m, float *scratch) {
+    m = block_max(m, scratch);
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<int *>(amax), __float_as_int(m));
+}
+// *amax = 0 on `stream` (nothing when amax is NULL): 0, or -1 with op named
+static inline int amax_zero(float *amax, ftk_stream stream, const char *op) {
+    return amax ? cuda_check(cudaMemsetAsync(amax, 0, sizeof(float), stream), op, "cudaMemsetAsync (amax)") : 0;
+}

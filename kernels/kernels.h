@@ -25,7 +25,8 @@ int ftk_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int N, 
 int ftk_embedding_bwd(void *dwte, int dw_f32, const void *dout, const int32_t *tokens, int N, int C,
                       int V, ftk_stream stream);
 // rmsnorm.cu
-int ftk_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight, int N, int C,
+// amax: NULL, or one fp32 = max |out| (backend.h rmsnorm_fwd, swiglu_fwd); zeroed first
+int ftk_rmsnorm_fwd(void *out, float *rstd, float *amax, const void *inp, const void *weight, int N, int C,
                     float eps, ftk_stream stream);
 int ftk_rmsnorm_bwd(void *dinp, void *dweight, int dw_f32, const void *dout, const void *inp,
                     const void *weight, const float *rstd, int N, int C, ftk_stream stream);
@@ -67,7 +68,7 @@ int ftk_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void
 int ftk_lmhead_xent_rows(float *losses, float *logits, const int32_t *targets, int rows, int V,
                          int backward, ftk_stream stream);
 // swiglu.cu: gate/up (and dgate/dup) (N, F) at row stride ld, out/dout (N, F) contiguous
-int ftk_swiglu_fwd(void *out, const void *gate, const void *up, int N, int F, int ld,
+int ftk_swiglu_fwd(void *out, float *amax, const void *gate, const void *up, int N, int F, int ld,
                    ftk_stream stream);
 int ftk_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up,
                    int N, int F, int ld, ftk_stream stream);
@@ -91,6 +92,10 @@ int ftk_cast_from_f32(void *dst, const float *src, size_t n, ftk_stream stream);
 // 1 e5m2 (fp8.h's fp8_format). Takes (G) floats of scratch (scratch.cu).
 int ftk_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int rows, int cols, int fmt,
                      ftk_stream stream);
+// the same with the amax given (one fp32, device memory: rmsnorm_fwd's or swiglu_fwd's of inp):
+// no pass over inp for it, no scratch; stats and codes as ftk_fp8_quantize's when it is max |inp|
+int ftk_fp8_cast(void *out, void *out_t, float *stats, const float *amax, const void *inp, int rows, int cols,
+                 int fmt, ftk_stream stream);
 // scratch.cu: workspace of the kernels that need some (attention_bwd, rmsnorm_bwd,
 // sum_squares, sum_squares_accumulate) comes from `alloc`/`release` once set (the backend's arena), else from
 // cudaMallocAsync. Set it before launching; NULLs restore the default.

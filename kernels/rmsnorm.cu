@@ -1,6 +1,9 @@
 // rmsnorm.cu: RMSNorm (HF LlamaRMSNorm) forward and backward.
 //
-// forward  out (N, C) = w * (x * r), r = rsqrt(mean(x^2) + eps); rstd (N) = r (fp32)
+// forward  out (N, C) = w * (x * r), r = rsqrt(mean(x^2) + eps); rstd (N) = r (fp32);
+//   amax (when not NULL) = max |out| over the stored bf16 values (--fp8: the scale of the
+//   linear's input, without a pass over it): zeroed, then each block's max of its row joins
+//   it by an integer atomicMax (common.cuh block_amax_publish: exact, order-free)
 //   launch: grid N (one block per row), T = clamp(roundup32(ceil(C / 8)), 32, 256) threads;
 //   16-byte loads of 8 bf16 when C % 8 == 0 and the pointers are aligned, else scalar.
 //   numerics: fp32 sum of squares (per-thread partials, then a warp-shuffle tree and a
@@ -28,7 +31,7 @@ static unsigned rms_threads(int C) {
 }
 
 __global__ void __launch_bounds__(RMS_MAX_THREADS)
-rmsnorm_fwd_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int C,
+rmsnorm_fwd_kernel(bf16 *out, float *rstd, float *amax, const bf16 *inp, const bf16 *weight, int C,
                    float eps, int vec) {
     __shared__ float scratch[32];
     const size_t row = blockIdx.x;
@@ -51,19 +54,27 @@ rmsnorm_fwd_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, 
     ss = block_sum(ss, scratch);
     const float r = rsqrtf(ss / (float)C + eps);
     if (threadIdx.x == 0) rstd[row] = r;
+    float m = 0.0f;   // max |y| of this thread's stored (rounded) outputs
     if (vec) {
         for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
             float v[8], w[8];
             load8(v, x + c);
             load8(w, weight + c);
 #pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = w[k] * (v[k] * r);
+            for (int k = 0; k < 8; k++) {
+                v[k] = w[k] * (v[k] * r);
+                m = fmaxf(m, fabsf(bf2f(f2bf(v[k]))));
+            }
             store8(y + c, v);
         }
     } else {
-        for (int c = threadIdx.x; c < C; c += blockDim.x)
-            y[c] = f2bf(bf2f(weight[c]) * (bf2f(x[c]) * r));
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            const bf16 q = f2bf(bf2f(weight[c]) * (bf2f(x[c]) * r));
+            y[c] = q;
+            m = fmaxf(m, fabsf(bf2f(q)));
+        }
     }
+    if (amax) block_amax_publish(amax, m, scratch);
 }
 
 __global__ void __launch_bounds__(RMS_MAX_THREADS)
@@ -143,12 +154,13 @@ __global__ void rmsnorm_bwd_dw_final_kernel(void *dweight, const float *partial,
     }
 }
 
-extern "C" int ftk_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight,
+extern "C" int ftk_rmsnorm_fwd(void *out, float *rstd, float *amax, const void *inp, const void *weight,
                                int N, int C, float eps, ftk_stream stream) {
+    if (amax_zero(amax, stream, "rmsnorm_fwd") != 0) return -1;
     if (N <= 0 || C <= 0) return 0;
     int vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(weight);
     LAUNCH_KERNEL(dim3(N), dim3(rms_threads(C)), 0, stream, rmsnorm_fwd_kernel)(
-        (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps, vec);
+        (bf16 *)out, rstd, amax, (const bf16 *)inp, (const bf16 *)weight, C, eps, vec);
     return launch_check("rmsnorm_fwd");
 }
 

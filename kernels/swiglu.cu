@@ -1,6 +1,8 @@
 // swiglu.cu: SwiGLU activation, out = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
 //
-// forward  out (N, F) = silu(gate) * up
+// forward  out (N, F) = silu(gate) * up; amax (when not NULL) = max |out| over the stored bf16
+//          values (--fp8), as rmsnorm_fwd's: zeroed, each block's max joined by an integer
+//          atomicMax (common.cuh block_amax_publish)
 // backward dgate = dout * up * s * (1 + g (1 - s)), dup = dout * silu(g), s = sigmoid(g);
 //          dgate may alias dout when ld == F (every input of an element is read before it
 //          is written).
@@ -27,8 +29,10 @@ __device__ __forceinline__ void swiglu_item(size_t idx, int F, int ld, int w, si
 }
 
 __global__ void __launch_bounds__(SWIGLU_THREADS)
-swiglu_fwd_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int N, int F, int ld, int vec) {
+swiglu_fwd_kernel(bf16 *out, float *amax, const bf16 *gate, const bf16 *up, int N, int F, int ld, int vec) {
+    __shared__ float scratch[32];
     const int w = vec ? 8 : 1;
+    float m = 0.0f;   // max |out| of this thread's stored (rounded) outputs
     const size_t items = (size_t)N * (size_t)(F / w);
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < items;
          idx += (size_t)gridDim.x * blockDim.x) {
@@ -39,13 +43,19 @@ swiglu_fwd_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int N, int F, int
             load8(g, gate + os);
             load8(u, up + os);
 #pragma unroll
-            for (int k = 0; k < 8; k++) y[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];
+            for (int k = 0; k < 8; k++) {
+                y[k] = g[k] / (1.0f + __expf(-g[k])) * u[k];
+                m = fmaxf(m, fabsf(bf2f(f2bf(y[k]))));
+            }
             store8(out + oc, y);
         } else {
             float g = bf2f(gate[os]);
-            out[oc] = f2bf(g / (1.0f + __expf(-g)) * bf2f(up[os]));
+            const bf16 q = f2bf(g / (1.0f + __expf(-g)) * bf2f(up[os]));
+            out[oc] = q;
+            m = fmaxf(m, fabsf(bf2f(q)));
         }
     }
+    if (amax) block_amax_publish(amax, m, scratch);
 }
 
 __global__ void __launch_bounds__(SWIGLU_THREADS)
@@ -79,13 +89,14 @@ swiglu_bwd_kernel(bf16 *dgate, bf16 *dup, const bf16 *dout, const bf16 *gate, co
     }
 }
 
-extern "C" int ftk_swiglu_fwd(void *out, const void *gate, const void *up, int N, int F, int ld,
+extern "C" int ftk_swiglu_fwd(void *out, float *amax, const void *gate, const void *up, int N, int F, int ld,
                               ftk_stream stream) {
+    if (amax_zero(amax, stream, "swiglu_fwd") != 0) return -1;
     if (N <= 0 || F <= 0) return 0;
     const int vec = F % 8 == 0 && ld % 8 == 0 && aligned16(out) && aligned16(gate) && aligned16(up);
     unsigned blocks = elementwise_blocks((size_t)N * (size_t)(F / (vec ? 8 : 1)), SWIGLU_THREADS);
     LAUNCH_KERNEL(dim3(blocks), dim3(SWIGLU_THREADS), 0, stream, swiglu_fwd_kernel)(
-        (bf16 *)out, (const bf16 *)gate, (const bf16 *)up, N, F, ld, vec);
+        (bf16 *)out, amax, (const bf16 *)gate, (const bf16 *)up, N, F, ld, vec);
     return launch_check("swiglu_fwd");
 }
 

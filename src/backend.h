@@ -114,8 +114,11 @@ struct backend {
     // dwte (V, C, gdt) += scatter of dout (N, C) by tokens (N)
     int (*embedding_bwd)(void *dwte, st_dtype gdt, const void *dout, const int32_t *tokens, int N, int C, int V);
 
-    // out (N, C) = inp * rsqrt(mean(inp^2) + eps) * weight (C); rstd (N) saved for backward
-    int (*rmsnorm_fwd)(void *out, float *rstd, const void *inp, const void *weight,
+    // out (N, C) = inp * rsqrt(mean(inp^2) + eps) * weight (C); rstd (N) saved for backward.
+    // amax: NULL, or one fp32 (backend memory) = max |out| over the stored values (NaNs do
+    // not count), exactly what fp8_quantize(out) would find: --fp8 takes its scale from it
+    // (fp8_cast) instead of reading the tensor again. Computed on the device.
+    int (*rmsnorm_fwd)(void *out, float *rstd, float *amax, const void *inp, const void *weight,
                        int N, int C, float eps);
     // dinp (N, C) += d/dinp, dweight (C, gdt) += d/dweight, given dout (N, C)
     int (*rmsnorm_bwd)(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
@@ -169,8 +172,9 @@ struct backend {
 
     // out (N, F) = silu(gate) * up. gate and up are (N, F) with row stride ld (>= F), so
     // they may be the two halves of the fused (N, 2F) gate|up GEMM output (gate = gu,
-    // up = gu + F, ld = 2F) or two separate (N, F) buffers (ld = F).
-    int (*swiglu_fwd)(void *out, const void *gate, const void *up, int N, int F, int ld);
+    // up = gu + F, ld = 2F) or two separate (N, F) buffers (ld = F). amax: NULL, or
+    // max |out| as rmsnorm_fwd's.
+    int (*swiglu_fwd)(void *out, float *amax, const void *gate, const void *up, int N, int F, int ld);
     // dgate, dup (N, F) with row stride ld, overwritten from dout (N, F) (contiguous);
     // dgate may alias dout when ld == F
     int (*swiglu_bwd)(void *dgate, void *dup, const void *dout, const void *gate,
@@ -207,6 +211,12 @@ struct backend {
     // the device: the host reads nothing.
     int (*fp8_quantize)(void *out, void *out_t, float *stats, const void *inp, int rows, int cols,
                         fp8_format fmt);
+    // fp8_quantize with the amax given: *amax (one fp32, backend memory) = max |inp| as the
+    // op that wrote inp computed it (rmsnorm_fwd's, swiglu_fwd's amax), read instead of
+    // inp's amax pass; stats and codes then exactly fp8_quantize's (the same scale from the
+    // same number). amax may be stats itself.
+    int (*fp8_cast)(void *out, void *out_t, float *stats, const float *amax, const void *inp, int rows,
+                    int cols, fp8_format fmt);
     // out (M, N) = a_stats[2] * b_stats[2] * a (M, K) @ b (N, K)^T (+= when accumulate), a and
     // b FP8 codes of formats a_fmt, b_fmt (e4m3 x e4m3, or one of them e5m2: gradients) with
     // the stats fp8_quantize gave them; products exact, summed in fp32, one rounding to the

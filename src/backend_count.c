@@ -24,10 +24,14 @@ static struct {
     int grads_f32;        // the gradient units are fp32
     int fp8;              // --fp8 (count_job.fp8)
     uintptr_t next;       // the next address alloc hands out
+    const void *fused;    // --fp8: the output whose amax its producer computed (fp8_linear.h), NULL none
+    size_t fused_n;       // its elements
 } g;
 
+// (every op tallies: like --fp8's wrapper, any op forgets the fused amax; matmul_fwd restores it)
 static void tally(count_kind k, double flops, double flop_ops, double bytes, double byte_ops) {
     count_tally *t = &g.out->t[g.phase][k];
+    g.fused = NULL;
     t->calls += 1;
     t->flops += flops;
     t->flop_ops += flop_ops;
@@ -52,10 +56,10 @@ static void *count_alloc(size_t n) {
     return (void *)p;
 }
 static void count_free(void *p) { (void)p; }
-static int count_copy_h2d(void *d, const void *s, size_t n) { (void)d, (void)s, (void)n; return 0; }
+static int count_copy_h2d(void *d, const void *s, size_t n) { (void)d, (void)s, (void)n; g.fused = NULL; return 0; }
 // host memory is real: the model reads what it copies back (the losses), so zeros
 static int count_copy_d2h(void *d, const void *s, size_t n) { (void)s; memset(d, 0, n); return 0; }
-static int count_copy_d2d(void *d, const void *s, size_t n) { (void)d, (void)s, (void)n; return 0; }
+static int count_copy_d2d(void *d, const void *s, size_t n) { (void)d, (void)s, (void)n; g.fused = NULL; return 0; }
 static int count_zero(void *p, size_t n) { (void)p; return mem_op(0, (double)n, 1); }   // a memset
 static int count_sync(void) { return 0; }
 static void *count_host_alloc(size_t n) {
@@ -76,11 +80,20 @@ static int count_embedding_bwd(void *dw, st_dtype gdt, const void *d, const int3
     (void)dw, (void)gdt, (void)d, (void)t, (void)V;
     return mem_op(3.0 * N * C, 4.0 * N, 1);
 }
+// --fp8 (fp8_linear.c): a producer of a linear's input computes its amax too: the slot's
+// memset first (4 bytes, one more operation); the output remembered for count_matmul_fwd
+static int fused_producer(const void *out, size_t n) {
+    if (!g.fp8) return 0;
+    mem_op(0, 4, 1);
+    g.fused = out, g.fused_n = n;
+    return 0;
+}
 // RMSNorm: in and out (2 N C) + rstd; backward: dout, inp, dinp read and written, the weight
 // gradient's partial sums (6 N C) + rstd, in 3 kernels (dinp, partial sums, their sum)
-static int count_rmsnorm_fwd(void *o, float *r, const void *x, const void *w, int N, int C, float eps) {
-    (void)o, (void)r, (void)x, (void)w, (void)eps;
-    return mem_op(2.0 * N * C, 4.0 * N, 1);
+static int count_rmsnorm_fwd(void *o, float *r, float *am, const void *x, const void *w, int N, int C, float eps) {
+    (void)r, (void)am, (void)x, (void)w, (void)eps;
+    mem_op(2.0 * N * C, 4.0 * N, 1);
+    return fused_producer(o, (size_t)N * C);
 }
 static int count_rmsnorm_bwd(void *dx, void *dw, st_dtype gdt, const void *d, const void *x, const void *w,
                              const float *r, int N, int C) {
@@ -104,20 +117,26 @@ static int count_rope_qkv_bwd(void *dx, const void *dq, const void *dk, const vo
     return mem_op(2.0 * B * T * (H + 2.0 * KVH) * D, 0, 3);
 }
 static int count_fp8_quantize(void *o, void *ot, float *st, const void *x, int rows, int cols, fp8_format f);
+static int count_fp8_cast(void *o, void *ot, float *st, const float *am, const void *x, int rows, int cols,
+                          fp8_format f);
 // GEMMs: 2 FLOPs per multiply-add; a residual added in the epilogue is read (N, OC). --fp8
-// (fp8_linear.c): the activation and the weight quantised, a residual copied into the output
-// first (read and written), then the FP8 GEMM
+// (fp8_linear.c): the activation (from its producer's amax when the input is the remembered
+// output, which then stays remembered) and the weight quantised, a residual copied into the
+// output first (read and written), then the FP8 GEMM
 static int count_matmul_fwd(void *o, const void *x, const void *w, const void *r, int N, int IC, int OC) {
-    (void)o, (void)x, (void)w;
+    (void)o, (void)w;
     const double epilogue = r ? (double)N * OC * g.e : 0;
     if (!g.fp8 || !fp8_linear_shape_ok(IC, OC)) {
         tally(COUNT_GEMM, 2.0 * N * IC * OC, 1, epilogue, 0);
         return 0;
     }
-    count_fp8_quantize(&g, NULL, NULL, NULL, N, IC, FP8_E4M3);
+    const void *fused = g.fused && x == g.fused && (size_t)N * IC == g.fused_n ? g.fused : NULL;
+    if (fused) count_fp8_cast(&g, NULL, NULL, NULL, NULL, N, IC, FP8_E4M3);
+    else count_fp8_quantize(&g, NULL, NULL, NULL, N, IC, FP8_E4M3);
     count_fp8_quantize(&g, NULL, NULL, NULL, OC, IC, FP8_E4M3);
     if (r) mem_op(2.0 * N * OC, 0, 1);
     tally(COUNT_GEMM_FP8, 2.0 * N * IC * OC, 1, epilogue, 0);
+    g.fused = fused;
     return 0;
 }
 // dX and dW: one GEMM each, the one of a NULL output skipped. --fp8: dX from the output
@@ -154,9 +173,10 @@ static int count_attention_bwd(void *dq, void *dk, void *dv, const void *d, cons
     return 0;
 }
 // SwiGLU: gate, up read, act written; backward: dout, gate, up read, dgate, dup written
-static int count_swiglu_fwd(void *o, const void *ga, const void *u, int N, int F, int ld) {
-    (void)o, (void)ga, (void)u, (void)ld;
-    return mem_op(3.0 * N * F, 0, 1);
+static int count_swiglu_fwd(void *o, float *am, const void *ga, const void *u, int N, int F, int ld) {
+    (void)am, (void)ga, (void)u, (void)ld;
+    mem_op(3.0 * N * F, 0, 1);
+    return fused_producer(o, (size_t)N * F);
 }
 static int count_swiglu_bwd(void *dg, void *du, const void *d, const void *ga, const void *u, int N, int F, int ld) {
     (void)dg, (void)du, (void)d, (void)ga, (void)u, (void)ld;
@@ -190,6 +210,13 @@ static int count_fp8_quantize(void *o, void *ot, float *st, const void *x, int r
     (void)st, (void)x, (void)f;
     const double n = (double)rows * cols;
     return mem_op(2.0 * n, n * ((o != NULL) + (ot != NULL)) + 12.0, 3);
+}
+// the amax given (its producer's): one read, 2 kernels (the scale, the cast)
+static int count_fp8_cast(void *o, void *ot, float *st, const float *am, const void *x, int rows, int cols,
+                          fp8_format f) {
+    (void)st, (void)am, (void)x, (void)f;
+    const double n = (double)rows * cols;
+    return mem_op(n, n * ((o != NULL) + (ot != NULL)) + 16.0, 2);
 }
 static int count_matmul_fp8(void *o, const void *a, fp8_format af, const float *as, const void *b, fp8_format bf,
                             const float *bs, int M, int N, int K, int acc) {
@@ -242,7 +269,7 @@ static backend count_table = {   // (dtype: the job's)
     .swiglu_bwd = count_swiglu_bwd, .scale = count_scale, .lmhead_xent = count_lmhead_xent, .adamw = count_adamw,
     .sum_squares = count_sum_squares, .sum_squares_accumulate = count_sum_squares_accumulate,
     .accumulate = count_accumulate, .cast_from_f32 = count_cast, .loss_accumulate = count_loss_accumulate,
-    .fp8_quantize = count_fp8_quantize, .matmul_fp8 = count_matmul_fp8,
+    .fp8_quantize = count_fp8_quantize, .fp8_cast = count_fp8_cast, .matmul_fp8 = count_matmul_fp8,
 };
 
 // ----------------------------------------------------------------------------
@@ -284,6 +311,7 @@ static int count_run(const param_layout *l, const lora_layout *ll, const count_j
     model m;
     TRY(model_init_lora(&m, l, ll, &prov, &count_table, &mem, job->B, job->T, job->buffers, job->grads_f32));
     memset(g.out, 0, sizeof *g.out);   // (the setup's ops, e.g. the loss accumulator's memset, are no micro-batch's)
+    g.fused = NULL;
     model_set_segments(&m, job->segments ? 0 : -1);
     const size_t n = (size_t)job->B * job->T;
     int32_t *tokens = ft_calloc(n, sizeof(int32_t), "op counting tokens");

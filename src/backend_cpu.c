@@ -111,7 +111,7 @@ static int cpu_embedding_bwd(void *dwte_, st_dtype gdt, const void *dout_, const
 // ----------------------------------------------------------------------------
 // RMSNorm (HF LlamaRMSNorm: fp32 variance, x * rsqrt(var + eps), times weight)
 
-static int cpu_rmsnorm_fwd(void *out_, float *rstd, const void *inp_, const void *weight_, int N,
+static int cpu_rmsnorm_fwd(void *out_, float *rstd, float *amax, const void *inp_, const void *weight_, int N,
                            int C, float eps) {
     float *out = out_;             // (N, C)
     const float *inp = inp_;       // (N, C)
@@ -128,6 +128,7 @@ static int cpu_rmsnorm_fwd(void *out_, float *rstd, const void *inp_, const void
 #pragma omp simd
         for (int c = 0; c < C; c++) y[c] = w[c] * (x[c] * r);
     }
+    if (amax) *amax = cpu_amax(out, (size_t)N * C);
     return 0;
 }
 
@@ -277,7 +278,7 @@ CPU_VECTOR_CLONES static void swiglu_fwd_span(float *out, const float *g, const 
 }
 
 // rows of gate/up at stride ld (the fused (N, 2F) layout or separate (N, F) buffers)
-static int cpu_swiglu_fwd(void *out_, const void *gate_, const void *up_, int N, int F, int ld) {
+static int cpu_swiglu_fwd(void *out_, float *amax, const void *gate_, const void *up_, int N, int F, int ld) {
     float *out = out_;
     const float *g = gate_, *u = up_;
 #pragma omp parallel for if ((size_t)N * F >= PAR_MIN)
@@ -285,6 +286,7 @@ static int cpu_swiglu_fwd(void *out_, const void *gate_, const void *up_, int N,
         for (int j = 0; j < F; j += SPAN)
             swiglu_fwd_span(out + (size_t)r * F + j, g + (size_t)r * ld + j, u + (size_t)r * ld + j,
                             F - j < SPAN ? (size_t)(F - j) : SPAN);
+    if (amax) *amax = cpu_amax(out, (size_t)N * F);
     return 0;
 }
 
@@ -537,6 +539,7 @@ static const backend g_cpu = {
     .accumulate = cpu_accumulate,
     .cast_from_f32 = cpu_cast_from_f32,
     .fp8_quantize = cpu_fp8_quantize,
+    .fp8_cast = cpu_fp8_cast,
     .matmul_fp8 = cpu_matmul_fp8,
     .loss_accumulate = cpu_loss_accumulate,
 };

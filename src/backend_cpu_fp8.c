@@ -1,4 +1,4 @@
-// backend_cpu_fp8.c: the CPU backend's FP8 ops (backend.h fp8_quantize, matmul_fp8), the
+// backend_cpu_fp8.c: the CPU backend's FP8 ops (backend.h fp8_quantize, fp8_cast, matmul_fp8), the
 // reference the CUDA backend's kernels and cuBLASLt FP8 GEMMs are tested against. The
 // conversions are src/fp8.c's; the GEMM decodes the codes to fp32 (exact) and multiplies
 // with OpenBLAS.
@@ -13,15 +13,20 @@
 #include "common.h"
 #include "fp8.h"
 
-int cpu_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int rows, int cols, fp8_format fmt) {
+float cpu_amax(const float *x, size_t n) {
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));   // fmaxf: NaNs do not count
+    return amax;
+}
+
+int cpu_fp8_cast(void *out, void *out_t, float *stats, const float *amax, const void *inp, int rows, int cols,
+                 fp8_format fmt) {
     if (fmt >= FP8_FORMAT_COUNT) return ft_error("fp8_quantize: format %d (0 e4m3, 1 e5m2)", (int)fmt);
     if (rows < 0 || cols < 0) return ft_error("fp8_quantize: shape %d x %d", rows, cols);
     const float *x = inp;
     const size_t n = (size_t)rows * cols;
-    float amax = 0.0f;
-    for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));   // fmaxf: NaNs do not count
-    const float scale = fp8_scale_from_amax(amax, fmt);
-    stats[0] = amax;
+    const float a = *amax, scale = fp8_scale_from_amax(a, fmt);
+    stats[0] = a;
     stats[1] = scale;
     stats[2] = 1.0f / scale;
     uint8_t *o = out, *ot = out_t;
@@ -31,6 +36,11 @@ int cpu_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int 
         if (ot) ot[(i % (size_t)cols) * (size_t)rows + i / (size_t)cols] = q;
     }
     return 0;
+}
+
+int cpu_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int rows, int cols, fp8_format fmt) {
+    const float amax = rows > 0 && cols > 0 ? cpu_amax(inp, (size_t)rows * cols) : 0.0f;
+    return cpu_fp8_cast(out, out_t, stats, &amax, inp, rows, cols, fmt);
 }
 
 // codes (n) -> fp32 values (exact)

@@ -98,5 +98,10 @@ int cpu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void
 
 #include "fp8.h"
 int cpu_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int rows, int cols, fp8_format fmt);
+int cpu_fp8_cast(void *out, void *out_t, float *stats, const float *amax, const void *inp, int rows, int cols,
+                 fp8_format fmt);
+// max |x| over x (n) (NaNs do not count; 0 for n = 0): fp8_quantize's amax, and rmsnorm_fwd's
+// and swiglu_fwd's when asked
+float cpu_amax(const float *x, size_t n);
 int cpu_matmul_fp8(void *out, const void *a, fp8_format a_fmt, const float *a_stats, const void *b, fp8_format b_fmt,
                    const float *b_stats, int M, int N, int K, int accumulate);

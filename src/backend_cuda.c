@@ -386,6 +386,10 @@ static int cu_matmul_fp8(void *out, const void *a, fp8_format a_fmt, const float
 static int cu_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int rows, int cols, fp8_format fmt) {
     return ftk_fp8_quantize(out, out_t, stats, inp, rows, cols, (int)fmt, g_cuda.stream);
 }
+static int cu_fp8_cast(void *out, void *out_t, float *stats, const float *amax, const void *inp, int rows, int cols,
+                       fp8_format fmt) {
+    return ftk_fp8_cast(out, out_t, stats, amax, inp, rows, cols, (int)fmt, g_cuda.stream);
+}
 
 // a parameter gradient's dtype (backend.h, gdt): 1 for fp32, 0 for bf16, -1 + ft_error otherwise
 static int grad_is_f32(const char *op, st_dtype gdt) {
@@ -463,9 +467,10 @@ static int cu_embedding_bwd(void *dwte, st_dtype gdt, const void *dout, const in
     emu_extent(NULL, 0);
     return rc;
 }
-static int cu_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps) {
+static int cu_rmsnorm_fwd(void *out, float *rstd, float *amax, const void *inp, const void *w, int N, int C,
+                          float eps) {
     emu_extent(w, (size_t)C * 2);   // (C,) bf16: one unit's norm weight
-    const int rc = ftk_rmsnorm_fwd(out, rstd, inp, w, N, C, eps, g_cuda.stream);
+    const int rc = ftk_rmsnorm_fwd(out, rstd, amax, inp, w, N, C, eps, g_cuda.stream);
     emu_extent(NULL, 0);
     return rc;
 }
@@ -560,8 +565,8 @@ static int cu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, cons
     }
     return ftk_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KVH, D, seg, g_cuda.stream);
 }
-static int cu_swiglu_fwd(void *out, const void *gate, const void *up, int N, int F, int ld) {
-    return ftk_swiglu_fwd(out, gate, up, N, F, ld, g_cuda.stream);
+static int cu_swiglu_fwd(void *out, float *amax, const void *gate, const void *up, int N, int F, int ld) {
+    return ftk_swiglu_fwd(out, amax, gate, up, N, F, ld, g_cuda.stream);
 }
 static int cu_swiglu_bwd(void *dgate, void *dup, const void *dout, const void *gate, const void *up, int N, int F,
                          int ld) {
@@ -670,6 +675,7 @@ static const backend CUDA_BACKEND = {
     .cast_from_f32 = cu_cast_from_f32,
     .loss_accumulate = cu_loss_accumulate,
     .fp8_quantize = cu_fp8_quantize,
+    .fp8_cast = cu_fp8_cast,
     .matmul_fp8 = cu_matmul_fp8,
     .pace = cu_pace,
 };

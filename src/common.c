@@ -297,6 +297,9 @@ static const env_var env_vars[] = {
      "`--dry_run_device`'s; a memory sweep)"},
     {"FT_TEST_METRICS_TEAR", ENV_TEST,
      "`N`: write half of the N-th `metrics.jsonl` record and fail it, as a full disk would"},
+    {"FT_TEST_FP8_UNFUSED", ENV_TEST,
+     "`--fp8` quantises every activation with its own amax pass instead of the amax its producer "
+     "(`rmsnorm_fwd`, `swiglu_fwd`) computed, for the check that both give the same bits"},
 
     {"PMI_RANK", ENV_SYSTEM, "this process's rank (MPICH, Slurm PMI2), before the launcher is set up: "
      "which rank prints flag errors and `--dry_run`'s report"},

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "backend_ops.h"
 #include "common.h"
 #include "lora.h"
 #ifdef FT_HAVE_CUDA
@@ -18,6 +19,16 @@ static struct {
     size_t cap;
     size_t used;          // the largest layout a call asked for
 } g_scratch;
+
+// The fused amax (fp8_linear.h): the output of the latest rmsnorm_fwd or swiglu_fwd the model
+// called through the wrapper, whose amax that op wrote into `slot`; forgotten by every other op
+static struct {
+    float *slot;          // one fp32 of the inner backend's memory (fuse_slot_ready)
+    const void *buf;      // the output; NULL: nothing remembered
+    size_t n;             // its elements
+    int off;              // FT_TEST_FP8_UNFUSED, or no fp8_cast: every amax by its own pass
+    long fused, all;      // activations quantised from their producer's amax / all (FP8 GEMMs)
+} g_fuse;
 
 static size_t round_up(size_t n) { return (n + FP8_ALIGN - 1) / FP8_ALIGN * FP8_ALIGN; }
 
@@ -54,17 +65,26 @@ static int scratch_pair(size_t na, size_t nb, unsigned char **qa, unsigned char 
 }
 
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T (+ residual): both operands quantised to E4M3,
-// the product by the FP8 GEMM; a shape outside fp8_shape_ok runs in bf16
-static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC) {
+// the product by the FP8 GEMM; a shape outside fp8_shape_ok runs in bf16. amax: NULL, or
+// max |inp| as its producer computed it (the activation's scale from it: no pass for it)
+static int fp8_linear_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC,
+                          const float *amax) {
     if (!fp8_linear_shape_ok(IC, OC)) return g_inner->matmul_fwd(out, inp, weight, residual, N, IC, OC);
     unsigned char *qa, *qw;
     float *stats;
     TRY(scratch_pair((size_t)N * IC, (size_t)OC * IC, &qa, &qw, &stats));
-    TRY(g_inner->fp8_quantize(qa, NULL, stats, inp, N, IC, FP8_E4M3));
+    if (amax) TRY(g_inner->fp8_cast(qa, NULL, stats, amax, inp, N, IC, FP8_E4M3));
+    else TRY(g_inner->fp8_quantize(qa, NULL, stats, inp, N, IC, FP8_E4M3));
+    g_fuse.fused += amax != NULL;
+    g_fuse.all++;
     TRY(g_inner->fp8_quantize(qw, NULL, stats + 3, weight, OC, IC, FP8_E4M3));
     if (residual && residual != out)
         TRY(g_inner->copy_d2d(out, residual, (size_t)N * OC * st_dtype_size(g_inner->dtype)));
     return g_inner->matmul_fp8(out, qa, FP8_E4M3, stats, qw, FP8_E4M3, stats + 3, N, OC, IC, residual != NULL);
+}
+
+static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC) {
+    return fp8_linear_fwd(out, inp, weight, residual, N, IC, OC, NULL);
 }
 
 // dinp (N, IC) = (+=) dout (N, OC) @ weight (OC, IC) in FP8: dout quantised to E5M2 (a
@@ -96,16 +116,93 @@ static int has_fp8(const backend *be) {
 #endif
 }
 
+// ----------------------------------------------------------------------------
+// the fused amax: every op of the table watched (backend_ops.h), the producers and matmul_fwd
+// remembering and using it
+
+static backend g_next;   // the inner backend with the FP8 GEMMs: what the watching wrappers call
+
+static void fuse_forget(void) { g_fuse.buf = NULL; }
+
+#define FUSE_WATCH(op, params, args) \
+    static int watch_##op params {   \
+        fuse_forget();               \
+        return g_next.op args;       \
+    }
+BACKEND_OPS_TIMED(FUSE_WATCH)
+BACKEND_OPS_UNTIMED(FUSE_WATCH)
+
+// the amax slot, taken from the inner backend once per wrapping (fp8_linear_reserve at setup,
+// else at the first producer)
+static int fuse_slot_ready(void) {
+    if (g_fuse.slot) return 0;
+    if (!(g_fuse.slot = g_inner->alloc(sizeof(float))))
+        return ft_error("flag --fp8: no device memory for an activation's amax (4 bytes)");
+    return 0;
+}
+
+// the producers: run with the slot as their amax, their output remembered (a caller's own
+// amax, or fusion off: plain, watched)
+static int fused_rmsnorm_fwd(void *o, float *r, float *am, const void *x, const void *w, int N, int C, float e) {
+    if (am || g_fuse.off) return watch_rmsnorm_fwd(o, r, am, x, w, N, C, e);
+    fuse_forget();
+    TRY(fuse_slot_ready());
+    TRY(g_next.rmsnorm_fwd(o, r, g_fuse.slot, x, w, N, C, e));
+    g_fuse.buf = o, g_fuse.n = (size_t)N * C;
+    return 0;
+}
+static int fused_swiglu_fwd(void *o, float *am, const void *g, const void *u, int N, int F, int ld) {
+    if (am || g_fuse.off) return watch_swiglu_fwd(o, am, g, u, N, F, ld);
+    fuse_forget();
+    TRY(fuse_slot_ready());
+    TRY(g_next.swiglu_fwd(o, g_fuse.slot, g, u, N, F, ld));
+    g_fuse.buf = o, g_fuse.n = (size_t)N * F;
+    return 0;
+}
+
+// 1 when the element ranges [a, a + na) and [b, b + nb) of the storage dtype overlap
+static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
+    const uintptr_t e = st_dtype_size(g_inner->dtype), pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa < pb + nb * e && pb < pa + na * e;
+}
+
+// matmul_fwd on the remembered output, the whole of it: quantised from its producer's amax,
+// and it stays remembered for the next linear on it (LoRA's factors, q|k|v's or gate's and
+// up's separate GEMMs) unless this one wrote into it; any other input: forgotten
+static int fused_matmul_fwd(void *o, const void *x, const void *w, const void *r, int N, int IC, int OC) {
+    if (!g_fuse.buf || x != g_fuse.buf || (size_t)N * IC != g_fuse.n) return watch_matmul_fwd(o, x, w, r, N, IC, OC);
+    const int rc = fp8_linear_fwd(o, x, w, r, N, IC, OC, g_fuse.slot);
+    if (rc != 0 || overlaps(o, (size_t)N * OC, g_fuse.buf, g_fuse.n)) fuse_forget();
+    return rc;
+}
+
 int fp8_linear_backend(const backend *inner, const backend **out) {
     if (!has_fp8(inner))
         return ft_error("flag --fp8: %s has no FP8 tensor cores (FP8 GEMMs need --device cuda on compute capability "
                         "8.9+: Hopper, Ada)", backend_describe(inner));
     g_inner = inner;
+    g_next = *inner;
+    g_next.matmul_fwd = fp8_matmul_fwd;
+    g_next.matmul_bwd = fp8_matmul_bwd;
     g_table = *inner;
-    g_table.matmul_fwd = fp8_matmul_fwd;
-    g_table.matmul_bwd = fp8_matmul_bwd;
+#define FUSE_SET(op, params, args) g_table.op = g_next.op ? watch_##op : NULL;
+    BACKEND_OPS_TIMED(FUSE_SET)
+    BACKEND_OPS_UNTIMED(FUSE_SET)
+#undef FUSE_SET
+    g_table.rmsnorm_fwd = fused_rmsnorm_fwd;
+    g_table.swiglu_fwd = fused_swiglu_fwd;
+    g_table.matmul_fwd = fused_matmul_fwd;
+    g_fuse.off = ft_getenv("FT_TEST_FP8_UNFUSED") != NULL || !inner->fp8_cast;
+    fuse_forget();
+    g_fuse.slot = NULL;   // (a rewrapped backend may have been closed and opened again since)
+    g_fuse.fused = g_fuse.all = 0;
     *out = &g_table;
     return 0;
+}
+
+void fp8_linear_fused_counts(long *fused, long *all) {
+    *fused = g_fuse.fused;
+    *all = g_fuse.all;
 }
 
 const backend *fp8_linear_unwrap(const backend *be) { return be == &g_table && g_inner ? g_inner : be; }
@@ -115,7 +212,8 @@ size_t fp8_linear_scratch_used(void) { return g_scratch.used; }
 
 int fp8_linear_reserve(size_t bytes) {
     if (!g_inner) return ft_error("fp8_linear_reserve: no FP8 wrapper (fp8_linear_backend first)");
-    return scratch_reserve(bytes);
+    TRY(scratch_reserve(bytes));
+    return g_fuse.off ? 0 : fuse_slot_ready();
 }
 
 size_t fp8_linear_call_bytes(int N, int IC, int OC, int backward) {

@@ -6,6 +6,32 @@
 // LoRA's small factors): lm_head runs in lmhead_xent, attention and the norms in their ops,
 // so they stay bf16. In matmul_bwd the input gradient dX = dY W runs in FP8 too (dY in E5M2,
 // W in E4M3); the weight gradient dW = dY^T X stays a bf16 GEMM for now.
+//
+// Fused amax: the forward's linear inputs that rmsnorm_fwd (q|k|v's and gate|up's) and
+// swiglu_fwd (down's) produce come with their amax, which those kernels compute as they write
+// the tensor (backend.h's amax argument: the wrapper passes a slot of its own); the wrapper
+// remembers that output (pointer and size), and a matmul_fwd on exactly it quantises it with
+// fp8_cast from that amax, skipping the quantisation's read pass: the same number, so the same
+// bits as quantising it whole. Conservative: the memory stays remembered only until the next
+// op through the wrapper that is not a matmul_fwd on it (every op of the table is watched,
+// src/backend_ops.h), or a matmul_fwd whose output overlaps it; so LoRA's A factor and the
+// separate gate and up GEMMs on the same input use it, and a recomputed forward
+// (--gradient_checkpointing) gets a fresh one from its own rmsnorm_fwd. Not seen by the
+// wrapper: writes outside the backend table (the collectives), which go to parameter and
+// gradient buffers, never to a linear's input between its producer and its GEMM.
+// FT_TEST_FP8_UNFUSED (test-only) turns it off: every amax by its own pass.
+// Stays unfused, each with the quantisation's own amax pass:
+//   - o_proj's input, attention's output: attention_fwd would have to emit it, on both of its
+//     paths (the cuDNN graph, src/attention_cudnn_graph.c, which would need a reduction node
+//     of its own, and kernels/attention.cu); not done;
+//   - LoRA's B factor input (u = s x A^T, scaled in place by `scale` after its GEMM);
+//   - the backward's output gradients dY (E5M2): a different producer per linear (the next
+//     linear's dX GEMM, attention_bwd, swiglu_bwd, rope_qkv_bwd), GEMMs among them, whose
+//     bf16 output would need an amax from cuBLASLt's epilogue; not done;
+//   - the weights (E4M3, and transposed for dX): written once per step (adamw's parameter
+//     cast, or FSDP's all-gather, a collective no kernel of ours runs) but quantised in every
+//     micro-batch's forward, recompute and backward: an amax kept per weight from the
+//     optimizer would have to follow the shards through the all-gather; not done.
 #pragma once
 #include "backend.h"
 #include "config.h"
@@ -21,6 +47,9 @@ int fp8_linear_backend(const backend *inner, const backend **out);
 // (model_logits_rows: sampling) and the MFU benchmark's GEMM. (Under --profile the wrapper is
 // wrapped again and these calls keep the FP8 path.)
 const backend *fp8_linear_unwrap(const backend *be);
+// The activations the wrapper's FP8 forward GEMMs quantised so far from their producer's amax
+// (*fused), and all of them (*all): the fused amax at work (train_log.c prints both).
+void fp8_linear_fused_counts(long *fused, long *all);
 // The scratch the wrapper holds now (FP8 copies of the largest activation and weight so far,
 // their scales), in bytes: one buffer from the backend's arena, outside the tracker (the
 // memory plan's "FP8 copies" workspace line, src/plan.c).

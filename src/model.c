@@ -440,16 +440,16 @@ static int layer_forward(model *m, int l, void *w, void *aw, layer_acts *s) {
     const size_t *o = m->layout->layer_off;
     void *x = m->resid[l];                                           // (N, C)
 
-    TRY(be->rmsnorm_fwd(s->ln1, s->ln1_rstd, x, at(m, w, o[LT_ATTN_NORM]), N, C, c->rms_norm_eps));
+    TRY(be->rmsnorm_fwd(s->ln1, s->ln1_rstd, NULL, x, at(m, w, o[LT_ATTN_NORM]), N, C, c->rms_norm_eps));
     TRY(attn_qkv_fwd(m, w, aw, s));
     TRY(be->attention_fwd(s->att, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, m->seg_cur));
     TRY(be->matmul_fwd(s->h, s->att, at(m, w, o[LT_WO]), x, N, H * D, C));   // (N, C) h = x + o_proj(att)
     TRY(lora_fwd(m, LT_WO, aw, s, s->h, s->att));
 
-    TRY(be->rmsnorm_fwd(s->ln2, s->ln2_rstd, s->h, at(m, w, o[LT_MLP_NORM]), N, C, c->rms_norm_eps));
+    TRY(be->rmsnorm_fwd(s->ln2, s->ln2_rstd, NULL, s->h, at(m, w, o[LT_MLP_NORM]), N, C, c->rms_norm_eps));
     TRY(mlp_gate_up_fwd(m, w, aw, s));
-    if (mlp_fused(m)) TRY(be->swiglu_fwd(s->act, s->gu, at(m, s->gu, F), N, F, 2 * F));
-    else TRY(be->swiglu_fwd(s->act, s->gu, at(m, s->gu, (size_t)N * F), N, F, F));
+    if (mlp_fused(m)) TRY(be->swiglu_fwd(s->act, NULL, s->gu, at(m, s->gu, F), N, F, 2 * F));
+    else TRY(be->swiglu_fwd(s->act, NULL, s->gu, at(m, s->gu, (size_t)N * F), N, F, F));
     TRY(be->matmul_fwd(m->resid[l + 1], s->act, at(m, w, o[LT_WDOWN]), s->h, N, F, C));   // (N, C) h + down(act)
     TRY(lora_fwd(m, LT_WDOWN, aw, s, m->resid[l + 1], s->act));
     return 0;
@@ -530,7 +530,7 @@ static int forward_trunk(model *m, const unit_provider *p, void **root) {
         TRY(p->release(p->ctx, l));
         if (m->be->pace) TRY(m->be->pace());   // the host at most BACKEND_PACE_LAG layers ahead
     }
-    TRY(m->be->rmsnorm_fwd(m->lnf, m->lnf_rstd, m->resid[c->num_hidden_layers],
+    TRY(m->be->rmsnorm_fwd(m->lnf, m->lnf_rstd, NULL, m->resid[c->num_hidden_layers],
                            at(m, *root, m->layout->root_off[RT_NORM]), N, C, c->rms_norm_eps));
     return 0;
 }

@@ -4,19 +4,17 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend_ops.h"
+
 // ----------------------------------------------------------------------------
 // counters
 
-// every timed op of struct backend, in table order (alloc, free, synchronize are not timed)
-#define PROF_OPS(X)                                                                            \
-    X(copy_h2d) X(copy_d2h) X(copy_d2d) X(zero) X(embedding_fwd) X(embedding_bwd)              \
-    X(rmsnorm_fwd) X(rmsnorm_bwd) X(rope_fwd) X(rope_bwd) X(rope_qkv_fwd) X(rope_qkv_bwd)       \
-    X(matmul_fwd) X(matmul_bwd)                                                                \
-    X(attention_fwd) X(attention_bwd) X(swiglu_fwd) X(swiglu_bwd) X(scale)                     \
-    X(lmhead_xent) X(adamw) X(sum_squares) X(sum_squares_accumulate) X(accumulate) X(cast_from_f32)
+// every timed op of struct backend, in table order (backend_ops.h; alloc, free, synchronize
+// are not timed)
+#define PROF_OPS(X) BACKEND_OPS_TIMED(X)
 
-#define PROF_ENUM(op) OP_##op,
-#define PROF_NAME(op) #op,
+#define PROF_ENUM(op, params, args) OP_##op,
+#define PROF_NAME(op, params, args) #op,
 enum { PROF_OPS(PROF_ENUM) PROF_OP_COUNT };
 static const char *const g_op_names[PROF_OP_COUNT] = {PROF_OPS(PROF_NAME)};
 static const char *const g_phase_names[PROF_PHASE_COUNT] = {"forward", "backward", "optimizer", "comm"};
@@ -66,59 +64,12 @@ static void op_end(int op, double t0) {
         return rc;                                                                             \
     }
 
-PROF_WRAP(copy_h2d, (void *d, const void *s, size_t n), (d, s, n))
-PROF_WRAP(copy_d2h, (void *d, const void *s, size_t n), (d, s, n))
-PROF_WRAP(copy_d2d, (void *d, const void *s, size_t n), (d, s, n))
-PROF_WRAP(zero, (void *p, size_t n), (p, n))
-PROF_WRAP(embedding_fwd, (void *o, const int32_t *t, const void *w, int N, int C, int V), (o, t, w, N, C, V))
-PROF_WRAP(embedding_bwd, (void *dw, st_dtype g, const void *d, const int32_t *t, int N, int C, int V),
-          (dw, g, d, t, N, C, V))
-PROF_WRAP(rmsnorm_fwd, (void *o, float *r, const void *x, const void *w, int N, int C, float e),
-          (o, r, x, w, N, C, e))
-PROF_WRAP(rmsnorm_bwd, (void *dx, void *dw, st_dtype g, const void *d, const void *x, const void *w, const float *r,
-                        int N, int C),
-          (dx, dw, g, d, x, w, r, N, C))
-PROF_WRAP(rope_fwd, (void *o, const void *x, const float *c, const float *s, int B, int T, int NH, int D,
-                     const int32_t *sg),
-          (o, x, c, s, B, T, NH, D, sg))
-PROF_WRAP(rope_bwd, (void *dx, const void *d, const float *c, const float *s, int B, int T, int NH, int D,
-                     const int32_t *sg),
-          (dx, d, c, s, B, T, NH, D, sg))
-PROF_WRAP(rope_qkv_fwd, (void *q, void *k, void *v, const void *x, const float *c, const float *s, int B, int T, int H,
-                         int KVH, int D, const int32_t *sg),
-          (q, k, v, x, c, s, B, T, H, KVH, D, sg))
-PROF_WRAP(rope_qkv_bwd, (void *dx, const void *dq, const void *dk, const void *dv, const float *c, const float *s, int B,
-                         int T, int H, int KVH, int D, const int32_t *sg),
-          (dx, dq, dk, dv, c, s, B, T, H, KVH, D, sg))
-PROF_WRAP(matmul_fwd, (void *o, const void *x, const void *w, const void *r, int N, int IC, int OC),
-          (o, x, w, r, N, IC, OC))
-PROF_WRAP(matmul_bwd, (void *dx, void *dw, st_dtype g, const void *d, const void *x, const void *w, int N, int IC, int OC,
-                       int acc, int acc_dw),
-          (dx, dw, g, d, x, w, N, IC, OC, acc, acc_dw))
-PROF_WRAP(attention_fwd, (void *o, float *l, const void *q, const void *k, const void *v, int B, int T, int H, int KVH, int D,
-                          const int32_t *sg),
-          (o, l, q, k, v, B, T, H, KVH, D, sg))
-PROF_WRAP(attention_bwd, (void *dq, void *dk, void *dv, const void *d, const void *o, const float *l, const void *q,
-                          const void *k, const void *v, int B, int T, int H, int KVH, int D, const int32_t *sg),
-          (dq, dk, dv, d, o, l, q, k, v, B, T, H, KVH, D, sg))
-PROF_WRAP(swiglu_fwd, (void *o, const void *g, const void *u, int N, int F, int ld), (o, g, u, N, F, ld))
-PROF_WRAP(swiglu_bwd, (void *dg, void *du, const void *d, const void *g, const void *u, int N, int F, int ld),
-          (dg, du, d, g, u, N, F, ld))
-PROF_WRAP(scale, (void *o, const void *a, float s, size_t n), (o, a, s, n))
-PROF_WRAP(lmhead_xent, (float *l, void *dx, void *dw, st_dtype g, const void *x, const void *w, const int32_t *t, int N,
-                        int C, int V, float dl, int rows, float *ws, float *acc),
-          (l, dx, dw, g, x, w, t, N, C, V, dl, rows, ws, acc))
-PROF_WRAP(adamw, (float *m, void *p, const float *g, void *a, void *v, st_dtype mdt, size_t n, const adamw_params *ap),
-          (m, p, g, a, v, mdt, n, ap))
-PROF_WRAP(sum_squares, (double *o, const float *x, size_t n), (o, x, n))
-PROF_WRAP(sum_squares_accumulate, (double *o, const float *x, size_t n), (o, x, n))
-PROF_WRAP(accumulate, (float *d, const void *s, st_dtype sdt, size_t n, float a), (d, s, sdt, n, a))
-PROF_WRAP(cast_from_f32, (void *d, const float *s, size_t n), (d, s, n))
+PROF_OPS(PROF_WRAP)
 
 const backend *profile_backend(const backend *inner) {
     g_inner = inner;
     g_table = *inner;   // fields added later pass through untimed
-#define PROF_SET(op) g_table.op = prof_##op;
+#define PROF_SET(op, params, args) g_table.op = prof_##op;
     PROF_OPS(PROF_SET)
     return &g_table;
 }

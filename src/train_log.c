@@ -266,7 +266,11 @@ void job_print_peak_memory(const job *j) {
         printf("finetune: device arena: high-water %.1f MiB (%zu bytes) of %.1f MiB\n", top / 1048576.0, top,
                cap / 1048576.0);
     }
-    if (j->o->fp8)   // outside the tracker: the plan's workspace line for it
+    if (j->o->fp8) {   // outside the tracker: the plan's workspace line for it
         printf("finetune: --fp8 scratch: largest call %zu bytes, buffer %zu bytes\n", fp8_linear_scratch_used(),
                fp8_linear_scratch_bytes());
+        long fused, all;
+        fp8_linear_fused_counts(&fused, &all);
+        printf("finetune: --fp8 activations: %ld of %ld quantised with their producer's amax\n", fused, all);
+    }
 }

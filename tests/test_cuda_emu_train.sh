@@ -22,7 +22,11 @@
 #      against the CPU with run 1's tolerances; FT_LMHEAD_CHUNK_ROWS=0 refused in one line
 #      --fp8 on an emulated sm_90 (the decoder linears' forward GEMMs in FP8): losses within
 #      1% of run 1's bf16 ones, and not identical (the FP8 path ran); its FP8 scratch equals
-#      --dry_run --fp8's workspace line (the largest call's layout, and the buffer held)
+#      --dry_run --fp8's workspace line (the largest call's layout, and the buffer held);
+#      the fused amax (activations quantised from their producer's amax) against
+#      FT_TEST_FP8_UNFUSED=1: the same 2 steps bitwise, and with LoRA on every projection under
+#      --gradient_checkpointing the same weights and optimizer state byte for byte (3 more
+#      2-step runs, about 50 s wall)
 #   3. the bf16 sampling path (model_logits on a bf16 backend) produces a continuation
 #   4. FT_EMU_DEVICES=0 (a machine without a device): one clear error line; MFU against the
 #      published peak of a GPU known by name (FT_EMU_DEVICE_NAME), else the measured rate
@@ -258,6 +262,32 @@ same_start() {
   [ "$(metric "$1" loss | wc -l)" = 2 ] && [ "$(metric "$1" loss)" = "$(metric "$2" loss | head -2)" ] \
     && [ "$(metric "$1" grad_norm)" = "$(metric "$2" grad_norm | head -2)" ]
 }
+
+# --fp8's fused amax (src/fp8_linear.h): activations quantised from the amax their producer
+# (rmsnorm_fwd, swiglu_fwd) computed give the bits of their own amax pass (FT_TEST_FP8_UNFUSED=1):
+# the same 2 steps as run 2's --fp8 run; and with LoRA (rank 16: its factors in FP8 too) on every
+# projection (gate and up apart; the adapters' A factors on a remembered input) under
+# --gradient_checkpointing (each layer's forward recomputed), the same weights and optimizer
+# state after 2 steps, byte for byte. The fused runs used producers' amaxes, the unfused none.
+fp8_fused() { sed -nE 's/^finetune: --fp8 activations: ([0-9]+) of ([0-9]+) .*/\1/p' "$1"; }
+fp8_run() { FT_EMU_COMPUTE_CAPABILITY=9.0 "$emu" --device cuda "${flags[@]}" --peak_tflops 1 --fp8 --max_steps 2 --max_eval_docs 1 "$@"; }
+if [ -d "$tmp/fp8/checkpoints" ]; then
+  if FT_TEST_FP8_UNFUSED=1 fp8_run --out_dir "$tmp/fp8u" >"$tmp/fp8u.log" 2>&1; then
+    same_start "$tmp/fp8u" "$tmp/fp8" && [ "$(fp8_fused "$tmp/fp8.log")" -gt 0 ] && [ "$(fp8_fused "$tmp/fp8u.log")" = 0 ] \
+      && ok "--fp8 fused amax: $(fp8_fused "$tmp/fp8.log") activations from their producer's amax, the same 2 steps bitwise as each by its own pass" \
+      || bad "--fp8 fused vs unfused amax: $(metric "$tmp/fp8u" loss | tr '\n' ' ') vs $(metric "$tmp/fp8" loss | head -2 | tr '\n' ' '); $(grep 'fp8 act' "$tmp/fp8.log" "$tmp/fp8u.log")"
+  else bad "emulated --fp8 unfused run: $(tail -1 "$tmp/fp8u.log")"; fi
+  lora=(--lora_rank 16 --lora_targets q,k,v,o,gate,up,down --gradient_checkpointing)
+  if fp8_run "${lora[@]}" --out_dir "$tmp/fp8l" >"$tmp/fp8l.log" 2>&1 \
+     && FT_TEST_FP8_UNFUSED=1 fp8_run "${lora[@]}" --out_dir "$tmp/fp8lu" >"$tmp/fp8lu.log" 2>&1; then
+    d=checkpoints/step_00000002
+    cmp -s "$tmp/fp8l/$d/model.safetensors" "$tmp/fp8lu/$d/model.safetensors" \
+      && cmp -s "$tmp/fp8l/$d/optimizer.safetensors" "$tmp/fp8lu/$d/optimizer.safetensors" \
+      && [ "$(fp8_fused "$tmp/fp8l.log")" -gt 0 ] && [ "$(fp8_fused "$tmp/fp8lu.log")" = 0 ] \
+      && ok "--fp8 fused amax, LoRA + checkpointing: $(fp8_fused "$tmp/fp8l.log") fused, the same weights and optimizer state bitwise" \
+      || bad "--fp8 fused amax with LoRA + checkpointing: results differ; $(grep 'fp8 act' "$tmp/fp8l.log" "$tmp/fp8lu.log")"
+  else bad "emulated --fp8 LoRA runs: $(tail -1 "$tmp/fp8l.log") / $(tail -1 "$tmp/fp8lu.log")"; fi
+fi
 for seed in 2 3; do
   for c in "1dev:1::emu" "fsdp2:2:--batch_size_per_device 1:fsdp2" "ddp2:2:--batch_size_per_device 1 --no_fsdp:ddp2" \
            "hsdp2x2:4:--batch_size_per_device 1 --dp_shard 2:hsdp2x2" \

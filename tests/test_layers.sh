@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.." || exit 2
 # of kernels/ is the module kernels)
 layers=(
   "1 base:      common dtype rng watchdog arena wheel_lib fp8 bf16_sr"
-  "2 compute:   backend backend_registry backend_cpu backend_cpu_internal backend_cpu_attention backend_cpu_fp8 backend_cuda cuda_check kernels memory mfu attention_cudnn attention_cudnn_graph attention_ws attn_engine cuda_wait"
+  "2 compute:   backend backend_ops backend_registry backend_cpu backend_cpu_internal backend_cpu_attention backend_cpu_fp8 backend_cuda cuda_check kernels memory mfu attention_cudnn attention_cudnn_graph attention_ws attn_engine cuda_wait"
   "3 transport: comm comm_mpi comm_nccl bootstrap bootstrap_pmi2"
   "4 files:     config safetensors fsutil token_shard loader"
   "5 model:     model param_layout lora profile backend_count fp8_linear"

@@ -182,7 +182,7 @@ static double objective(state *s) {
     case OP_EMBEDDING: OP(be->embedding_fwd, out, s->tokens, s->in[0], c->N, c->C, c->V); break;
     case OP_RMSNORM: {
         float *rstd = malloc(sizeof(float) * c->N);
-        OP(be->rmsnorm_fwd, out, rstd, s->in[0], s->in[1], c->N, c->C, 1e-5f);
+        OP(be->rmsnorm_fwd, out, rstd, NULL, s->in[0], s->in[1], c->N, c->C, 1e-5f);
         free(rstd);
         break;
     }
@@ -200,8 +200,8 @@ static double objective(state *s) {
         break;
     }
     case OP_SWIGLU:
-        if (c->C) OP(be->swiglu_fwd, out, s->in[0], s->in[0] + c->F, c->N, c->F, 2 * c->F);
-        else OP(be->swiglu_fwd, out, s->in[0], s->in[1], c->N, c->F, c->F);
+        if (c->C) OP(be->swiglu_fwd, out, NULL, s->in[0], s->in[0] + c->F, c->N, c->F, 2 * c->F);
+        else OP(be->swiglu_fwd, out, NULL, s->in[0], s->in[1], c->N, c->F, c->F);
         break;
     case OP_LMHEAD: {
         float *ws = malloc(sizeof(float) * s->chunk_rows * c->V);
@@ -231,7 +231,7 @@ static void analytic(state *s, int *contract_ok) {
         break;
     case OP_RMSNORM: {
         float *rstd = malloc(sizeof(float) * c->N), *tmp = malloc(sizeof(float) * s->out_n);
-        OP(be->rmsnorm_fwd, tmp, rstd, s->in[0], s->in[1], c->N, c->C, 1e-5f);
+        OP(be->rmsnorm_fwd, tmp, rstd, NULL, s->in[0], s->in[1], c->N, c->C, 1e-5f);
         base[0] = randn(s->in_n[0], 1.0f);
         base[1] = randn(s->in_n[1], 1.0f);
         s->grad[0] = copy_of(base[0], s->in_n[0]);

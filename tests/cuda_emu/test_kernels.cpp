@@ -187,7 +187,7 @@ static void test_rmsnorm(int N, int C, size_t mis, bool small) {
     std::string shape = fmt("N=%d C=%d%s%s", N, C, mis ? " misaligned" : "", small ? " ms~eps" : "");
 
     std::vector<float> y_ref((size_t)N * C), rstd_ref(N), dx_ref = dx0, dw_ref = dw0;
-    CPU->rmsnorm_fwd(y_ref.data(), rstd_ref.data(), x.data(), w.data(), N, C, eps);
+    CPU->rmsnorm_fwd(y_ref.data(), rstd_ref.data(), NULL, x.data(), w.data(), N, C, eps);
     CPU->rmsnorm_bwd(dx_ref.data(), dw_ref.data(), ST_F32, dy.data(), x.data(), w.data(), rstd_ref.data(),
                      N, C);
 
@@ -196,7 +196,7 @@ static void test_rmsnorm(int N, int C, size_t mis, bool small) {
                  Dev d;
                  void *y = d.alloc((size_t)N * C * 2, mis);
                  float *rstd = (float *)d.alloc((size_t)N * 4);
-                 r.rc = ftk_rmsnorm_fwd(y, rstd, d.bf16(x, mis), d.bf16(w), N, C, eps, 0);
+                 r.rc = ftk_rmsnorm_fwd(y, rstd, NULL, d.bf16(x, mis), d.bf16(w), N, C, eps, 0);
                  r.guards = d.guards_ok();
                  r.outs = {read_bf16(y, (size_t)N * C), read_f32(rstd, N)};
              });
@@ -522,7 +522,7 @@ static void test_swiglu(int N, int F, size_t mis, bool alias, bool wide = false,
     std::string shape = fmt("N=%d F=%d%s%s%s%s", N, F, fused ? " fused (N,2F)" : "", mis ? " misaligned" : "",
                             alias ? " dgate=dout" : "", wide ? " |gate|>88" : "");
     std::vector<float> y_ref(n), dg_ref(n), du_ref(n);
-    CPU->swiglu_fwd(y_ref.data(), g.data(), u.data(), N, F, F);
+    CPU->swiglu_fwd(y_ref.data(), NULL, g.data(), u.data(), N, F, F);
     CPU->swiglu_bwd(dg_ref.data(), du_ref.data(), dy.data(), g.data(), u.data(), N, F, F);
     const std::vector<float> gu = fused ? rows_interleave(g, u, N, F) : std::vector<float>();
     const int ld = fused ? 2 * F : F;
@@ -532,7 +532,7 @@ static void test_swiglu(int N, int F, size_t mis, bool alias, bool wide = false,
             void *y = d.alloc(n * 2, mis);
             const uint16_t *gp = (const uint16_t *)(fused ? d.bf16(gu, mis) : d.bf16(g));
             const void *up = fused ? (const void *)(gp + F) : d.bf16(u, mis);
-            r.rc = ftk_swiglu_fwd(y, gp, up, N, F, ld, 0);
+            r.rc = ftk_swiglu_fwd(y, NULL, gp, up, N, F, ld, 0);
             r.guards = d.guards_ok();
             r.outs = {read_bf16(y, n)};
         });
@@ -637,7 +637,9 @@ static Output read_fp8(const void *p, size_t n, fp8_format f) {
 // mag is 0), quantised in `fmt` into out, out_t or both (layouts: 1 out, 2 out_t, 3 both).
 // Codes, amax and the scales must equal the CPU backend's (src/fp8.c's conversions) exactly:
 // the same fp32 product, one correctly rounded conversion, an order-free max.
-static void test_fp8_quantize(int rows, int cols, fp8_format f, float mag, bool inf, int layouts, size_t mis) {
+// cast: through ftk_fp8_cast with the amax given (the CPU's, exact: the inputs are bf16 values)
+static void test_fp8_quantize(int rows, int cols, fp8_format f, float mag, bool inf, int layouts, size_t mis,
+                              bool cast = false) {
     const size_t n = (size_t)rows * cols;
     std::vector<float> x = randn_bf(n, mag);
     if (inf && n) x[0] = -INFINITY;
@@ -656,11 +658,12 @@ static void test_fp8_quantize(int rows, int cols, fp8_format f, float mag, bool 
     refs.push_back(nmse_ref("stats", {inf ? 1.0f : st[0], st[1], st[2]}, THR_EXACT));
     std::string shape = fmt("%dx%d %s |x|~%g%s%s%s", rows, cols, fp8_name(f), mag, inf ? " inf" : "",
                             layouts == 1 ? "" : layouts == 2 ? " out_t only" : " +out_t", mis ? " misaligned" : "");
-    run_case("fp8_quantize", shape, refs, [&](Run &r) {
+    run_case(cast ? "fp8_cast" : "fp8_quantize", shape, refs, [&](Run &r) {
         Dev d;
         void *o = layouts & 1 ? d.alloc(n, mis) : nullptr, *ot = layouts & 2 ? d.alloc(n, mis) : nullptr;
         float *stats = (float *)d.alloc(3 * sizeof(float));
-        r.rc = ftk_fp8_quantize(o, ot, stats, d.bf16(x, mis), rows, cols, (int)f, 0);
+        if (cast) r.rc = ftk_fp8_cast(o, ot, stats, d.f32({st[0]}), d.bf16(x, mis), rows, cols, (int)f, 0);
+        else r.rc = ftk_fp8_quantize(o, ot, stats, d.bf16(x, mis), rows, cols, (int)f, 0);
         r.guards = d.guards_ok();
         r.outs.clear();
         if (o) r.outs.push_back(read_fp8(o, n, f));
@@ -669,6 +672,76 @@ static void test_fp8_quantize(int rows, int cols, fp8_format f, float mag, bool 
         if (inf) so.vals[0] = isinf(so.vals[0]) ? 1.0f : 0.0f;
         r.outs.push_back(so);
     });
+}
+
+// --fp8's fused amax (backend.h rmsnorm_fwd, swiglu_fwd): on the device, the producer's
+// output y (rows, cols) quantised twice, by fp8_quantize (its own amax pass) and by fp8_cast
+// from the producer's amax, both layouts. The output: that amax minus fp8_quantize's, the
+// three stats' differences and the number of differing codes: all exactly 0 when the fused
+// path gives the unfused one's bits.
+static Output fused_vs_unfused(Dev &d, const float *amax, const void *y, int rows, int cols, int *rc) {
+    const size_t n = (size_t)rows * cols;
+    unsigned char *q[2], *t[2];
+    float *st[2];
+    for (int k = 0; k < 2; k++) {
+        q[k] = (unsigned char *)d.alloc(n), t[k] = (unsigned char *)d.alloc(n);
+        st[k] = (float *)d.alloc(3 * sizeof(float));
+    }
+    *rc |= ftk_fp8_quantize(q[0], t[0], st[0], y, rows, cols, FP8_E4M3, 0);
+    *rc |= ftk_fp8_cast(q[1], t[1], st[1], amax, y, rows, cols, FP8_E4M3, 0);
+    float bad = 0;
+    for (size_t i = 0; i < n; i++) bad += (q[0][i] != q[1][i]) + (t[0][i] != t[1][i]);
+    std::vector<float> v = {*amax - st[0][0], st[1][0] - st[0][0], st[1][1] - st[0][1], st[1][2] - st[0][2], bad};
+    return read_f32(v.data(), v.size());
+}
+// its reference: 5 zeros, exactly (absolute RMS, threshold 0)
+static Ref fused_ref() {
+    Ref r = nmse_ref("fused=", std::vector<float>(5, 0.0f), 0.0);
+    r.metric = M_RMS;
+    return r;
+}
+
+// rmsnorm_fwd with an amax slot (filled with 1e30 first: a slot not zeroed shows): the output
+// and amax against the CPU's (bf16: the device's output is rounded), then fused_vs_unfused
+static void test_rmsnorm_amax(int N, int C, size_t mis) {
+    const float eps = 1e-5f;
+    std::vector<float> x = randn_bf((size_t)N * C, 1.0f), w = randn_bf(C, 1.0f), y_ref((size_t)N * C), rstd_ref(N);
+    for (auto &v : w) v = bfround(1.0f + 0.5f * v);
+    float amax_ref = 0;
+    CPU->rmsnorm_fwd(y_ref.data(), rstd_ref.data(), &amax_ref, x.data(), w.data(), N, C, eps);
+    std::string shape = fmt("N=%d C=%d%s", N, C, mis ? " misaligned" : "");
+    run_case("rmsnorm_fwd amax", shape,
+             {nmse_ref("out", y_ref, THR_BF16), nmse_ref("amax", {amax_ref}, THR_BF16), fused_ref()}, [&](Run &r) {
+                 Dev d;
+                 void *y = d.alloc((size_t)N * C * 2, mis);
+                 float *rstd = (float *)d.alloc((size_t)N * 4), *amax = d.f32({1e30f});
+                 r.rc = ftk_rmsnorm_fwd(y, rstd, amax, d.bf16(x, mis), d.bf16(w), N, C, eps, 0);
+                 Output f = fused_vs_unfused(d, amax, y, N, C, &r.rc);
+                 r.guards = d.guards_ok();
+                 r.outs = {read_bf16(y, (size_t)N * C), read_f32(amax, 1), f};
+             });
+}
+
+// swiglu_fwd with an amax slot, as test_rmsnorm_amax; `fused`: the (N, 2F) gate|up layout
+static void test_swiglu_amax(int N, int F, size_t mis, bool fused) {
+    const size_t n = (size_t)N * F;
+    std::vector<float> g = randn_bf(n, 2.0f), u = randn_bf(n, 1.0f), y_ref(n);
+    float amax_ref = 0;
+    CPU->swiglu_fwd(y_ref.data(), &amax_ref, g.data(), u.data(), N, F, F);
+    const std::vector<float> gu = fused ? rows_interleave(g, u, N, F) : std::vector<float>();
+    std::string shape = fmt("N=%d F=%d%s%s", N, F, fused ? " fused (N,2F)" : "", mis ? " misaligned" : "");
+    run_case("swiglu_fwd amax", shape,
+             {nmse_ref("out", y_ref, THR_BF16), nmse_ref("amax", {amax_ref}, THR_BF16), fused_ref()}, [&](Run &r) {
+                 Dev d;
+                 void *y = d.alloc(n * 2, mis);
+                 float *amax = d.f32({1e30f});
+                 const uint16_t *gp = (const uint16_t *)(fused ? d.bf16(gu, mis) : d.bf16(g));
+                 const void *up = fused ? (const void *)(gp + F) : d.bf16(u, mis);
+                 r.rc = ftk_swiglu_fwd(y, amax, gp, up, N, F, fused ? 2 * F : F, 0);
+                 Output f = fused_vs_unfused(d, amax, y, N, F, &r.rc);
+                 r.guards = d.guards_ok();
+                 r.outs = {read_bf16(y, n), read_f32(amax, 1), f};
+             });
 }
 
 // gradients: random at step 3; at step 1 (the largest bias corrections) a mix per element of
@@ -1022,10 +1095,15 @@ static void cases_cast() {
 // odd and aligned shapes, both formats, small and large magnitudes (scales far from 1 both
 // ways), an all-zero tensor (amax 0: scale 1, zero codes), an infinity (amax inf: scale 1,
 // everything saturates or rounds as is), each layout, a misaligned input
+// (the transposed layout: 32 x 32 tiles, 32-bit stores when rows % 4 == 0 and out_t is aligned:
+// rows and columns below, at and past a tile, one row, one column, both store widths, a
+// misaligned out_t with rows % 4 == 0)
 static void cases_fp8_quantize() {
-    const int shapes[][2] = {{1, 1}, {3, 5}, {7, 33}, {64, 64}, {129, 257}, {g_san ? 300 : 1000, 1001}};
+    const int shapes[][2] = {{1, 1},     {3, 5},   {7, 33},   {64, 64},  {129, 257}, {g_san ? 300 : 1000, 1001},
+                             {17, 33},   {1, 300}, {300, 1},  {64, 48},  {36, 50},   {96, 31}};
     for (int f = 0; f < FP8_FORMAT_COUNT; f++) {
         for (auto &sh : shapes) test_fp8_quantize(sh[0], sh[1], (fp8_format)f, 1.0f, false, 3, 0);
+        test_fp8_quantize(64, 48, (fp8_format)f, 1.0f, false, 2, 2);
         test_fp8_quantize(33, 17, (fp8_format)f, 1e-3f, false, 1, 0);
         test_fp8_quantize(17, 33, (fp8_format)f, 3e3f, false, 2, 0);
         test_fp8_quantize(16, 48, (fp8_format)f, 0.0f, false, 3, 0);
@@ -1033,7 +1111,25 @@ static void cases_fp8_quantize() {
         test_fp8_quantize(101, 13, (fp8_format)f, 2.0f, false, 3, 2);
         // amax ~1e-37: the format's max / amax is past FLT_MAX, the scale clamped (else inf, NaN codes)
         test_fp8_quantize(19, 16, (fp8_format)f, 1e-37f, false, 3, 0);
+        // the amax given (fp8_cast): the same codes and stats
+        test_fp8_quantize(36, 50, (fp8_format)f, 1.0f, false, 3, 0, true);
+        test_fp8_quantize(17, 33, (fp8_format)f, 3e3f, false, 1, 0, true);
+        test_fp8_quantize(31, 9, (fp8_format)f, 1.0f, true, 3, 0, true);
+        test_fp8_quantize(16, 48, (fp8_format)f, 0.0f, false, 2, 0, true);
     }
+}
+
+// --fp8's producers' amax (fused_vs_unfused): rmsnorm on its 16-byte and scalar paths (C % 8,
+// a misaligned buffer), one block per row; swiglu with several blocks, both layouts
+static void cases_fp8_amax() {
+    const int rms[][3] = {{3, 33, 0}, {17, 1000, 0}, {130, 40, 0}, {6, 64, 2}, {1, 1, 0}, {5, 300, 0}, {64, 48, 0}};
+    for (auto &r : rms) test_rmsnorm_amax(r[0], r[1], (size_t)r[2]);
+    test_swiglu_amax(1, 1001, 0, false);
+    test_swiglu_amax(300, 17, 0, false);
+    test_swiglu_amax(64, 48, 0, false);
+    test_swiglu_amax(64, 48, 0, true);
+    test_swiglu_amax(5, 13, 0, true);
+    test_swiglu_amax(9, 40, 2, true);
 }
 
 static void cases_adamw() {
@@ -1091,7 +1187,7 @@ static const Group GROUPS[] = {
     {"swiglu", cases_swiglu},           {"accumulate", cases_accumulate},
     {"cast", cases_cast},               {"adamw", cases_adamw},     {"sum_squares", cases_sum_squares},
     {"scale", cases_scale},             {"loss_accumulate", cases_loss_accumulate},
-    {"fp8_quantize", cases_fp8_quantize},
+    {"fp8_quantize", cases_fp8_quantize},  {"fp8_amax", cases_fp8_amax},
     {"sum_squares_accumulate", cases_sum_squares_accumulate}};
 
 // ----------------------------------------------------------------------------

@@ -373,7 +373,7 @@ static void case_norm_swiglu(int N, int C) {
     pair x = pair_new(n, 0, 1, 0), w = pair_new((size_t)C, 0, 1, 0), y = pair_new(n, 0, 1, 1);
     pair rstd = pair_new((size_t)N, 1, 1, 1), dy = pair_new(n, 0, 1, 0), dx = pair_new(n, 0, 1, 1),
          dw = pair_new((size_t)C, 0, 1, 1);
-    BOTH(CPU->rmsnorm_fwd(y.cpu, rstd.cpu, x.cpu, w.cpu, N, C, 1e-5f), GPU->rmsnorm_fwd(y.gpu, rstd.gpu, x.gpu, w.gpu, N, C, 1e-5f));
+    BOTH(CPU->rmsnorm_fwd(y.cpu, rstd.cpu, NULL, x.cpu, w.cpu, N, C, 1e-5f), GPU->rmsnorm_fwd(y.gpu, rstd.gpu, NULL, x.gpu, w.gpu, N, C, 1e-5f));
     report("rmsnorm_fwd", s, "out", &y);
     report("rmsnorm_fwd", s, "rstd", &rstd);
     BOTH(CPU->rmsnorm_bwd(dx.cpu, dw.cpu, ST_F32, dy.cpu, x.cpu, w.cpu, rstd.cpu, N, C),
@@ -387,7 +387,7 @@ static void case_norm_swiglu(int N, int C) {
     pair_free(&dwf);
     // swiglu and add on the same sizes: gate = x, up = dy
     pair g = pair_new(n, 0, 1, 1), u = pair_new(n, 0, 1, 1);
-    BOTH(CPU->swiglu_fwd(y.cpu, x.cpu, dy.cpu, N, C, C), GPU->swiglu_fwd(y.gpu, x.gpu, dy.gpu, N, C, C));
+    BOTH(CPU->swiglu_fwd(y.cpu, NULL, x.cpu, dy.cpu, N, C, C), GPU->swiglu_fwd(y.gpu, NULL, x.gpu, dy.gpu, N, C, C));
     report("swiglu_fwd", s, "out", &y);
     BOTH(CPU->swiglu_bwd(g.cpu, u.cpu, dx.cpu, x.cpu, dy.cpu, N, C, C),
          GPU->swiglu_bwd(g.gpu, u.gpu, dx.gpu, x.gpu, dy.gpu, N, C, C));
