@@ -116,7 +116,7 @@ TEST_SCRIPTS := $(wildcard tests/test_*.sh)
 # load 10-40 (so the wall times are 3-6 times an idle machine's), or the suite's own header.
 SLOW_TESTS :=
 SLOW_TESTS += test_cuda_emu_soak.sh   # header: 12-15 min; 472 emulated-GPU steps (bf16 moments, --fp8), stops, resumes
-SLOW_TESTS += mutate_kernels.sh       # header: ~300 s of CPU; 126 kernel mutants
+SLOW_TESTS += mutate_kernels.sh       # header: ~300 s of CPU; 136 kernel mutants
 SLOW_TESTS += test_cuda_emu_train.sh  # header: 3.5-7 min wall, 4 min of CPU
 SLOW_TESTS += test_offload.sh         # header: 2 min
 SLOW_TESTS += test_backend_emu        # 159 s wall at load 9: every backend op, emulated CUDA

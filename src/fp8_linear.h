@@ -18,7 +18,9 @@
 // separate gate and up GEMMs on the same input use it, and a recomputed forward
 // (--gradient_checkpointing) gets a fresh one from its own rmsnorm_fwd. Not seen by the
 // wrapper: writes outside the backend table (the collectives), which go to parameter and
-// gradient buffers, never to a linear's input between its producer and its GEMM.
+// gradient buffers, never to a linear's input between its producer and its GEMM, and the
+// calls on fp8_linear_unwrap's inner backend (the logits GEMM, the MFU benchmark), which
+// write buffers of their own.
 // FT_TEST_FP8_UNFUSED (test-only) turns it off: every amax by its own pass.
 // Stays unfused, each with the quantisation's own amax pass:
 //   - o_proj's input, attention's output: attention_fwd would have to emit it, on both of its

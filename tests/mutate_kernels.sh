@@ -285,14 +285,38 @@ m loss_accumulate.last_tile_row loss_accumulate.cu loss_accumulate \
 m loss_accumulate.count_all_rows loss_accumulate.cu loss_accumulate 'count += valid;' 'count += i < N;'
 
 # FP8 quantisation (--fp8): the max of |x| (a negative extreme), each format's largest value,
-# the amax = 0 guard (all-zero case), saturation (the infinity cases), the transposed index
+# the amax = 0 guard (all-zero case), saturation (the infinity cases), the transposed index,
+# the transposing tiles' edges (rows % 4 != 0: byte stores cut at the last row; 32-bit stores
+# only when rows % 4 == 0) and their barrier, fp8_cast's given amax
 m fp8_quantize.amax_signed fp8_quantize.cu fp8_quantize \
   'm = fmaxf(m, fabsf(bf2f(x[i])));' 'm = fmaxf(m, bf2f(x[i]));'
 m fp8_quantize.e5m2_max fp8_quantize.cu fp8_quantize 'fmt == 1 ? 57344.0f : 448.0f' 'fmt == 1 ? 448.0f : 448.0f'
 m fp8_quantize.zero_amax fp8_quantize.cu fp8_quantize 'm > 0.0f && isfinite(m) ?' 'isfinite(m) ?'
 m fp8_quantize.no_saturation fp8_quantize.cu fp8_quantize '__NV_SATFINITE' '__NV_NOSAT'
 m fp8_quantize.transpose_index fp8_quantize.cu fp8_quantize \
-  'out_t[(i % (size_t)cols) * rows + i / (size_t)cols]' 'out_t[(i % (size_t)cols) * cols + i / (size_t)cols]'
+  'out_t + (size_t)cj * rows + rw;' 'out_t + (size_t)cj * cols + rw;'
+m fp8_quantize.tile_edge_bytes fp8_quantize.cu fp8_quantize \
+  'for (int b = 0; b < 4 && rw + b < rows; b++)' 'for (int b = 0; b < 4; b++)'
+m fp8_quantize.tile_words_rows_even fp8_quantize.cu fp8_quantize \
+  'const int words = rows % 4 == 0 &&' 'const int words = rows % 2 == 0 &&'
+m fp8_quantize.tile_no_sync fp8_quantize.cu fp8_quantize \
+  "__syncthreads();$NL        const int rw" 'const int rw'
+m fp8_quantize.cast_no_amax fp8_quantize.cu fp8_quantize \
+  'scale_and_cast(out, out_t, stats, amax, 1, inp' 'scale_and_cast(out, out_t, stats, amax, 0, inp'
+
+# --fp8's fused amax (rmsnorm_fwd, swiglu_fwd: test_kernels' fp8_amax group): the max of the
+# stored (rounded) values, of their magnitudes, published at all, the slot zeroed first, and
+# joined by atomicMax (a plain store: the last block's max)
+m rmsnorm.amax_unrounded rmsnorm.cu fp8_amax \
+  'm = fmaxf(m, fabsf(bf2f(f2bf(v[k]))));' 'm = fmaxf(m, fabsf(v[k]));'
+m rmsnorm.amax_scalar_signed rmsnorm.cu fp8_amax 'm = fmaxf(m, fabsf(bf2f(q)));' 'm = fmaxf(m, bf2f(q));'
+m swiglu.amax_unrounded swiglu.cu fp8_amax \
+  'm = fmaxf(m, fabsf(bf2f(f2bf(y[k]))));' 'm = fmaxf(m, fabsf(y[k]));'
+m swiglu.amax_not_published swiglu.cu fp8_amax 'if (amax) block_amax_publish(amax, m, scratch);' ';'
+m common.amax_not_zeroed common.cuh "rmsnorm swiglu fp8_amax" \
+  'return amax ? cuda_check(cudaMemsetAsync(' 'return 0 ? cuda_check(cudaMemsetAsync('
+m common.amax_stored common.cuh "rmsnorm swiglu fp8_amax" \
+  'atomicMax(reinterpret_cast<int *>(amax), __float_as_int(m));' '*amax = m;'
 
 # shared helpers (kernels/common.cuh): the files of the groups named are rebuilt
 m common.block_sum_no_sync common.cuh "rmsnorm lmhead_xent" \

@@ -1096,11 +1096,11 @@ static void cases_cast() {
 // ways), an all-zero tensor (amax 0: scale 1, zero codes), an infinity (amax inf: scale 1,
 // everything saturates or rounds as is), each layout, a misaligned input
 // (the transposed layout: 32 x 32 tiles, 32-bit stores when rows % 4 == 0 and out_t is aligned:
-// rows and columns below, at and past a tile, one row, one column, both store widths, a
-// misaligned out_t with rows % 4 == 0)
+// rows and columns below, at and past a tile, one row, one column, both store widths (rows
+// % 4 == 0, 1, 2, 3), a misaligned out_t with rows % 4 == 0)
 static void cases_fp8_quantize() {
     const int shapes[][2] = {{1, 1},     {3, 5},   {7, 33},   {64, 64},  {129, 257}, {g_san ? 300 : 1000, 1001},
-                             {17, 33},   {1, 300}, {300, 1},  {64, 48},  {36, 50},   {96, 31}};
+                             {17, 33},   {1, 300}, {300, 1},  {64, 48},  {36, 50},   {50, 36}, {96, 31}};
     for (int f = 0; f < FP8_FORMAT_COUNT; f++) {
         for (auto &sh : shapes) test_fp8_quantize(sh[0], sh[1], (fp8_format)f, 1.0f, false, 3, 0);
         test_fp8_quantize(64, 48, (fp8_format)f, 1.0f, false, 2, 2);

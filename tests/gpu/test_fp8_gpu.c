@@ -18,8 +18,8 @@
 // x e4m3; measured about half of that) and above 1e-4 (1e-5 with "+=": C dilutes it), where
 // operands left unquantised would give only fp32 noise (~1e-12).
 // Then --fp8's backend wrapper (src/fp8_linear.h): its matmul_fwd and matmul_bwd against the
-// CPU's linear (case_wrapper's bounds), and its bf16 fallback for widths the FP8 GEMM does
-// not take.
+// CPU's linear (case_wrapper's bounds), its bf16 fallback for widths the FP8 GEMM does
+// not take, and its fused amax (case_fused).
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -168,6 +168,69 @@ static void case_wrapper(int N, int IC, int OC) {
     free(h);
 }
 
+// 1 when the two (N, OC) bf16 outputs of the GPU are bitwise equal
+static int same_output(const void *a, const void *b, size_t n) {
+    uint16_t *ha = malloc(2 * n), *hb = malloc(2 * n);
+    const int ok = GPU->copy_d2h(ha, a, 2 * n) == 0 && GPU->copy_d2h(hb, b, 2 * n) == 0 && memcmp(ha, hb, 2 * n) == 0;
+    free(ha), free(hb);
+    return ok;
+}
+
+// W->matmul_fwd of y twice: first as it comes (*fused_delta: how many activations it
+// quantised from a producer's amax), then after W->zero on another buffer (the wrapper
+// forgets: its own amax pass); 1 when both outputs are bitwise equal
+static int fused_vs_own_pass(const backend *W, const void *y, const void *wt, int N, int IC, int OC, long *fused_delta) {
+    const size_t n = (size_t)N * OC;
+    void *o1 = GPU->alloc(2 * n), *o2 = GPU->alloc(2 * n);
+    long f0, f1, all;
+    fp8_linear_fused_counts(&f0, &all);
+    EXPECT(W->matmul_fwd(o1, y, wt, NULL, N, IC, OC) == 0, "forward: %s", ft_error_message());
+    fp8_linear_fused_counts(&f1, &all);
+    EXPECT(W->zero(o2, 2 * n) == 0 && W->matmul_fwd(o2, y, wt, NULL, N, IC, OC) == 0, "forward: %s", ft_error_message());
+    *fused_delta = f1 - f0;
+    fp8_linear_fused_counts(&f0, &all);
+    EXPECT(f0 == f1, "the linear after another op used a producer's amax");
+    const int same = same_output(o1, o2, n);
+    GPU->free(o1), GPU->free(o2);
+    return same;
+}
+
+// --fp8's fused amax (src/fp8_linear.h): a linear on rmsnorm_fwd's and swiglu_fwd's output
+// through the wrapper is quantised from the producer's amax (counted) and gives the bits of its
+// own amax pass; after `scale` rewrote that output in place (x3), the next linear takes the
+// new values' amax (not counted as fused; a stale amax would saturate a third of the codes)
+static void case_fused(int N, int C, int OC) {
+    const backend *W = NULL;
+    EXPECT(fp8_linear_backend(GPU, &W) == 0, "wrapper: %s", ft_error_message());
+    if (!W) return;
+    float *h = malloc(sizeof(float) * ((size_t)N * C * 3 + (size_t)OC * C + C));
+    void *x_c, *x_g, *wn_c, *wn_g, *wt_c, *wt_g, *g_c, *g_g, *u_c, *u_g;
+    upload(h, &x_c, &x_g, (size_t)N * C, 1.0f);
+    upload(h, &wn_c, &wn_g, (size_t)C, 1.0f);
+    upload(h, &wt_c, &wt_g, (size_t)OC * C, 0.05f);
+    upload(h, &g_c, &g_g, (size_t)N * C, 2.0f);
+    upload(h, &u_c, &u_g, (size_t)N * C, 1.0f);
+    void *y = GPU->alloc(2 * (size_t)N * C), *a = GPU->alloc(2 * (size_t)N * C);
+    float *rstd = GPU->alloc(4 * (size_t)N);
+    long d;
+    EXPECT(W->rmsnorm_fwd(y, rstd, NULL, x_g, wn_g, N, C, 1e-5f) == 0, "rmsnorm: %s", ft_error_message());
+    EXPECT(fused_vs_own_pass(W, y, wt_g, N, C, OC, &d) && d == 1,
+           "N %d C %d OC %d: rmsnorm's output: fused %ld, or not the bits of its own amax pass", N, C, OC, d);
+    EXPECT(W->rmsnorm_fwd(y, rstd, NULL, x_g, wn_g, N, C, 1e-5f) == 0 && W->scale(y, y, 3.0f, (size_t)N * C) == 0,
+           "rmsnorm, scale: %s", ft_error_message());
+    EXPECT(fused_vs_own_pass(W, y, wt_g, N, C, OC, &d) && d == 0,
+           "N %d C %d OC %d: rewritten by scale: fused %ld, or a stale amax used", N, C, OC, d);
+    EXPECT(W->swiglu_fwd(a, NULL, g_g, u_g, N, C, C) == 0, "swiglu: %s", ft_error_message());
+    EXPECT(fused_vs_own_pass(W, a, wt_g, N, C, OC, &d) && d == 1,
+           "N %d F %d OC %d: swiglu's output: fused %ld, or not the bits of its own amax pass", N, C, OC, d);
+    printf("%-12s N %d C %d OC %d: fused amax bitwise its own pass's, a rewritten input not fused\n", "fp8_fused", N, C,
+           OC);
+    void *cb[] = {x_c, wn_c, wt_c, g_c, u_c}, *gb[] = {x_g, wn_g, wt_g, g_g, u_g, y, a, rstd};
+    for (int i = 0; i < 5; i++) CPU->free(cb[i]);
+    for (int i = 0; i < 8; i++) GPU->free(gb[i]);
+    free(h);
+}
+
 // what matmul_fp8 refuses with a line: two E5M2 operands, K not a multiple of 16
 static void case_refusals(void) {
     void *q = GPU->alloc(4096), *o = GPU->alloc(4096);
@@ -203,6 +266,7 @@ int main(void) {
     case_matmul(33, 40, 96, FP8_E4M3, FP8_E4M3, 1);
     case_wrapper(130, 96, 64);
     case_wrapper(64, 8, 48);
+    case_fused(130, 96, 64);
     case_refusals();
     backend_close(GPU);
     TEST_SUMMARY("test_fp8_gpu");
