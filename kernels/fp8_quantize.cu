@@ -142,8 +142,8 @@ extern "C" int ftk_fp8_quantize(void *out, void *out_t, float *stats, const void
     return rc;
 }
 
-extern "C" int ftk_fp8_cast(void *out, void *out_t, float *stats, const float *amax, const void *inp, int rows, int cols,
-                            int fmt, ftk_stream stream) {
+extern "C" int ftk_fp8_cast(void *out, void *out_t, float *stats, const float *amax, const void *inp, int rows,
+                            int cols, int fmt, ftk_stream stream) {
     if (check_args("fp8_cast", rows, cols, fmt) != 0) return -1;
     return scale_and_cast(out, out_t, stats, amax, 1, inp, rows, cols, fmt, stream);
 }

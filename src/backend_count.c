@@ -23,6 +23,7 @@ static struct {
     double e;             // bytes per storage element
     int grads_f32;        // the gradient units are fp32
     int fp8;              // --fp8 (count_job.fp8)
+    int fp8_fused;        // and its producers' amax used (not FT_TEST_FP8_UNFUSED)
     uintptr_t next;       // the next address alloc hands out
     const void *fused;    // --fp8: the output whose amax its producer computed (fp8_linear.h), NULL none
     size_t fused_n;       // its elements
@@ -83,7 +84,7 @@ static int count_embedding_bwd(void *dw, st_dtype gdt, const void *d, const int3
 // --fp8 (fp8_linear.c): a producer of a linear's input computes its amax too: the slot's
 // memset first (4 bytes, one more operation); the output remembered for count_matmul_fwd
 static int fused_producer(const void *out, size_t n) {
-    if (!g.fp8) return 0;
+    if (!g.fp8_fused) return 0;
     mem_op(0, 4, 1);
     g.fused = out, g.fused_n = n;
     return 0;
@@ -335,6 +336,7 @@ int count_micro_batch(const llama_config *cfg, const count_job *job, count_resul
     g.next = (uintptr_t)1 << 32;
     g.grads_f32 = job->grads_f32;
     g.fp8 = job->fp8;
+    g.fp8_fused = job->fp8 && !ft_getenv("FT_TEST_FP8_UNFUSED");   // (as the wrapper: fp8_linear_backend)
     count_table.dtype = job->elem_bytes == 2 ? ST_BF16 : ST_F32;
     param_layout l;
     TRY(param_layout_init(&l, cfg, 1));

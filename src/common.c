@@ -299,7 +299,8 @@ static const env_var env_vars[] = {
      "`N`: write half of the N-th `metrics.jsonl` record and fail it, as a full disk would"},
     {"FT_TEST_FP8_UNFUSED", ENV_TEST,
      "`--fp8` quantises every activation with its own amax pass instead of the amax its producer "
-     "(`rmsnorm_fwd`, `swiglu_fwd`) computed, for the check that both give the same bits"},
+     "(`rmsnorm_fwd`, `swiglu_fwd`) computed, and the step-time estimate prices it so: for the checks "
+     "that both give the same bits and that the estimate prices the difference"},
 
     {"PMI_RANK", ENV_SYSTEM, "this process's rank (MPICH, Slurm PMI2), before the launcher is set up: "
      "which rank prints flag errors and `--dry_run`'s report"},

@@ -39,7 +39,8 @@
 #      70B-shaped model that does not fit lists sharding as the one change; the step-time estimate is a
 #      forward micro-batch (under 1/2.5 of a one-micro-batch training step's, no backward or optimizer op).
 #   4. --fp8 (7B, one micro-batch): the forward and dX GEMMs' rows at half the bf16 time on the
-#      H100 (the FP8 peak), the same on the A100 (none), the same FLOPs, more memory-bound bytes.
+#      H100 (the FP8 peak), the same on the A100 (none), the same FLOPs, more memory-bound bytes;
+#      fewer with the fused amax than with FT_TEST_FP8_UNFUSED=1 (each amax by its own pass).
 #      The step-time estimate (src/plan_time.c), 7B on 4 and 1 H100-class ranks at batch 1 and
 #      16, and with --offload_optimizer: the per-class rows add up to the total on every device
 #      (printed to 0.01 ms: 5 rows, 6 with the offload row, each off by at most 0.005 plus the
@@ -436,6 +437,12 @@ awk -v g0="$(oprow "$tmp/7b_one_mb.plan" "$bf" -4)" -v g1="$(oprow "$tmp/7b_fp8.
   && ! grep -q "^  $bf" "$tmp/7b_fp8.plan" && grep -q "^  layer GEMMs backward dX in FP8" "$tmp/7b_fp8.plan" \
   && ok "7B --fp8: forward GEMMs $(oprow "$tmp/7b_fp8.plan" "$f8" -4) GFLOP at half bf16's H100 time, A100 unchanged, quantisations' bytes added; step $tt -> $(step_h100 "$tmp/7b_fp8.plan") ms on the H100" \
   || bad "7B --fp8 pricing: $(grep "layer GEMMs" "$tmp/7b_fp8.plan")"
+# the fused amax (src/fp8_linear.h): q|k|v's, gate|up's and down's inputs quantised without
+# their amax pass; FT_TEST_FP8_UNFUSED=1 (every amax by its own pass) prices more memory time
+FT_TEST_FP8_UNFUSED=1 plan7 --world_size 1 --no_fsdp --total_batch_size 1 --fp8 > "$tmp/7b_fp8u.plan" 2>&1
+awk -v f="$(crow "$tmp/7b_fp8.plan" memory 2)" -v u="$(crow "$tmp/7b_fp8u.plan" memory 2)" 'BEGIN { exit !(f > 0 && u > f) }' \
+  && ok "7B --fp8 fused amax: memory-bound time $(crow "$tmp/7b_fp8.plan" memory 2) ms on the H100, $(crow "$tmp/7b_fp8u.plan" memory 2) unfused" \
+  || bad "7B --fp8 fused amax not priced: memory $(crow "$tmp/7b_fp8.plan" memory 2) vs unfused $(crow "$tmp/7b_fp8u.plan" memory 2)"
 
 for job in "fsdp4_b1:--world_size 4" "fsdp4_b16:--world_size 4 --batch_size_per_device 16" \
            "one_b1:--world_size 1 --no_fsdp" "one_b16:--world_size 1 --no_fsdp --batch_size_per_device 16" \

@@ -373,7 +373,8 @@ static void case_norm_swiglu(int N, int C) {
     pair x = pair_new(n, 0, 1, 0), w = pair_new((size_t)C, 0, 1, 0), y = pair_new(n, 0, 1, 1);
     pair rstd = pair_new((size_t)N, 1, 1, 1), dy = pair_new(n, 0, 1, 0), dx = pair_new(n, 0, 1, 1),
          dw = pair_new((size_t)C, 0, 1, 1);
-    BOTH(CPU->rmsnorm_fwd(y.cpu, rstd.cpu, NULL, x.cpu, w.cpu, N, C, 1e-5f), GPU->rmsnorm_fwd(y.gpu, rstd.gpu, NULL, x.gpu, w.gpu, N, C, 1e-5f));
+    BOTH(CPU->rmsnorm_fwd(y.cpu, rstd.cpu, NULL, x.cpu, w.cpu, N, C, 1e-5f),
+         GPU->rmsnorm_fwd(y.gpu, rstd.gpu, NULL, x.gpu, w.gpu, N, C, 1e-5f));
     report("rmsnorm_fwd", s, "out", &y);
     report("rmsnorm_fwd", s, "rstd", &rstd);
     BOTH(CPU->rmsnorm_bwd(dx.cpu, dw.cpu, ST_F32, dy.cpu, x.cpu, w.cpu, rstd.cpu, N, C),

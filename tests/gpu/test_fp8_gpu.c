@@ -179,14 +179,16 @@ static int same_output(const void *a, const void *b, size_t n) {
 // W->matmul_fwd of y twice: first as it comes (*fused_delta: how many activations it
 // quantised from a producer's amax), then after W->zero on another buffer (the wrapper
 // forgets: its own amax pass); 1 when both outputs are bitwise equal
-static int fused_vs_own_pass(const backend *W, const void *y, const void *wt, int N, int IC, int OC, long *fused_delta) {
+static int fused_vs_own_pass(const backend *W, const void *y, const void *wt, int N, int IC, int OC,
+                             long *fused_delta) {
     const size_t n = (size_t)N * OC;
     void *o1 = GPU->alloc(2 * n), *o2 = GPU->alloc(2 * n);
     long f0, f1, all;
     fp8_linear_fused_counts(&f0, &all);
     EXPECT(W->matmul_fwd(o1, y, wt, NULL, N, IC, OC) == 0, "forward: %s", ft_error_message());
     fp8_linear_fused_counts(&f1, &all);
-    EXPECT(W->zero(o2, 2 * n) == 0 && W->matmul_fwd(o2, y, wt, NULL, N, IC, OC) == 0, "forward: %s", ft_error_message());
+    EXPECT(W->zero(o2, 2 * n) == 0 && W->matmul_fwd(o2, y, wt, NULL, N, IC, OC) == 0, "forward: %s",
+           ft_error_message());
     *fused_delta = f1 - f0;
     fp8_linear_fused_counts(&f0, &all);
     EXPECT(f0 == f1, "the linear after another op used a producer's amax");
