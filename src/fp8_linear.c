@@ -35,7 +35,7 @@ static int scratch_reserve(size_t bytes) {
     if (g_scratch.buf) g_inner->free(g_scratch.buf);
     g_scratch.cap = 0;
     if (!(g_scratch.buf = g_inner->alloc(bytes)))
-        return ft_error("flag --fp8: no device memory for the FP8 copies of an activation and a weight (%.1f MiB)",
+        return ft_error("flag --fp8: no device memory for the FP8 copies of a linear's operands (%.1f MiB)",
                         bytes / 1048576.0);
     g_scratch.cap = bytes;
     return 0;

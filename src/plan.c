@@ -127,7 +127,7 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
                            NULL);
     }
     if ((p->fp8_bytes = plan_fp8_bytes(p, c)))
-        add_item(p, MEM_WORKSPACE, p->fp8_bytes, "--fp8: FP8 copies of the largest linear's activation and weight "
+        add_item(p, MEM_WORKSPACE, p->fp8_bytes, "--fp8: FP8 copies of the largest linear call's operands "
                                                  "(one arena buffer, reserved at setup)");
     // cuDNN attention takes its workspace from the device arena around each call (the largest
     // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more. The

@@ -20,7 +20,7 @@
 #      in row chunks (FT_LMHEAD_CHUNK_ROWS=48, test-only) on one device (dW straight into the
 #      fp32 step gradient) and over FSDP 2 (bf16 root gradient, the fp32 dW accumulator)
 #      against the CPU with run 1's tolerances; FT_LMHEAD_CHUNK_ROWS=0 refused in one line
-#      --fp8 on an emulated sm_90 (the decoder linears' forward GEMMs in FP8): losses within
+#      --fp8 on an emulated sm_90 (the decoder linears' GEMMs in FP8: forward, dX, dW): losses within
 #      1% of run 1's bf16 ones, and not identical (the FP8 path ran); its FP8 scratch equals
 #      --dry_run --fp8's workspace line (the largest call's layout, and the buffer held)
 #   3. the bf16 sampling path (model_logits on a bf16 backend) produces a continuation
@@ -93,7 +93,8 @@ if "$emu" --device cuda "${flags[@]}" --sample_tokens 16 --out_dir "$tmp/emu" >"
 else
   bad "emulated CUDA run failed: $(grep -m1 HAZARD "$tmp/emu.log" || tail -1 "$tmp/emu.log")"
 fi
-# --fp8 on an emulated sm_90: the decoder linears' forward GEMMs in FP8 E4M3 (src/fp8_linear.h);
+# --fp8 on an emulated sm_90: the decoder linears' forward GEMMs in FP8 E4M3, dX and dW with
+# E5M2 output gradients (src/fp8_linear.h; 2 x 64 rows: dW in FP8, into bf16 unit gradients);
 # its quantisation error (2^-4 relative per operand) moves the losses by ~1e-4 relative here
 # (--peak_tflops 1: no MFU benchmark, whose 384 x 384 GEMM would be the largest FP8 call here;
 # no sampling, whose lm_head logits call would be: the largest is a training linear's backward)
