@@ -82,16 +82,21 @@ static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const 
                              g_inner->dtype);
 }
 
-// The backward's scratch: slot 0 dout's codes (N, OC), slot 1 their transpose (OC, N), slot 2
-// the weight's transposed codes (IC, OC) for dX, then (the dX GEMM queued before it on the one
-// stream, so done reading them) the input's transposed codes (IC, N) for dW; stats: dout's,
-// the weight's, the input's. Without an FP8 dW (fp8_linear_dw_ok): slots 0 and 2 only.
-static size_t bwd_sizes(int N, int IC, int OC, int dw8, size_t sizes[3]) {
+// The backward's scratch slots (their sizes in codes; the count returned). With an FP8 dW
+// (dw8): dout's codes (N, OC), their transpose (OC, N), and one slot for the weight's
+// transposed codes (IC, OC) for dX, then (the dX GEMM queued before on the one stream, so done
+// reading them) the input's transposed codes (IC, N) for dW; stats: dout's, the weight's, the
+// input's. Without: dout's codes and the weight's transposed ones (stats: dout's, the weight's).
+static int bwd_sizes(int N, int IC, int OC, int dw8, size_t sizes[3]) {
     const size_t nd = (size_t)N * OC, nw = (size_t)OC * IC, nx = (size_t)N * IC;
     sizes[0] = nd;
-    sizes[1] = dw8 ? nd : nw;
+    if (!dw8) {
+        sizes[1] = nw;
+        return 2;
+    }
+    sizes[1] = nd;
     sizes[2] = nw > nx ? nw : nx;
-    return dw8 ? 3 : 2;
+    return 3;
 }
 
 // dinp (N, IC) = (+=) dout (N, OC) @ weight (OC, IC) in FP8: dout quantised to E5M2 (a
@@ -107,7 +112,7 @@ static int fp8_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *d
     if (!fp8_linear_shape_ok(IC, OC) || (!dinp && !dw8))
         return g_inner->matmul_bwd(dinp, dweight, gdt, dout, inp, weight, N, IC, OC, accumulate_dinp, accumulate_dw);
     size_t sizes[3];
-    const int n = (int)bwd_sizes(N, IC, OC, dw8, sizes);
+    const int n = bwd_sizes(N, IC, OC, dw8, sizes);
     unsigned char *q[3];
     float *st;
     TRY(scratch_slots(sizes, n, q, &st));
@@ -161,7 +166,7 @@ size_t fp8_linear_call_bytes(int N, int IC, int OC, fp8_call pass) {
     const size_t fwd = pair_bytes((size_t)N * IC, (size_t)OC * IC);
     if (pass == FP8_CALL_FWD) return fwd;
     size_t sizes[3];
-    const int n = (int)bwd_sizes(N, IC, OC, pass == FP8_CALL_BWD_DW && fp8_linear_dw_ok(N, IC, OC), sizes);
+    const int n = bwd_sizes(N, IC, OC, pass == FP8_CALL_BWD_DW && fp8_linear_dw_ok(N, IC, OC), sizes);
     const size_t bwd = slots_bytes(sizes, n);
     return bwd > fwd ? bwd : fwd;
 }
