@@ -219,11 +219,15 @@ struct backend {
                     int cols, fp8_format fmt);
     // out (M, N) = a_stats[2] * b_stats[2] * a (M, K) @ b (N, K)^T (+= when accumulate), a and
     // b FP8 codes of formats a_fmt, b_fmt (e4m3 x e4m3, or one of them e5m2: gradients) with
-    // the stats fp8_quantize gave them; products exact, summed in fp32, one rounding to the
-    // storage dtype. The three linear GEMMs are all of this form: forward x W^T (a = x, b =
-    // W), dx = dy W (a = dy, b = W^T), dW = dy^T x (a = dy^T, b = x^T).
+    // the stats fp8_quantize gave them; products exact, summed in fp32 (with out's old value
+    // when accumulate), one rounding to out_dtype: the storage dtype (activations), or ST_F32
+    // (an fp32 parameter gradient; the CUDA backend takes ST_BF16 and ST_F32, the fp32 CPU
+    // backend ST_F32 only). K a multiple of 16 (Hopper's FP8 rule). The three linear GEMMs
+    // are all of this form: forward x W^T (a = x, b = W), dx = dy W (a = dy, b = W^T), dW =
+    // dy^T x (a = dy^T, b = x^T; K = the token rows).
     int (*matmul_fp8)(void *out, const void *a, fp8_format a_fmt, const float *a_stats, const void *b,
-                      fp8_format b_fmt, const float *b_stats, int M, int N, int K, int accumulate);
+                      fp8_format b_fmt, const float *b_stats, int M, int N, int K, int accumulate,
+                      st_dtype out_dtype);
 
     // ---------------------------------------------------------------- optimizer & utils
     // AdamW on an fp32 master slice (n): g = grad * grad_scale; m,v updated; master updated

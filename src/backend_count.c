@@ -140,17 +140,28 @@ static int count_matmul_fwd(void *o, const void *x, const void *w, const void *r
     g.fused = fused;
     return 0;
 }
-// dX and dW: one GEMM each, the one of a NULL output skipped. --fp8: dX from the output
-// gradient and the weight (transposed) quantised, in FP8; dW a bf16 GEMM
+// dX and dW: one GEMM each, the one of a NULL output skipped. --fp8, as fp8_linear.c runs
+// them: the output gradient quantised once (E5M2; its plain layout for dX, its transpose for
+// dW); dX from it and the weight (transposed) in FP8; dW (fp8_linear_dw_ok: N a multiple of
+// 16 too) from its transpose and the input's, in FP8; a dW outside that rule a bf16 GEMM.
+// dW's epilogue (the gradient read when added to, in gdt) is not counted here on either path:
+// plan_time.c's unit_grad_bytes prices the gradients' traffic beyond a bf16 epilogue and takes
+// the rest as hidden under the GEMMs
 static int count_matmul_bwd(void *dx, void *dw, st_dtype gdt, const void *d, const void *x, const void *w, int N,
                             int IC, int OC, int acc, int acc_dw) {
     (void)gdt, (void)d, (void)x, (void)w, (void)acc_dw;
     const double flops = 2.0 * N * IC * OC;
-    if (dx && g.fp8 && fp8_linear_shape_ok(IC, OC)) {
-        count_fp8_quantize(&g, NULL, NULL, NULL, N, OC, FP8_E5M2);
+    const int dx8 = dx && g.fp8 && fp8_linear_shape_ok(IC, OC), dw8 = dw && g.fp8 && fp8_linear_dw_ok(N, IC, OC);
+    if (dx8 || dw8) count_fp8_quantize(dx8 ? &g : NULL, dw8 ? &g : NULL, NULL, NULL, N, OC, FP8_E5M2);
+    if (dx8) {
         count_fp8_quantize(NULL, &g, NULL, NULL, OC, IC, FP8_E4M3);
         tally(COUNT_GEMM_FP8, flops, 1, acc ? (double)N * IC * g.e : 0, 0);
         dx = NULL;
+    }
+    if (dw8) {
+        count_fp8_quantize(NULL, &g, NULL, NULL, N, IC, FP8_E4M3);
+        tally(COUNT_GEMM_FP8, flops, 1, 0, 0);
+        dw = NULL;
     }
     const double products = (dx != NULL) + (dw != NULL);
     if (products > 0) tally(COUNT_GEMM, products * flops, products, 0, 0);
@@ -220,9 +231,9 @@ static int count_fp8_cast(void *o, void *ot, float *st, const float *am, const v
     return mem_op(n, n * ((o != NULL) + (ot != NULL)) + 16.0, 2);
 }
 static int count_matmul_fp8(void *o, const void *a, fp8_format af, const float *as, const void *b, fp8_format bf,
-                            const float *bs, int M, int N, int K, int acc) {
+                            const float *bs, int M, int N, int K, int acc, st_dtype odt) {
     (void)o, (void)a, (void)af, (void)as, (void)b, (void)bf, (void)bs;
-    tally(COUNT_GEMM_FP8, 2.0 * M * N * K, 1, acc ? (double)M * N * g.e : 0, 0);
+    tally(COUNT_GEMM_FP8, 2.0 * M * N * K, 1, acc ? (double)M * N * st_dtype_size(odt) : 0, 0);
     return 0;
 }
 

@@ -20,7 +20,7 @@ typedef struct lora_config lora_config;   // lora.h
 // What an op's work is priced as.
 typedef enum {
     COUNT_GEMM,       // matmul_fwd / matmul_bwd: cuBLASLt GEMMs
-    COUNT_GEMM_FP8,   // --fp8: the decoder linears' forward and dX GEMMs in FP8 (src/fp8_linear.h)
+    COUNT_GEMM_FP8,   // --fp8: the decoder linears' forward, dX and dW GEMMs in FP8 (src/fp8_linear.h)
     COUNT_ATTN_FWD,   // attention_fwd
     COUNT_ATTN_BWD,   // attention_bwd (flops: its forward's two products over the same shape; the
                       // attention path decides how many products its backward forms)
@@ -56,8 +56,9 @@ typedef struct {
     int grads_f32;             // the gradient units are fp32 (fsdp_grads_f32)
     int segments;              // --pack_attention per_game: segment starts handed to the ops
     int backward;              // 0: the forward only (--eval_only)
-    int fp8;                   // --fp8: matmul_fwd and matmul_bwd's dX count as the FP8 wrapper
-                               // runs them (quantisations, FP8 GEMM; a residual copied first)
+    int fp8;                   // --fp8: matmul_fwd and matmul_bwd's dX and dW count as the FP8
+                               // wrapper runs them (quantisations, FP8 GEMMs; a residual copied
+                               // first; the shapes outside fp8_linear_shape_ok / _dw_ok in bf16)
 } count_job;
 
 // Run one micro-batch of `job` of the model `cfg` (model_forward_backward) over the counting

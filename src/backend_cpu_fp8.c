@@ -51,11 +51,14 @@ static void decode(float *dst, const uint8_t *src, size_t n, fp8_format fmt) {
 }
 
 int cpu_matmul_fp8(void *out, const void *a, fp8_format a_fmt, const float *a_stats, const void *b, fp8_format b_fmt,
-                   const float *b_stats, int M, int N, int K, int accumulate) {
+                   const float *b_stats, int M, int N, int K, int accumulate, st_dtype out_dtype) {
     if (a_fmt >= FP8_FORMAT_COUNT || b_fmt >= FP8_FORMAT_COUNT || (a_fmt == FP8_E5M2 && b_fmt == FP8_E5M2))
         return ft_error("matmul_fp8: formats %s x %s (e4m3 x e4m3, e4m3 x e5m2 or e5m2 x e4m3)", fp8_name(a_fmt),
                         fp8_name(b_fmt));
-    if (M <= 0 || N <= 0 || K <= 0) return ft_error("matmul_fp8: shape M %d N %d K %d", M, N, K);
+    if (out_dtype != ST_F32)   // the storage dtype, and an fp32 gradient's: one and the same here
+        return ft_error("matmul_fp8: output dtype %s on the fp32 CPU backend", st_dtype_name(out_dtype));
+    if (M <= 0 || N <= 0 || K <= 0 || K % 16 != 0)   // the CUDA backend's rule (Hopper's), kept by the reference
+        return ft_error("matmul_fp8: shape M %d N %d K %d (K a multiple of 16: the FP8 GEMM's rows)", M, N, K);
     float *fa = malloc(sizeof(float) * ((size_t)M * K + (size_t)N * K));
     if (!fa) return ft_error("matmul_fp8: out of host memory (%d x %d x %d)", M, N, K);
     float *fb = fa + (size_t)M * K;

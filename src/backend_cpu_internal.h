@@ -96,6 +96,7 @@ int cpu_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void
 // ----------------------------------------------------------------------------
 // FP8 (backend_cpu_fp8.c), contracts as in backend.h
 
+#include "dtype.h"
 #include "fp8.h"
 int cpu_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int rows, int cols, fp8_format fmt);
 int cpu_fp8_cast(void *out, void *out_t, float *stats, const float *amax, const void *inp, int rows, int cols,
@@ -104,4 +105,4 @@ int cpu_fp8_cast(void *out, void *out_t, float *stats, const float *amax, const 
 // and swiglu_fwd's when asked
 float cpu_amax(const float *x, size_t n);
 int cpu_matmul_fp8(void *out, const void *a, fp8_format a_fmt, const float *a_stats, const void *b, fp8_format b_fmt,
-                   const float *b_stats, int M, int N, int K, int accumulate);
+                   const float *b_stats, int M, int N, int K, int accumulate, st_dtype out_dtype);

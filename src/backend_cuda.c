@@ -359,9 +359,12 @@ static int cu_matmul_fwd(void *out, const void *inp, const void *weight, const v
 // is b transposed, its B is a (the "TN" form Hopper's FP8 GEMMs require), the scales are
 // device pointers set on the cached descriptor at each call (cuBLASLt reads them when the
 // GEMM runs, as it does the operands). Fast accumulation stays off (the default): every
-// product summed in full fp32, the precision the CPU reference and the tests assume.
+// product summed in full fp32, the precision the CPU reference and the tests assume. C = D
+// of out_dtype: bf16, or fp32 (the weight gradient into an fp32 buffer; cuBLASLt's FP8 GEMMs
+// take an fp32 C/D with FP8 A/B), which the plan's key holds (c_f32), as for bf16 GEMMs.
 static int cu_matmul_fp8(void *out, const void *a, fp8_format a_fmt, const float *a_stats, const void *b,
-                         fp8_format b_fmt, const float *b_stats, int M, int N, int K, int accumulate) {
+                         fp8_format b_fmt, const float *b_stats, int M, int N, int K, int accumulate,
+                         st_dtype out_dtype) {
     if (a_fmt >= FP8_FORMAT_COUNT || b_fmt >= FP8_FORMAT_COUNT || (a_fmt == FP8_E5M2 && b_fmt == FP8_E5M2))
         return ft_error("matmul_fp8: formats %s x %s (e4m3 x e4m3, e4m3 x e5m2 or e5m2 x e4m3)", fp8_name(a_fmt),
                         fp8_name(b_fmt));
@@ -370,10 +373,12 @@ static int cu_matmul_fp8(void *out, const void *a, fp8_format a_fmt, const float
                         g_cuda.device_name);
     if (M <= 0 || N <= 0 || K <= 0 || K % 16 != 0)
         return ft_error("matmul_fp8: shape M %d N %d K %d (K a multiple of 16: the FP8 GEMM's rows)", M, N, K);
+    if (out_dtype != ST_BF16 && out_dtype != ST_F32)
+        return ft_error("matmul_fp8: output dtype %s (bf16 or fp32 on CUDA)", st_dtype_name(out_dtype));
     gemm_plan *p = NULL;
     const uint32_t ao = ptr_align(out);
-    const gemm_key key = {.m = N, .n = M, .k = K, .ta = 1, .tb = 0, .lda = K, .ldb = K, .ldc = N, .c_f32 = 0,
-                          .a_fp8 = 1 + (int)b_fmt, .b_fp8 = 1 + (int)a_fmt, .align = {ptr_align(b), ptr_align(a), ao}};
+    const gemm_key key = {.m = N, .n = M, .k = K, .ta = 1, .tb = 0, .lda = K, .ldb = K, .ldc = N,
+                          .c_f32 = out_dtype == ST_F32, .a_fp8 = 1 + (int)b_fmt, .b_fp8 = 1 + (int)a_fmt, .align = {ptr_align(b), ptr_align(a), ao}};
     TRY(gemm_plan_get(&key, &p));
     const float *sa = b_stats + 2, *sb = a_stats + 2, alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));

@@ -6,7 +6,8 @@
 #pragma once
 #include "backend.h"
 
-// the ops --profile times (its report's rows), in table order
+// the ops --profile times (its report's rows), in table order (the FP8 ops: --fp8's wrapper
+// sits above --profile's, src/train.c, so its quantisations and FP8 GEMMs get rows of their own)
 #define BACKEND_OPS_TIMED(X)                                                                                        \
     X(copy_h2d, (void *d, const void *s, size_t n), (d, s, n))                                                   \
     X(copy_d2h, (void *d, const void *s, size_t n), (d, s, n))                                                   \
@@ -57,18 +58,18 @@
     X(sum_squares, (double *o, const float *x, size_t n), (o, x, n))                                             \
     X(sum_squares_accumulate, (double *o, const float *x, size_t n), (o, x, n))                                  \
     X(accumulate, (float *d, const void *s, st_dtype sdt, size_t n, float a), (d, s, sdt, n, a))                 \
-    X(cast_from_f32, (void *d, const float *s, size_t n), (d, s, n))
-
-// the other ops that write backend memory: the asynchronous copies, the loss accumulator and
-// the FP8 ops (called by --fp8's wrapper beneath --profile's: not timed there)
-#define BACKEND_OPS_UNTIMED(X)                                                                                      \
-    X(copy_async, (void *d, const void *s, size_t n, int to_device, int ticket), (d, s, n, to_device, ticket))  \
-    X(upload, (void *d, const void *s, size_t n, int ticket), (d, s, n, ticket))                                \
-    X(loss_accumulate, (double *a, const float *l, const int32_t *t, int N), (a, l, t, N))                       \
+    X(cast_from_f32, (void *d, const float *s, size_t n), (d, s, n))                                           \
     X(fp8_quantize, (void *o, void *ot, float *st, const void *x, int rows, int cols, fp8_format f),             \
       (o, ot, st, x, rows, cols, f))                                                                             \
     X(fp8_cast, (void *o, void *ot, float *st, const float *am, const void *x, int rows, int cols, fp8_format f), \
       (o, ot, st, am, x, rows, cols, f))                                                                         \
     X(matmul_fp8, (void *o, const void *a, fp8_format af, const float *as, const void *b, fp8_format bf,         \
-                   const float *bs, int M, int N, int K, int acc),                                               \
-      (o, a, af, as, b, bf, bs, M, N, K, acc))
+                   const float *bs, int M, int N, int K, int acc, st_dtype odt),                                 \
+      (o, a, af, as, b, bf, bs, M, N, K, acc, odt))
+
+// the other ops that write backend memory: the asynchronous copies and the loss accumulator
+#define BACKEND_OPS_UNTIMED(X)                                                                                      \
+    X(copy_async, (void *d, const void *s, size_t n, int to_device, int ticket), (d, s, n, to_device, ticket))  \
+    X(upload, (void *d, const void *s, size_t n, int ticket), (d, s, n, ticket))                                \
+    X(loss_accumulate, (double *a, const float *l, const int32_t *t, int N), (a, l, t, N))
+

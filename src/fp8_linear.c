@@ -15,7 +15,7 @@
 static const backend *g_inner;
 static backend g_table;
 static struct {
-    unsigned char *buf;   // [activation codes | weight codes | stats (6 floats)], backend memory
+    unsigned char *buf;   // one call's FP8 codes and stats (fp8_linear_call_bytes' layouts), backend memory
     size_t cap;
     size_t used;          // the largest layout a call asked for
 } g_scratch;
@@ -35,32 +35,46 @@ static size_t round_up(size_t n) { return (n + FP8_ALIGN - 1) / FP8_ALIGN * FP8_
 // (the FP8 GEMM's reduction length and its output rows' stride must be multiples of 16)
 int fp8_linear_shape_ok(int IC, int OC) { return IC % 16 == 0 && OC % 16 == 0; }
 
-// room for a (N, IC) activation and an (OC, IC) weight, grown (never shrunk) on demand: the
-// old buffer is released first (ops on the one compute stream run in order, so the GEMM still
-// queued on it has read it before anything reuses its memory)
+// (dW's reduction runs over the N token rows: a multiple of 16 too)
+int fp8_linear_dw_ok(int N, int IC, int OC) { return fp8_linear_shape_ok(IC, OC) && N > 0 && N % 16 == 0; }
+
+// room for one call's layout, grown (never shrunk) on demand: the old buffer is released first
+// (ops on the one compute stream run in order, so the GEMM still queued on it has read it
+// before anything reuses its memory)
 static int scratch_reserve(size_t bytes) {
     if (bytes <= g_scratch.cap) return 0;
     if (g_scratch.buf) g_inner->free(g_scratch.buf);
     g_scratch.cap = 0;
     if (!(g_scratch.buf = g_inner->alloc(bytes)))
-        return ft_error("flag --fp8: no device memory for the FP8 copies of an activation and a weight (%.1f MiB)",
+        return ft_error("flag --fp8: no device memory for the FP8 copies of a linear's operands (%.1f MiB)",
                         bytes / 1048576.0);
     g_scratch.cap = bytes;
     return 0;
 }
 
-static size_t pair_bytes(size_t na, size_t nb) { return round_up(na) + round_up(nb) + 6 * sizeof(float); }
-
-// the scratch laid out for two FP8 operands of na and nb codes: *qa, *qb (256-byte aligned)
-// and *stats (6 floats: a's, then b's)
-static int scratch_pair(size_t na, size_t nb, unsigned char **qa, unsigned char **qb, float **stats) {
-    const size_t bytes = pair_bytes(na, nb);
+// the scratch as n consecutive slots of sizes[i] codes (each 256-byte aligned), then 3 stats
+// floats per slot: its bytes; and, reserved, the slots' addresses and *stats
+static size_t slots_bytes(const size_t *sizes, int n) {
+    size_t b = 3 * sizeof(float) * (size_t)n;
+    for (int i = 0; i < n; i++) b += round_up(sizes[i]);
+    return b;
+}
+static int scratch_slots(const size_t *sizes, int n, unsigned char **slot, float **stats) {
+    const size_t bytes = slots_bytes(sizes, n);
     if (bytes > g_scratch.used) g_scratch.used = bytes;
     TRY(scratch_reserve(bytes));
-    na = round_up(na), nb = round_up(nb);
-    *qa = g_scratch.buf;
-    *qb = *qa + na;
-    *stats = (float *)(*qb + nb);
+    unsigned char *p = g_scratch.buf;
+    for (int i = 0; i < n; i++) slot[i] = p, p += round_up(sizes[i]);
+    *stats = (float *)p;
+    return 0;
+}
+
+// two FP8 operands of na and nb codes: *qa, *qb and *stats (6 floats: a's, then b's)
+static size_t pair_bytes(size_t na, size_t nb) { return slots_bytes((const size_t[]){na, nb}, 2); }
+static int scratch_pair(size_t na, size_t nb, unsigned char **qa, unsigned char **qb, float **stats) {
+    unsigned char *slot[2];
+    TRY(scratch_slots((const size_t[]){na, nb}, 2, slot, stats));
+    *qa = slot[0], *qb = slot[1];
     return 0;
 }
 
@@ -80,7 +94,25 @@ static int fp8_linear_fwd(void *out, const void *inp, const void *weight, const 
     TRY(g_inner->fp8_quantize(qw, NULL, stats + 3, weight, OC, IC, FP8_E4M3));
     if (residual && residual != out)
         TRY(g_inner->copy_d2d(out, residual, (size_t)N * OC * st_dtype_size(g_inner->dtype)));
-    return g_inner->matmul_fp8(out, qa, FP8_E4M3, stats, qw, FP8_E4M3, stats + 3, N, OC, IC, residual != NULL);
+    return g_inner->matmul_fp8(out, qa, FP8_E4M3, stats, qw, FP8_E4M3, stats + 3, N, OC, IC, residual != NULL,
+                             g_inner->dtype);
+}
+
+// The backward's scratch slots (their sizes in codes; the count returned). With an FP8 dW
+// (dw8): dout's codes (N, OC), their transpose (OC, N), and one slot for the weight's
+// transposed codes (IC, OC) for dX, then (the dX GEMM queued before on the one stream, so done
+// reading them) the input's transposed codes (IC, N) for dW; stats: dout's, the weight's, the
+// input's. Without: dout's codes and the weight's transposed ones (stats: dout's, the weight's).
+static int bwd_sizes(int N, int IC, int OC, int dw8, size_t sizes[3]) {
+    const size_t nd = (size_t)N * OC, nw = (size_t)OC * IC, nx = (size_t)N * IC;
+    sizes[0] = nd;
+    if (!dw8) {
+        sizes[1] = nw;
+        return 2;
+    }
+    sizes[1] = nd;
+    sizes[2] = nw > nx ? nw : nx;
+    return 3;
 }
 
 static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC) {
@@ -89,21 +121,32 @@ static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const 
 
 // dinp (N, IC) = (+=) dout (N, OC) @ weight (OC, IC) in FP8: dout quantised to E5M2 (a
 // gradient: range over precision), the weight to E4M3 in its transposed layout (IC, OC),
-// which is what the FP8 GEMM's "a b^T" form takes; dweight as the inner backend computes it
-// (bf16 GEMM, into a bf16 or fp32 gradient). A shape outside fp8_shape_ok runs the inner
-// backward whole.
+// which is what the FP8 GEMM's "a b^T" form takes. dweight (OC, IC) = (+=) dout^T (OC, N) @
+// inp (N, IC) in FP8 too when fp8_linear_dw_ok (N a multiple of 16): a = dout's E5M2 codes
+// transposed (the same quantisation's second layout), b = inp's E4M3 codes transposed (IC,
+// N), into the gradient's dtype gdt (bf16 or fp32: the GEMM's output dtype); else the inner
+// backend's bf16 GEMM. A shape outside fp8_linear_shape_ok runs the inner backward whole.
 static int fp8_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
                           const void *weight, int N, int IC, int OC, int accumulate_dinp, int accumulate_dw) {
-    if (!dinp || !fp8_linear_shape_ok(IC, OC))
+    const int dw8 = dweight && fp8_linear_dw_ok(N, IC, OC);
+    if (!fp8_linear_shape_ok(IC, OC) || (!dinp && !dw8))
         return g_inner->matmul_bwd(dinp, dweight, gdt, dout, inp, weight, N, IC, OC, accumulate_dinp, accumulate_dw);
-    unsigned char *qd, *qwt;
-    float *stats;
-    TRY(scratch_pair((size_t)N * OC, (size_t)OC * IC, &qd, &qwt, &stats));
-    TRY(g_inner->fp8_quantize(qd, NULL, stats, dout, N, OC, FP8_E5M2));
-    TRY(g_inner->fp8_quantize(NULL, qwt, stats + 3, weight, OC, IC, FP8_E4M3));
-    TRY(g_inner->matmul_fp8(dinp, qd, FP8_E5M2, stats, qwt, FP8_E4M3, stats + 3, N, IC, OC, accumulate_dinp));
+    size_t sizes[3];
+    const int n = bwd_sizes(N, IC, OC, dw8, sizes);
+    unsigned char *q[3];
+    float *st;
+    TRY(scratch_slots(sizes, n, q, &st));
+    unsigned char *qd = q[0], *qdt = dw8 ? q[1] : NULL, *qw = q[n - 1];
+    TRY(g_inner->fp8_quantize(dinp ? qd : NULL, qdt, st, dout, N, OC, FP8_E5M2));
+    if (dinp) {
+        TRY(g_inner->fp8_quantize(NULL, qw, st + 3, weight, OC, IC, FP8_E4M3));
+        TRY(g_inner->matmul_fp8(dinp, qd, FP8_E5M2, st, qw, FP8_E4M3, st + 3, N, IC, OC, accumulate_dinp,
+                                g_inner->dtype));
+    }
     if (!dweight) return 0;
-    return g_inner->matmul_bwd(NULL, dweight, gdt, dout, inp, weight, N, IC, OC, 0, accumulate_dw);
+    if (!dw8) return g_inner->matmul_bwd(NULL, dweight, gdt, dout, inp, weight, N, IC, OC, 0, accumulate_dw);
+    TRY(g_inner->fp8_quantize(NULL, qw, st + 6, inp, N, IC, FP8_E4M3));
+    return g_inner->matmul_fp8(dweight, qdt, FP8_E5M2, st, qw, FP8_E4M3, st + 6, OC, IC, N, accumulate_dw, gdt);
 }
 
 // 1 when `be` runs FP8 GEMMs: it has the ops, and (the CUDA backend) its device has FP8 tensor cores
@@ -216,10 +259,14 @@ int fp8_linear_reserve(size_t bytes) {
     return g_fuse.off ? 0 : fuse_slot_ready();
 }
 
-size_t fp8_linear_call_bytes(int N, int IC, int OC, int backward) {
+size_t fp8_linear_call_bytes(int N, int IC, int OC, fp8_call pass) {
     if (!fp8_linear_shape_ok(IC, OC)) return 0;
-    const size_t rows = (size_t)(backward && OC > IC ? OC : IC);
-    return pair_bytes((size_t)N * rows, (size_t)OC * IC);
+    const size_t fwd = pair_bytes((size_t)N * IC, (size_t)OC * IC);
+    if (pass == FP8_CALL_FWD) return fwd;
+    size_t sizes[3];
+    const int n = bwd_sizes(N, IC, OC, pass == FP8_CALL_BWD_DW && fp8_linear_dw_ok(N, IC, OC), sizes);
+    const size_t bwd = slots_bytes(sizes, n);
+    return bwd > fwd ? bwd : fwd;
 }
 
 // the larger of a and b
@@ -228,16 +275,20 @@ static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 size_t fp8_linear_model_bytes(const llama_config *c, const lora_config *lc, int N, int backward) {
     const int C = c->hidden_size, F = c->intermediate_size;
     const int qkv = (c->num_attention_heads + 2 * c->num_key_value_heads) * c->head_dim;
-    const int mlp_fused = !(lc && lc->rank && (lc->targets & ((1u << LT_WGATE) | (1u << LT_WUP))));
-    size_t b = fp8_linear_call_bytes(N, C, qkv, backward);
-    b = zmax(b, fp8_linear_call_bytes(N, c->num_attention_heads * c->head_dim, C, backward));
-    b = zmax(b, fp8_linear_call_bytes(N, C, mlp_fused ? 2 * F : F, backward));
-    b = zmax(b, fp8_linear_call_bytes(N, F, C, backward));
-    for (int t = LT_WQ; lc && lc->rank && t <= LT_WDOWN; t++) {   // the adapters' two factors
+    const int lora = lc && lc->rank;
+    const int mlp_fused = !(lora && (lc->targets & ((1u << LT_WGATE) | (1u << LT_WUP))));
+    // the base linears' pass (LoRA: a frozen base, no dW), the adapters' factors' (trained)
+    const fp8_call base = !backward ? FP8_CALL_FWD : lora ? FP8_CALL_BWD_DX : FP8_CALL_BWD_DW;
+    const fp8_call factor = backward ? FP8_CALL_BWD_DW : FP8_CALL_FWD;
+    size_t b = fp8_linear_call_bytes(N, C, qkv, base);
+    b = zmax(b, fp8_linear_call_bytes(N, c->num_attention_heads * c->head_dim, C, base));
+    b = zmax(b, fp8_linear_call_bytes(N, C, mlp_fused ? 2 * F : F, base));
+    b = zmax(b, fp8_linear_call_bytes(N, F, C, base));
+    for (int t = LT_WQ; lora && t <= LT_WDOWN; t++) {   // the adapters' two factors
         if (!(lc->targets & (1u << t))) continue;
         int in, out;
         lora_proj_dims(c, t, &in, &out);
-        b = zmax(b, zmax(fp8_linear_call_bytes(N, in, lc->rank, backward), fp8_linear_call_bytes(N, lc->rank, out, backward)));
+        b = zmax(b, zmax(fp8_linear_call_bytes(N, in, lc->rank, factor), fp8_linear_call_bytes(N, lc->rank, out, factor)));
     }
     return b;
 }

@@ -147,10 +147,11 @@ static const flag_spec flags[] = {
      "kernels and the rest are deterministic already)"},
     {"--fp8", FLAG_BOOL, OPT(fp8), 0, 1, NULL,
      "FP8 training on GPUs of compute capability 8.9+ (Hopper, Ada): the decoder layers' linear layers run their "
-     "forward GEMMs and their input-gradient GEMMs in FP8 (E4M3 weights and activations, E5M2 output gradients; "
-     "per-tensor scales from each tensor's current amax, computed on the device; cuBLASLt, fp32 accumulation, bf16 "
-     "outputs); weight gradients, lm_head, attention, norms, master weights and optimizer stay as they are. Refused "
-     "on the CPU backend and on older GPUs"},
+     "forward, input-gradient and weight-gradient GEMMs in FP8 (E4M3 weights and activations, E5M2 output "
+     "gradients; per-tensor scales from each tensor's current amax, computed on the device; cuBLASLt, fp32 "
+     "accumulation, outputs in bf16 or the gradient's dtype; a weight gradient over a row count that is not a "
+     "multiple of 16 stays bf16); lm_head, attention, norms, master weights and optimizer stay as they are. "
+     "Refused on the CPU backend and on older GPUs"},
     {"--nccl_gib_per_comm", FLAG_FLOAT, OPT(nccl_gib_per_comm), 0, 1024, NULL,
      "GPU memory each NCCL communicator is assumed to take, in GiB, for the memory plan's fit check and --dry_run's "
      "largest batch (0 = 0.98 GiB, measured on one H100; NVLS on NVSwitch nodes takes more: docs/planning.md)"},

@@ -79,15 +79,23 @@ int plan_model_buffers(const plan_request *r) {
 }
 
 // --fp8: the one scratch buffer of the FP8 wrapper, sized for its largest call: the decoder
-// linears at B x T rows (forward, and the backward's dX unless --eval_only), the MFU
-// benchmark's square GEMM, and after training the sampler's (1, T) inference model: its
-// linears (the lm_head's logits and the MFU benchmark's GEMM skip the wrapper:
-// fp8_linear_unwrap). Call after p->sample_alloc_seq is set.
+// linears at B x len rows for every length a micro-batch runs at (backend_seq_len's buckets up
+// to T: the backward's layout holds dW's FP8 operands only at B len a multiple of 16, so a
+// shorter bucket can take more than B x T rows; forward, and the backward unless
+// --eval_only), and after training the sampler's (1, T) inference model: its linears (the
+// lm_head's logits and the MFU benchmark's GEMM skip the wrapper: fp8_linear_unwrap). Call
+// after p->sample_alloc_seq is set.
 static size_t plan_fp8_bytes(const plan *p, const llama_config *c) {
     const plan_request *r = &p->req;
     if (!r->fp8 || r->elem_bytes != 2) return 0;
     const lora_config *lc = r->lora.rank ? &r->lora : NULL;
-    size_t b = fp8_linear_model_bytes(c, lc, r->batch_size_per_device * r->seq_len, !r->eval_only);
+    const backend gpu = {.seq_bucket = BACKEND_GPU_SEQ_BUCKET};
+    size_t b = 0;
+    for (int len = 1, T = r->seq_len; len <= T; len = backend_seq_len(&gpu, len, T) + 1) {
+        const size_t s = fp8_linear_model_bytes(c, lc, r->batch_size_per_device * backend_seq_len(&gpu, len, T),
+                                                !r->eval_only);
+        if (s > b) b = s;
+    }
     if (r->sample_seq > 0) {
         const size_t s = fp8_linear_model_bytes(c, lc, p->sample_alloc_seq, 0);
         if (s > b) b = s;
@@ -119,7 +127,7 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
                            NULL);
     }
     if ((p->fp8_bytes = plan_fp8_bytes(p, c)))
-        add_item(p, MEM_WORKSPACE, p->fp8_bytes, "--fp8: FP8 copies of the largest linear's activation and weight "
+        add_item(p, MEM_WORKSPACE, p->fp8_bytes, "--fp8: FP8 copies of the largest linear call's operands "
                                                  "(one arena buffer, reserved at setup)");
     // cuDNN attention takes its workspace from the device arena around each call (the largest
     // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more. The

@@ -98,17 +98,19 @@ static void model_ops_add(plan *p, const llama_config *c, const count_result *k,
     const count_tally *lm = &k->t[COUNT_ROOT][COUNT_LMHEAD], *rg = &k->t[COUNT_ROOT][COUNT_GEMM];
     op_add(p, lora ? "layer GEMMs forward (base + adapters)" : "layer GEMMs forward (q k v o gate|up down)",
            PLAN_OP_GEMM, PLAN_PHASE_FWD, A * gf->flops, 0, 0, A * gf->flop_ops);
-    op_add(p, lora ? "layer GEMMs backward (base dX, adapters)" : p->req.fp8 ? "layer GEMMs backward (dW)" : "layer GEMMs backward (dX, dW)", PLAN_OP_GEMM,
-           PLAN_PHASE_BWD, A * gb->flops, 0, 0, A * gb->flop_ops);
+    op_add(p, lora ? "layer GEMMs backward (base dX, adapters)" : p->req.fp8 ? "layer GEMMs backward (shapes not in FP8)"
+                                                                           : "layer GEMMs backward (dX, dW)",
+           PLAN_OP_GEMM, PLAN_PHASE_BWD, A * gb->flops, 0, 0, A * gb->flop_ops);
     op_add(p, "layer GEMMs recomputed (checkpointing)", PLAN_OP_GEMM, PLAN_PHASE_BWD, A * gr->flops, 0, 0,
            A * gr->flop_ops);
-    // --fp8: the decoder linears' forward and dX GEMMs (rate PLAN_GEMM_RATE_FP8: the FP8 peak);
-    // their quantisations are in the phases' memory rows below
+    // --fp8: the decoder linears' forward, dX and dW GEMMs (rate PLAN_GEMM_RATE_FP8: the FP8
+    // peak; a dW at a row count not a multiple of 16 stays in the bf16 row above); their
+    // quantisations are in the phases' memory rows below
     const count_tally *ff = &k->t[COUNT_LAYER_FWD][COUNT_GEMM_FP8], *fb = &k->t[COUNT_LAYER_BWD][COUNT_GEMM_FP8];
     const count_tally *fr = &k->t[COUNT_LAYER_RECOMPUTE][COUNT_GEMM_FP8];
     op_add(p, "layer GEMMs forward in FP8 (--fp8)", PLAN_OP_GEMM, PLAN_PHASE_FWD, A * ff->flops, 0, PLAN_GEMM_RATE_FP8,
            A * ff->flop_ops);
-    op_add(p, "layer GEMMs backward dX in FP8 (--fp8)", PLAN_OP_GEMM, PLAN_PHASE_BWD, A * fb->flops, 0,
+    op_add(p, "layer GEMMs backward dX, dW in FP8 (--fp8)", PLAN_OP_GEMM, PLAN_PHASE_BWD, A * fb->flops, 0,
            PLAN_GEMM_RATE_FP8, A * fb->flop_ops);
     op_add(p, "layer GEMMs recomputed in FP8 (--fp8)", PLAN_OP_GEMM, PLAN_PHASE_BWD, A * fr->flops, 0,
            PLAN_GEMM_RATE_FP8, A * fr->flop_ops);

@@ -69,7 +69,7 @@ PROF_OPS(PROF_WRAP)
 const backend *profile_backend(const backend *inner) {
     g_inner = inner;
     g_table = *inner;   // fields added later pass through untimed
-#define PROF_SET(op, params, args) g_table.op = prof_##op;
+#define PROF_SET(op, params, args) g_table.op = inner->op ? prof_##op : NULL;   // (no FP8 ops: none)
     PROF_OPS(PROF_SET)
     return &g_table;
 }

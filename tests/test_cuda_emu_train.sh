@@ -20,13 +20,13 @@
 #      in row chunks (FT_LMHEAD_CHUNK_ROWS=48, test-only) on one device (dW straight into the
 #      fp32 step gradient) and over FSDP 2 (bf16 root gradient, the fp32 dW accumulator)
 #      against the CPU with run 1's tolerances; FT_LMHEAD_CHUNK_ROWS=0 refused in one line
-#      --fp8 on an emulated sm_90 (the decoder linears' forward GEMMs in FP8): losses within
+#      --fp8 on an emulated sm_90 (the decoder linears' GEMMs in FP8: forward, dX, dW): losses within
 #      1% of run 1's bf16 ones, and not identical (the FP8 path ran); its FP8 scratch equals
-#      --dry_run --fp8's workspace line (the largest call's layout, and the buffer held);
-#      the fused amax (activations quantised from their producer's amax) against
-#      FT_TEST_FP8_UNFUSED=1: the same 2 steps bitwise, and with LoRA on every projection under
-#      --gradient_checkpointing the same weights and optimizer state byte for byte (3 more
-#      2-step runs, about 50 s wall)
+#      --dry_run --fp8's workspace line (the largest call's layout, and the buffer held), and
+#      so does a 2-step LoRA --fp8 run's (a frozen base: no dW); the fused amax (activations
+#      quantised from their producer's amax) against FT_TEST_FP8_UNFUSED=1: the same 2 steps
+#      bitwise, and with LoRA on every projection under --gradient_checkpointing the same
+#      weights and optimizer state byte for byte (3 more 2-step runs, about 50 s wall)
 #   3. the bf16 sampling path (model_logits on a bf16 backend) produces a continuation
 #   4. FT_EMU_DEVICES=0 (a machine without a device): one clear error line; MFU against the
 #      published peak of a GPU known by name (FT_EMU_DEVICE_NAME), else the measured rate
@@ -97,7 +97,21 @@ if "$emu" --device cuda "${flags[@]}" --sample_tokens 16 --out_dir "$tmp/emu" >"
 else
   bad "emulated CUDA run failed: $(grep -m1 HAZARD "$tmp/emu.log" || tail -1 "$tmp/emu.log")"
 fi
-# --fp8 on an emulated sm_90: the decoder linears' forward GEMMs in FP8 E4M3 (src/fp8_linear.h);
+# the FP8 scratch in the plan (src/plan.c, plan_fp8_bytes) of run $1 (flags $2...): --dry_run's
+# line equals the largest layout a call of the run asked for (full fine-tuning: gate|up's
+# backward, its (N, 2F) E5M2 gradient in both layouts and its weight transposed), and the
+# buffer the run holds (reserved at setup: it never grew past the plan)
+fp8_scratch_ok() {
+  local run=$1 pf uf
+  shift
+  "$build/finetune" --dry_run --device cuda "$@" --peak_tflops 1 --fp8 >"$tmp/$run.plan" 2>&1
+  pf=$(sed -nE 's/^ +([0-9]+) +[0-9.]+ +--fp8: FP8 copies.*/\1/p' "$tmp/$run.plan")
+  uf=$(sed -nE 's/^finetune: --fp8 scratch: largest call ([0-9]+) bytes, buffer ([0-9]+) bytes/\1 \2/p' "$tmp/$run.log")
+  [ -n "$pf" ] && [ "$uf" = "$pf $pf" ] && ok "$run scratch: planned $pf bytes = the run's largest call and its buffer" \
+    || bad "$run scratch: planned '${pf:-none}' vs the run's largest call and buffer '${uf:-none}'"
+}
+# --fp8 on an emulated sm_90: the decoder linears' forward GEMMs in FP8 E4M3, dX and dW with
+# E5M2 output gradients (src/fp8_linear.h; 2 x 64 rows: dW in FP8, into bf16 unit gradients);
 # its quantisation error (2^-4 relative per operand) moves the losses by ~1e-4 relative here
 # (--peak_tflops 1: no MFU benchmark, whose 384 x 384 GEMM would be the largest FP8 call here;
 # no sampling, whose lm_head logits call would be: the largest is a training linear's backward)
@@ -105,15 +119,14 @@ if FT_EMU_COMPUTE_CAPABILITY=9.0 "$emu" --device cuda "${flags[@]}" --peak_tflop
   w=$(worst_rel "$(metric "$tmp/emu" loss)" "$(metric "$tmp/fp8" loss)")
   [ "$(metric "$tmp/fp8" loss | wc -l)" = 8 ] && le "$w" 1e-2 && [ "$(metric "$tmp/fp8" loss)" != "$(metric "$tmp/emu" loss)" ] \
     && ok "--fp8: 8 step losses within 1% of bf16's (and not identical): worst rel $w" || bad "--fp8 losses: worst rel $w"
-  # the FP8 scratch in the plan (src/plan.c, plan_fp8_bytes): --dry_run's line equals the
-  # largest layout a call of the run asked for (gate|up's dX: an (N, 2F) E5M2 gradient), and
-  # the buffer the run holds (reserved at setup: it never grew past the plan)
-  "$build/finetune" --dry_run --device cuda "${flags[@]}" --peak_tflops 1 --fp8 >"$tmp/fp8.plan" 2>&1
-  pf=$(sed -nE 's/^ +([0-9]+) +[0-9.]+ +--fp8: FP8 copies.*/\1/p' "$tmp/fp8.plan")
-  uf=$(sed -nE 's/^finetune: --fp8 scratch: largest call ([0-9]+) bytes, buffer ([0-9]+) bytes/\1 \2/p' "$tmp/fp8.log")
-  [ -n "$pf" ] && [ "$uf" = "$pf $pf" ] && ok "--fp8 scratch: planned $pf bytes = the run's largest call and its buffer" \
-    || bad "--fp8 scratch: planned '${pf:-none}' vs the run's largest call and buffer '${uf:-none}'"
+  fp8_scratch_ok fp8 "${flags[@]}"
 else bad "emulated --fp8 run: $(tail -1 "$tmp/fp8.log")"; fi
+# the same with LoRA (rank 16, every projection): a frozen base runs no dW, so its backward's
+# layout is smaller than full fine-tuning's, and the adapters' factors run dW in FP8; 2 steps
+lflags=("${flags[@]}" --max_steps 2 --lora_rank 16 --lora_targets q,k,v,o,gate,up,down)
+if FT_EMU_COMPUTE_CAPABILITY=9.0 "$emu" --device cuda "${lflags[@]}" --peak_tflops 1 --fp8 --out_dir "$tmp/fp8_lora" \
+     >"$tmp/fp8_lora.log" 2>&1; then fp8_scratch_ok fp8_lora "${lflags[@]}"
+else bad "emulated --fp8 LoRA run: $(tail -1 "$tmp/fp8_lora.log")"; fi
 if "$emu" --device cuda "${flags[@]}" --gradient_checkpointing --out_dir "$tmp/ckpt" >"$tmp/ckpt.log" 2>&1; then
   [ "$(metric "$tmp/ckpt" loss)" = "$(metric "$tmp/emu" loss)" ] && [ "$(metric "$tmp/ckpt" grad_norm)" = "$(metric "$tmp/emu" grad_norm)" ] \
     && ok "--gradient_checkpointing on the device: identical losses and gradient norms" || bad "checkpointing changes the device's losses"
@@ -269,10 +282,18 @@ same_start() {
 # projection (gate and up apart; the adapters' A factors on a remembered input) under
 # --gradient_checkpointing (each layer's forward recomputed), the same weights and optimizer
 # state after 2 steps, byte for byte. The fused runs used producers' amaxes, the unfused none.
+# The unfused run also has --profile (--fp8's wrapper above --profile's, src/train.c): the
+# same bits, and its report's forward and backward rows time the FP8 ops (matmul_fp8,
+# fp8_quantize), with no bf16 matmul_fwd / matmul_bwd left at these widths.
 fp8_fused() { sed -nE 's/^finetune: --fp8 activations: ([0-9]+) of ([0-9]+) .*/\1/p' "$1"; }
 fp8_run() { FT_EMU_COMPUTE_CAPABILITY=9.0 "$emu" --device cuda "${flags[@]}" --peak_tflops 1 --fp8 --max_steps 2 --max_eval_docs 1 "$@"; }
 if [ -d "$tmp/fp8/checkpoints" ]; then
-  if FT_TEST_FP8_UNFUSED=1 fp8_run --out_dir "$tmp/fp8u" >"$tmp/fp8u.log" 2>&1; then
+  if FT_TEST_FP8_UNFUSED=1 fp8_run --profile --out_dir "$tmp/fp8u" >"$tmp/fp8u.log" 2>&1; then
+    prof_rows=$(grep -E '^  (forward|backward) ' "$tmp/fp8u.log")
+    [ "$(printf '%s\n' "$prof_rows" | grep -c ' matmul_fp8 .* fp8_quantize ')" = 4 ] \
+      && ! printf '%s\n' "$prof_rows" | grep -qE ' matmul_(fwd|bwd) ' \
+      && ok "--profile --fp8: the FP8 GEMMs and quantisations timed in each step's forward and backward, no bf16 linear left" \
+      || bad "--profile --fp8 rows: $prof_rows"
     same_start "$tmp/fp8u" "$tmp/fp8" && [ "$(fp8_fused "$tmp/fp8.log")" -gt 0 ] && [ "$(fp8_fused "$tmp/fp8u.log")" = 0 ] \
       && ok "--fp8 fused amax: $(fp8_fused "$tmp/fp8.log") activations from their producer's amax, the same 2 steps bitwise as each by its own pass" \
       || bad "--fp8 fused vs unfused amax: $(metric "$tmp/fp8u" loss | tr '\n' ' ') vs $(metric "$tmp/fp8" loss | head -2 | tr '\n' ' '); $(grep 'fp8 act' "$tmp/fp8.log" "$tmp/fp8u.log")"

@@ -38,9 +38,10 @@
 #      host bytes (also with --offload_optimizer), fits 80 GB; its largest batch is the edge; a
 #      70B-shaped model that does not fit lists sharding as the one change; the step-time estimate is a
 #      forward micro-batch (under 1/2.5 of a one-micro-batch training step's, no backward or optimizer op).
-#   4. --fp8 (7B, one micro-batch): the forward and dX GEMMs' rows at half the bf16 time on the
-#      H100 (the FP8 peak), the same on the A100 (none), the same FLOPs, more memory-bound bytes;
-#      fewer with the fused amax than with FT_TEST_FP8_UNFUSED=1 (each amax by its own pass).
+#   4. --fp8 (7B, one micro-batch): the forward GEMMs' and the backward's (dX and dW) rows at
+#      half the bf16 time on the H100 (the FP8 peak), the same on the A100 (none), the same
+#      FLOPs, more memory-bound bytes; no bf16 layer GEMM row left; fewer bytes with the fused
+#      amax than with FT_TEST_FP8_UNFUSED=1 (each amax by its own pass).
 #      The step-time estimate (src/plan_time.c), 7B on 4 and 1 H100-class ranks at batch 1 and
 #      16, and with --offload_optimizer: the per-class rows add up to the total on every device
 #      (printed to 0.01 ms: 5 rows, 6 with the offload row, each off by at most 0.005 plus the
@@ -423,19 +424,25 @@ grep -q "^  --eval_only: a step is one evaluation micro-batch, the FORWARD only"
 crow() { awk -v k="$2" -v d="$3" '/per class, ms per step/ { on = 1 } on && $1 == k { v = $(d + 1); sub(/%$/, "", v); print v; exit }' "$1"; }
 # ratio check: crow ratio $1/$2 of row $3 on H100 must be $4 within 1e-3
 ratio_ok() { awk -v a="$(crow "$1" "$3" 2)" -v b="$(crow "$2" "$3" 2)" -v r="$4" 'BEGIN { exit !(b > 0 && (a / b - r)^2 < 1e-6) }'; }
-# --fp8 (7B, one micro-batch): the decoder linears' forward and dX GEMMs priced at the FP8 peak
-# (twice bf16's on the H100 and H200; the A100 has none: bf16's price), the same FLOPs; the
-# quantisations add memory-bound bytes (plan_price.c, backend_count.c)
+# --fp8 (7B, one micro-batch): the decoder linears' forward, dX and dW GEMMs priced at the FP8
+# peak (twice bf16's on the H100 and H200; the A100 has none: bf16's price), the same FLOPs;
+# the quantisations add memory-bound bytes (plan_price.c, backend_count.c). B x T = 512 rows,
+# a multiple of 16: every dW runs in FP8, so no bf16 layer GEMM row is left.
 oprow() { awk -v k="$2" -v c="$3" 'index($0, "  " k) == 1 { print $(NF + c); exit }' "$1"; }   # c: 0 H200 .. -4 GFLOP
 plan7 --world_size 1 --no_fsdp --total_batch_size 1 --fp8 > "$tmp/7b_fp8.plan" 2>&1
+# the same FLOPs, A100 time and half the H100 time: row $2 of the bf16 plan against row $3 of the FP8 plan
+fp8_row_ok() {
+  awk -v g0="$(oprow "$tmp/7b_one_mb.plan" "$1" -4)" -v g1="$(oprow "$tmp/7b_fp8.plan" "$2" -4)" \
+      -v a0="$(oprow "$tmp/7b_one_mb.plan" "$1" -2)" -v a1="$(oprow "$tmp/7b_fp8.plan" "$2" -2)" \
+      -v h0="$(oprow "$tmp/7b_one_mb.plan" "$1" -1)" -v h1="$(oprow "$tmp/7b_fp8.plan" "$2" -1)" \
+      'BEGIN { exit !(g0 > 0 && g0 == g1 && a0 == a1 && (h1 / h0 - 0.5)^2 < 1e-6) }'
+}
 bf="layer GEMMs forward (q k v o gate|up down)"; f8="layer GEMMs forward in FP8 (--fp8)"
-awk -v g0="$(oprow "$tmp/7b_one_mb.plan" "$bf" -4)" -v g1="$(oprow "$tmp/7b_fp8.plan" "$f8" -4)" \
-    -v a0="$(oprow "$tmp/7b_one_mb.plan" "$bf" -2)" -v a1="$(oprow "$tmp/7b_fp8.plan" "$f8" -2)" \
-    -v h0="$(oprow "$tmp/7b_one_mb.plan" "$bf" -1)" -v h1="$(oprow "$tmp/7b_fp8.plan" "$f8" -1)" \
-    -v m0="$(crow "$tmp/7b_one_mb.plan" memory 2)" -v m1="$(crow "$tmp/7b_fp8.plan" memory 2)" \
-    'BEGIN { exit !(g0 > 0 && g0 == g1 && a0 == a1 && (h1 / h0 - 0.5)^2 < 1e-6 && m1 > m0) }' \
-  && ! grep -q "^  $bf" "$tmp/7b_fp8.plan" && grep -q "^  layer GEMMs backward dX in FP8" "$tmp/7b_fp8.plan" \
-  && ok "7B --fp8: forward GEMMs $(oprow "$tmp/7b_fp8.plan" "$f8" -4) GFLOP at half bf16's H100 time, A100 unchanged, quantisations' bytes added; step $tt -> $(step_h100 "$tmp/7b_fp8.plan") ms on the H100" \
+bb="layer GEMMs backward (dX, dW)"; b8="layer GEMMs backward dX, dW in FP8 (--fp8)"
+fp8_row_ok "$bf" "$f8" && fp8_row_ok "$bb" "$b8" \
+  && awk -v m0="$(crow "$tmp/7b_one_mb.plan" memory 2)" -v m1="$(crow "$tmp/7b_fp8.plan" memory 2)" 'BEGIN { exit !(m1 > m0) }' \
+  && ! grep -q "^  $bf" "$tmp/7b_fp8.plan" && ! grep -q "^  layer GEMMs backward (" "$tmp/7b_fp8.plan" \
+  && ok "7B --fp8: forward GEMMs $(oprow "$tmp/7b_fp8.plan" "$f8" -4), backward (dX, dW) $(oprow "$tmp/7b_fp8.plan" "$b8" -4) GFLOP at half bf16's H100 time, A100 unchanged, quantisations' bytes added; step $tt -> $(step_h100 "$tmp/7b_fp8.plan") ms on the H100" \
   || bad "7B --fp8 pricing: $(grep "layer GEMMs" "$tmp/7b_fp8.plan")"
 # the fused amax (src/fp8_linear.h): q|k|v's, gate|up's and down's inputs quantised without
 # their amax pass; FT_TEST_FP8_UNFUSED=1 (every amax by its own pass) prices more memory time

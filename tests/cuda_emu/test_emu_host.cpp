@@ -70,10 +70,12 @@ static void test_gemm_aliasing(void) {
     cudaFree(buf);
 }
 
-// D (m, n, bf16) = scales * op(A) op(B) with FP8 A (type ta_type, transposed when ta) and B
-// (not transposed), packed; the status (NOT_SUPPORTED when the heuristic finds no algorithm)
-static cublasStatus_t gemm_fp8(bool ta, int m, int n, int k, cudaDataType_t a_type, cudaDataType_t b_type,
-                               const void *A, const void *B, void *D, const float *scales) {
+// D (m, n, d_type: bf16 or fp32) = scales * op(A) op(B) + beta D with FP8 A (type ta_type,
+// transposed when ta) and B (not transposed), packed; the status (NOT_SUPPORTED when the
+// heuristic finds no algorithm)
+static cublasStatus_t gemm_fp8_d(bool ta, int m, int n, int k, cudaDataType_t a_type, cudaDataType_t b_type,
+                                 const void *A, const void *B, void *D, const float *scales, cudaDataType_t d_type,
+                                 float beta) {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -84,12 +86,18 @@ static cublasStatus_t gemm_fp8(bool ta, int m, int n, int k, cudaDataType_t a_ty
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
     cublasLtMatrixLayoutCreate(&a, a_type, ta ? k : m, ta ? m : k, ta ? k : m);
     cublasLtMatrixLayoutCreate(&b, b_type, k, n, k);
-    cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, m, n, m);
-    return run_gemm(op, a, b, d, A, B, D, D, 0.0f);
+    cublasLtMatrixLayoutCreate(&d, d_type, m, n, m);
+    return run_gemm(op, a, b, d, A, B, D, D, beta);
+}
+// ... into a bf16 D, beta 0
+static cublasStatus_t gemm_fp8(bool ta, int m, int n, int k, cudaDataType_t a_type, cudaDataType_t b_type,
+                               const void *A, const void *B, void *D, const float *scales) {
+    return gemm_fp8_d(ta, m, n, k, a_type, b_type, A, B, D, scales, CUDA_R_16BF, 0.0f);
 }
 
-// The emulated FP8 GEMM: codes decoded, scales applied when it runs; Hopper's rules refused
-// (an sm_80 device, NN layout, ld not a multiple of 16, E5M2 x E5M2)
+// The emulated FP8 GEMM: codes decoded, scales applied when it runs, a bf16 or an fp32 D
+// (beta 1: added to); Hopper's rules refused (an sm_80 device, NN layout, ld not a multiple
+// of 16, E5M2 x E5M2)
 static void test_gemm_fp8(void) {
     unsigned char *A = nullptr, *B = nullptr;
     uint16_t *D = nullptr;
@@ -107,6 +115,13 @@ static void test_gemm_fp8(void) {
     EXPECT(D[0] == want && D[255] == want, "D = scaleA scaleB sum: 0x%04x 0x%04x, want 0x%04x", D[0], D[255], want);
     EXPECT(gemm_fp8(true, 16, 16, 32, CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, A, B, D, scales) == CUBLAS_STATUS_SUCCESS,
            "TN e5m2 x e4m3 runs");
+    // an fp32 C = D added to (beta 1): the weight gradient's GEMM into an fp32 gradient
+    float *F = (float *)(void *)D;
+    for (int i = 0; i < 256; i++) F[i] = 1.5f;
+    EXPECT(gemm_fp8_d(true, 16, 16, 32, CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, A, B, F, scales, CUDA_R_32F, 1.0f) ==
+           CUBLAS_STATUS_SUCCESS, "TN e5m2 x e4m3 into fp32, beta 1, runs");
+    // (A's 0x38 read as e5m2 is 0.5: 0.5 * 3 * (32 terms of 0.5 * 2) + 1.5, exact in fp32)
+    EXPECT(F[0] == 49.5f && F[255] == 49.5f, "fp32 D = scaleA scaleB sum + C: %g %g, want 49.5", F[0], F[255]);
     EXPECT(gemm_fp8(false, 16, 16, 32, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, A, B, D, scales) == CUBLAS_STATUS_NOT_SUPPORTED,
            "NN FP8 has no algorithm");
     EXPECT(gemm_fp8(true, 16, 16, 24, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, A, B, D, scales) == CUBLAS_STATUS_NOT_SUPPORTED,

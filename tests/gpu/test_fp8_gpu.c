@@ -11,15 +11,20 @@
 // relative error of at most ~K 2^-24 of the sum of |terms|, NMSE ~1e-10 at K = 1024 on random
 // signs) and the GPU's one bf16 rounding of the result (NMSE <= u^2 = 1.5e-5, u = 2^-8): the
 // threshold is THR_BF16 = 2e-5, as for the bf16 GEMMs. With accumulate, D = C + the product,
-// C read in bf16 on both. Then, as a check that the operands really were quantised, the FP8
+// C read in bf16 on both. An fp32 output (the weight gradient's: out_dtype ST_F32) has no
+// rounding to bf16, so the two differ by the summation order alone: THR_F32 = 1e-9, far above
+// that (~K 2^-48 times the cancellation, ~1e-12 at these K) and far below one bf16 rounding
+// (1.5e-5), so an fp32 GEMM that rounded through bf16 fails it. Then, as a check that the operands really were quantised, the FP8
 // result against the unquantised product (CPU matmul_fwd on the bf16 values): each operand
 // carries a relative rounding error of at most 2^-4 (e4m3) or 2^-3 (e5m2), uniform on random
 // data, so the NMSE lies below 2 (u_a^2 + u_b^2) / 3 (0.013 for e5m2 x e4m3, 0.0052 for e4m3
 // x e4m3; measured about half of that) and above 1e-4 (1e-5 with "+=": C dilutes it), where
 // operands left unquantised would give only fp32 noise (~1e-12).
 // Then --fp8's backend wrapper (src/fp8_linear.h): its matmul_fwd and matmul_bwd against the
-// CPU's linear (case_wrapper's bounds), its bf16 fallback for widths the FP8 GEMM does
-// not take, and its fused amax (case_fused).
+// CPU's linear (case_wrapper's bounds), its weight gradient against the CPU's FP8 GEMM fed
+// the same FP8 codes (dY^T in E5M2, X^T in E4M3: check_dw), and its bf16 fallbacks for widths
+// the FP8 GEMM does not take and for dW at a row count that is not a multiple of 16, and its
+// fused amax (case_fused).
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,22 +38,41 @@
 #include "test.h"
 
 #define THR_BF16 2e-5
+#define THR_F32 1e-9
 
 static const backend *CPU, *GPU;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-// n bf16-representable values of magnitude `scale` on both backends (cpu fp32, gpu bf16)
-static void upload(float *host, void **cpu, void **gpu, size_t n, float scale) {
+// n bf16-representable values of magnitude `scale` on both backends (cpu fp32, gpu in gdt:
+// bf16, or fp32 for an fp32 gradient or output)
+static void upload_as(float *host, void **cpu, void **gpu, size_t n, float scale, st_dtype gdt) {
     uint16_t *b = malloc(n * 2);
     for (size_t i = 0; i < n; i++) {
         b[i] = ft_f32_to_bf16(scale * test_rand_normal(&rng));
         host[i] = ft_bf16_to_f32(b[i]);
     }
     *cpu = CPU->alloc(n * 4);
-    *gpu = GPU->alloc(n * 2);
+    *gpu = GPU->alloc(n * st_dtype_size(gdt));
     CPU->copy_h2d(*cpu, host, n * 4);
-    GPU->copy_h2d(*gpu, b, n * 2);
+    GPU->copy_h2d(*gpu, gdt == ST_F32 ? (const void *)host : b, n * st_dtype_size(gdt));
     free(b);
+}
+static void upload(float *host, void **cpu, void **gpu, size_t n, float scale) {
+    upload_as(host, cpu, gpu, n, scale, ST_BF16);
+}
+
+// a GPU tensor (n, bf16 or fp32) read back as fp32
+static float *gpu_floats(const void *gpu, size_t n, st_dtype dt) {
+    float *g = malloc(n * 4);
+    if (dt == ST_F32) {
+        GPU->copy_d2h(g, gpu, n * 4);
+        return g;
+    }
+    uint16_t *b = malloc(n * 2);
+    GPU->copy_d2h(b, gpu, n * 2);
+    for (size_t i = 0; i < n; i++) g[i] = ft_bf16_to_f32(b[i]);
+    free(b);
+    return g;
 }
 
 // both backends quantise x (rows, cols): 1 when the codes (and transposed codes) and the stats agree bitwise
@@ -75,96 +99,126 @@ static int quantize_both(void *cpu_x, void *gpu_x, int rows, int cols, fp8_forma
     return same;
 }
 
-// out (M, N) on the GPU (bf16) against the CPU's (fp32), and the CPU's FP8 result against exact
-static void compare(const char *shape, void *out_cpu, void *out_gpu, const float *exact, size_t n, double lo, double hi) {
-    float *c = malloc(n * 4), *g = malloc(n * 4);
-    uint16_t *b = malloc(n * 2);
+// out (M, N) on the GPU (odt) against the CPU's (fp32), and the CPU's FP8 result against exact
+static void compare(const char *shape, void *out_cpu, void *out_gpu, st_dtype odt, const float *exact, size_t n,
+                    double lo, double hi) {
+    float *c = malloc(n * 4), *g = gpu_floats(out_gpu, n, odt);
     CPU->copy_d2h(c, out_cpu, n * 4);
-    GPU->copy_d2h(b, out_gpu, n * 2);
-    for (size_t i = 0; i < n; i++) g[i] = ft_bf16_to_f32(b[i]);
-    const double e = test_nmse(g, c, n), q = test_nmse(c, exact, n);
-    printf("%-12s %-34s %-9s %10.3e %8.1e  %s\n", "matmul_fp8", shape, "out", e, THR_BF16, e <= THR_BF16 ? "pass" : "FAIL");
+    const double e = test_nmse(g, c, n), q = test_nmse(c, exact, n), thr = odt == ST_F32 ? THR_F32 : THR_BF16;
+    printf("%-12s %-34s %-9s %10.3e %8.1e  %s\n", "matmul_fp8", shape, "out", e, thr, e <= thr ? "pass" : "FAIL");
     printf("%-12s %-34s %-9s %10.3e %8.1e  %s (FP8 vs bf16 operands, within [%.0e, %.1e])\n", "matmul_fp8", shape,
            "quantised", q, hi, q >= lo && q <= hi ? "pass" : "FAIL", lo, hi);
-    EXPECT(e <= THR_BF16, "matmul_fp8 %s: NMSE %.3e", shape, e);
+    EXPECT(e <= thr, "matmul_fp8 %s: NMSE %.3e", shape, e);
     EXPECT(q >= lo && q <= hi, "matmul_fp8 %s: FP8 vs exact NMSE %.3e outside [%.0e, %.1e]", shape, q, lo, hi);
-    free(c), free(g), free(b);
+    free(c), free(g);
 }
 
-static void case_matmul(int M, int N, int K, fp8_format fa, fp8_format fb, int accumulate) {
+// (odt: the output's dtype on the GPU, ST_BF16 or ST_F32; the CPU's is fp32)
+static void case_matmul(int M, int N, int K, fp8_format fa, fp8_format fb, int accumulate, st_dtype odt) {
     char shape[96];
-    snprintf(shape, sizeof shape, "%dx%dx%d %s x %s%s", M, N, K, fp8_name(fa), fp8_name(fb), accumulate ? " +=" : "");
+    snprintf(shape, sizeof shape, "%dx%dx%d %s x %s%s%s", M, N, K, fp8_name(fa), fp8_name(fb), accumulate ? " +=" : "",
+             odt == ST_F32 ? " f32" : "");
     float *ha = malloc(sizeof(float) * M * K), *hb = malloc(sizeof(float) * N * K), *hc = malloc(sizeof(float) * M * N);
     void *a_cpu, *a_gpu, *b_cpu, *b_gpu, *c_cpu, *c_gpu, *qa_c, *qa_g, *qb_c, *qb_g;
     float *sa_c, *sa_g, *sb_c, *sb_g;
     upload(ha, &a_cpu, &a_gpu, (size_t)M * K, 3.0f);     // activations ~3, weights ~0.02: scales far from 1
     upload(hb, &b_cpu, &b_gpu, (size_t)N * K, 0.02f);
-    upload(hc, &c_cpu, &c_gpu, (size_t)M * N, accumulate ? 1.0f : 0.0f);
+    upload_as(hc, &c_cpu, &c_gpu, (size_t)M * N, accumulate ? 1.0f : 0.0f, odt);
     EXPECT(quantize_both(a_cpu, a_gpu, M, K, fa, &qa_c, &qa_g, &sa_c, &sa_g), "%s: a's codes or stats differ", shape);
     EXPECT(quantize_both(b_cpu, b_gpu, N, K, fb, &qb_c, &qb_g, &sb_c, &sb_g), "%s: b's codes or stats differ", shape);
     // the unquantised product, the same C added
     float *exact = CPU->alloc(sizeof(float) * M * N);
     memcpy(exact, hc, sizeof(float) * M * N);
     CPU->matmul_fwd(exact, a_cpu, b_cpu, accumulate ? exact : NULL, M, K, N);
-    EXPECT(CPU->matmul_fp8(c_cpu, qa_c, fa, sa_c, qb_c, fb, sb_c, M, N, K, accumulate) == 0, "cpu matmul_fp8: %s",
-           ft_error_message());
-    EXPECT(GPU->matmul_fp8(c_gpu, qa_g, fa, sa_g, qb_g, fb, sb_g, M, N, K, accumulate) == 0, "cuda matmul_fp8: %s",
+    EXPECT(CPU->matmul_fp8(c_cpu, qa_c, fa, sa_c, qb_c, fb, sb_c, M, N, K, accumulate, ST_F32) == 0,
+           "cpu matmul_fp8: %s", ft_error_message());
+    EXPECT(GPU->matmul_fp8(c_gpu, qa_g, fa, sa_g, qb_g, fb, sb_g, M, N, K, accumulate, odt) == 0, "cuda matmul_fp8: %s",
            ft_error_message());
     const double ua = fa == FP8_E4M3 ? 0x1p-4 : 0x1p-3, ub = fb == FP8_E4M3 ? 0x1p-4 : 0x1p-3;
-    compare(shape, c_cpu, c_gpu, exact, (size_t)M * N, accumulate ? 1e-5 : 1e-4, 2 * (ua * ua + ub * ub) / 3);
+    compare(shape, c_cpu, c_gpu, odt, exact, (size_t)M * N, accumulate ? 1e-5 : 1e-4, 2 * (ua * ua + ub * ub) / 3);
     void *cpu_bufs[] = {a_cpu, b_cpu, c_cpu, qa_c, qb_c, sa_c, sb_c, exact}, *gpu_bufs[] = {a_gpu, b_gpu, c_gpu, qa_g, qb_g, sa_g, sb_g};
     for (size_t i = 0; i < sizeof cpu_bufs / sizeof *cpu_bufs; i++) CPU->free(cpu_bufs[i]);
     for (size_t i = 0; i < sizeof gpu_bufs / sizeof *gpu_bufs; i++) GPU->free(gpu_bufs[i]);
     free(ha), free(hb), free(hc);
 }
 
-// NMSE of a GPU bf16 tensor against a CPU fp32 one, reported within [lo, hi]
-static void report_range(const char *what, const char *shape, void *cpu, void *gpu, size_t n, double lo, double hi) {
-    float *c = malloc(n * 4), *g = malloc(n * 4);
-    uint16_t *b = malloc(n * 2);
+// NMSE of a GPU tensor (bf16 or fp32: dt) against a CPU fp32 one, reported within [lo, hi]
+static void report_range(const char *what, const char *shape, void *cpu, void *gpu, st_dtype dt, size_t n, double lo,
+                         double hi) {
+    float *c = malloc(n * 4), *g = gpu_floats(gpu, n, dt);
     CPU->copy_d2h(c, cpu, n * 4);
-    GPU->copy_d2h(b, gpu, n * 2);
-    for (size_t i = 0; i < n; i++) g[i] = ft_bf16_to_f32(b[i]);
     const double e = test_nmse(g, c, n);
     const int ok = e >= lo && e <= hi;
     printf("%-12s %-34s %-9s %10.3e %8.1e  %s (within [%.0e, %.1e])\n", "fp8_linear", shape, what, e, hi,
            ok ? "pass" : "FAIL", lo, hi);
     EXPECT(ok, "fp8_linear %s %s: NMSE %.3e outside [%.0e, %.1e]", shape, what, e, lo, hi);
-    free(c), free(g), free(b);
+    free(c), free(g);
+}
+
+// The wrapper's weight gradient dw_g (OC, IC; gdt) against the CPU's FP8 GEMM on the same
+// codes: dY (N, OC) quantised to E5M2 and X (N, IC) to E4M3, both transposed (quantize_both
+// shows the two backends' codes and scales agree bit for bit), dW = s_dy s_x dY^T X added to
+// dw_old (fp32 copies of the GPU's old gradient, when acc). The GPU sums the same exact
+// products in another order, then rounds once to gdt: within THR_BF16 (bf16) or THR_F32
+// (fp32). The bf16 GEMM of the unquantised operands lies ~5e-3 away from this reference (the
+// FP8 rounding noise, case_matmul's bound), and a wrong scale or transposition further: all
+// fail. dw_old is overwritten with the reference.
+static void check_dw(const char *shape, void *dw_old, void *dy_c, void *x_c, void *dw_g, st_dtype gdt, int N, int IC,
+                     int OC, int acc) {
+    void *dyt = CPU->alloc((size_t)N * OC), *xt = CPU->alloc((size_t)N * IC);
+    float *st = CPU->alloc(6 * sizeof(float));
+    EXPECT(CPU->fp8_quantize(NULL, dyt, st, dy_c, N, OC, FP8_E5M2) == 0 &&
+           CPU->fp8_quantize(NULL, xt, st + 3, x_c, N, IC, FP8_E4M3) == 0 &&
+           CPU->matmul_fp8(dw_old, dyt, FP8_E5M2, st, xt, FP8_E4M3, st + 3, OC, IC, N, acc, ST_F32) == 0,
+           "cpu dW reference: %s", ft_error_message());
+    const double thr = gdt == ST_F32 ? THR_F32 : THR_BF16;
+    report_range("dW fp8", shape, dw_old, dw_g, gdt, (size_t)OC * IC, 0, thr);
+    CPU->free(dyt), CPU->free(xt), CPU->free(st);
 }
 
 // --fp8's wrapper (src/fp8_linear.h) against the CPU's bf16-input linear: the forward (with a
 // residual) and dX carry FP8 quantisation noise (e4m3 x e4m3: NMSE <= 5.2e-3; dX, e5m2 dY x
-// e4m3 W: <= 1.3e-2; both well above THR_BF16, so the FP8 path ran), dW is the bf16 GEMM's
-// (THR_BF16); widths not multiples of 16 (a LoRA rank of 8) run in bf16 throughout
-static void case_wrapper(int N, int IC, int OC) {
+// e4m3 W: <= 1.3e-2; both well above THR_BF16, so the FP8 path ran); dW (into a gradient of
+// dtype gdt, added to its old value when acc_dw) likewise (e5m2 dY^T x e4m3 X^T: <= 1.3e-2,
+// and >= 1e-5 with the old value diluting it) when N is a multiple of 16 (fp8_linear_dw_ok),
+// and then exactly the CPU's FP8 GEMM on the same codes (check_dw); else dW is the bf16
+// GEMM's (THR_BF16, or THR_F32 into fp32); widths not multiples of 16 (a LoRA rank of 8) run
+// in bf16 throughout
+static void case_wrapper(int N, int IC, int OC, st_dtype gdt, int acc_dw) {
     const backend *W = NULL;
     EXPECT(fp8_linear_backend(GPU, &W) == 0, "wrapper: %s", ft_error_message());
     if (!W) return;
     // the lm_head's logits and the MFU benchmark take the inner backend (bf16)
     EXPECT(fp8_linear_unwrap(W) == GPU && fp8_linear_unwrap(GPU) == GPU && W->matmul_fwd != GPU->matmul_fwd,
            "fp8_linear_unwrap: the wrapper's inner backend, any other backend itself");
-    const int fp8 = IC % 16 == 0 && OC % 16 == 0;
+    const int fp8 = IC % 16 == 0 && OC % 16 == 0, dw8 = fp8 && N % 16 == 0;
+    EXPECT(fp8_linear_shape_ok(IC, OC) == fp8 && fp8_linear_dw_ok(N, IC, OC) == dw8, "the FP8 shape rules");
     char shape[64];
-    snprintf(shape, sizeof shape, "N %d IC %d OC %d%s", N, IC, OC, fp8 ? "" : " (bf16)");
+    snprintf(shape, sizeof shape, "N %d IC %d OC %d%s%s%s", N, IC, OC, fp8 ? "" : " (bf16)", gdt == ST_F32 ? " f32" : "",
+             acc_dw ? " +=" : "");
     float *h = malloc(sizeof(float) * ((size_t)N * IC + (size_t)OC * IC + 2 * (size_t)N * OC));
-    void *x_c, *x_g, *w_c, *w_g, *r_c, *r_g, *dy_c, *dy_g;
+    void *x_c, *x_g, *w_c, *w_g, *r_c, *r_g, *dy_c, *dy_g, *dw_c, *dw_g;
     upload(h, &x_c, &x_g, (size_t)N * IC, 1.0f);
     upload(h, &w_c, &w_g, (size_t)OC * IC, 0.05f);
     upload(h, &r_c, &r_g, (size_t)N * OC, 0.1f);
     upload(h, &dy_c, &dy_g, (size_t)N * OC, 1e-3f);
+    upload_as(h, &dw_c, &dw_g, (size_t)OC * IC, acc_dw ? 1e-2f : 0.0f, gdt);   // dW's old value
     void *o_c = CPU->alloc(4 * (size_t)N * OC), *o_g = GPU->alloc(2 * (size_t)N * OC);
     void *dx_c = CPU->alloc(4 * (size_t)N * IC), *dx_g = GPU->alloc(2 * (size_t)N * IC);
-    void *dw_c = CPU->alloc(4 * (size_t)OC * IC), *dw_g = GPU->alloc(2 * (size_t)OC * IC);
+    void *dw_ref = CPU->alloc(4 * (size_t)OC * IC);
+    CPU->copy_d2d(dw_ref, dw_c, 4 * (size_t)OC * IC);
     EXPECT(CPU->matmul_fwd(o_c, x_c, w_c, r_c, N, IC, OC) == 0 && W->matmul_fwd(o_g, x_g, w_g, r_g, N, IC, OC) == 0,
            "forward: %s", ft_error_message());
-    EXPECT(CPU->matmul_bwd(dx_c, dw_c, ST_F32, dy_c, x_c, w_c, N, IC, OC, 0, 0) == 0 &&
-           W->matmul_bwd(dx_g, dw_g, ST_BF16, dy_g, x_g, w_g, N, IC, OC, 0, 0) == 0, "backward: %s", ft_error_message());
-    report_range("out", shape, o_c, o_g, (size_t)N * OC, fp8 ? 1e-5 : 0, fp8 ? 5.2e-3 : THR_BF16);
-    report_range("dinp", shape, dx_c, dx_g, (size_t)N * IC, fp8 ? 1e-4 : 0, fp8 ? 1.3e-2 : THR_BF16);
-    report_range("dweight", shape, dw_c, dw_g, (size_t)OC * IC, 0, THR_BF16);
-    void *cb[] = {x_c, w_c, r_c, dy_c, o_c, dx_c, dw_c}, *gb[] = {x_g, w_g, r_g, dy_g, o_g, dx_g, dw_g};
-    for (int i = 0; i < 7; i++) CPU->free(cb[i]), GPU->free(gb[i]);
+    EXPECT(CPU->matmul_bwd(dx_c, dw_c, ST_F32, dy_c, x_c, w_c, N, IC, OC, 0, acc_dw) == 0 &&
+           W->matmul_bwd(dx_g, dw_g, gdt, dy_g, x_g, w_g, N, IC, OC, 0, acc_dw) == 0, "backward: %s", ft_error_message());
+    report_range("out", shape, o_c, o_g, ST_BF16, (size_t)N * OC, fp8 ? 1e-5 : 0, fp8 ? 5.2e-3 : THR_BF16);
+    report_range("dinp", shape, dx_c, dx_g, ST_BF16, (size_t)N * IC, fp8 ? 1e-4 : 0, fp8 ? 1.3e-2 : THR_BF16);
+    report_range("dweight", shape, dw_c, dw_g, gdt, (size_t)OC * IC, dw8 ? (acc_dw ? 1e-5 : 1e-4) : 0,
+                 dw8 ? 1.3e-2 : gdt == ST_F32 ? THR_F32 : THR_BF16);
+    if (dw8) check_dw(shape, dw_ref, dy_c, x_c, dw_g, gdt, N, IC, OC, acc_dw);
+    void *cb[] = {x_c, w_c, r_c, dy_c, o_c, dx_c, dw_c, dw_ref}, *gb[] = {x_g, w_g, r_g, dy_g, o_g, dx_g, dw_g};
+    for (int i = 0; i < 8; i++) CPU->free(cb[i]);
+    for (int i = 0; i < 7; i++) GPU->free(gb[i]);
     free(h);
 }
 
@@ -233,17 +287,24 @@ static void case_fused(int N, int C, int OC) {
     free(h);
 }
 
-// what matmul_fp8 refuses with a line: two E5M2 operands, K not a multiple of 16
+// a refusal: rc non-zero, its line printed
+static void refused(int rc, const char *what) {
+    EXPECT(rc != 0, "%s refused", what);
+    printf("refused: %s\n", ft_error_message());
+    ft_error_clear();
+}
+
+// what matmul_fp8 refuses with a line: two E5M2 operands, K not a multiple of 16, an output
+// dtype other than bf16 and fp32 (CUDA) or than fp32 (the CPU)
 static void case_refusals(void) {
     void *q = GPU->alloc(4096), *o = GPU->alloc(4096);
     float *s = GPU->alloc(12);
     EXPECT(GPU->fp8_quantize(q, NULL, s, GPU->alloc(2 * 1024), 32, 32, FP8_E5M2) == 0, "quantize: %s", ft_error_message());
-    EXPECT(GPU->matmul_fp8(o, q, FP8_E5M2, s, q, FP8_E5M2, s, 32, 32, 32, 0) != 0, "e5m2 x e5m2 refused");
-    printf("refused: %s\n", ft_error_message());
-    ft_error_clear();
-    EXPECT(GPU->matmul_fp8(o, q, FP8_E4M3, s, q, FP8_E4M3, s, 16, 16, 24, 0) != 0, "K 24 refused");
-    printf("refused: %s\n", ft_error_message());
-    ft_error_clear();
+    refused(GPU->matmul_fp8(o, q, FP8_E5M2, s, q, FP8_E5M2, s, 32, 32, 32, 0, ST_BF16), "e5m2 x e5m2");
+    refused(GPU->matmul_fp8(o, q, FP8_E4M3, s, q, FP8_E4M3, s, 16, 16, 24, 0, ST_BF16), "K 24");
+    refused(GPU->matmul_fp8(o, q, FP8_E4M3, s, q, FP8_E4M3, s, 16, 16, 32, 0, ST_F16), "an fp16 output");
+    refused(CPU->matmul_fp8(o, q, FP8_E4M3, s, q, FP8_E4M3, s, 16, 16, 32, 0, ST_BF16), "cpu: a bf16 output");
+    refused(CPU->matmul_fp8(o, q, FP8_E4M3, s, q, FP8_E4M3, s, 16, 16, 24, 0, ST_F32), "cpu: K 24");
 }
 
 int main(void) {
@@ -260,14 +321,26 @@ int main(void) {
         return 0;
     }
     // (M, N, K): one tile, odd M and N, the bundled model's projections at B*T = 513, a
-    // longer K; the three format pairs; "+=" (the backward's accumulating GEMMs)
+    // longer K; the three format pairs; "+=" (the backward's accumulating GEMMs); an fp32
+    // output, set and added to (the weight gradient into an fp32 buffer), at an odd-but-legal
+    // dW shape (OC 7, IC 33, K = 144 token rows: a multiple of 16, not of 64) and E5M2 x E4M3
     const int mm[][3] = {{16, 16, 16}, {7, 33, 64}, {513, 96, 288}, {64, 256, 1024}};
-    for (int i = 0; i < 4; i++) case_matmul(mm[i][0], mm[i][1], mm[i][2], FP8_E4M3, FP8_E4M3, 0);
-    case_matmul(65, 48, 128, FP8_E5M2, FP8_E4M3, 0);
-    case_matmul(48, 65, 128, FP8_E4M3, FP8_E5M2, 0);
-    case_matmul(33, 40, 96, FP8_E4M3, FP8_E4M3, 1);
-    case_wrapper(130, 96, 64);
-    case_wrapper(64, 8, 48);
+    for (int i = 0; i < 4; i++) case_matmul(mm[i][0], mm[i][1], mm[i][2], FP8_E4M3, FP8_E4M3, 0, ST_BF16);
+    case_matmul(65, 48, 128, FP8_E5M2, FP8_E4M3, 0, ST_BF16);
+    case_matmul(48, 65, 128, FP8_E4M3, FP8_E5M2, 0, ST_BF16);
+    case_matmul(33, 40, 96, FP8_E4M3, FP8_E4M3, 1, ST_BF16);
+    case_matmul(7, 33, 144, FP8_E5M2, FP8_E4M3, 0, ST_F32);
+    case_matmul(7, 33, 144, FP8_E5M2, FP8_E4M3, 1, ST_F32);
+    case_matmul(96, 48, 64, FP8_E5M2, FP8_E4M3, 1, ST_BF16);
+    // the wrapper: N 130 (dW in bf16: not a multiple of 16), N 144 (dW in FP8, into bf16 and
+    // into fp32, set and added to), N 48 at odd widths, a LoRA rank of 8 (bf16 throughout)
+    case_wrapper(130, 96, 64, ST_BF16, 0);
+    case_wrapper(130, 96, 64, ST_F32, 1);
+    case_wrapper(144, 96, 64, ST_BF16, 0);
+    case_wrapper(144, 96, 64, ST_BF16, 1);
+    case_wrapper(144, 64, 96, ST_F32, 1);
+    case_wrapper(48, 160, 32, ST_F32, 0);
+    case_wrapper(64, 8, 48, ST_BF16, 0);
     case_fused(130, 96, 64);
     case_refusals();
     backend_close(GPU);
