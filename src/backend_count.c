@@ -127,11 +127,12 @@ static int count_fp8_cast(void *o, void *ot, float *st, const float *am, const v
 static int count_matmul_fwd(void *o, const void *x, const void *w, const void *r, int N, int IC, int OC) {
     (void)o, (void)w;
     const double epilogue = r ? (double)N * OC * g.e : 0;
-    if (!g.fp8 || !fp8_linear_shape_ok(IC, OC)) {
+    const void *fused = g.fused && x == g.fused && (size_t)N * IC == g.fused_n ? g.fused : NULL;
+    if (!g.fp8 || !fp8_linear_shape_ok(IC, OC)) {   // (the wrapper's bf16 path keeps a remembered input)
         tally(COUNT_GEMM, 2.0 * N * IC * OC, 1, epilogue, 0);
+        g.fused = fused;
         return 0;
     }
-    const void *fused = g.fused && x == g.fused && (size_t)N * IC == g.fused_n ? g.fused : NULL;
     if (fused) count_fp8_cast(&g, NULL, NULL, NULL, NULL, N, IC, FP8_E4M3);
     else count_fp8_quantize(&g, NULL, NULL, NULL, N, IC, FP8_E4M3);
     count_fp8_quantize(&g, NULL, NULL, NULL, OC, IC, FP8_E4M3);

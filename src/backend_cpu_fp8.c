@@ -19,10 +19,16 @@ float cpu_amax(const float *x, size_t n) {
     return amax;
 }
 
+// 0, or -1 with a line naming `op` (a format that is none, a negative shape)
+static int fp8_args(const char *op, int rows, int cols, fp8_format fmt) {
+    if (fmt >= FP8_FORMAT_COUNT) return ft_error("%s: format %d (0 e4m3, 1 e5m2)", op, (int)fmt);
+    if (rows < 0 || cols < 0) return ft_error("%s: shape %d x %d", op, rows, cols);
+    return 0;
+}
+
 int cpu_fp8_cast(void *out, void *out_t, float *stats, const float *amax, const void *inp, int rows, int cols,
                  fp8_format fmt) {
-    if (fmt >= FP8_FORMAT_COUNT) return ft_error("fp8_quantize: format %d (0 e4m3, 1 e5m2)", (int)fmt);
-    if (rows < 0 || cols < 0) return ft_error("fp8_quantize: shape %d x %d", rows, cols);
+    TRY(fp8_args("fp8_cast", rows, cols, fmt));
     const float *x = inp;
     const size_t n = (size_t)rows * cols;
     const float a = *amax, scale = fp8_scale_from_amax(a, fmt);
@@ -39,6 +45,7 @@ int cpu_fp8_cast(void *out, void *out_t, float *stats, const float *amax, const 
 }
 
 int cpu_fp8_quantize(void *out, void *out_t, float *stats, const void *inp, int rows, int cols, fp8_format fmt) {
+    TRY(fp8_args("fp8_quantize", rows, cols, fmt));
     const float amax = rows > 0 && cols > 0 ? cpu_amax(inp, (size_t)rows * cols) : 0.0f;
     return cpu_fp8_cast(out, out_t, stats, &amax, inp, rows, cols, fmt);
 }

@@ -358,8 +358,10 @@ static int cu_matmul_fwd(void *out, const void *inp, const void *weight, const v
 // out (M, N) = sa sb a (M, K) b (N, K)^T  <=>  out^T (N, M) = b (N, K) . a^T (K, M): cuBLASLt's A
 // is b transposed, its B is a (the "TN" form Hopper's FP8 GEMMs require), the scales are
 // device pointers set on the cached descriptor at each call (cuBLASLt reads them when the
-// GEMM runs, as it does the operands). Fast accumulation stays off (the default): every
-// product summed in full fp32, the precision the CPU reference and the tests assume. C = D
+// GEMM runs, as it does the operands). Fast accumulation stays off (the default): the tensor
+// cores' partial sums (about 14 significant bits on Hopper) are promoted to fp32 at intervals
+// rather than kept in the narrow accumulator throughout (tests/gpu/test_fp8_gpu.c's THR_F32
+// allows for the difference from the CPU's fp32 sum). C = D
 // of out_dtype: bf16, or fp32 (the weight gradient into an fp32 buffer; cuBLASLt's FP8 GEMMs
 // take an fp32 C/D with FP8 A/B), which the plan's key holds (c_f32), as for bf16 GEMMs.
 static int cu_matmul_fp8(void *out, const void *a, fp8_format a_fmt, const float *a_stats, const void *b,
@@ -378,7 +380,8 @@ static int cu_matmul_fp8(void *out, const void *a, fp8_format a_fmt, const float
     gemm_plan *p = NULL;
     const uint32_t ao = ptr_align(out);
     const gemm_key key = {.m = N, .n = M, .k = K, .ta = 1, .tb = 0, .lda = K, .ldb = K, .ldc = N,
-                          .c_f32 = out_dtype == ST_F32, .a_fp8 = 1 + (int)b_fmt, .b_fp8 = 1 + (int)a_fmt, .align = {ptr_align(b), ptr_align(a), ao}};
+                          .c_f32 = out_dtype == ST_F32, .a_fp8 = 1 + (int)b_fmt, .b_fp8 = 1 + (int)a_fmt,
+                          .align = {ptr_align(b), ptr_align(a), ao}};
     TRY(gemm_plan_get(&key, &p));
     const float *sa = b_stats + 2, *sb = a_stats + 2, alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));

@@ -78,12 +78,21 @@ static int scratch_pair(size_t na, size_t nb, unsigned char **qa, unsigned char 
     return 0;
 }
 
+// 1 when an FP8 GEMM may write its output at p: 16-byte aligned (what the emulated cuBLASLt
+// demands of C and D with FP8 operands, tests/cuda_emu/cuda_emu_host.cpp, to be safe on every
+// GPU). The arena's buffers are 256-byte aligned and a unit's tensors sit at multiples of 16
+// elements when their widths pass fp8_linear_shape_ok, so the model's outputs always are (the
+// step-time estimate, src/backend_count.c, assumes so); a caller's odd pointer runs in bf16.
+static int out_aligned(const void *p) { return (uintptr_t)p % 16 == 0; }
+
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T (+ residual): both operands quantised to E4M3,
-// the product by the FP8 GEMM; a shape outside fp8_shape_ok runs in bf16. amax: NULL, or
-// max |inp| as its producer computed it (the activation's scale from it: no pass for it)
+// the product by the FP8 GEMM; a shape outside fp8_shape_ok (or an unaligned out) runs in
+// bf16. amax: NULL, or max |inp| as its producer computed it (the activation's scale from it:
+// no pass for it)
 static int fp8_linear_fwd(void *out, const void *inp, const void *weight, const void *residual, int N, int IC, int OC,
                           const float *amax) {
-    if (!fp8_linear_shape_ok(IC, OC)) return g_inner->matmul_fwd(out, inp, weight, residual, N, IC, OC);
+    if (!fp8_linear_shape_ok(IC, OC) || !out_aligned(out))
+        return g_inner->matmul_fwd(out, inp, weight, residual, N, IC, OC);
     unsigned char *qa, *qw;
     float *stats;
     TRY(scratch_pair((size_t)N * IC, (size_t)OC * IC, &qa, &qw, &stats));
@@ -125,11 +134,12 @@ static int fp8_matmul_fwd(void *out, const void *inp, const void *weight, const 
 // inp (N, IC) in FP8 too when fp8_linear_dw_ok (N a multiple of 16): a = dout's E5M2 codes
 // transposed (the same quantisation's second layout), b = inp's E4M3 codes transposed (IC,
 // N), into the gradient's dtype gdt (bf16 or fp32: the GEMM's output dtype); else the inner
-// backend's bf16 GEMM. A shape outside fp8_linear_shape_ok runs the inner backward whole.
+// backend's bf16 GEMM (so too for an unaligned dweight). A shape outside fp8_linear_shape_ok
+// (or an unaligned dinp) runs the inner backward whole.
 static int fp8_matmul_bwd(void *dinp, void *dweight, st_dtype gdt, const void *dout, const void *inp,
                           const void *weight, int N, int IC, int OC, int accumulate_dinp, int accumulate_dw) {
-    const int dw8 = dweight && fp8_linear_dw_ok(N, IC, OC);
-    if (!fp8_linear_shape_ok(IC, OC) || (!dinp && !dw8))
+    const int dw8 = dweight && fp8_linear_dw_ok(N, IC, OC) && out_aligned(dweight);
+    if (!fp8_linear_shape_ok(IC, OC) || (dinp && !out_aligned(dinp)) || (!dinp && !dw8))
         return g_inner->matmul_bwd(dinp, dweight, gdt, dout, inp, weight, N, IC, OC, accumulate_dinp, accumulate_dw);
     size_t sizes[3];
     const int n = bwd_sizes(N, IC, OC, dw8, sizes);
@@ -219,10 +229,19 @@ static int fused_matmul_fwd(void *o, const void *x, const void *w, const void *r
     return rc;
 }
 
+void fp8_linear_release(void) {
+    if (g_inner && g_scratch.buf) g_inner->free(g_scratch.buf);
+    if (g_inner && g_fuse.slot) g_inner->free(g_fuse.slot);
+    memset(&g_scratch, 0, sizeof g_scratch);
+    g_fuse.slot = NULL;
+    fuse_forget();
+}
+
 int fp8_linear_backend(const backend *inner, const backend **out) {
     if (!has_fp8(inner))
         return ft_error("flag --fp8: %s has no FP8 tensor cores (FP8 GEMMs need --device cuda on compute capability "
                         "8.9+: Hopper, Ada)", backend_describe(inner));
+    fp8_linear_release();   // (the previous wrapping's memory, from its inner backend, still open)
     g_inner = inner;
     g_next = *inner;
     g_next.matmul_fwd = fp8_matmul_fwd;
@@ -237,7 +256,6 @@ int fp8_linear_backend(const backend *inner, const backend **out) {
     g_table.matmul_fwd = fused_matmul_fwd;
     g_fuse.off = ft_getenv("FT_TEST_FP8_UNFUSED") != NULL || !inner->fp8_cast;
     fuse_forget();
-    g_fuse.slot = NULL;   // (a rewrapped backend may have been closed and opened again since)
     g_fuse.fused = g_fuse.all = 0;
     *out = &g_table;
     return 0;
@@ -250,12 +268,12 @@ void fp8_linear_fused_counts(long *fused, long *all) {
 
 const backend *fp8_linear_unwrap(const backend *be) { return be == &g_table && g_inner ? g_inner : be; }
 
-size_t fp8_linear_scratch_bytes(void) { return g_scratch.cap; }
-size_t fp8_linear_scratch_used(void) { return g_scratch.used; }
+size_t fp8_linear_scratch_bytes(void) { return g_scratch.cap + (g_fuse.slot ? FP8_LINEAR_SLOT_BYTES : 0); }
+size_t fp8_linear_scratch_used(void) { return g_scratch.used + (g_fuse.slot ? FP8_LINEAR_SLOT_BYTES : 0); }
 
 int fp8_linear_reserve(size_t bytes) {
     if (!g_inner) return ft_error("fp8_linear_reserve: no FP8 wrapper (fp8_linear_backend first)");
-    TRY(scratch_reserve(bytes));
+    TRY(scratch_reserve(bytes > FP8_LINEAR_SLOT_BYTES ? bytes - FP8_LINEAR_SLOT_BYTES : bytes));
     return g_fuse.off ? 0 : fuse_slot_ready();
 }
 

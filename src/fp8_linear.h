@@ -48,8 +48,13 @@ typedef struct lora_config lora_config;
 
 // The wrapper over `inner` in *out. -1 with a one-line reason when inner has no FP8 GEMM (the
 // CPU backend, a GPU of compute capability below 8.9). One wrapper per process (its FP8
-// scratch is static); calling again rewraps.
+// scratch is static); calling again rewraps, releasing the previous wrapping's memory first
+// (fp8_linear_release).
 int fp8_linear_backend(const backend *inner, const backend **out);
+// Free the wrapper's scratch and amax slot to its inner backend; call before closing that
+// backend when the process may wrap one again (a closed backend's memory is gone, and the
+// CUDA backend reopens under the same table). Safe to call with none.
+void fp8_linear_release(void);
 // The backend without the FP8 wrapper: its inner one when `be` is the wrapper, else `be`. For
 // the GEMMs that stay bf16 under --fp8 though they are matmul_fwd calls: the lm_head's logits
 // (model_logits_rows: sampling) and the MFU benchmark's GEMM. (Under --profile the wrapper
@@ -58,15 +63,20 @@ const backend *fp8_linear_unwrap(const backend *be);
 // The activations the wrapper's FP8 forward GEMMs quantised so far from their producer's amax
 // (*fused), and all of them (*all): the fused amax at work (train_log.c prints both).
 void fp8_linear_fused_counts(long *fused, long *all);
+// The fused amax's slot (4 bytes) as the device arena holds it: one 256-byte unit, counted in
+// the scratch figures below and the plan's FP8 line.
+#define FP8_LINEAR_SLOT_BYTES 256
 // The scratch the wrapper holds now (the FP8 copies of the largest call's operands so far,
-// their scales), in bytes: one buffer from the backend's arena, outside the tracker (the
-// memory plan's "FP8 copies" workspace line, src/plan.c).
+// their scales), in bytes, plus FP8_LINEAR_SLOT_BYTES once the amax slot is taken: backend
+// memory outside the tracker (the memory plan's "FP8 copies" workspace line, src/plan.c).
 size_t fp8_linear_scratch_bytes(void);
-// The largest scratch layout a call has asked for so far, in bytes (<= the scratch's size):
-// what the plan's line must equal (tests/test_cuda_emu_train.sh).
+// The largest scratch layout a call has asked for so far, in bytes (<= the scratch's size),
+// plus FP8_LINEAR_SLOT_BYTES once the amax slot is taken: what the plan's line must equal
+// (tests/test_cuda_emu_train.sh).
 size_t fp8_linear_scratch_used(void);
-// Take `bytes` of scratch now (the planned size, at setup: one buffer, not a series of growing
-// ones). 0, or -1 with ft_error (no wrapper yet, no device memory).
+// Take `bytes` (the plan's line: the planned scratch and the amax slot) now, at setup: one
+// buffer, not a series of growing ones, and the slot (none when the fused amax is off). 0, or -1
+// with ft_error (no wrapper yet, no device memory).
 int fp8_linear_reserve(size_t bytes);
 // 1 when a linear of IC inputs and OC outputs runs in FP8 (both multiples of 16; LoRA's factors
 // at a rank that is not run in bf16); the step-time estimate's counter (src/backend_count.c)

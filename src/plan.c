@@ -100,7 +100,7 @@ static size_t plan_fp8_bytes(const plan *p, const llama_config *c) {
         const size_t s = fp8_linear_model_bytes(c, lc, p->sample_alloc_seq, 0);
         if (s > b) b = s;
     }
-    return b;
+    return b ? b + FP8_LINEAR_SLOT_BYTES : 0;   // (and the fused amax's slot)
 }
 
 static void plan_memory(plan *p, const llama_config *c, const param_layout *l, const lora_layout *ll) {
@@ -128,7 +128,7 @@ static void plan_memory(plan *p, const llama_config *c, const param_layout *l, c
     }
     if ((p->fp8_bytes = plan_fp8_bytes(p, c)))
         add_item(p, MEM_WORKSPACE, p->fp8_bytes, "--fp8: FP8 copies of the largest linear call's operands "
-                                                 "(one arena buffer, reserved at setup)");
+                                                 "(one arena buffer, reserved at setup) and the fused amax's slot");
     // cuDNN attention takes its workspace from the device arena around each call (the largest
     // shape is the full batch at seq_len); the CUDA backend refuses a plan that wants more. The
     // native tensor-core backward takes its bf16 dS^T workspace likewise (src/attention_ws.h),

@@ -267,8 +267,8 @@ void job_print_peak_memory(const job *j) {
                cap / 1048576.0);
     }
     if (j->o->fp8) {   // outside the tracker: the plan's workspace line for it
-        printf("finetune: --fp8 scratch: largest call %zu bytes, buffer %zu bytes\n", fp8_linear_scratch_used(),
-               fp8_linear_scratch_bytes());
+        printf("finetune: --fp8 scratch: largest call %zu bytes, buffer %zu bytes (the amax slot included)\n",
+               fp8_linear_scratch_used(), fp8_linear_scratch_bytes());
         long fused, all;
         fp8_linear_fused_counts(&fused, &all);
         printf("finetune: --fp8 activations: %ld of %ld quantised with their producer's amax\n", fused, all);

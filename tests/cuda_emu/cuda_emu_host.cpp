@@ -252,8 +252,10 @@ static size_t elem_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : is_fp8(t
 
 // The Hopper FP8 GEMM's rules (cuBLASLt's documented requirements for FP8 A/B): both A and B
 // FP8, not both E5M2, A transposed and B not ("TN"), lda and ldb multiples of 16, A and B
-// 16-byte aligned (`align_a`, `align_b`: what the pointers or the preference guarantee).
-// true when the operands are not FP8 at all or meet these.
+// 16-byte aligned (`al`: what the pointers or the preference guarantee). Perhaps stricter than
+// the library, to be safe on every GPU: C and D 16-byte aligned too (the weight gradient's FP8
+// GEMM writes into a gradient buffer at an offset). true when the operands are not FP8 at all
+// or meet these.
 // The emulated device has FP8 tensor cores when FT_EMU_COMPUTE_CAPABILITY is 8.9 or newer
 // (the default 8.0, an A100, has none: its cuBLASLt finds no FP8 algorithm).
 static bool fp8_device() {
@@ -262,13 +264,15 @@ static bool fp8_device() {
     if (cc && sscanf(cc, "%d.%d", &major, &minor) != 2) return false;
     return major * 10 + minor >= 89;
 }
-static bool fp8_rules_ok(const emu_desc &v, const emu_layout &la, const emu_layout &lb, uint32_t align_a,
-                         uint32_t align_b) {
+static bool fp8_rules_ok(const emu_desc &v, const emu_layout &la, const emu_layout &lb, const emu_layout &lc,
+                         const emu_layout &ld, const emu_align &al) {
     if (!is_fp8(la.type) && !is_fp8(lb.type)) return true;
     if (!is_fp8(la.type) || !is_fp8(lb.type) || !fp8_device()) return false;
     if (la.type == CUDA_R_8F_E5M2 && lb.type == CUDA_R_8F_E5M2) return false;
     if (v.ta != CUBLAS_OP_T || v.tb != CUBLAS_OP_N) return false;
-    return la.ld % 16 == 0 && lb.ld % 16 == 0 && align_a % 16 == 0 && align_b % 16 == 0;
+    (void)lc, (void)ld;   // (their strides: free, as the library's odd-shaped FP8 GEMMs have them)
+    return la.ld % 16 == 0 && lb.ld % 16 == 0 && al.a % 16 == 0 && al.b % 16 == 0 && al.c % 16 == 0 &&
+           al.d % 16 == 0;
 }
 
 // shape of op(X) for a layout and a transpose
@@ -294,7 +298,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     if (k != k2 || lc.rows != m || lc.cols != n || ld.rows != m || ld.cols != n) return CUBLAS_STATUS_SUCCESS;
     emu_align al;
     memcpy(&al, pref, sizeof al);
-    if (!fp8_rules_ok(v, la, lb, al.a, al.b)) return CUBLAS_STATUS_NOT_SUPPORTED;   // no FP8 kernel for this
+    if (!fp8_rules_ok(v, la, lb, lc, ld, al)) return CUBLAS_STATUS_NOT_SUPPORTED;   // no FP8 kernel for this
     memset(&results[0], 0, sizeof results[0]);
     memcpy(&results[0].algo, pref, sizeof(emu_align));   // the algorithm needs what was allowed
     results[0].state = CUBLAS_STATUS_SUCCESS;
@@ -383,7 +387,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
         if (t != CUDA_R_16BF && t != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     for (cudaDataType t : {x.la.type, x.lb.type})
         if (t != CUDA_R_16BF && t != CUDA_R_32F && !is_fp8(t)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (!fp8_rules_ok(x.v, x.la, x.lb, need.a, need.b)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!fp8_rules_ok(x.v, x.la, x.lb, x.lc, x.ld, need)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if ((x.v.a_scale || x.v.b_scale) && !is_fp8(x.la.type)) return CUBLAS_STATUS_INVALID_VALUE;   // scales: FP8 only
     uint64_t m, k, k2, n;
     op_shape(x.la, x.v.ta, &m, &k);

@@ -22,11 +22,17 @@ static cublasLtHandle_t lt;
 
 // D = alpha op(A) op(B) + beta C with alpha 1, C and D of layout c, by the heuristic's first
 // algorithm (NOT_SUPPORTED when it finds none), waited for; then the descriptors are destroyed
+static uint32_t g_align_cd;   // 0: the preference's default; else C's and D's alignment in bytes
+
 static cublasStatus_t run_gemm(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                cublasLtMatrixLayout_t c, const void *A, const void *B, const void *C, void *D,
                                float beta) {
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulPreferenceCreate(&pref);
+    if (g_align_cd) {   // what C and D are known to guarantee (the backend sets it from its pointers)
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &g_align_cd, sizeof g_align_cd);
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &g_align_cd, sizeof g_align_cd);
+    }
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 1, &res, &found);
@@ -97,7 +103,7 @@ static cublasStatus_t gemm_fp8(bool ta, int m, int n, int k, cudaDataType_t a_ty
 
 // The emulated FP8 GEMM: codes decoded, scales applied when it runs, a bf16 or an fp32 D
 // (beta 1: added to); Hopper's rules refused (an sm_80 device, NN layout, ld not a multiple
-// of 16, E5M2 x E5M2)
+// of 16, E5M2 x E5M2, a D not 16-byte aligned)
 static void test_gemm_fp8(void) {
     unsigned char *A = nullptr, *B = nullptr;
     uint16_t *D = nullptr;
@@ -128,6 +134,16 @@ static void test_gemm_fp8(void) {
            "lda 24 has no algorithm");
     EXPECT(gemm_fp8(true, 16, 16, 32, CUDA_R_8F_E5M2, CUDA_R_8F_E5M2, A, B, D, scales) == CUBLAS_STATUS_NOT_SUPPORTED,
            "e5m2 x e5m2 has no algorithm");
+    g_align_cd = 2;   // a D one bf16 element past an aligned one: the heuristic finds no FP8 algorithm
+    EXPECT(gemm_fp8(true, 16, 16, 32, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, A, B, D + 1, scales) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "D not 16-byte aligned has no FP8 algorithm");
+    g_align_cd = 8;
+    EXPECT(gemm_fp8(true, 16, 16, 32, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, A, B, D + 4, scales) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "D 8-byte aligned has no FP8 algorithm");
+    g_align_cd = 16;
+    EXPECT(gemm_fp8(true, 16, 16, 32, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, A, B, D + 8, scales) == CUBLAS_STATUS_SUCCESS,
+           "D 16-byte aligned runs");
+    g_align_cd = 0;
     unsetenv("FT_EMU_COMPUTE_CAPABILITY");
     EXPECT(gemm_fp8(true, 16, 16, 32, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, A, B, D, scales) == CUBLAS_STATUS_NOT_SUPPORTED,
            "no FP8 on the default sm_80");
