@@ -106,7 +106,7 @@ fp8_scratch_ok() {
   shift
   "$build/finetune" --dry_run --device cuda "$@" --peak_tflops 1 --fp8 >"$tmp/$run.plan" 2>&1
   pf=$(sed -nE 's/^ +([0-9]+) +[0-9.]+ +--fp8: FP8 copies.*/\1/p' "$tmp/$run.plan")
-  uf=$(sed -nE 's/^finetune: --fp8 scratch: largest call ([0-9]+) bytes, buffer ([0-9]+) bytes/\1 \2/p' "$tmp/$run.log")
+  uf=$(sed -nE 's/^finetune: --fp8 scratch: largest call ([0-9]+) bytes, buffer ([0-9]+) bytes.*/\1 \2/p' "$tmp/$run.log")
   [ -n "$pf" ] && [ "$uf" = "$pf $pf" ] && ok "$run scratch: planned $pf bytes = the run's largest call and its buffer" \
     || bad "$run scratch: planned '${pf:-none}' vs the run's largest call and buffer '${uf:-none}'"
 }
