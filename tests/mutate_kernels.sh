@@ -56,7 +56,7 @@ m rmsnorm.mean_over_c_plus_1 rmsnorm.cu rmsnorm \
 m rmsnorm.bwd_r_cubed rmsnorm.cu rmsnorm \
   'dot * r * r * r / (float)C' 'dot * r * r / (float)C'
 m rmsnorm.scalar_no_weight rmsnorm.cu rmsnorm \
-  'y[c] = f2bf(bf2f(weight[c]) * (bf2f(x[c]) * r));' 'y[c] = f2bf(bf2f(x[c]) * r);'
+  'const bf16 q = f2bf(bf2f(weight[c]) * (bf2f(x[c]) * r));' 'const bf16 q = f2bf(bf2f(x[c]) * r);'
 m rmsnorm.dw_last_chunk rmsnorm.cu rmsnorm \
   'k < nchunks; k++' 'k < nchunks - 1; k++'
 m rmsnorm.dw_chunk_end rmsnorm.cu rmsnorm \
