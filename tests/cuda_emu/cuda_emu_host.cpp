@@ -264,13 +264,11 @@ static bool fp8_device() {
     if (cc && sscanf(cc, "%d.%d", &major, &minor) != 2) return false;
     return major * 10 + minor >= 89;
 }
-static bool fp8_rules_ok(const emu_desc &v, const emu_layout &la, const emu_layout &lb, const emu_layout &lc,
-                         const emu_layout &ld, const emu_align &al) {
+static bool fp8_rules_ok(const emu_desc &v, const emu_layout &la, const emu_layout &lb, const emu_align &al) {
     if (!is_fp8(la.type) && !is_fp8(lb.type)) return true;
     if (!is_fp8(la.type) || !is_fp8(lb.type) || !fp8_device()) return false;
     if (la.type == CUDA_R_8F_E5M2 && lb.type == CUDA_R_8F_E5M2) return false;
     if (v.ta != CUBLAS_OP_T || v.tb != CUBLAS_OP_N) return false;
-    (void)lc, (void)ld;   // (their strides: free, as the library's odd-shaped FP8 GEMMs have them)
     return la.ld % 16 == 0 && lb.ld % 16 == 0 && al.a % 16 == 0 && al.b % 16 == 0 && al.c % 16 == 0 &&
            al.d % 16 == 0;
 }
@@ -298,7 +296,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     if (k != k2 || lc.rows != m || lc.cols != n || ld.rows != m || ld.cols != n) return CUBLAS_STATUS_SUCCESS;
     emu_align al;
     memcpy(&al, pref, sizeof al);
-    if (!fp8_rules_ok(v, la, lb, lc, ld, al)) return CUBLAS_STATUS_NOT_SUPPORTED;   // no FP8 kernel for this
+    if (!fp8_rules_ok(v, la, lb, al)) return CUBLAS_STATUS_NOT_SUPPORTED;   // no FP8 kernel for this
     memset(&results[0], 0, sizeof results[0]);
     memcpy(&results[0].algo, pref, sizeof(emu_align));   // the algorithm needs what was allowed
     results[0].state = CUBLAS_STATUS_SUCCESS;
@@ -387,7 +385,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
         if (t != CUDA_R_16BF && t != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     for (cudaDataType t : {x.la.type, x.lb.type})
         if (t != CUDA_R_16BF && t != CUDA_R_32F && !is_fp8(t)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (!fp8_rules_ok(x.v, x.la, x.lb, x.lc, x.ld, need)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!fp8_rules_ok(x.v, x.la, x.lb, need)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if ((x.v.a_scale || x.v.b_scale) && !is_fp8(x.la.type)) return CUBLAS_STATUS_INVALID_VALUE;   // scales: FP8 only
     uint64_t m, k, k2, n;
     op_shape(x.la, x.v.ta, &m, &k);
